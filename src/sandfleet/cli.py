@@ -1,0 +1,75 @@
+"""The ``sandfleet`` command line. Subcommands live beside the code they drive and load lazily."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Any
+
+import click
+
+# name -> "module:attribute" of a click command or group
+COMMANDS: dict[str, tuple[str, str]] = {
+    "doctor": ("sandfleet.doctor:doctor", "What this host supports, with advice."),
+    "sandbox": ("sandfleet.sandbox.cli:sandbox", "Create, use and remove sandboxes."),
+    "image": ("sandfleet.images.cli:image", "Build and list environment images."),
+    "tasks": ("sandfleet.tasks.cli:tasks", "Load, import and validate task folders."),
+    "run": ("sandfleet.rollout.cli:run", "Run rollouts of a task suite (the main job)."),
+    "bench": ("sandfleet.bench.cli:bench", "Benchmarks: micro, capacity, compare."),
+    "analyze": ("sandfleet.analysis.cli:analyze", "Turn traces into the figures of a hardware choice."),
+    "serve": ("sandfleet.server.cli:serve", "Run the sandfleet HTTP service."),
+    "model-server": ("sandfleet.rollout.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target[0].partition(":")
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name and e.name.startswith("sandfleet"):
+                raise click.ClickException(f"command {cmd_name!r} is not available yet ({e})") from e
+            raise
+        cmd = getattr(mod, attr)
+        assert isinstance(cmd, click.Command)
+        return cmd
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, COMMANDS[name][1]) for name in sorted(COMMANDS)]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", count=True, help="More logging (-vv for debug).")
+@click.version_option(package_name="sandfleet")
+def cli(verbose: int) -> None:
+    """sandfleet: agentic RL rollouts in isolated sandboxes."""
+    level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    logging.basicConfig(
+        level=int(os.environ.get("SANDFLEET_LOG_LEVEL", level)),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def main(argv: list[str] | None = None) -> Any:
+    from sandfleet.errors import SandfleetError
+
+    try:
+        return cli.main(args=argv, prog_name="sandfleet", standalone_mode=True)
+    except SandfleetError as e:  # pragma: no cover - click handles most
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""The exception tree of sandfleet.
+
+Every error sandfleet raises derives from :class:`SandfleetError`; third-party errors
+(subprocess, OS, httpx, QEMU) are translated at one boundary each, and errors raised
+inside a sandbox's guest agent come back to the host with their type::
+
+    SandfleetError
+    ├── ConfigError (ValueError)            bad input: unknown backend/image, absurd limits
+    ├── HostUnsupportedError                 the host lacks what a backend needs (bwrap, KVM, cgroups)
+    ├── ImageError                           an image can't be found or built
+    │   └── ImageBuildError                  a build step failed (names the Dockerfile line)
+    ├── SandboxError                         anything about one sandbox
+    │   ├── SandboxClosedError               used after close()
+    │   ├── SandboxDiedError                 the sandbox or its guest agent died
+    │   ├── SandboxTimeoutError (TimeoutError)  an operation outlived its deadline
+    │   ├── SandboxPathError (ValueError)    a path escapes the sandbox or is invalid
+    │   ├── GuestError                       an error raised inside the guest, re-raised by type:
+    │   │   ├── GuestFileNotFoundError (FileNotFoundError)
+    │   │   ├── GuestPermissionError (PermissionError)
+    │   │   ├── GuestIsADirectoryError (IsADirectoryError)
+    │   │   └── GuestExecError               the command could not be started
+    │   └── ProtocolError                    malformed frame / version mismatch
+    ├── PoolError                            the warm pool is closed or over capacity
+    ├── TaskError                            a task folder is malformed (names file and field)
+    └── RolloutError                         a rollout failed (model server down, ...)
+        └── ModelError                       the model server failed or answered garbage
+"""
+
+from __future__ import annotations
+
+
+class SandfleetError(Exception):
+    """Base of every sandfleet error."""
+
+
+class ConfigError(SandfleetError, ValueError):
+    """Invalid input: an unknown backend or image, a negative or absurd limit."""
+
+
+class HostUnsupportedError(SandfleetError):
+    """The host lacks something a backend needs; the message says what and how to get it."""
+
+
+class ImageError(SandfleetError):
+    """An image can't be found, read or built."""
+
+
+class ImageBuildError(ImageError):
+    """A build step failed. ``line`` is the Dockerfile line number when known."""
+
+    def __init__(self, message: str, *, file: str | None = None, line: int | None = None):
+        where = f"{file}:{line}: " if file and line else (f"{file}: " if file else "")
+        super().__init__(where + message)
+        self.file = file
+        self.line = line
+
+
+class SandboxError(SandfleetError):
+    """Something went wrong with one sandbox."""
+
+
+class SandboxClosedError(SandboxError):
+    """The sandbox was already closed."""
+
+
+class SandboxDiedError(SandboxError):
+    """The sandbox (or its guest agent) died; it can't be used any more."""
+
+
+class SandboxTimeoutError(SandboxError, TimeoutError):
+    """An operation on a sandbox outlived its deadline."""
+
+
+class SandboxPathError(SandboxError, ValueError):
+    """A path is invalid or escapes the sandbox."""
+
+
+class GuestError(SandboxError):
+    """An error raised inside the guest agent. ``guest_type`` is the guest's name for it."""
+
+    guest_type: str = "GuestError"
+
+    def __init__(self, message: str, *, guest_type: str | None = None, errno: int | None = None):
+        super().__init__(message)
+        if guest_type:
+            self.guest_type = guest_type
+        self.errno = errno
+
+
+class GuestFileNotFoundError(GuestError, FileNotFoundError):
+    guest_type = "FileNotFoundError"
+
+
+class GuestPermissionError(GuestError, PermissionError):
+    guest_type = "PermissionError"
+
+
+class GuestIsADirectoryError(GuestError, IsADirectoryError):
+    guest_type = "IsADirectoryError"
+
+
+class GuestExecError(GuestError):
+    """The command could not be started (no such program, bad cwd)."""
+
+    guest_type = "ExecError"
+
+
+class ProtocolError(SandboxError):
+    """A malformed frame or a protocol version the host does not speak."""
+
+
+class PoolError(SandfleetError):
+    """The warm pool is closed or can't admit more sandboxes."""
+
+
+class TaskError(SandfleetError):
+    """A task folder is malformed; the message names the file and the field."""
+
+    def __init__(self, message: str, *, file: str | None = None, field: str | None = None):
+        prefix = ""
+        if file:
+            prefix = f"{file}: " if not field else f"{file}: field {field!r}: "
+        super().__init__(prefix + message)
+        self.file = file
+        self.field = field
+
+
+class RolloutError(SandfleetError):
+    """A rollout failed; ``reason`` is a short machine-readable cause."""
+
+    def __init__(self, message: str, *, reason: str = "error"):
+        super().__init__(message)
+        self.reason = reason
+
+
+class ModelError(RolloutError):
+    """The model server was down, too slow, or answered something that isn't a chat completion."""
+
+
+GUEST_ERRORS: dict[str, type[GuestError]] = {
+    cls.guest_type: cls
+    for cls in (GuestFileNotFoundError, GuestPermissionError, GuestIsADirectoryError, GuestExecError)
+}
+
+
+def guest_error(guest_type: str, message: str, errno: int | None = None) -> GuestError:
+    """Rebuild a guest-side error on the host with its type."""
+    cls = GUEST_ERRORS.get(guest_type, GuestError)
+    return cls(message, guest_type=guest_type, errno=errno)

@@ -1,0 +1,291 @@
+"""The subset of Dockerfile that sandfleet builds, parsed into steps with line numbers.
+
+Supported: FROM (one stage, ``AS`` allowed), RUN (shell and exec form), COPY/ADD of files from
+the build context (``--chown``, ``--chmod``), WORKDIR, ENV (``K V`` and ``K=V ...``), ARG
+(defaults, build args, ``$VAR`` / ``${VAR}`` / ``${VAR:-x}`` / ``${VAR:+x}`` substitution in
+later lines), USER. Ignored without error: LABEL, EXPOSE, CMD, ENTRYPOINT, HEALTHCHECK, SHELL
+(noted: RUN still uses ``/bin/sh -c``), VOLUME, STOPSIGNAL, MAINTAINER. Everything else --
+heredocs, ``RUN --mount``, ``COPY --from``, ``ADD <url>``, a second FROM, ONBUILD -- raises
+:class:`ImageBuildError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import re
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from sandfleet.errors import ImageBuildError
+from sandfleet.tasks.bases import BaseRef, resolve_base
+from sandfleet.tasks.lexer import expand, split_words
+
+__all__ = [
+    "BaseRef", "Copy", "Dockerfile", "Env", "From", "Run", "Step", "User", "Workdir",
+    "parse_dockerfile", "resolve_base",
+]  # fmt: skip
+
+
+@dataclass(frozen=True)
+class From:
+    line: int
+    image: str
+    """The image reference, ARGs substituted."""
+    stage: str | None = None
+
+
+@dataclass(frozen=True)
+class Run:
+    line: int
+    shell: str | None
+    """Shell form: run as ``/bin/sh -c shell``."""
+    argv: tuple[str, ...] | None
+    """Exec form: run as is."""
+    build_args: tuple[tuple[str, str], ...] = ()
+    """ARGs in scope: set in the command's environment, as Docker does."""
+
+
+@dataclass(frozen=True)
+class Copy:
+    line: int
+    sources: tuple[str, ...]
+    """Paths relative to the build context (may hold wildcards)."""
+    dest: str
+    """Absolute, resolved against the WORKDIR in force."""
+    chown: str | None = None
+    chmod: str | None = None
+    add: bool = False
+    """ADD: a local tar archive is unpacked into ``dest``."""
+
+
+@dataclass(frozen=True)
+class Workdir:
+    line: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Env:
+    line: int
+    values: tuple[tuple[str, str], ...]
+
+
+@dataclass(frozen=True)
+class User:
+    line: int
+    user: str
+
+
+Step = From | Run | Copy | Workdir | Env | User
+
+
+@dataclass(frozen=True)
+class Dockerfile:
+    path: Path
+    steps: tuple[Step, ...]
+    base: From
+    workdir: str | None
+    """The last WORKDIR, or None."""
+    env: dict[str, str] = field(default_factory=dict)
+    user: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "HEALTHCHECK", "SHELL", "VOLUME",
+           "STOPSIGNAL", "MAINTAINER"}  # fmt: skip
+_HEREDOC = re.compile(r"(?<!<)<<-?\s*([\"']?)[A-Za-z_][A-Za-z0-9_]*\1")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _default_args(arch: str | None) -> dict[str, str]:
+    machine = arch or {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), "amd64")
+    return {"TARGETOS": "linux", "TARGETARCH": machine, "TARGETPLATFORM": f"linux/{machine}",
+            "BUILDOS": "linux", "BUILDARCH": machine, "BUILDPLATFORM": f"linux/{machine}"}  # fmt: skip
+
+
+def _logical_lines(text: str) -> list[tuple[int, str]]:
+    """Join ``\\`` continuations, drop comments and blank lines; keep first line numbers."""
+    out: list[tuple[int, str]] = []
+    start, parts = 0, []
+    for number, raw in enumerate(text.splitlines(), 1):
+        stripped = raw.strip()
+        if stripped.startswith("#") or (not stripped and not parts):
+            continue  # comment lines are dropped even inside a continuation
+        if not parts:
+            start = number
+        if raw.rstrip().endswith("\\"):
+            parts.append(raw.rstrip()[:-1])
+            continue
+        parts.append(raw)
+        out.append((start, " ".join(p.strip() for p in parts if p.strip())))
+        parts = []
+    if parts:
+        out.append((start, " ".join(p.strip() for p in parts if p.strip())))
+    return out
+
+
+def _flags(rest: str, allowed: set[str], fail: _Fail) -> tuple[dict[str, str], str]:
+    flags: dict[str, str] = {}
+    while rest.startswith("--"):
+        word, _, rest = rest.partition(" ")
+        name, _, value = word[2:].partition("=")
+        if name not in allowed:
+            fail(f"flag --{name} is not supported")
+        flags[name] = value
+        rest = rest.lstrip()
+    return flags, rest
+
+
+class _Fail:
+    def __init__(self, file: str, line: int = 0):
+        self.file, self.line = file, line
+
+    def __call__(self, message: str) -> None:
+        raise ImageBuildError(message, file=self.file, line=self.line)
+
+
+def parse_dockerfile(
+    path: Path, *, build_args: dict[str, str] | None = None, arch: str | None = None
+) -> Dockerfile:
+    """Parse ``path`` into steps. ``build_args`` override ARG defaults (``--build-arg``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ImageBuildError(f"can't read: {e}", file=str(path)) from None
+    fail = _Fail(str(path))
+    for directive in re.findall(r"^#\s*escape\s*=\s*(\S+)", text, re.MULTILINE):
+        if directive != "\\":
+            fail(f"parser directive escape={directive} is not supported")
+    overrides = dict(build_args or {})
+    global_args = {**_default_args(arch), **overrides}
+    scope: dict[str, str] = {}  # ARGs and ENVs visible to substitution in the stage
+    args: dict[str, str] = {}  # ARGs of the stage (passed to RUN)
+    env: dict[str, str] = {}
+    steps: list[Step] = []
+    notes: list[str] = []
+    base: From | None = None
+    workdir: str | None = None
+    user: str | None = None
+    for number, line in _logical_lines(text):
+        fail.line = number
+        keyword, _, rest = line.partition(" ")
+        keyword, rest = keyword.upper(), rest.strip()
+        if keyword in ("RUN", "COPY", "ADD") and _HEREDOC.search(rest):
+            fail(f"{keyword} with a heredoc is not supported")
+        if keyword != "FROM" and keyword != "ARG" and base is None:
+            fail(f"{keyword} before FROM")
+        if keyword == "ARG":
+            for word in split_words(rest, scope if base else global_args):
+                name, eq, default = word.partition("=")
+                if not _NAME.match(name):
+                    fail(f"bad ARG name {name!r}")
+                if base is None:
+                    global_args[name] = overrides.get(name, default if eq else "")
+                    continue
+                if name in overrides:
+                    value = overrides[name]
+                elif eq:
+                    value = default
+                else:
+                    value = global_args.get(name, "")
+                args[name] = value
+                if name not in env:
+                    scope[name] = value
+        elif keyword == "FROM":
+            if base is not None:
+                fail("multi-stage builds (a second FROM) are not supported")
+            words = split_words(rest, global_args)
+            if not words or words[0].startswith("--"):
+                fail("FROM needs an image (flags such as --platform are not supported)")
+            stage = None
+            if len(words) == 3 and words[1].upper() == "AS":
+                stage = words[2]
+            elif len(words) != 1:
+                fail(f"can't parse FROM {rest!r}")
+            base = From(number, words[0], stage)
+            steps.append(base)
+        elif keyword == "RUN":
+            flags, rest = _flags(rest, set(), fail)
+            argv = _exec_form(rest)
+            pairs = tuple(args.items())
+            if argv is not None:
+                steps.append(Run(number, None, tuple(argv), pairs))
+            else:
+                steps.append(Run(number, rest, None, pairs))
+        elif keyword in ("COPY", "ADD"):
+            flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, fail)
+            if "from" in flags:
+                fail(f"{keyword} --from (copying from another stage or image) is not supported")
+            words = _exec_form(rest)
+            words = [expand(w, scope) for w in words] if words else split_words(rest, scope)
+            if len(words) < 2:
+                fail(f"{keyword} needs a source and a destination")
+            for src in words[:-1]:
+                if re.match(r"^[a-z][a-z0-9+.-]*://|^git@", src):
+                    fail(f"{keyword} of a URL ({src}) is not supported; download it in a RUN")
+                if src.startswith("/") or ".." in PurePosixPath(src).parts:
+                    fail(f"{keyword} source {src!r} is outside the build context")
+            dest = _absolute(words[-1], workdir, keep_slash=True)
+            chown = expand(flags["chown"], scope) if "chown" in flags else None
+            steps.append(Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"),
+                              keyword == "ADD"))  # fmt: skip
+        elif keyword == "WORKDIR":
+            workdir = _absolute(expand(rest, scope), workdir)
+            steps.append(Workdir(number, workdir))
+        elif keyword == "ENV":
+            pairs = _env_pairs(rest, scope, fail)
+            for key, value in pairs:
+                env[key] = scope[key] = value
+            steps.append(Env(number, tuple(pairs)))
+        elif keyword == "USER":
+            user = expand(rest, scope)
+            if not user:
+                fail("USER needs a user")
+            steps.append(User(number, user))
+        elif keyword in IGNORED:
+            if keyword == "SHELL":
+                notes.append(f"line {number}: SHELL ignored; RUN uses /bin/sh -c")
+        else:
+            fail(f"instruction {keyword} is not supported")
+    if base is None:
+        raise ImageBuildError("no FROM", file=str(path))
+    return Dockerfile(path, tuple(steps), base, workdir, env, user, tuple(notes))
+
+
+def _exec_form(rest: str) -> list[str] | None:
+    if not rest.startswith("["):
+        return None
+    try:
+        value = json.loads(rest)
+    except json.JSONDecodeError:
+        return None  # Docker falls back to the shell form too
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        return value
+    return None
+
+
+def _absolute(path: str, workdir: str | None, *, keep_slash: bool = False) -> str:
+    joined = PurePosixPath(workdir or "/", path)
+    text = str(joined)
+    return text + "/" if keep_slash and path.endswith("/") and text != "/" else text
+
+
+def _env_pairs(rest: str, scope: dict[str, str], fail: _Fail) -> list[tuple[str, str]]:
+    first = rest.split(None, 1)
+    if not first:
+        fail("ENV needs a name and a value")
+    if "=" not in first[0]:  # legacy form: ENV KEY the rest of the line
+        if len(first) < 2:
+            fail(f"ENV {first[0]} needs a value")
+        if not _NAME.match(first[0]):
+            fail(f"bad ENV name {first[0]!r}")
+        return [(first[0], expand(first[1], scope))]
+    pairs = []
+    local = dict(scope)  # Docker substitutes with the values from before this instruction
+    for word in split_words(rest, local):
+        key, eq, value = word.partition("=")
+        if not eq or not _NAME.match(key):
+            fail(f"can't parse ENV {word!r} (expected NAME=value)")
+        pairs.append((key, value))
+    return pairs

@@ -1,0 +1,89 @@
+"""``load_task`` and ``load_tasks``: a folder (or a folder of folders) into :class:`Task`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandfleet.errors import ImageError, TaskError
+from sandfleet.tasks.dockerfile import parse_dockerfile
+from sandfleet.tasks.harbor import load_harbor
+from sandfleet.tasks.model import DEFAULT_WORKDIR, Task, TaskFormat
+from sandfleet.tasks.tb1 import load_tb1
+
+MARKERS: dict[str, TaskFormat] = {"task.toml": "harbor", "task.yaml": "terminal-bench-1"}
+
+
+def detect_format(path: Path) -> TaskFormat | None:
+    """``harbor`` when ``path`` holds task.toml, ``terminal-bench-1`` for task.yaml, else None."""
+    found = [fmt for marker, fmt in MARKERS.items() if (path / marker).is_file()]
+    if len(found) > 1:
+        raise TaskError("holds both task.toml and task.yaml; keep one", file=str(path))
+    return found[0] if found else None
+
+
+def load_task(path: Path | str) -> Task:
+    """Load one task folder, detecting its format.
+
+    Raises :class:`TaskError` for a malformed task (naming the file and field) and
+    :class:`ImageBuildError` for a Dockerfile outside the supported subset (naming the line).
+    """
+    folder = Path(path).resolve()
+    if not folder.is_dir():
+        raise TaskError("is not a folder", file=str(folder))
+    fmt = detect_format(folder)
+    if fmt is None:
+        raise TaskError("holds neither task.toml (Harbor) nor task.yaml (Terminal-Bench 1)",
+                        file=str(folder))  # fmt: skip
+    fields, solution, verifier = (load_harbor if fmt == "harbor" else load_tb1)(folder)
+    extra_env = fields.pop("extra_env")
+    workdir, env, user, base = DEFAULT_WORKDIR, {}, None, fields.get("docker_image")
+    if fields["dockerfile"] is not None:
+        parsed = parse_dockerfile(fields["dockerfile"])
+        workdir = parsed.workdir or DEFAULT_WORKDIR
+        env, user, base = dict(parsed.env), parsed.user, parsed.base.image
+    return Task(
+        name=folder.name,
+        path=folder,
+        format=fmt,
+        workdir=workdir,
+        env={**env, **extra_env},
+        user=user,
+        base_image=base,
+        solution=solution,
+        verifier=verifier,
+        **fields,
+    )
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A task folder that did not load, and why."""
+
+    path: Path
+    error: TaskError | ImageError
+
+
+def find_task_dirs(root: Path | str) -> list[Path]:
+    """``root`` itself when it is a task, else its task sub-folders (one level), sorted."""
+    root = Path(root).resolve()
+    if not root.is_dir():
+        raise TaskError("is not a folder", file=str(root))
+    if detect_format(root) is not None:
+        return [root]
+    children = (p for p in sorted(root.iterdir()) if p.is_dir() and not p.name.startswith("."))
+    return [p for p in children if any((p / m).is_file() for m in MARKERS)]
+
+
+def load_tasks(root: Path | str) -> tuple[list[Task], list[LoadFailure]]:
+    """Load every task under ``root``; returns the tasks sorted by name and the failures.
+
+    Every folder is tried; a broken one never hides the others."""
+    tasks: list[Task] = []
+    failures: list[LoadFailure] = []
+    for folder in find_task_dirs(root):
+        try:
+            tasks.append(load_task(folder))
+        except (TaskError, ImageError) as e:
+            failures.append(LoadFailure(folder, e))
+    return sorted(tasks, key=lambda t: t.name), failures

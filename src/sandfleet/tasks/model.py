@@ -1,0 +1,153 @@
+"""The one validated task model both formats load into.
+
+A :class:`Task` says everything the image builder, the agent loop and the verifier need:
+what to build (``dockerfile`` + ``context_dir``, or a bare ``docker_image``), where the agent
+works (``workdir``, ``env``, ``user``), the limits, how to run the reference solution
+(:class:`SolutionPlan`) and how to verify (:class:`VerifierPlan`). Paths on the host are
+absolute; paths inside the sandbox are strings.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+TaskFormat = Literal["harbor", "terminal-bench-1"]
+
+DEFAULT_WORKDIR = "/app"
+"""Where the agent works when the Dockerfile sets no WORKDIR (Harbor and TB1 tasks assume it)."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Upload(_Frozen):
+    """A host file or folder copied into the sandbox before a step runs."""
+
+    source: Path
+    """Absolute host path of a file or a folder."""
+    target: str
+    """Absolute sandbox path. A file lands at exactly this path; a folder's *contents* land
+    under it (``tests/`` uploaded to ``/tests`` gives ``/tests/test.sh``)."""
+
+
+class TerminalCommand(_Frozen):
+    """One keystroke batch of a Terminal-Bench-1 ``solution.yaml`` (its ``TerminalCommand``)."""
+
+    command: str
+    """The text typed into the shell."""
+    min_timeout_sec: float = 0.0
+    """Seconds to wait after sending, at least."""
+    max_timeout_sec: float = 180.0
+    """Seconds to wait at most for a blocking command."""
+    block: bool = False
+    """Wait for the command to finish before the next one."""
+    append_enter: bool = False
+    """Press Enter after the text."""
+
+
+class SolutionPlan(_Frozen):
+    """How to run the reference solution (the oracle)."""
+
+    uploads: tuple[Upload, ...] = ()
+    """Copied in first (Harbor: ``solution/`` -> ``/solution``; TB1: ``solution.sh`` ->
+    ``/oracle/solution.sh``)."""
+    command: tuple[str, ...] | None = None
+    """argv run with cwd = the task workdir, e.g. ``("bash", "/solution/solve.sh")``.
+    None when ``commands`` is used instead."""
+    commands: tuple[TerminalCommand, ...] = ()
+    """TB1 ``solution.yaml``: keystrokes sent, in order, to one persistent shell session."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the solution (Harbor ``[solution.env]``)."""
+
+
+RewardSource = Literal["reward-file", "pytest-output"]
+
+
+class VerifierPlan(_Frozen):
+    """How to verify, after the agent has stopped: upload, run, read the reward."""
+
+    uploads: tuple[Upload, ...]
+    """Copied in only after the agent stops (Harbor: ``tests/`` -> ``/tests``; TB1:
+    ``tests/`` and ``run-tests.sh`` -> ``/tests``)."""
+    command: tuple[str, ...]
+    """argv run with cwd = the task workdir: ``bash /tests/test.sh`` (Harbor) or
+    ``bash /tests/run-tests.sh`` (TB1)."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment (Harbor ``[verifier.env]``; TB1 ``TEST_DIR=/tests``)."""
+    timeout_s: float
+    """Wall-clock limit of the command."""
+    user: str | None = None
+    """User the format asks the verifier to run as (Harbor ``[verifier].user``; TB1 runs its
+    tests as ``root``); None = the image's user. The runtime may override it."""
+    reward: RewardSource
+    """``reward-file``: read ``reward_text_path`` (a float) or else ``reward_json_path`` (a
+    dict of floats). ``pytest-output``: parse the command's output with ``parser_name``."""
+    reward_text_path: str = "/logs/verifier/reward.txt"
+    """Harbor's reward file (one number)."""
+    reward_json_path: str = "/logs/verifier/reward.json"
+    """Harbor's alternative reward file (a JSON object of numbers)."""
+    parser_name: str | None = None
+    """TB1 test-output parser; only ``pytest`` is supported."""
+    same_shell: bool = False
+    """TB1 ``run_tests_in_same_shell``: run the tests in the agent's shell session."""
+
+
+class Task(_Frozen):
+    """A task folder, validated, in one shape whatever its format."""
+
+    name: str
+    """The folder name (how both formats name a task)."""
+    path: Path
+    """Absolute path of the task folder."""
+    format: TaskFormat
+    """``harbor`` (task.toml) or ``terminal-bench-1`` (task.yaml)."""
+    instruction: str
+    """What the agent is told."""
+    agent_timeout_s: float
+    """Wall-clock limit of the agent (Harbor ``agent.timeout_sec``, default 600; TB1
+    ``max_agent_timeout_sec``, default 360)."""
+    verifier_timeout_s: float
+    """Limit of the verifier (Harbor ``verifier.timeout_sec``, default 600; TB1
+    ``max_test_timeout_sec``, default 60)."""
+    build_timeout_s: float = 600.0
+    """Limit of the image build (Harbor ``environment.build_timeout_sec``)."""
+    cpus: float = 1.0
+    """CPUs (Harbor ``environment.cpus``)."""
+    memory_mib: int = 2048
+    """Memory limit in MiB (Harbor ``memory_mb``, or the older ``memory = "4G"``)."""
+    storage_mib: int = 10240
+    """Disk limit in MiB (Harbor ``storage_mb``, or the older ``storage = "10G"``)."""
+    allow_internet: bool = True
+    """Whether the task *asks* for network (Harbor's default is true; TB1 tasks had it).
+    The sandbox policy decides what it gets."""
+    dockerfile: Path | None
+    """The Dockerfile to build (Harbor ``environment/Dockerfile``; TB1 ``Dockerfile``)."""
+    context_dir: Path | None
+    """Build context of ``dockerfile`` (Harbor ``environment/``; TB1 the task folder)."""
+    docker_image: str | None = None
+    """A prebuilt image named by the task (Harbor ``environment.docker_image``). Used only
+    when there is no Dockerfile; sandfleet can build from a few known bases only."""
+    base_image: str | None = None
+    """The image the build starts from: the Dockerfile's FROM (ARGs substituted), or
+    ``docker_image``. Map it with :func:`sandfleet.tasks.dockerfile.resolve_base`."""
+    workdir: str = DEFAULT_WORKDIR
+    """cwd of the agent, the solution and the verifier: the Dockerfile's last WORKDIR."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Environment of the image: the Dockerfile's ENV, then Harbor ``[environment.env]``."""
+    user: str | None = None
+    """The Dockerfile's last USER, if any."""
+    agent_user: str | None = None
+    """User the format asks the agent to run as (Harbor ``[agent].user``)."""
+    tests_dir: Path
+    """Host folder of the tests (uploaded by the verifier plan, never before)."""
+    solution: SolutionPlan | None
+    """How to run the reference solution; None when the task ships none."""
+    verifier: VerifierPlan
+    """How to verify and read the reward."""
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    """Free-form metadata (Harbor ``[metadata]`` and ``[task]``; TB1 author, difficulty,
+    category, tags, time estimates)."""

@@ -1,0 +1,20 @@
+"""Trace analysis: where rollout time goes and what a hardware choice changes.
+
+- :mod:`~sandfleet.analysis.trace`: read and validate ``trace.jsonl`` (``load_run``).
+- :mod:`~sandfleet.analysis.breakdown`: per-span breakdown, A/B comparison, what-if
+  inference k times faster, and the gap's definition.
+- :mod:`~sandfleet.analysis.figures`: KV-cache idle, GRPO group wait, staleness.
+- :mod:`~sandfleet.analysis.report`: every figure as one JSON-ready dict (``analyze``).
+- :mod:`~sandfleet.analysis.html` and :mod:`~sandfleet.analysis.svg`: the HTML report.
+- :mod:`~sandfleet.analysis.convert`: other systems' results (Harbor) into traces.
+- :mod:`~sandfleet.analysis.cli`: ``sandfleet analyze``.
+
+Library functions return data; only the CLI prints.
+"""
+
+from __future__ import annotations
+
+from sandfleet.analysis.report import analyze
+from sandfleet.analysis.trace import Rollout, Run, Span, TraceError, load_run, write_trace
+
+__all__ = ["Rollout", "Run", "Span", "TraceError", "analyze", "load_run", "write_trace"]

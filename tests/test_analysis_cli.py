@@ -1,0 +1,145 @@
+"""``sandfleet analyze`` end to end: tables, JSON, the HTML report and bad input."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sandfleet.analysis.cli import analyze, table
+from sandfleet.analysis.synth import write_study
+from sandfleet.cli import cli
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> tuple[Path, Path]:
+    a, b = write_study(tmp_path / "runs", steps=2)
+    return a.parent, b.parent
+
+
+def test_two_runs_print_aligned_tables(runs: tuple[Path, Path]) -> None:
+    res = CliRunner().invoke(cli, ["analyze", str(runs[0]), str(runs[1])])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for heading in (
+        "Breakdown per span",
+        "B - A (paired by task",
+        "What if inference",
+        "KV cache and GRPO groups",
+        "Staleness",
+        "training can step",
+    ):
+        assert heading in out
+    assert re.search(r"^total\s+442\.0\s+495\.0\s+53\.0 s\s+12\.0 %$", out, re.M)
+    assert re.search(r"^32\s+119\.4\s+168\.5\s+41\.1 %$", out, re.M)
+
+
+def test_json_has_the_required_keys(runs: tuple[Path, Path]) -> None:
+    res = CliRunner().invoke(
+        analyze,
+        [
+            str(runs[0]),
+            str(runs[1] / "trace.jsonl"),
+            "--json",
+            "--whatif",
+            "1,8",
+            "--step-time",
+            "300",
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    for key in (
+        "spans_mean_s",
+        "whatif",
+        "kv_idle_fraction",
+        "group_wait_fraction",
+        "gap_definition",
+        "staleness",
+    ):
+        assert key in data
+    assert set(data["whatif"]) == {"1", "8"}
+    assert data["whatif"]["8"] == pytest.approx(0.329, abs=0.005)
+    assert data["staleness"]["step_time_s"] == 300
+    assert data["spans_mean_s"]["B"]["agent_command"] == pytest.approx(69.0)
+
+
+def test_one_run_whatif_maps_k_to_mean_time(runs: tuple[Path, Path]) -> None:
+    res = CliRunner().invoke(analyze, [str(runs[0]), "--json", "--whatif", "1,333"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["whatif"] == {"1": pytest.approx(442.0), "333": pytest.approx(110.0)}
+    assert "compare" not in data and "training_faster_pct" not in data["staleness"]
+
+
+@pytest.mark.parametrize("two", [True, False])
+def test_html_report_has_the_four_plots(runs: tuple[Path, Path], tmp_path: Path, two: bool) -> None:
+    out = tmp_path / "report" / "index.html"
+    args = [str(runs[0]), *([str(runs[1])] if two else []), "--html", str(out)]
+    res = CliRunner().invoke(analyze, args)
+    assert res.exit_code == 0, res.output
+    html = out.read_text()
+    assert html.startswith("<!doctype html>") and "<script" not in html
+    for plot_id in ("plot-spans", "plot-whatif", "plot-group-wait", "plot-timeline-A"):
+        assert re.search(rf'<svg [^>]*id="{plot_id}"', html), plot_id
+    assert html.count("<svg ") == (5 if two else 4)
+    assert html.count("</svg>") == html.count("<svg ")
+    assert "<title>Mean rollout time per span</title>" in html
+
+
+def _invoke_bad(path: Path) -> tuple[int, str]:
+    res = CliRunner().invoke(analyze, [str(path)])
+    return res.exit_code, res.output
+
+
+def test_missing_trace_is_a_clear_error(tmp_path: Path) -> None:
+    code, out = _invoke_bad(tmp_path / "nope")
+    assert code == 2
+    assert out.startswith("error: ") and "nope" in out and "no such trace file" in out
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("{not json", r"trace\.jsonl:2: not JSON"),
+        (
+            '{"start": 0, "end": 1, "spans": [{"name": "nap", "start": 0, "end": 1}]}',
+            r"trace\.jsonl:2: span 0: unknown span name 'nap'",
+        ),
+        (
+            '{"start": 0, "end": 1, "spans": [{"name": "model", "start": 1, "end": 0.5}]}',
+            r"trace\.jsonl:2: span 0 \(model\): end 0\.5 is before start 1",
+        ),
+        (
+            '{"start": 0, "end": 1, "spans": [{"name": "model", "start": 0, "end": 1}], '
+            '"status": "done"}',
+            r"trace\.jsonl:2: unknown status 'done'",
+        ),
+    ],
+)
+def test_bad_lines_name_file_and_line(tmp_path: Path, line: str, message: str) -> None:
+    good = '{"start": 0, "end": 1, "spans": [{"name": "model", "start": 0, "end": 1}]}'
+    (tmp_path / "trace.jsonl").write_text(good + "\n" + line + "\n")
+    code, out = _invoke_bad(tmp_path)
+    assert code == 2
+    assert re.search(message, out), out
+
+
+def test_bad_options(runs: tuple[Path, Path]) -> None:
+    res = CliRunner().invoke(analyze, [str(runs[0]), "--whatif", "1,0"])
+    assert res.exit_code == 2 and "positive" in res.output
+    res = CliRunner().invoke(analyze, [str(runs[0]), "--staleness-bound", "0"])
+    assert res.exit_code == 2 and "error: staleness bound must be positive" in res.output
+    res = CliRunner().invoke(analyze, [str(runs[0]), str(runs[0]), str(runs[1])])
+    assert res.exit_code == 2
+
+
+def test_table_aligns_columns() -> None:
+    text = table(["name", "value"], [["a", "1.0"], ["longer", "10.25"]])
+    lines = text.splitlines()
+    assert lines[0] == "name    value"
+    assert lines[2] == "a         1.0"
+    assert lines[3] == "longer  10.25"

@@ -166,7 +166,7 @@ def render_text(a: dict[str, Any]) -> str:
 
 
 @click.command("analyze")
-@click.argument("runs", nargs=-1, required=True, type=click.Path())
+@click.argument("runs", nargs=-1, required=True, type=click.Path(), metavar="RUN [RUN_B]")
 @click.option(
     "--whatif",
     "whatif_text",

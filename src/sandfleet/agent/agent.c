@@ -1,0 +1,734 @@
+/*
+ * sandfleet-agent: the guest agent that runs inside every sandfleet sandbox.
+ *
+ * It serves exec, stdin, kill and file operations over one byte stream (stdin/stdout, or a
+ * device opened once with --device, e.g. a virtio-serial port) using the framed protocol
+ * documented in docs/protocol.md (version 1):
+ *
+ *   frame := u32 length (big endian, of what follows) | u8 type | u32 request id | fields
+ *   field := u8 tag | u32 length | bytes          (integers are decimal ASCII)
+ *
+ * It needs nothing from the guest: build it static. A second mode, `launch`, runs on the
+ * host (as root) to put a sandbox into its cgroups and private mounts before exec'ing the
+ * isolation tool (bwrap), then drops privileges.
+ */
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PROTO_VERSION "1"
+#define MAX_FRAME (256u * 1024u * 1024u)
+
+enum { T_HELLO = 1, T_EXEC = 2, T_STDIN = 3, T_KILL = 4, T_READ = 5, T_WRITE = 6, T_SHUTDOWN = 7 };
+enum { R_HELLO = 0x81, R_STARTED = 0x82, R_OUTPUT = 0x83, R_EXIT = 0x84, R_DATA = 0x85,
+       R_DONE = 0x86, R_ERROR = 0xEE };
+enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_STREAM = 6,
+       F_STDIN_MODE = 7, F_DATA = 8, F_STREAM_NO = 9, F_CODE = 10, F_SIGNAL = 11,
+       F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
+       F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
+       F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27 };
+
+static int in_fd = 0, out_fd = 1;
+static int sig_pipe[2];
+
+/* ---------- small buffers ---------- */
+typedef struct { char *p; size_t n, cap; } buf_t;
+
+static void buf_add(buf_t *b, const void *d, size_t n) {
+    if (b->n + n > b->cap) {
+        size_t c = b->cap ? b->cap : 256;
+        while (c < b->n + n) c *= 2;
+        b->p = realloc(b->p, c);
+        if (!b->p) { perror("realloc"); _exit(70); }
+        b->cap = c;
+    }
+    memcpy(b->p + b->n, d, n);
+    b->n += n;
+}
+static void buf_u32(buf_t *b, uint32_t v) {
+    unsigned char x[4] = {v >> 24, v >> 16, v >> 8, v};
+    buf_add(b, x, 4);
+}
+static void buf_free(buf_t *b) { free(b->p); b->p = NULL; b->n = b->cap = 0; }
+
+/* ---------- output frames ---------- */
+static buf_t ob;
+static void frame_begin(int type, uint32_t id) {
+    ob.n = 0;
+    buf_u32(&ob, 0);
+    unsigned char t = type;
+    buf_add(&ob, &t, 1);
+    buf_u32(&ob, id);
+}
+static void field(int tag, const void *d, size_t n) {
+    unsigned char t = tag;
+    buf_add(&ob, &t, 1);
+    buf_u32(&ob, n);
+    buf_add(&ob, d, n);
+}
+static void field_s(int tag, const char *s) { field(tag, s, strlen(s)); }
+static void field_i(int tag, long long v) {
+    char s[32];
+    snprintf(s, sizeof s, "%lld", v);
+    field_s(tag, s);
+}
+static void frame_send(void) {
+    uint32_t len = ob.n - 4;
+    ob.p[0] = len >> 24; ob.p[1] = len >> 16; ob.p[2] = len >> 8; ob.p[3] = len;
+    size_t off = 0;
+    while (off < ob.n) {
+        ssize_t w = write(out_fd, ob.p + off, ob.n - off);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN) { struct pollfd p = {out_fd, POLLOUT, 0}; poll(&p, 1, 1000); continue; }
+            _exit(0); /* host gone */
+        }
+        off += w;
+    }
+}
+
+static const char *errno_type(int e) {
+    switch (e) {
+    case ENOENT: case ENOTDIR: return "FileNotFoundError";
+    case EACCES: case EPERM: case EROFS: return "PermissionError";
+    case EISDIR: return "IsADirectoryError";
+    default: return "OSError";
+    }
+}
+static void send_error(uint32_t id, const char *type, int err, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+static void send_error(uint32_t id, const char *type, int err, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    frame_begin(R_ERROR, id);
+    field_s(F_ETYPE, type ? type : errno_type(err));
+    field_s(F_MESSAGE, msg);
+    if (err) field_i(F_ERRNO, err);
+    frame_send();
+}
+
+/* ---------- parsed requests ---------- */
+typedef struct { int tag; uint32_t len; const char *data; } fld_t;
+typedef struct { int type; uint32_t id; fld_t *f; int nf; } req_t;
+
+static const fld_t *get(const req_t *r, int tag) {
+    for (int i = 0; i < r->nf; i++) if (r->f[i].tag == tag) return &r->f[i];
+    return NULL;
+}
+static char *get_str(const req_t *r, int tag) { /* malloc'd NUL-terminated copy or NULL */
+    const fld_t *f = get(r, tag);
+    if (!f) return NULL;
+    char *s = malloc(f->len + 1);
+    memcpy(s, f->data, f->len);
+    s[f->len] = 0;
+    return s;
+}
+static long long get_int(const req_t *r, int tag, long long dflt) {
+    char *s = get_str(r, tag);
+    if (!s) return dflt;
+    long long v = strtoll(s, NULL, 10);
+    free(s);
+    return v;
+}
+static char **get_list(const req_t *r, int tag) {
+    int n = 0;
+    for (int i = 0; i < r->nf; i++) if (r->f[i].tag == tag) n++;
+    if (!n) return NULL;
+    char **v = calloc(n + 1, sizeof *v);
+    n = 0;
+    for (int i = 0; i < r->nf; i++)
+        if (r->f[i].tag == tag) {
+            v[n] = malloc(r->f[i].len + 1);
+            memcpy(v[n], r->f[i].data, r->f[i].len);
+            v[n][r->f[i].len] = 0;
+            n++;
+        }
+    return v;
+}
+static void free_list(char **v) {
+    if (!v) return;
+    for (char **p = v; *p; p++) free(*p);
+    free(v);
+}
+
+/* ---------- running commands ---------- */
+typedef struct {
+    uint32_t id;
+    pid_t pid;
+    int fd[3];        /* stdin (write end), stdout, stderr (read ends); -1 when closed */
+    buf_t cap[2];     /* captured stdout / stderr */
+    long long dropped[2];
+    long long max_output;
+    buf_t pending_in; /* stdin bytes not yet written */
+    int close_in;     /* close stdin once pending_in is written */
+    int stream, exited, status, timed_out;
+    double start, deadline, exit_time;
+} job_t;
+
+static job_t *jobs[4096];
+static int njobs;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void kill_tree(pid_t root) {
+    /* Kill root's process group and every descendant found through /proc (a child that
+     * called setsid() leaves the group but not the tree). Two passes catch late forks. */
+    for (int pass = 0; pass < 2; pass++) {
+        static pid_t pids[65536], ppids[65536];
+        int n = 0;
+        DIR *d = opendir("/proc");
+        if (d) {
+            struct dirent *e;
+            while ((e = readdir(d)) && n < 65536) {
+                if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+                char path[300], st[512];
+                snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+                int fd = open(path, O_RDONLY | O_CLOEXEC);
+                if (fd < 0) continue;
+                ssize_t k = read(fd, st, sizeof st - 1);
+                close(fd);
+                if (k <= 0) continue;
+                st[k] = 0;
+                char *rp = strrchr(st, ')');
+                if (!rp) continue;
+                int ppid = 0;
+                char state;
+                if (sscanf(rp + 2, "%c %d", &state, &ppid) != 2) continue;
+                pids[n] = atoi(e->d_name);
+                ppids[n] = ppid;
+                n++;
+            }
+            closedir(d);
+        }
+        static pid_t kill_list[65536];
+        int nk = 0;
+        kill_list[nk++] = root;
+        for (int i = 0; i < nk; i++)
+            for (int j = 0; j < n; j++)
+                if (ppids[j] == kill_list[i] && nk < 65536) kill_list[nk++] = pids[j];
+        kill(-root, SIGKILL);
+        for (int i = 0; i < nk; i++) kill(kill_list[i], SIGKILL);
+    }
+}
+
+static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+static void start_exec(const req_t *r) {
+    char **argv = get_list(r, F_ARGV);
+    char **envp = get_list(r, F_ENV);
+    char *cwd = get_str(r, F_CWD);
+    char *stdin_mode = get_str(r, F_STDIN_MODE);
+    const fld_t *stdin_data = get(r, F_DATA);
+    if (!argv) { send_error(r->id, "ProtocolError", 0, "exec without argv"); goto out; }
+    if (njobs >= (int)(sizeof jobs / sizeof *jobs)) {
+        send_error(r->id, "ExecError", 0, "too many concurrent commands");
+        goto out;
+    }
+    int pin[2], pout[2], perr[2], pst[2];
+    if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC) ||
+        pipe2(pst, O_CLOEXEC)) {
+        send_error(r->id, "ExecError", errno, "pipe: %s", strerror(errno));
+        goto out;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        int e = errno;
+        close(pin[0]); close(pin[1]); close(pout[0]); close(pout[1]);
+        close(perr[0]); close(perr[1]); close(pst[0]); close(pst[1]);
+        send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
+        goto out;
+    }
+    if (pid == 0) {
+        setsid();
+        sigset_t all;
+        sigemptyset(&all);
+        sigprocmask(SIG_SETMASK, &all, NULL);
+        signal(SIGPIPE, SIG_DFL);
+        dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
+        if (cwd && chdir(cwd) < 0) {
+            int e = errno;
+            char m[600];
+            snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
+            if (write(pst[1], m, strlen(m)) < 0) {}
+            _exit(127);
+        }
+        if (envp) environ = envp;
+        execvp(argv[0], argv);
+        int e = errno;
+        char m[600];
+        snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
+        if (write(pst[1], m, strlen(m)) < 0) {}
+        _exit(127);
+    }
+    close(pin[0]); close(pout[1]); close(perr[1]); close(pst[1]);
+    char m[700];
+    ssize_t k;
+    while ((k = read(pst[0], m, sizeof m - 1)) < 0 && errno == EINTR) {}
+    close(pst[0]);
+    if (k > 0) {
+        m[k] = 0;
+        int e = atoi(m);
+        char *msg = strchr(m, ' ');
+        waitpid(pid, NULL, 0);
+        close(pin[1]); close(pout[0]); close(perr[0]);
+        send_error(r->id, e == ENOENT || e == ENOTDIR ? "ExecError" : errno_type(e), e,
+                   "can't start command: %s", msg ? msg + 1 : m);
+        goto out;
+    }
+    job_t *j = calloc(1, sizeof *j);
+    j->id = r->id;
+    j->pid = pid;
+    j->fd[0] = pin[1]; j->fd[1] = pout[0]; j->fd[2] = perr[0];
+    for (int i = 0; i < 3; i++) set_nonblock(j->fd[i]);
+    j->max_output = get_int(r, F_MAX_OUTPUT, 1 << 20);
+    j->stream = get_int(r, F_STREAM, 0);
+    j->start = now();
+    long long tmo = get_int(r, F_TIMEOUT_MS, 0);
+    j->deadline = tmo > 0 ? j->start + tmo / 1000.0 : 0;
+    if (stdin_data) buf_add(&j->pending_in, stdin_data->data, stdin_data->len);
+    j->close_in = !(stdin_mode && strcmp(stdin_mode, "pipe") == 0);
+    jobs[njobs++] = j;
+    frame_begin(R_STARTED, r->id);
+    field_i(F_PID, pid);
+    frame_send();
+out:
+    free_list(argv); free_list(envp); free(cwd); free(stdin_mode);
+}
+
+static job_t *find_job(uint32_t id) {
+    for (int i = 0; i < njobs; i++) if (jobs[i]->id == id) return jobs[i];
+    return NULL;
+}
+
+static void job_finish(int idx) {
+    job_t *j = jobs[idx];
+    frame_begin(R_EXIT, j->id);
+    int code = -1, sig = 0;
+    if (WIFEXITED(j->status)) code = WEXITSTATUS(j->status);
+    else if (WIFSIGNALED(j->status)) { sig = WTERMSIG(j->status); code = 128 + sig; }
+    field_i(F_CODE, code);
+    if (sig) field_i(F_SIGNAL, sig);
+    if (j->timed_out) field_i(F_TIMED_OUT, 1);
+    field(F_STDOUT, j->cap[0].p ? j->cap[0].p : "", j->cap[0].n);
+    field(F_STDERR, j->cap[1].p ? j->cap[1].p : "", j->cap[1].n);
+    if (j->dropped[0]) field_i(F_DROPPED_OUT, j->dropped[0]);
+    if (j->dropped[1]) field_i(F_DROPPED_ERR, j->dropped[1]);
+    field_i(F_DURATION_US, (long long)((j->exit_time - j->start) * 1e6));
+    frame_send();
+    for (int i = 0; i < 3; i++) if (j->fd[i] >= 0) close(j->fd[i]);
+    buf_free(&j->cap[0]); buf_free(&j->cap[1]); buf_free(&j->pending_in);
+    free(j);
+    jobs[idx] = jobs[--njobs];
+}
+
+static void drain(job_t *j, int s) { /* s = 1 stdout, 2 stderr */
+    char tmp[65536];
+    for (;;) {
+        ssize_t k = read(j->fd[s], tmp, sizeof tmp);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0 && errno == EAGAIN) return;
+        if (k <= 0) { close(j->fd[s]); j->fd[s] = -1; return; }
+        buf_t *c = &j->cap[s - 1];
+        long long room = j->max_output - (long long)c->n;
+        long long keep = room > 0 ? (k < room ? k : room) : 0;
+        if (keep) buf_add(c, tmp, keep);
+        j->dropped[s - 1] += k - keep;
+        if (j->stream) {
+            frame_begin(R_OUTPUT, j->id);
+            field_i(F_STREAM_NO, s);
+            field(F_DATA, tmp, k);
+            frame_send();
+        }
+    }
+}
+
+static void feed_stdin(job_t *j) {
+    while (j->fd[0] >= 0 && j->pending_in.n) {
+        ssize_t w = write(j->fd[0], j->pending_in.p, j->pending_in.n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EAGAIN) return;
+        if (w < 0) { close(j->fd[0]); j->fd[0] = -1; j->pending_in.n = 0; return; }
+        memmove(j->pending_in.p, j->pending_in.p + w, j->pending_in.n - w);
+        j->pending_in.n -= w;
+    }
+    if (j->fd[0] >= 0 && !j->pending_in.n && j->close_in) { close(j->fd[0]); j->fd[0] = -1; }
+}
+
+static void kill_all(void) {
+    for (int i = 0; i < njobs; i++) if (!jobs[i]->exited) kill_tree(jobs[i]->pid);
+}
+
+/* ---------- files ---------- */
+static int mkdirs(const char *path, mode_t mode) {
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(tmp, mode) < 0 && errno != EEXIST) return -1;
+            *p = '/';
+        }
+    return 0;
+}
+
+static void do_read(const req_t *r) {
+    char *path = get_str(r, F_PATH);
+    long long max = get_int(r, F_MAX, 64LL << 20);
+    if (!path) { send_error(r->id, "ProtocolError", 0, "read without path"); return; }
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) < 0) {
+        int e = errno;
+        send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+        if (fd >= 0) close(fd);
+        free(path);
+        return;
+    }
+    if (S_ISDIR(st.st_mode)) {
+        close(fd);
+        send_error(r->id, NULL, EISDIR, "%s: %s", path, strerror(EISDIR));
+        free(path);
+        return;
+    }
+    buf_t b = {0};
+    char tmp[65536];
+    ssize_t k;
+    while ((long long)b.n <= max && (k = read(fd, tmp, sizeof tmp)) != 0) {
+        if (k < 0) { if (errno == EINTR) continue; break; }
+        buf_add(&b, tmp, k);
+    }
+    close(fd);
+    if ((long long)b.n > max) {
+        send_error(r->id, "OSError", EFBIG, "%s: larger than the %lld-byte read limit", path, max);
+    } else {
+        frame_begin(R_DATA, r->id);
+        field(F_DATA, b.p ? b.p : "", b.n);
+        frame_send();
+    }
+    buf_free(&b);
+    free(path);
+}
+
+static void do_write(const req_t *r) {
+    char *path = get_str(r, F_PATH);
+    const fld_t *data = get(r, F_DATA);
+    mode_t mode = (mode_t)get_int(r, F_MODE, 0644);
+    if (!path) { send_error(r->id, "ProtocolError", 0, "write without path"); return; }
+    if (get_int(r, F_MKDIRS, 0) && mkdirs(path, 0755) < 0) {
+        int e = errno;
+        send_error(r->id, NULL, e, "%s: can't create parent: %s", path, strerror(e));
+        free(path);
+        return;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0) {
+        int e = errno;
+        send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+        free(path);
+        return;
+    }
+    size_t off = 0, n = data ? data->len : 0;
+    while (off < n) {
+        ssize_t w = write(fd, data->data + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0) {
+            int e = errno;
+            close(fd);
+            send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+            free(path);
+            return;
+        }
+        off += w;
+    }
+    fchmod(fd, mode);
+    close(fd);
+    frame_begin(R_DONE, r->id);
+    frame_send();
+    free(path);
+}
+
+/* ---------- request dispatch ---------- */
+static int handle(const req_t *r) {
+    switch (r->type) {
+    case T_HELLO:
+        frame_begin(R_HELLO, r->id);
+        field_s(F_VERSION, PROTO_VERSION);
+        field_i(F_PID, getpid());
+        frame_send();
+        break;
+    case T_EXEC: start_exec(r); break;
+    case T_STDIN: {
+        job_t *j = find_job((uint32_t)get_int(r, F_TARGET, 0));
+        const fld_t *d = get(r, F_DATA);
+        if (!j) break; /* the command ended already: nothing to feed */
+        if (d && d->len) buf_add(&j->pending_in, d->data, d->len);
+        else j->close_in = 1;
+        feed_stdin(j);
+        break;
+    }
+    case T_KILL: {
+        job_t *j = find_job((uint32_t)get_int(r, F_TARGET, 0));
+        int sig = (int)get_int(r, F_SIGNAL, SIGKILL);
+        if (j && !j->exited) {
+            if (sig == SIGKILL) kill_tree(j->pid);
+            else kill(-j->pid, sig);
+        }
+        frame_begin(R_DONE, r->id);
+        frame_send();
+        break;
+    }
+    case T_READ: do_read(r); break;
+    case T_WRITE: do_write(r); break;
+    case T_SHUTDOWN:
+        kill_all();
+        frame_begin(R_DONE, r->id);
+        frame_send();
+        return 1;
+    default: send_error(r->id, "ProtocolError", 0, "unknown request type %d", r->type);
+    }
+    return 0;
+}
+
+static int parse_frame(const unsigned char *p, uint32_t len, req_t *r) {
+    if (len < 5) return -1;
+    r->type = p[0];
+    r->id = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
+    r->nf = 0;
+    int cap = 16;
+    r->f = malloc(cap * sizeof *r->f);
+    uint32_t off = 5;
+    while (off < len) {
+        if (len - off < 5) return -1;
+        uint32_t fl = (uint32_t)p[off + 1] << 24 | (uint32_t)p[off + 2] << 16 |
+                      (uint32_t)p[off + 3] << 8 | p[off + 4];
+        if (fl > len - off - 5) return -1;
+        if (r->nf == cap) { cap *= 2; r->f = realloc(r->f, cap * sizeof *r->f); }
+        r->f[r->nf].tag = p[off];
+        r->f[r->nf].len = fl;
+        r->f[r->nf].data = (const char *)p + off + 5;
+        r->nf++;
+        off += 5 + fl;
+    }
+    return 0;
+}
+
+static void on_sigchld(int s) {
+    (void)s;
+    int e = errno;
+    if (write(sig_pipe[1], "c", 1) < 0) {}
+    errno = e;
+}
+
+static int serve(double ttl) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 70;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_sigchld;
+    sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    sigaction(SIGCHLD, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    double t_end = ttl > 0 ? now() + ttl : 0;
+    buf_t ib = {0};
+    int input_open = 1;
+    while (input_open || njobs) {
+        struct pollfd pf[2 + 3 * 4096];
+        job_t *owner[2 + 3 * 4096];
+        int slot[2 + 3 * 4096];
+        int n = 0;
+        if (input_open) { pf[n].fd = in_fd; pf[n].events = POLLIN; owner[n] = NULL; n++; }
+        pf[n].fd = sig_pipe[0]; pf[n].events = POLLIN; owner[n] = NULL; n++;
+        double t = now(), wake = t + 3600;
+        for (int i = 0; i < njobs; i++) {
+            job_t *j = jobs[i];
+            for (int s = 0; s < 3; s++) {
+                if (j->fd[s] < 0) continue;
+                if (s == 0 && !j->pending_in.n) continue;
+                pf[n].fd = j->fd[s];
+                pf[n].events = s == 0 ? POLLOUT : POLLIN;
+                owner[n] = j; slot[n] = s; n++;
+            }
+            if (j->deadline && !j->exited && j->deadline < wake) wake = j->deadline;
+            if (j->exited && j->exit_time + 0.05 < wake) wake = j->exit_time + 0.05;
+        }
+        if (t_end && t_end < wake) wake = t_end;
+        int ms = wake > t ? (int)((wake - t) * 1000) + 1 : 0;
+        int k = poll(pf, n, ms);
+        if (k < 0 && errno != EINTR) return 70;
+        for (int i = 0; k > 0 && i < n; i++) {
+            if (!pf[i].revents) continue;
+            if (pf[i].fd == sig_pipe[0] && !owner[i]) {
+                char c[64];
+                while (read(sig_pipe[0], c, sizeof c) > 0) {}
+            } else if (!owner[i]) { /* protocol input */
+                char tmp[65536];
+                ssize_t got = read(in_fd, tmp, sizeof tmp);
+                if (got < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+                if (got <= 0) { input_open = 0; kill_all(); continue; }
+                buf_add(&ib, tmp, got);
+                size_t off = 0;
+                while (ib.n - off >= 4) {
+                    const unsigned char *p = (const unsigned char *)ib.p + off;
+                    uint32_t len = (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 |
+                                   (uint32_t)p[2] << 8 | p[3];
+                    if (len > MAX_FRAME) { send_error(0, "ProtocolError", 0, "frame too large"); return 71; }
+                    if (ib.n - off - 4 < len) break;
+                    req_t r = {0};
+                    if (parse_frame(p + 4, len, &r) < 0) {
+                        send_error(0, "ProtocolError", 0, "malformed frame");
+                        free(r.f);
+                        return 71;
+                    }
+                    int stop = handle(&r);
+                    free(r.f);
+                    off += 4 + len;
+                    if (stop) { input_open = 0; break; }
+                }
+                memmove(ib.p, ib.p + off, ib.n - off);
+                ib.n -= off;
+            } else {
+                job_t *j = owner[i];
+                if (slot[i] == 0) {
+                    if (pf[i].revents & (POLLERR | POLLHUP)) { close(j->fd[0]); j->fd[0] = -1; }
+                    else feed_stdin(j);
+                } else drain(j, slot[i]);
+            }
+        }
+        /* reap children (ours and orphans re-parented to us as subreaper) */
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+            for (int i = 0; i < njobs; i++)
+                if (jobs[i]->pid == p && !jobs[i]->exited) {
+                    jobs[i]->exited = 1;
+                    jobs[i]->status = st;
+                    jobs[i]->exit_time = now();
+                }
+        t = now();
+        if (t_end && t >= t_end) { kill_all(); input_open = 0; t_end = 0; }
+        for (int i = 0; i < njobs; i++) {
+            job_t *j = jobs[i];
+            if (!j->exited && j->deadline && t >= j->deadline) { j->timed_out = 1; kill_tree(j->pid); }
+            if (j->exited) {
+                if (j->fd[1] >= 0) drain(j, 1);
+                if (j->fd[2] >= 0) drain(j, 2);
+                /* finish at EOF, or 50 ms after exit when a background child holds the pipes */
+                if ((j->fd[1] < 0 && j->fd[2] < 0) || t >= j->exit_time + 0.05) {
+                    job_finish(i);
+                    i--;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* ---------- launch mode (host side, as root) ---------- */
+static int die(const char *what, const char *arg) {
+    fprintf(stderr, "sandfleet-agent launch: %s %s: %s\n", what, arg ? arg : "", strerror(errno));
+    return 125;
+}
+
+static int launch(int argc, char **argv) {
+    int in_ns = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--")) {
+            if (i + 1 >= argc) return die("nothing to exec", NULL);
+            execvp(argv[i + 1], argv + i + 1);
+            return die("exec", argv[i + 1]);
+        }
+        if (!strcmp(a, "--cgroup") && i + 1 < argc) {
+            int fd = open(argv[++i], O_WRONLY | O_CLOEXEC);
+            char s[32];
+            int n = snprintf(s, sizeof s, "%d", getpid());
+            if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
+            close(fd);
+        } else if (!strcmp(a, "--tmpfs") && i + 2 < argc) {
+            if (!in_ns) {
+                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
+                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
+                in_ns = 1;
+            }
+            char opt[64];
+            snprintf(opt, sizeof opt, "size=%s,mode=0755", argv[i + 2]);
+            if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount tmpfs", argv[i + 1]);
+            i += 2;
+        } else if (!strcmp(a, "--overlay") && i + 4 < argc) {
+            char opt[PATH_MAX * 3];
+            snprintf(opt, sizeof opt, "lowerdir=%s,upperdir=%s,workdir=%s", argv[i + 1], argv[i + 2], argv[i + 3]);
+            if (mount("overlay", argv[i + 4], "overlay", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount overlay", argv[i + 4]);
+            i += 4;
+        } else if (!strcmp(a, "--mkdir") && i + 4 < argc) { /* PATH UID GID MODE(octal) */
+            const char *p = argv[i + 1];
+            mkdirs(p, 0755);
+            if (mkdir(p, 0755) < 0 && errno != EEXIST) return die("mkdir", p);
+            if (lchown(p, atoi(argv[i + 2]), atoi(argv[i + 3])) < 0) return die("chown", p);
+            if (chmod(p, strtol(argv[i + 4], NULL, 8)) < 0) return die("chmod", p);
+            i += 4;
+        } else if ((!strcmp(a, "--bind") || !strcmp(a, "--ro-bind")) && i + 2 < argc) {
+            if (mount(argv[i + 1], argv[i + 2], NULL, MS_BIND | MS_REC, NULL) < 0) return die("bind", argv[i + 2]);
+            if (a[2] == 'r' && mount(NULL, argv[i + 2], NULL, MS_BIND | MS_REMOUNT | MS_RDONLY, NULL) < 0)
+                return die("remount read-only", argv[i + 2]);
+            i += 2;
+        } else if (!strcmp(a, "--user") && i + 2 < argc) { /* UID GID: drop privileges */
+            gid_t g = atoi(argv[i + 2]);
+            if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 || setresuid(atoi(argv[i + 1]), atoi(argv[i + 1]), atoi(argv[i + 1])) < 0)
+                return die("drop privileges to", argv[i + 1]);
+            i += 2;
+        } else if (!strcmp(a, "--pdeathsig")) {
+            prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (getppid() == 1) return die("owner already gone", NULL);
+        } else {
+            errno = EINVAL;
+            return die("bad option", a);
+        }
+    }
+    errno = EINVAL;
+    return die("missing --", NULL);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
+    double ttl = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) {
+            int fd = open(argv[++i], O_RDWR | O_CLOEXEC | O_NOCTTY);
+            if (fd < 0) { perror(argv[i]); return 66; }
+            in_fd = out_fd = fd;
+        } else if (!strcmp(argv[i], "--ttl") && i + 1 < argc) {
+            ttl = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--version")) {
+            printf("sandfleet-agent protocol %s\n", PROTO_VERSION);
+            return 0;
+        } else {
+            fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] | launch ...\n");
+            return 64;
+        }
+    }
+    return serve(ttl);
+}

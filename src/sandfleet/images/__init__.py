@@ -1,0 +1,109 @@
+"""Environment images: a root filesystem (layers over a base) plus metadata.
+
+- ``host``: this host's own ``/``, read-only (the embedded default, nothing to build);
+- built images live under ``<cache>/images/<hash>/`` with ``image.json`` and ``rootfs/``;
+  a task image is a thin layer over a shared base, so a hundred tasks don't cost a
+  hundred root filesystems.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import platform
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sandfleet.agent.build import cache_dir
+from sandfleet.errors import ConfigError
+
+__all__ = ["Image", "host_image", "images_dir", "list_images", "resolve_image", "save_image"]
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image: its name, root layers (top first, then the base), and what it's built for."""
+
+    name: str
+    lowers: list[Path]
+    arch: str
+    page_size: int
+    hash: str
+    is_host: bool = False
+    base: str | None = None
+    meta: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def root(self) -> Path:
+        return self.lowers[-1]
+
+    def to_json(self) -> dict[str, object]:
+        d = asdict(self)
+        d["lowers"] = [str(p) for p in self.lowers]
+        return d
+
+
+def arch() -> str:
+    """Debian's name for this machine's architecture."""
+    m = platform.machine()
+    return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "armhf"}.get(m, m)
+
+
+@functools.cache
+def host_image() -> Image:
+    osr = ""
+    try:
+        osr = Path("/etc/os-release").read_text()
+    except OSError:
+        pass
+    digest = hashlib.sha256(f"host:{os.uname().nodename}:{osr}".encode()).hexdigest()[:16]
+    return Image(name="host", lowers=[Path("/")], arch=arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
+                 hash=digest, is_host=True, base="host")
+
+
+def images_dir() -> Path:
+    d = cache_dir() / "images"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def save_image(image: Image) -> None:
+    """Record an image's metadata in the cache (its layers are already in place)."""
+    d = images_dir() / image.hash
+    d.mkdir(parents=True, exist_ok=True)
+    tmp = d / "image.json.tmp"
+    tmp.write_text(json.dumps(image.to_json(), indent=2))
+    tmp.replace(d / "image.json")
+
+
+def _load(path: Path) -> Image | None:
+    try:
+        d = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return Image(name=d["name"], lowers=[Path(p) for p in d["lowers"]], arch=d["arch"],
+                 page_size=d["page_size"], hash=d["hash"], is_host=False, base=d.get("base"),
+                 meta=d.get("meta", {}))
+
+
+def list_images() -> list[Image]:
+    """The host image and every built image in the cache."""
+    found = [host_image()]
+    for p in sorted(images_dir().glob("*/image.json")):
+        img = _load(p)
+        if img is not None and all(layer.exists() for layer in img.lowers):
+            found.append(img)
+    return found
+
+
+def resolve_image(name: str) -> Image:
+    """Find an image by name or hash (prefix); ConfigError naming what exists otherwise."""
+    if name == "host":
+        return host_image()
+    matches = [i for i in list_images()[1:] if i.name == name or i.hash.startswith(name)]
+    if not matches:
+        known = ", ".join(sorted({i.name for i in list_images()}))
+        raise ConfigError(f"unknown image {name!r}; known images: {known} (build one: sandfleet image build)")
+    return matches[-1]

@@ -1,0 +1,57 @@
+"""Sandboxes: the contract, backends (process, bwrap, microvm), and the warm pool.
+
+    async with await create_sandbox(image="host") as sb:
+        res = await sb.exec("echo hi", timeout=10)
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from sandfleet.errors import ConfigError
+from sandfleet.sandbox.spec import Limits, SandboxSpec, backend_config, make_spec
+
+if TYPE_CHECKING:
+    from sandfleet.sandbox.base import Backend, Sandbox, Snapshot
+
+__all__ = ["Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "make_spec", "resolve_backend"]
+
+
+def resolve_backend(name: str) -> str:
+    """"auto" becomes bwrap where bubblewrap can run, else process."""
+    if name != "auto":
+        return name
+    import os
+
+    if shutil.which("bwrap") and os.geteuid() == 0:
+        return "bwrap"
+    return "process"
+
+
+@functools.cache
+def _backend(name: str) -> Backend:
+    return backend_config(name).backend()
+
+
+def get_backend(name: str = "auto") -> Backend:
+    """The backend object for a name (configured with defaults), imported lazily."""
+    return _backend(resolve_backend(name))
+
+
+async def create_sandbox(spec: SandboxSpec | None = None, **kwargs: Any) -> Sandbox:
+    """Create a sandbox from a spec, or from keyword fields of SandboxSpec and Limits."""
+    if spec is None:
+        spec = make_spec(**kwargs)
+    elif kwargs:
+        raise ConfigError("pass either a spec or keyword fields, not both")
+    backend = get_backend(spec.backend)
+    return await backend.create(spec)
+
+
+async def fork(snapshot: Snapshot, n: int) -> list[Sandbox]:
+    """Start ``n`` sandboxes from one snapshot."""
+    if n < 1 or n > 100_000:
+        raise ConfigError(f"fork count must be between 1 and 100000, not {n}")
+    return await get_backend(snapshot.backend).fork(snapshot, n)

@@ -1,0 +1,69 @@
+"""Start a guest agent as a local process (under bwrap or bare) and connect to it."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+
+from sandfleet.agent.client import AgentClient
+from sandfleet.errors import SandboxDiedError
+from sandfleet.sandbox.state import proc_start_time, write_meta
+
+
+class AgentProcess:
+    """A local process that runs (or wraps) the guest agent, with its stream and marker."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, client: AgentClient, log: Path):
+        self.proc = proc
+        self.client = client
+        self.log = log
+
+    @classmethod
+    async def start(
+        cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: dict[str, object],
+        cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
+        ready_timeout: float = 30.0,
+    ) -> AgentProcess:
+        log = sandbox_dir / "agent.log"
+        with open(log, "wb") as errf:
+            proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=errf,
+                cwd=cwd,
+                env=env if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                start_new_session=new_session,
+                limit=1 << 20,
+            )
+        write_meta(sandbox_dir, {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}})
+        assert proc.stdout is not None and proc.stdin is not None
+        client = AgentClient(proc.stdout, proc.stdin, name=sid)
+        self = cls(proc, client, log)
+        try:
+            async with asyncio.timeout(ready_timeout):
+                await client.hello()
+        except BaseException as e:
+            await self.stop()
+            detail = log.read_text(errors="replace").strip()[-2000:] if log.exists() else ""
+            if isinstance(e, asyncio.CancelledError):
+                raise
+            raise SandboxDiedError(
+                f"sandbox {sid} failed to start: {detail or type(e).__name__ + ': ' + str(e)}"
+            ) from None
+        return self
+
+    async def stop(self, grace: float = 2.0) -> None:
+        """Close the agent's stream (it kills its commands and exits), then make sure."""
+        await self.client.close()
+        if self.proc.returncode is None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self.proc.wait()
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGKILL)
+            await self.proc.wait()

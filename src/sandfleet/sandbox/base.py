@@ -1,0 +1,322 @@
+"""The sandbox contract, and the shared implementation over a guest agent.
+
+A backend only does lifecycle (create, snapshot, fork, close); every operation a user
+runs (exec, sessions, files, uploads) goes through the same guest agent protocol, so all
+backends behave the same.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import posixpath
+import shlex
+import tarfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback
+from sandfleet.errors import SandboxClosedError, SandboxDiedError, SandboxPathError
+from sandfleet.sandbox.spec import SandboxSpec
+
+DEFAULT_MAX_OUTPUT = 1 << 20
+BASE_ENV = {
+    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """What every sandbox offers, whatever the backend."""
+
+    id: str
+    backend: str
+    spec: SandboxSpec
+
+    @property
+    def alive(self) -> bool: ...
+
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None: ...
+    async def upload(self, local: str | Path, remote_dir: str) -> None: ...
+    async def download(self, remote: str, local_dir: str | Path) -> Path: ...
+    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session: ...
+    async def snapshot(self) -> Snapshot: ...
+    async def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """Lifecycle of one kind of sandbox."""
+
+    name: str
+
+    async def create(self, spec: SandboxSpec) -> Sandbox: ...
+    async def fork(self, snapshot: Snapshot, n: int) -> list[Sandbox]: ...
+
+
+class Snapshot:
+    """A saved sandbox state that new sandboxes can start from.
+
+    ``layer`` is a directory holding the writable layer's files at snapshot time (the
+    filesystem state); backends that can also save memory keep it in ``memory``.
+    """
+
+    def __init__(self, *, backend: str, spec: SandboxSpec, layer: Path | None,
+                 layers: list[Path] | None = None, memory: Path | None = None, cleanup: Any = None):
+        self.id = f"snap-{uuid.uuid4().hex[:10]}"
+        self.backend = backend
+        self.spec = spec
+        self.layer = layer
+        self.layers = layers if layers is not None else ([layer] if layer else [])
+        """Every layer above the image, top first (a snapshot of a fork stacks on its parent's)."""
+        self.memory = memory
+        self._cleanup = cleanup
+
+    def delete(self) -> None:
+        if self._cleanup is not None:
+            self._cleanup()
+            self._cleanup = None
+
+
+def new_id(backend: str) -> str:
+    return f"sf-{backend}-{uuid.uuid4().hex[:12]}"
+
+
+def sandbox_path(path: str, workdir: str) -> str:
+    """Normalize a path inside the sandbox: relative to ``workdir``, no NULs, no escaping /."""
+    if not isinstance(path, str) or not path or "\x00" in path:
+        raise SandboxPathError(f"invalid sandbox path {path!r}")
+    full = posixpath.normpath(posixpath.join(workdir, path))
+    if full.startswith("//"):
+        full = full[1:]
+    parts = posixpath.join(workdir, path).split("/")
+    depth = 0
+    for part in parts:
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                raise SandboxPathError(f"path {path!r} escapes the sandbox root")
+        elif part not in ("", "."):
+            depth += 1
+    return full
+
+
+class AgentSandbox:
+    """Shared implementation of the contract over an AgentClient. Backends subclass it."""
+
+    backend = "agent"
+
+    def __init__(self, sid: str, spec: SandboxSpec, client: AgentClient):
+        self.id = sid
+        self.spec = spec
+        self.client = client
+        self.created = time.time()
+        self._closed = False
+        self.env = {**BASE_ENV, "HOME": "/home/agent", **spec.env}
+
+    # -- state
+    @property
+    def alive(self) -> bool:
+        return not self._closed and self.client.alive
+
+    def _check(self) -> None:
+        if self._closed:
+            raise SandboxClosedError(f"sandbox {self.id} is closed")
+        if not self.client.alive:
+            raise SandboxDiedError(f"sandbox {self.id} died")
+
+    def _path(self, path: str) -> str:
+        """Translate a sandbox path for the guest (the process backend maps it to the host)."""
+        return sandbox_path(path, self.spec.workdir)
+
+    # -- operations
+    async def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | str | None = None,
+        timeout: float | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_output: OutputCallback | None = None,
+    ) -> ExecResult:
+        """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it."""
+        self._check()
+        argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
+        if not argv:
+            raise SandboxPathError("empty command")
+        data = stdin.encode() if isinstance(stdin, str) else stdin
+        return await self.client.exec(
+            argv,
+            env={**self.env, **(env or {})},
+            cwd=self._path(cwd or self.spec.workdir),
+            stdin=data,
+            timeout=timeout,
+            max_output=max_output,
+            on_output=on_output,
+        )
+
+    async def read_file(self, path: str) -> bytes:
+        self._check()
+        return await self.client.read_file(self._path(path))
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+        self._check()
+        raw = data.encode() if isinstance(data, str) else data
+        await self.client.write_file(self._path(path), raw, mode=mode)
+
+    async def upload(self, local: str | Path, remote_dir: str) -> None:
+        """Copy a local file or directory into ``remote_dir`` (created if missing)."""
+        local = Path(local)
+        if not local.exists():
+            raise FileNotFoundError(f"nothing to upload at {local}")
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            if local.is_dir():
+                for child in sorted(local.iterdir()):
+                    tar.add(child, arcname=child.name)
+            else:
+                tar.add(local, arcname=local.name)
+        dest = self._path(remote_dir)
+        res = await self.exec(
+            ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", dest],
+            stdin=buf.getvalue(),
+            cwd="/",
+        )
+        if res.exit_code != 0:
+            raise SandboxPathError(f"upload to {dest} failed: {res.stderr.strip()}")
+
+    async def download(self, remote: str, local_dir: str | Path) -> Path:
+        """Copy a sandbox file or directory into ``local_dir``; returns the local path.
+
+        The archive is unpacked with tarfile's "data" filter, so links or paths that point
+        outside ``local_dir`` are refused.
+        """
+        src = self._path(remote)
+        parent, name = posixpath.split(src.rstrip("/") or "/")
+        res = await self.exec(
+            ["tar", "-c", "-C", parent or "/", name], max_output=1 << 30, cwd="/"
+        )
+        if res.exit_code != 0:
+            raise SandboxPathError(f"download of {src} failed: {res.stderr.strip()}")
+        out = Path(local_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(fileobj=io.BytesIO(res.stdout_bytes)) as tar:
+            try:
+                tar.extractall(out, filter="data")
+            except tarfile.FilterError as e:
+                raise SandboxPathError(f"download of {src} refused: {e}") from None
+        return out / name
+
+    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session:
+        """A shell session: cwd, exported and shell variables survive between commands."""
+        return Session(self, cwd=cwd or self.spec.workdir, env=env or {})
+
+    async def snapshot(self) -> Snapshot:
+        raise NotImplementedError(f"{self.backend} sandboxes can't snapshot")
+
+    async def close(self) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> AgentSandbox:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else ("alive" if self.client.alive else "dead")
+        return f"<{type(self).__name__} {self.id} image={self.spec.image} {state}>"
+
+
+_SESSION_SCRIPT = r"""
+__sf_state="$1"; shift
+if [ -f "$__sf_state" ]; then . "$__sf_state" 2>/dev/null; fi
+__sf_save() {
+  __sf_rc=$?
+  { declare -p 2>/dev/null | grep -vE '^declare -[a-zA-Z]*r|^declare -[^ ]* (BASH|BASHOPTS|BASHPID|BASH_[A-Z_]*|EUID|PPID|SHELLOPTS|UID|GROUPS|FUNCNAME|PIPESTATUS|RANDOM|SECONDS|LINENO|HISTCMD|SRANDOM|EPOCHREALTIME|EPOCHSECONDS|DIRSTACK|_|__sf_[a-z_]*|COMP_WORDBREAKS|OPTIND|OPTERR|IFS)='
+    declare -f | grep -v '^__sf_save' ; echo "cd $(printf %q "$PWD") 2>/dev/null"; } > "$__sf_state.tmp" 2>/dev/null \
+    && mv -f "$__sf_state.tmp" "$__sf_state"
+  exit $__sf_rc
+}
+trap __sf_save EXIT
+eval "$1"
+"""
+
+
+class Session:
+    """A persistent shell. Each command runs in a fresh ``bash`` that loads the state the
+    previous one saved (variables, functions, cwd), so a command killed by its timeout
+    loses only its own changes and the session stays usable (``usable`` says so)."""
+
+    def __init__(self, sandbox: AgentSandbox, *, cwd: str, env: dict[str, str]):
+        self.sandbox = sandbox
+        self.state_file = f"/tmp/.sandfleet-session-{uuid.uuid4().hex[:8]}"
+        self.cwd = cwd
+        self.env = env
+        self._started = False
+
+    @property
+    def usable(self) -> bool:
+        return self.sandbox.alive
+
+    async def run(self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT,
+                  on_output: OutputCallback | None = None) -> ExecResult:
+        if not self._started:
+            init = f"cd {shlex.quote(self.sandbox._path(self.cwd))}\n" + "".join(
+                f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items()
+            )
+            await self.sandbox.write_file(self.state_file, init, mode=0o600)
+            self._started = True
+        return await self.sandbox.exec(
+            ["bash", "-c", _SESSION_SCRIPT, "sandfleet-session", self.sandbox._path(self.state_file), command],
+            timeout=timeout, max_output=max_output, on_output=on_output,
+        )
+
+    async def close(self) -> None:
+        if self.sandbox.alive:
+            with contextlib.suppress(Exception):
+                path = self.sandbox._path(self.state_file)
+                await self.sandbox.exec(["rm", "-f", path, path + ".tmp"], cwd="/")
+
+
+async def wait_process(proc: asyncio.subprocess.Process, timeout: float) -> int | None:
+    with contextlib.suppress(TimeoutError, ProcessLookupError):
+        async with asyncio.timeout(timeout):
+            return await proc.wait()
+    return None
+
+
+async def create_many(factories: Sequence[Any]) -> list[Any]:
+    """Run sandbox factories concurrently; if one fails, close the ones that were made."""
+    tasks: list[asyncio.Task[Any]] = []
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(f()) for f in factories]
+    except BaseException:
+        for t in tasks:
+            if t.done() and not t.cancelled() and t.exception() is None:
+                with contextlib.suppress(Exception):
+                    await t.result().close()
+        raise
+    return [t.result() for t in tasks]

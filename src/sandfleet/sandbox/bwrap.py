@@ -1,0 +1,202 @@
+"""The ``bwrap`` backend: Linux namespaces with bubblewrap, cgroup limits, overlay root.
+
+Start-up of one sandbox (all in one exec chain, no shell):
+
+1. ``sandfleet-agent launch`` (as root on the host) joins the sandbox's cgroups, makes a
+   private mount namespace, mounts a size-limited tmpfs (the disk limit) holding the
+   overlay's upper layer, mounts the image root read-only below it, prepares the
+   writable directories, sets PR_SET_PDEATHSIG, and drops to an unprivileged host uid;
+2. ``bwrap`` enters new user, pid, net, ipc, uts, cgroup and mount namespaces with that
+   overlay as ``/``, drops every capability (and no_new_privs is always set), and
+3. runs the guest agent, which serves the host over bwrap's stdin/stdout.
+
+The mounts exist only in the private namespace, so they vanish with the sandbox: nothing
+can leak on the host but the cgroups and the marker directory, which close() and the
+reaper remove.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from sandfleet.agent.build import agent_binary
+from sandfleet.errors import HostUnsupportedError, SandboxError
+from sandfleet.images import Image, resolve_image
+from sandfleet.sandbox import cgroups
+from sandfleet.sandbox._spawn import AgentProcess
+from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
+from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
+from sandfleet.sandbox.state import state_root
+
+# On the "host" image a sandbox sees only the system directories of the host; every other
+# top-level directory (home, /root, /work, /srv, /mnt, ...) and our own state is replaced
+# by an empty private one.
+HOST_SYSTEM = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "dev", "proc", "sys"}
+HOST_HIDDEN_BELOW = ("/var/lib/sandfleet", "/var/cache", "/var/tmp", "/var/log")
+FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
+
+
+@functools.cache
+def _host_hidden() -> tuple[str, ...]:
+    top = [f"/{p.name}" for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and p.name not in HOST_SYSTEM]
+    below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir()]
+    return tuple(sorted({*top, "/tmp", "/home", "/run"})) + tuple(below)
+
+
+@functools.cache
+def _agent_dir() -> Path:
+    """A world-readable copy of the agent binary for bwrap (running unprivileged) to bind."""
+    src = agent_binary()
+    d = state_root() / "bin" / src.parent.name
+    if not (d / src.name).exists():
+        d.mkdir(parents=True, exist_ok=True)
+        tmp = d / f".{src.name}.{os.getpid()}"
+        shutil.copy2(src, tmp)
+        tmp.chmod(0o755)
+        tmp.replace(d / src.name)
+    for p in (d, d.parent):
+        p.chmod(0o755)
+    return d
+
+
+@functools.cache
+def bwrap_version(binary: str = "bwrap") -> str | None:
+    path = shutil.which(binary)
+    if not path:
+        return None
+    out = subprocess.run([path, "--version"], capture_output=True, text=True)
+    return out.stdout.strip() or "unknown"
+
+
+class BwrapSandbox(AgentSandbox):
+    backend = "bwrap"
+
+    def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, sdir: Path,
+                 cg: cgroups.Cgroup | None, layers: list[Path]):
+        super().__init__(sid, spec, agent.client)
+        self.agent = agent
+        self.dir = sdir
+        self.cgroup = cg
+        self.layers = layers  # snapshot layers this sandbox started from, above its image
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.agent.stop()
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.remove)
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+
+    @property
+    def upper(self) -> Path:
+        """The writable layer as the host sees it (through the launcher's mount namespace)."""
+        return Path(f"/proc/{self.agent.proc.pid}/root") / str(self.dir / "rw/upper").lstrip("/")
+
+    async def snapshot(self) -> Snapshot:
+        """Save the writable layer; forks stack it read-only over the same image."""
+        self._check()
+        snap = state_root() / "snapshots" / new_id("snap")
+        snap.mkdir(parents=True)
+        proc = await asyncio.create_subprocess_exec(
+            "cp", "-a", "--reflink=auto", f"{self.upper}/.", str(snap / "layer"),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            shutil.rmtree(snap, ignore_errors=True)
+            raise SandboxError(f"snapshot of {self.id} failed: {err.decode(errors='replace')}")
+        return Snapshot(backend="bwrap", spec=self.spec, layer=snap / "layer",
+                        layers=[snap / "layer", *self.layers],
+                        cleanup=lambda: shutil.rmtree(snap, ignore_errors=True))
+
+    def memory_events(self) -> dict[str, int]:
+        return self.cgroup.memory_events() if self.cgroup else {}
+
+
+class BwrapBackend:
+    name = "bwrap"
+
+    def __init__(self, config: BwrapConfig | None = None):
+        self.config = config or BwrapConfig()
+        if bwrap_version(self.config.bwrap) is None:
+            raise HostUnsupportedError(
+                f"bubblewrap ({self.config.bwrap}) is not installed: apt-get install bubblewrap"
+            )
+        if os.geteuid() != 0:
+            raise HostUnsupportedError(
+                "the bwrap backend needs root on the host for its overlay root and cgroups "
+                "(run as root, or use --backend process for development)"
+            )
+
+    def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
+              cg: cgroups.Cgroup | None) -> list[str]:
+        cfg, lim = self.config, spec.limits
+        hu = str(cfg.host_uid)
+        rw, root = sdir / "rw", sdir / "root"
+        agent_dir = _agent_dir()
+        a = [str(agent_dir / "sandfleet-agent"), "launch"]
+        for f in cg.procs_files if cg else []:
+            a += ["--cgroup", str(f)]
+        a += ["--tmpfs", str(rw), f"{lim.disk_mib}m",
+              "--mkdir", str(rw / "upper"), hu, hu, "0755",
+              "--mkdir", str(rw / "work"), "0", "0", "0755",
+              "--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
+
+        def fresh(path: str, mode: str, owner: str = "0") -> None:
+            a.extend(["--mkdir", f"{rw}/fresh{path}", owner, owner, mode,
+                      "--mkdir", f"{root}{path}", "0", "0", "0755",
+                      "--bind", f"{rw}/fresh{path}", f"{root}{path}"])
+
+        if image.is_host:
+            for path in _host_hidden():
+                fresh(path, FRESH_MODES.get(path, "0755"))
+        else:
+            a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
+        for path in (spec.workdir, "/home/agent", "/logs"):
+            a += ["--mkdir", f"{root}{path}", hu, hu, "0755"]
+        a += ["--mkdir", f"{root}/.sandfleet", "0", "0", "0755", "--pdeathsig", "--user", hu, hu, "--"]
+        uid = str(cfg.sandbox_uid)
+        a += [cfg.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
+              "--ro-bind", str(agent_dir), "/.sandfleet",
+              "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try", "--hostname", "sandbox",
+              "--uid", uid, "--gid", uid, "--die-with-parent", "--new-session",
+              "--cap-drop", "ALL", "--chdir", "/"]
+        if not lim.network:
+            a.append("--unshare-net")
+        a += ["--", "/.sandfleet/sandfleet-agent"]
+        if lim.ttl_s:
+            a += ["--ttl", str(lim.ttl_s)]
+        return a
+
+    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> BwrapSandbox:
+        image = resolve_image(spec.image)
+        lowers = [*(layers or []), *image.lowers]
+        sid = new_id("bwrap")
+        sdir = state_root() / sid
+        (sdir / "rw").mkdir(parents=True)
+        (sdir / "root").mkdir()
+        lay = cgroups.detect()
+        cg = cgroups.Cgroup(sid, lay) if lay.usable else None
+        meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
+                "cgroup": cg is not None, "labels": spec.labels}
+        try:
+            if cg is not None:
+                cg.create(spec.limits)
+            argv = self._argv(sid, sdir, spec, image, lowers, cg)
+            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta)
+        except BaseException:
+            if cg is not None:
+                cg.remove()
+            shutil.rmtree(sdir, ignore_errors=True)
+            raise
+        return BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+
+    async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:
+        return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)

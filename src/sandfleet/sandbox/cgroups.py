@@ -1,0 +1,185 @@
+"""cgroup limits for sandboxes, on cgroup v2, v1, or the v1/v2 hybrid (detected at run time).
+
+On a hybrid host the cpu, memory and pids controllers are v1 hierarchies while
+``/sys/fs/cgroup/unified`` holds a controller-less v2 tree, so we treat it as v1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandfleet.sandbox.spec import Limits
+
+ROOT = Path("/sys/fs/cgroup")
+GROUP = "sandfleet"
+CONTROLLERS = ("cpu", "memory", "pids")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the controllers live. ``version`` is "v2", "v1", "hybrid" or "none"."""
+
+    version: str
+    mounts: dict[str, Path]  # controller -> hierarchy root (v2: all the same)
+    writable: bool
+
+    @property
+    def usable(self) -> bool:
+        return self.writable and bool(self.mounts)
+
+
+@functools.cache
+def detect() -> Layout:
+    """Read /proc/self/mountinfo once and say how this host's cgroups are laid out."""
+    v1: dict[str, Path] = {}
+    v2: Path | None = None
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, rfields = left.split(), right.split()
+        if len(fields) < 5 or not rfields:
+            continue
+        mnt, fstype = Path(fields[4]), rfields[0]
+        if fstype == "cgroup2":
+            v2 = mnt
+        elif fstype == "cgroup" and len(rfields) >= 3:
+            for opt in rfields[2].split(","):
+                if opt in CONTROLLERS:
+                    v1[opt] = mnt
+    if v1:
+        version = "hybrid" if v2 is not None else "v1"
+        mounts = v1
+    elif v2 is not None:
+        avail = set((v2 / "cgroup.controllers").read_text().split()) if (v2 / "cgroup.controllers").exists() else set()
+        version = "v2"
+        mounts = {c: v2 for c in CONTROLLERS if c in avail}
+    else:
+        return Layout("none", {}, False)
+    writable = all(os.access(p, os.W_OK) for p in set(mounts.values()))
+    return Layout(version, mounts, writable)
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+@functools.cache
+def _prepare_v2(root: Path) -> None:
+    parent = root / GROUP
+    parent.mkdir(exist_ok=True)
+    wanted = " ".join(f"+{c}" for c in CONTROLLERS)
+    for p in (root, parent):
+        with contextlib.suppress(OSError):
+            _write(p / "cgroup.subtree_control", wanted)
+
+
+class Cgroup:
+    """One sandbox's cgroups (one per v1 controller, or one v2 group)."""
+
+    def __init__(self, name: str, layout: Layout | None = None):
+        self.layout = layout or detect()
+        self.name = name
+        self.dirs = sorted({root / GROUP / name for root in self.layout.mounts.values()})
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def create(self, limits: Limits) -> None:
+        lay = self.layout
+        if lay.version == "v2":
+            _prepare_v2(lay.mounts[next(iter(lay.mounts))])
+        for d in self.dirs:
+            d.mkdir(parents=True, exist_ok=True)
+        if lay.version == "v2":
+            d = self.dirs[0]
+            if limits.memory_mib:
+                _write(d / "memory.max", str(limits.memory_mib << 20))
+                with contextlib.suppress(OSError):
+                    _write(d / "memory.swap.max", "0")
+            if limits.pids:
+                _write(d / "pids.max", str(limits.pids))
+            if limits.cpus:
+                _write(d / "cpu.max", f"{int(limits.cpus * 100000)} 100000")
+            return
+        m = lay.mounts
+        if limits.memory_mib and "memory" in m:
+            d = m["memory"] / GROUP / self.name
+            _write(d / "memory.limit_in_bytes", str(limits.memory_mib << 20))
+            with contextlib.suppress(OSError):
+                _write(d / "memory.memsw.limit_in_bytes", str(limits.memory_mib << 20))
+        if limits.pids and "pids" in m:
+            _write(m["pids"] / GROUP / self.name / "pids.max", str(limits.pids))
+        if limits.cpus and "cpu" in m:
+            d = m["cpu"] / GROUP / self.name
+            _write(d / "cpu.cfs_period_us", "100000")
+            _write(d / "cpu.cfs_quota_us", str(int(limits.cpus * 100000)))
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for f in self.procs_files:
+            with contextlib.suppress(OSError):
+                found.update(int(x) for x in f.read_text().split())
+        return found
+
+    def memory_events(self) -> dict[str, int]:
+        """OOM kills and peak usage where the kernel reports them."""
+        out: dict[str, int] = {}
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                if (d / "memory.events").exists():
+                    for line in (d / "memory.events").read_text().splitlines():
+                        k, v = line.split()
+                        out[k] = int(v)
+                elif (d / "memory.oom_control").exists():
+                    for line in (d / "memory.oom_control").read_text().splitlines():
+                        k, v = line.split()
+                        out[k] = int(v)
+        return out
+
+    def kill_all(self, timeout: float = 2.0) -> None:
+        """SIGKILL every process in the group until it is empty."""
+        if self.layout.version == "v2" and self.dirs and (self.dirs[0] / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                _write(self.dirs[0] / "cgroup.kill", "1")
+        end = time.monotonic() + timeout
+        while (pids := self.pids()) and time.monotonic() < end:
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+    def remove(self) -> None:
+        """Kill what's left and remove the group directories."""
+        for d in self.dirs:
+            if not d.exists():
+                continue
+            try:
+                d.rmdir()
+            except OSError:
+                self.kill_all()
+                end = time.monotonic() + 2.0
+                while d.exists() and time.monotonic() < end:
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+                    time.sleep(0.01)
+
+
+def leftover_names(layout: Layout | None = None) -> set[str]:
+    """Names of sandfleet cgroups present on the host (for the reaper)."""
+    lay = layout or detect()
+    names: set[str] = set()
+    for root in set(lay.mounts.values()):
+        with contextlib.suppress(OSError):
+            names.update(p.name for p in (root / GROUP).iterdir() if p.is_dir())
+    return names

@@ -1,0 +1,142 @@
+"""Sandbox specifications: limits, and the backend config union that is also the registry.
+
+CLI flags, task files and the HTTP API all validate through these models.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+
+from sandfleet.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sandfleet.sandbox.base import Backend
+
+
+class Limits(BaseModel):
+    """Per-sandbox resource limits. ``None`` means unlimited where allowed."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    cpus: float | None = Field(1.0, gt=0, le=4096)
+    """CPU time as a number of CPUs (cgroup CPU quota); None = no quota."""
+    memory_mib: int | None = Field(1024, ge=16, le=16 * 1024 * 1024)
+    """Memory limit in MiB (cgroup); the OOM killer acts inside the sandbox only."""
+    pids: int | None = Field(1024, ge=8, le=4 * 1024 * 1024)
+    """Most processes and threads at once (cgroup pids); stops fork bombs."""
+    disk_mib: int = Field(1024, ge=1, le=16 * 1024 * 1024)
+    """Size of the private writable layer in MiB; writes beyond fail with ENOSPC."""
+    ttl_s: float | None = Field(3600.0, gt=0, le=30 * 86400)
+    """Wall-clock lifetime in seconds; the sandbox is killed and reaped after it."""
+    network: bool = False
+    """Network access. Off by default: the sandbox sees only its own loopback."""
+
+
+class _Config(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    target: ClassVar[str] = ""
+    """"module:Class" of the backend, imported only when used."""
+
+    def backend(self) -> Backend:
+        """Import the backend lazily and return it configured."""
+        module, _, name = self.target.partition(":")
+        cls = getattr(importlib.import_module(module), name)
+        backend: Backend = cls(self)
+        return backend
+
+
+class ProcessConfig(_Config):
+    """Plain subprocesses in a private directory. Isolates nothing: development only."""
+
+    kind: Literal["process"] = "process"
+    target: ClassVar[str] = "sandfleet.sandbox.process:ProcessBackend"
+
+
+class BwrapConfig(_Config):
+    """Linux namespaces (bubblewrap), cgroup limits, read-only image root + private writable layer."""
+
+    kind: Literal["bwrap"] = "bwrap"
+    bwrap: str = "bwrap"
+    """The bubblewrap binary."""
+    sandbox_uid: int = Field(1000, ge=1, le=65535)
+    """uid (and gid) the agent's commands run as inside the sandbox."""
+    host_uid: int = Field(61000, ge=1, le=2**31)
+    """Unprivileged host uid the sandbox user maps to (when sandfleet runs as root)."""
+    target: ClassVar[str] = "sandfleet.sandbox.bwrap:BwrapBackend"
+
+
+class MicrovmConfig(_Config):
+    """A KVM (or TCG) QEMU microvm per sandbox, restored from a memory snapshot."""
+
+    kind: Literal["microvm"] = "microvm"
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Backend-specific options (see docs/microvm.md)."""
+    target: ClassVar[str] = "sandfleet.sandbox.microvm:MicrovmBackend"
+
+
+BackendConfig = Annotated[ProcessConfig | BwrapConfig | MicrovmConfig, Field(discriminator="kind")]
+BACKENDS = ("process", "bwrap", "microvm")
+_adapter: TypeAdapter[Any] = TypeAdapter(BackendConfig)
+
+
+def backend_config(value: str | dict[str, Any] | BaseModel) -> ProcessConfig | BwrapConfig | MicrovmConfig:
+    """Validate a backend name or config dict into its config model."""
+    if isinstance(value, ProcessConfig | BwrapConfig | MicrovmConfig):
+        return value
+    data = {"kind": value} if isinstance(value, str) else value
+    try:
+        cfg: ProcessConfig | BwrapConfig | MicrovmConfig = _adapter.validate_python(data)
+        return cfg
+    except ValidationError as e:
+        kind = data.get("kind") if isinstance(data, dict) else data
+        if kind not in BACKENDS:
+            raise ConfigError(f"unknown backend {kind!r}; known: {', '.join(BACKENDS)}") from None
+        raise ConfigError(f"invalid {kind} backend config: {e}") from None
+
+
+class SandboxSpec(BaseModel):
+    """Everything needed to create a sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    image: str = "host"
+    """Image name or content hash (``sandfleet image ls``); "host" = this host's / read-only."""
+    backend: str = "auto"
+    """"auto" (bwrap where available, else process), or a backend name."""
+    limits: Limits = Field(default_factory=Limits)
+    workdir: str = "/work"
+    """Working directory of commands; created writable for the sandbox user."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for every command."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form labels (shown by ``sandfleet sandbox ls``)."""
+
+    @field_validator("workdir")
+    @classmethod
+    def _abs_workdir(cls, v: str) -> str:
+        if not v.startswith("/") or "\x00" in v or "/../" in v + "/":
+            raise ValueError(f"workdir must be an absolute path without '..': {v!r}")
+        return v
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v != "auto" and v not in BACKENDS:
+            raise ValueError(f"unknown backend {v!r}; known: auto, {', '.join(BACKENDS)}")
+        return v
+
+
+def make_spec(**kwargs: Any) -> SandboxSpec:
+    """Build a SandboxSpec, turning validation errors into ConfigError with the field named."""
+    limits = {k: kwargs.pop(k) for k in list(kwargs) if k in Limits.model_fields}
+    try:
+        if limits:
+            kwargs["limits"] = Limits(**limits)
+        return SandboxSpec(**kwargs)
+    except ValidationError as e:
+        err = e.errors()[0]
+        loc = ".".join(str(x) for x in err["loc"])
+        raise ConfigError(f"invalid sandbox spec: {loc}: {err['msg']}") from None

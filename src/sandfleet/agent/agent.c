@@ -653,14 +653,48 @@ static int die(const char *what, const char *arg) {
     return 125;
 }
 
+static int copy_tree(const char *from, const char *to) {
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/.", from);
+    pid_t p = fork();
+    if (p == 0) {
+        execlp("cp", "cp", "-a", src, to, (char *)NULL);
+        _exit(127);
+    }
+    int st = 0;
+    if (p < 0 || waitpid(p, &st, 0) < 0 || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        errno = EIO;
+        return -1;
+    }
+    return 0;
+}
+
 static int launch(int argc, char **argv) {
     int in_ns = 0;
+    const char *after_from = NULL, *after_to = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
             if (i + 1 >= argc) return die("nothing to exec", NULL);
+            if (after_from) { /* run the command, then copy its writable layer out */
+                pid_t p = fork();
+                if (p == 0) {
+                    execvp(argv[i + 1], argv + i + 1);
+                    _exit(127);
+                }
+                int st = 0;
+                if (p < 0 || waitpid(p, &st, 0) < 0) return die("run", argv[i + 1]);
+                if (copy_tree(after_from, after_to) < 0) return die("copy layer out", after_from);
+                return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            }
             execvp(argv[i + 1], argv + i + 1);
             return die("exec", argv[i + 1]);
+        }
+        if (!strcmp(a, "--copy-after") && i + 2 < argc) {
+            after_from = argv[i + 1];
+            after_to = argv[i + 2];
+            i += 2;
+            continue;
         }
         if (!strcmp(a, "--cgroup") && i + 1 < argc) {
             int fd = open(argv[++i], O_WRONLY | O_CLOEXEC);
@@ -699,6 +733,9 @@ static int launch(int argc, char **argv) {
             gid_t g = atoi(argv[i + 2]);
             if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 || setresuid(atoi(argv[i + 1]), atoi(argv[i + 1]), atoi(argv[i + 1])) < 0)
                 return die("drop privileges to", argv[i + 1]);
+            i += 2;
+        } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
+            if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--pdeathsig")) {
             prctl(PR_SET_PDEATHSIG, SIGKILL);

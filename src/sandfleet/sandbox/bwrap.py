@@ -145,16 +145,27 @@ class BwrapBackend:
             a += ["--cgroup", str(f)]
         a += ["--tmpfs", str(rw), f"{lim.disk_mib}m",
               "--mkdir", str(rw / "upper"), hu, hu, "0755",
-              "--mkdir", str(rw / "work"), "0", "0", "0755",
-              "--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
+              "--mkdir", str(rw / "work"), "0", "0", "0755"]
+        layers_above: list[Path] = []
+        if lowers[-1] == Path("/"):
+            # Overlayfs refuses layers that live below another layer ("/" here), so layers
+            # over the host's root are copied into the private upper layer instead.
+            layers_above = lowers[:-1]
+            for layer in reversed(layers_above):
+                a += ["--copy", str(layer), str(rw / "upper")]
+            lowers = lowers[-1:]
+        a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
 
         def fresh(path: str, mode: str, owner: str = "0") -> None:
             a.extend(["--mkdir", f"{rw}/fresh{path}", owner, owner, mode,
                       "--mkdir", f"{root}{path}", "0", "0", "0755",
                       "--bind", f"{rw}/fresh{path}", f"{root}{path}"])
 
-        if image.is_host:
+        if lowers[-1] == Path("/"):
+            provided = {f"/{p.name}" for layer in layers_above for p in layer.iterdir()}
             for path in _host_hidden():
+                if path in provided:
+                    continue
                 fresh(path, FRESH_MODES.get(path, "0755"))
         else:
             a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
@@ -200,3 +211,29 @@ class BwrapBackend:
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:
         return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)
+
+
+def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *,
+                  env: dict[str, str], cwd: str) -> list[str]:
+    """argv that runs one image-build step as root in a sandbox whose overlay upper is
+    ``layer`` (so what the step writes becomes the image layer). Network is shared, as in
+    ``docker build``; the host's filesystem is reachable only through the image's lowers."""
+    root, scratch = out / "root", out / "scratch"
+    root.mkdir(exist_ok=True)
+    scratch.mkdir(exist_ok=True)
+    a = [str(_agent_dir() / "sandfleet-agent"), "launch", "--tmpfs", str(scratch), "64g"]
+    if lowers[-1] == Path("/"):
+        # "/" can't be a lower with the layer below it: work in tmpfs, copy the result out.
+        upper = scratch / "upper"
+        a += ["--mkdir", str(upper), "0", "0", "0755", "--copy", str(layer), str(upper),
+              "--copy-after", str(upper), str(layer)]
+    else:
+        upper = layer
+    a += ["--mkdir", str(scratch / "work"), "0", "0", "0755",
+          "--overlay", ":".join(str(p) for p in lowers), str(upper), str(scratch / "work"), str(root),
+          "--mkdir", f"{root}{cwd}", "0", "0", "0755", "--pdeathsig", "--",
+         "bwrap", "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    return [*a, "--chdir", cwd, "--", *argv]

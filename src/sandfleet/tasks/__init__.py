@@ -9,6 +9,15 @@ from sandfleet.tasks.model import SolutionPlan, Task, TerminalCommand, Upload, V
 from sandfleet.tasks.reward import Reward, reward_from
 
 __all__ = [
-    "LoadFailure", "Reward", "SolutionPlan", "Task", "TerminalCommand", "Upload",
-    "VerifierPlan", "detect_format", "load_task", "load_tasks", "reward_from",
-]  # fmt: skip
+    "LoadFailure",
+    "Reward",
+    "SolutionPlan",
+    "Task",
+    "TerminalCommand",
+    "Upload",
+    "VerifierPlan",
+    "detect_format",
+    "load_task",
+    "load_tasks",
+    "reward_from",
+]

@@ -18,8 +18,18 @@ SUITES = {"bookworm": "12", "trixie": "13"}
 PYTHON_PACKAGES = ("python3", "python3-pip", "python3-venv", "python3-dev", "ca-certificates")
 BUILDPACK_CURL = ("ca-certificates", "curl", "gnupg", "netbase", "wget")
 BUILDPACK_SCM = (*BUILDPACK_CURL, "git", "mercurial", "openssh-client", "subversion", "procps")
-BUILDPACK_FULL = (*BUILDPACK_SCM, "build-essential", "autoconf", "automake", "libtool",
-                  "pkg-config", "file", "dpkg-dev", "libssl-dev", "zlib1g-dev")  # fmt: skip
+BUILDPACK_FULL = (
+    *BUILDPACK_SCM,
+    "build-essential",
+    "autoconf",
+    "automake",
+    "libtool",
+    "pkg-config",
+    "file",
+    "dpkg-dev",
+    "libssl-dev",
+    "zlib1g-dev",
+)
 TBENCH_TOOLS = ("tmux", "asciinema")
 
 
@@ -42,7 +52,7 @@ def _split(ref: str) -> tuple[str, str]:
     name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "latest")
     for prefix in ("docker.io/library/", "docker.io/", "library/", "index.docker.io/library/"):
         if name.startswith(prefix):
-            name = name[len(prefix):]
+            name = name[len(prefix) :]
     return name, tag
 
 
@@ -99,20 +109,36 @@ def resolve_base(ref: str, *, file: str | None = None, line: int | None = None) 
         suite = ubuntu.get(tag.split("-")[0])
         if suite is None:
             raise refuse("only ubuntu:22.04 and ubuntu:24.04 are approximated")
-        return BaseRef(ref, suite, ("ca-certificates",),
-                       f"Ubuntu {tag} approximated by Debian {suite} (closest suite)")  # fmt: skip
+        return BaseRef(
+            ref,
+            suite,
+            ("ca-certificates",),
+            f"Ubuntu {tag} approximated by Debian {suite} (closest suite)",
+        )
     if name == "ghcr.io/laude-institute/t-bench/ubuntu-24-04":
-        return BaseRef(ref, "trixie", TBENCH_TOOLS + BUILDPACK_FULL + PYTHON_PACKAGES,
-                       "Terminal-Bench's ubuntu-24-04 base approximated by Debian trixie with "
-                       "tmux, asciinema, build tools and python3")  # fmt: skip
+        return BaseRef(
+            ref,
+            "trixie",
+            TBENCH_TOOLS + BUILDPACK_FULL + PYTHON_PACKAGES,
+            "Terminal-Bench's ubuntu-24-04 base approximated by Debian trixie with "
+            "tmux, asciinema, build tools and python3",
+        )
     if name == "ghcr.io/laude-institute/t-bench/python-3-13":
-        return BaseRef(ref, "trixie", TBENCH_TOOLS + PYTHON_PACKAGES,
-                       "Terminal-Bench's python-3-13 base approximated by Debian trixie "
-                       "(Python 3.13) with tmux and asciinema")  # fmt: skip
+        return BaseRef(
+            ref,
+            "trixie",
+            TBENCH_TOOLS + PYTHON_PACKAGES,
+            "Terminal-Bench's python-3-13 base approximated by Debian trixie "
+            "(Python 3.13) with tmux and asciinema",
+        )
     if name in ("scratch",):
         raise refuse("FROM scratch has no operating system to run tasks in")
     if "/" in name or name in ("alpine", "fedora", "centos", "archlinux", "nvidia/cuda"):
-        raise refuse("exists only in a registry (or isn't Debian); sandfleet builds from Debian "
-                     "and can't pull it -- rebase the task on debian:bookworm or python:3.x")
-    raise refuse("unknown base; supported: debian:12/13, python:3.x[-slim][-bookworm|-trixie], "
-                 "buildpack-deps:bookworm|trixie, ubuntu:22.04/24.04")
+        raise refuse(
+            "exists only in a registry (or isn't Debian); sandfleet builds from Debian "
+            "and can't pull it -- rebase the task on debian:bookworm or python:3.x"
+        )
+    raise refuse(
+        "unknown base; supported: debian:12/13, python:3.x[-slim][-bookworm|-trixie], "
+        "buildpack-deps:bookworm|trixie, ubuntu:22.04/24.04"
+    )

@@ -22,9 +22,18 @@ from sandfleet.tasks.bases import BaseRef, resolve_base
 from sandfleet.tasks.lexer import expand, split_words
 
 __all__ = [
-    "BaseRef", "Copy", "Dockerfile", "Env", "From", "Run", "Step", "User", "Workdir",
-    "parse_dockerfile", "resolve_base",
-]  # fmt: skip
+    "BaseRef",
+    "Copy",
+    "Dockerfile",
+    "Env",
+    "From",
+    "Run",
+    "Step",
+    "User",
+    "Workdir",
+    "parse_dockerfile",
+    "resolve_base",
+]
 
 
 @dataclass(frozen=True)
@@ -92,22 +101,37 @@ class Dockerfile:
     notes: tuple[str, ...] = ()
 
 
-IGNORED = {"LABEL", "EXPOSE", "CMD", "ENTRYPOINT", "HEALTHCHECK", "SHELL", "VOLUME",
-           "STOPSIGNAL", "MAINTAINER"}  # fmt: skip
+IGNORED = {
+    "LABEL",
+    "EXPOSE",
+    "CMD",
+    "ENTRYPOINT",
+    "HEALTHCHECK",
+    "SHELL",
+    "VOLUME",
+    "STOPSIGNAL",
+    "MAINTAINER",
+}
 _HEREDOC = re.compile(r"(?<!<)<<-?\s*([\"']?)[A-Za-z_][A-Za-z0-9_]*\1")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 def _default_args(arch: str | None) -> dict[str, str]:
     machine = arch or {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), "amd64")
-    return {"TARGETOS": "linux", "TARGETARCH": machine, "TARGETPLATFORM": f"linux/{machine}",
-            "BUILDOS": "linux", "BUILDARCH": machine, "BUILDPLATFORM": f"linux/{machine}"}  # fmt: skip
+    return {
+        "TARGETOS": "linux",
+        "TARGETARCH": machine,
+        "TARGETPLATFORM": f"linux/{machine}",
+        "BUILDOS": "linux",
+        "BUILDARCH": machine,
+        "BUILDPLATFORM": f"linux/{machine}",
+    }
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:
     """Join ``\\`` continuations, drop comments and blank lines; keep first line numbers."""
     out: list[tuple[int, str]] = []
-    start, parts = 0, []
+    start, parts = 0, list[str]()
     for number, raw in enumerate(text.splitlines(), 1):
         stripped = raw.strip()
         if stripped.startswith("#") or (not stripped and not parts):
@@ -142,7 +166,7 @@ class _Fail:
         self.file, self.line = file, line
 
     def __call__(self, message: str) -> None:
-        raise ImageBuildError(message, file=self.file, line=self.line)
+        raise ImageBuildError(message, file=self.file, line=self.line or None)
 
 
 def parse_dockerfile(
@@ -208,17 +232,17 @@ def parse_dockerfile(
         elif keyword == "RUN":
             flags, rest = _flags(rest, set(), fail)
             argv = _exec_form(rest)
-            pairs = tuple(args.items())
+            in_scope = tuple(args.items())
             if argv is not None:
-                steps.append(Run(number, None, tuple(argv), pairs))
+                steps.append(Run(number, None, tuple(argv), in_scope))
             else:
-                steps.append(Run(number, rest, None, pairs))
+                steps.append(Run(number, rest, None, in_scope))
         elif keyword in ("COPY", "ADD"):
             flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, fail)
             if "from" in flags:
                 fail(f"{keyword} --from (copying from another stage or image) is not supported")
-            words = _exec_form(rest)
-            words = [expand(w, scope) for w in words] if words else split_words(rest, scope)
+            listed = _exec_form(rest)
+            words = [expand(w, scope) for w in listed] if listed else split_words(rest, scope)
             if len(words) < 2:
                 fail(f"{keyword} needs a source and a destination")
             for src in words[:-1]:
@@ -228,8 +252,9 @@ def parse_dockerfile(
                     fail(f"{keyword} source {src!r} is outside the build context")
             dest = _absolute(words[-1], workdir, keep_slash=True)
             chown = expand(flags["chown"], scope) if "chown" in flags else None
-            steps.append(Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"),
-                              keyword == "ADD"))  # fmt: skip
+            steps.append(
+                Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"), keyword == "ADD")
+            )
         elif keyword == "WORKDIR":
             workdir = _absolute(expand(rest, scope), workdir)
             steps.append(Workdir(number, workdir))

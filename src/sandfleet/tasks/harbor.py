@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.errors import TaskError
 from sandfleet.tasks._validate import validate
-from sandfleet.tasks.model import SolutionPlan, Task, Upload, VerifierPlan
-
+from sandfleet.tasks.model import SolutionPlan, Upload, VerifierPlan
 
 
 class _Section(BaseModel):
@@ -105,8 +104,9 @@ def _size_mib(text: str, *, file: str, field: str) -> int:
             raise ValueError
         mib = int(float(value[:-1]) * scale)
     except ValueError:
-        raise TaskError(f"must be a size like '4G' or '512M', got {text!r}", file=file,
-                        field=field) from None  # fmt: skip
+        raise TaskError(
+            f"must be a size like '4G' or '512M', got {text!r}", file=file, field=field
+        ) from None
     if mib <= 0:
         raise TaskError("must be a positive size", file=file, field=field)
     return mib
@@ -133,14 +133,16 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
     if env.gpus:
         raise TaskError("GPUs are not supported", file=file, field="environment.gpus")
     if env.mcp_servers:
-        raise TaskError("MCP servers are not supported", file=file,
-                        field="environment.mcp_servers")  # fmt: skip
+        raise TaskError("MCP servers are not supported", file=file, field="environment.mcp_servers")
     if env.skills_dir:
         raise TaskError("skills are not supported", file=file, field="environment.skills_dir")
     for key, value in env.env.items():
         if "$" in value:
-            raise TaskError("values taken from the host environment are not supported",
-                            file=file, field=f"environment.env.{key}")  # fmt: skip
+            raise TaskError(
+                "values taken from the host environment are not supported",
+                file=file,
+                field=f"environment.env.{key}",
+            )
     memory = env.memory_mb
     if env.memory is not None:
         memory = _size_mib(env.memory, file=file, field="environment.memory")
@@ -150,12 +152,15 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
 
     env_dir = folder / "environment"
     if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
-        raise TaskError("multi-container (docker compose) environments are not supported",
-                        file=str(env_dir / "docker-compose.yaml"))  # fmt: skip
+        raise TaskError(
+            "multi-container (docker compose) environments are not supported",
+            file=str(env_dir / "docker-compose.yaml"),
+        )
     dockerfile = env_dir / "Dockerfile"
     if not dockerfile.is_file() and not env.docker_image:
-        raise TaskError("missing, and task.toml sets no environment.docker_image",
-                        file=str(dockerfile))  # fmt: skip
+        raise TaskError(
+            "missing, and task.toml sets no environment.docker_image", file=str(dockerfile)
+        )
     instruction_file = folder / "instruction.md"
     try:
         instruction = instruction_file.read_text(encoding="utf-8")

@@ -33,8 +33,9 @@ def load_task(path: Path | str) -> Task:
         raise TaskError("is not a folder", file=str(folder))
     fmt = detect_format(folder)
     if fmt is None:
-        raise TaskError("holds neither task.toml (Harbor) nor task.yaml (Terminal-Bench 1)",
-                        file=str(folder))  # fmt: skip
+        raise TaskError(
+            "holds neither task.toml (Harbor) nor task.yaml (Terminal-Bench 1)", file=str(folder)
+        )
     fields, solution, verifier = (load_harbor if fmt == "harbor" else load_tb1)(folder)
     extra_env = fields.pop("extra_env")
     workdir, env, user, base = DEFAULT_WORKDIR, {}, None, fields.get("docker_image")

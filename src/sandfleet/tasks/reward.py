@@ -69,7 +69,7 @@ def parse_reward_json(text: str) -> Reward:
 
 
 _SUMMARY_HEADER = re.compile(r"=+\s*short test summary info\s*=+", re.IGNORECASE)
-_STATUS_LINE = re.compile(r"^(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)\s+(\S+)")
+_STATUS_LINE = re.compile(r"^(PASSED|FAILED|SKIPPED|XFAIL|XPASS|ERROR)\s+(?:\[\d+\]\s+)?(\S+)")
 _COUNTS = re.compile(
     r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed|deselected|warnings?)\b"
 )
@@ -97,7 +97,7 @@ def parse_pytest_output(output: str) -> Reward:
     for line in reversed(output.splitlines()):
         found = _COUNTS.findall(line)
         if found and re.search(r"\bin [\d.]+s\b", line):
-            counts = {kind.rstrip("s") if kind != "passed" else kind: int(n) for n, kind in found}
+            counts = {kind.rstrip("s"): int(n) for n, kind in found}
             break
     ran = counts.get("passed", 0) + counts.get("failed", 0) + counts.get("xpassed", 0)
     bad = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)

@@ -61,9 +61,17 @@ class TB1Config(BaseModel):
     """Early TB1 shared test scripts; ignored (run-tests.sh is used)."""
 
 
-_METADATA_KEYS = ("author_name", "author_email", "difficulty", "category", "tags",
-                  "estimated_duration_sec", "expert_time_estimate_min",
-                  "junior_time_estimate_min", "disable_asciinema")  # fmt: skip
+_METADATA_KEYS = (
+    "author_name",
+    "author_email",
+    "difficulty",
+    "category",
+    "tags",
+    "estimated_duration_sec",
+    "expert_time_estimate_min",
+    "junior_time_estimate_min",
+    "disable_asciinema",
+)
 
 
 def _read_yaml(path: Path) -> Any:
@@ -83,15 +91,20 @@ def _check_compose(path: Path) -> None:
     if not isinstance(services, dict) or not services:
         raise TaskError("must define services", file=str(path), field="services")
     if len(services) > 1:
-        raise TaskError(f"multi-container tasks are not supported ({', '.join(services)})",
-                        file=str(path), field="services")  # fmt: skip
+        raise TaskError(
+            f"multi-container tasks are not supported ({', '.join(services)})",
+            file=str(path),
+            field="services",
+        )
 
 
 def _solution(folder: Path) -> SolutionPlan | None:
     script, keystrokes = folder / "solution.sh", folder / "solution.yaml"
     if script.is_file():
-        return SolutionPlan(uploads=(Upload(source=script, target="/oracle/solution.sh"),),
-                            command=("bash", "/oracle/solution.sh"))  # fmt: skip
+        return SolutionPlan(
+            uploads=(Upload(source=script, target="/oracle/solution.sh"),),
+            command=("bash", "/oracle/solution.sh"),
+        )
     if not keystrokes.is_file():
         return None
     data = _read_yaml(keystrokes)
@@ -118,8 +131,9 @@ def load_tb1(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Verifie
             raise TaskError("needs an entry with key 'base'", file=file, field="descriptions")
         instruction = by_key["base"]
     if not instruction or not instruction.strip():
-        raise TaskError("is required (or descriptions with key 'base')", file=file,
-                        field="instruction")  # fmt: skip
+        raise TaskError(
+            "is required (or descriptions with key 'base')", file=file, field="instruction"
+        )
     dockerfile = folder / "Dockerfile"
     if not dockerfile.is_file():
         raise TaskError("missing", file=str(dockerfile))

@@ -11,5 +11,10 @@ from sandfleet.tasks.importers.intercode_bash import import_intercode_bash
 
 IMPORTERS = {"humaneval": import_humaneval, "intercode-bash": import_intercode_bash}
 
-__all__ = ["IMPORTERS", "ImportResult", "PackageMissingError", "import_humaneval",
-           "import_intercode_bash"]  # fmt: skip
+__all__ = [
+    "IMPORTERS",
+    "ImportResult",
+    "PackageMissingError",
+    "import_humaneval",
+    "import_intercode_bash",
+]

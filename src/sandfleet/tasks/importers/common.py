@@ -77,8 +77,14 @@ def write_task(
 
 
 def write_report(result: ImportResult, title: str, notes: str) -> None:
-    lines = [f"# {title}", "", notes.strip(), "",
-             f"Written: {len(result.written)} tasks. Skipped: {len(result.skipped)}.", ""]  # fmt: skip
+    lines = [
+        f"# {title}",
+        "",
+        notes.strip(),
+        "",
+        f"Written: {len(result.written)} tasks. Skipped: {len(result.skipped)}.",
+        "",
+    ]
     if result.skipped:
         lines += ["## Skipped", "", "| task | reason |", "|---|---|"]
         lines += [f"| {name} | {why} |" for name, why in sorted(result.skipped.items())]

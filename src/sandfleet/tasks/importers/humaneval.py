@@ -15,8 +15,12 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from sandfleet.tasks.importers.common import (
-    DOCKERFILE_HEAD, ImportResult, PackageMissingError, write_report, write_task,
-)  # fmt: skip
+    DOCKERFILE_HEAD,
+    ImportResult,
+    PackageMissingError,
+    write_report,
+    write_task,
+)
 
 SOURCE_MD = """# Source
 
@@ -103,19 +107,30 @@ def import_humaneval(out_dir: Path | str) -> ImportResult:
             continue
         write_task(
             out / name,
-            instruction=INSTRUCTION.format(entry_point=problem["entry_point"],
-                                           prompt=problem["prompt"].rstrip()),  # fmt: skip
+            instruction=INSTRUCTION.format(
+                entry_point=problem["entry_point"], prompt=problem["prompt"].rstrip()
+            ),
             dockerfile=DOCKERFILE_HEAD + "COPY --chown=1000:1000 solution.py /app/solution.py\n",
-            tests={"test.sh": TEST_SH, "check.py": CHECK_PY,
-                   "problem.json": json.dumps(problem, indent=1) + "\n"},  # fmt: skip
+            tests={
+                "test.sh": TEST_SH,
+                "check.py": CHECK_PY,
+                "problem.json": json.dumps(problem, indent=1) + "\n",
+            },
             solve_sh=SOLVE_SH.format(source=source.rstrip("\n")),
             source_md=SOURCE_MD.format(task_id=problem["task_id"]),
-            toml_fields={"author": "OpenAI", "source": "human-eval", "difficulty": "easy",
-                         "category": "programming", "tags": '["python", "humaneval"]',
-                         "verifier_timeout": 120.0, "agent_timeout": 600.0},  # fmt: skip
+            toml_fields={
+                "author": "OpenAI",
+                "source": "human-eval",
+                "difficulty": "easy",
+                "category": "programming",
+                "tags": '["python", "humaneval"]',
+                "verifier_timeout": 120.0,
+                "agent_timeout": 600.0,
+            },
         )
         (out / name / "environment" / "solution.py").write_text(problem["prompt"], "utf-8")
         result.written.append(name)
-    write_report(result, "HumanEval import",
-                 f"From the human-eval package ({len(problems)} problems).")  # fmt: skip
+    write_report(
+        result, "HumanEval import", f"From the human-eval package ({len(problems)} problems)."
+    )
     return result

@@ -21,8 +21,12 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from sandfleet.tasks.importers.common import (
-    DOCKERFILE_HEAD, ImportResult, PackageMissingError, write_report, write_task,
-)  # fmt: skip
+    DOCKERFILE_HEAD,
+    ImportResult,
+    PackageMissingError,
+    write_report,
+    write_task,
+)
 
 SKIP = {
     1: "gold is malformed (unescaped ';' after find -exec): its only effect is an empty file",
@@ -42,7 +46,7 @@ SKIP = {
 GOLD_REWRITE = {
     12: (
         "find /testbed -type f -name '*.txt' -exec sh -c "
-        "'for f; do mv \"$f\" \"${f%.txt}.md\"; done' sh {} +",
+        '\'for f; do mv "$f" "${f%.txt}.md"; done\' sh {} +',
         "util-linux 'rename' is not in a Debian 12 base; an equivalent mv loop runs instead",
     ),
 }
@@ -90,7 +94,7 @@ def _echo_e(text: str) -> str:
     return text.replace("\\n", "\n").replace("\\t", "\t").replace("\\\\", "\\")
 
 
-def testbed_from_script(script: str) -> dict[str, object]:
+def interpret_setup_fs(script: str) -> dict[str, object]:
     """Interpret setup_fs.sh (mkdir -p / echo [-e] > file / chmod +x) as busybox sh runs it.
 
     Returns {"dirs": [...], "files": {path: {"content": str, "mode": int}}}, paths relative
@@ -101,7 +105,7 @@ def testbed_from_script(script: str) -> dict[str, object]:
     def rel(path: str) -> str:
         if not path.startswith("/testbed/"):
             raise ValueError(f"setup_fs.sh writes outside /testbed: {path}")
-        return path[len("/testbed/"):].rstrip("/")
+        return path[len("/testbed/") :].rstrip("/")
 
     for line in script.splitlines():
         words = shlex.split(line, comments=True)
@@ -138,7 +142,7 @@ def import_intercode_bash(out_dir: Path | str) -> ImportResult:
     result = ImportResult(out)
     pkg = package_dir()
     queries = json.loads((pkg / "assets" / "datasets" / "bash_queries.json").read_text("utf-8"))
-    testbed = testbed_from_script((pkg / "assets" / "docker" / "setup_fs.sh").read_text("utf-8"))
+    testbed = interpret_setup_fs((pkg / "assets" / "docker" / "setup_fs.sh").read_text("utf-8"))
     check_py = (Path(__file__).parent / "intercode_check.py").read_text(encoding="utf-8")
     for index, item in enumerate(queries):
         name = f"intercode-bash-{index:03d}"
@@ -151,21 +155,39 @@ def import_intercode_bash(out_dir: Path | str) -> ImportResult:
             out / name,
             instruction=INSTRUCTION.format(query=item["query"], hint=hint + "\n" if hint else ""),
             dockerfile=DOCKERFILE_HEAD + "COPY --chown=1000:1000 testbed /testbed\n",
-            tests={"test.sh": TEST_SH, "check.py": check_py,
-                   "case.json": json.dumps({"query": item["query"], "gold": gold,
-                                            "original_gold": item["gold"],
-                                            "testbed": testbed}, indent=1) + "\n"},  # fmt: skip
+            tests={
+                "test.sh": TEST_SH,
+                "check.py": check_py,
+                "case.json": json.dumps(
+                    {
+                        "query": item["query"],
+                        "gold": gold,
+                        "original_gold": item["gold"],
+                        "testbed": testbed,
+                    },
+                    indent=1,
+                )
+                + "\n",
+            },
             solve_sh=_solve_sh(gold),
             source_md=SOURCE_MD.format(index=index, note=f"\nAdapted: {note}\n" if note else ""),
-            toml_fields={"author": "Princeton NLP (InterCode)", "source": "intercode-bench",
-                         "difficulty": "easy", "category": "bash",
-                         "tags": '["bash", "intercode"]', "verifier_timeout": 180.0,
-                         "agent_timeout": 600.0},  # fmt: skip
+            toml_fields={
+                "author": "Princeton NLP (InterCode)",
+                "source": "intercode-bench",
+                "difficulty": "easy",
+                "category": "bash",
+                "tags": '["bash", "intercode"]',
+                "verifier_timeout": 180.0,
+                "agent_timeout": 600.0,
+            },
         )
         _write_testbed(out / name / "environment" / "testbed", testbed)
         result.written.append(name)
-    write_report(result, "InterCode-Bash import",
-                 f"From the intercode-bench package ({len(queries)} queries).")  # fmt: skip
+    write_report(
+        result,
+        "InterCode-Bash import",
+        f"From the intercode-bench package ({len(queries)} queries).",
+    )
     return result
 
 

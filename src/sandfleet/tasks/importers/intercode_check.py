@@ -1,3 +1,4 @@
+# ruff: noqa: T201, PTH115  -- a script run inside the sandbox, printing is its output
 """InterCode-Bash check, copied into each task's tests/ as check.py (stdlib only).
 
 Rebuilds the pristine testbed under /tmp/gold, runs the gold command there from /tmp/gold
@@ -64,15 +65,23 @@ def main():
     gold_dir = str(base / "testbed")
     build(Path(gold_dir), case["testbed"])
     command = re.sub(r"(?<![\w./])/testbed", gold_dir, case["gold"])
-    run = subprocess.run(["bash", "-c", command], cwd=base, capture_output=True, text=True,
-                         timeout=60, env={**os.environ, "HOME": str(base)})
+    run = subprocess.run(
+        ["bash", "-c", command],
+        cwd=base,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "HOME": str(base)},
+    )
     gold_out = normalize_text(run.stdout, gold_dir)
     ok = True
     agent, gold = tree(Path(GOLD_ROOT), GOLD_ROOT), tree(Path(gold_dir), gold_dir)
     for rel in sorted(set(agent) | set(gold)):
         if rel not in agent or rel not in gold or not same_content(agent[rel], gold[rel]):
-            print(f"/testbed/{rel}: differs from the gold result "
-                  f"(agent: {agent.get(rel, ('absent',))[0]}, gold: {gold.get(rel, ('absent',))[0]})")
+            print(
+                f"/testbed/{rel}: differs from the gold result "
+                f"(agent: {agent.get(rel, ('absent',))[0]}, gold: {gold.get(rel, ('absent',))[0]})"
+            )
             ok = False
     if lines(gold_out):
         answer = Path("/app/answer.txt")

@@ -1,0 +1,75 @@
+"""``sandfleet tasks``: list task folders and import public suites."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from sandfleet.errors import ImageBuildError
+from sandfleet.tasks.bases import resolve_base
+from sandfleet.tasks.loader import load_tasks
+from sandfleet.tasks.model import Task
+
+
+@click.group()
+def tasks() -> None:
+    """Load, import and validate task folders."""
+
+
+def _base(task: Task) -> str:
+    if task.base_image is None:
+        return "-"
+    try:
+        ref = resolve_base(task.base_image)
+    except ImageBuildError as e:
+        return f"{task.base_image} (unsupported: {e})"
+    return f"{task.base_image} -> debian {ref.suite}"
+
+
+@tasks.command("ls")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per task.")
+def ls(directory: Path, as_json: bool) -> None:
+    """List the tasks under DIRECTORY (a task folder or a folder of them)."""
+    loaded, failures = load_tasks(directory)
+    if as_json:
+        for task in loaded:
+            row = {
+                "name": task.name,
+                "format": task.format,
+                "path": str(task.path),
+                "agent_timeout_s": task.agent_timeout_s,
+                "verifier_timeout_s": task.verifier_timeout_s,
+                "base_image": task.base_image,
+                "base": _base(task),
+            }
+            click.echo(json.dumps(row))
+        for failure in failures:
+            click.echo(json.dumps({"path": str(failure.path), "error": str(failure.error)}))
+    else:
+        for task in loaded:
+            click.echo(
+                f"{task.name:40} {task.format:17} agent {task.agent_timeout_s:>6.0f}s "
+                f"verifier {task.verifier_timeout_s:>5.0f}s  {_base(task)}"
+            )
+        for failure in failures:
+            click.echo(f"error: {failure.error}", err=True)
+        click.echo(f"{len(loaded)} tasks, {len(failures)} failed to load", err=True)
+    if failures:
+        raise SystemExit(1)
+
+
+@tasks.command("import")
+@click.argument("suite", type=click.Choice(["humaneval", "intercode-bash"]))
+@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
+def import_(suite: str, out: Path) -> None:
+    """Import SUITE from its installed PyPI package into Harbor task folders under OUT."""
+    from sandfleet.tasks.importers import IMPORTERS
+
+    result = IMPORTERS[suite](out)
+    click.echo(
+        f"wrote {len(result.written)} tasks to {out}; skipped {len(result.skipped)} "
+        f"(see {out / 'IMPORT_REPORT.md'})"
+    )

@@ -133,7 +133,9 @@ def _busybox() -> Path:
     for path in ("/bin/busybox", "/usr/bin/busybox"):
         if Path(path).is_file():
             return Path(path)
-    raise HostUnsupportedError(f"busybox (static) not found; install it: apt-get install {PACKAGES}")
+    raise HostUnsupportedError(
+        f"busybox (static) not found; install it: apt-get install {PACKAGES}"
+    )
 
 
 def _build(name: str, entries: list[tuple[str, int, bytes]]) -> Path:

@@ -29,9 +29,10 @@ PROBE_MARKER = "SANDFLEET-PROBE-OK"
 
 
 def cache_dir() -> Path:
-    """``$SANDFLEET_CACHE/microvm`` or ``~/.cache/sandfleet/microvm``."""
-    root = os.environ.get("SANDFLEET_CACHE") or Path.home() / ".cache" / "sandfleet"
-    path = Path(root) / "microvm"
+    """``<sandfleet cache>/microvm`` (``$SANDFLEET_CACHE`` or ``~/.cache/sandfleet``)."""
+    from sandfleet.agent.build import cache_dir as sandfleet_cache
+
+    path = sandfleet_cache() / "microvm"
     path.mkdir(parents=True, exist_ok=True)
     return path
 

@@ -4,7 +4,8 @@ Every VM opens the same disk read-only; its writes go to a tmpfs overlay inside 
 (see :data:`guest.INIT`), so the disk never changes and VMs restored from one memory
 snapshot all agree on it. The embedded "host" image is the host's own ``/``, far too big
 for a VM disk, so for it the guest gets :func:`busybox_rootfs`: busybox with every applet
-linked, a passwd file, and the usual directories.
+linked, the host's bash (the sandbox contract runs string commands with ``bash -c``) with
+its libraries, a passwd file, and the usual directories.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ import tempfile
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError, ImageBuildError
+from sandfleet.images import Image
 from sandfleet.sandbox.microvm.guest import _busybox
 from sandfleet.sandbox.microvm.host import PACKAGES, cache_dir
 
-_LAYOUT_VERSION = "1"
+_LAYOUT_VERSION = "3"
+#: host programs copied (with their shared libraries) into the busybox root
+HOST_PROGRAMS = ("/bin/bash",)
 _ETC = {
     "passwd": "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n",
     "group": "root:x:0:\nnogroup:x:65534:\n",
@@ -33,12 +37,19 @@ _ETC = {
 def busybox_rootfs() -> tuple[Path, str]:
     """A minimal root directory made of busybox, and its content hash (built once, cached)."""
     busybox = _busybox()
-    digest = hashlib.sha256(busybox.read_bytes() + _LAYOUT_VERSION.encode()).hexdigest()[:16]
+    flat = sorted(
+        {busybox, *(f for p in HOST_PROGRAMS if Path(p).exists() for f in _with_libs(Path(p)))}
+    )
+    h = hashlib.sha256(_LAYOUT_VERSION.encode())
+    for f in flat:
+        h.update(str(f).encode() + f.read_bytes())
+    digest = h.hexdigest()[:16]
     root = cache_dir() / "rootfs" / f"busybox-{digest}"
     if root.is_dir():
         return root, f"busybox-{digest}"
     root.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".busybox-", dir=cache_dir() / "rootfs"))
+    tmp.chmod(0o755)
     for d in ("bin", "sbin", "usr/bin", "usr/sbin", "etc", "root", "home", "tmp", "var/tmp",
               "run", "proc", "sys", "dev", "mnt", "opt", "usr/local/bin"):  # fmt: skip
         (tmp / d).mkdir(parents=True, exist_ok=True)
@@ -53,6 +64,14 @@ def busybox_rootfs() -> tuple[Path, str]:
         if not link.exists() and not link.is_symlink():
             link.parent.mkdir(parents=True, exist_ok=True)
             link.symlink_to("/bin/busybox")
+    for f in flat:
+        if f == busybox:
+            continue
+        dest = tmp / str(f).lstrip("/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.is_symlink():
+            dest.unlink()
+        shutil.copy2(f, dest)
     for name, text in _ETC.items():
         (tmp / "etc" / name).write_text(text)
     try:
@@ -60,6 +79,18 @@ def busybox_rootfs() -> tuple[Path, str]:
     except OSError:  # another process won the race
         shutil.rmtree(tmp, ignore_errors=True)
     return root, f"busybox-{digest}"
+
+
+def _with_libs(program: Path) -> list[Path]:
+    """``program`` and the shared libraries ``ldd`` says it loads (real paths)."""
+    out = subprocess.run(["ldd", str(program)], capture_output=True, text=True, check=False)
+    found = [program]
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        path = parts[2] if len(parts) >= 3 and parts[1] == "=>" else parts[0] if parts else ""
+        if path.startswith("/"):
+            found.append(Path(path))
+    return found
 
 
 def _du(root: Path) -> tuple[int, int]:
@@ -98,3 +129,25 @@ def ext4_disk(root: Path, content_hash: str) -> Path:
         raise ImageBuildError(f"mkfs.ext4 failed for {root}: {proc.stderr.strip()}")
     tmp.replace(out)
     return out
+
+
+def image_disk(image: Image) -> Path:
+    """The root disk for ``image``: busybox for "host", else its layers merged (cached)."""
+    if image.is_host:
+        root, digest = busybox_rootfs()
+        return ext4_disk(root, digest)
+    cached = cache_dir() / "disks" / f"image-{image.hash}.ext4"
+    if cached.is_file() or len(image.lowers) == 1:
+        return ext4_disk(image.lowers[0], f"image-{image.hash}")
+    if os.geteuid() != 0:
+        raise HostUnsupportedError(f"merging the layers of image {image.name} needs root")
+    with tempfile.TemporaryDirectory(prefix="sandfleet-merge-") as merged:
+        lowers = ":".join(str(p) for p in image.lowers)
+        subprocess.run(
+            ["mount", "-t", "overlay", "overlay", "-o", f"ro,lowerdir={lowers}", merged],
+            check=True, capture_output=True,
+        )  # fmt: skip
+        try:
+            return ext4_disk(Path(merged), f"image-{image.hash}")
+        finally:
+            subprocess.run(["umount", "-l", merged], check=False, capture_output=True)

@@ -1,9 +1,10 @@
 """One QEMU ``microvm`` process: its command line, run directory, start and teardown.
 
-Each VM lives in a private run directory holding its QMP and agent sockets, its serial
-console log and an ``owner.json`` marker. Nothing outlives its owner: QEMU is started under
-``setpriv --pdeathsig KILL`` (the kernel kills it when the owning process dies), and
-:mod:`reaper` removes whatever a killed owner still left (run directories, processes).
+Each VM lives in a private directory under sandfleet's state root holding its QMP and
+agent sockets, its serial console log and the shared ``meta.json`` marker (owner pid, QEMU
+pid, TTL). Nothing outlives its owner: QEMU is started under ``setpriv --pdeathsig KILL``
+(the kernel kills it when the owning process dies), and :func:`state.reap_leftovers`
+removes whatever a killed owner still left (directory, QEMU process).
 Memory is a file-backed RAM block: the template VM of a snapshot writes its RAM through a
 shared mapping into the snapshot's memory file; restored VMs map that file privately, so
 their untouched pages stay shared in the host page cache (copy-on-write).
@@ -13,9 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
-import secrets
 import shutil
 import signal
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from sandfleet.errors import SandboxDiedError
 from sandfleet.sandbox.microvm.guest import AGENT_PORT
 from sandfleet.sandbox.microvm.host import qemu_binary, tsc_khz
 from sandfleet.sandbox.microvm.qmp import Qmp
+from sandfleet.sandbox.state import proc_start_time, state_root, write_meta
 
 
 @dataclass(frozen=True)
@@ -76,27 +76,6 @@ class VmSpec:
         ]  # fmt: skip
 
 
-def runtime_root() -> Path:
-    """Where run directories live (short: unix socket paths are limited to 108 bytes)."""
-    base = os.environ.get("XDG_RUNTIME_DIR") or "/tmp"
-    root = Path(base) / f"sandfleet-vm-{os.getuid()}"
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return root
-
-
-def process_start_time(pid: int) -> str | None:
-    """A process's start time (clock ticks since boot), to tell a pid from its reuse."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rpartition(")")[2].split()[19]
-
-
-#: migrate RAM blocks mapped shared (the snapshot's memory file) by reference, not by value
-IGNORE_SHARED = [{"capability": "x-ignore-shared", "state": True}]
-
-
 class Vm:
     """A running QEMU process. Start with :meth:`start`; always finish with :meth:`stop`."""
 
@@ -104,26 +83,32 @@ class Vm:
         self.run = run
         self.proc = proc
         self.qmp = qmp
+        #: the byte stream to the guest agent, opened by :meth:`start`
+        self.agent: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
     @classmethod
     async def start(
         cls,
+        sid: str,
         spec: VmSpec,
         mem_path: Path,
         *,
         share: bool,
+        meta: dict[str, object] | None = None,
         incoming: Path | None = None,
         save_to: Path | None = None,
+        ignore_shared: bool = True,
     ) -> Vm:
         """Launch QEMU.
 
         With ``incoming``, restore the device state saved in that file (RAM comes from
         ``mem_path``). With ``save_to``, QEMU holds that file open for :meth:`save`.
+        ``ignore_shared=False`` loads a full stream (RAM included) into a shared mapping.
         """
-        run = runtime_root() / secrets.token_hex(6)
+        run = state_root() / sid
         run.mkdir(mode=0o700)
-        marker = {"owner_pid": os.getpid(), "owner_start": process_start_time(os.getpid())}
-        (run / "owner.json").write_text(json.dumps(marker))
+        meta = {"id": sid, "backend": "microvm", **(meta or {})}
+        write_meta(run, meta)
         argv = spec.argv(run, mem_path, share=share)
         if incoming is not None:
             argv += ["-incoming", "defer"]
@@ -142,17 +127,19 @@ class Vm:
         except BaseException:
             shutil.rmtree(run, ignore_errors=True)
             raise
-        marker["qemu_pid"] = proc.pid
-        (run / "owner.json").write_text(json.dumps(marker))
+        pid_starts = {str(proc.pid): proc_start_time(proc.pid)}
+        write_meta(run, {**meta, "pids": [proc.pid], "pid_starts": pid_starts})
         vm = cls(run, proc, None)
         try:
             vm.qmp = await cls._connect_qmp(run, proc)
-            await vm.qmp.execute("migrate-set-capabilities", capabilities=IGNORE_SHARED)
+            # connect before the state loads, so the restored guest never sees the host leave
+            vm.agent = await vm._open_agent()
+            await vm.set_ignore_shared(ignore_shared)
             if incoming is not None:
                 await vm._send_file("state", incoming, os.O_RDONLY)
                 await vm.qmp.execute("migrate-incoming", uri="fd:state")
             elif save_to is not None:
-                await vm._send_file("state", save_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                await vm._send_file("save", save_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except BaseException:
             await vm.stop()
             raise
@@ -170,12 +157,18 @@ class Vm:
         await asyncio.sleep(0.05)
         raise SandboxDiedError(f"QEMU did not start: {log_tail(run)}")
 
-    async def open_agent(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    async def _open_agent(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         """A byte stream to the guest agent's virtio-serial port."""
         try:
             return await asyncio.open_unix_connection(str(self.run / "agent.sock"), limit=2**22)
         except OSError as exc:
             raise SandboxDiedError(f"can't reach the agent socket: {exc}") from exc
+
+    async def set_ignore_shared(self, on: bool) -> None:
+        """Migrate RAM mapped shared (a template's memory file) by reference, not by value."""
+        assert self.qmp is not None
+        caps = [{"capability": "x-ignore-shared", "state": on}]
+        await self.qmp.execute("migrate-set-capabilities", capabilities=caps)
 
     async def _send_file(self, name: str, path: Path, flags: int) -> None:
         """Open ``path`` here and hand the descriptor to QEMU as ``name`` (QMP ``getfd``)."""
@@ -186,14 +179,17 @@ class Vm:
         finally:
             os.close(fd)
 
-    async def save(self, *, timeout: float = 60.0) -> None:
-        """Pause the guest and write its device state to the ``save_to`` file given at start.
+    async def save(self, path: Path | None = None, *, timeout: float = 60.0) -> None:
+        """Pause the guest and write its state to ``path`` (default: ``save_to`` of start).
 
-        RAM is not in that file: it is already in the shared memory file.
+        RAM in a shared mapping is not in that file (it is in the memory file already);
+        RAM in a private mapping is.
         """
         assert self.qmp is not None
         await self.qmp.execute("stop")
-        await self.qmp.execute("migrate", uri="fd:state")
+        if path is not None:
+            await self._send_file("save", path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        await self.qmp.execute("migrate", uri="fd:save")
         async with asyncio.timeout(timeout):
             while True:
                 info = await self.qmp.execute("query-migrate")
@@ -203,17 +199,24 @@ class Vm:
                     raise SandboxDiedError(f"saving the VM failed: {info.get('error-desc')}")
                 await asyncio.sleep(0.01)
 
-    async def wait_running(self, *, timeout: float = 30.0) -> None:
-        """Wait until an incoming VM has loaded its state and runs."""
+    async def wait_running(self, *, timeout: float = 30.0, resume: bool = True) -> None:
+        """Wait until an incoming VM has loaded its state, then resume it.
+
+        The template was paused when it was saved, so the restored VM starts paused too.
+        """
         assert self.qmp is not None
         async with asyncio.timeout(timeout):
             while True:
-                status = (await self.qmp.execute("query-status"))["status"]
-                if status == "running":
-                    return
-                if status not in ("inmigrate", "prelaunch", "restore-vm", "paused"):
-                    raise SandboxDiedError(f"restored VM is {status}: {log_tail(self.run)}")
+                info = await self.qmp.execute("query-migrate")
+                if info.get("status") == "completed":
+                    break
+                if info.get("status") in ("failed", "cancelled"):
+                    raise SandboxDiedError(
+                        f"restoring the VM failed: {info.get('error-desc')}: {log_tail(self.run)}"
+                    )
                 await asyncio.sleep(0.002)
+            if resume:
+                await self.qmp.execute("cont")
 
     def alive(self) -> bool:
         """Whether the QEMU process is still running."""
@@ -238,6 +241,8 @@ class Vm:
             if self.qmp is not None:
                 with contextlib.suppress(Exception):
                     await self.qmp.close()
+            if self.agent is not None:
+                self.agent[1].close()
             shutil.rmtree(self.run, ignore_errors=True)
 
 

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -734,6 +735,17 @@ static int launch(int argc, char **argv) {
             if (setgroups(0, NULL) < 0 || setresgid(g, g, g) < 0 || setresuid(atoi(argv[i + 1]), atoi(argv[i + 1]), atoi(argv[i + 1])) < 0)
                 return die("drop privileges to", argv[i + 1]);
             i += 2;
+        } else if (!strcmp(a, "--opaque") && i + 4 < argc) { /* PATH UID GID MODE: hide lower */
+            const char *p = argv[i + 1];
+            struct stat st;
+            if (stat(p, &st) < 0) { /* a directory a layer brought keeps its owner and mode */
+                mkdirs(p, 0755);
+                if (mkdir(p, 0755) < 0 && errno != EEXIST) return die("mkdir", p);
+                if (lchown(p, atoi(argv[i + 2]), atoi(argv[i + 3])) < 0) return die("chown", p);
+                if (chmod(p, strtol(argv[i + 4], NULL, 8)) < 0) return die("chmod", p);
+            }
+            if (setxattr(p, "trusted.overlay.opaque", "y", 1, 0) < 0) return die("mark opaque", p);
+            i += 4;
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
             if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;

@@ -255,7 +255,7 @@ if [ -f "$__sf_state" ]; then . "$__sf_state" 2>/dev/null; fi
 __sf_save() {
   __sf_rc=$?
   { declare -p 2>/dev/null | grep -vE '^declare -[a-zA-Z]*r|^declare -[^ ]* (BASH|BASHOPTS|BASHPID|BASH_[A-Z_]*|EUID|PPID|SHELLOPTS|UID|GROUPS|FUNCNAME|PIPESTATUS|RANDOM|SECONDS|LINENO|HISTCMD|SRANDOM|EPOCHREALTIME|EPOCHSECONDS|DIRSTACK|_|__sf_[a-z_]*|COMP_WORDBREAKS|OPTIND|OPTERR|IFS)='
-    declare -f | grep -v '^__sf_save' ; echo "cd $(printf %q "$PWD") 2>/dev/null"; } > "$__sf_state.tmp" 2>/dev/null \
+    for __sf_f in $(compgen -A function); do case $__sf_f in __sf_*) ;; *) declare -f "$__sf_f";; esac; done; echo "cd $(printf %q "$PWD") 2>/dev/null"; } > "$__sf_state.tmp" 2>/dev/null \
     && mv -f "$__sf_state.tmp" "$__sf_state"
   exit $__sf_rc
 }

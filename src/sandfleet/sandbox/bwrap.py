@@ -144,30 +144,19 @@ class BwrapBackend:
         for f in cg.procs_files if cg else []:
             a += ["--cgroup", str(f)]
         a += ["--tmpfs", str(rw), f"{lim.disk_mib}m",
-              "--mkdir", str(rw / "upper"), hu, hu, "0755",
+              "--mkdir", str(rw / "upper"), "0", "0", "0755",
               "--mkdir", str(rw / "work"), "0", "0", "0755"]
-        layers_above: list[Path] = []
         if lowers[-1] == Path("/"):
             # Overlayfs refuses layers that live below another layer ("/" here), so layers
-            # over the host's root are copied into the private upper layer instead.
-            layers_above = lowers[:-1]
-            for layer in reversed(layers_above):
+            # over the host's root are copied into the private upper layer instead; host
+            # directories the sandbox must not see become opaque (empty) upper directories.
+            for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
+            for path in _host_hidden():
+                a += ["--opaque", f"{rw}/upper{path}", "0", "0", FRESH_MODES.get(path, "0755")]
             lowers = lowers[-1:]
         a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
-
-        def fresh(path: str, mode: str, owner: str = "0") -> None:
-            a.extend(["--mkdir", f"{rw}/fresh{path}", owner, owner, mode,
-                      "--mkdir", f"{root}{path}", "0", "0", "0755",
-                      "--bind", f"{rw}/fresh{path}", f"{root}{path}"])
-
-        if lowers[-1] == Path("/"):
-            provided = {f"/{p.name}" for layer in layers_above for p in layer.iterdir()}
-            for path in _host_hidden():
-                if path in provided:
-                    continue
-                fresh(path, FRESH_MODES.get(path, "0755"))
-        else:
+        if lowers[-1] != Path("/"):
             a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
         for path in (spec.workdir, "/home/agent", "/logs"):
             a += ["--mkdir", f"{root}{path}", hu, hu, "0755"]

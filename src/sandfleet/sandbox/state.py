@@ -84,7 +84,7 @@ def list_sandboxes() -> list[dict[str, Any]]:
     """Every sandbox marker on this host, with ``alive`` and ``expired`` flags."""
     out = []
     root = state_root()
-    for d in sorted(root.iterdir()) if root.exists() else []:
+    for d in sorted(root.glob("sf-*")) if root.exists() else []:
         meta = read_meta(d)
         if meta is None:
             meta = {"id": d.name, "backend": "?"}

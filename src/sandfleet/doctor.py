@@ -1,0 +1,93 @@
+"""``sandfleet doctor``: what this host supports, and what to do about what it lacks."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shutil
+from typing import Any
+
+import click
+
+
+def _kvm() -> dict[str, Any]:
+    try:
+        from sandfleet.sandbox.microvm import probe  # type: ignore[attr-defined]
+
+        result: dict[str, Any] = probe.kvm_report()
+        return result
+    except (ImportError, AttributeError):
+        present = os.path.exists("/dev/kvm")
+        return {"present": present, "usable": None,
+                "reason": "/dev/kvm exists (not probed)" if present else "no /dev/kvm"}
+
+
+def report() -> dict[str, Any]:
+    """Facts about the host and each backend's availability, as a dict."""
+    from sandfleet.images import arch
+    from sandfleet.sandbox import cgroups
+    from sandfleet.sandbox.bwrap import bwrap_version
+
+    lay = cgroups.detect()
+    root = os.geteuid() == 0
+    bw = bwrap_version()
+    backends: dict[str, dict[str, Any]] = {
+        "process": {"available": True, "reason": "always available; isolates nothing (development only)"},
+    }
+    if not bw:
+        backends["bwrap"] = {"available": False, "reason": "bubblewrap missing: apt-get install bubblewrap"}
+    elif not root:
+        backends["bwrap"] = {"available": False, "reason": "needs root for its overlay root and cgroups"}
+    else:
+        backends["bwrap"] = {"available": True, "reason": f"{bw}; cgroups {lay.version}"
+                             + ("" if lay.usable else " (not writable: limits off)")}
+    kvm = _kvm()
+    qemu = shutil.which("qemu-system-x86_64") if platform.machine() == "x86_64" else shutil.which("qemu-system-aarch64")
+    try:
+        from sandfleet.sandbox.microvm import probe as mprobe  # type: ignore[attr-defined]
+
+        micro: dict[str, Any] = mprobe.availability()
+    except (ImportError, AttributeError):
+        micro = {"available": False, "reason": "microvm backend not installed in this build" if qemu
+                 else "QEMU missing: apt-get install qemu-system-x86 linux-image-cloud-amd64"}
+    backends["microvm"] = micro
+    default = "bwrap" if backends["bwrap"]["available"] else "process"
+    return {
+        "arch": arch(),
+        "machine": platform.machine(),
+        "kernel": platform.release(),
+        "page_size": os.sysconf("SC_PAGE_SIZE"),
+        "cpus": os.cpu_count(),
+        "root": root,
+        "cgroup": {"version": lay.version, "writable": lay.writable,
+                   "controllers": {k: str(v) for k, v in lay.mounts.items()}},
+        "bwrap": bw,
+        "qemu": qemu,
+        "kvm": kvm,
+        "backends": backends,
+        "default_backend": default,
+    }
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor(as_json: bool) -> None:
+    """What this host supports (bubblewrap, cgroups, KVM, QEMU, arch, page size), with advice."""
+    r = report()
+    if as_json:
+        click.echo(json.dumps(r, indent=2))
+        return
+    click.echo(f"arch        {r['arch']} ({r['machine']}), page size {r['page_size']}, {r['cpus']} CPUs, kernel {r['kernel']}")
+    cg = r["cgroup"]
+    click.echo(f"cgroups     {cg['version']} ({', '.join(f'{k}: {v}' for k, v in cg['controllers'].items()) or 'none'})"
+               + ("" if cg["writable"] else " - not writable: run as root for limits"))
+    click.echo(f"bubblewrap  {r['bwrap'] or 'missing: apt-get install bubblewrap'}")
+    click.echo(f"qemu        {r['qemu'] or 'missing: apt-get install qemu-system-x86'}")
+    k = r["kvm"]
+    click.echo(f"kvm         {'usable' if k.get('usable') else 'not usable'}: {k.get('reason')}")
+    click.echo("backends")
+    for name, b in r["backends"].items():
+        mark = "yes" if b["available"] else "no "
+        click.echo(f"  {name:8} {mark}  {b['reason']}")
+    click.echo(f"default     {r['default_backend']}")

@@ -1,0 +1,57 @@
+"""``sandfleet image ...``: build and list images."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import click
+
+from sandfleet.errors import SandfleetError
+
+
+@click.group()
+def image() -> None:
+    """Build and list environment images."""
+
+
+@image.command("build")
+@click.option("--suite", default="bookworm", show_default=True, help="Debian suite of a base image.")
+@click.option("--arch", "target_arch", default=None, help="Target arch (default: this host's).")
+@click.option("--packages", default=None, help="Comma-separated apt packages (default: a coding-agent set).")
+@click.option("--mirror", default=None, help="apt mirror (default: from the host's apt sources).")
+@click.option("--task", "task_dir", default=None, type=click.Path(exists=True, file_okay=False),
+              help="Build the environment image of this task folder instead.")
+def build(suite: str, target_arch: str | None, packages: str | None, mirror: str | None,
+          task_dir: str | None) -> None:
+    """Build a Debian base with debootstrap, or a task's environment image."""
+    t0 = time.monotonic()
+    try:
+        if task_dir:
+            from sandfleet.images.build import build_task_image
+            from sandfleet.tasks import load_task
+
+            img = build_task_image(load_task(task_dir))
+        else:
+            from sandfleet.images.debootstrap import DEFAULT_PACKAGES, build_base
+
+            pkgs = tuple(p for p in packages.split(",") if p) if packages is not None else DEFAULT_PACKAGES
+            img = build_base(suite, pkgs, target_arch=target_arch, mirror=mirror)
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(f"{img.hash}  {img.name}  ({time.monotonic() - t0:.1f}s)")
+
+
+@image.command("ls")
+@click.option("--json", "as_json", is_flag=True)
+def ls(as_json: bool) -> None:
+    """List the host image and every cached image."""
+    from sandfleet.images import list_images
+
+    imgs = list_images()
+    if as_json:
+        click.echo(json.dumps([i.to_json() for i in imgs], indent=2))
+        return
+    click.echo(f"{'HASH':16} {'NAME':36} {'ARCH':6} {'PAGE':>5} BASE")
+    for i in imgs:
+        click.echo(f"{i.hash[:16]:16} {i.name[:36]:36} {i.arch:6} {i.page_size:>5} {i.base}")

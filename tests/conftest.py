@@ -1,0 +1,69 @@
+"""Shared fixtures: backends to parametrize over, skipped with the reason where the host lacks them."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import AsyncIterator
+
+import pytest
+
+from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox.base import Sandbox
+
+
+def backend_skip(name: str) -> str | None:
+    if name == "bwrap":
+        if not shutil.which("bwrap"):
+            return "bubblewrap not installed (apt-get install bubblewrap)"
+        if os.geteuid() != 0:
+            return "the bwrap backend needs root"
+    if name == "microvm":
+        if os.environ.get("SANDFLEET_TEST_MICROVM") != "1":
+            return "microvm contract tests are opt-in here (SANDFLEET_TEST_MICROVM=1; slow under TCG)"
+        try:
+            from sandfleet.doctor import report
+
+            b = report()["backends"]["microvm"]
+            if not b["available"]:
+                return str(b["reason"])
+        except Exception as e:  # pragma: no cover
+            return f"microvm unavailable: {e}"
+    return None
+
+
+BACKENDS = ["process", "bwrap", "microvm"]
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> str:
+    why = backend_skip(request.param)
+    if why:
+        pytest.skip(why)
+    return str(request.param)
+
+
+@pytest.fixture(params=["bwrap", "microvm"])
+def isolated_backend(request: pytest.FixtureRequest) -> str:
+    why = backend_skip(request.param)
+    if why:
+        pytest.skip(why)
+    return str(request.param)
+
+
+@pytest.fixture
+async def sb(backend: str) -> AsyncIterator[Sandbox]:
+    box = await create_sandbox(backend=backend, ttl_s=300)
+    try:
+        yield box
+    finally:
+        await box.close()
+
+
+@pytest.fixture
+async def isb(isolated_backend: str) -> AsyncIterator[Sandbox]:
+    box = await create_sandbox(backend=isolated_backend, ttl_s=300, memory_mib=256, pids=128)
+    try:
+        yield box
+    finally:
+        await box.close()

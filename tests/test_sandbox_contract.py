@@ -1,0 +1,157 @@
+"""The sandbox contract, run against every backend this host has."""
+
+from __future__ import annotations
+
+import asyncio
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from sandfleet.errors import GuestError, GuestFileNotFoundError, SandboxClosedError, SandboxPathError
+from sandfleet.sandbox import create_sandbox, fork
+from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.state import state_root
+
+
+async def test_exec_argv_and_shell(sb: Sandbox) -> None:
+    r = await sb.exec(["sh", "-c", "echo out; echo err >&2; exit 7"])
+    assert (r.exit_code, r.stdout, r.stderr) == (7, "out\n", "err\n")
+    r = await sb.exec("x=41; echo $((x+1))")
+    assert r.stdout == "42\n" and r.ok
+
+
+async def test_exec_cwd_env_stdin(sb: Sandbox) -> None:
+    await sb.exec("mkdir -p sub")
+    r = await sb.exec("pwd; echo $FOO; cat", cwd="sub", env={"FOO": "bar"}, stdin="piped")
+    lines = r.stdout.splitlines()
+    assert lines[0].endswith("/work/sub") and lines[1:] == ["bar", "piped"]
+
+
+async def test_exec_bad_cwd_and_program(sb: Sandbox) -> None:
+    with pytest.raises(GuestError, match="nope"):
+        await sb.exec(["true"], cwd="/work/nope")
+    with pytest.raises(GuestError, match="no-such-program"):
+        await sb.exec(["no-such-program"])
+    assert (await sb.exec(["true"])).ok  # the sandbox carries on
+
+
+async def test_timeout_kills_whole_tree(sb: Sandbox) -> None:
+    # a child that escapes the process group with setsid and ignores SIGTERM must die too
+    r = await sb.exec("trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300' & sleep 300", timeout=0.5)
+    assert r.timed_out and r.exit_code == 137
+    left = await sb.exec("ps -eo args | grep -c '[s]leep 300' || true")
+    assert left.stdout.strip() == "0"
+
+
+async def test_output_cap_truncates_and_says_so(sb: Sandbox) -> None:
+    r = await sb.exec("head -c 300000000 /dev/zero | tr '\\0' x", max_output=1000, timeout=60)
+    assert r.exit_code == 0 and r.truncated
+    assert r.stdout_dropped == 300_000_000 - 1000
+    assert r.stdout.startswith("x" * 1000) and "truncated" in r.stdout
+
+
+async def test_streaming_output(sb: Sandbox) -> None:
+    chunks: list[tuple[str, bytes]] = []
+    r = await sb.exec("echo a; sleep 0.2; echo b >&2", on_output=lambda s, b: chunks.append((s, b)))
+    assert r.ok
+    assert b"".join(b for s, b in chunks if s == "stdout") == b"a\n"
+    assert b"".join(b for s, b in chunks if s == "stderr") == b"b\n"
+
+
+async def test_session_keeps_state_and_survives_timeout(sb: Sandbox) -> None:
+    s = sb.session()
+    await s.run("mkdir -p d && cd d && export A=1 && B=2 && f() { echo fn$1; }")
+    r = await s.run("pwd; echo $A $B; f 3")
+    out = r.stdout.splitlines()
+    assert out[0].endswith("/work/d") and out[1:] == ["1 2", "fn3"]
+    r = await s.run("cd /; C=9; sleep 30", timeout=0.5)
+    assert r.timed_out and s.usable
+    r = await s.run("pwd; echo ${C:-unset} $A")
+    assert r.stdout.splitlines()[0].endswith("/work/d") and r.stdout.splitlines()[1] == "unset 1"
+    await s.close()
+
+
+async def test_files_roundtrip(sb: Sandbox) -> None:
+    await sb.write_file("a/b/c.txt", b"hello\x00bytes", mode=0o600)
+    assert await sb.read_file("a/b/c.txt") == b"hello\x00bytes"
+    r = await sb.exec("stat -c %a a/b/c.txt")
+    assert r.stdout.strip() == "600"
+    with pytest.raises(GuestFileNotFoundError):
+        await sb.read_file("missing.txt")
+
+
+async def test_upload_download_dirs(sb: Sandbox, tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    (src / "inner").mkdir(parents=True)
+    (src / "inner" / "x.txt").write_text("x")
+    (src / "top.txt").write_text("top")
+    await sb.upload(src, "dest")
+    r = await sb.exec("cat dest/top.txt dest/inner/x.txt")
+    assert r.stdout == "topx"
+    out = await sb.download("dest", tmp_path / "back")
+    assert (out / "inner" / "x.txt").read_text() == "x"
+
+
+async def test_download_refuses_links_out(sb: Sandbox, tmp_path: Path) -> None:
+    await sb.exec("mkdir evil && ln -s /etc/passwd evil/link && ln -s ../../../../outside evil/up")
+    with pytest.raises(SandboxPathError):
+        await sb.download("evil", tmp_path / "dl")
+    assert not (tmp_path / "outside").exists()
+
+
+async def test_paths_that_escape(sb: Sandbox) -> None:
+    for bad in ("../../../../etc/passwd", "/../../x", "a\x00b", ""):
+        with pytest.raises(SandboxPathError):
+            await sb.read_file(bad)
+
+
+async def test_snapshot_and_fork(sb: Sandbox) -> None:
+    await sb.write_file("state.txt", "prepared")
+    snap = await sb.snapshot()
+    try:
+        kids = await fork(snap, 3)
+        try:
+            outs = await asyncio.gather(*(k.exec("cat state.txt; echo $$ > mine") for k in kids))
+            assert [o.stdout for o in outs] == ["prepared"] * 3
+            assert len({k.id for k in kids}) == 3
+            await kids[0].write_file("state.txt", "changed")
+            assert (await kids[1].read_file("state.txt")) == b"prepared"
+        finally:
+            for k in kids:
+                await k.close()
+    finally:
+        snap.delete()
+
+
+async def test_close_leaves_nothing(backend: str) -> None:
+    box = await create_sandbox(backend=backend)
+    await box.exec("sleep 100 > /dev/null 2>&1 &")
+    d = state_root() / box.id
+    assert d.exists()
+    await box.close()
+    assert not d.exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/sandfleet/{box.id}"))
+    with pytest.raises(SandboxClosedError):
+        await box.exec("true")
+
+
+async def test_ttl_expiry(backend: str) -> None:
+    box = await create_sandbox(backend=backend, ttl_s=1)
+    try:
+        await asyncio.sleep(1.5)
+        assert not box.alive
+        with pytest.raises(Exception, match="died|closed"):
+            await box.exec("true")
+    finally:
+        await box.close()
+
+
+async def test_download_tar_member_safety(tmp_path: Path) -> None:
+    # the same filter guards every download: a member escaping the target is refused
+    bad = tmp_path / "bad.tar"
+    with tarfile.open(bad, "w") as t:
+        info = tarfile.TarInfo("../escape.txt")
+        t.addfile(info)
+    with tarfile.open(bad) as t, pytest.raises(tarfile.FilterError):
+        t.extractall(tmp_path / "x", filter="data")

@@ -1,0 +1,215 @@
+"""The agent loop for a model behind any OpenAI-compatible chat server.
+
+Each turn: send the conversation (a ``model`` span, with the server's ``usage`` tokens),
+run every command the reply asks for (``agent_command`` spans), send the output back
+(truncated to ``max_output_chars``, saying so). Commands come from ``bash`` tool calls, or,
+for models without tool calling, from fenced shell blocks in the text. The loop stops when
+a reply asks for no command (the model is done), or at ``max_turns``, at ``max_tokens``
+generated, or at the task's agent timeout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from sandfleet.errors import ConfigError, ModelError
+from sandfleet.rollout.chat import ChatClient, ChatReply
+from sandfleet.rollout.policy import AgentContext
+
+ToolMode = Literal["auto", "tools", "text"]
+
+BASH_TOOL: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a bash command in the sandbox; returns its exit code and output.",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string", "description": "The command to run."}},
+            "required": ["command"],
+        },
+    },
+}
+
+SYSTEM_PROMPT = """You are an agent working in a Linux sandbox to complete a task.
+Run shell commands {how}. You see each command's exit code and output.
+The shell keeps its working directory and variables between commands.
+When the task is complete, reply with a short summary and no command."""
+HOW = {
+    "tools": "with the `bash` tool",
+    "auto": "with the `bash` tool (or, without tools, in a ```bash fenced block)",
+    "text": "by writing each one in a ```bash fenced block",
+}
+
+_FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def fenced_commands(text: str) -> list[str]:
+    """Shell commands from fenced blocks (```bash, ```sh or bare ```)."""
+    return [block.strip() for block in _FENCE.findall(text) if block.strip()]
+
+
+def truncate(text: str, cap: int) -> str:
+    """Keep the head and tail of ``text`` within ``cap`` characters, saying what was cut."""
+    if len(text) <= cap:
+        return text
+    head = cap * 2 // 3
+    tail = cap - head
+    cut = len(text) - head - tail
+    return f"{text[:head]}\n[... {cut} characters truncated by sandfleet ...]\n{text[-tail:]}"
+
+
+@dataclass
+class AgentConfig:
+    """Limits and prompt of the model-driven agent."""
+
+    max_turns: int = 30
+    """Most model requests per rollout."""
+    max_tokens: int = 16384
+    """Most tokens generated over the whole rollout (the server's ``completion_tokens``)."""
+    max_tokens_per_turn: int | None = 1024
+    """``max_tokens`` sent with each request; None leaves it to the server."""
+    max_output_chars: int = 8000
+    """Command output shown to the model is cut to this many characters (it says so)."""
+    command_timeout_s: float = 180.0
+    """Limit of one command (also bounded by the task's agent timeout)."""
+    tool_mode: ToolMode = "auto"
+    """``tools``: the bash tool only; ``text``: fenced blocks only; ``auto``: offer the tool,
+    run fenced blocks if the reply has no tool call, and drop the tool if the server rejects it."""
+    temperature: float | None = None
+    """Sampling temperature sent with each request; None leaves it to the server."""
+    system_prompt: str = SYSTEM_PROMPT
+    """System message; ``{how}`` is replaced by how to run commands in the tool mode."""
+
+
+class OpenAIPolicy:
+    """A model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+
+    name = "openai"
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        config: AgentConfig | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        request_timeout_s: float = 120.0,
+    ):
+        if not base_url:
+            raise ConfigError("the openai agent needs a model server URL (--model-url)")
+        self.base_url = base_url
+        self.model = model
+        self.api_key = api_key if api_key is not None else os.environ.get(api_key_env)
+        self.config = config or AgentConfig()
+        self.transport = transport
+        self.request_timeout_s = request_timeout_s
+
+    def _messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
+        system = self.config.system_prompt.format(how=HOW[self.config.tool_mode])
+        return [
+            {"role": "system", "content": system},
+            {"role": "user", "content": ctx.task.instruction},
+        ]
+
+    async def act(self, ctx: AgentContext) -> str:
+        cfg = self.config
+        ctx.command_timeout_s = cfg.command_timeout_s
+        ctx.info.update(model=self.model, tool_mode=cfg.tool_mode)
+        messages = self._messages(ctx)
+        use_tools = cfg.tool_mode != "text"
+        async with ChatClient(
+            self.base_url,
+            self.model,
+            api_key=self.api_key,
+            transport=self.transport,
+            timeout_s=self.request_timeout_s,
+        ) as client:
+            while True:
+                if ctx.turns >= cfg.max_turns:
+                    return "max_turns"
+                if ctx.completion_tokens >= cfg.max_tokens:
+                    return "max_tokens"
+                reply = await self._ask(ctx, client, messages, use_tools)
+                if reply is None:  # the server refused tools: fall back to text
+                    use_tools = False
+                    continue
+                ctx.turns += 1
+                messages.append(
+                    reply.raw_message or {"role": "assistant", "content": reply.content}
+                )
+                if not await self._run_reply(ctx, reply, messages):
+                    return "done"
+
+    async def _ask(
+        self, ctx: AgentContext, client: ChatClient, messages: list[dict[str, Any]], use_tools: bool
+    ) -> ChatReply | None:
+        with ctx.recorder.span("model", turn=ctx.turns) as span:
+            try:
+                reply = await client.complete(
+                    messages,
+                    tools=[BASH_TOOL] if use_tools else None,
+                    max_tokens=self.config.max_tokens_per_turn,
+                    temperature=self.config.temperature,
+                )
+            except ModelError as e:
+                span["error"] = e.reason
+                if use_tools and self.config.tool_mode == "auto" and e.reason == "model_http_400":
+                    ctx.info["tools_rejected"] = True
+                    return None
+                raise
+            span["prompt_tokens"] = reply.prompt_tokens
+            span["completion_tokens"] = reply.completion_tokens
+            span["finish_reason"] = reply.finish_reason
+        ctx.prompt_tokens += reply.prompt_tokens or 0
+        ctx.completion_tokens += reply.completion_tokens or 0
+        return reply
+
+    async def _run_reply(
+        self, ctx: AgentContext, reply: ChatReply, messages: list[dict[str, Any]]
+    ) -> bool:
+        """Run what the reply asks for; False when it asked for nothing (done)."""
+        cap = self.config.max_output_chars
+        if reply.tool_calls:
+            for call in reply.tool_calls:
+                command = _command_of(call.name, call.arguments)
+                if command is None:
+                    text = (
+                        f"error: unknown tool or bad arguments for {call.name!r}; use bash(command)"
+                    )
+                else:
+                    text = await self._execute(ctx, command, cap)
+                messages.append({"role": "tool", "tool_call_id": call.id, "content": text})
+            return True
+        if self.config.tool_mode == "tools":
+            return False
+        commands = fenced_commands(reply.content)
+        if not commands:
+            return False
+        outputs = [await self._execute(ctx, command, cap) for command in commands]
+        messages.append({"role": "user", "content": "\n\n".join(outputs)})
+        return True
+
+    async def _execute(self, ctx: AgentContext, command: str, cap: int) -> str:
+        res = await ctx.run(command)
+        note = " (timed out)" if res.timed_out else ""
+        return f"exit code: {res.exit_code}{note}\n{truncate(res.output, cap)}"
+
+
+def _command_of(name: str, arguments: str) -> str | None:
+    if name != "bash":
+        return None
+    try:
+        args = json.loads(arguments) if arguments.strip() else {}
+    except json.JSONDecodeError:
+        return arguments.strip() or None  # some small models send the bare command
+    command = args.get("command") if isinstance(args, dict) else None
+    return command if isinstance(command, str) and command.strip() else None

@@ -1,0 +1,221 @@
+"""A small OpenAI-compatible chat server that plays scripted replies (tests and demos).
+
+It is a real HTTP server on 127.0.0.1 (a port of its own), so the agent loop talks to it
+exactly as to SGLang or vLLM. The reply to a request is chosen by its turn: the number of
+assistant messages already in the conversation, so concurrent rollouts of one script each
+get the whole script. Replies after the script's end say the task is done.
+
+A script entry is one of::
+
+    {"bash": "ls -la"}                  one bash tool call
+    {"tool_calls": ["make", "make test"]}   several
+    {"text": "```bash\\nls\\n```"}      plain text (fenced blocks for tool-less models)
+    "Done."                             plain text
+    {"fault": "500" | "malformed" | "bad_shape" | "hang"}   a failure
+
+and may carry ``"delay_s"``. ``faults`` (a list of fault names) are served first, one per
+request, whatever the turn, then the script plays normally: that is how retries are tested.
+
+    with FakeModelServer([{"bash": "echo hi"}]) as server:
+        policy = OpenAIPolicy(server.url, "fake")
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import click
+
+DONE_TEXT = "The task is complete."
+FAULTS = ("500", "malformed", "bad_shape", "hang")
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+class FakeModelServer:
+    """Serves ``/v1/chat/completions`` and ``/v1/models`` from a script, on a thread."""
+
+    def __init__(
+        self,
+        script: Sequence[Any] = (),
+        *,
+        model: str = "fake-model",
+        faults: Sequence[str] = (),
+        delay_s: float = 0.0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ):
+        for fault in faults:
+            if fault not in FAULTS:
+                raise ValueError(f"unknown fault {fault!r}; known: {', '.join(FAULTS)}")
+        self.script = list(script)
+        self.model = model
+        self.delay_s = delay_s
+        self.faults: deque[str] = deque(faults)
+        self.requests: list[dict[str, Any]] = []
+        """Every request body received, in order."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to give a client (``http://127.0.0.1:PORT/v1``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> FakeModelServer:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, daemon=True, name="sandfleet-fake-model"
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> FakeModelServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- replies
+    def reply_for(self, body: dict[str, Any]) -> tuple[int, bytes]:
+        """The HTTP status and body for one request (may sleep, for delays and hangs)."""
+        with self._lock:
+            self.requests.append(body)
+            fault = self.faults.popleft() if self.faults else None
+        messages = body.get("messages") or []
+        turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
+        entry: Any = self.script[turn] if turn < len(self.script) else DONE_TEXT
+        if isinstance(entry, dict):
+            fault = fault or entry.get("fault")
+            delay = float(entry.get("delay_s", self.delay_s))
+        else:
+            delay = self.delay_s
+        if delay:
+            self._stop.wait(delay)
+        if fault == "hang":
+            self._stop.wait(3600)
+            return 503, b'{"error": "server shut down"}'
+        if fault == "500":
+            return 500, b'{"error": {"message": "scripted internal error"}}'
+        if fault == "malformed":
+            return 200, b'{"id": "x", "choices": [{"message": {"content": "trunc'
+        if fault == "bad_shape":
+            return 200, json.dumps({"id": "x", "object": "chat.completion"}).encode()
+        return 200, json.dumps(self._completion(entry, messages, turn)).encode()
+
+    def _completion(self, entry: Any, messages: list[Any], turn: int) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if isinstance(entry, str):
+            message["content"] = entry
+        elif "text" in entry:
+            message["content"] = entry["text"]
+        else:
+            commands = entry.get("tool_calls") or [entry["bash"]]
+            message["tool_calls"] = [
+                {"id": f"call_{turn}_{i}", "type": "function",
+                 "function": {"name": "bash", "arguments": json.dumps({"command": c})}}
+                for i, c in enumerate(commands)
+            ]  # fmt: skip
+        generated = json.dumps(message)
+        prompt = _tokens(json.dumps(messages))
+        completion = _tokens(generated)
+        return {
+            "id": f"chatcmpl-fake-{turn}", "object": "chat.completion", "created": int(time.time()),
+            "model": self.model,
+            "choices": [{"index": 0, "message": message,
+                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+        }  # fmt: skip
+
+
+def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            pass
+
+        def _send(self, status: int, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                data = {"object": "list", "data": [{"id": server.model, "object": "model"}]}
+                self._send(200, json.dumps(data).encode())
+            else:
+                self._send(404, b'{"error": "not found"}')
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length)
+            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+                self._send(404, b'{"error": "not found"}')
+                return
+            try:
+                body = json.loads(raw)
+            except json.JSONDecodeError:
+                self._send(400, b'{"error": "request is not JSON"}')
+                return
+            status, payload = server.reply_for(body)
+            try:
+                self._send(status, payload)
+            except OSError:  # the client went away (a hang it gave up on)
+                pass
+
+    return Handler
+
+
+def load_script(path: Path) -> list[Any]:
+    """A script file: a JSON list of entries (see the module docstring)."""
+    data = json.loads(path.read_text())
+    if not isinstance(data, list):
+        raise click.BadParameter("the script must be a JSON list of replies")
+    return data
+
+
+@click.command("model-server")
+@click.option(
+    "--script",
+    "script_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSON list of replies (default: say the task is done).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", default=8000, show_default=True, type=int)
+@click.option("--model", default="fake-model", show_default=True)
+@click.option("--delay", "delay_s", default=0.0, type=float, help="Seconds before each reply.")
+def cli(script_path: Path | None, host: str, port: int, model: str, delay_s: float) -> None:
+    """Serve scripted chat replies over an OpenAI-compatible API (for tests and demos)."""
+    script = load_script(script_path) if script_path else []
+    server = FakeModelServer(script, model=model, delay_s=delay_s, host=host, port=port)
+    click.echo(f"serving {len(script)} scripted replies as {model!r} at {server.url}")
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()

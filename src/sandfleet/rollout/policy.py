@@ -1,0 +1,157 @@
+"""The policy seam: what acts in the sandbox between start-up and the verifier.
+
+A policy is anything with a ``name`` and ``async act(ctx) -> str`` (the stop reason). It
+runs commands only through :meth:`AgentContext.run`, which records each one as an
+``agent_command`` span; model-driven policies record their requests as ``model`` spans.
+
+Shipped policies: :class:`OraclePolicy` (the task's reference solution),
+:class:`NoopPolicy`, :class:`ScriptedPolicy` (replays commands; for tests) and
+:class:`~sandfleet.rollout.agent.OpenAIPolicy` (a model behind an OpenAI-compatible server).
+"""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from sandfleet.agent.client import ExecResult
+from sandfleet.errors import RolloutError
+from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.sandbox.base import Sandbox, Session
+from sandfleet.tasks.model import Task, Upload
+
+DEFAULT_COMMAND_TIMEOUT_S = 180.0
+
+
+@dataclass
+class AgentContext:
+    """What a policy sees: the task, the sandbox, the clock, and a budget."""
+
+    task: Task
+    sandbox: Sandbox
+    recorder: SpanRecorder
+    deadline: float
+    """Wall-clock time (``trace.now()``) the agent must stop by (the task's agent timeout)."""
+    command_timeout_s: float = DEFAULT_COMMAND_TIMEOUT_S
+    turns: int = 0
+    """Model turns (or command batches) taken so far."""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    commands: int = 0
+    info: dict[str, Any] = field(default_factory=dict)
+    """Free-form details a policy reports (kept with the rollout)."""
+    _session: Session | None = None
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - now())
+
+    async def run(
+        self,
+        command: str | Sequence[str],
+        *,
+        timeout: float | None = None,
+        env: dict[str, str] | None = None,
+        shell: bool = True,
+        **attrs: Any,
+    ) -> ExecResult:
+        """Run one agent command, as an ``agent_command`` span, within the agent deadline.
+
+        A string runs in a persistent shell session (cwd and variables carry over) when
+        ``shell`` is true, else under ``bash -c``; a list runs as argv in the task workdir."""
+        limit = min(timeout or self.command_timeout_s, self.remaining())
+        if limit <= 0:
+            raise TimeoutError("agent timeout")
+        label = command if isinstance(command, str) else " ".join(command)
+        self.commands += 1
+        with self.recorder.span(
+            "agent_command", command=label[:500], turn=self.turns, **attrs
+        ) as span:
+            if isinstance(command, str) and shell and env is None:
+                if self._session is None:
+                    self._session = self.sandbox.session(cwd=self.task.workdir)
+                res = await self._session.run(command, timeout=limit)
+            else:
+                res = await self.sandbox.exec(
+                    command, cwd=self.task.workdir, env=env, timeout=limit
+                )
+            span["exit_code"] = res.exit_code
+            if res.timed_out:
+                span["timed_out"] = True
+        return res
+
+    async def stage(self, uploads: Sequence[Upload], what: str) -> None:
+        """Copy files in, as an ``other_sandbox`` span."""
+        if uploads:
+            with self.recorder.span("other_sandbox", what=what):
+                await stage_uploads(self.sandbox, uploads)
+
+
+async def stage_uploads(sandbox: Sandbox, uploads: Sequence[Upload]) -> None:
+    """A file lands at exactly its target; a folder's contents land under its target."""
+    for up in uploads:
+        if up.source.is_dir():
+            await sandbox.upload(up.source, up.target)
+        else:
+            mode = 0o755 if up.source.stat().st_mode & stat.S_IXUSR else 0o644
+            await sandbox.write_file(up.target, up.source.read_bytes(), mode=mode)
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """Acts in a sandbox; returns why it stopped (``done``, ``max_turns``, ...)."""
+
+    name: str
+
+    async def act(self, ctx: AgentContext) -> str: ...
+
+
+class NoopPolicy:
+    """Does nothing: a valid task must score 0 with it."""
+
+    name = "noop"
+
+    async def act(self, ctx: AgentContext) -> str:
+        return "done"
+
+
+class OraclePolicy:
+    """Runs the task's reference solution; its time is ``agent_command``."""
+
+    name = "oracle"
+
+    async def act(self, ctx: AgentContext) -> str:
+        plan = ctx.task.solution
+        if plan is None:
+            raise RolloutError(
+                f"task {ctx.task.name} has no reference solution", reason="no_solution"
+            )
+        await ctx.stage(plan.uploads, "upload solution")
+        env = plan.env or None
+        if plan.command is not None:
+            ctx.turns = 1
+            res = await ctx.run(list(plan.command), env=env, timeout=ctx.remaining())
+            ctx.info["solution_exit_code"] = res.exit_code
+            return "done"
+        for i, step in enumerate(plan.commands):  # TB1 keystrokes, one shell session
+            ctx.turns = i + 1
+            text = step.command.rstrip("\n")
+            if text.strip():
+                await ctx.run(text, timeout=step.max_timeout_sec)
+        return "done"
+
+
+class ScriptedPolicy:
+    """Replays fixed shell commands in one session (tests, demos)."""
+
+    name = "scripted"
+
+    def __init__(self, commands: Sequence[str]):
+        self.commands = list(commands)
+
+    async def act(self, ctx: AgentContext) -> str:
+        for command in self.commands:
+            ctx.turns += 1
+            await ctx.run(command)
+        return "done"

@@ -1,0 +1,100 @@
+"""What one rollout produced: its reward, why it stopped or failed, and its spans."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sandfleet.rollout.trace import SCHEMA
+
+Status = Literal["completed", "failed", "cancelled"]
+
+
+@dataclass
+class RolloutResult:
+    """One attempt of one rollout. ``to_trace()`` is its ``trace.jsonl`` line (the schema in
+    docs/trace-schema.md); ``to_record()`` its ``rollouts.jsonl`` line (outputs included)."""
+
+    rollout_id: str
+    task: str
+    group: str
+    sample: int
+    agent: str
+    backend: str
+    start: float
+    end: float
+    status: Status
+    spans: list[dict[str, Any]]
+    run_id: str = ""
+    attempt: int = 1
+    sandbox_id: str | None = None
+    error: str | None = None
+    reason: str | None = None
+    """Short cause of a failure (``model_unreachable``, ``image_build``, ``cancelled`` ...)."""
+    reward: float | None = None
+    reward_details: dict[str, float] = field(default_factory=dict)
+    advantage: float | None = None
+    """GRPO advantage within the group, set when the group is complete."""
+    stop_reason: str | None = None
+    """Why the agent stopped: ``done``, ``max_turns``, ``max_tokens``, ``agent_timeout``."""
+    turns: int = 0
+    commands: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    verifier_exit_code: int | None = None
+    verifier_output: str = ""
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "completed" and self.reward is not None and self.reward >= 1.0 - 1e-9
+
+    def span_seconds(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for s in self.spans:
+            out[s["name"]] = out.get(s["name"], 0.0) + s["end"] - s["start"]
+        return out
+
+    def to_trace(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "run_id": self.run_id, "rollout_id": self.rollout_id,
+            "task": self.task, "group": self.group, "sample": self.sample,
+            "attempt": self.attempt, "sandbox_id": self.sandbox_id, "backend": self.backend,
+            "agent": self.agent, "start": self.start, "end": self.end, "status": self.status,
+            "error": self.error, "reason": self.reason, "reward": self.reward,
+            "spans": self.spans,
+        }  # fmt: skip
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "rollout_id": self.rollout_id, "task": self.task, "group": self.group,
+            "sample": self.sample, "attempt": self.attempt, "agent": self.agent,
+            "status": self.status, "reason": self.reason, "error": self.error,
+            "reward": self.reward, "reward_details": self.reward_details,
+            "advantage": self.advantage, "passed": self.passed, "stop_reason": self.stop_reason,
+            "turns": self.turns, "commands": self.commands, "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens, "duration_s": self.duration,
+            "spans_s": self.span_seconds(), "sandbox_id": self.sandbox_id,
+            "verifier_exit_code": self.verifier_exit_code, "verifier_output": self.verifier_output,
+            "info": self.info,
+        }  # fmt: skip
+
+
+def group_advantages(results: list[RolloutResult], eps: float = 1e-6) -> dict[str, Any]:
+    """GRPO statistics of one group: (r - mean) / (std + eps) over completed rollouts.
+
+    Sets ``advantage`` on each completed result; returns ``{"n", "mean", "std"}``."""
+    rewards = [r.reward for r in results if r.status == "completed" and r.reward is not None]
+    if not rewards:
+        return {"n": 0, "mean": None, "std": None}
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
+    for r in results:
+        if r.status == "completed" and r.reward is not None:
+            r.advantage = (r.reward - mean) / (std + eps)
+    return {"n": len(rewards), "mean": mean, "std": std}

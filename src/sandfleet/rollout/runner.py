@@ -1,0 +1,184 @@
+"""One rollout: a fresh sandbox, the policy acting in it, the verifier, a trace.
+
+:func:`run_rollout` never raises for a failed rollout: the result says ``failed`` with a
+``reason``, and its sandbox is closed whatever happened. Cancellation is recorded
+(``cancelled``) through ``on_result`` and then re-raised. :func:`run_with_retries` repeats
+failed attempts whose reason the :class:`RetryPolicy` names, each in a fresh sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sandfleet.errors import (
+    ImageError,
+    RolloutError,
+    SandboxDiedError,
+    SandboxTimeoutError,
+    SandfleetError,
+)
+from sandfleet.rollout.policy import AgentContext, Policy
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.rollout.verifier import run_verifier
+from sandfleet.sandbox import create_sandbox, get_backend, make_spec
+from sandfleet.sandbox.base import Sandbox, Snapshot
+from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.tasks.model import Task
+
+TTL_MARGIN_S = 300.0
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Which failures are tried again (in a fresh sandbox), and how often."""
+
+    max_attempts: int = 2
+    """Attempts per rollout, the first included."""
+    retry_on: frozenset[str] = frozenset({
+        "model_unreachable", "model_timeout", "model_malformed", "model_http_429",
+        "model_http_5xx", "sandbox_died", "sandbox_timeout", "sandbox_start",
+    })  # fmt: skip
+    """Failure reasons worth another attempt (``model_http_5xx`` stands for any 5xx)."""
+    backoff_s: float = 1.0
+    """Wait before attempt k+1: ``backoff_s * 2**(k-1)``."""
+
+    def should_retry(self, result: RolloutResult) -> bool:
+        if result.status != "failed" or result.attempt >= self.max_attempts:
+            return False
+        reason = result.reason or ""
+        if reason.startswith("model_http_5"):
+            reason = "model_http_5xx"
+        return reason in self.retry_on
+
+
+def task_spec(
+    task: Task, image: str, backend: str = "auto", *, network: bool = False
+) -> SandboxSpec:
+    """The sandbox a task asks for: its image, workdir, env and limits."""
+    return make_spec(
+        image=image, backend=backend, workdir=task.workdir, env=task.env, cpus=task.cpus,
+        memory_mib=task.memory_mib, disk_mib=task.storage_mib, network=network,
+        ttl_s=task.agent_timeout_s + task.verifier_timeout_s + TTL_MARGIN_S,
+        labels={"task": task.name},
+    )  # fmt: skip
+
+
+def failure_reason(error: BaseException) -> str:
+    """A short machine-readable cause for an exception."""
+    if isinstance(error, RolloutError):
+        return error.reason
+    if isinstance(error, ImageError):
+        return "image_build"
+    if isinstance(error, SandboxDiedError):
+        return "sandbox_died"
+    if isinstance(error, SandboxTimeoutError):
+        return "sandbox_timeout"
+    if isinstance(error, SandfleetError):
+        return type(error).__name__
+    return f"internal_{type(error).__name__}"
+
+
+@dataclass
+class RolloutRequest:
+    """Everything one rollout needs; ``snapshot`` forks it from a prepared state."""
+
+    task: Task
+    policy: Policy
+    spec: SandboxSpec
+    sample: int = 0
+    group: str | None = None
+    run_id: str = ""
+    snapshot: Snapshot | None = None
+    attempt: int = 1
+    rollout_id: str | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+async def _start(req: RolloutRequest) -> Sandbox:
+    if req.snapshot is not None:
+        return (await get_backend(req.snapshot.backend).fork(req.snapshot, 1))[0]
+    return await create_sandbox(req.spec)
+
+
+async def run_rollout(
+    req: RolloutRequest, on_result: Callable[[RolloutResult], None] | None = None
+) -> RolloutResult:
+    """Run one attempt; returns its result (``completed`` or ``failed``), never raises for a
+    failure. On cancellation the ``cancelled`` result goes to ``on_result`` and the
+    cancellation propagates."""
+    task = req.task
+    rec = SpanRecorder()
+    rid = req.rollout_id or f"{task.name}#{req.sample}"
+    if req.attempt > 1:
+        rid += f"~{req.attempt}"
+    result = RolloutResult(
+        rollout_id=rid, task=task.name, group=req.group or task.name, sample=req.sample,
+        agent=req.policy.name, backend=req.spec.backend, start=rec.start, end=rec.start,
+        status="failed", spans=rec.spans, run_id=req.run_id, attempt=req.attempt,
+    )  # fmt: skip
+    sandbox: Sandbox | None = None
+    try:
+        with rec.span("sandbox_start"):
+            sandbox = await _start(req)
+        result.sandbox_id, result.backend = sandbox.id, sandbox.backend
+        ctx = AgentContext(
+            task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
+        )
+        try:
+            async with asyncio.timeout(task.agent_timeout_s):
+                result.stop_reason = await req.policy.act(ctx)
+        except SandboxTimeoutError:
+            raise
+        except TimeoutError:
+            result.stop_reason = "agent_timeout"
+        finally:
+            result.turns, result.commands = ctx.turns, ctx.commands
+            result.prompt_tokens, result.completion_tokens = (
+                ctx.prompt_tokens,
+                ctx.completion_tokens,
+            )
+            result.info.update(ctx.info)
+        outcome = await run_verifier(task, sandbox, rec)
+        result.reward, result.reward_details = outcome.reward, outcome.details
+        result.verifier_exit_code, result.verifier_output = outcome.exit_code, outcome.output
+        if outcome.timed_out:
+            result.info["verifier_timed_out"] = True
+        result.status = "completed"
+    except asyncio.CancelledError:
+        result.status, result.reason, result.error = "cancelled", "cancelled", "rollout cancelled"
+        raise
+    except Exception as e:  # a failed rollout is a result, never a crash of the run
+        result.reason, result.error = failure_reason(e), str(e) or type(e).__name__
+    finally:
+        if sandbox is not None:
+            with rec.span("other_sandbox", what="close"):
+                await asyncio.shield(_close(sandbox))
+        result.end = rec.finish()
+        if on_result is not None:
+            on_result(result)
+    return result
+
+
+async def _close(sandbox: Sandbox) -> None:
+    with contextlib.suppress(Exception):
+        await sandbox.close()
+
+
+async def run_with_retries(
+    req: RolloutRequest,
+    retry: RetryPolicy,
+    on_result: Callable[[RolloutResult], None] | None = None,
+) -> RolloutResult:
+    """Run attempts until one is not retried; every attempt goes to ``on_result``."""
+    attempt = 1
+    while True:
+        req.attempt = attempt
+        result = await run_rollout(req, on_result)
+        if not retry.should_retry(result):
+            return result
+        await asyncio.sleep(retry.backoff_s * 2 ** (attempt - 1))
+        attempt += 1

@@ -1,0 +1,81 @@
+"""The warm pool and the sandbox CLI, on real sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+
+import pytest
+
+from sandfleet.errors import ConfigError, PoolError
+from sandfleet.sandbox.pool import WarmPool
+from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.sandbox.state import state_root
+
+
+async def test_pool_keeps_warm_and_admits_at_most_max_busy(backend: str) -> None:
+    async with WarmPool(SandboxSpec(backend=backend), size=2, max_busy=1) as pool:
+        await pool.wait_ready()
+        a = await pool.acquire()
+        assert pool.busy == 1
+        second = asyncio.create_task(pool.acquire())
+        await asyncio.sleep(0.2)
+        assert not second.done()  # admission limit
+        await pool.release(a)
+        b = await asyncio.wait_for(second, 10)
+        assert b.id != a.id and (await b.exec("echo ok")).stdout == "ok\n"
+        await pool.release(b)
+        await pool.wait_ready()
+        ready_ids = [sb.id for sb in list(pool._ready._queue)]  # type: ignore[attr-defined]
+    for sid in [a.id, b.id, *ready_ids]:
+        assert not (state_root() / sid).exists()
+
+
+async def test_pool_rejects_bad_config_and_closed_use() -> None:
+    with pytest.raises(ConfigError):
+        WarmPool(size=-1)
+    with pytest.raises(ConfigError):
+        WarmPool(max_busy=0)
+    pool = WarmPool(SandboxSpec(backend="process"), size=0)
+    await pool.close()
+    with pytest.raises(PoolError):
+        await pool.acquire()
+
+
+def sf(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "sandfleet", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_sandbox_run_exit_codes(backend: str) -> None:
+    r = sf("sandbox", "run", "--backend", backend, "--", "sh", "-c", "echo hi; exit 3")
+    assert r.returncode == 3 and r.stdout == "hi\n"
+    r = sf("sandbox", "run", "--backend", backend, "--timeout", "0.5", "--", "sleep", "30")
+    assert r.returncode == 124 and "timed out" in r.stderr
+    r = sf("sandbox", "run", "--backend", "nope", "--", "true")
+    assert r.returncode != 0 and "unknown backend" in r.stderr
+
+
+def test_cli_detached_create_exec_rm(backend: str) -> None:
+    r = sf("sandbox", "create", "--backend", backend, "--ttl", "120")
+    assert r.returncode == 0, r.stderr
+    sid = r.stdout.strip()
+    try:
+        r = sf("sandbox", "exec", sid, "--", "sh", "-c", "echo in; exit 4")
+        assert r.returncode == 4 and r.stdout == "in\n"
+        listed = json.loads(sf("sandbox", "ls", "--json").stdout)
+        assert any(m["id"] == sid and m["alive"] for m in listed)
+    finally:
+        r = sf("sandbox", "rm", sid)
+    assert r.returncode == 0
+    assert not (state_root() / sid).exists()
+
+
+def test_cli_doctor_json() -> None:
+    r = sf("doctor", "--json")
+    d = json.loads(r.stdout)
+    assert {"arch", "page_size", "cgroup", "backends"} <= set(d)
+    for name in ("process", "bwrap", "microvm"):
+        assert set(d["backends"][name]) >= {"available", "reason"}

@@ -1,0 +1,117 @@
+"""Bad input and faults: each gets a clear error, the host and other sandboxes carry on,
+and nothing is left behind."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from sandfleet.errors import ConfigError, SandboxDiedError
+from sandfleet.sandbox import create_sandbox, make_spec
+from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.state import reap_leftovers, state_root
+
+
+def test_unknown_backend_and_image() -> None:
+    with pytest.raises(ConfigError, match="unknown backend 'kvm9'"):
+        make_spec(backend="kvm9")
+    with pytest.raises(ConfigError, match="unknown image 'nope:1'"):
+        asyncio.run(create_sandbox(image="nope:1", backend="bwrap" if os.geteuid() == 0 else "process"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("memory_mib", -1), ("pids", 0), ("cpus", 0), ("disk_mib", 10**12), ("ttl_s", -5), ("workdir", "rel/dir")],
+)
+def test_absurd_limits(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        make_spec(**{field: value})
+
+
+async def test_fork_bomb_is_contained(isb: Sandbox) -> None:
+    r = await isb.exec("bomb() { bomb | bomb & }; bomb; sleep 5", timeout=3)
+    assert r.timed_out  # the pids limit held it; the timeout killed the whole tree
+    ok = await isb.exec("echo alive", timeout=10)  # the sandbox recovers once it's killed
+    assert ok.stdout == "alive\n"
+
+
+async def test_memory_hog_is_oom_killed(isb: Sandbox) -> None:
+    r = await isb.exec("python3 -c 'x = bytearray(1 << 30); print(len(x))'", timeout=30)
+    assert r.exit_code == 137 and r.signal == signal.SIGKILL
+    assert (await isb.exec("echo alive")).stdout == "alive\n"
+
+
+async def test_sigterm_ignorer_and_endless_command(isb: Sandbox) -> None:
+    t0 = time.monotonic()
+    r = await isb.exec("trap '' TERM INT HUP; while :; do :; done", timeout=0.5)
+    assert r.timed_out and time.monotonic() - t0 < 5
+
+
+async def test_network_is_off(isb: Sandbox) -> None:
+    r = await isb.exec(
+        "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\"", timeout=10
+    )
+    assert r.exit_code != 0 and "unreachable" in r.stderr.lower()
+    links = await isb.exec("ls /sys/class/net 2>/dev/null || cat /proc/net/dev")
+    assert "eth" not in links.stdout
+
+
+async def test_disk_limit(isolated_backend: str) -> None:
+    sb = await create_sandbox(backend=isolated_backend, disk_mib=16)
+    try:
+        r = await sb.exec("head -c 40000000 /dev/zero > big", timeout=30)
+        assert r.exit_code != 0 and "No space left" in r.stderr
+    finally:
+        await sb.close()
+
+
+async def test_agent_killed_mid_command(isb: Sandbox) -> None:
+    cmd = asyncio.create_task(isb.exec("sleep 30", timeout=60))
+    await asyncio.sleep(0.2)
+    with pytest.raises(SandboxDiedError):
+        await isb.client.exec(["sh", "-c", "kill -9 $PPID"])  # type: ignore[attr-defined]
+    with pytest.raises(SandboxDiedError, match="died|closed"):
+        await cmd
+    assert not isb.alive
+    other = await create_sandbox(backend=isb.backend)  # the host carries on
+    try:
+        assert (await other.exec("echo ok")).stdout == "ok\n"
+    finally:
+        await other.close()
+
+
+def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
+    backend = "bwrap" if os.geteuid() == 0 else "process"
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio, sys
+        from sandfleet.sandbox import create_sandbox
+        async def main():
+            sb = await create_sandbox(backend={backend!r})
+            await sb.exec("sleep 1000 > /dev/null 2>&1 &")
+            print(sb.id, flush=True)
+            await asyncio.sleep(1000)
+        asyncio.run(main())
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    sid = proc.stdout.readline().strip()
+    assert (state_root() / sid).exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    time.sleep(0.3)
+    reaped = reap_leftovers()
+    assert sid in reaped
+    assert not (state_root() / sid).exists()
+    assert not list(Path("/sys/fs/cgroup").glob(f"*/sandfleet/{sid}"))
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert "sleep 1000" not in ps

@@ -1,0 +1,195 @@
+"""Micro-benchmark of the sandbox layer, measured side by side in one run.
+
+Figures (keys of the JSON):
+- ``create_exec_close_p50_ms`` / ``_p99_ms``: a fresh sandbox, ``true`` in it, closed;
+- ``raw_bwrap_true_p50_ms``: ``bwrap --unshare-all true`` alone, for scale;
+- ``acquire_p50_ms``: taking a sandbox from a warm pool;
+- ``exec_rtt_ratio``: round trip of ``true`` through the guest agent / a bare
+  ``posix_spawn`` + ``waitpid`` of ``true`` on the host;
+- ``idle_pss_mib``: proportional set size per idle sandbox (all its processes, and its
+  writable layer), and ``idle_capacity``: how many such idle sandboxes fit in this host's
+  available memory (``idle_created`` says how many were really held at once);
+- ``exec_per_s_64``: ``true`` execs per second across 64 concurrent sandboxes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.pool import WarmPool
+from sandfleet.sandbox.spec import SandboxSpec
+
+Progress = Callable[[str], None]
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
+
+
+def _raise_nofile() -> None:
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def bare_spawn_ms(n: int) -> float:
+    true = shutil.which("true") or "/bin/true"
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        pid = os.posix_spawn(true, [true], {})
+        os.waitpid(pid, 0)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
+def raw_bwrap_ms(n: int) -> float | None:
+    if not shutil.which("bwrap"):
+        return None
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], check=False)
+        ts.append(time.perf_counter() - t)
+    return statistics.median(ts) * 1e3
+
+
+def pss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _tree(pid: int) -> list[int]:
+    kids: dict[int, list[int]] = {}
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(p.name))
+    out, todo = [], [pid]
+    while todo:
+        q = todo.pop()
+        out.append(q)
+        todo.extend(kids.get(q, []))
+    return out
+
+
+def sandbox_pss_kib(sandboxes: list[Sandbox]) -> float:
+    """Mean PSS of each sandbox's process tree (launcher/bwrap/agent or VMM)."""
+    roots = [getattr(getattr(sb, "agent", None), "proc", None) for sb in sandboxes]
+    pids = [p.pid for p in roots if p is not None]
+    if not pids:
+        return 0.0
+    return sum(pss_kib(q) for pid in pids for q in _tree(pid)) / len(pids)
+
+
+async def run_micro(backend: str = "auto", *, n: int = 50, idle: int = 256, progress: Progress | None = None) -> dict[str, Any]:
+    say = progress or (lambda _m: None)
+    _raise_nofile()
+    spec = SandboxSpec(backend=backend)
+    out: dict[str, Any] = {"backend": backend, "n": n}
+    warm = await create_sandbox(spec)  # builds the agent, warms caches
+    out["backend"] = warm.backend
+    await warm.close()
+
+    say(f"create+exec+close x{n}")
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        sb = await create_sandbox(spec)
+        await sb.exec(["true"])
+        await sb.close()
+        ts.append((time.perf_counter() - t) * 1e3)
+    out["create_exec_close_p50_ms"] = round(statistics.median(ts), 2)
+    out["create_exec_close_p99_ms"] = round(pct(ts, 99), 2)
+    raw = raw_bwrap_ms(n) if out["backend"] == "bwrap" else None
+    out["raw_bwrap_true_p50_ms"] = None if raw is None else round(raw, 2)
+
+    say("warm-pool acquire")
+    acq = []
+    async with WarmPool(spec, size=4, max_busy=8) as pool:
+        for _ in range(n):
+            await pool.wait_ready(1)
+            t = time.perf_counter()
+            sb = await pool.acquire()
+            acq.append((time.perf_counter() - t) * 1e3)
+            await pool.release(sb)
+    out["acquire_p50_ms"] = round(statistics.median(acq), 3)
+
+    say("exec round trip vs bare spawn")
+    sb = await create_sandbox(spec)
+    try:
+        rtt = []
+        for _ in range(max(n * 4, 200)):
+            t = time.perf_counter()
+            await sb.exec(["true"])
+            rtt.append((time.perf_counter() - t) * 1e3)
+    finally:
+        await sb.close()
+    bare = bare_spawn_ms(max(n * 4, 200))
+    out["exec_rtt_p50_ms"] = round(statistics.median(rtt), 3)
+    out["bare_spawn_p50_ms"] = round(bare, 3)
+    out["exec_rtt_ratio"] = round(statistics.median(rtt) / bare, 2)
+
+    say(f"{idle} idle sandboxes")
+    boxes: list[Sandbox] = []
+    mem0 = _meminfo()["MemAvailable"]
+    try:
+        for i in range(0, idle, 32):
+            boxes += await asyncio.gather(*(create_sandbox(spec) for _ in range(min(32, idle - i))))
+        await asyncio.sleep(0.5)
+        mem1 = _meminfo()["MemAvailable"]
+        per_pss = sandbox_pss_kib(boxes) / 1024
+        per_avail = (mem0 - mem1) / 1024 / len(boxes)
+        out["idle_created"] = len(boxes)
+        out["idle_pss_mib"] = round(per_pss, 3)
+        out["idle_mem_drop_mib"] = round(per_avail, 3)
+        per = max(per_pss, per_avail)
+        out["idle_capacity"] = int(mem0 / 1024 / per) if per > 0 else None
+        out["idle_capacity_basis"] = "MemAvailable before / max(PSS, MemAvailable drop) per idle sandbox"
+
+        say("exec/s across 64 sandboxes")
+        group = boxes[:64]
+        count = 0
+        stop = time.perf_counter() + 3.0
+
+        async def loop(b: Sandbox) -> None:
+            nonlocal count
+            while time.perf_counter() < stop:
+                await b.exec(["true"])
+                count += 1
+
+        t = time.perf_counter()
+        await asyncio.gather(*(loop(b) for b in group))
+        out["exec_per_s_64"] = round(count / (time.perf_counter() - t), 1)
+    finally:
+        for i in range(0, len(boxes), 64):
+            await asyncio.gather(*(b.close() for b in boxes[i:i + 64]))
+    return out
+
+
+def _meminfo() -> dict[str, int]:
+    d = {}
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        k, v = line.split(":", 1)
+        d[k] = int(v.split()[0])
+    return d

@@ -131,7 +131,7 @@ async def restore(
             assert vm.agent is not None
             client = AgentClient(*vm.agent, name=sid)
             # the guest clock stopped when the template was saved: set it, alongside hello
-            clock = client.exec(["date", "-s", f"@{time.time():.6f}"], cwd="/", timeout=timeout)
+            clock = client.exec(["date", "-s", f"@{round(time.time())}"], cwd="/", timeout=timeout)
             await asyncio.gather(client.hello(), clock)
     except BaseException as exc:
         detail = log_tail(vm.run)

@@ -6,6 +6,7 @@ import json
 import os
 import platform
 import shutil
+from pathlib import Path
 from typing import Any
 
 import click
@@ -13,12 +14,12 @@ import click
 
 def _kvm() -> dict[str, Any]:
     try:
-        from sandfleet.sandbox.microvm import probe  # type: ignore[attr-defined]
+        from sandfleet.sandbox.microvm import probe
 
         result: dict[str, Any] = probe.kvm_report()
         return result
     except (ImportError, AttributeError):
-        present = os.path.exists("/dev/kvm")
+        present = Path("/dev/kvm").exists()
         return {"present": present, "usable": None,
                 "reason": "/dev/kvm exists (not probed)" if present else "no /dev/kvm"}
 
@@ -43,9 +44,10 @@ def report() -> dict[str, Any]:
         backends["bwrap"] = {"available": True, "reason": f"{bw}; cgroups {lay.version}"
                              + ("" if lay.usable else " (not writable: limits off)")}
     kvm = _kvm()
-    qemu = shutil.which("qemu-system-x86_64") if platform.machine() == "x86_64" else shutil.which("qemu-system-aarch64")
+    qemu_name = "qemu-system-x86_64" if platform.machine() == "x86_64" else "qemu-system-aarch64"
+    qemu = shutil.which(qemu_name)
     try:
-        from sandfleet.sandbox.microvm import probe as mprobe  # type: ignore[attr-defined]
+        from sandfleet.sandbox.microvm import probe as mprobe
 
         micro: dict[str, Any] = mprobe.availability()
     except (ImportError, AttributeError):
@@ -78,7 +80,8 @@ def doctor(as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(r, indent=2))
         return
-    click.echo(f"arch        {r['arch']} ({r['machine']}), page size {r['page_size']}, {r['cpus']} CPUs, kernel {r['kernel']}")
+    click.echo(f"arch        {r['arch']} ({r['machine']}), page size {r['page_size']}, "
+               f"{r['cpus']} CPUs, kernel {r['kernel']}")
     cg = r["cgroup"]
     click.echo(f"cgroups     {cg['version']} ({', '.join(f'{k}: {v}' for k, v in cg['controllers'].items()) or 'none'})"
                + ("" if cg["writable"] else " - not writable: run as root for limits"))

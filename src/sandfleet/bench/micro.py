@@ -102,7 +102,9 @@ def sandbox_pss_kib(sandboxes: list[Sandbox]) -> float:
     return sum(pss_kib(q) for pid in pids for q in _tree(pid)) / len(pids)
 
 
-async def run_micro(backend: str = "auto", *, n: int = 50, idle: int = 256, progress: Progress | None = None) -> dict[str, Any]:
+async def run_micro(
+    backend: str = "auto", *, n: int = 50, idle: int = 256, progress: Progress | None = None
+) -> dict[str, Any]:
     say = progress or (lambda _m: None)
     _raise_nofile()
     spec = SandboxSpec(backend=backend)

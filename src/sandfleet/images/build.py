@@ -38,7 +38,7 @@ AGENT_HOST_UID = 61000  # BwrapConfig.host_uid: the task workdir belongs to the 
 def _hash_tree(h: hashlib._Hash, path: Path) -> None:
     if path.is_file() or path.is_symlink():
         h.update(path.name.encode())
-        h.update(os.readlink(path).encode() if path.is_symlink() else path.read_bytes())
+        h.update(str(path.readlink()).encode() if path.is_symlink() else path.read_bytes())
         h.update(oct(path.lstat().st_mode).encode())
         return
     for child in sorted(path.rglob("*")):
@@ -55,7 +55,7 @@ def _sources(context: Path, pattern: str, df: str, line: int) -> list[Path]:
     full = os.path.normpath(context / pattern.lstrip("/"))
     if not (full + os.sep).startswith(str(context.resolve()) + os.sep) and full != str(context.resolve()):
         raise ImageBuildError(f"COPY source {pattern!r} is outside the build context", file=df, line=line)
-    found = sorted(Path(p) for p in glob.glob(full))
+    found = sorted(Path(p) for p in glob.glob(full))  # noqa: PTH207 (absolute pattern)
     if not found:
         raise ImageBuildError(f"COPY source {pattern!r} not found in {context}", file=df, line=line)
     return found
@@ -76,7 +76,7 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
     os.lchown(path, uid, gid)
     for root, dirs, files in os.walk(path):
         for n in dirs + files:
-            os.lchown(os.path.join(root, n), uid, gid)
+            os.lchown(Path(root, n), uid, gid)
 
 
 class _Builder:
@@ -194,7 +194,7 @@ def _du(path: Path) -> int:
     for root, _dirs, files in os.walk(path):
         for n in files:
             try:
-                total += os.lstat(os.path.join(root, n)).st_blocks * 512
+                total += Path(root, n).lstat().st_blocks * 512
             except OSError:
                 pass
     return total

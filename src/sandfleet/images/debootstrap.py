@@ -73,7 +73,7 @@ def base_image_for(suite: str, packages: tuple[str, ...] = (), *, file: str | No
              and i.arch == arch()]
     if built:
         want = set(packages)
-        built.sort(key=lambda i: len(want - set(i.meta.get("packages", []))))  # type: ignore[arg-type]
+        built.sort(key=lambda i: len(want - {str(p) for p in i.meta.get("packages") or []}))  # type: ignore[attr-defined]
         return built[0]
     if host_suite() == suite:
         missing = sorted(set(packages) - _installed_on_host())

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
 
 from sandfleet.agent.client import AgentClient
@@ -23,7 +24,7 @@ class AgentProcess:
 
     @classmethod
     async def start(
-        cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: dict[str, object],
+        cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: Mapping[str, object],
         cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
         ready_timeout: float = 30.0,
     ) -> AgentProcess:

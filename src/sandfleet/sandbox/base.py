@@ -254,8 +254,13 @@ __sf_state="$1"; shift
 if [ -f "$__sf_state" ]; then . "$__sf_state" 2>/dev/null; fi
 __sf_save() {
   __sf_rc=$?
-  { declare -p 2>/dev/null | grep -vE '^declare -[a-zA-Z]*r|^declare -[^ ]* (BASH|BASHOPTS|BASHPID|BASH_[A-Z_]*|EUID|PPID|SHELLOPTS|UID|GROUPS|FUNCNAME|PIPESTATUS|RANDOM|SECONDS|LINENO|HISTCMD|SRANDOM|EPOCHREALTIME|EPOCHSECONDS|DIRSTACK|_|__sf_[a-z_]*|COMP_WORDBREAKS|OPTIND|OPTERR|IFS)='
-    for __sf_f in $(compgen -A function); do case $__sf_f in __sf_*) ;; *) declare -f "$__sf_f";; esac; done; echo "cd $(printf %q "$PWD") 2>/dev/null"; } > "$__sf_state.tmp" 2>/dev/null \
+  __sf_skip='BASH|BASHOPTS|BASHPID|BASH_[A-Z_]*|EUID|PPID|SHELLOPTS|UID|GROUPS|FUNCNAME|PIPESTATUS|RANDOM'
+  __sf_skip+='|SECONDS|LINENO|HISTCMD|SRANDOM|EPOCHREALTIME|EPOCHSECONDS|DIRSTACK|_|__sf_[a-z_]*|OPTIND|OPTERR|IFS'
+  { declare -p 2>/dev/null | grep -vE "^declare -[a-zA-Z]*r|^declare -[^ ]* ($__sf_skip)="
+    for __sf_f in $(compgen -A function); do
+      case $__sf_f in __sf_*) ;; *) declare -f "$__sf_f";; esac
+    done
+    echo "cd $(printf %q "$PWD") 2>/dev/null"; } > "$__sf_state.tmp" 2>/dev/null \
     && mv -f "$__sf_state.tmp" "$__sf_state"
   exit $__sf_rc
 }

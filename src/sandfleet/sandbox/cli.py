@@ -51,13 +51,13 @@ def sandbox() -> None:
 def run(cmd: tuple[str, ...], timeout: float | None, **kw: Any) -> None:
     """Create a sandbox, run CMD in it, close it; exit with CMD's exit code."""
 
+    def show(stream: str, data: bytes) -> None:
+        (sys.stdout if stream == "stdout" else sys.stderr).buffer.write(data)
+
     async def go() -> int:
         sb = await create_sandbox(_spec(kw))
         try:
-            res = await sb.exec(
-                list(cmd), timeout=timeout,
-                on_output=lambda s, b: (sys.stdout if s == "stdout" else sys.stderr).buffer.write(b),
-            )
+            res = await sb.exec(list(cmd), timeout=timeout, on_output=show)
         finally:
             await sb.close()
         sys.stdout.flush()
@@ -91,7 +91,8 @@ def create(**kw: Any) -> None:
         line = f.readline()
     if not line:
         err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        raise click.ClickException(f"sandbox creation failed: {err.strip().splitlines()[-1] if err.strip() else 'holder exited'}")
+        why = err.strip().splitlines()[-1] if err.strip() else "holder exited"
+        raise click.ClickException(f"sandbox creation failed: {why}")
     click.echo(json.loads(line)["id"])
 
 
@@ -148,7 +149,8 @@ def ls(as_json: bool) -> None:
     click.echo(f"{'ID':32} {'BACKEND':8} {'IMAGE':14} {'OWNER':>8} STATE")
     for m in rows:
         st = "expired" if m["expired"] else ("alive" if m["alive"] else "orphaned")
-        click.echo(f"{m['id']:32} {m.get('backend', '?'):8} {str(m.get('image', '?'))[:14]:14} {m.get('owner_pid', '?'):>8} {st}")
+        image = str(m.get("image", "?"))[:14]
+        click.echo(f"{m['id']:32} {m.get('backend', '?'):8} {image:14} {m.get('owner_pid', '?'):>8} {st}")
 
 
 @sandbox.command("rm")

@@ -77,7 +77,7 @@ def owner_alive(meta: dict[str, Any]) -> bool:
 
 def expired(meta: dict[str, Any]) -> bool:
     ttl = meta.get("ttl_s")
-    return bool(ttl) and time.time() > float(meta.get("created", 0)) + float(ttl)
+    return ttl is not None and time.time() > float(meta.get("created", 0)) + float(ttl)
 
 
 def list_sandboxes() -> list[dict[str, Any]]:

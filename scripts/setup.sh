@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install everything sandfleet needs on a fresh Debian/Ubuntu host, from the project's own
+# files: system packages (as root, via apt) and a virtual environment in .venv.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+APT_PACKAGES=(bubblewrap gcc libc6-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps)
+if [ "${SANDFLEET_MICROVM:-0}" = "1" ]; then
+  APT_PACKAGES+=(qemu-system-x86 linux-image-cloud-amd64 busybox-static e2fsprogs cpio)
+fi
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >/dev/null || true
+    apt-get install -y -qq "${missing[@]}" >/dev/null
+  else
+    echo "setup: please install: ${missing[*]} (as root: apt-get install ${missing[*]})" >&2
+  fi
+fi
+
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e '.[all]'

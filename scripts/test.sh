@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: lint, types, the fast suite, then the slow suite (separate target).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+export PATH="$PWD/.venv/bin:$PATH"
+echo "== ruff"; ruff check src tests
+echo "== mypy"; mypy
+echo "== pytest (fast)"; pytest -q -m "not slow and not model" "$@"
+echo "== pytest (slow)"; pytest -q -m "slow and not model" "$@"

@@ -51,6 +51,7 @@ class FakeModelServer:
         model: str = "fake-model",
         faults: Sequence[str] = (),
         delay_s: float = 0.0,
+        accept_tools: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ):
@@ -60,6 +61,9 @@ class FakeModelServer:
         self.script = list(script)
         self.model = model
         self.delay_s = delay_s
+        self.accept_tools = accept_tools
+        """False answers requests offering ``tools`` with HTTP 400, as servers without tool
+        support do (llama.cpp's server without ``--jinja``)."""
         self.faults: deque[str] = deque(faults)
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order."""
@@ -101,6 +105,8 @@ class FakeModelServer:
         with self._lock:
             self.requests.append(body)
             fault = self.faults.popleft() if self.faults else None
+        if body.get("tools") and not self.accept_tools:
+            return 400, b'{"error": {"message": "tools are not supported by this server"}}'
         messages = body.get("messages") or []
         turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         entry: Any = self.script[turn] if turn < len(self.script) else DONE_TEXT

@@ -4,7 +4,7 @@ Each task's image is built once (a failed build fails that task's rollouts with 
 Dockerfile line, and the run goes on). Every rollout gets a fresh sandbox -- created from
 the image, or, with ``fork=True``, forked from one prepared state per group. Every attempt
 is appended to ``trace.jsonl`` as it ends; a group's rollouts, with their advantages, go to
-``rollouts.jsonl`` when the group is complete.
+``rollouts.jsonl`` when the group is complete; ``summary.json`` is written at the end.
 """
 
 from __future__ import annotations
@@ -223,7 +223,10 @@ async def run_suite(
         writer.close()
     order = {t.name: i for i, t in enumerate(tasks)}
     finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
-    return RunReport(cfg, finals, attempts, groups, time.perf_counter() - t0)
+    report = RunReport(cfg, finals, attempts, groups, time.perf_counter() - t0)
+    if out_dir is not None:
+        (out_dir / "summary.json").write_text(json.dumps(report.summary(), indent=2) + "\n")
+    return report
 
 
 async def _prepare(spec: Any) -> Snapshot:

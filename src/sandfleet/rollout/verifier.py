@@ -36,9 +36,13 @@ for pass in 1 2 3 4 5 6 7 8 9 10; do
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     case "$keep" in *" $p "*) continue ;; esac
+    stat=$(cat "$d/stat" 2>/dev/null) || continue
+    stat=${stat##*) }
+    case "$stat" in Z*|X*) continue ;; esac  # already dead, waiting to be reaped
     kill -9 "$p" 2>/dev/null && found=1
   done
   [ "$found" = 0 ] && exit 0
+  sleep 0.01
 done
 echo "processes survived 10 kill passes" >&2
 exit 1

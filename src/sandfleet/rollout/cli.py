@@ -1,0 +1,181 @@
+"""``sandfleet run``: rollouts of a task suite, with a live progress bar and a summary."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import click
+
+from sandfleet.rollout.policy import Policy
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.trace import SPAN_NAMES
+
+AGENTS = ("oracle", "noop", "openai")
+
+
+def make_policy(
+    agent: str,
+    *,
+    model_url: str | None = None,
+    model: str | None = None,
+    api_key_env: str = "OPENAI_API_KEY",
+    max_turns: int = 30,
+    tool_mode: str = "auto",
+) -> Policy:
+    """A policy by name (``oracle``, ``noop``, ``openai``)."""
+    from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
+
+    if agent == "oracle":
+        return OraclePolicy()
+    if agent == "noop":
+        return NoopPolicy()
+    from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
+
+    if not model_url:
+        raise click.UsageError("--agent openai needs --model-url (an OpenAI-compatible server)")
+    config = AgentConfig(max_turns=max_turns, tool_mode=tool_mode)  # type: ignore[arg-type]
+    return OpenAIPolicy(model_url, model or "default", api_key_env=api_key_env, config=config)
+
+
+def summary_table(summary: dict[str, Any]) -> str:
+    """The final table: pass rate, mean reward, throughput, mean seconds per span."""
+    mean_reward = summary["mean_reward"]
+    rows = [
+        ("rollouts", f"{summary['n_rollouts']} ({summary['n_completed']} completed, "
+                     f"{summary['n_failed']} failed, {summary['n_cancelled']} cancelled)"),
+        ("pass rate", f"{summary['pass_rate']:.1%}"),
+        ("mean reward", "-" if mean_reward is None else f"{mean_reward:.3f}"),
+        ("wall time", f"{summary['wall_s']:.1f} s"),
+        ("rollouts/min", f"{summary['rollouts_per_min'] or 0:.1f}"),
+        ("mean rollout", f"{summary['mean_rollout_s'] or 0:.2f} s"),
+    ]  # fmt: skip
+    for name in SPAN_NAMES:
+        rows.append((f"  {name}", f"{summary['spans_mean_s'][name]:.3f} s"))
+    if summary["overhead_fraction"] is not None:
+        rows.append(("overhead fraction", f"{summary['overhead_fraction']:.3%}"))
+    for reason, count in sorted(summary["failures"].items()):
+        rows.append((f"failed: {reason}", str(count)))
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
+
+@click.command("run")
+@click.option(
+    "--tasks",
+    "tasks_dir",
+    required=True,
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="A task folder, or a folder of task folders.",
+)
+@click.option("--agent", type=click.Choice(AGENTS), default="oracle", show_default=True)
+@click.option("--model-url", help="Base URL of an OpenAI-compatible server (agent openai).")
+@click.option("--model", help="Model name sent to the server (agent openai).")
+@click.option(
+    "--api-key-env",
+    default="OPENAI_API_KEY",
+    show_default=True,
+    help="Environment variable holding the API key, if any.",
+)
+@click.option("-n", "n", default=1, show_default=True, type=int, help="Rollouts per task (group).")
+@click.option("--concurrency", default=8, show_default=True, type=int)
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--backend", default="auto", show_default=True)
+@click.option("--task", "only", multiple=True, help="Run only these tasks (repeatable).")
+@click.option("--fork/--no-fork", default=False, help="Fork each group from one prepared state.")
+@click.option("--network/--no-network", default=False, help="Network in sandboxes (off).")
+@click.option(
+    "--attempts",
+    default=2,
+    show_default=True,
+    type=int,
+    help="Attempts per rollout for retryable failures (model or sandbox errors).",
+)
+@click.option("--max-turns", default=30, show_default=True, type=int)
+@click.option(
+    "--tool-mode",
+    type=click.Choice(["auto", "tools", "text"]),
+    default="auto",
+    show_default=True,
+    help="Commands via tool calls, fenced blocks, or both.",
+)
+def run(
+    tasks_dir: Path,
+    agent: str,
+    model_url: str | None,
+    model: str | None,
+    api_key_env: str,
+    n: int,
+    concurrency: int,
+    out_dir: Path,
+    backend: str,
+    only: tuple[str, ...],
+    fork: bool,
+    network: bool,
+    attempts: int,
+    max_turns: int,
+    tool_mode: str,
+) -> None:
+    """Run N rollouts of every task with an agent; write rollouts.jsonl, trace.jsonl and
+    summary.json to OUT and print a summary."""
+    from sandfleet.rollout.runner import RetryPolicy
+    from sandfleet.rollout.suite import RunConfig, run_suite
+    from sandfleet.tasks import load_tasks
+
+    tasks, failures = load_tasks(tasks_dir)
+    for failure in failures:
+        click.echo(f"skipped {failure.path.name}: {failure.error}", err=True)
+    if only:
+        missing = set(only) - {t.name for t in tasks}
+        if missing:
+            raise click.UsageError(f"no such task: {', '.join(sorted(missing))}")
+        tasks = [t for t in tasks if t.name in only]
+    if not tasks:
+        raise click.UsageError(f"no task to run under {tasks_dir}")
+    policy = make_policy(
+        agent,
+        model_url=model_url,
+        model=model,
+        api_key_env=api_key_env,
+        max_turns=max_turns,
+        tool_mode=tool_mode,
+    )
+    config = RunConfig(
+        n=n,
+        concurrency=concurrency,
+        backend=backend,
+        network=network,
+        fork=fork,
+        retry=RetryPolicy(max_attempts=max(1, attempts)),
+    )
+    total = len(tasks) * n
+    click.echo(
+        f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, "
+        f"concurrency {concurrency} -> {out_dir}",
+        err=True,
+    )
+    with click.progressbar(
+        length=total,
+        label="rollouts",
+        file=click.get_text_stream("stderr"),
+        show_pos=True,
+        item_show_func=lambda s: s,
+    ) as bar:
+        passed = failed = 0
+
+        def progress(result: RolloutResult) -> None:
+            nonlocal passed, failed
+            if result.status != "completed" and RetryPolicy.should_retry(config.retry, result):
+                return  # another attempt follows
+            passed += result.passed
+            failed += result.status != "completed"
+            bar.update(1, f"pass {passed} fail {failed} | {result.task}")
+
+        report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress))
+    summary = report.summary()
+    click.echo(summary_table(summary))
+    click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, trace.jsonl, summary.json")
+    if summary["n_completed"] == 0:
+        raise SystemExit(1)
+

@@ -1,0 +1,60 @@
+"""The verifier: no reward hacking, float or dict rewards, missing rewards, timeouts."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from test_rollout_support import make_task, needs_bwrap, run
+
+from sandfleet.rollout import ScriptedPolicy
+
+pytestmark = needs_bwrap()
+
+SUSPICIOUS = """#!/bin/bash
+[ -e /tests/planted ] && echo PLANTED
+[ -e /logs/verifier/reward.txt ] && echo PREWRITTEN
+echo "SLEEPERS=$(ps -eo comm | grep -c '^sleep')"
+mkdir -p /logs/verifier
+if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1 > /logs/verifier/reward.txt
+else echo 0 > /logs/verifier/reward.txt; fi
+sleep 0.3  # a surviving writer would overwrite the reward now
+"""
+
+HACKS = [
+    "mkdir -p /tests /logs/verifier; touch /tests/planted; echo 1 > /logs/verifier/reward.txt",
+    "setsid sleep 1000 > /dev/null 2>&1 < /dev/null &",
+    "nohup bash -c 'while :; do mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt;"
+    " sleep 0.02; done' >/dev/null 2>&1 &",
+]
+
+
+async def test_agent_cannot_plant_tests_prewrite_rewards_or_outlive_its_turn(tmp_path: Path) -> None:
+    task = make_task(tmp_path, test_sh=SUSPICIOUS)
+    r = (await run([task], ScriptedPolicy(HACKS))).results[0]
+    assert r.status == "completed", r.error
+    assert "PLANTED" not in r.verifier_output and "PREWRITTEN" not in r.verifier_output
+    assert "SLEEPERS=0" in r.verifier_output  # every agent process was killed first
+    assert r.reward == 0.0  # the background reward writer died before the tests ran
+    whats = [s.get("what") for s in r.spans if s["name"] == "other_sandbox"]
+    assert whats.index("stop agent") < whats.index("clear tests and rewards") < whats.index(
+        "upload tests"
+    )
+
+
+async def test_reward_json_dict_and_missing_reward(tmp_path: Path) -> None:
+    as_dict = make_task(tmp_path, "dict", test_sh=(
+        "#!/bin/bash\nmkdir -p /logs/verifier\n"
+        'echo \'{"correct": 1, "style": 0.5}\' > /logs/verifier/reward.json\n'))  # fmt: skip
+    missing = make_task(tmp_path, "missing", test_sh="#!/bin/bash\necho 'no reward today'\nexit 4\n")
+    report = await run([as_dict, missing], ScriptedPolicy([]))
+    d, m = report.results
+    assert d.reward == 0.75 and d.reward_details == {"correct": 1.0, "style": 0.5}
+    assert m.status == "failed" and m.reason == "reward_missing"
+    assert "no reward today" in (m.error or "") and "exit code 4" in (m.error or "")
+
+
+async def test_verifier_timeout_scores_zero(tmp_path: Path) -> None:
+    task = make_task(tmp_path, test_sh="#!/bin/bash\nsleep 30\n", verifier_timeout=1)
+    r = (await run([task], ScriptedPolicy([]))).results[0]
+    assert r.status == "completed" and r.reward == 0.0 and r.info["verifier_timed_out"]
+    assert r.duration < 10

@@ -19,7 +19,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sandfleet.rollout.cli:run", "Run rollouts of a task suite (the main job)."),
     "bench": ("sandfleet.bench.cli:bench", "Benchmarks: micro, capacity, compare."),
     "analyze": ("sandfleet.analysis.cli:analyze", "Turn traces into the figures of a hardware choice."),
-    "serve": ("sandfleet.server.cli:serve", "Run the sandfleet HTTP service."),
     "model-server": ("sandfleet.rollout.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
 }
 

@@ -111,9 +111,7 @@ class MicrovmBackend:
             raise ConfigError("microvm sandboxes have no network device (limits.network=True)")
         memory = lim.memory_mib or 1024
         if memory < MIN_MEMORY_MIB:
-            raise ConfigError(
-                f"microvm guests need at least {MIN_MEMORY_MIB} MiB of memory, not {memory}"
-            )
+            raise ConfigError(f"microvm guests need at least {MIN_MEMORY_MIB} MiB of memory, not {memory}")
         return VmSpec(
             kernel=guest.vmlinux(self.kernel),
             initrd=guest.initramfs(self.kernel, agent_binary()),
@@ -129,9 +127,7 @@ class MicrovmBackend:
         """The memory snapshot sandboxes with this spec restore from (built on first use)."""
         vm_spec = await asyncio.to_thread(self.vm_spec, spec)
         prepare = [["mkdir", "-p", spec.workdir, "/home/agent", "/logs"], ["bash", "-c", "true"]]
-        return await ensure_template(
-            vm_spec, prepare=prepare, boot_timeout=self.options.boot_timeout_s
-        )
+        return await ensure_template(vm_spec, prepare=prepare, boot_timeout=self.options.boot_timeout_s)
 
     async def create(self, spec: SandboxSpec) -> MicrovmSandbox:
         """A fresh sandbox restored from the template of ``spec``."""

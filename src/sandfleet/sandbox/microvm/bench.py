@@ -92,8 +92,6 @@ async def _bench(n: int, memory_mib: int, restores: int, execs: int) -> dict[str
     }
 
 
-def run(
-    n: int = 20, *, memory_mib: int = 128, restores: int = 20, execs: int = 50
-) -> dict[str, Any]:
+def run(n: int = 20, *, memory_mib: int = 128, restores: int = 20, execs: int = 50) -> dict[str, Any]:
     """Run the micro-benchmark; ``n`` is the number of concurrent restores (and idle VMs)."""
     return asyncio.run(_bench(n, memory_mib, restores, execs))

@@ -63,9 +63,7 @@ async def snapshot_vm(sandbox: MicrovmSandbox) -> MicrovmSnapshot:
 
 async def _templatize(full: Path, tpl: Template) -> None:
     """Load a full migration stream into ``tpl.mem`` (shared) and save ``tpl.state``."""
-    helper = await Vm.start(
-        new_id("microvm-snap"), tpl.spec, tpl.mem, share=True, incoming=full, ignore_shared=False
-    )
+    helper = await Vm.start(new_id("microvm-snap"), tpl.spec, tpl.mem, share=True, incoming=full, ignore_shared=False)
     try:
         await helper.wait_running(resume=False)
         await helper.set_ignore_shared(True)

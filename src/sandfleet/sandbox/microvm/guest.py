@@ -92,9 +92,7 @@ def vmlinux(kernel: GuestKernel) -> Path:
             tmp.write_bytes(proc.stdout)
             tmp.replace(out)
             return out
-    raise HostUnsupportedError(
-        f"can't extract vmlinux from {kernel.image} (need lz4/zstd/xz/gzip: {PACKAGES})"
-    )
+    raise HostUnsupportedError(f"can't extract vmlinux from {kernel.image} (need lz4/zstd/xz/gzip: {PACKAGES})")
 
 
 def _module_order(kernel: GuestKernel) -> list[Path]:
@@ -133,9 +131,7 @@ def _busybox() -> Path:
     for path in ("/bin/busybox", "/usr/bin/busybox"):
         if Path(path).is_file():
             return Path(path)
-    raise HostUnsupportedError(
-        f"busybox (static) not found; install it: apt-get install {PACKAGES}"
-    )
+    raise HostUnsupportedError(f"busybox (static) not found; install it: apt-get install {PACKAGES}")
 
 
 def _build(name: str, entries: list[tuple[str, int, bytes]]) -> Path:

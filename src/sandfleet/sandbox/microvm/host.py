@@ -41,18 +41,14 @@ def qemu_binary() -> Path:
     """The ``qemu-system-x86_64`` binary, or :class:`HostUnsupportedError` saying how to get it."""
     found = os.environ.get("SANDFLEET_QEMU") or shutil.which("qemu-system-x86_64")
     if not found:
-        raise HostUnsupportedError(
-            f"qemu-system-x86_64 not found; install it with: apt-get install {PACKAGES}"
-        )
+        raise HostUnsupportedError(f"qemu-system-x86_64 not found; install it with: apt-get install {PACKAGES}")
     return Path(found)
 
 
 @cache
 def qemu_version() -> str:
     """``qemu-system-x86_64 --version``'s first line."""
-    out = subprocess.run(
-        [str(qemu_binary()), "--version"], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run([str(qemu_binary()), "--version"], capture_output=True, text=True, check=False)
     return out.stdout.splitlines()[0] if out.stdout else "unknown"
 
 

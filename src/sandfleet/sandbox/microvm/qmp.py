@@ -19,9 +19,7 @@ class QmpError(SandboxError):
 class Qmp:
     """One QMP connection: :meth:`connect`, then :meth:`execute` commands one at a time."""
 
-    def __init__(
-        self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ):
+    def __init__(self, sock: socket.socket, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
         self._sock = sock
         self._reader = reader
         self._writer = writer

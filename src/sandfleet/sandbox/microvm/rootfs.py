@@ -37,9 +37,7 @@ _ETC = {
 def busybox_rootfs() -> tuple[Path, str]:
     """A minimal root directory made of busybox, and its content hash (built once, cached)."""
     busybox = _busybox()
-    flat = sorted(
-        {busybox, *(f for p in HOST_PROGRAMS if Path(p).exists() for f in _with_libs(Path(p)))}
-    )
+    flat = sorted({busybox, *(f for p in HOST_PROGRAMS if Path(p).exists() for f in _with_libs(Path(p)))})
     h = hashlib.sha256(_LAYOUT_VERSION.encode())
     for f in flat:
         h.update(str(f).encode() + f.read_bytes())
@@ -56,9 +54,7 @@ def busybox_rootfs() -> tuple[Path, str]:
     (tmp / "tmp").chmod(0o1777)
     (tmp / "var/tmp").chmod(0o1777)
     shutil.copy2(busybox, tmp / "bin/busybox")
-    applets = subprocess.run(
-        [str(busybox), "--list-full"], capture_output=True, text=True, check=True
-    ).stdout.split()
+    applets = subprocess.run([str(busybox), "--list-full"], capture_output=True, text=True, check=True).stdout.split()
     for applet in applets:
         link = tmp / applet
         if not link.exists() and not link.is_symlink():

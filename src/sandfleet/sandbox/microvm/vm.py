@@ -211,9 +211,7 @@ class Vm:
                 if info.get("status") == "completed":
                     break
                 if info.get("status") in ("failed", "cancelled"):
-                    raise SandboxDiedError(
-                        f"restoring the VM failed: {info.get('error-desc')}: {log_tail(self.run)}"
-                    )
+                    raise SandboxDiedError(f"restoring the VM failed: {info.get('error-desc')}: {log_tail(self.run)}")
                 await asyncio.sleep(0.002)
             if resume:
                 await self.qmp.execute("cont")

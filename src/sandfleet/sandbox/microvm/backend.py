@@ -95,6 +95,8 @@ class MicrovmBackend:
             raise ConfigError(f"invalid microvm options: {exc}") from None
         host.qemu_binary()
         self.kernel = host.find_kernel()
+        guest.vmlinux(self.kernel)  # needs the kernel's decompressor (lz4); cached after once
+        guest._busybox()
         self._accel: str | None = None
 
     def accel(self) -> str:

@@ -1,0 +1,104 @@
+import calendar
+import random
+import sys
+import time
+from datetime import date, datetime, timedelta, timezone
+
+import pytest
+
+sys.path.insert(0, "/app")
+from billing import add_months, business_days_between, invoice_due, parse_ts  # noqa: E402
+
+
+def ref_parse(s):
+    d, t = s[:10], s[11:19]
+    off = s[19:]
+    dt = datetime.fromisoformat(d + "T" + t)
+    if off == "Z":
+        delta = timedelta(0)
+    else:
+        sign = -1 if off[0] == "-" else 1
+        hh, mm = int(off[1:3]), int(off[-2:])
+        delta = sign * timedelta(hours=hh, minutes=mm)
+    return (dt - delta).replace(tzinfo=timezone.utc)
+
+
+def ref_add_months(d, n):
+    m = d.year * 12 + (d.month - 1) + n
+    y, m = divmod(m, 12)
+    return date(y, m + 1, min(d.day, calendar.monthrange(y, m + 1)[1]))
+
+
+def ref_bdays(a, b):
+    return sum(1 for i in range((b - a).days) if (a + timedelta(days=i)).weekday() < 5)
+
+
+def rand_ts(rng):
+    dt = datetime(2020, 1, 1) + timedelta(seconds=rng.randint(0, 6 * 365 * 86400))
+    sep = rng.choice(["T", " "])
+    h, m = rng.randint(0, 14), rng.choice([0, 30, 45])
+    sign = rng.choice("+-")
+    off = rng.choice(["Z", f"{sign}{h:02d}:{m:02d}", f"{sign}{h:02d}{m:02d}"])
+    return dt.strftime(f"%Y-%m-%d{sep}%H:%M:%S") + off
+
+
+def test_parse_examples():
+    assert parse_ts("2024-03-10T01:30:00Z") == datetime(2024, 3, 10, 1, 30, tzinfo=timezone.utc)
+    assert parse_ts("2024-03-10T01:30:00+02:00") == datetime(2024, 3, 9, 23, 30, tzinfo=timezone.utc)
+    assert parse_ts("2024-03-10 01:30:00-0530") == datetime(2024, 3, 10, 7, 0, tzinfo=timezone.utc)
+    r = parse_ts("2024-12-31T23:00:00-01:00")
+    assert r == datetime(2025, 1, 1, 0, 0, tzinfo=timezone.utc) and r.utcoffset() == timedelta(0)
+
+
+def test_parse_random():
+    rng = random.Random(5)
+    for _ in range(500):
+        s = rand_ts(rng)
+        got = parse_ts(s)
+        assert got == ref_parse(s) and got.utcoffset() == timedelta(0), s
+
+
+def test_add_months():
+    assert add_months(date(2024, 1, 31), 1) == date(2024, 2, 29)
+    assert add_months(date(2023, 1, 31), 1) == date(2023, 2, 28)
+    assert add_months(date(2024, 11, 15), 1) == date(2024, 12, 15)
+    assert add_months(date(2024, 12, 15), 1) == date(2025, 1, 15)
+    assert add_months(date(2024, 3, 31), -1) == date(2024, 2, 29)
+    assert add_months(date(2024, 1, 10), -1) == date(2023, 12, 10)
+    rng = random.Random(9)
+    for _ in range(2000):
+        d = date(2000, 1, 1) + timedelta(days=rng.randint(0, 12000))
+        n = rng.randint(-40, 40)
+        assert add_months(d, n) == ref_add_months(d, n), (d, n)
+
+
+def test_business_days():
+    assert business_days_between(date(2024, 6, 3), date(2024, 6, 10)) == 5   # Mon..Sun
+    assert business_days_between(date(2024, 6, 8), date(2024, 6, 10)) == 0   # Sat, Sun
+    assert business_days_between(date(2024, 6, 10), date(2024, 6, 3)) == 0
+    rng = random.Random(3)
+    for _ in range(400):
+        a = date(2020, 1, 1) + timedelta(days=rng.randint(0, 2000))
+        b = a + timedelta(days=rng.randint(-5, 60))
+        assert business_days_between(a, b) == ref_bdays(a, b), (a, b)
+
+
+def test_business_days_fast():
+    t = time.perf_counter()
+    got = business_days_between(date(1950, 1, 1), date(2050, 1, 1))
+    assert time.perf_counter() - t < 1.0
+    assert got == ref_bdays(date(1950, 1, 1), date(2050, 1, 1))
+
+
+def test_invoice_due():
+    # issued late on Friday 2024-05-31 in UTC-5 => 2024-06-01 (Sat) in UTC; +30 days => Mon 2024-07-01
+    assert invoice_due("2024-05-31T22:00:00-05:00") == date(2024, 7, 1)
+    assert invoice_due("2024-06-01T10:00:00+14:00", net_days=7) == date(2024, 6, 7)
+    rng = random.Random(11)
+    for _ in range(300):
+        s = rand_ts(rng)
+        n = rng.randint(0, 90)
+        due = ref_parse(s).date() + timedelta(days=n)
+        while due.weekday() >= 5:
+            due += timedelta(days=1)
+        assert invoice_due(s, n) == due, (s, n)

@@ -10,13 +10,12 @@ import json
 import socket
 from pathlib import Path
 
-from test_rollout_support import make_task, needs_bwrap, run
-
 from sandfleet.analysis.trace import load_run
 from sandfleet.rollout import AgentConfig, OpenAIPolicy, RetryPolicy, RunConfig, ScriptedPolicy
 from sandfleet.rollout.fake_server import FakeModelServer
 from sandfleet.rollout.suite import run_suite
 from sandfleet.sandbox.state import state_root
+from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()
 SOLVE = [{"bash": "echo hello > /app/out.txt"}, "Done."]

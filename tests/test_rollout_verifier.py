@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from test_rollout_support import make_task, needs_bwrap, run
-
 from sandfleet.rollout import ScriptedPolicy
+from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()
 

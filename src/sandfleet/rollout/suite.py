@@ -159,14 +159,17 @@ async def run_suite(
     out_dir: Path | None = None,
     image_for: ImageFor = default_image_for,
     on_result: Callable[[RolloutResult], None] | None = None,
+    slots: asyncio.Semaphore | None = None,
 ) -> RunReport:
-    """Run ``config.n`` rollouts of every task; returns when all are done (or cancelled)."""
+    """Run ``config.n`` rollouts of every task; returns when all are done (or cancelled).
+
+    ``slots`` shares one concurrency limit between runs (default: ``config.concurrency``)."""
     cfg = config or RunConfig()
     writer = _Writer(out_dir)
     attempts: list[RolloutResult] = []
     finals: list[RolloutResult] = []
     groups: dict[str, dict[str, Any]] = {}
-    slots = asyncio.Semaphore(cfg.concurrency)
+    slots = slots or asyncio.Semaphore(cfg.concurrency)
     builds = asyncio.Semaphore(2)
 
     def record(r: RolloutResult) -> None:

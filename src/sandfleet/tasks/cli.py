@@ -73,3 +73,8 @@ def import_(suite: str, out: Path) -> None:
         f"wrote {len(result.written)} tasks to {out}; skipped {len(result.skipped)} "
         f"(see {out / 'IMPORT_REPORT.md'})"
     )
+
+
+from sandfleet.rollout.validate import validate  # noqa: E402 - the runner lives in rollout/
+
+tasks.add_command(validate)

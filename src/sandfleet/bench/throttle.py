@@ -1,0 +1,113 @@
+"""Slower-host emulation: the whole benchmark inside one CPU-throttled cgroup.
+
+With ``fraction`` f on a host of T hardware threads, a group ``sandfleet-bench/<run>`` gets a
+CPU quota of f x T CPUs (what a slower socket delivers in all), and each sandbox, each bare
+worker and the benchmark's own process get a child group with a quota of f CPUs (what one
+slower thread delivers). The period is short (10 ms) so that even a 50 ms command feels it.
+
+Sandboxes are created in their own cgroup (``sandfleet/<id>``); :meth:`Throttle.adopt`
+moves their processes, in the cpu hierarchy only on cgroup v1 (memory and pids limits stay
+where they are), or with copies of those limits on v2. The group lives outside
+``sandfleet/`` so that the sandbox reaper leaves it alone; :meth:`Throttle.close` removes it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from sandfleet.errors import HostUnsupportedError
+from sandfleet.sandbox import cgroups
+from sandfleet.sandbox.base import Sandbox
+
+PERIOD_US = 10_000
+TOP = "sandfleet-bench"
+
+
+class Throttle:
+    """A CPU-throttled cgroup tree for one benchmark run."""
+
+    def __init__(self, fraction: float, threads: int | None = None):
+        if not 0 < fraction <= 1:
+            raise ValueError(f"throttle fraction must be in (0, 1], not {fraction}")
+        lay = cgroups.detect()
+        if not lay.usable or "cpu" not in lay.mounts:
+            raise HostUnsupportedError("CPU throttling needs a writable cgroup cpu controller (root)")
+        self.fraction = fraction
+        self.threads = threads or os.cpu_count() or 1
+        self.v2 = lay.version == "v2"
+        self.root = lay.mounts["cpu"] / TOP / f"run-{os.getpid()}"
+        self._home = self._own_group()
+        self.root.mkdir(parents=True, exist_ok=True)
+        if self.v2:
+            for d in (self.root.parent, self.root):
+                with contextlib.suppress(OSError):
+                    (d / "cgroup.subtree_control").write_text("+cpu +memory +pids")
+        self._quota(self.root, fraction * self.threads)
+        self.child("self", [os.getpid()])
+
+    def _own_group(self) -> Path:
+        for line in Path("/proc/self/cgroup").read_text().splitlines():
+            _, ctrls, path = line.split(":", 2)
+            if (self.v2 and ctrls == "") or "cpu" in ctrls.split(","):
+                return cgroups.detect().mounts["cpu"] / path.lstrip("/")
+        return cgroups.detect().mounts["cpu"]
+
+    def _quota(self, d: Path, cpus: float) -> None:
+        quota = max(1000, int(cpus * PERIOD_US))
+        if self.v2:
+            (d / "cpu.max").write_text(f"{quota} {PERIOD_US}")
+        else:
+            (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+            (d / "cpu.cfs_quota_us").write_text(str(quota))
+
+    def child(self, name: str, pids: tuple[int, ...] | list[int] = (), like: Path | None = None) -> Path:
+        """A child group with one slower thread's quota, holding ``pids``."""
+        d = self.root / name
+        d.mkdir(exist_ok=True)
+        self._quota(d, self.fraction)
+        if self.v2 and like is not None:
+            for f in ("memory.max", "pids.max"):
+                with contextlib.suppress(OSError):
+                    (d / f).write_text((like / f).read_text())
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, OSError):
+                (d / "cgroup.procs").write_text(str(pid))
+        return d
+
+    def adopt(self, sb: Sandbox) -> None:
+        """Move a (bwrap) sandbox's processes into its own throttled child group."""
+        cg = getattr(sb, "cgroup", None)
+        if cg is None:
+            raise HostUnsupportedError(f"backend {sb.backend} can't be throttled (no cgroup)")
+        self.child(sb.id, sorted(cg.pids()), like=cg.dirs[0] if self.v2 else None)
+
+    def release(self, sb: Sandbox) -> None:
+        """Remove a closed sandbox's child group."""
+        self._rmdir(self.root / sb.id)
+
+    def procs_file(self, name: str) -> Path:
+        """The ``cgroup.procs`` a bare worker's shell writes itself into."""
+        return self.child(name) / "cgroup.procs"
+
+    def close(self) -> None:
+        """Move this process home and remove the (emptied) groups."""
+        with contextlib.suppress(OSError):
+            (self._home / "cgroup.procs").write_text(str(os.getpid()))
+        for d in sorted((p for p in self.root.iterdir() if p.is_dir()), reverse=True):
+            self._rmdir(d)
+        self._rmdir(self.root)
+
+    @staticmethod
+    def _rmdir(d: Path) -> None:
+        end = time.monotonic() + 5
+        while d.exists():
+            try:
+                d.rmdir()
+                return
+            except OSError:
+                if time.monotonic() > end:
+                    return
+                time.sleep(0.05)

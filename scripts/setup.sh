@@ -5,8 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(bubblewrap gcc libc6-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps)
-if [ "${SANDFLEET_MICROVM:-0}" = "1" ]; then
-  APT_PACKAGES+=(qemu-system-x86 linux-image-cloud-amd64 busybox-static e2fsprogs cpio)
+# the microvm backend: QEMU, the guest kernel (extracted with lz4), busybox for the initramfs
+if [ "${SANDFLEET_MICROVM:-1}" = "1" ] && [ "$(uname -m)" = x86_64 ]; then
+  APT_PACKAGES+=(qemu-system-x86 linux-image-cloud-amd64 busybox-static e2fsprogs cpio lz4)
 fi
 
 missing=()

@@ -153,6 +153,10 @@ class _Builder:
         except subprocess.TimeoutExpired:
             raise ImageBuildError(f"RUN timed out after the build timeout "
                                   f"({self.task.build_timeout_s:.0f}s)", file=self.dfname, line=step.line) from None
+        after = self.layer.with_name(self.layer.name + ".next")
+        if after.exists():  # the step ran over a copy of the layer: its result replaces the layer
+            shutil.rmtree(self.layer)
+            after.rename(self.layer)
         out = (proc.stdout + proc.stderr).decode(errors="replace")
         self.log.append(f"--- line {step.line}: {' '.join(argv)}\n{out}")
         if proc.returncode != 0:

@@ -158,7 +158,7 @@ class BwrapBackend:
         a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
         if lowers[-1] != Path("/"):
             a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
-        for path in (spec.workdir, "/home/agent", "/logs"):
+        for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", hu, hu, "0755"]
         a += ["--mkdir", f"{root}/.sandfleet", "0", "0", "0755", "--pdeathsig", "--user", hu, hu, "--"]
         uid = str(cfg.sandbox_uid)
@@ -214,8 +214,11 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
     if lowers[-1] == Path("/"):
         # "/" can't be a lower with the layer below it: work in tmpfs, copy the result out.
         upper = scratch / "upper"
+        after = layer.with_name(layer.name + ".next")  # the caller swaps it in for the layer
+        shutil.rmtree(after, ignore_errors=True)
+        after.mkdir()
         a += ["--mkdir", str(upper), "0", "0", "0755", "--copy", str(layer), str(upper),
-              "--copy-after", str(upper), str(layer)]
+              "--copy-after", str(upper), str(after)]
     else:
         upper = layer
     a += ["--mkdir", str(scratch / "work"), "0", "0", "0755",

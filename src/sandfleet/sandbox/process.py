@@ -81,7 +81,7 @@ class ProcessBackend:
         sdir.mkdir(parents=True)
         if layer is not None:
             await asyncio.to_thread(shutil.copytree, layer, root, symlinks=True)
-        for d in ("tmp", "home/agent", "logs", spec.workdir.lstrip("/")):
+        for d in ("tmp", "home/agent", spec.workdir.lstrip("/"), *(w.lstrip("/") for w in spec.writable_dirs)):
             (root / d).mkdir(parents=True, exist_ok=True)
         lay = cgroups.detect()
         cg = cgroups.Cgroup(sid, lay) if lay.usable else None

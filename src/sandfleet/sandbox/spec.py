@@ -111,6 +111,9 @@ class SandboxSpec(BaseModel):
     """Working directory of commands; created writable for the sandbox user."""
     env: dict[str, str] = Field(default_factory=dict)
     """Extra environment for every command."""
+    writable_dirs: tuple[str, ...] = ("/logs", "/tests", "/solution", "/oracle")
+    """Directories created empty and owned by the sandbox user: where the task contract puts
+    tests, reference solutions and rewards (emptied again before a verifier runs)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Free-form labels (shown by ``sandfleet sandbox ls``)."""
 

@@ -166,7 +166,7 @@ def run(
 
         def progress(result: RolloutResult) -> None:
             nonlocal passed, failed
-            if result.status != "completed" and RetryPolicy.should_retry(config.retry, result):
+            if result.status != "completed" and config.retry.should_retry(result):
                 return  # another attempt follows
             passed += result.passed
             failed += result.status != "completed"

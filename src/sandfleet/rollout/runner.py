@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from sandfleet.errors import (
     ImageError,
@@ -95,13 +95,23 @@ class RolloutRequest:
     snapshot: Snapshot | None = None
     attempt: int = 1
     rollout_id: str | None = None
-    extra: dict[str, object] = field(default_factory=dict)
 
 
-async def _start(req: RolloutRequest) -> Sandbox:
+async def _create(req: RolloutRequest) -> Sandbox:
     if req.snapshot is not None:
         return (await get_backend(req.snapshot.backend).fork(req.snapshot, 1))[0]
     return await create_sandbox(req.spec)
+
+
+async def _start(req: RolloutRequest) -> Sandbox:
+    """Create the sandbox; if cancelled meanwhile, let the creation finish and close it."""
+    creating = asyncio.ensure_future(_create(req))
+    try:
+        return await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            await _close(await creating)
+        raise
 
 
 async def run_rollout(

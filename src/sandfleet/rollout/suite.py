@@ -33,6 +33,7 @@ from sandfleet.rollout.runner import (
 from sandfleet.rollout.trace import SPAN_NAMES, SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Snapshot
+from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
 
 ImageFor = Callable[[Task], Awaitable[str]]
@@ -232,7 +233,7 @@ async def run_suite(
     return report
 
 
-async def _prepare(spec: Any) -> Snapshot:
+async def _prepare(spec: SandboxSpec) -> Snapshot:
     """One sandbox of the spec, snapshotted and closed: the state a group forks from."""
     sandbox = await create_sandbox(spec)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -158,7 +159,7 @@ def run(
     with click.progressbar(
         length=total,
         label="rollouts",
-        file=click.get_text_stream("stderr"),
+        file=sys.stderr,
         show_pos=True,
         item_show_func=lambda s: s,
     ) as bar:

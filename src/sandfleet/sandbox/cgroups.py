@@ -17,7 +17,15 @@ from pathlib import Path
 from sandfleet.sandbox.spec import Limits
 
 ROOT = Path("/sys/fs/cgroup")
-GROUP = "sandfleet"
+
+
+def group() -> str:
+    """Parent of every sandbox's cgroup: ``$SANDFLEET_CGROUP_PARENT`` or "sandfleet".
+
+    Nest it under a CPU-throttled group (e.g. ``slowhost/sandfleet``) to run every sandbox
+    on an emulated slower host: v1 and v2 quotas are hierarchical."""
+    return os.environ.get("SANDFLEET_CGROUP_PARENT", "sandfleet").strip("/") or "sandfleet"
+
 CONTROLLERS = ("cpu", "memory", "pids")
 
 
@@ -75,10 +83,11 @@ def _write(path: Path, value: str) -> None:
 
 @functools.cache
 def _prepare_v2(root: Path) -> None:
-    parent = root / GROUP
-    parent.mkdir(exist_ok=True)
+    parent = root / group()
+    parent.mkdir(parents=True, exist_ok=True)
     wanted = " ".join(f"+{c}" for c in CONTROLLERS)
-    for p in (root, parent):
+    chain = [root, *(root / Path(*Path(group()).parts[: i + 1]) for i in range(len(Path(group()).parts)))]
+    for p in chain:
         with contextlib.suppress(OSError):
             _write(p / "cgroup.subtree_control", wanted)
 
@@ -89,7 +98,7 @@ class Cgroup:
     def __init__(self, name: str, layout: Layout | None = None):
         self.layout = layout or detect()
         self.name = name
-        self.dirs = sorted({root / GROUP / name for root in self.layout.mounts.values()})
+        self.dirs = sorted({root / group() / name for root in self.layout.mounts.values()})
 
     @property
     def procs_files(self) -> list[Path]:
@@ -114,14 +123,14 @@ class Cgroup:
             return
         m = lay.mounts
         if limits.memory_mib and "memory" in m:
-            d = m["memory"] / GROUP / self.name
+            d = m["memory"] / group() / self.name
             _write(d / "memory.limit_in_bytes", str(limits.memory_mib << 20))
             with contextlib.suppress(OSError):
                 _write(d / "memory.memsw.limit_in_bytes", str(limits.memory_mib << 20))
         if limits.pids and "pids" in m:
-            _write(m["pids"] / GROUP / self.name / "pids.max", str(limits.pids))
+            _write(m["pids"] / group() / self.name / "pids.max", str(limits.pids))
         if limits.cpus and "cpu" in m:
-            d = m["cpu"] / GROUP / self.name
+            d = m["cpu"] / group() / self.name
             _write(d / "cpu.cfs_period_us", "100000")
             _write(d / "cpu.cfs_quota_us", str(int(limits.cpus * 100000)))
 
@@ -181,5 +190,5 @@ def leftover_names(layout: Layout | None = None) -> set[str]:
     names: set[str] = set()
     for root in set(lay.mounts.values()):
         with contextlib.suppress(OSError):
-            names.update(p.name for p in (root / GROUP).iterdir() if p.is_dir())
+            names.update(p.name for p in (root / group()).iterdir() if p.is_dir())
     return names

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import httpx
 
 from sandfleet.errors import ConfigError, ModelError
-from sandfleet.rollout.chat import ChatClient, ChatReply
+from sandfleet.rollout.chat import ChatClient, ChatReply, warm_up
 from sandfleet.rollout.policy import AgentContext
 
 ToolMode = Literal["auto", "tools", "text"]
@@ -112,6 +112,7 @@ class OpenAIPolicy:
         self.config = config or AgentConfig()
         self.transport = transport
         self.request_timeout_s = request_timeout_s
+        warm_up()
 
     def _messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
         system = self.config.system_prompt.format(how=HOW[self.config.tool_mode])

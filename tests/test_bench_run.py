@@ -39,7 +39,7 @@ def test_workload_is_complete(workload: Path) -> None:
 
 async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     cfg = BenchConfig(modes=("single", "sweep", "capacity", "baseline"), commands=QUICK, ns=(1, 2),
-                      duration_s=2.0, repeats=1, threads=2)
+                      duration_s=2.0, repeats=1, threads=2, min_samples=3)
     saved: list[int] = []
     res: dict[str, Any] = {}
     await run_bench(cfg, res, save=lambda r: saved.append(len(r)))
@@ -49,6 +49,7 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     assert set(res["sweep"]) == {"1", "2"}
     for row in res["sweep"].values():
         assert row["failures"]["count"] == 0
+        assert all(v["n"] >= 3 for v in row["commands"].values())
         assert set(row["slowdown"]) == set(QUICK)
     assert all(v["slowdown_median"] == 1.0 for v in res["sweep"]["1"]["slowdown"].values())
     cap = res["capacity"]
@@ -56,6 +57,7 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     ov = res["baseline_overhead"]
     assert ov["n"] == 2 and ov["full_load"] is not None and set(ov["per_command"]) == set(QUICK)
     assert res["baseline"]["failures"]["count"] == 0
+    assert all(v["n"] == 1 for v in res["baseline"]["bare_single"].values())
     assert saved, "partial results are saved after each mode"
     assert not _mine()
 
@@ -80,7 +82,7 @@ async def test_cancel_keeps_partial_results(workload: Path) -> None:
 def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.json"
     r = CliRunner().invoke(main, ["bench", "run", "--modes", "single,sweep,capacity", "--commands",
-                                  ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1",
+                                  ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1", "--min-samples", "0",
                                   "--out", str(out)])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())

@@ -51,6 +51,8 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--duration", "duration", default=60.0, show_default=True,
               help="Seconds of each timed phase (each sweep level, baseline side, evals, soak).")
 @click.option("--repeats", default=5, show_default=True, help="Timed rounds of the mix in single mode.")
+@click.option("--min-samples", default=10, show_default=True,
+              help="Each sweep level runs on until every command ran this often.")
 @click.option("--ns", default="", help="Sweep load levels, e.g. 1,2,3,4 (default 1,2,4.. to 2x threads).")
 @click.option("--target", default=1.5, show_default=True, help="p95 slowdown target for capacity.")
 @click.option("--commands", default="", help="Comma list of bench commands (default all).")
@@ -62,8 +64,8 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--density-budget-mib", type=float, default=None,
               help="Memory the idle sandboxes may take (default a quarter of MemAvailable).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSON.")
-def run_cmd(backend: str, modes: str, duration: float, repeats: int, ns: str, target: float, commands: str,
-            throttle: float | None, eval_task: str, density_max: int, density_budget_mib: float | None,
+def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples: int, ns: str, target: float,
+            commands: str, throttle: float | None, eval_task: str, density_max: int, density_budget_mib: float | None,
             out: str) -> None:
     """Capacity benchmark: latency alone and under load, capacity, evals/min, soak, density."""
     import time
@@ -72,7 +74,8 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, ns: str, ta
     from sandfleet.bench.report import summary_lines
     from sandfleet.bench.run import BenchConfig, run_bench
 
-    cfg = BenchConfig(backend=backend, modes=_names(modes), duration_s=duration, repeats=repeats, ns=_ints(ns),
+    cfg = BenchConfig(backend=backend, modes=_names(modes), duration_s=duration, repeats=repeats,
+                      min_samples=min_samples, ns=_ints(ns),
                       target=target, commands=_names(commands), throttle=throttle, eval_task=eval_task,
                       density_max=density_max, density_budget_mib=density_budget_mib)
     path = Path(out)

@@ -68,16 +68,22 @@ async def run_single(worker: Worker, commands: Sequence[Command], repeats: int,
 
 
 async def drive(workers: Sequence[Worker], commands: Sequence[Command], duration_s: float,
-                say: Progress | None = None, label: str = "") -> list[Sample]:
-    """Every worker loops the mix until ``duration_s`` has passed; all samples, in order."""
+                say: Progress | None = None, label: str = "", min_samples: int = 0) -> list[Sample]:
+    """Every worker loops the mix until ``duration_s`` has passed and every command has run
+    ``min_samples`` times in all; returns all samples, in order."""
     t0 = time.perf_counter()
     deadline = t0 + duration_s
     samples: list[Sample] = []
+    counts = dict.fromkeys((c.name for c in commands), 0)
+
+    def more() -> bool:
+        return time.perf_counter() < deadline or min(counts.values()) < min_samples
 
     async def loop(i: int, w: Worker) -> None:
         k = i % len(commands)
-        while time.perf_counter() < deadline:
+        while more():
             samples.append(await w.run(commands[k], t0))
+            counts[commands[k].name] += 1
             k = (k + 1) % len(commands)
 
     async def report() -> None:

@@ -41,6 +41,8 @@ class BenchConfig:
     """Seconds of each timed phase: every sweep level, each baseline side, evals, soak."""
     repeats: int = 5
     """Timed rounds of the mix in ``single``."""
+    min_samples: int = 10
+    """Each sweep level runs on past its duration until every command ran this often."""
     ns: tuple[int, ...] = ()
     """Load levels of the sweep; default 1, 2, 4, ... up to 2x the hardware threads."""
     target: float = 1.5
@@ -173,7 +175,7 @@ async def _sweep(cfg: BenchConfig, fleet: SandboxFleet, commands: list[Command],
     try:
         for n in ns:
             say(f"sweep: {n} busy sandboxes for {cfg.duration_s:.0f}s")
-            samples = await load.drive(ws[:n], commands, cfg.duration_s, say, f"sweep N={n}:")
+            samples = await load.drive(ws[:n], commands, cfg.duration_s, say, f"sweep N={n}:", cfg.min_samples)
             results["sweep"][str(n)] = {"commands": load.summarize(samples),
                                         "failures": load.failures_of(samples)}
             ref = results["sweep"].get("1", {}).get("commands") or results["single"]
@@ -186,9 +188,23 @@ async def _sweep(cfg: BenchConfig, fleet: SandboxFleet, commands: list[Command],
         await close_all(ws)
 
 
+async def _interleaved(sb: Worker, bare: Worker, commands: list[Command], repeats: int) -> dict[str, list[Any]]:
+    """Each command in a sandbox and bare, back to back (order alternating), after a warm-up."""
+    out: dict[str, list[Any]] = {"sandbox": [], "bare": []}
+    t0 = time.perf_counter()
+    for r in range(repeats + 1):
+        for i, cmd in enumerate(commands):
+            pair = [("sandbox", sb), ("bare", bare)]
+            for kind, w in pair if (r + i) % 2 else pair[::-1]:
+                sample = await w.run(cmd, t0)
+                if r:
+                    out[kind].append(sample)
+    return out
+
+
 async def _baseline(cfg: BenchConfig, fleet: SandboxFleet, workload: Path, commands: list[Command],
                     throttle: Throttle | None, results: dict[str, Any], say: Progress) -> None:
-    """Sandboxes and bare processes at full load, in halves A B B A, then bare single."""
+    """Sandboxes and bare processes at full load, in halves A B B A; then one of each, interleaved."""
     n, half = cfg.threads, cfg.duration_s / 2
     sbs = await fleet.workers(n)
     bare = bare_workers(workload, n, throttle)
@@ -198,16 +214,17 @@ async def _baseline(cfg: BenchConfig, fleet: SandboxFleet, workload: Path, comma
             ws: list[Worker] = list(sbs) if kind == "sandbox" else list(bare)
             say(f"baseline: {n} {kind} workers for {half:.0f}s")
             got[kind] += await load.drive(ws, commands, half, say, f"baseline {kind}:")
-        say(f"baseline: bare single x {cfg.repeats}")
-        single = await load.run_single(bare[0], commands, cfg.repeats, lambda m: say(f"bare single {m}"))
+        say(f"baseline: one sandbox and one bare worker, interleaved, x {cfg.repeats}")
+        single = await _interleaved(sbs[0], bare[0], commands, cfg.repeats)
     finally:
         await close_all(sbs)
         await close_all(bare)
     sb_full, bare_full = load.summarize(got["sandbox"]), load.summarize(got["bare"])
-    bare_single = load.summarize(single)
+    sb_single, bare_single = load.summarize(single["sandbox"]), load.summarize(single["bare"])
     full, per_full = _geo_ratio(sb_full, bare_full)
-    one, per_one = _geo_ratio(results.get("single") or {}, bare_single)
-    results["baseline"] = {"n": n, "sandbox_full": sb_full, "bare_full": bare_full, "bare_single": bare_single,
-                           "failures": load.failures_of(got["sandbox"] + got["bare"] + single)}
+    one, per_one = _geo_ratio(sb_single, bare_single)
+    results["baseline"] = {"n": n, "sandbox_full": sb_full, "bare_full": bare_full, "sandbox_single": sb_single,
+                           "bare_single": bare_single, "failures": load.failures_of(
+                               got["sandbox"] + got["bare"] + single["sandbox"] + single["bare"])}
     results["baseline_overhead"] = {"full_load": full, "single": one, "n": n, "per_command": {
         c: {"full_load": per_full.get(c), "single": per_one.get(c)} for c in sorted(set(per_full) | set(per_one))}}

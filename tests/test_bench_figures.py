@@ -69,7 +69,7 @@ def test_compare_table_and_html() -> None:
     text = "\n".join(table_lines(cmp))
     assert "capacity at 1.50x p95" in text and "B/A 0.60" in text
     html = html_report(a, b, cmp, names=("fast", "slow"))
-    assert html.count("<svg") == 8 and "<script" not in html
+    assert html.count("<svg") == 2 + 2 + 4 and "<script" not in html
     assert any("capacity" in line for line in summary_lines(a))
 
 

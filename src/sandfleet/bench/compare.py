@@ -82,7 +82,7 @@ def table_lines(cmp: dict[str, Any]) -> list[str]:
                      f"   {_f(r['slowdown_a'], '{:.2f}x'):>10} {_f(r['slowdown_b'], '{:.2f}x'):>10}"
                      f" {_f(r['slowdown_ratio'], '{:.2f}'):>6}")
     cap, ev, ov = cmp["capacity"], cmp["evals_per_min"], cmp["baseline_overhead"]
-    lines += ["", f"(slowdown = median at full load, N={n['a']} on A and N={n['b']} on B, / single)",
+    lines += ["", f"(slowdown = median at full load, N={n['a']} on A and N={n['b']} on B, / N=1)",
               f"{'capacity at ' + _f(cap['target'], '{:.2f}x') + ' p95':30} A {_f(cap['a'], '{}'):>6}"
               f"   B {_f(cap['b'], '{}'):>6}   B/A {_f(cap['ratio'], '{:.2f}')}",
               f"{'  per hardware thread':30} A {_f(cap['per_thread_a'], '{:.2f}'):>6}"

@@ -48,23 +48,25 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
     return out
 
 
-def _latency_series(r: dict[str, Any]) -> dict[str, list[tuple[float, float]]]:
-    series: dict[str, list[tuple[float, float]]] = {}
+def _latency(r: dict[str, Any], command: str, key: str = "median_s") -> list[tuple[float, float]]:
+    pts = []
     for n, row in (r.get("sweep") or {}).items():
-        for c, v in row["commands"].items():
-            if v.get("median_s") is not None:
-                series.setdefault(c, []).append((int(n), v["median_s"]))
-    return series
+        v = row["commands"].get(command) or {}
+        if v.get(key) is not None:
+            pts.append((float(n), float(v[key])))
+    return pts
 
 
 def html_report(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any],
                 names: tuple[str, str] = ("A", "B")) -> str:
     """One HTML file: the comparison table, and SVG plots of both runs."""
     la, lb = names
+    commands = sorted({c for r in (a, b) for row in (r.get("sweep") or {}).values() for c in row["commands"]})
+    latency = [line_chart(f"{c}: latency vs busy sandboxes",
+                          {f"{la} median": _latency(a, c), f"{la} p95": _latency(a, c, "p95_s"),
+                           f"{lb} median": _latency(b, c), f"{lb} p95": _latency(b, c, "p95_s")},
+                          xlabel="busy sandboxes N", ylabel="seconds", small=True) for c in commands]
     charts = []
-    for label, r in ((la, a), (lb, b)):
-        charts.append(line_chart(f"{label}: median latency vs busy sandboxes", _latency_series(r),
-                                 xlabel="busy sandboxes N", ylabel="seconds"))
     for label, r in ((la, a), (lb, b)):
         sd: dict[str, list[tuple[float, float]]] = {}
         for n, row in (r.get("sweep") or {}).items():
@@ -86,14 +88,18 @@ def html_report(a: dict[str, Any], b: dict[str, Any], cmp: dict[str, Any],
     charts.append(bar_chart("evaluations per minute", {"evals/min": {la: ev["a"], lb: ev["b"]}}))
     table = escape("\n".join(table_lines(cmp)))
     body = "\n".join(f'<div class="c">{c}</div>' for c in charts if c)
+    lat = "\n".join(f'<div class="c">{c}</div>' for c in latency if c)
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>sandfleet bench: {escape(la)} vs {escape(lb)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}pre{{background:#f6f6f6;padding:1em}}
 .c{{display:inline-block;margin:6px;border:1px solid #ddd}}</style></head><body>
 <h1>sandfleet bench: {escape(la)} (A) vs {escape(lb)} (B)</h1>
 <pre>{table}</pre>
+<h2>Latency against busy sandboxes, per command</h2>
+{lat}
+<h2>Slowdown, capacity, evaluations</h2>
 {body}
-<p>Slowdown = latency with N busy sandboxes / latency with one. Capacity = the largest N whose
+<p>Slowdown = latency with N busy sandboxes / latency with one (the sweep's N=1). Capacity = the largest N whose
 p95 slowdown stays within the target for every command.</p>
 </body></html>
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf")
-W, H, L, R, T, B = 420, 260, 52, 12, 28, 40
+W, H, L, R, T, B = 420, 260, 52, 12, 28, 50
 
 
 def _ticks(lo: float, hi: float, k: int = 4) -> list[float]:
@@ -16,11 +16,12 @@ def _ticks(lo: float, hi: float, k: int = 4) -> list[float]:
 
 
 def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlabel: str = "",
-               ylabel: str = "", hline: float | None = None) -> str:
+               ylabel: str = "", hline: float | None = None, small: bool = False) -> str:
     """One line per series (name -> points), shared axes starting at 0."""
     pts = [p for s in series.values() for p in s]
     if not pts:
         return ""
+    W, H = (300, 200) if small else (420, 260)  # noqa: N806
     xmax = max(x for x, _ in pts) or 1
     ymax = max([y for _, y in pts] + ([hline] if hline else [])) * 1.08 or 1
     sx = lambda x: L + (W - L - R) * x / xmax  # noqa: E731
@@ -38,7 +39,7 @@ def line_chart(title: str, series: dict[str, list[tuple[float, float]]], *, xlab
     if hline:
         out.append(f'<line x1="{L}" x2="{W - R}" y1="{sy(hline):.1f}" y2="{sy(hline):.1f}" '
                    f'stroke="#999" stroke-dasharray="4 3"/>')
-    for i, (name, s) in enumerate(series.items()):
+    for i, (name, s) in enumerate((k, v) for k, v in series.items() if v):
         c = COLORS[i % len(COLORS)]
         path = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in sorted(s))
         out.append(f'<polyline fill="none" stroke="{c}" stroke-width="1.6" points="{path}"/>')
@@ -56,6 +57,7 @@ def bar_chart(title: str, groups: dict[str, dict[str, float | None]], *, ylabel:
         return ""
     ymax = max(vals) * 1.12 or 1
     sy = lambda y: H - B - (H - T - B) * y / ymax  # noqa: E731
+    W = max(300, 70 * len(groups) + L + R)  # noqa: N806
     gw = (W - L - R) / max(1, len(groups))
     bw = gw * 0.8 / max(1, len(keys))
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-size="10">',
@@ -73,7 +75,9 @@ def bar_chart(title: str, groups: dict[str, dict[str, float | None]], *, ylabel:
             x = x0 + ki * bw
             out.append(f'<rect x="{x:.1f}" y="{sy(v):.1f}" width="{bw - 1:.1f}" height="{sy(0) - sy(v):.1f}" '
                        f'fill="{COLORS[ki % len(COLORS)]}"><title>{escape(k)}: {v:g}</title></rect>')
-        out.append(f'<text x="{x0 + gw * 0.4:.1f}" y="{H - B + 12}" text-anchor="middle">{escape(gname)}</text>')
+        gx = x0 + gw * 0.4
+        out.append(f'<text x="{gx:.1f}" y="{H - B + 12}" text-anchor="end" '
+                   f'transform="rotate(-25 {gx:.1f} {H - B + 12})">{escape(gname)}</text>')
     for ki, k in enumerate(keys):
         out.append(f'<text x="{W - R - 4}" y="{T + 10 + 11 * ki}" text-anchor="end" '
                    f'fill="{COLORS[ki % len(COLORS)]}">{escape(k)}</text>')

@@ -68,6 +68,7 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples
             commands: str, throttle: float | None, eval_task: str, density_max: int, density_budget_mib: float | None,
             out: str) -> None:
     """Capacity benchmark: latency alone and under load, capacity, evals/min, soak, density."""
+    import signal
     import time
     from pathlib import Path
 
@@ -90,9 +91,16 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples
     def say(msg: str) -> None:
         click.echo(f"[{time.monotonic() - t0:7.1f}s] {msg}", err=True)
 
+    async def main() -> None:
+        # SIGTERM stops the run as Ctrl-C does: cancelled, sandboxes closed, results kept.
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        await run_bench(cfg, results, progress=say, save=save)
+
     try:
-        asyncio.run(run_bench(cfg, results, progress=say, save=save))
-    except KeyboardInterrupt:
+        asyncio.run(main())
+    except (KeyboardInterrupt, asyncio.CancelledError):
         results["interrupted"] = True
         click.echo("interrupted: keeping partial results", err=True)
     finally:

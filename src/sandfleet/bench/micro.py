@@ -76,7 +76,8 @@ def pss_kib(pid: int) -> int:
     return 0
 
 
-def _tree(pid: int) -> list[int]:
+def children_map() -> dict[int, list[int]]:
+    """ppid -> child pids, read once from /proc."""
     kids: dict[int, list[int]] = {}
     for p in Path("/proc").iterdir():
         if p.name.isdigit():
@@ -85,6 +86,10 @@ def _tree(pid: int) -> list[int]:
             except (OSError, IndexError, ValueError):
                 continue
             kids.setdefault(ppid, []).append(int(p.name))
+    return kids
+
+
+def _tree(pid: int, kids: dict[int, list[int]]) -> list[int]:
     out, todo = [], [pid]
     while todo:
         q = todo.pop()
@@ -99,7 +104,8 @@ def sandbox_pss_kib(sandboxes: list[Sandbox]) -> float:
     pids = [p.pid for p in roots if p is not None]
     if not pids:
         return 0.0
-    return sum(pss_kib(q) for pid in pids for q in _tree(pid)) / len(pids)
+    kids = children_map()
+    return sum(pss_kib(q) for pid in pids for q in _tree(pid, kids)) / len(pids)
 
 
 async def run_micro(

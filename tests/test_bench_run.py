@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from sandfleet.bench.run import BenchConfig, run_bench
 from sandfleet.bench.workload import COMMANDS, QUICK, prepare_workload
-from sandfleet.cli import main
+from sandfleet.cli import cli
 from sandfleet.sandbox import resolve_backend
 from sandfleet.sandbox.state import list_sandboxes
 
@@ -81,7 +81,7 @@ async def test_cancel_keeps_partial_results(workload: Path) -> None:
 
 def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.json"
-    r = CliRunner().invoke(main, ["bench", "run", "--modes", "single,sweep,capacity", "--commands",
+    r = CliRunner().invoke(cli, ["bench", "run", "--modes", "single,sweep,capacity", "--commands",
                                   ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1", "--min-samples", "0",
                                   "--out", str(out)])
     assert r.exit_code == 0, r.output
@@ -91,7 +91,7 @@ def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
     assert data["host"]["backend"] == resolve_backend("auto")
     assert "capacity at 1.5x p95" in r.output
     html = tmp_path / "r.html"
-    r = CliRunner().invoke(main, ["bench", "compare", str(out), str(out), "--html", str(html)])
+    r = CliRunner().invoke(cli, ["bench", "compare", str(out), str(out), "--html", str(html)])
     assert r.exit_code == 0, r.output
     assert "single A s" in r.output and "1.00" in r.output
     assert html.read_text().count("<svg") >= 4

@@ -7,6 +7,7 @@ handed to ``save`` after every mode, so an interrupted run keeps what it measure
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import math
 import os
@@ -116,7 +117,7 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
     results["host"]["throttle"] = cfg.throttle
     keep = save or (lambda _r: None)
     say("preparing the workload")
-    workload = prepare_workload()
+    workload = await asyncio.to_thread(prepare_workload)
     throttle = Throttle(cfg.throttle, cfg.threads) if cfg.throttle else None
     fleet = SandboxFleet(workload, backend, throttle)
     try:

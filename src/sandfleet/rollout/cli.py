@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,6 +96,13 @@ def summary_table(summary: dict[str, Any]) -> str:
 )
 @click.option("--max-turns", default=30, show_default=True, type=int)
 @click.option(
+    "--cpu-fraction",
+    type=click.FloatRange(0.01, 1.0),
+    default=None,
+    help="Emulate a slower host: every sandbox runs under one cgroup whose cores deliver this "
+    "fraction of this host's (e.g. 0.5).",
+)
+@click.option(
     "--tool-mode",
     type=click.Choice(["auto", "tools", "text"]),
     default="auto",
@@ -116,6 +124,7 @@ def run(
     network: bool,
     attempts: int,
     max_turns: int,
+    cpu_fraction: float | None,
     tool_mode: str,
 ) -> None:
     """Run N rollouts of every task with an agent; write rollouts.jsonl, trace.jsonl and
@@ -173,7 +182,12 @@ def run(
             failed += result.status != "completed"
             bar.update(1, f"pass {passed} fail {failed} | {result.task}")
 
-        report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress))
+        with contextlib.ExitStack() as stack:
+            if cpu_fraction is not None:
+                from sandfleet.sandbox.cgroups import throttled_parent
+
+                stack.enter_context(throttled_parent(cpu_fraction))
+            report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress))
     summary = report.summary()
     click.echo(summary_table(summary))
     click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, trace.jsonl, summary.json")

@@ -11,12 +11,15 @@ import functools
 import os
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandfleet.errors import HostUnsupportedError
 from sandfleet.sandbox.spec import Limits
 
 ROOT = Path("/sys/fs/cgroup")
+GROUP_DEFAULT = "sandfleet"
 
 
 def group() -> str:
@@ -24,7 +27,7 @@ def group() -> str:
 
     Nest it under a CPU-throttled group (e.g. ``slowhost/sandfleet``) to run every sandbox
     on an emulated slower host: v1 and v2 quotas are hierarchical."""
-    return os.environ.get("SANDFLEET_CGROUP_PARENT", "sandfleet").strip("/") or "sandfleet"
+    return os.environ.get("SANDFLEET_CGROUP_PARENT", GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
 
 CONTROLLERS = ("cpu", "memory", "pids")
 
@@ -192,3 +195,42 @@ def leftover_names(layout: Layout | None = None) -> set[str]:
         with contextlib.suppress(OSError):
             names.update(p.name for p in (root / group()).iterdir() if p.is_dir())
     return names
+
+
+@contextlib.contextmanager
+def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[str]:
+    """Run every sandbox created inside the block under one CPU-throttled cgroup, as on a
+    host whose cores deliver ``fraction`` of this one's: the group's quota is
+    fraction x threads CPUs with a 10 ms period (so short commands feel it too)."""
+    if not 0 < fraction <= 1:
+        raise ValueError(f"CPU fraction must be in (0, 1], not {fraction}")
+    lay = detect()
+    if not lay.usable or "cpu" not in lay.mounts:
+        raise HostUnsupportedError("emulating a slower host needs a writable cgroup cpu controller (root)")
+    top = f"sandfleet-slowhost-{os.getpid()}"
+    threads = threads or os.cpu_count() or 1
+    quota = max(1000, int(fraction * threads * 10_000))
+    cpu_dir = lay.mounts["cpu"] / top
+    cpu_dir.mkdir(parents=True, exist_ok=True)
+    if lay.version == "v2":
+        _prepare_v2(lay.mounts["cpu"])
+        with contextlib.suppress(OSError):
+            _write(lay.mounts["cpu"] / "cgroup.subtree_control", "+cpu +memory +pids")
+        _write(cpu_dir / "cgroup.subtree_control", "+cpu +memory +pids")
+        _write(cpu_dir / "cpu.max", f"{quota} 10000")
+    else:
+        _write(cpu_dir / "cpu.cfs_period_us", "10000")
+        _write(cpu_dir / "cpu.cfs_quota_us", str(quota))
+    old = os.environ.get("SANDFLEET_CGROUP_PARENT")
+    os.environ["SANDFLEET_CGROUP_PARENT"] = f"{top}/{GROUP_DEFAULT}"
+    try:
+        yield top
+    finally:
+        if old is None:
+            os.environ.pop("SANDFLEET_CGROUP_PARENT", None)
+        else:
+            os.environ["SANDFLEET_CGROUP_PARENT"] = old
+        for root in set(lay.mounts.values()):
+            for d in (root / top / GROUP_DEFAULT, root / top):
+                with contextlib.suppress(OSError):
+                    d.rmdir()

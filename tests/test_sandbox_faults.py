@@ -118,3 +118,29 @@ def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
     assert not list(Path("/sys/fs/cgroup").glob(f"*/sandfleet/{sid}"))
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert "sleep 1000" not in ps
+
+
+def test_restarted_sandfleet_reaps_on_first_sandbox(tmp_path: Path) -> None:
+    backend = "bwrap" if os.geteuid() == 0 else "process"
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio
+        from sandfleet.sandbox import create_sandbox
+        async def main():
+            sb = await create_sandbox(backend={backend!r})
+            print(sb.id, flush=True)
+            await asyncio.sleep(1000)
+        asyncio.run(main())
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    sid = proc.stdout.readline().strip()
+    proc.kill()
+    proc.wait()
+    proc.stdout.close()
+    fresh = subprocess.run(
+        [sys.executable, "-m", "sandfleet", "sandbox", "run", "--backend", backend, "--", "true"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert fresh.returncode == 0, fresh.stderr
+    assert not (state_root() / sid).exists()

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import shutil
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,8 @@ from sandfleet.sandbox.spec import Limits, SandboxSpec, backend_config, make_spe
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.base import Backend, Sandbox, Snapshot
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "make_spec", "resolve_backend"]
 
@@ -32,7 +35,23 @@ def resolve_backend(name: str) -> str:
 
 @functools.cache
 def _backend(name: str) -> Backend:
-    return backend_config(name).backend()
+    backend = backend_config(name).backend()
+    _reap_once()
+    return backend
+
+
+@functools.cache
+def _reap_once() -> None:
+    """The first sandbox a process makes first reaps what dead owners left on this host."""
+    from sandfleet.sandbox.state import reap_leftovers
+
+    try:
+        reaped = reap_leftovers()
+    except OSError as e:  # never block sandbox creation on a leftover we can't remove
+        log.warning("could not reap leftover sandboxes: %s", e)
+        return
+    if reaped:
+        log.info("reaped %d leftover sandboxes of dead owners: %s", len(reaped), ", ".join(reaped[:5]))
 
 
 def get_backend(name: str = "auto") -> Backend:

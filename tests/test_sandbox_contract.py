@@ -38,9 +38,9 @@ async def test_exec_bad_cwd_and_program(sb: Sandbox) -> None:
 
 async def test_timeout_kills_whole_tree(sb: Sandbox) -> None:
     # a child that escapes the process group with setsid and ignores SIGTERM must die too
-    r = await sb.exec("trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300' & sleep 300", timeout=0.5)
+    r = await sb.exec("trap '' TERM; setsid sh -c 'trap \"\" TERM; sleep 300.417' & sleep 300.417", timeout=0.5)
     assert r.timed_out and r.exit_code == 137
-    left = await sb.exec("ps -eo args | grep -c '[s]leep 300' || true")
+    left = await sb.exec("ps -eo args | grep -c '[s]leep 300.417' || true")
     assert left.stdout.strip() == "0"
 
 

@@ -5,12 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 from collections.abc import Mapping
 from pathlib import Path
 
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import SandboxDiedError
+from sandfleet.sandbox.base import AgentSandbox
+from sandfleet.sandbox.cgroups import Cgroup
+from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.sandbox.state import proc_start_time, write_meta
 
 
@@ -68,3 +72,23 @@ class AgentProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
+
+
+class LocalSandbox(AgentSandbox):
+    """A sandbox whose agent is a local process: it owns that process, its cgroups and its
+    marker directory, and close() removes all three."""
+
+    def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, sdir: Path, cg: Cgroup | None):
+        super().__init__(sid, spec, agent.client)
+        self.agent = agent
+        self.dir = sdir
+        self.cgroup = cg
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        await self.agent.stop()
+        if self.cgroup is not None:
+            await asyncio.to_thread(self.cgroup.remove)
+        await asyncio.to_thread(shutil.rmtree, self.dir, True)

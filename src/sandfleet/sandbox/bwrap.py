@@ -28,8 +28,8 @@ from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
 from sandfleet.sandbox import cgroups
-from sandfleet.sandbox._spawn import AgentProcess
-from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
+from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
+from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import state_root
 
@@ -73,25 +73,13 @@ def bwrap_version(binary: str = "bwrap") -> str | None:
     return out.stdout.strip() or "unknown"
 
 
-class BwrapSandbox(AgentSandbox):
+class BwrapSandbox(LocalSandbox):
     backend = "bwrap"
 
     def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, sdir: Path,
                  cg: cgroups.Cgroup | None, layers: list[Path]):
-        super().__init__(sid, spec, agent.client)
-        self.agent = agent
-        self.dir = sdir
-        self.cgroup = cg
+        super().__init__(sid, spec, agent, sdir, cg)
         self.layers = layers  # snapshot layers this sandbox started from, above its image
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self.agent.stop()
-        if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.remove)
-        await asyncio.to_thread(shutil.rmtree, self.dir, True)
 
     @property
     def upper(self) -> Path:

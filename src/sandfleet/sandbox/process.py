@@ -16,8 +16,8 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import SandboxPathError
 from sandfleet.sandbox import cgroups
-from sandfleet.sandbox._spawn import AgentProcess
-from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id, sandbox_path
+from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
+from sandfleet.sandbox.base import Snapshot, create_many, new_id, sandbox_path
 from sandfleet.sandbox.spec import ProcessConfig, SandboxSpec
 from sandfleet.sandbox.state import state_root
 
@@ -25,14 +25,12 @@ log = logging.getLogger(__name__)
 _warned = False
 
 
-class ProcessSandbox(AgentSandbox):
+class ProcessSandbox(LocalSandbox):
     backend = "process"
 
     def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, root: Path, cg: cgroups.Cgroup | None):
-        super().__init__(sid, spec, agent.client)
-        self.agent = agent
+        super().__init__(sid, spec, agent, root.parent, cg)
         self.root = root
-        self.cgroup = cg
         self.env.update(HOME=str(root / "home/agent"), TMPDIR=str(root / "tmp"))
 
     def _path(self, path: str) -> str:
@@ -42,15 +40,6 @@ class ProcessSandbox(AgentSandbox):
         if host != root and not host.startswith(root + os.sep):
             raise SandboxPathError(f"path {path!r} leads outside the sandbox (to {host})")
         return host
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self.agent.stop()
-        if self.cgroup is not None:
-            self.cgroup.remove()
-        await asyncio.to_thread(shutil.rmtree, self.root.parent, True)
 
     async def snapshot(self) -> Snapshot:
         self._check()

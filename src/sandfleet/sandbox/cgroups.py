@@ -109,6 +109,10 @@ class Cgroup:
 
     def create(self, limits: Limits) -> None:
         lay = self.layout
+        # Under throttled_parent every sandbox's cores also deliver only that fraction.
+        fraction = float(os.environ.get("SANDFLEET_CPU_FRACTION", "1"))
+        period = 100_000 if fraction >= 1 else 10_000
+        quota = int((limits.cpus or 0) * fraction * period)
         if lay.version == "v2":
             _prepare_v2(lay.mounts[next(iter(lay.mounts))])
         for d in self.dirs:
@@ -122,7 +126,7 @@ class Cgroup:
             if limits.pids:
                 _write(d / "pids.max", str(limits.pids))
             if limits.cpus:
-                _write(d / "cpu.max", f"{int(limits.cpus * 100000)} 100000")
+                _write(d / "cpu.max", f"{quota} {period}")
             return
         m = lay.mounts
         if limits.memory_mib and "memory" in m:
@@ -134,8 +138,8 @@ class Cgroup:
             _write(m["pids"] / group() / self.name / "pids.max", str(limits.pids))
         if limits.cpus and "cpu" in m:
             d = m["cpu"] / group() / self.name
-            _write(d / "cpu.cfs_period_us", "100000")
-            _write(d / "cpu.cfs_quota_us", str(int(limits.cpus * 100000)))
+            _write(d / "cpu.cfs_period_us", str(period))
+            _write(d / "cpu.cfs_quota_us", str(quota))
 
     def pids(self) -> set[int]:
         found: set[int] = set()
@@ -199,9 +203,10 @@ def leftover_names(layout: Layout | None = None) -> set[str]:
 
 @contextlib.contextmanager
 def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[str]:
-    """Run every sandbox created inside the block under one CPU-throttled cgroup, as on a
-    host whose cores deliver ``fraction`` of this one's: the group's quota is
-    fraction x threads CPUs with a 10 ms period (so short commands feel it too)."""
+    """Run every sandbox created inside the block as on a host whose cores deliver
+    ``fraction`` of this one's: all sandboxes share one cgroup with a quota of
+    fraction x threads CPUs, and each sandbox's own quota is scaled by ``fraction``, both
+    with a 10 ms period (so short commands feel it too)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"CPU fraction must be in (0, 1], not {fraction}")
     lay = detect()
@@ -221,15 +226,17 @@ def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[st
     else:
         _write(cpu_dir / "cpu.cfs_period_us", "10000")
         _write(cpu_dir / "cpu.cfs_quota_us", str(quota))
-    old = os.environ.get("SANDFLEET_CGROUP_PARENT")
+    saved = {k: os.environ.get(k) for k in ("SANDFLEET_CGROUP_PARENT", "SANDFLEET_CPU_FRACTION")}
     os.environ["SANDFLEET_CGROUP_PARENT"] = f"{top}/{GROUP_DEFAULT}"
+    os.environ["SANDFLEET_CPU_FRACTION"] = str(fraction)
     try:
         yield top
     finally:
-        if old is None:
-            os.environ.pop("SANDFLEET_CGROUP_PARENT", None)
-        else:
-            os.environ["SANDFLEET_CGROUP_PARENT"] = old
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
         for root in set(lay.mounts.values()):
             for d in (root / top / GROUP_DEFAULT, root / top):
                 with contextlib.suppress(OSError):

@@ -45,7 +45,7 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_STDIN_MODE = 7, F_DATA = 8, F_STREAM_NO = 9, F_CODE = 10, F_SIGNAL = 11,
        F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
-       F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27 };
+       F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28 };
 
 static int in_fd = 0, out_fd = 1;
 static int sig_pipe[2];
@@ -476,12 +476,30 @@ static void do_write(const req_t *r) {
 /* ---------- request dispatch ---------- */
 static int handle(const req_t *r) {
     switch (r->type) {
-    case T_HELLO:
+    case T_HELLO: {
+        /* optional TIME "seconds.nanoseconds": set the clock (a VM restored from a snapshot
+           wakes with the time it was saved at); reply TIME 1 if it was set */
+        char *ts = get_str(r, F_TIME);
+        int clock_set = 0;
+        if (ts) {
+            struct timespec t = {0};
+            char *dot = strchr(ts, '.');
+            t.tv_sec = strtoll(ts, NULL, 10);
+            if (dot) {
+                char ns[10] = "000000000";
+                memcpy(ns, dot + 1, strnlen(dot + 1, 9));
+                t.tv_nsec = strtol(ns, NULL, 10);
+            }
+            clock_set = clock_settime(CLOCK_REALTIME, &t) == 0;
+            free(ts);
+        }
         frame_begin(R_HELLO, r->id);
         field_s(F_VERSION, PROTO_VERSION);
         field_i(F_PID, getpid());
+        if (clock_set) field_i(F_TIME, 1);
         frame_send();
         break;
+    }
     case T_EXEC: start_exec(r); break;
     case T_STDIN: {
         job_t *j = find_job((uint32_t)get_int(r, F_TARGET, 0));

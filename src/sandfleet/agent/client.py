@@ -65,6 +65,7 @@ class AgentClient:
         self._dead: BaseException | None = None
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"agent-reader-{name}")
         self.guest_pid: int | None = None
+        self.clock_set = False
 
     @property
     def alive(self) -> bool:
@@ -119,8 +120,16 @@ class AgentClient:
         finally:
             del self._waiters[rid]
 
-    async def hello(self) -> str:
-        frame = await self.call(T.HELLO)
+    async def hello(self, *, set_clock: bool = False) -> str:
+        """Check the guest speaks our protocol version. ``set_clock`` also sets the guest's
+        clock to the host's (for VMs restored from a snapshot; needs CAP_SYS_TIME in the
+        guest, so a bwrap sandbox ignores it) and ``clock_set`` says whether it took."""
+        fields: list[tuple[F, bytes | str | int]] = []
+        if set_clock:
+            ns = time.time_ns()
+            fields.append((F.TIME, f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"))
+        frame = await self.call(T.HELLO, fields)
+        self.clock_set = bool(frame.int(F.TIME))
         version = frame.text(F.VERSION)
         if version != VERSION:
             raise ProtocolError(f"guest agent speaks protocol {version!r}, host speaks {VERSION!r}")

@@ -67,6 +67,7 @@ class F(IntEnum):
     TARGET = 25
     MAX = 26
     MKDIRS = 27
+    TIME = 28
 
 
 FieldValue = bytes | str | int

@@ -21,7 +21,6 @@ import hashlib
 import json
 import os
 import shutil
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -130,9 +129,10 @@ async def restore(
             await vm.wait_running()
             assert vm.agent is not None
             client = AgentClient(*vm.agent, name=sid)
-            # the guest clock stopped when the template was saved: set it, alongside hello
-            clock = client.exec(["date", "-s", f"@{round(time.time())}"], cwd="/", timeout=timeout)
-            await asyncio.gather(client.hello(), clock)
+            # the guest clock stopped when the template was saved: hello sets it (to the ns)
+            await client.hello(set_clock=True)
+            if not client.clock_set:
+                raise SandboxDiedError(f"restoring {sid}: the guest agent could not set its clock")
     except BaseException as exc:
         detail = log_tail(vm.run)
         if client is not None:

@@ -82,8 +82,8 @@ async def test_cancel_keeps_partial_results(workload: Path) -> None:
 def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
     out = tmp_path / "a.json"
     r = CliRunner().invoke(cli, ["bench", "run", "--modes", "single,sweep,capacity", "--commands",
-                                  ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1", "--min-samples", "0",
-                                  "--out", str(out)])
+                                  ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1",
+                                  "--min-samples", "0", "--out", str(out)])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
     for key in ("host", "single", "sweep", "capacity", "evals_per_min", "baseline_overhead"):

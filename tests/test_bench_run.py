@@ -107,3 +107,22 @@ async def test_evals_soak_density(workload: Path) -> None:
     assert res["soak"]["failures"]["count"] == 0 and res["soak"]["drift"] is not None
     assert res["density"]["created"] == 32 and res["density"]["pss_mib"] > 0
     assert not _mine()
+
+
+async def test_throttled_run_is_slower_and_cleans_up(workload: Path) -> None:
+    from sandfleet.sandbox import cgroups
+
+    lay = cgroups.detect()
+    if not lay.usable or "cpu" not in lay.mounts:
+        pytest.skip("needs a writable cgroup cpu controller")
+    base = BenchConfig(modes=("single",), commands=("sqlite",), repeats=2)
+    fast: dict[str, Any] = {}
+    slow: dict[str, Any] = {}
+    await run_bench(base, fast)
+    await run_bench(BenchConfig(modes=("single",), commands=("sqlite",), repeats=2, throttle=0.3), slow)
+    assert slow["host"]["throttle"] == 0.3
+    assert slow["single"]["sqlite"]["median_s"] > 1.5 * fast["single"]["sqlite"]["median_s"]
+    root = lay.mounts["cpu"]
+    assert not list(root.glob(f"sandfleet-slowhost-{os.getpid()}")) and not list(root.glob("sandfleet-bench/run-*"))
+    assert "sandfleet-bench" not in Path("/proc/self/cgroup").read_text()
+    assert not _mine()

@@ -18,7 +18,6 @@ from typing import Any
 
 import sandfleet
 from sandfleet.bench.load import Progress
-from sandfleet.bench.throttle import Throttle
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -62,7 +61,7 @@ async def prepare_solved(task: Any, backend: str) -> Snapshot:
 
 
 async def run_evals(task_ref: str, backend: str, workers: int, duration_s: float, *,
-                    throttle: Throttle | None = None, say: Progress | None = None) -> dict[str, Any]:
+                    say: Progress | None = None) -> dict[str, Any]:
     """Verifier runs per minute with ``workers`` concurrent evaluations for ``duration_s``."""
     from sandfleet.rollout.trace import SpanRecorder
     from sandfleet.rollout.verifier import run_verifier
@@ -79,8 +78,6 @@ async def run_evals(task_ref: str, backend: str, workers: int, duration_s: float
         t = time.perf_counter()
         try:
             sb = (await fork(snap, 1))[0]
-            if throttle is not None:
-                throttle.adopt(sb)
             out = await run_verifier(task, sb, SpanRecorder())
             if out.reward == 1:
                 done.append(time.perf_counter() - t)
@@ -92,8 +89,6 @@ async def run_evals(task_ref: str, backend: str, workers: int, duration_s: float
             if sb is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.shield(sb.close())
-                if throttle is not None:
-                    throttle.release(sb)
 
     async def loop() -> None:
         while time.perf_counter() < deadline:

@@ -118,8 +118,14 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
     keep = save or (lambda _r: None)
     say("preparing the workload")
     workload = await asyncio.to_thread(prepare_workload)
-    throttle = Throttle(cfg.throttle, cfg.threads) if cfg.throttle else None
-    fleet = SandboxFleet(workload, backend, throttle)
+    stack = contextlib.ExitStack()
+    throttle = None
+    if cfg.throttle:  # sandboxes: under one throttled parent; bare workers and we: our own group
+        from sandfleet.sandbox import cgroups
+
+        stack.enter_context(cgroups.throttled_parent(cfg.throttle, cfg.threads))
+        throttle = Throttle(cfg.throttle, cfg.threads)
+    fleet = SandboxFleet(workload, backend)
     try:
         if "single" in modes:
             say(f"single: {len(commands)} commands x {cfg.repeats}")
@@ -140,7 +146,7 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
             from sandfleet.bench.evals import run_evals
 
             say(f"evals: {cfg.eval_task} x {cfg.threads} workers for {cfg.duration_s:.0f}s")
-            ev = await run_evals(cfg.eval_task, backend, cfg.threads, cfg.duration_s, throttle=throttle, say=say)
+            ev = await run_evals(cfg.eval_task, backend, cfg.threads, cfg.duration_s, say=say)
             results["evals"], results["evals_per_min"] = ev, ev["evals_per_min"]
             keep(results)
         if "soak" in modes:
@@ -165,6 +171,7 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
         fleet.close()
         if throttle is not None:
             throttle.close()
+        stack.close()
         results["finished"] = time.time()
         results["host"]["loadavg_end"] = list(os.getloadavg())
     return results

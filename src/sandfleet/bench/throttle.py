@@ -1,14 +1,12 @@
-"""Slower-host emulation: the whole benchmark inside one CPU-throttled cgroup.
+"""Slower-host emulation for what is not a sandbox: bare workers and the benchmark itself.
 
-With ``fraction`` f on a host of T hardware threads, a group ``sandfleet-bench/<run>`` gets a
-CPU quota of f x T CPUs (what a slower socket delivers in all), and each sandbox, each bare
-worker and the benchmark's own process get a child group with a quota of f CPUs (what one
-slower thread delivers). The period is short (10 ms) so that even a 50 ms command feels it.
-
-Sandboxes are created in their own cgroup (``sandfleet/<id>``); :meth:`Throttle.adopt`
-moves their processes, in the cpu hierarchy only on cgroup v1 (memory and pids limits stay
-where they are), or with copies of those limits on v2. The group lives outside
-``sandfleet/`` so that the sandbox reaper leaves it alone; :meth:`Throttle.close` removes it.
+Sandboxes are throttled by :func:`sandfleet.sandbox.cgroups.throttled_parent` (one parent
+group with f x T CPUs, every sandbox's own quota scaled by f). This module does the same for
+the bare baseline and this process: with ``fraction`` f on a host of T hardware threads, a
+group ``sandfleet-bench/run-<pid>`` gets f x T CPUs, and each bare worker and the benchmark's
+own process a child with f CPUs. The period is short (10 ms) so a 50 ms command feels it.
+The group lives outside the sandbox groups, so the reaper leaves it alone;
+:meth:`Throttle.close` removes it.
 """
 
 from __future__ import annotations
@@ -20,7 +18,6 @@ from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.sandbox import cgroups
-from sandfleet.sandbox.base import Sandbox
 
 PERIOD_US = 10_000
 TOP = "sandfleet-bench"
@@ -63,30 +60,15 @@ class Throttle:
             (d / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (d / "cpu.cfs_quota_us").write_text(str(quota))
 
-    def child(self, name: str, pids: tuple[int, ...] | list[int] = (), like: Path | None = None) -> Path:
+    def child(self, name: str, pids: tuple[int, ...] | list[int] = ()) -> Path:
         """A child group with one slower thread's quota, holding ``pids``."""
         d = self.root / name
         d.mkdir(exist_ok=True)
         self._quota(d, self.fraction)
-        if self.v2 and like is not None:
-            for f in ("memory.max", "pids.max"):
-                with contextlib.suppress(OSError):
-                    (d / f).write_text((like / f).read_text())
         for pid in pids:
             with contextlib.suppress(ProcessLookupError, OSError):
                 (d / "cgroup.procs").write_text(str(pid))
         return d
-
-    def adopt(self, sb: Sandbox) -> None:
-        """Move a (bwrap) sandbox's processes into its own throttled child group."""
-        cg = getattr(sb, "cgroup", None)
-        if cg is None:
-            raise HostUnsupportedError(f"backend {sb.backend} can't be throttled (no cgroup)")
-        self.child(sb.id, sorted(cg.pids()), like=cg.dirs[0] if self.v2 else None)
-
-    def release(self, sb: Sandbox) -> None:
-        """Remove a closed sandbox's child group."""
-        self._rmdir(self.root / sb.id)
 
     def procs_file(self, name: str) -> Path:
         """The ``cgroup.procs`` a bare worker's shell writes itself into."""

@@ -48,9 +48,8 @@ class Worker(Protocol):
 class SandboxWorker:
     """One busy sandbox holding a copy of the workload."""
 
-    def __init__(self, sb: Sandbox, throttle: Throttle | None = None):
+    def __init__(self, sb: Sandbox):
         self.sb = sb
-        self.throttle = throttle
 
     async def run(self, cmd: Command, t0: float) -> Sample:
         start = time.perf_counter()
@@ -66,8 +65,6 @@ class SandboxWorker:
     async def close(self) -> None:
         with contextlib.suppress(Exception):
             await self.sb.close()
-        if self.throttle is not None:
-            await asyncio.to_thread(self.throttle.release, self.sb)
 
 
 class BareWorker:
@@ -108,12 +105,10 @@ class BareWorker:
 class SandboxFleet:
     """Sandboxes forked from one prepared sandbox holding the workload (created lazily)."""
 
-    def __init__(self, workload: Path, backend: str, throttle: Throttle | None = None, *,
-                 cpus: float | None = 1.0, memory_mib: int = 2048):
+    def __init__(self, workload: Path, backend: str, *, cpus: float | None = 1.0, memory_mib: int = 2048):
         self.workload = workload
         self.spec = make_spec(image="host", backend=backend, cpus=cpus, memory_mib=memory_mib,
                               disk_mib=1024, ttl_s=6 * 3600.0, labels={"bench": "run"})
-        self.throttle = throttle
         self._snap: Snapshot | None = None
         self.backend = ""
 
@@ -130,11 +125,7 @@ class SandboxFleet:
 
     async def workers(self, n: int) -> list[SandboxWorker]:
         boxes = await fork(await self.snapshot(), n)
-        out = [SandboxWorker(sb, self.throttle) for sb in boxes]
-        if self.throttle is not None:
-            for sb in boxes:
-                self.throttle.adopt(sb)
-        return out
+        return [SandboxWorker(sb) for sb in boxes]
 
     def close(self) -> None:
         if self._snap is not None:

@@ -10,44 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 from typing import Any
 
 from sandfleet.bench.load import Progress
-from sandfleet.bench.micro import _meminfo, _raise_nofile, pss_kib
+from sandfleet.bench.micro import _meminfo, _raise_nofile, sandbox_pss_kib
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
 
 BATCH = 32
-
-
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(p.name))
-    return kids
-
-
-def mean_pss_kib(sandboxes: list[Sandbox]) -> float:
-    """Mean PSS of each sandbox's process tree (one scan of /proc for all of them)."""
-    kids = _children()
-    roots = [getattr(getattr(sb, "agent", None), "proc", None) for sb in sandboxes]
-    total, count = 0, 0
-    for proc in roots:
-        if proc is None:
-            continue
-        count += 1
-        todo = [proc.pid]
-        while todo:
-            pid = todo.pop()
-            total += pss_kib(pid)
-            todo.extend(kids.get(pid, []))
-    return total / count if count else 0.0
 
 
 async def run_density(backend: str, *, budget_mib: float | None = None, max_sandboxes: int = 1024,
@@ -73,7 +43,7 @@ async def run_density(backend: str, *, budget_mib: float | None = None, max_sand
         await asyncio.sleep(1.0)
         alive = sum(b.alive for b in boxes)
         drop = avail0 - _meminfo()["MemAvailable"] / 1024
-        pss = await asyncio.to_thread(mean_pss_kib, boxes) / 1024
+        pss = await asyncio.to_thread(sandbox_pss_kib, boxes) / 1024
         per = max(pss, drop / max(1, len(boxes)))
         return {"created": len(boxes), "alive": alive, "stopped_by": stopped_by,
                 "budget_mib": round(budget, 1), "pss_mib": round(pss, 3),

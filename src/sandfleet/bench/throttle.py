@@ -81,6 +81,8 @@ class Throttle:
         for d in sorted((p for p in self.root.iterdir() if p.is_dir()), reverse=True):
             self._rmdir(d)
         self._rmdir(self.root)
+        with contextlib.suppress(OSError):  # the shared top group, once no run uses it
+            self.root.parent.rmdir()
 
     @staticmethod
     def _rmdir(d: Path) -> None:

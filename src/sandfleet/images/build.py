@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 AGENT_HOST_UID = 61000  # BwrapConfig.host_uid: the task workdir belongs to the sandbox user
+SANDBOX_UID = 1000  # BwrapConfig.sandbox_uid: the uid commands run as inside
 
 
 def _hash_tree(h: hashlib._Hash, path: Path) -> None:
@@ -62,12 +63,15 @@ def _sources(context: Path, pattern: str, df: str, line: int) -> list[Path]:
 
 
 def _owner(spec: str | None) -> tuple[int, int]:
+    """Host owner for ``COPY --chown``: root stays root; the sandbox user (uid 1000, which
+    sandboxes map to AGENT_HOST_UID) and any named user become the sandbox user."""
     if not spec:
         return 0, 0
     user, _, group = spec.partition(":")
+
     def one(x: str) -> int:
         if x.isdigit():
-            return int(x)
+            return AGENT_HOST_UID if int(x) == SANDBOX_UID else int(x)
         return 0 if x in ("", "root") else AGENT_HOST_UID
     return one(user), one(group or user)
 
@@ -98,7 +102,7 @@ class _Builder:
     def digest(self) -> str:
         from sandfleet.tasks.dockerfile import Copy
 
-        h = hashlib.sha256(f"sandfleet-image/1 {self.base.hash}".encode())
+        h = hashlib.sha256(f"sandfleet-image/2 {self.base.hash}".encode())  # bump when builds change
         for step in self.df.steps:
             h.update(repr(step).encode())
             if isinstance(step, Copy):

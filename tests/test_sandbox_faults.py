@@ -144,3 +144,19 @@ def test_restarted_sandfleet_reaps_on_first_sandbox(tmp_path: Path) -> None:
     )
     assert fresh.returncode == 0, fresh.stderr
     assert not (state_root() / sid).exists()
+
+
+def test_reaper_spares_a_sandbox_being_created() -> None:
+    # a marker directory whose meta.json isn't written yet belongs to a sandbox starting now
+    d = state_root() / "sf-test-starting"
+    d.mkdir()
+    try:
+        assert "sf-test-starting" not in reap_leftovers()
+        assert d.exists()
+        old = time.time() - 3600  # ... unless its creator died long ago
+        os.utime(d, (old, old))
+        assert "sf-test-starting" in reap_leftovers()
+        assert not d.exists()
+    finally:
+        if d.exists():
+            d.rmdir()

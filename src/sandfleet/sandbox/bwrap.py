@@ -31,7 +31,7 @@ from sandfleet.sandbox import cgroups
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
-from sandfleet.sandbox.state import state_root
+from sandfleet.sandbox.state import state_root, write_meta
 
 # On the "host" image a sandbox sees only the system directories of the host; every other
 # top-level directory (home, /root, /work, /srv, /mnt, ...) and our own state is replaced
@@ -174,6 +174,7 @@ class BwrapBackend:
         cg = cgroups.Cgroup(sid, lay) if lay.usable else None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
+        write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
         try:
             if cg is not None:
                 cg.create(spec.limits)

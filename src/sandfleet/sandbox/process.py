@@ -19,7 +19,7 @@ from sandfleet.sandbox import cgroups
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id, sandbox_path
 from sandfleet.sandbox.spec import ProcessConfig, SandboxSpec
-from sandfleet.sandbox.state import state_root
+from sandfleet.sandbox.state import state_root, write_meta
 
 log = logging.getLogger(__name__)
 _warned = False
@@ -76,6 +76,7 @@ class ProcessBackend:
         cg = cgroups.Cgroup(sid, lay) if lay.usable else None
         meta = {"id": sid, "backend": "process", "image": "host", "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
+        write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
         argv = [str(agent_binary())]
         if spec.limits.ttl_s:
             argv += ["--ttl", str(spec.limits.ttl_s)]

@@ -24,6 +24,10 @@ from sandfleet.sandbox import cgroups
 log = logging.getLogger(__name__)
 
 
+INCOMPLETE_GRACE_S = 120.0
+"""A marker directory without meta.json is left alone this long (its sandbox may be starting)."""
+
+
 @functools.cache
 def state_root() -> Path:
     """$SANDFLEET_STATE, or /run/sandfleet as root, or $XDG_RUNTIME_DIR/sandfleet."""
@@ -86,10 +90,15 @@ def list_sandboxes() -> list[dict[str, Any]]:
     root = state_root()
     for d in sorted(root.glob("sf-*")) if root.exists() else []:
         meta = read_meta(d)
-        if meta is None:
+        young = False
+        if meta is None:  # being created right now, or its creator died before writing it
+            try:
+                young = time.time() - d.stat().st_mtime < INCOMPLETE_GRACE_S
+            except OSError:
+                continue
             meta = {"id": d.name, "backend": "?"}
         meta["dir"] = str(d)
-        meta["alive"] = owner_alive(meta)
+        meta["alive"] = young or owner_alive(meta)
         meta["expired"] = expired(meta)
         out.append(meta)
     return out

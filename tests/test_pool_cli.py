@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +83,33 @@ def test_cli_doctor_json() -> None:
     assert {"arch", "page_size", "cgroup", "backends"} <= set(d)
     for name in ("process", "bwrap", "microvm"):
         assert set(d["backends"][name]) >= {"available", "reason"}
+
+
+def test_sigterm_mid_run_closes_every_sandbox(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs the bwrap backend (root)")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sandfleet", "run", "--tasks", "examples/tasks", "--agent", "oracle",
+         "-n", "2", "--concurrency", "2", "--out", str(tmp_path / "out")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    def owned_by_run() -> list[Path]:
+        found = []
+        for d in state_root().glob("sf-*"):
+            try:
+                if json.loads((d / "meta.json").read_text()).get("owner_pid") == proc.pid:
+                    found.append(d)
+            except (OSError, ValueError):
+                continue  # not written yet, or just removed
+        return found
+
+    owned: list[Path] = []
+    deadline = time.monotonic() + 60
+    while not owned and time.monotonic() < deadline:
+        owned = owned_by_run()
+        time.sleep(0.05)
+    assert owned, "the run never started a sandbox"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) != 0
+    assert not any(d.exists() for d in owned)
+    assert not owned_by_run()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import logging
 import os
+import signal
 import sys
 from typing import Any
 
@@ -60,9 +61,19 @@ def cli(verbose: int) -> None:
     )
 
 
+def _terminate(signum: int, frame: object) -> None:
+    signal.raise_signal(signal.SIGINT)  # asyncio.run turns it into a clean cancellation
+
+
 def main(argv: list[str] | None = None) -> Any:
     from sandfleet.errors import SandfleetError
 
+    # SIGTERM stops like Ctrl-C: running work is cancelled and every sandbox is closed,
+    # also when started in the background (where the shell leaves SIGINT ignored).
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         return cli.main(args=argv, prog_name="sandfleet", standalone_mode=True)
     except SandfleetError as e:  # pragma: no cover - click handles most

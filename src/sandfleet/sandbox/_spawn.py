@@ -88,7 +88,14 @@ class LocalSandbox(AgentSandbox):
         if self._closed:
             return
         self._closed = True
-        await self.agent.stop()
-        if self.cgroup is not None:
-            await asyncio.to_thread(self.cgroup.remove)
-        await asyncio.to_thread(shutil.rmtree, self.dir, True)
+        try:
+            await self.agent.stop()
+        finally:
+            # Synchronous on purpose: when the whole program is being cancelled (asyncio.run
+            # cancels every task, shielded ones too) this part must still run to the end.
+            if self.agent.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(self.agent.proc.pid, signal.SIGKILL)
+            if self.cgroup is not None:
+                self.cgroup.remove()
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -29,6 +29,7 @@ from sandfleet.images import Image, arch, host_image, images_dir, list_images, s
 from sandfleet.images.debootstrap import base_image_for
 
 if TYPE_CHECKING:
+    from sandfleet.tasks.dockerfile import Dockerfile
     from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -84,12 +85,10 @@ def _chown_tree(path: Path, uid: int, gid: int) -> None:
 
 
 class _Builder:
-    def __init__(self, task: Task, base: Image, out: Path):
-        from sandfleet.tasks.dockerfile import parse_dockerfile
-
+    def __init__(self, task: Task, df: Dockerfile, base: Image, out: Path):
         assert task.dockerfile is not None
         self.task = task
-        self.df = parse_dockerfile(task.dockerfile, arch=arch())
+        self.df = df
         self.dfname = str(task.dockerfile)
         self.context = (task.context_dir or task.dockerfile.parent).resolve()
         self.base = base
@@ -223,7 +222,7 @@ def build_task_image(task: Task) -> Image:
     ref = resolve_base(df.base.image, file=str(task.dockerfile), line=df.base.line)
     base = base_image_for(ref.suite, ref.packages, file=str(task.dockerfile), line=df.base.line)
     tmp_out = images_dir() / f".build-{os.getpid()}-{time.monotonic_ns()}"
-    builder = _Builder(task, base, tmp_out)
+    builder = _Builder(task, df, base, tmp_out)
     digest = builder.digest()
     final = images_dir() / digest
     with open(images_dir() / f"{digest}.lock", "w") as lock:

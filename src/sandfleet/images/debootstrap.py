@@ -7,6 +7,7 @@ first stage with ``--foreign`` and its second stage under qemu-user-static via b
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import os
@@ -78,9 +79,8 @@ def base_image_for(suite: str, packages: tuple[str, ...] = (), *, file: str | No
     if host_suite() == suite:
         missing = sorted(set(packages) - _installed_on_host())
         img = host_image()
-        if missing:
-            img.meta.setdefault("missing_packages", missing)
-        return img
+        # a copy: host_image() is shared, and what's missing depends on the packages asked for
+        return dataclasses.replace(img, meta={**img.meta, "missing_packages": missing}) if missing else img
     raise ImageBuildError(
         f"no Debian {suite} base here (the host runs {host_suite() or 'something else'}); "
         f"build one with: sandfleet image build --suite {suite}", file=file, line=line)

@@ -55,17 +55,35 @@ class ProcessConfig(_Config):
     target: ClassVar[str] = "sandfleet.sandbox.process:ProcessBackend"
 
 
+# The uid model (docs/security.md): inside every sandbox, user namespace S maps uid i onto
+# P-uid i, and P maps P-uid i onto host uid ``uid_base + i``. The guest agent runs as
+# GUEST_AGENT_UID, which S leaves unmapped, so no command can run as it.
+ROOT_UID = 0
+AGENT_UID = 1000
+VERIFIER_UID = 1001
+USERS = {"root": ROOT_UID, "agent": AGENT_UID, "verifier": VERIFIER_UID}
+SANDBOX_UIDS = 65536
+"""uids 0..65535 exist inside a sandbox."""
+GUEST_AGENT_UID = SANDBOX_UIDS
+"""P-uid of the guest agent: not mapped in S."""
+DEFAULT_UID_BASE = 1_800_000_000
+
+
 class BwrapConfig(_Config):
     """Linux namespaces (bubblewrap), cgroup limits, read-only image root + private writable layer."""
 
     kind: Literal["bwrap"] = "bwrap"
     bwrap: str = "bwrap"
-    """The bubblewrap binary."""
-    sandbox_uid: int = Field(1000, ge=1, le=65535)
-    """uid (and gid) the agent's commands run as inside the sandbox."""
-    host_uid: int = Field(61000, ge=1, le=2**31)
-    """Unprivileged host uid the sandbox user maps to (when sandfleet runs as root)."""
+    """The bubblewrap binary (resolved to an absolute path once, at backend start)."""
+    uid_base: int = Field(DEFAULT_UID_BASE, ge=65536, le=2**32 - 2 * SANDBOX_UIDS)
+    """First host uid of the sandbox range: sandbox uid i is host uid ``uid_base + i``
+    (root is ``uid_base``); ``uid_base + 65536`` is the guest agent. No login user should
+    own a uid in that range."""
     target: ClassVar[str] = "sandfleet.sandbox.bwrap:BwrapBackend"
+
+    def host_uid(self, uid: int) -> int:
+        """The host uid that sandbox uid ``uid`` is."""
+        return self.uid_base + uid
 
 
 class MicrovmConfig(_Config):
@@ -116,6 +134,10 @@ class SandboxSpec(BaseModel):
     tests, reference solutions and rewards (emptied again before a verifier runs)."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Free-form labels (shown by ``sandfleet sandbox ls``)."""
+    user: str = "agent"
+    """Who commands and file operations run as by default: a name (``root``, ``agent``,
+    ``verifier``, or one in the image's /etc/passwd) or a number. The task's declared user;
+    the non-root ``agent`` when it declares none."""
 
     @field_validator("workdir")
     @classmethod
@@ -124,12 +146,29 @@ class SandboxSpec(BaseModel):
             raise ValueError(f"workdir must be an absolute path without '..': {v!r}")
         return v
 
+    @field_validator("user")
+    @classmethod
+    def _user_name(cls, v: str) -> str:
+        return check_user(v)
+
     @field_validator("backend")
     @classmethod
     def _known_backend(cls, v: str) -> str:
         if v != "auto" and v not in BACKENDS:
             raise ValueError(f"unknown backend {v!r}; known: auto, {', '.join(BACKENDS)}")
         return v
+
+
+def check_user(v: str | int) -> str:
+    """A user name or number as the guest agent takes it; raises ValueError naming the problem."""
+    v = str(v).strip()
+    if v.isdigit():
+        if int(v) >= SANDBOX_UIDS:
+            raise ValueError(f"user {v} is outside the sandbox's uids 0..{SANDBOX_UIDS - 1}")
+        return str(int(v))
+    if not v or len(v) > 32 or not all(c.isalnum() or c in "._-" for c in v) or v[0] == "-":
+        raise ValueError(f"invalid user name {v!r}")
+    return v
 
 
 def make_spec(**kwargs: Any) -> SandboxSpec:

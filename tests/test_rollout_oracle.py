@@ -36,7 +36,9 @@ async def test_oracle_scores_one_noop_zero_and_spans_tile(tmp_path: Path) -> Non
     assert summary["n_rollouts"] == 2 and summary["pass_rate"] == 1.0
     assert summary["mean_reward"] == 1.0 and set(summary["spans_mean_s"]) == set(SPAN_NAMES)
     records = [json.loads(line) for line in (out / "rollouts.jsonl").read_text().splitlines()]
-    assert [r["advantage"] for r in records] == [0.0, 0.0]
+    assert [r["advantage"] for r in records] == [None, None]  # written as each rollout ended
+    groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
+    assert [sorted(g["advantages"].values()) for g in groups] == [[0.0, 0.0]]  # when the group ended
 
 
 async def test_scripted_commands_share_a_shell_and_record_exit_codes(tmp_path: Path) -> None:

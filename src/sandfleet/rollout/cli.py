@@ -83,7 +83,13 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("-n", "n", default=1, show_default=True, type=int, help="Rollouts per task (group).")
 @click.option("--concurrency", default=8, show_default=True, type=int)
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--backend", default="auto", show_default=True)
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
+              show_default=True)
+@click.option("--resume", is_flag=True, help="OUT holds an unfinished run: keep its finished groups, run the rest.")
+@click.option("--overwrite", is_flag=True, help="OUT holds an earlier run: replace it.")
+@click.option("--image", "image", default=None,
+              help="Run every task in this image instead of building its own (e.g. host, for the process "
+              "backend in development).")
 @click.option("--task", "only", multiple=True, help="Run only these tasks (repeatable).")
 @click.option("--fork/--no-fork", default=False, help="Fork each group from one prepared state.")
 @click.option("--network/--no-network", default=False, help="Network in sandboxes (off).")
@@ -119,6 +125,9 @@ def run(
     concurrency: int,
     out_dir: Path,
     backend: str,
+    resume: bool,
+    overwrite: bool,
+    image: str | None,
     only: tuple[str, ...],
     fork: bool,
     network: bool,
@@ -127,12 +136,21 @@ def run(
     cpu_fraction: float | None,
     tool_mode: str,
 ) -> None:
-    """Run N rollouts of every task with an agent; write rollouts.jsonl, trace.jsonl and
-    summary.json to OUT and print a summary."""
+    """Run N rollouts of every task with an agent; write rollouts.jsonl, groups.jsonl,
+    trace.jsonl and summary.json to OUT and print a summary. An OUT that is not empty is
+    refused unless --resume or --overwrite is given."""
+    from sandfleet.errors import ConfigError
     from sandfleet.rollout.runner import RetryPolicy
     from sandfleet.rollout.suite import RunConfig, run_suite
     from sandfleet.tasks import load_tasks
 
+    if resume and overwrite:
+        raise click.UsageError("--resume and --overwrite exclude each other")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise click.UsageError(f"--out {out_dir} exists and is not a directory")
+    if out_dir.is_dir() and any(out_dir.iterdir()) and not (resume or overwrite):
+        raise click.UsageError(f"--out {out_dir} is not empty: pass --resume to continue that run, "
+                               "--overwrite to replace it, or choose another directory")
     tasks, failures = load_tasks(tasks_dir)
     for failure in failures:
         click.echo(f"skipped {failure.path.name}: {failure.error}", err=True)
@@ -187,10 +205,32 @@ def run(
                 from sandfleet.sandbox.cgroups import throttled_parent
 
                 stack.enter_context(throttled_parent(cpu_fraction))
-            report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress))
+            mode = "resume" if resume else "overwrite" if overwrite else "new"
+            kwargs: dict[str, Any] = {}
+            if image is not None:
+                from sandfleet.images import resolve_image
+
+                try:
+                    resolve_image(image)
+                except ConfigError as e:
+                    raise click.UsageError(str(e)) from None
+
+                async def same_image(task: Any) -> str:
+                    return image
+
+                kwargs["image_for"] = same_image
+            try:
+                report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress,
+                                               out_mode=mode, **kwargs))
+            except ConfigError as e:
+                raise click.UsageError(str(e)) from None
     summary = report.summary()
     click.echo(summary_table(summary))
-    click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, trace.jsonl, summary.json")
+    if report.resumed:
+        click.echo(f"resumed: {report.resumed} rollouts of finished groups kept from the earlier run")
+    if summary["close_failures"]:
+        click.echo(f"warning: {summary['close_failures']} sandboxes failed to close (see the log)", err=True)
+    click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, groups.jsonl, trace.jsonl, summary.json")
     if summary["n_completed"] == 0:
         raise SystemExit(1)
 

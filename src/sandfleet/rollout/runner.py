@@ -9,7 +9,7 @@ failed attempts whose reason the :class:`RetryPolicy` names, each in a fresh san
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -28,6 +28,8 @@ from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
+
+log = logging.getLogger(__name__)
 
 TTL_MARGIN_S = 300.0
 
@@ -109,8 +111,11 @@ async def _start(req: RolloutRequest) -> Sandbox:
     try:
         return await asyncio.shield(creating)
     except asyncio.CancelledError:
-        with contextlib.suppress(Exception):
-            await _close(await creating)
+        try:
+            sandbox = await creating
+        except Exception:  # the creation failed on its own: nothing was made to close
+            raise asyncio.CancelledError() from None
+        await _close(sandbox)
         raise
 
 
@@ -166,16 +171,28 @@ async def run_rollout(
     finally:
         if sandbox is not None:
             with rec.span("other_sandbox", what="close"):
-                await asyncio.shield(_close(sandbox))
+                await asyncio.shield(_close(sandbox, result))
         result.end = rec.finish()
         if on_result is not None:
             on_result(result)
     return result
 
 
-async def _close(sandbox: Sandbox) -> None:
-    with contextlib.suppress(Exception):
+async def close_sandbox(sandbox: Sandbox) -> str | None:
+    """Close a sandbox; a failure is logged with the sandbox id and returned (never raised:
+    the caller is cleaning up), so it can be counted."""
+    try:
         await sandbox.close()
+    except Exception as e:
+        log.error("closing sandbox %s failed (it may have leaked): %s: %s", sandbox.id, type(e).__name__, e)
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+async def _close(sandbox: Sandbox, result: RolloutResult | None = None) -> None:
+    error = await close_sandbox(sandbox)
+    if error is not None and result is not None:
+        result.info["close_error"] = error  # counted in the run's summary (close_failures)
 
 
 async def run_with_retries(

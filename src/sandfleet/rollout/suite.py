@@ -2,16 +2,23 @@
 
 Each task's image is built once (a failed build fails that task's rollouts with the
 Dockerfile line, and the run goes on). Every rollout gets a fresh sandbox -- created from
-the image, or, with ``fork=True``, forked from one prepared state per group. Every attempt
-is appended to ``trace.jsonl`` as it ends; a group's rollouts, with their advantages, go to
-``rollouts.jsonl`` when the group is complete; ``summary.json`` is written at the end.
+the image, or, with ``fork=True``, forked from one prepared state per group.
+
+Nothing is lost: every attempt is appended (and flushed) to ``trace.jsonl`` as it ends,
+every rollout's final attempt to ``rollouts.jsonl``, every group's statistics and
+advantages to ``groups.jsonl`` when the group ends, and ``summary.json`` is written
+atomically at the end, also when the run is interrupted. A directory that already holds
+results is refused unless the run resumes it (finished groups are kept, the others run
+again whole) or overwrites it. A killed run loses only the rollouts in flight.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
+import logging
+import os
+import shutil
 import time
 import uuid
 from collections import Counter
@@ -26,6 +33,7 @@ from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import (
     RetryPolicy,
     RolloutRequest,
+    close_sandbox,
     failure_reason,
     run_with_retries,
     task_spec,
@@ -35,6 +43,8 @@ from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
+
+log = logging.getLogger(__name__)
 
 ImageFor = Callable[[Task], Awaitable[str]]
 
@@ -68,6 +78,10 @@ class RunConfig:
     run_id: str = field(default_factory=new_run_id)
 
     def __post_init__(self) -> None:
+        from sandfleet.sandbox.spec import BACKENDS
+
+        if self.backend not in ("auto", *BACKENDS):
+            raise ConfigError(f"unknown backend {self.backend!r}; known: auto, {', '.join(BACKENDS)}")
         if not 1 <= self.n <= 100_000:
             raise ConfigError(f"n must be between 1 and 100000, not {self.n}")
         if not 1 <= self.concurrency <= 100_000:
@@ -83,6 +97,11 @@ class RunReport:
     attempts: list[RolloutResult]
     groups: dict[str, dict[str, Any]]
     wall_s: float
+    interrupted: bool = False
+    """The run was stopped (Ctrl-C, SIGTERM) before every group finished."""
+    resumed: int = 0
+    """Rollouts carried over from the run directory being resumed."""
+    snapshot_errors: int = 0
 
     def summary(self) -> dict[str, Any]:
         """The figures of ``summary.json``."""
@@ -110,33 +129,165 @@ class RunReport:
             "backend": self.config.backend,
             "failures": dict(Counter(r.reason or "?" for r in self.results if not r.passed
                                      and r.status != "completed")),
+            "close_failures": sum(bool(r.info.get("close_error")) for r in self.attempts)
+            + self.snapshot_errors,
+            "interrupted": self.interrupted, "resumed_rollouts": self.resumed,
             "groups": self.groups,
         }  # fmt: skip
 
 
+RUN_FILES = ("run.json", "trace.jsonl", "rollouts.jsonl", "groups.jsonl", "summary.json")
+"""What a run directory holds (``--overwrite`` replaces only a directory holding one of these)."""
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The complete JSON lines of a file; a torn last line (a killed run) is dropped."""
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            item = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(item, dict):
+            out.append(item)
+    return out
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write a file whole or not at all: a temp file beside it, flushed, then renamed."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+
+
+def _result_from(trace: dict[str, Any], record: dict[str, Any] | None) -> RolloutResult:
+    rec = record or {}
+    return RolloutResult(
+        rollout_id=str(trace["rollout_id"]), task=str(trace["task"]), group=str(trace["group"]),
+        sample=int(trace["sample"]), agent=str(trace.get("agent", "")), backend=str(trace.get("backend", "")),
+        start=float(trace["start"]), end=float(trace["end"]), status=trace["status"],
+        spans=list(trace.get("spans") or []), run_id=str(trace.get("run_id", "")),
+        attempt=int(trace.get("attempt", 1)), sandbox_id=trace.get("sandbox_id"),
+        error=trace.get("error"), reason=trace.get("reason"), reward=trace.get("reward"),
+        reward_details=rec.get("reward_details") or {}, advantage=rec.get("advantage"),
+        stop_reason=rec.get("stop_reason"), turns=int(rec.get("turns", 0)),
+        commands=int(rec.get("commands", 0)), prompt_tokens=int(rec.get("prompt_tokens", 0)),
+        completion_tokens=int(rec.get("completion_tokens", 0)),
+        verifier_exit_code=rec.get("verifier_exit_code"), verifier_output=rec.get("verifier_output") or "",
+        info=rec.get("info") or {},
+    )  # fmt: skip
+
+
+@dataclass
+class _Previous:
+    """What an earlier, unfinished run left in the directory being resumed."""
+
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    results: list[RolloutResult] = field(default_factory=list)
+    attempts: list[RolloutResult] = field(default_factory=list)
+    wall_s: float = 0.0
+
+
 class _Writer:
-    def __init__(self, out: Path | None):
-        self.trace: IO[str] | None = None
-        self.rollouts: IO[str] | None = None
-        if out is not None:
-            out.mkdir(parents=True, exist_ok=True)
-            self.trace = open(out / "trace.jsonl", "w", encoding="utf-8")  # noqa: SIM115
-            self.rollouts = open(out / "rollouts.jsonl", "w", encoding="utf-8")  # noqa: SIM115
+    """The run directory: ``run.json`` at the start, ``trace.jsonl`` (every attempt) and
+    ``rollouts.jsonl`` (every rollout's final attempt) appended and flushed as each ends,
+    ``groups.jsonl`` as each group ends, ``summary.json`` atomically at the end (also when
+    the run is interrupted)."""
+
+    def __init__(self, out: Path | None, cfg: RunConfig, mode: str = "new"):
+        self.out = out
+        self.files: dict[str, IO[str]] = {}
+        self.previous = _Previous()
+        if out is None:
+            return
+        if mode not in ("new", "resume", "overwrite"):
+            raise ConfigError(f"unknown output mode {mode!r}")
+        existing = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if out.exists() and not out.is_dir():
+            raise ConfigError(f"--out {out} exists and is not a directory")
+        if existing and mode == "new":
+            raise ConfigError(f"--out {out} is not empty ({len(existing)} entries): pass --resume to "
+                              "continue that run, --overwrite to replace it, or choose another directory")
+        if existing and mode == "overwrite":
+            if not set(existing) & set(RUN_FILES):
+                raise ConfigError(f"--overwrite refuses {out}: it holds no sandfleet run "
+                                  f"(none of {', '.join(RUN_FILES)})")
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        if existing and mode == "resume":
+            self._load_previous(out, cfg)
+        else:
+            info = {"run_id": cfg.run_id, "n": cfg.n, "backend": cfg.backend, "fork": cfg.fork,
+                    "started": time.time()}
+            write_atomic(out / "run.json", json.dumps(info, indent=2) + "\n")
+        for name in ("trace.jsonl", "rollouts.jsonl", "groups.jsonl"):
+            self.files[name] = open(out / name, "a", encoding="utf-8")  # noqa: SIM115
+
+    def _load_previous(self, out: Path, cfg: RunConfig) -> None:
+        """Keep what finished groups recorded; drop the rest (those groups run again whole)."""
+        try:
+            info = json.loads((out / "run.json").read_text())
+        except (OSError, ValueError):
+            raise ConfigError(f"--resume: {out} holds no readable run.json (not a sandfleet run "
+                              "directory, or one from an older version)") from None
+        if not isinstance(info, dict) or not isinstance(info.get("run_id"), str):
+            raise ConfigError(f"--resume: {out / 'run.json'} is malformed")
+        if info.get("n") != cfg.n:
+            raise ConfigError(f"--resume: {out} was run with -n {info.get('n')}, not -n {cfg.n}")
+        cfg.run_id = info["run_id"]
+        groups = {str(g["group"]): g for g in _json_lines(out / "groups.jsonl") if "group" in g}
+        records = [r for r in _json_lines(out / "rollouts.jsonl") if r.get("group") in groups]
+        traces = [t for t in _json_lines(out / "trace.jsonl") if t.get("group") in groups]
+        by_id = {str(r["rollout_id"]): r for r in records}
+        prev = self.previous
+        prev.groups = {name: {k: g[k] for k in ("n", "mean", "std")} for name, g in groups.items()}
+        for t in traces:
+            try:
+                result = _result_from(t, by_id.get(str(t["rollout_id"])))
+            except (KeyError, TypeError, ValueError) as e:
+                raise ConfigError(f"--resume: a malformed line in {out / 'trace.jsonl'}: {e}") from None
+            prev.attempts.append(result)
+            if result.rollout_id in by_id:
+                prev.results.append(result)
+        try:
+            prev.wall_s = float(json.loads((out / "summary.json").read_text()).get("wall_s") or 0)
+        except (OSError, ValueError, AttributeError):
+            prev.wall_s = 0.0
+        # Rewrite the files with only what is kept (whole lines of finished groups).
+        write_atomic(out / "groups.jsonl", "".join(json.dumps(g) + "\n" for g in groups.values()))
+        write_atomic(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in records))
+        write_atomic(out / "trace.jsonl", "".join(json.dumps(t) + "\n" for t in traces))
+
+    def _append(self, name: str, items: Sequence[dict[str, Any]]) -> None:
+        f = self.files.get(name)
+        if f is not None:
+            f.write("".join(json.dumps(i) + "\n" for i in items))
+            f.flush()
 
     def attempt(self, r: RolloutResult) -> None:
-        if self.trace is not None:
-            self.trace.write(json.dumps(r.to_trace()) + "\n")
-            self.trace.flush()
+        self._append("trace.jsonl", [r.to_trace()])
 
-    def group(self, results: Sequence[RolloutResult]) -> None:
-        if self.rollouts is not None:
-            self.rollouts.writelines(json.dumps(r.to_record()) + "\n" for r in results)
-            self.rollouts.flush()
+    def rollout(self, r: RolloutResult) -> None:
+        self._append("rollouts.jsonl", [r.to_record()])
+
+    def group(self, name: str, stats: dict[str, Any], results: Sequence[RolloutResult]) -> None:
+        advantages = {r.rollout_id: r.advantage for r in results}
+        self._append("groups.jsonl", [{"group": name, **stats, "n_rollouts": len(results),
+                                       "advantages": advantages}])
+
+    def summary(self, summary: dict[str, Any]) -> None:
+        if self.out is not None:
+            write_atomic(self.out / "summary.json", json.dumps(summary, indent=2) + "\n")
 
     def close(self) -> None:
-        for f in (self.trace, self.rollouts):
-            if f is not None:
-                f.close()
+        for f in self.files.values():
+            f.close()
+        self.files.clear()
 
 
 def image_failure(
@@ -161,17 +312,23 @@ async def run_suite(
     image_for: ImageFor = default_image_for,
     on_result: Callable[[RolloutResult], None] | None = None,
     slots: asyncio.Semaphore | None = None,
+    out_mode: str = "new",
 ) -> RunReport:
     """Run ``config.n`` rollouts of every task; returns when all are done (or cancelled).
 
-    ``slots`` shares one concurrency limit between runs (default: ``config.concurrency``)."""
+    ``out_mode`` says what to do with an ``out_dir`` that is not empty: "new" refuses it
+    (ConfigError), "resume" keeps the groups it finished and runs the others whole,
+    "overwrite" replaces it. ``slots`` shares one concurrency limit between runs (default:
+    ``config.concurrency``)."""
     cfg = config or RunConfig()
-    writer = _Writer(out_dir)
-    attempts: list[RolloutResult] = []
-    finals: list[RolloutResult] = []
-    groups: dict[str, dict[str, Any]] = {}
+    writer = _Writer(out_dir, cfg, out_mode)
+    prev = writer.previous
+    attempts: list[RolloutResult] = list(prev.attempts)
+    finals: list[RolloutResult] = list(prev.results)
+    groups: dict[str, dict[str, Any]] = dict(prev.groups)
     slots = slots or asyncio.Semaphore(cfg.concurrency)
     builds = asyncio.Semaphore(2)
+    snapshot_errors: list[str] = []
 
     def record(r: RolloutResult) -> None:
         attempts.append(r)
@@ -181,7 +338,10 @@ async def run_suite(
 
     async def one(req: RolloutRequest) -> RolloutResult:
         async with slots:
-            return await run_with_retries(req, cfg.retry, record)
+            result = await run_with_retries(req, cfg.retry, record)
+        finals.append(result)
+        writer.rollout(result)
+        return result
 
     async def group(task: Task) -> None:
         results: list[RolloutResult] = []
@@ -198,6 +358,8 @@ async def run_suite(
                 results = [image_failure(task, policy, cfg, i, e) for i in range(cfg.n)]
                 for r in results:
                     record(r)
+                    finals.append(r)
+                    writer.rollout(r)
             else:
                 reqs = [
                     RolloutRequest(
@@ -213,23 +375,32 @@ async def run_suite(
                 results = list(await asyncio.gather(*(one(r) for r in reqs)))
         finally:
             if snapshot is not None:
-                await asyncio.to_thread(snapshot.delete)
-        groups[task.name] = group_advantages(results)
-        finals.extend(results)
-        writer.group(results)
+                try:
+                    await asyncio.to_thread(snapshot.delete)
+                except Exception as e:
+                    log.error("deleting snapshot %s of group %s failed: %s", snapshot.id, task.name, e)
+                    snapshot_errors.append(snapshot.id)
+        stats = group_advantages(results)
+        groups[task.name] = stats
+        writer.group(task.name, stats, results)
 
     t0 = time.perf_counter()
+    interrupted = True
+    done = set(prev.groups)
     try:
         async with asyncio.TaskGroup() as tg:
             for task in tasks:
-                tg.create_task(group(task), name=f"group-{task.name}")
+                if task.name not in done:
+                    tg.create_task(group(task), name=f"group-{task.name}")
+        interrupted = False
     finally:
         writer.close()
-    order = {t.name: i for i, t in enumerate(tasks)}
-    finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
-    report = RunReport(cfg, finals, attempts, groups, time.perf_counter() - t0)
-    if out_dir is not None:
-        (out_dir / "summary.json").write_text(json.dumps(report.summary(), indent=2) + "\n")
+        order = {t.name: i for i, t in enumerate(tasks)}
+        finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
+        report = RunReport(cfg, finals, attempts, groups, prev.wall_s + time.perf_counter() - t0,
+                           interrupted=interrupted, resumed=len(prev.results),
+                           snapshot_errors=len(snapshot_errors))
+        writer.summary(report.summary())  # also when interrupted: what is done so far
     return report
 
 
@@ -239,5 +410,6 @@ async def _prepare(spec: SandboxSpec) -> Snapshot:
     try:
         return await sandbox.snapshot()
     finally:
-        with contextlib.suppress(Exception):
-            await sandbox.close()
+        error = await close_sandbox(sandbox)
+        if error is not None:
+            log.error("closing sandbox %s (a group's prepared state) failed: %s", sandbox.id, error)

@@ -13,6 +13,7 @@ inside a sandbox's guest agent come back to the host with their type::
     │   ├── SandboxClosedError               used after close()
     │   ├── SandboxDiedError                 the sandbox or its guest agent died
     │   ├── SandboxTimeoutError (TimeoutError)  an operation outlived its deadline
+    │   │   └── SandboxUnresponsiveError     the guest agent did not answer in time (sandbox is dead)
     │   ├── SandboxPathError (ValueError)    a path escapes the sandbox or is invalid
     │   ├── GuestError                       an error raised inside the guest, re-raised by type:
     │   │   ├── GuestFileNotFoundError (FileNotFoundError)
@@ -69,6 +70,15 @@ class SandboxDiedError(SandboxError):
 
 class SandboxTimeoutError(SandboxError, TimeoutError):
     """An operation on a sandbox outlived its deadline."""
+
+
+class SandboxUnresponsiveError(SandboxTimeoutError):
+    """The guest agent did not answer a call within its deadline (stopped, wedged or lying).
+
+    The sandbox is marked dead when this is raised: every other call in flight fails too,
+    and nothing more is sent to it. ``reason`` is ``"agent_unresponsive"``."""
+
+    reason = "agent_unresponsive"
 
 
 class SandboxPathError(SandboxError, ValueError):

@@ -5,13 +5,32 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import math
+import os
 import signal
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sandfleet.agent.protocol import VERSION, F, Frame, T, decode, encode
-from sandfleet.errors import ProtocolError, SandboxDiedError, SandboxTimeoutError, guest_error
+from sandfleet.agent.protocol import (
+    MAX_OUTPUT,
+    MAX_READ,
+    MAX_REPLY_FRAME,
+    VERSION,
+    F,
+    Frame,
+    T,
+    decode,
+    encode,
+)
+from sandfleet.errors import (
+    ConfigError,
+    GuestError,
+    ProtocolError,
+    SandboxDiedError,
+    SandboxUnresponsiveError,
+    guest_error,
+)
 
 OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", chunk) as output arrives, when streaming."""
@@ -53,15 +72,60 @@ def _text(data: bytes, dropped: int) -> str:
     return text
 
 
-class AgentClient:
-    """Talks to one guest agent. Many requests may be in flight; replies match by id."""
+DEFAULT_CALL_TIMEOUT = 60.0
+"""Seconds HELLO, READ, WRITE and KILL wait for their reply (env SANDFLEET_CALL_TIMEOUT)."""
+EXEC_GRACE = 10.0
+"""Seconds past a command's own timeout (or the sandbox's TTL) before the guest agent
+counts as unresponsive: the guest kills the command at its timeout and reports at once."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, name: str):
+ReplyQueue = asyncio.Queue[Frame | BaseException]
+
+
+def default_call_timeout() -> float:
+    """$SANDFLEET_CALL_TIMEOUT, or 60 s."""
+    raw = os.environ.get("SANDFLEET_CALL_TIMEOUT")
+    return DEFAULT_CALL_TIMEOUT if not raw else _seconds("SANDFLEET_CALL_TIMEOUT", raw)
+
+
+def _seconds(name: str, value: object) -> float:
+    try:
+        s = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        s = math.nan
+    if not 0 < s < math.inf:
+        raise ConfigError(f"{name} must be a positive number of seconds, not {value!r}")
+    return s
+
+
+class AgentClient:
+    """Talks to one guest agent. Many requests may be in flight; replies match by id.
+
+    Every call has a deadline: ``call_timeout`` for HELLO, file operations and kills;
+    a command's own timeout plus ``exec_grace`` for exec (a command without a timeout is
+    bounded by the sandbox's ``ttl`` plus the grace, when the client knows it). A call
+    that gets no reply in time raises :class:`SandboxUnresponsiveError` and marks the
+    sandbox dead. So does any malformed or oversized frame from the guest: every waiter
+    then wakes with the error, whatever broke the read loop.
+    """
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        *,
+        name: str,
+        call_timeout: float | None = None,
+        exec_grace: float = EXEC_GRACE,
+        ttl: float | None = None,
+    ):
         self._reader = reader
         self._writer = writer
         self._name = name
+        self.call_timeout = default_call_timeout() if call_timeout is None else _seconds("call_timeout", call_timeout)
+        self.exec_grace = _seconds("exec_grace", exec_grace)
+        self._expires = None if ttl is None else time.monotonic() + _seconds("ttl", ttl)
         self._ids = itertools.count(1)
-        self._waiters: dict[int, asyncio.Queue[Frame | BaseException]] = {}
+        self._waiters: dict[int, ReplyQueue] = {}
         self._dead: BaseException | None = None
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"agent-reader-{name}")
         self.guest_pid: int | None = None
@@ -71,9 +135,10 @@ class AgentClient:
     def alive(self) -> bool:
         return self._dead is None
 
-    def mark_dead(self, why: str) -> None:
+    def mark_dead(self, why: str, *, error: BaseException | None = None) -> None:
+        """Mark the sandbox dead (the first reason sticks) and wake every waiter with it."""
         if self._dead is None:
-            self._dead = SandboxDiedError(f"sandbox {self._name}: {why}")
+            self._dead = error if error is not None else SandboxDiedError(f"sandbox {self._name}: {why}")
         for q in self._waiters.values():
             q.put_nowait(self._dead)
 
@@ -83,6 +148,8 @@ class AgentClient:
             while True:
                 head = await self._reader.readexactly(4)
                 n = int.from_bytes(head, "big")
+                if n > MAX_REPLY_FRAME:
+                    raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
                 frame = decode(await self._reader.readexactly(n))
                 q = self._waiters.get(frame.id)
                 if q is not None:
@@ -93,14 +160,36 @@ class AgentClient:
             pass
         except ProtocolError as e:
             why = f"protocol error: {e}"
-        self.mark_dead(why)
+        except asyncio.CancelledError:
+            why = "closed"
+            raise
+        except Exception as e:  # MemoryError, ValueError, ...: whatever it is, the stream is unusable
+            why = f"reading from the guest agent failed: {type(e).__name__}: {e}"
+        finally:
+            self.mark_dead(why)
 
     def _send(self, frame: bytes) -> None:
         if self._dead is not None:
             raise self._dead
         self._writer.write(frame)
 
-    async def _next(self, q: asyncio.Queue[Frame | BaseException]) -> Frame:
+    def _unresponsive(self, what: str, seconds: float) -> SandboxUnresponsiveError:
+        """Mark the sandbox dead because ``what`` got no reply in ``seconds``; stop writing to it."""
+        err = SandboxUnresponsiveError(
+            f"sandbox {self._name}: the guest agent did not answer {what} within {seconds:g}s "
+            "(stopped, wedged or lying); the sandbox is marked dead"
+        )
+        self.mark_dead(str(err), error=err)
+        with contextlib.suppress(Exception):
+            self._writer.close()  # a guest that wakes up reads EOF: it kills its commands and exits
+        return err
+
+    def _violation(self, e: ProtocolError) -> ProtocolError:
+        """A reply that breaks the protocol: the stream can't be trusted any more."""
+        self.mark_dead(f"protocol error: {e}")
+        return e
+
+    async def _next(self, q: ReplyQueue) -> Frame:
         item = await q.get()
         if isinstance(item, BaseException):
             raise item
@@ -109,18 +198,41 @@ class AgentClient:
             raise guest_error(item.text(F.ETYPE), item.text(F.MESSAGE), errno)
         return item
 
-    async def call(self, type_: T, fields: Sequence[tuple[F, bytes | str | int]] = ()) -> Frame:
-        """One request, one reply."""
+    async def call(
+        self,
+        type_: T,
+        fields: Sequence[tuple[F, bytes | str | int]] = (),
+        *,
+        expect: T | None = None,
+        timeout: float | None = None,
+        what: str | None = None,
+    ) -> Frame:
+        """One request, one reply, within ``timeout`` (default ``call_timeout``) seconds."""
+        limit = self.call_timeout if timeout is None else timeout
         rid = next(self._ids)
-        q: asyncio.Queue[Frame | BaseException] = asyncio.Queue()
+        q: ReplyQueue = asyncio.Queue()
         self._waiters[rid] = q
         try:
             self._send(encode(type_, rid, fields))
-            return await self._next(q)
+            cm = asyncio.timeout(limit)
+            try:
+                async with cm:
+                    frame = await self._next(q)
+            except TimeoutError:
+                if not cm.expired():
+                    raise  # an error that is itself a TimeoutError (another call found it unresponsive)
+                raise self._unresponsive(what or type_.name, limit) from None
+            except ProtocolError as e:
+                raise self._violation(e) from None
+            if expect is not None and frame.type != expect:
+                raise self._violation(
+                    ProtocolError(f"the guest answered {type_.name} with frame type {frame.type:#x}")
+                )
+            return frame
         finally:
             del self._waiters[rid]
 
-    async def hello(self, *, set_clock: bool = False) -> str:
+    async def hello(self, *, set_clock: bool = False, timeout: float | None = None) -> str:
         """Check the guest speaks our protocol version. ``set_clock`` also sets the guest's
         clock to the host's (for VMs restored from a snapshot; needs CAP_SYS_TIME in the
         guest, so a bwrap sandbox ignores it) and ``clock_set`` says whether it took."""
@@ -128,12 +240,15 @@ class AgentClient:
         if set_clock:
             ns = time.time_ns()
             fields.append((F.TIME, f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"))
-        frame = await self.call(T.HELLO, fields)
-        self.clock_set = bool(frame.int(F.TIME))
-        version = frame.text(F.VERSION)
-        if version != VERSION:
-            raise ProtocolError(f"guest agent speaks protocol {version!r}, host speaks {VERSION!r}")
-        self.guest_pid = frame.int(F.PID)
+        frame = await self.call(T.HELLO, fields, expect=T.R_HELLO, timeout=timeout, what="HELLO")
+        try:
+            self.clock_set = bool(frame.int(F.TIME))
+            version = frame.text(F.VERSION)
+            if version != VERSION:
+                raise ProtocolError(f"guest agent speaks protocol {version!r}, host speaks {VERSION!r}")
+            self.guest_pid = frame.int(F.PID)
+        except ProtocolError as e:
+            raise self._violation(e) from None
         return version
 
     async def exec(
@@ -146,63 +261,93 @@ class AgentClient:
         timeout: float | None = None,
         max_output: int = 1 << 20,
         on_output: OutputCallback | None = None,
+        user: str | int | None = None,
     ) -> ExecResult:
-        """Run argv to completion. The guest kills the whole tree at ``timeout``."""
+        """Run argv to completion, as ``user`` (a name or uid in the sandbox; the guest's
+        default when None). The guest kills the whole tree at ``timeout``; the host waits
+        ``exec_grace`` more (or, without a timeout, until the sandbox's TTL plus the grace),
+        then raises :class:`SandboxUnresponsiveError`. However the wait ends early
+        (cancelled, an ``on_output`` error), the command is killed."""
+        if not argv:
+            raise ConfigError("exec: empty command")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]
         if env is not None:
             fields += [(F.ENV, f"{k}={v}") for k, v in env.items()]
         if cwd is not None:
             fields.append((F.CWD, cwd))
         if timeout is not None:
-            fields.append((F.TIMEOUT_MS, max(1, int(timeout * 1000))))
-        fields.append((F.MAX_OUTPUT, max_output))
+            fields.append((F.TIMEOUT_MS, max(1, int(_seconds("timeout", timeout) * 1000))))
+        fields.append((F.MAX_OUTPUT, min(max(0, max_output), MAX_OUTPUT)))
         if on_output is not None:
             fields.append((F.STREAM, 1))
+        if user is not None:
+            fields.append((F.USER, user))
         if stdin:
             fields.append((F.DATA, stdin))
+        if timeout is not None:
+            limit: float | None = timeout + self.exec_grace
+            what = f"the end of {argv[0]!r} (timeout {timeout:g}s + {self.exec_grace:g}s grace)"
+        elif self._expires is not None:
+            limit = max(0.0, self._expires - time.monotonic()) + self.exec_grace
+            what = f"the end of {argv[0]!r} (the sandbox's TTL + {self.exec_grace:g}s grace)"
+        else:
+            limit, what = None, ""
         rid = next(self._ids)
-        q: asyncio.Queue[Frame | BaseException] = asyncio.Queue()
+        q: ReplyQueue = asyncio.Queue()
         self._waiters[rid] = q
         t0 = time.monotonic()
-        started = False
+        sent = started = finished = False
         try:
             self._send(encode(T.EXEC, rid, fields))
-            # The guest enforces the timeout; the host waits a grace period more, then
-            # declares the guest unresponsive rather than hanging.
-            deadline = None if timeout is None else timeout + 10.0
-            async with asyncio.timeout(deadline):
-                await self._next(q)  # STARTED (or a guest error)
-                started = True
-                while True:
+            sent = True
+            cm = asyncio.timeout(limit)
+            try:
+                async with cm:
                     frame = await self._next(q)
-                    if frame.type == T.R_OUTPUT:
-                        if on_output is not None:
-                            name = "stdout" if frame.int(F.STREAM_NO) == 1 else "stderr"
-                            on_output(name, frame.get(F.DATA) or b"")
-                        continue
-                    break
-        except TimeoutError:
-            self._kill_quietly(rid)
-            raise SandboxTimeoutError(
-                f"sandbox {self._name}: guest agent did not report the end of {argv[0]!r} "
-                f"within {timeout}s + 10s grace"
-            ) from None
-        except asyncio.CancelledError:
-            if started:
+                    if frame.type != T.R_STARTED:
+                        raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
+                    started = True
+                    while True:
+                        frame = await self._next(q)
+                        if frame.type == T.R_OUTPUT:
+                            if on_output is not None:
+                                name = "stdout" if frame.int(F.STREAM_NO) == 1 else "stderr"
+                                on_output(name, frame.get(F.DATA) or b"")
+                            continue
+                        if frame.type != T.R_EXIT:
+                            raise ProtocolError(f"the guest sent frame type {frame.type:#x} for a running command")
+                        break
+                    result = self._exec_result(frame, t0)
+                    finished = True
+            except TimeoutError:
+                if not cm.expired() or limit is None:
+                    raise
                 self._kill_quietly(rid)
-            raise
+                raise self._unresponsive(what, limit) from None
+            except ProtocolError as e:
+                raise self._violation(e) from None
+            except GuestError:
+                finished = not started  # refused before it started: nothing to kill
+                raise
         finally:
             del self._waiters[rid]
+            if sent and not finished:
+                # Cancelled (even before STARTED), or the wait failed: kill the command. The
+                # guest handles frames in order, so this KILL finds the job EXEC created.
+                self._kill_quietly(rid)
+        return result
+
+    @staticmethod
+    def _exec_result(frame: Frame, t0: float) -> ExecResult:
         out = frame.get(F.STDOUT) or b""
         dropped_out, dropped_err = frame.int(F.DROPPED_OUT), frame.int(F.DROPPED_ERR)
-        sig = frame.int(F.SIGNAL) or None
         return ExecResult(
             exit_code=frame.int(F.CODE),
             stdout=_text(out, dropped_out),
             stderr=_text(frame.get(F.STDERR) or b"", dropped_err),
             duration_s=frame.int(F.DURATION_US) / 1e6 or (time.monotonic() - t0),
             timed_out=bool(frame.int(F.TIMED_OUT)),
-            signal=sig,
+            signal=frame.int(F.SIGNAL) or None,
             stdout_dropped=dropped_out,
             stderr_dropped=dropped_err,
             stdout_bytes=out,
@@ -214,24 +359,64 @@ class AgentClient:
                 frame = encode(T.KILL, next(self._ids), [(F.TARGET, target), (F.SIGNAL, signal.SIGKILL)])
                 self._writer.write(frame)
 
-    async def read_file(self, path: str, *, max_bytes: int = 64 << 20) -> bytes:
-        frame = await self.call(T.READ, [(F.PATH, path), (F.MAX, max_bytes)])
-        return frame.get(F.DATA) or b""
-
-    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644, mkdirs: bool = True) -> None:
+    async def kill_user(self, user: str | int, *, timeout: float | None = None) -> None:
+        """Kill every process of ``user`` in the sandbox; returns once they are all gone
+        (KILL with TARGET 0 and USER). An agent older than this request answers OK at once
+        without killing anything."""
+        if user == "" or user is None:
+            raise ConfigError("kill_user: no user given")
         await self.call(
-            T.WRITE, [(F.PATH, path), (F.DATA, data), (F.MODE, mode), (F.MKDIRS, int(mkdirs))]
+            T.KILL, [(F.TARGET, 0), (F.USER, user)], expect=T.R_OK, timeout=timeout, what=f"KILL of user {user!r}"
         )
+
+    async def read_file(
+        self,
+        path: str,
+        *,
+        max_bytes: int = 64 << 20,
+        user: str | int | None = None,
+        nofollow: bool = False,
+        timeout: float | None = None,
+    ) -> bytes:
+        """A file's bytes (at most ``max_bytes``, else the guest raises), read as ``user``;
+        ``nofollow`` refuses a symbolic link as the last path component."""
+        limit = min(max(0, max_bytes), MAX_READ)
+        fields: list[tuple[F, bytes | str | int]] = [(F.PATH, path), (F.MAX, limit)]
+        if user is not None:
+            fields.append((F.USER, user))
+        if nofollow:
+            fields.append((F.NOFOLLOW, 1))
+        frame = await self.call(T.READ, fields, expect=T.R_DATA, timeout=timeout, what=f"READ of {path}")
+        data = frame.get(F.DATA) or b""
+        if len(data) > limit:
+            raise self._violation(ProtocolError(f"the guest returned {len(data)} bytes for a {limit}-byte READ"))
+        return data
+
+    async def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int = 0o644,
+        mkdirs: bool = True,
+        user: str | int | None = None,
+        timeout: float | None = None,
+    ) -> None:
+        fields: list[tuple[F, bytes | str | int]] = [(F.PATH, path), (F.DATA, data), (F.MODE, mode),
+                                                    (F.MKDIRS, int(mkdirs))]
+        if user is not None:
+            fields.append((F.USER, user))
+        await self.call(T.WRITE, fields, expect=T.R_OK, timeout=timeout, what=f"WRITE of {path}")
 
     async def shutdown(self, timeout: float = 2.0) -> None:
         """Ask the agent to kill its commands and exit; then close the stream."""
         if self._dead is None:
             with contextlib.suppress(Exception):
-                async with asyncio.timeout(timeout):
-                    await self.call(T.SHUTDOWN)
+                await self.call(T.SHUTDOWN, timeout=timeout, what="SHUTDOWN")
         await self.close()
 
     async def close(self) -> None:
+        """Close the stream; returns at once (nothing here waits on the guest)."""
         with contextlib.suppress(Exception):
             self._writer.close()
         self._reader_task.cancel()

@@ -7,6 +7,7 @@ guest, replies guest to host, matched by request id.
 
 from __future__ import annotations
 
+import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -16,6 +17,15 @@ from sandfleet.errors import ProtocolError
 
 VERSION = "1"
 MAX_FRAME = 256 * 1024 * 1024
+"""The largest frame body (the u32 length) either side sends."""
+HEADER_SLACK = 64 * 1024
+"""Room for field headers and small fields around a frame's payload."""
+MAX_REPLY_FRAME = MAX_FRAME + HEADER_SLACK
+"""The host refuses (ProtocolError, sandbox dead) a frame from the guest longer than this."""
+MAX_OUTPUT = (MAX_FRAME - HEADER_SLACK) // 2
+"""The most output captured per stream (stdout and stderr both fit in one EXIT frame)."""
+MAX_READ = MAX_FRAME - HEADER_SLACK
+"""The most bytes one READ returns."""
 
 
 class T(IntEnum):
@@ -68,9 +78,12 @@ class F(IntEnum):
     MAX = 26
     MKDIRS = 27
     TIME = 28
+    USER = 29
+    NOFOLLOW = 30
 
 
 FieldValue = bytes | str | int
+_INT = re.compile(rb"-?[0-9]{1,19}")
 
 
 def encode(
@@ -112,8 +125,23 @@ class Frame:
         return default if v is None else v.decode("utf-8", "replace")
 
     def int(self, tag: F, default: int = 0) -> int:
+        """A decimal integer field; ProtocolError (not ValueError) when it is not one."""
         v = self.get(tag)
-        return default if v is None else int(v)
+        if v is None:
+            return default
+        if _INT.fullmatch(v) is None:
+            raise ProtocolError(
+                f"field {_tag_name(tag)} of a {_type_name(self.type)} frame is not an integer: {v[:40]!r}"
+            )
+        return int(v)
+
+
+def _tag_name(tag: int) -> str:
+    return F(tag).name if tag in F._value2member_map_ else str(tag)
+
+
+def _type_name(type_: int) -> str:
+    return T(type_).name if type_ in T._value2member_map_ else f"type-{type_:#x}"
 
 
 def decode(body: bytes) -> Frame:

@@ -48,19 +48,24 @@ def _host_hidden() -> tuple[str, ...]:
     return tuple(sorted({*top, "/tmp", "/home", "/run"})) + tuple(below)
 
 
-@functools.cache
 def _agent_dir() -> Path:
-    """A world-readable copy of the agent binary for bwrap (running unprivileged) to bind."""
+    """A world-readable copy of the agent binary for bwrap (running unprivileged) to bind.
+
+    Safe from any thread or process: the copy goes to a unique temporary name and is
+    renamed into place under the directory's flock (``build.install``); the directories
+    are made traversable before the binary appears, so whoever sees it can use it."""
+    from sandfleet.agent.build import install
+
     src = agent_binary()
     d = state_root() / "bin" / src.parent.name
-    if not (d / src.name).exists():
-        d.mkdir(parents=True, exist_ok=True)
-        tmp = d / f".{src.name}.{os.getpid()}"
-        shutil.copy2(src, tmp)
-        tmp.chmod(0o755)
-        tmp.replace(d / src.name)
-    for p in (d, d.parent):
-        p.chmod(0o755)
+
+    def copy(tmp: Path) -> None:
+        shutil.copyfile(src, tmp)
+        for p in (d, d.parent):
+            p.chmod(0o755)
+
+    if not (d / src.name).is_file():
+        install(d / src.name, copy)
     return d
 
 

@@ -1,16 +1,23 @@
-"""Build environment images without a Docker engine.
+"""Build environment images without a Docker engine, and without host privileges.
 
 - A **base** is a Debian root filesystem: built with debootstrap (``sandfleet image build``),
   or, when the host itself runs the wanted Debian suite, the host's own root (no build).
 - A **task image** is one thin layer over a shared base: the Dockerfile's COPY/ADD, WORKDIR
-  and ENV applied on the host, RUN steps executed in a bubblewrap sandbox whose overlay
-  upper directory *is* the layer. Images are cached by a hash of the base and every step
-  (with the content of copied files), so rebuilding an unchanged task costs nothing.
+  and ENV applied by this process, RUN steps executed rootless (:mod:`sandfleet.images.run`)
+  over a copy of the layer. Images are cached by a hash of the base and every step (with
+  the content of copied files), so rebuilding an unchanged task costs nothing.
+
+Layers are stored **shifted** into the sandbox uid range (docs/security.md): a file that
+belongs to root in the image is owned by host uid ``uid_base`` on disk, sandbox uid ``N`` by
+``uid_base + N``. Everything this process writes into a layer goes through :class:`_Tree`,
+which resolves paths inside the image (a symlink that a RUN step left resolves against the
+image's root, never the host's) and writes with ``O_NOFOLLOW`` and directory descriptors.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import fcntl
 import glob
 import hashlib
@@ -18,6 +25,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import subprocess
 import tarfile
 import time
@@ -25,67 +33,360 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image
+from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
 from sandfleet.images.debootstrap import base_image_for
+from sandfleet.images.run import build_command, layer_next
+from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
+from sandfleet.tasks.bases import resolve_base
+from sandfleet.tasks.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
 
 if TYPE_CHECKING:
-    from sandfleet.tasks.dockerfile import Dockerfile
     from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
-AGENT_HOST_UID = 61000  # BwrapConfig.host_uid: the task workdir belongs to the sandbox user
-SANDBOX_UID = 1000  # BwrapConfig.sandbox_uid: the uid commands run as inside
+BUILDER = "sandfleet-image/3"
+"""Part of every image hash: bump it when what a build produces changes (3: shifted owners)."""
+OPAQUE = "trusted.overlay.opaque"
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_MAX_LINKS = 40
 
 
 def _hash_tree(h: hashlib._Hash, path: Path) -> None:
-    if path.is_file() or path.is_symlink():
-        h.update(path.name.encode())
-        h.update(str(path.readlink()).encode() if path.is_symlink() else path.read_bytes())
-        h.update(oct(path.lstat().st_mode).encode())
-        return
-    for child in sorted(path.rglob("*")):
-        h.update(str(child.relative_to(path)).encode())
-        if child.is_file() and not child.is_symlink():
-            h.update(child.read_bytes())
-        h.update(oct(child.lstat().st_mode).encode())
+    """Names, modes, link targets and contents below ``path``; never follows a symlink."""
+    st = path.lstat()
+    h.update(path.name.encode() + oct(st.st_mode).encode())
+    if stat.S_ISLNK(st.st_mode):
+        h.update(str(path.readlink()).encode())
+    elif stat.S_ISREG(st.st_mode):
+        h.update(path.read_bytes())
+    elif stat.S_ISDIR(st.st_mode):
+        for child in sorted(os.scandir(path), key=lambda e: e.name):
+            h.update(b"/")
+            _hash_tree(h, Path(child.path))
 
 
-def _sources(context: Path, pattern: str, df: str, line: int) -> list[Path]:
+def _sources(context: Path, pattern: str, df: str, line: int) -> list[tuple[str, Path]]:
+    """The context entries a COPY source names: (name, path with symlinks resolved); refused
+    when one resolves outside the context (as Docker does)."""
     if "://" in pattern:
         raise ImageBuildError(f"ADD of a URL ({pattern}) needs the internet at build time; "
                               "vendor the file into the build context", file=df, line=line)
-    full = os.path.normpath(context / pattern.lstrip("/"))
-    if not (full + os.sep).startswith(str(context.resolve()) + os.sep) and full != str(context.resolve()):
-        raise ImageBuildError(f"COPY source {pattern!r} is outside the build context", file=df, line=line)
-    found = sorted(Path(p) for p in glob.glob(full))  # noqa: PTH207 (absolute pattern)
+    ctx = os.path.realpath(context)
+    found = sorted(glob.glob(f"{glob.escape(ctx)}/{pattern.lstrip('/')}"))  # noqa: PTH207
     if not found:
         raise ImageBuildError(f"COPY source {pattern!r} not found in {context}", file=df, line=line)
-    return found
+    out = []
+    for p in found:
+        real = os.path.realpath(p)
+        if real != ctx and not real.startswith(ctx + os.sep):
+            raise ImageBuildError(f"COPY source {pattern!r} resolves outside the build context "
+                                  f"({os.path.relpath(p, ctx)} -> {real})", file=df, line=line)
+        out.append((Path(p).name, Path(real)))
+    return out
 
 
-def _owner(spec: str | None) -> tuple[int, int]:
-    """Host owner for ``COPY --chown``: root stays root; the sandbox user (uid 1000, which
-    sandboxes map to AGENT_HOST_UID) and any named user become the sandbox user."""
-    if not spec:
-        return 0, 0
-    user, _, group = spec.partition(":")
+class _Tree:
+    """The image as the builder sees it: the layer it writes, over read-only ``lowers``.
 
-    def one(x: str) -> int:
-        if x.isdigit():
-            return AGENT_HOST_UID if int(x) == SANDBOX_UID else int(x)
-        return 0 if x in ("", "root") else AGENT_HOST_UID
-    return one(user), one(group or user)
+    Paths are resolved component by component like ``openat2(RESOLVE_IN_ROOT)`` over the
+    merged view (the layer first, with overlayfs whiteouts and opaque directories, then the
+    lowers): ``..`` stops at the root and a symlink, absolute or relative, resolves inside
+    the image. Writes happen only in the layer, through directory descriptors opened with
+    ``O_NOFOLLOW``."""
 
+    def __init__(self, layer: Path, lowers: list[Path], config: BwrapConfig, where: tuple[str, int]):
+        self.layer = layer
+        self.lowers = lowers
+        self.config = config
+        self.file, self.line = where
 
-def _chown_tree(path: Path, uid: int, gid: int) -> None:
-    os.lchown(path, uid, gid)
-    for root, dirs, files in os.walk(path):
-        for n in dirs + files:
-            os.lchown(Path(root, n), uid, gid)
+    def fail(self, message: str) -> ImageBuildError:
+        return ImageBuildError(message, file=self.file, line=self.line or None)
+
+    # ---- lookups in the merged view ----
+    @staticmethod
+    def _open_dirs(top: Path, parts: list[str]) -> tuple[int | None, list[bool]]:
+        """A descriptor of ``top/parts...`` (directories only, no symlink followed), plus
+        which of them are opaque; None where the chain is broken."""
+        fd = os.open(top, _DIR)
+        opaque: list[bool] = []
+        for name in parts:
+            try:
+                nfd = os.open(name, _DIR, dir_fd=fd)
+            except OSError:
+                os.close(fd)
+                return None, opaque
+            os.close(fd)
+            fd = nfd
+            try:
+                opaque.append(os.getxattr(fd, OPAQUE) == b"y")
+            except OSError:
+                opaque.append(False)
+        return fd, opaque
+
+    def _find(self, parts: list[str]) -> tuple[os.stat_result, int, int] | None:
+        """Where the entry ``parts`` is: (lstat, directory fd holding it, index of the source:
+        -1 the layer, i the i-th lower); None when it does not exist. Caller closes the fd."""
+        *dirs, name = parts
+        fd, opaque = self._open_dirs(self.layer, dirs)
+        if fd is not None:
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:  # a whiteout: deleted
+                    os.close(fd)
+                    return None
+                return st, fd, -1
+            os.close(fd)
+        if any(opaque):  # an opaque directory of the layer hides everything below it
+            return None
+        for i, lower in enumerate(self.lowers):
+            fd, _ = self._open_dirs(lower, dirs)
+            if fd is None:
+                continue
+            try:
+                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+            except FileNotFoundError:
+                os.close(fd)
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == 0:
+                os.close(fd)
+                return None
+            return st, fd, i
+        return None
+
+    def lstat(self, parts: list[str]) -> os.stat_result | None:
+        if not parts:
+            return os.lstat(self.layer)
+        found = self._find(parts)
+        if found is None:
+            return None
+        os.close(found[1])
+        return found[0]
+
+    def resolve(self, path: str, *, follow_last: bool = True) -> list[str]:
+        """The components of ``path`` inside the image, every symlink resolved in-root (the
+        last one only when ``follow_last``)."""
+        todo = [p for p in path.split("/") if p not in ("", ".")][::-1]
+        done: list[str] = []
+        hops = 0
+        while todo:
+            name = todo.pop()
+            if name == "..":
+                if done:
+                    done.pop()
+                continue
+            found = self._find([*done, name])
+            if found is not None and stat.S_ISLNK(found[0].st_mode) and (todo or follow_last):
+                target = os.readlink(name, dir_fd=found[1])
+                os.close(found[1])
+                hops += 1
+                if hops > _MAX_LINKS:
+                    raise self.fail(f"too many levels of symbolic links in {path}")
+                if target.startswith("/"):
+                    done = []
+                todo += [p for p in target.split("/") if p not in ("", ".")][::-1]
+                continue
+            if found is not None:
+                os.close(found[1])
+            done.append(name)
+        return done
+
+    # ---- writes into the layer ----
+    def _mirror(self, st: os.stat_result, src: int) -> tuple[int, int]:
+        """The owner a layer copy of a lower's directory gets: what the running image shows."""
+        if src >= 0 and self.lowers[src] != Path("/"):  # an idmapped base: host uid i is image uid i
+            def shift(i: int) -> int:
+                return self.config.host_uid(i) if i < SANDBOX_UIDS else i
+            return shift(st.st_uid), shift(st.st_gid)
+        return st.st_uid, st.st_gid
+
+    def dir_fd(self, parts: list[str], owner: tuple[int, int], mode: int | None = None, *,
+               replace: bool = False) -> int:
+        """A descriptor of the layer directory ``parts`` (already resolved), made where
+        missing: like the lower's directory when one exists, else owned by ``owner`` with
+        ``mode``. ``replace``: the last component becomes a directory even where the image
+        has something else (a symlink, a file) in a lower."""
+        fd = os.open(self.layer, _DIR)
+        for i, name in enumerate(parts):
+            here = "/" + "/".join(parts[: i + 1])
+            try:
+                nfd = os.open(name, _DIR, dir_fd=fd)
+            except FileNotFoundError:
+                nfd = None
+            except OSError as e:
+                whiteout = self._whiteout(fd, name)
+                if not whiteout:
+                    os.close(fd)
+                    raise self.fail(f"{here} is not a directory ({e.strerror})") from None
+                nfd = None
+            if nfd is None:
+                found = self._find(parts[: i + 1])
+                whiteout = self._whiteout(fd, name)
+                uid, gid, m = *owner, 0o755 if mode is None else mode
+                if found is not None:
+                    st, lfd, src = found
+                    os.close(lfd)
+                    if stat.S_ISDIR(st.st_mode):
+                        (uid, gid), m = self._mirror(st, src), stat.S_IMODE(st.st_mode)
+                    elif not (replace and i == len(parts) - 1):
+                        os.close(fd)
+                        raise self.fail(f"{here} is not a directory in the image")
+                if whiteout:
+                    os.unlink(name, dir_fd=fd)
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                    nfd = os.open(name, _DIR, dir_fd=fd)
+                finally:
+                    os.close(fd)
+                os.fchown(nfd, uid, gid)
+                os.fchmod(nfd, m)
+                if whiteout:  # the lower's directory was deleted: don't let its content show
+                    os.setxattr(nfd, OPAQUE, b"y")
+            else:
+                os.close(fd)
+            fd = nfd
+        return fd
+
+    @staticmethod
+    def _whiteout(pfd: int, name: str) -> bool:
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
+
+    def _clear(self, pfd: int, name: str, *, keep_dir: bool) -> bool:
+        """Remove the layer entry ``name`` (never following it; whiteouts stay for dir_fd to
+        handle when a directory comes); True if a directory stays."""
+        try:
+            st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+        except FileNotFoundError:
+            return False
+        if stat.S_ISDIR(st.st_mode):
+            if keep_dir:
+                return True
+            shutil.rmtree(name, dir_fd=pfd)
+        elif not (keep_dir and stat.S_ISCHR(st.st_mode) and st.st_rdev == 0):
+            os.unlink(name, dir_fd=pfd)
+        return False
+
+    def mkdirs(self, path: str, owner: tuple[int, int]) -> list[str]:
+        parts = self.resolve(path)
+        os.close(self.dir_fd(parts, owner))
+        return parts
+
+    def into(self, parts: list[str], src: Path, owner: tuple[int, int], chmod: int | None) -> None:
+        """Copy the content of the context directory ``src`` into the image directory ``parts``
+        (made when missing, owned by ``owner``)."""
+        mode = chmod if chmod is not None else stat.S_IMODE(src.lstat().st_mode)
+        os.close(self.dir_fd(parts, owner, mode))
+        for child in sorted(os.scandir(src), key=lambda e: e.name):
+            self.put([*parts, child.name], Path(child.path), owner, chmod)
+
+    def put(self, parts: list[str], src: Path, owner: tuple[int, int], chmod: int | None) -> None:
+        """Copy ``src`` (a file, symlink or directory tree of the build context) to the entry
+        ``parts``: its parent is resolved already; the entry itself is replaced, not followed."""
+        st = src.lstat()
+        mode = chmod if chmod is not None else stat.S_IMODE(st.st_mode)
+        pfd = self.dir_fd(parts[:-1], owner)
+        try:
+            name = parts[-1]
+            kept = self._clear(pfd, name, keep_dir=stat.S_ISDIR(st.st_mode))
+            if stat.S_ISDIR(st.st_mode):
+                pass
+            elif kept:
+                raise self.fail(f"can't copy {src.name} over the directory /{'/'.join(parts)}")
+            elif stat.S_ISLNK(st.st_mode):
+                os.symlink(src.readlink(), name, dir_fd=pfd)
+                os.chown(name, *owner, dir_fd=pfd, follow_symlinks=False)
+            elif stat.S_ISREG(st.st_mode):
+                self._write(pfd, name, src, owner, mode, st)
+        finally:
+            os.close(pfd)
+        if stat.S_ISDIR(st.st_mode):
+            fd = self.dir_fd(parts, owner, mode, replace=True)
+            try:
+                os.fchown(fd, *owner)
+                os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+            for child in sorted(os.scandir(src), key=lambda e: e.name):
+                self.put([*parts, child.name], Path(child.path), owner, chmod)
+
+    @staticmethod
+    def _write(pfd: int, name: str, src: Path, owner: tuple[int, int], mode: int, st: os.stat_result) -> None:
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=pfd)
+        try:
+            with open(src, "rb") as f:
+                while chunk := f.read(1 << 20):
+                    os.write(fd, chunk)
+            os.fchown(fd, *owner)
+            os.fchmod(fd, mode)
+            os.utime(fd, ns=(st.st_atime_ns, st.st_mtime_ns))
+        finally:
+            os.close(fd)
+
+    def untar(self, parts: list[str], archive: Path, owner: tuple[int, int], chmod: int | None) -> None:
+        """Unpack a local archive into the directory ``parts`` (``tarfile``'s "data" rules:
+        no absolute names, no ``..``, no links out, no devices)."""
+        os.close(self.dir_fd(parts, owner))
+        fake = "/nonexistent-sandfleet-dest"
+        with tarfile.open(archive) as tar:
+            for member in tar:
+                try:
+                    m = tarfile.data_filter(member, fake)
+                except tarfile.FilterError as e:
+                    raise self.fail(f"ADD {archive.name}: {e}") from None
+                if m is None:
+                    continue
+                rel = [p for p in m.name.split("/") if p not in ("", ".")]
+                if not rel:
+                    continue
+                where = self.resolve("/" + "/".join([*parts, *rel[:-1]])) + [rel[-1]]
+                mode = chmod if chmod is not None else m.mode
+                if m.isdir():
+                    os.close(self.dir_fd(where, owner, mode))
+                    continue
+                pfd = self.dir_fd(where[:-1], owner)
+                try:
+                    if self._clear(pfd, where[-1], keep_dir=False):
+                        raise self.fail(f"ADD {archive.name}: {m.name} would replace a directory")
+                    if m.issym():
+                        os.symlink(m.linkname, where[-1], dir_fd=pfd)
+                        os.chown(where[-1], *owner, dir_fd=pfd, follow_symlinks=False)
+                    elif m.isfile() or m.islnk():
+                        data = tar.extractfile(m)
+                        assert data is not None
+                        fd = os.open(where[-1], os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                                     0o600, dir_fd=pfd)
+                        try:
+                            while chunk := data.read(1 << 20):
+                                os.write(fd, chunk)
+                            os.fchown(fd, *owner)
+                            os.fchmod(fd, mode)
+                        finally:
+                            os.close(fd)
+                finally:
+                    os.close(pfd)
+
+    def chown_tree(self, parts: list[str], owner: tuple[int, int]) -> None:
+        """Give the layer's directory ``parts`` and all below it to ``owner``; no symlink is
+        followed (``fwalk`` over descriptors, ``lchown``)."""
+        fd = self.dir_fd(parts, owner)
+        try:
+            os.fchown(fd, *owner)
+            for _root, dirs, files, rfd in os.fwalk(".", dir_fd=fd):
+                for n in dirs + files:
+                    os.chown(n, *owner, dir_fd=rfd, follow_symlinks=False)
+        finally:
+            os.close(fd)
 
 
 class _Builder:
-    def __init__(self, task: Task, df: Dockerfile, base: Image, out: Path):
+    def __init__(self, task: Task, df: Dockerfile, base: Image, out: Path, config: BwrapConfig):
         assert task.dockerfile is not None
         self.task = task
         self.df = df
@@ -93,61 +394,82 @@ class _Builder:
         self.context = (task.context_dir or task.dockerfile.parent).resolve()
         self.base = base
         self.out = out
+        self.config = config
         self.layer = out / "layer"
         self.env: dict[str, str] = {}
         self.workdir = "/"
         self.log: list[str] = []
+        self.network = False
+        """Whether RUN steps get a network (user-mode networking, not there yet)."""
 
     def digest(self) -> str:
-        from sandfleet.tasks.dockerfile import Copy
-
-        h = hashlib.sha256(f"sandfleet-image/2 {self.base.hash}".encode())  # bump when builds change
+        h = hashlib.sha256(f"{BUILDER} {self.base.hash} uid_base={self.config.uid_base}".encode())
         for step in self.df.steps:
             h.update(repr(step).encode())
             if isinstance(step, Copy):
                 for pat in step.sources:
-                    for src in _sources(self.context, pat, self.dfname, step.line):
+                    for _name, src in _sources(self.context, pat, self.dfname, step.line):
                         _hash_tree(h, src)
         return h.hexdigest()[:32]
 
-    def _target(self, dest: str) -> Path:
-        return self.layer / dest.lstrip("/")
+    def tree(self, line: int) -> _Tree:
+        return _Tree(self.layer, self.base.lowers, self.config, (self.dfname, line))
 
-    def copy(self, step: object) -> None:
-        from sandfleet.tasks.dockerfile import Copy
+    def owner(self, spec: str | None, line: int) -> tuple[int, int]:
+        """Host owner of what ``COPY --chown=spec`` writes: sandbox uid N is host uid
+        ``uid_base + N``; root (the default) is ``uid_base``; any other named user is the
+        sandbox's ``agent``."""
+        if not spec:
+            return self.config.host_uid(ROOT_UID), self.config.host_uid(ROOT_UID)
+        user, _, group = spec.partition(":")
 
-        assert isinstance(step, Copy)
+        def one(x: str) -> int:
+            if x.isdigit():
+                if int(x) >= SANDBOX_UIDS:
+                    raise ImageBuildError(f"--chown={spec}: uid {x} is outside the sandbox's uids "
+                                          f"0..{SANDBOX_UIDS - 1}", file=self.dfname, line=line)
+                return self.config.host_uid(int(x))
+            return self.config.host_uid(ROOT_UID if x in ("", "root") else AGENT_UID)
+        return one(user), one(group or user)
+
+    def copy(self, step: Copy) -> None:
         srcs = [s for p in step.sources for s in _sources(self.context, p, self.dfname, step.line)]
-        dest = step.dest
-        as_dir = dest.endswith("/") or len(srcs) > 1 or (srcs[0].is_dir())
-        uid, gid = _owner(step.chown)
-        for src in srcs:
-            if src.is_dir():
-                target = self._target(dest)
-                shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+        tree = self.tree(step.line)
+        owner = self.owner(step.chown, step.line)
+        chmod = None
+        if step.chmod:
+            try:
+                chmod = int(step.chmod, 8) & 0o7777
+            except ValueError:
+                raise tree.fail(f"--chmod={step.chmod} is not an octal mode") from None
+        dest = tree.resolve(step.dest)
+        dest_st = tree.lstat(dest)
+        as_dir = (step.dest.endswith("/") or len(srcs) > 1 or srcs[0][1].is_dir()
+                  or (dest_st is not None and stat.S_ISDIR(dest_st.st_mode)))
+        for name, src in srcs:
+            if src.is_dir():  # its content goes into dest
+                tree.into(dest, src, owner, chmod)
             elif step.add and tarfile.is_tarfile(src):
-                target = self._target(dest)
-                target.mkdir(parents=True, exist_ok=True)
-                with tarfile.open(src) as tar:
-                    tar.extractall(target, filter="data")
+                tree.untar(dest, src, owner, chmod)
+            elif as_dir:
+                tree.put([*dest, name], src, owner, chmod)
             else:
-                target = self._target(dest) / src.name if as_dir else self._target(dest)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(src, target, follow_symlinks=False)
-            _chown_tree(target, uid, gid)
-            if step.chmod:
-                target.chmod(int(step.chmod, 8))
+                if not dest:
+                    raise tree.fail("can't copy a file over /")
+                tree.put(dest, src, owner, chmod)
 
-    def run(self, step: object, deadline: float) -> None:
-        from sandfleet.sandbox.bwrap import build_command
-        from sandfleet.tasks.dockerfile import Run
+    def workdir_step(self, step: Workdir) -> None:
+        self.workdir = step.path
+        self.tree(step.line).mkdirs(step.path, self.owner(None, step.line))
 
-        assert isinstance(step, Run)
+    def run(self, step: Run, deadline: float) -> None:
         argv = list(step.argv) if step.argv else ["/bin/sh", "-c", step.shell or ""]
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8",
                **dict(step.build_args), **self.env}
-        cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir)
+        self.tree(step.line).mkdirs(self.workdir, self.owner(None, step.line))  # a step may have removed it
+        cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir,
+                            config=self.config, network=self.network)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ImageBuildError("build timed out", file=self.dfname, line=step.line)
@@ -156,7 +478,7 @@ class _Builder:
         except subprocess.TimeoutExpired:
             raise ImageBuildError(f"RUN timed out after the build timeout "
                                   f"({self.task.build_timeout_s:.0f}s)", file=self.dfname, line=step.line) from None
-        after = self.layer.with_name(self.layer.name + ".next")
+        after = layer_next(self.layer)
         if after.exists():  # the step ran over a copy of the layer: its result replaces the layer
             shutil.rmtree(self.layer)
             after.rename(self.layer)
@@ -167,47 +489,52 @@ class _Builder:
             if any(w in out for w in ("Could not resolve", "Temporary failure in name resolution",
                                       "Network is unreachable", "Failed to establish")):
                 hint = " (the step needs the internet, which this build can't reach)"
+            elif "sandfleet-agent launch:" in out:
+                hint = " (the build sandbox could not start)"
+            elif self.base.is_host and any(w in out for w in ("Permission denied", "Read-only file system",
+                                                               "are you root", "Operation not permitted")):
+                hint = (" (this image is layered over the host's own /, whose files a build step can read "
+                        "but not change: apt-get or pip install into system directories needs a Debian "
+                        "base, built once with: sandfleet image build)")
             raise ImageBuildError(f"RUN exited with {proc.returncode}{hint}: {out.strip()[-800:]}",
                                   file=self.dfname, line=step.line)
 
     def build(self) -> dict[str, object]:
-        from sandfleet.tasks.dockerfile import Copy, Env, From, Run, Workdir
-
         deadline = time.monotonic() + self.task.build_timeout_s
         self.layer.mkdir(parents=True)
+        os.chown(self.layer, *self.owner(None, 0))  # the image's / belongs to its root
         for step in self.df.steps:
             if isinstance(step, From):
                 continue
             if isinstance(step, Copy):
                 self.copy(step)
             elif isinstance(step, Workdir):
-                self.workdir = step.path
-                self._target(step.path).mkdir(parents=True, exist_ok=True)
+                self.workdir_step(step)
             elif isinstance(step, Env):
                 self.env.update(dict(step.values))
             elif isinstance(step, Run):
                 self.run(step, deadline)
         workdir = self.df.workdir or self.task.workdir
-        wd = self._target(workdir)
-        wd.mkdir(parents=True, exist_ok=True)
-        _chown_tree(wd, AGENT_HOST_UID, AGENT_HOST_UID)  # the agent works here
+        tree = self.tree(0)
+        agent = self.config.host_uid(AGENT_UID)
+        tree.chown_tree(tree.resolve(workdir), (agent, agent))  # the agent works here
         (self.out / "build.log").write_text("\n".join(self.log))
         return {"workdir": workdir, "env": self.env, "user": self.df.user,
-                "dockerfile": self.dfname, "notes": list(self.df.notes)}
+                "dockerfile": self.dfname, "notes": list(self.df.notes), "uid_base": self.config.uid_base}
 
 
 def _du(path: Path) -> int:
     total = 0
-    for root, _dirs, files in os.walk(path):
+    for _root, _dirs, files, rfd in os.fwalk(path):
         for n in files:
             try:
-                total += Path(root, n).lstat().st_blocks * 512
+                total += os.stat(n, dir_fd=rfd, follow_symlinks=False).st_blocks * 512
             except OSError:
                 pass
     return total
 
 
-def build_task_image(task: Task) -> Image:
+def build_task_image(task: Task, config: BwrapConfig | None = None) -> Image:
     """Build (or find in the cache) the image of a task; blocking."""
     if task.dockerfile is None:
         if task.docker_image:
@@ -215,14 +542,13 @@ def build_task_image(task: Task) -> Image:
                                   f"({task.docker_image}) and no environment/Dockerfile; sandfleet "
                                   "can't pull images: add the Dockerfile that builds it")
         return host_image()
-    from sandfleet.tasks.bases import resolve_base
-    from sandfleet.tasks.dockerfile import parse_dockerfile
-
+    config = config or BwrapConfig()
     df = parse_dockerfile(task.dockerfile, arch=arch())
     ref = resolve_base(df.base.image, file=str(task.dockerfile), line=df.base.line)
     base = base_image_for(ref.suite, ref.packages, file=str(task.dockerfile), line=df.base.line)
-    tmp_out = images_dir() / f".build-{os.getpid()}-{time.monotonic_ns()}"
-    builder = _Builder(task, df, base, tmp_out)
+    scratch.reap(images_dir())
+    tmp_out = scratch.scratch_dir(images_dir(), ".build-")
+    builder = _Builder(task, df, base, tmp_out, config)
     digest = builder.digest()
     final = images_dir() / digest
     with open(images_dir() / f"{digest}.lock", "w") as lock:
@@ -237,7 +563,14 @@ def build_task_image(task: Task) -> Image:
         except BaseException:
             shutil.rmtree(tmp_out, ignore_errors=True)
             raise
-        shutil.rmtree(tmp_out / "work", ignore_errors=True)
+        for junk in ("scratch", "root", *(p.name for p in tmp_out.glob("lower*"))):
+            try:
+                (tmp_out / junk).rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                if e.errno != errno.ENOTEMPTY:
+                    raise
         tmp_out.rename(final)
         meta.update(task=task.name, build_s=round(time.monotonic() - t0, 3),
                     layer_bytes=_du(final / "layer"), base_ref=ref.image)

@@ -195,29 +195,3 @@ class BwrapBackend:
     async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:
         return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)
 
-
-def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *,
-                  env: dict[str, str], cwd: str) -> list[str]:
-    """argv that runs one image-build step as root in a sandbox over ``lowers`` with ``layer``
-    on top; what the step leaves is written to ``<layer>.next`` (the caller swaps it in).
-    Network is shared, as in ``docker build``; the host's filesystem is reachable only
-    through the image's lowers."""
-    root, scratch = out / "root", out / "scratch"
-    root.mkdir(exist_ok=True)
-    scratch.mkdir(exist_ok=True)
-    # The step writes to an upper layer in tmpfs (overlayfs wants upper and work dir on one
-    # filesystem, and "/" can't be a lower with the layer below it); the result is copied out.
-    a = [str(_agent_dir() / "sandfleet-agent"), "launch", "--tmpfs", str(scratch), "64g"]
-    upper = scratch / "upper"
-    after = layer.with_name(layer.name + ".next")  # the caller swaps it in for the layer
-    shutil.rmtree(after, ignore_errors=True)
-    after.mkdir()
-    a += ["--mkdir", str(upper), "0", "0", "0755", "--copy", str(layer), str(upper),
-          "--copy-after", str(upper), str(after), "--mkdir", str(scratch / "work"), "0", "0", "0755",
-          "--overlay", ":".join(str(p) for p in lowers), str(upper), str(scratch / "work"), str(root),
-          "--mkdir", f"{root}{cwd}", "0", "0", "0755", "--pdeathsig", "--",
-          "bwrap", "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-          "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--die-with-parent", "--clearenv"]
-    for k, v in env.items():
-        a += ["--setenv", k, v]
-    return [*a, "--chdir", cwd, "--", *argv]

@@ -1,0 +1,85 @@
+"""The command line of one Dockerfile ``RUN`` step: rootless, in the sandbox uid range.
+
+The root launcher (``sandfleet-agent launch``) makes a private mount namespace, a tmpfs
+holding the step's writable upper layer (a copy of the task layer), and the overlay root;
+then it enters a fresh user namespace P that maps P-uid ``i`` to host uid ``uid_base + i``
+(``i`` < 65536) as P-uid 0, with every capability in P and none in the initial namespaces,
+and runs bubblewrap (as root *in P*: no ``--unshare-user``) over that root. So the step is
+root inside its image, like ``docker build``, but on the host it is the unprivileged uid
+``uid_base``: it can't mknod, write sysctls, load modules, or write any host file; what it
+creates is owned by the shifted range already, which is how sandfleet stores its layers.
+
+A debootstrap base (owned by host root on disk) is mounted through an idmapped clone
+(``--idmap``), so the step sees a root-owned Debian and ``apt-get install`` works. The host
+image (``/``) is not idmapped: the host's files show as ``nobody`` and are read-only.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from sandfleet.agent.build import agent_binary
+from sandfleet.errors import ImageBuildError
+from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig
+
+__all__ = ["build_command", "bwrap_path", "layer_next"]
+
+
+def bwrap_path(config: BwrapConfig) -> str:
+    """bubblewrap by absolute path (the launcher does no PATH lookup)."""
+    path = shutil.which(config.bwrap)
+    if not path:
+        raise ImageBuildError(f"bubblewrap ({config.bwrap}) is not installed: apt-get install bubblewrap")
+    return str(Path(path).resolve())
+
+
+def layer_next(layer: Path) -> Path:
+    """Where a step's result lands; the caller swaps it in for ``layer``."""
+    return layer.with_name(layer.name + ".next")
+
+
+def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *, env: dict[str, str],
+                  cwd: str, config: BwrapConfig, network: bool = False) -> list[str]:
+    """argv that runs one image-build step as root of its own user namespace, over ``lowers``
+    with ``layer`` on top; what the step leaves is written to :func:`layer_next` (``layer``
+    itself is never written). ``lowers`` other than the host's ``/`` are host-root-owned
+    debootstrap bases and are seen through idmapped mounts. ``cwd`` must exist in the image
+    (the builder makes WORKDIRs in the layer). ``network``: the step runs in a network
+    namespace of its own in any case; True is the hook for user-mode networking and is
+    refused until that exists."""
+    if network:
+        raise ImageBuildError("RUN with network access needs user-mode networking, which builds don't have yet")
+    base = config.uid_base
+    root, scratch = out / "root", out / "scratch"
+    root.mkdir(exist_ok=True)
+    scratch.mkdir(exist_ok=True)
+    upper = scratch / "upper"
+    after = layer_next(layer)
+    shutil.rmtree(after, ignore_errors=True)
+    after.mkdir()
+    a = [str(agent_binary()), "launch", "--tmpfs", str(scratch), "64g",
+         "--userns", str(base), str(SANDBOX_UIDS)]
+    shown: list[str] = []
+    for i, lower in enumerate(lowers):
+        if lower == Path("/"):
+            shown.append("/")  # the host image: not idmapped, its files are nobody's inside
+            continue
+        dst = out / f"lower{i}"
+        dst.mkdir(exist_ok=True)
+        a += ["--idmap", str(lower), str(dst)]
+        shown.append(str(dst))
+    # The step writes to an upper layer in tmpfs (overlayfs wants upper and work dir on one
+    # filesystem, and "/" can't be a lower with the layer below it); the launcher copies the
+    # task layer in first and the result out after (as host root, keeping the shifted owners
+    # and overlay's whiteouts and opaque marks).
+    a += ["--mkdir", str(upper), str(base), str(base), "0755", "--copy", str(layer), str(upper),
+          "--copy-after", str(upper), str(after), "--mkdir", str(scratch / "work"), "0", "0", "0700",
+          "--overlay", ":".join(shown), str(upper), str(scratch / "work"), str(root),
+          "--pdeathsig", "--",
+          bwrap_path(config), "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+          "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
+          "--new-session", "--clearenv"]
+    for k, v in env.items():
+        a += ["--setenv", k, v]
+    return [*a, "--chdir", cwd, "--", *argv]

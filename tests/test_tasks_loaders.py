@@ -150,7 +150,12 @@ def test_examples_load() -> None:
             "MCP servers are not supported",
         ),
         ("memory_mb = 2048", 'memory = "lots"', "environment.memory", "must be a size"),
-        ("artifacts = []", 'artifacts = ["/app/out"]', "artifacts", "not supported"),
+        ("artifacts = []", 'artifacts = ["app/out"]', "artifacts.0", "must be an absolute path"),
+        ("artifacts = []", 'artifacts = ["/app/../etc"]', "artifacts.0", "without '..'"),
+        ("artifacts = []", "artifacts = [3]", "artifacts.0", "must be a path"),
+        ("artifacts = []", 'artifacts = [{dest = "x"}]', "artifacts.0.source", "is required"),
+        ("[agent]\n", '[agent]\nuser = "a b"\n', "agent.user", "invalid user name"),
+        ("[verifier]\n", "[verifier]\nuser = 70000\n", "verifier.user", "outside the sandbox's uids"),
         (
             "[verifier]\n",
             '[verifier]\nenvironment_mode = "separate"\n',
@@ -177,6 +182,26 @@ def test_harbor_errors_name_file_and_field(
     assert info.value.field == field
     assert message in str(info.value)
     assert str(info.value).startswith(f"{harbor / 'task.toml'}: field '{field}': ")
+
+
+def test_harbor_users_and_artifacts_are_read(harbor: Path) -> None:
+    from sandfleet.tasks.model import declared_agent_user
+
+    task = load_task(harbor)
+    assert task.agent_user is None and task.verifier.user is None and task.artifacts == ()
+    assert declared_agent_user(task) == "agent"  # nothing declared: the non-root agent
+    assert declared_agent_user(task, "app:staff") == "app"  # the image's USER, its user part
+    set_toml(harbor, "artifacts = []", 'artifacts = ["/var/out/", {source = "/srv/./model.bin", destination = "m"}]')
+    set_toml(harbor, "[agent]\n", '[agent]\nuser = "root"\n')
+    set_toml(harbor, "[verifier]\n", "[verifier]\nuser = 0\n")
+    task = load_task(harbor)
+    assert task.artifacts == ("/var/out", "/srv/model.bin")
+    assert task.agent_user == "root" and declared_agent_user(task, "app") == "root"
+    assert task.verifier.user == "0"
+    dockerfile = harbor / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + "USER 1234:1234\n")
+    set_toml(harbor, '[agent]\nuser = "root"\n', "[agent]\n")
+    assert declared_agent_user(load_task(harbor)) == "1234"
 
 
 def test_harbor_legacy_sizes_and_unknown_metadata_are_accepted(harbor: Path) -> None:
@@ -253,6 +278,12 @@ def test_dockerfile_errors_surface_with_line(harbor: Path) -> None:
             "must be a number",
         ),
         ("parser_name: pytest", "parser_name: swebench", "parser_name", "must be 'pytest'"),
+        (
+            "run_tests_in_same_shell: false",
+            "run_tests_in_same_shell: true",
+            "run_tests_in_same_shell",
+            "true is not supported",
+        ),
         (
             "run_tests_in_same_shell: false",
             "run_tests_in_same_shell: maybe",

@@ -93,6 +93,12 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--task", "only", multiple=True, help="Run only these tasks (repeatable).")
 @click.option("--fork/--no-fork", default=False, help="Fork each group from one prepared state.")
 @click.option("--network/--no-network", default=False, help="Network in sandboxes (off).")
+@click.option("--verify", "verify", type=click.Choice(["shared", "separate"]), default="shared", show_default=True,
+              help="Run the tests in the agent's sandbox, or in a fresh one that gets only the workdir and "
+              "declared artifacts (full reward integrity even for a root agent).")
+@click.option("--agent-user", "agent_user", default=None,
+              help="Run the agent as this user in every task (root = Docker's behaviour); default: the "
+              "task's declared user, else the non-root 'agent'.")
 @click.option(
     "--attempts",
     default=2,
@@ -131,6 +137,8 @@ def run(
     only: tuple[str, ...],
     fork: bool,
     network: bool,
+    verify: str,
+    agent_user: str | None,
     attempts: int,
     max_turns: int,
     cpu_fraction: float | None,
@@ -174,6 +182,8 @@ def run(
         concurrency=concurrency,
         backend=backend,
         network=network,
+        verify=verify,
+        agent_user=agent_user,
         fork=fork,
         retry=RetryPolicy(max_attempts=max(1, attempts)),
     )

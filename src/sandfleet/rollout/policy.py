@@ -88,14 +88,16 @@ class AgentContext:
                 await stage_uploads(self.sandbox, uploads)
 
 
-async def stage_uploads(sandbox: Sandbox, uploads: Sequence[Upload]) -> None:
-    """A file lands at exactly its target; a folder's contents land under its target."""
+async def stage_uploads(sandbox: Sandbox, uploads: Sequence[Upload], *, user: str | None = "root") -> None:
+    """A file lands at exactly its target; a folder's contents land under its target. Files
+    are written as ``user``: root by default, so that a non-root agent can't change the
+    tests or the reference solution it is given."""
     for up in uploads:
         if up.source.is_dir():
-            await sandbox.upload(up.source, up.target)
+            await sandbox.upload(up.source, up.target, user=user)
         else:
             mode = 0o755 if up.source.stat().st_mode & stat.S_IXUSR else 0o644
-            await sandbox.write_file(up.target, up.source.read_bytes(), mode=mode)
+            await sandbox.write_file(up.target, up.source.read_bytes(), mode=mode, user=user)
 
 
 @runtime_checkable

@@ -23,11 +23,11 @@ from sandfleet.errors import (
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
-from sandfleet.rollout.verifier import run_verifier
+from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
 from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
-from sandfleet.tasks.model import Task
+from sandfleet.tasks.model import Task, declared_agent_user
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +58,31 @@ class RetryPolicy:
 
 
 def task_spec(
-    task: Task, image: str, backend: str = "auto", *, network: bool = False
+    task: Task, image: str, backend: str = "auto", *, network: bool = False, agent_user: str | None = None
 ) -> SandboxSpec:
-    """The sandbox a task asks for: its image, workdir, env and limits."""
+    """The sandbox a task asks for: its image, workdir, env and limits; its user is the
+    agent's (``agent_user``, e.g. ``root`` for Docker's behaviour, else the task's declared
+    user: :func:`~sandfleet.tasks.model.declared_agent_user`)."""
+    user = agent_user or declared_agent_user(task, image_user(image))
     return make_spec(
         image=image, backend=backend, workdir=task.workdir, env=task.env, cpus=task.cpus,
         memory_mib=task.memory_mib, disk_mib=task.storage_mib, network=network,
         ttl_s=task.agent_timeout_s + task.verifier_timeout_s + TTL_MARGIN_S,
-        labels={"task": task.name},
+        labels={"task": task.name}, user=user,
     )  # fmt: skip
+
+
+def image_user(image: str) -> str | None:
+    """The Dockerfile ``USER`` recorded in a built image's metadata (None for ``host``)."""
+    if image == "host":
+        return None
+    from sandfleet.images import resolve_image
+
+    try:
+        user = resolve_image(image).meta.get("user")
+    except Exception:  # an unknown image fails at create, with its own message
+        return None
+    return str(user) if user else None
 
 
 def failure_reason(error: BaseException) -> str:
@@ -97,6 +113,9 @@ class RolloutRequest:
     snapshot: Snapshot | None = None
     attempt: int = 1
     rollout_id: str | None = None
+    verify: str = "shared"
+    """``shared``: the tests run in the agent's sandbox; ``separate``: in a fresh sandbox of the
+    same image that gets only the workdir and declared artifacts (docs/security.md)."""
 
 
 async def _create(req: RolloutRequest) -> Sandbox:
@@ -140,6 +159,8 @@ async def run_rollout(
         with rec.span("sandbox_start"):
             sandbox = await _start(req)
         result.sandbox_id, result.backend = sandbox.id, sandbox.backend
+        result.info["agent_user"] = req.spec.user
+        await protect_task_dirs(sandbox)
         ctx = AgentContext(
             task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
         )
@@ -157,7 +178,12 @@ async def run_rollout(
                 ctx.completion_tokens,
             )
             result.info.update(ctx.info)
-        outcome = await run_verifier(task, sandbox, rec)
+        if req.verify == "separate":
+            outcome = await run_verifier_separately(task, sandbox, rec, lambda: _start(req))
+        else:
+            outcome = await run_verifier(task, sandbox, rec)
+        if outcome.reason is not None:  # scored 0 whatever the tests said (bad_reward_file)
+            result.reason, result.info["reward_error"] = outcome.reason, outcome.error
         result.reward, result.reward_details = outcome.reward, outcome.details
         result.verifier_exit_code, result.verifier_output = outcome.exit_code, outcome.output
         if outcome.timed_out:

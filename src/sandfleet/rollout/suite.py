@@ -76,6 +76,12 @@ class RunConfig:
     """Fork each group's sandboxes from one prepared state instead of creating each."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     run_id: str = field(default_factory=new_run_id)
+    agent_user: str | None = None
+    """Who the agent runs as in every task (``root`` gives Docker's behaviour); None = each
+    task's declared user, else the non-root ``agent`` (docs/security.md)."""
+    verify: str = "shared"
+    """``shared``: tests run in the agent's sandbox; ``separate``: in a fresh sandbox of the
+    same image carrying only the workdir and declared artifacts."""
 
     def __post_init__(self) -> None:
         from sandfleet.sandbox.spec import BACKENDS
@@ -86,6 +92,15 @@ class RunConfig:
             raise ConfigError(f"n must be between 1 and 100000, not {self.n}")
         if not 1 <= self.concurrency <= 100_000:
             raise ConfigError(f"concurrency must be between 1 and 100000, not {self.concurrency}")
+        if self.verify not in ("shared", "separate"):
+            raise ConfigError(f"verify must be shared or separate, not {self.verify!r}")
+        if self.agent_user is not None:
+            from sandfleet.sandbox.spec import check_user
+
+            try:
+                self.agent_user = check_user(self.agent_user)
+            except ValueError as e:
+                raise ConfigError(f"agent user: {e}") from None
 
 
 @dataclass
@@ -350,7 +365,7 @@ async def run_suite(
             try:
                 async with builds:
                     image = await image_for(task)
-                spec = task_spec(task, image, cfg.backend, network=cfg.network)
+                spec = task_spec(task, image, cfg.backend, network=cfg.network, agent_user=cfg.agent_user)
                 if cfg.fork:
                     async with slots:
                         snapshot = await _prepare(spec)
@@ -369,6 +384,7 @@ async def run_suite(
                         sample=i,
                         run_id=cfg.run_id,
                         snapshot=snapshot,
+                        verify=cfg.verify,
                     )
                     for i in range(cfg.n)
                 ]

@@ -6,6 +6,11 @@ parallel up to the host's limit (one busy sandbox per hardware thread), prints a
 writes a JSON report and exits non-zero when any task is not valid. Each verdict is
 ``valid``, ``invalid`` (with why: the image build failed at a Dockerfile line, the oracle
 scored 0 with the tail of the test output, the no-op agent passed) or ``flaky`` (2/3).
+
+The oracle runs as the task's agent user (its declared user, else the non-root ``agent``;
+``--agent-user`` overrides). When it fails so, it is run once more as root, and a task whose
+oracle passes only as root says so: declare the user (``[agent].user``, ``USER``) or run it
+with ``--agent-user root``.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.suite import ImageFor, RunConfig, default_image_for, run_suite
+from sandfleet.sandbox.spec import ROOT_UID, USERS
 from sandfleet.tasks.model import Task
 
 Status = Literal["valid", "invalid", "flaky"]
@@ -94,14 +100,17 @@ async def validate_tasks(
     concurrency: int | None = None,
     backend: str = "auto",
     image_for: ImageFor = default_image_for,
+    agent_user: str | None = None,
 ) -> dict[str, Verdict]:
-    """Run the oracle and the no-op agent ``repeats`` times per task; a verdict per task."""
+    """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
+    each task's declared user); a verdict per task. A task whose oracle fails is tried once
+    more as root, and one that passes so is invalid: "passes only as root"."""
     limit = concurrency or os.cpu_count() or 1
     slots = asyncio.Semaphore(limit)
     retry = RetryPolicy(max_attempts=1)
 
-    def config() -> RunConfig:
-        return RunConfig(n=repeats, concurrency=limit, backend=backend, retry=retry)
+    def config(n: int = repeats, user: str | None = agent_user) -> RunConfig:
+        return RunConfig(n=n, concurrency=limit, backend=backend, retry=retry, agent_user=user)
 
     oracle, noop = await asyncio.gather(
         run_suite(tasks, OraclePolicy(), config(), image_for=image_for, slots=slots),
@@ -112,7 +121,26 @@ async def validate_tasks(
         mine_o = [r for r in oracle.results if r.task == task.name]
         mine_n = [r for r in noop.results if r.task == task.name]
         verdicts[task.name] = judge(task, mine_o, mine_n)
+    as_root = str(USERS.get(agent_user or "", agent_user)) == str(ROOT_UID)
+    retry_root = [t for t in tasks if not as_root and t.solution is not None
+                  and verdicts[t.name].status != "valid" and not any(
+                      r.passed for r in oracle.results if r.task == t.name)
+                  and not any(r.reason == "image_build" for r in oracle.results if r.task == t.name)]
+    if retry_root:
+        rooted = await run_suite(retry_root, OraclePolicy(), config(1, "root"), image_for=image_for, slots=slots)
+        for r in rooted.results:
+            if r.passed:
+                v = verdicts[r.task]
+                v.status = "invalid"
+                v.reason = (f"the oracle passes only as root (it failed as the task's user "
+                            f"{_user_of(oracle.results, r.task)}): declare the user ([agent].user or the "
+                            f"Dockerfile's USER) or run with --agent-user root\n{v.reason}")
     return verdicts
+
+
+def _user_of(results: Sequence[RolloutResult], task: str) -> str:
+    users = {r.info.get("agent_user") for r in results if r.task == task} - {None}
+    return ", ".join(sorted(str(u) for u in users)) or "(declared)"
 
 
 def _cell(rewards: list[float | None], want: float) -> str:
@@ -141,8 +169,12 @@ def _cell(rewards: list[float | None], want: float) -> str:
 )
 @click.option("--concurrency", type=int, help="Rollouts at once (default: one per CPU).")
 @click.option("--backend", default="auto", show_default=True)
+@click.option("--agent-user", "agent_user", default=None,
+              help="Run the oracle and the no-op agent as this user (root = Docker's behaviour); default: "
+              "each task's declared user, else the non-root 'agent'.")
 def validate(
-    directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str
+    directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
+    agent_user: str | None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
     from sandfleet.tasks.loader import load_tasks
@@ -151,7 +183,8 @@ def validate(
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     tasks, failures = load_tasks(directory)
     t0 = time.perf_counter()
-    verdicts = asyncio.run(validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend))
+    verdicts = asyncio.run(validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend,
+                                          agent_user=agent_user))
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")

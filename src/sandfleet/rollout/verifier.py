@@ -1,59 +1,91 @@
-"""The verifier: after the agent stops, in the same sandbox, score what it left behind.
+"""The verifier: after the agent stops, score what it left behind.
 
-No reward hacking, in this order:
+What it guarantees (docs/security.md, "Reward integrity"), in this order:
 
-1. every process the agent left is killed (all but the sandbox's init and guest agent);
-2. the test directories and the reward directory are emptied (whatever the agent put there
-   is gone, links included);
-3. the tests are uploaded -- they never reach the sandbox before this point;
-4. the verifier command runs (a ``verifier`` span); then the reward files are read.
+1. every process of the agent's user is gone (``Sandbox.kill_user``; for a root agent, every
+   process of root, ``agent`` and ``verifier``) before anything of the tests exists;
+2. the test folders are emptied and made again by root, mode 0755 (no non-root user can write
+   them); the reward folder is made again writable by the verifier's user only; a fresh,
+   empty HOME is made for the verifier's user;
+3. the tests are uploaded, owned by root -- they never reach the sandbox before this point;
+4. the test command runs as the ``verifier`` user, or as root where the task says so (Harbor
+   ``[verifier].user``; Terminal-Bench-1 runs its tests as root), with that HOME,
+   ``PYTHONNOUSERSITE=1`` and only the image's environment and the task's verifier
+   environment: nothing the agent exported or left in its HOME applies;
+5. every process the tests started is gone (``kill_user`` of the verifier's user), then the
+   reward file is read as root with ``O_NOFOLLOW|O_NONBLOCK`` and a size cap. A link, a FIFO,
+   a device, a folder, a file over the cap or one that can't be read scores 0 with reason
+   ``bad_reward_file``: never a hang, never a crash.
+
+What it does not guarantee: the tests run over the workdir the agent left, so code there that
+the tests import runs in them (a ``conftest.py`` pytest collects, a module that shadows
+another from the cwd). In shared mode (the default) a *root* agent can also change whatever
+root can in the sandbox (the system Python of a task image, say) or leave processes under
+other uids, as in Docker. ``--verify separate`` (:func:`run_verifier_separately`) runs the
+tests in a fresh sandbox of the same image that receives only the workdir and the task's
+declared artifacts.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
+import logging
 import posixpath
+import tarfile
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
-from sandfleet.errors import GuestFileNotFoundError, RolloutError
+from sandfleet.errors import (
+    GuestError,
+    GuestFileNotFoundError,
+    RolloutError,
+    SandboxClosedError,
+    SandboxDiedError,
+    SandboxPathError,
+)
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import reward_from
 
+log = logging.getLogger(__name__)
+
 OUTPUT_KEEP_CHARS = 64 * 1024
 """The tail of the verifier's output kept with the rollout."""
-
-# Kill every process but init (1), the guest agent (our parent) and ourselves; repeat until
-# nothing is left, so processes forked while we kill are caught too. Only ever run in a
-# private pid namespace (the guest agent is pid 1 or 2 there); it refuses anywhere else.
+REWARD_MAX_BYTES = 64 * 1024
+"""A reward file larger than this scores 0 (``bad_reward_file``)."""
+REWARD_READ_TIMEOUT_S = 30.0
+"""A reward read that takes longer scores 0 (``bad_reward_file``)."""
+TRANSFER_MAX_BYTES = 1 << 30
+"""``--verify separate`` carries at most this much of the workdir and artifacts (as tar)."""
+VERIFIER_USER = "verifier"
 ISOLATED_BACKENDS = ("bwrap", "microvm", "firecracker")
-KILL_ALL = r"""
-if [ "$PPID" -gt 2 ]; then echo "not in a private pid namespace; refusing to kill" >&2; exit 2; fi
-keep=" 1 $PPID $$ "
-for pass in 1 2 3 4 5 6 7 8 9 10; do
-  found=0
-  for d in /proc/[0-9]*; do
-    p=${d#/proc/}
-    case "$keep" in *" $p "*) continue ;; esac
-    stat=$(cat "$d/stat" 2>/dev/null) || continue
-    stat=${stat##*) }
-    case "$stat" in Z*|X*) continue ;; esac  # already dead, waiting to be reaped
-    kill -9 "$p" 2>/dev/null && found=1
-  done
-  [ "$found" = 0 ] && exit 0
-  sleep 0.01
-done
-echo "processes survived 10 kill passes" >&2
-exit 1
-"""
+"""Backends where users exist; elsewhere (``process``) owners are left alone."""
 
-# Empty each folder (a link or file in its place is replaced by a folder).
-CLEAR = r"""
-for d in "$@"; do
+# Empty each test folder ("t:PATH") and reward folder ("r:PATH") -- a link or file in its
+# place is replaced by a folder -- owned by root, mode 0755; a reward folder then goes to
+# the verifier's user ($1, empty = leave owners alone). Prints a fresh HOME for that user.
+PREPARE = r"""
+set -e
+owner=$1; shift
+for a; do
+  d=${a#?:}
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
-  mkdir -p -- "$d" && find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} + || exit 1
+  mkdir -p -- "$d"
+  find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  if [ -n "$owner" ]; then
+    chown 0:0 -- "$d"
+    case $a in r:*) chown "$owner" -- "$d" ;; esac
+  fi
+  chmod 0755 -- "$d"
 done
+home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX)
+if [ -n "$owner" ]; then chown "$owner" -- "$home"; fi
+chmod 0700 -- "$home"
+printf '%s' "$home"
 """
 
 
@@ -67,66 +99,133 @@ class VerifierOutcome:
     timed_out: bool = False
     output: str = ""
     """The tail of the test command's stdout and stderr (``OUTPUT_KEEP_CHARS``)."""
+    reason: str | None = None
+    """Why the reward is 0 whatever the tests said (``bad_reward_file``), else None."""
+    error: str | None = None
+    """What was wrong, with ``reason``."""
+
+
+class BadRewardFile(Exception):
+    """The reward path holds something that is not a small regular file."""
+
+
+def verifier_user(task: Task) -> str:
+    """Who the tests run as: the task's ``[verifier].user`` (TB1: root), else ``verifier``."""
+    return task.verifier.user or VERIFIER_USER
+
+
+def uid_of(user: str) -> str:
+    """The built-in names as numbers (``agent`` -> 1000); other names resolve in the image."""
+    return str(USERS.get(user, user))
+
+
+def is_root(user: str) -> bool:
+    return uid_of(user) == "0"
+
+
+def users_to_stop(user: str) -> list[str]:
+    """Whose processes to kill to stop everything ``user`` started: root can become anyone,
+    so for root also the built-in ``agent`` and ``verifier``."""
+    return [user, "agent", VERIFIER_USER] if is_root(user) else [user]
+
+
+async def stop_users(sandbox: Sandbox, users: Sequence[str]) -> None:
+    """Kill every process of each user; returns once they are gone."""
+    done: set[str] = set()
+    for user in users:
+        if uid_of(user) not in done:
+            done.add(uid_of(user))
+            await sandbox.kill_user(user)
+
+
+TASK_DIRS = ("/tests", "/solution", "/oracle")
+"""Where the task contract puts tests and reference solutions: owned by root, mode 0755."""
+
+
+async def protect_task_dirs(sandbox: Sandbox) -> None:
+    """Give the task folders the sandbox was made with to root, mode 0755, before the agent
+    starts: a non-root agent can't write them, nor replace what is uploaded there."""
+    dirs = [d for d in TASK_DIRS if d in sandbox.spec.writable_dirs]
+    if sandbox.backend not in ISOLATED_BACKENDS or not dirs:
+        return
+    script = ('for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then '
+              'chown 0:0 -- "$d" && chmod 0755 -- "$d" || exit 1; fi; done')
+    res = await sandbox.exec(["sh", "-c", script, "protect", *dirs], cwd="/", user="root", timeout=30)
+    if res.exit_code != 0:
+        raise RolloutError(f"could not give the task folders to root: {res.output.strip()[-300:]}",
+                           reason="sandbox_setup")
+
+
+def _guest(sandbox: Sandbox, path: str) -> str:
+    """A sandbox path as the guest sees it (the process backend maps it under its folder)."""
+    mapper = getattr(sandbox, "_path", None)
+    return str(mapper(path)) if mapper is not None else path
 
 
 def _cleared_paths(task: Task) -> list[str]:
+    """``t:`` test folders and ``r:`` reward folders to empty before the tests arrive."""
     plan = task.verifier
-    paths = {
-        up.target if up.source.is_dir() else posixpath.dirname(up.target) for up in plan.uploads
-    }
-    paths.add(posixpath.dirname(plan.reward_text_path))
-    paths.add(posixpath.dirname(plan.reward_json_path))
-    return sorted(p for p in paths if p not in ("/", "") and p != task.workdir)
+    tests = {up.target if up.source.is_dir() else posixpath.dirname(up.target) for up in plan.uploads}
+    rewards = {posixpath.dirname(plan.reward_text_path), posixpath.dirname(plan.reward_json_path)}
+    keep = ("/", "", task.workdir)
+    return sorted({f"t:{p}" for p in tests - rewards if p not in keep} | {f"r:{p}" for p in rewards if p not in keep})
 
 
-async def kill_agent_processes(sandbox: Sandbox) -> None:
-    """Kill every process in the sandbox except its init and guest agent.
-
-    The ``process`` backend shares the host's processes, so there this does nothing."""
-    if sandbox.backend not in ISOLATED_BACKENDS:
-        return
-    res = await sandbox.exec(["bash", "-c", KILL_ALL], cwd="/", timeout=30)
-    if res.exit_code != 0:
-        raise RolloutError(
-            f"could not stop the agent's processes: {res.stderr.strip()}", reason="agent_unkillable"
-        )
-
-
-async def _read(sandbox: Sandbox, path: str) -> str | None:
+async def read_reward_file(sandbox: Sandbox, path: str) -> str | None:
+    """The reward file's text; None when it does not exist. Raises :class:`BadRewardFile` for
+    a link, a FIFO or device, a folder, a file over ``REWARD_MAX_BYTES``, or a read that fails
+    or outlives ``REWARD_READ_TIMEOUT_S``. A dead or closed sandbox raises as such."""
     try:
-        return (await sandbox.read_file(path)).decode("utf-8", "replace")
+        async with asyncio.timeout(REWARD_READ_TIMEOUT_S):
+            data = await sandbox.read_file(path, user="root", max_bytes=REWARD_MAX_BYTES + 1, nofollow=True)
     except (GuestFileNotFoundError, FileNotFoundError):
         return None
+    except (SandboxDiedError, SandboxClosedError):
+        raise
+    except (TimeoutError, GuestError, SandboxPathError, OSError) as e:
+        raise BadRewardFile(f"{path}: {type(e).__name__}: {e}") from None
+    if len(data) > REWARD_MAX_BYTES:
+        raise BadRewardFile(f"{path}: larger than {REWARD_MAX_BYTES} bytes")
+    return data.decode("utf-8", "replace")
 
 
 async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
-    """Stop the agent, clear, upload the tests, run them and read the reward."""
+    """Stop the agent, clear, upload the tests, run them, stop what they started, read the
+    reward. The agent's user is the sandbox's default user (``sandbox.spec.user``)."""
     plan = task.verifier
+    user = verifier_user(task)
     with recorder.span("other_sandbox", what="stop agent"):
-        await kill_agent_processes(sandbox)
+        await stop_users(sandbox, users_to_stop(sandbox.spec.user))
     with recorder.span("other_sandbox", what="clear tests and rewards"):
-        res = await sandbox.exec(["bash", "-c", CLEAR, "clear", *_cleared_paths(task)],
-                                 cwd="/", timeout=60)
-        if res.exit_code != 0:
-            raise RolloutError(f"could not empty the test and reward folders: "
+        owner = uid_of(user) if sandbox.backend in ISOLATED_BACKENDS else ""
+        dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
+        res = await sandbox.exec(["bash", "-c", PREPARE, "prepare", owner, *dirs], cwd="/", timeout=60, user="root")
+        if res.exit_code != 0 or not res.stdout.strip():
+            raise RolloutError(f"could not prepare the test and reward folders: "
                                f"{res.output.strip()[-300:]}", reason="verifier_setup")
+        home = res.stdout.strip()
     with recorder.span("other_sandbox", what="upload tests"):
-        await stage_uploads(sandbox, plan.uploads)
+        await stage_uploads(sandbox, plan.uploads, user="root")
+    env = {**plan.env, "HOME": home, "PYTHONNOUSERSITE": "1"}
     with recorder.span("verifier") as span:
-        res = await sandbox.exec(
-            list(plan.command), cwd=task.workdir, env=plan.env or None, timeout=plan.timeout_s
-        )
+        res = await sandbox.exec(list(plan.command), cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user)
         span["exit_code"] = res.exit_code
         if res.timed_out:
             span["timed_out"] = True
     output = res.output[-OUTPUT_KEEP_CHARS:]
+    outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output)
+    with recorder.span("other_sandbox", what="stop tests"):
+        await stop_users(sandbox, users_to_stop(user))
     with recorder.span("other_sandbox", what="read reward"):
         text = json_text = None
-        if plan.reward == "reward-file":
-            text = await _read(sandbox, plan.reward_text_path)
-            if text is None:
-                json_text = await _read(sandbox, plan.reward_json_path)
-    outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output)
+        try:
+            if plan.reward == "reward-file":
+                text = await read_reward_file(sandbox, plan.reward_text_path)
+                if text is None:
+                    json_text = await read_reward_file(sandbox, plan.reward_json_path)
+        except BadRewardFile as e:
+            outcome.reason, outcome.error = "bad_reward_file", str(e)
+            return outcome
     try:
         reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text)
     except RolloutError as e:
@@ -138,3 +237,120 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
         raise
     outcome.reward, outcome.details = reward.value, reward.details
     return outcome
+
+
+# -- --verify separate
+
+
+def carried_paths(task: Task) -> list[str]:
+    """What ``--verify separate`` carries over: the workdir and the declared artifacts
+    (one not inside another), as sandbox paths."""
+    out: list[str] = []
+    for path in sorted({task.workdir, *task.artifacts}, key=len):
+        if not any(path == p or path.startswith(p.rstrip("/") + "/") for p in out):
+            out.append(path)
+    return out
+
+
+def _relative(name: str, roots: Sequence[str], what: str) -> str:
+    norm = posixpath.normpath(name.lstrip("/")) if name else "."
+    if norm.startswith("..") or norm == "." or "\x00" in norm:
+        raise RolloutError(f"workdir archive: {what} {name!r} leads outside", reason="verifier_transfer")
+    if not any(norm == r or norm.startswith(r + "/") for r in roots):
+        raise RolloutError(f"workdir archive: {what} {name!r} is outside {', '.join(roots)}",
+                           reason="verifier_transfer")
+    return norm
+
+
+def clean_archive(data: bytes, paths: Sequence[str]) -> bytes:
+    """Re-pack a tar of ``paths`` (member names relative to /) keeping only folders, regular
+    files, links inside ``paths``, and refusing any member that leaves them or passes through
+    a symbolic link: what the fresh sandbox unpacks can only land where a copy of those
+    folders would."""
+    roots = [p.strip("/") for p in paths]
+    links: list[str] = []
+    out = io.BytesIO()
+
+    def through_link(name: str) -> bool:
+        return any(name.startswith(link + "/") for link in links)
+
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, \
+                tarfile.open(fileobj=out, mode="w:", format=tarfile.PAX_FORMAT) as dst:
+            for m in src:
+                name = _relative(m.name, roots, "member")
+                if through_link(name) or name in links:
+                    raise RolloutError(f"workdir archive: {m.name!r} passes through a link",
+                                       reason="verifier_transfer")
+                if m.islnk():
+                    m.linkname = _relative(m.linkname, roots, "hard link target")
+                    if through_link(m.linkname):
+                        raise RolloutError(f"workdir archive: {m.linkname!r} passes through a link",
+                                           reason="verifier_transfer")
+                elif m.issym():
+                    links.append(name)
+                elif not (m.isreg() or m.isdir()):
+                    continue  # FIFOs and devices are not carried
+                m.name = name
+                dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+    except tarfile.TarError as e:
+        raise RolloutError(f"workdir archive is malformed: {e}", reason="verifier_transfer") from None
+    return out.getvalue()
+
+
+async def pack_outputs(task: Task, sandbox: Sandbox) -> bytes:
+    """A tar, made as root, of the workdir and declared artifacts the agent left."""
+    paths = carried_paths(task)
+    root = _guest(sandbox, "/")
+    rel = [posixpath.relpath(_guest(sandbox, p), root) for p in paths]
+    res = await sandbox.exec(
+        ["tar", "-c", "--ignore-failed-read", "--numeric-owner", "-C", root, "--", *rel],
+        cwd="/", user="root", timeout=600, max_output=TRANSFER_MAX_BYTES,
+    )  # fmt: skip
+    if res.exit_code != 0 or res.truncated:
+        why = f"larger than {TRANSFER_MAX_BYTES} bytes" if res.truncated else res.stderr.strip()[-300:]
+        raise RolloutError(f"could not copy the workdir out: {why}", reason="verifier_transfer")
+    return clean_archive(res.stdout_bytes, rel)
+
+
+async def unpack_outputs(task: Task, sandbox: Sandbox, archive: bytes) -> None:
+    """Replace the workdir and declared artifacts of a fresh sandbox with ``archive``."""
+    root = _guest(sandbox, "/")
+    targets = [_guest(sandbox, p) for p in carried_paths(task)]
+    script = ('set -e; root=$1; shift; for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then '
+              'find "$d" -mindepth 1 -delete; else rm -rf -- "$d"; fi; done; '
+              'tar -x --numeric-owner --same-owner -p -C "$root"')
+    res = await sandbox.exec(["bash", "-c", script, "unpack", root, *targets], stdin=archive, cwd="/",
+                             user="root", timeout=600)
+    if res.exit_code != 0:
+        raise RolloutError(f"could not copy the workdir in: {res.output.strip()[-300:]}",
+                           reason="verifier_transfer")
+
+
+async def run_verifier_separately(
+    task: Task, sandbox: Sandbox, recorder: SpanRecorder, start: Callable[[], Awaitable[Sandbox]]
+) -> VerifierOutcome:
+    """Harbor's separate mode: stop the agent, carry its workdir and declared artifacts into a
+    fresh sandbox of the same image (``start()`` makes it), verify there, close it. Nothing
+    else the agent did -- processes, files outside those paths, a changed system -- reaches
+    the tests."""
+    with recorder.span("other_sandbox", what="stop agent"):
+        await stop_users(sandbox, users_to_stop(sandbox.spec.user))
+    with recorder.span("other_sandbox", what="copy out workdir"):
+        archive = await pack_outputs(task, sandbox)
+    with recorder.span("sandbox_start", what="verifier sandbox"):
+        fresh = await start()
+    try:
+        with recorder.span("other_sandbox", what="copy in workdir"):
+            await unpack_outputs(task, fresh, archive)
+        return await run_verifier(task, fresh, recorder)
+    finally:
+        await asyncio.shield(_close_quietly(fresh))
+
+
+async def _close_quietly(sandbox: Sandbox) -> None:
+    try:
+        await sandbox.close()
+    except Exception as e:
+        log.error("closing verifier sandbox %s failed (it may have leaked): %s: %s", sandbox.id,
+                  type(e).__name__, e)

@@ -5,8 +5,10 @@
 ``schema_version``; ``[task]``, ``[metadata]``, ``[verifier]``, ``[agent]``, ``[environment]``,
 ``[solution]``; the older ``memory = "4G"`` / ``storage`` spellings). ``[metadata]`` and
 ``[task]`` accept any key. The sections sandfleet acts on reject unknown keys, and features it
-can't honour (GPUs, MCP servers, separate verifier environments, multi-step tasks, artifacts,
-compose environments) are refused by name rather than silently dropped.
+can't honour (GPUs, MCP servers, separate verifier environments, multi-step tasks, compose
+environments) are refused by name rather than silently dropped. ``[agent].user`` and
+``[verifier].user`` say who the agent and the tests run as; ``artifacts`` name the agent's
+outputs outside its workdir, which ``--verify separate`` carries into the verifier's sandbox.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.errors import TaskError
+from sandfleet.sandbox.spec import check_user
 from sandfleet.tasks._validate import validate
 from sandfleet.tasks.model import SolutionPlan, Upload, VerifierPlan
 
@@ -32,7 +35,7 @@ class HarborVerifier(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of test.sh."""
     user: str | int | None = None
-    """User to run test.sh as."""
+    """User to run test.sh as (default: the non-root ``verifier``)."""
     environment_mode: Literal["shared"] = "shared"
     """Only ``shared`` (the verifier runs in the agent's sandbox) is supported."""
 
@@ -43,7 +46,7 @@ class HarborAgent(_Section):
     setup_timeout_sec: float | None = Field(None, gt=0)
     """Agent installation limit (sandfleet's agents need no setup; kept for fidelity)."""
     user: str | int | None = None
-    """User to run the agent as."""
+    """User to run the agent as (default: the Dockerfile's USER, else the non-root ``agent``)."""
 
 
 class HarborEnvironment(_Section):
@@ -112,6 +115,38 @@ def _size_mib(text: str, *, file: str, field: str) -> int:
     return mib
 
 
+class HarborArtifact(_Section):
+    source: str
+    """Absolute path in the agent's sandbox."""
+    destination: str | None = None
+    """Where Harbor copies it on the host (sandfleet keeps it in the sandbox)."""
+
+
+def _user(value: str | int | None, *, file: str, field: str) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_user(value)
+    except ValueError as e:
+        raise TaskError(str(e), file=file, field=field) from None
+
+
+def _artifacts(entries: list[Any], *, file: str) -> tuple[str, ...]:
+    paths = []
+    for i, entry in enumerate(entries):
+        field = f"artifacts.{i}"
+        if isinstance(entry, dict):
+            entry = validate(HarborArtifact, entry, file=file, prefix=f"{field}.").source
+        if not isinstance(entry, str):
+            raise TaskError("must be a path or a table with source", file=file, field=field)
+        parts = entry.split("/")
+        if not entry.startswith("/") or ".." in parts or "\x00" in entry or entry.rstrip("/") == "":
+            raise TaskError(f"must be an absolute path below / without '..', got {entry!r}",
+                            file=file, field=field)
+        paths.append("/" + "/".join(p for p in parts if p not in ("", ".")))
+    return tuple(paths)
+
+
 def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, VerifierPlan]:
     """Read ``folder/task.toml``; returns Task fields, the solution plan and verifier plan."""
     file = str(folder / "task.toml")
@@ -124,8 +159,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
     if "steps" in raw:
         raise TaskError("multi-step tasks are not supported", file=file, field="steps")
     config = validate(HarborConfig, raw, file=file)
-    if config.artifacts:
-        raise TaskError("artifacts are not supported", file=file, field="artifacts")
+    artifacts = _artifacts(config.artifacts, file=file)
     verifier = validate(HarborVerifier, config.verifier, file=file, prefix="verifier.")
     agent = validate(HarborAgent, config.agent, file=file, prefix="agent.")
     env = validate(HarborEnvironment, config.environment, file=file, prefix="environment.")
@@ -185,7 +219,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         command=("bash", "/tests/test.sh"),
         env=verifier.env,
         timeout_s=verifier.timeout_sec,
-        user=None if verifier.user is None else str(verifier.user),
+        user=_user(verifier.user, file=file, field="verifier.user"),
         reward="reward-file",
     )
     metadata = dict(config.metadata)
@@ -204,7 +238,8 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         "context_dir": env_dir if dockerfile.is_file() else None,
         "docker_image": env.docker_image,
         "extra_env": env.env,
-        "agent_user": None if agent.user is None else str(agent.user),
+        "agent_user": _user(agent.user, file=file, field="agent.user"),
+        "artifacts": artifacts,
         "tests_dir": tests,
         "metadata": metadata,
     }

@@ -82,7 +82,7 @@ class VerifierPlan(_Frozen):
     """Wall-clock limit of the command."""
     user: str | None = None
     """User the format asks the verifier to run as (Harbor ``[verifier].user``; TB1 runs its
-    tests as ``root``); None = the image's user. The runtime may override it."""
+    tests as ``root``); None = the sandbox's non-root ``verifier`` user (docs/security.md)."""
     reward: RewardSource
     """``reward-file``: read ``reward_text_path`` (a float) or else ``reward_json_path`` (a
     dict of floats). ``pytest-output``: parse the command's output with ``parser_name``."""
@@ -92,8 +92,6 @@ class VerifierPlan(_Frozen):
     """Harbor's alternative reward file (a JSON object of numbers)."""
     parser_name: str | None = None
     """TB1 test-output parser; only ``pytest`` is supported."""
-    same_shell: bool = False
-    """TB1 ``run_tests_in_same_shell``: run the tests in the agent's shell session."""
 
 
 class Task(_Frozen):
@@ -139,9 +137,14 @@ class Task(_Frozen):
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of the image: the Dockerfile's ENV, then Harbor ``[environment.env]``."""
     user: str | None = None
-    """The Dockerfile's last USER, if any."""
+    """The Dockerfile's last USER, if any (its user part: ``USER app:staff`` gives ``app``)."""
     agent_user: str | None = None
-    """User the format asks the agent to run as (Harbor ``[agent].user``)."""
+    """User the format asks the agent to run as (Harbor ``[agent].user``). The agent runs as
+    this, else as ``user``, else as the non-root ``agent`` (:func:`declared_agent_user`)."""
+    artifacts: tuple[str, ...] = ()
+    """Absolute sandbox paths the task declares as the agent's output besides its workdir
+    (Harbor ``artifacts``). ``--verify separate`` carries them, and the workdir, into the
+    verifier's fresh sandbox."""
     tests_dir: Path
     """Host folder of the tests (uploaded by the verifier plan, never before)."""
     solution: SolutionPlan | None
@@ -151,3 +154,17 @@ class Task(_Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form metadata (Harbor ``[metadata]`` and ``[task]``; TB1 author, difficulty,
     category, tags, time estimates)."""
+
+
+DEFAULT_AGENT_USER = "agent"
+"""The agent's user when the task declares none: non-root (Docker would use root)."""
+
+
+def declared_agent_user(task: Task, image_user: str | None = None) -> str:
+    """The user a task's agent runs as: Harbor ``[agent].user``, else the Dockerfile's
+    ``USER`` (``image_user``, as recorded in the built image, else ``task.user``), else the
+    non-root ``agent``."""
+    for user in (task.agent_user, image_user, task.user):
+        if user:
+            return str(user).split(":", 1)[0]
+    return DEFAULT_AGENT_USER

@@ -4,7 +4,9 @@
 As TB1's harness does: the instruction is ``instruction`` (or, in early tasks, the
 ``descriptions`` entry with key ``base``); after the agent stops, ``run-tests.sh`` and the
 contents of ``tests/`` are copied to ``/tests`` and ``bash /tests/run-tests.sh`` runs from the
-workdir with ``TEST_DIR=/tests``, as root; its output is parsed with ``parser_name`` (pytest).
+workdir with ``TEST_DIR=/tests``, as root (in a fresh shell: ``run_tests_in_same_shell: true``, which
+would run them in the agent's own shell and environment, is refused by name); its output is
+parsed with ``parser_name`` (pytest).
 The oracle copies ``solution.sh`` to ``/oracle/solution.sh`` and runs it with bash, or replays
 ``solution.yaml``'s keystrokes. A task without ``run-tests.sh`` gets sandfleet's offline
 default (``python3 -m pytest $TEST_DIR/test_outputs.py -rA``).
@@ -52,7 +54,7 @@ class TB1Config(BaseModel):
     max_test_timeout_sec: float = Field(60.0, gt=0)
     """Test wall-clock limit."""
     run_tests_in_same_shell: bool = False
-    """Run the tests in the agent's shell session."""
+    """Run the tests in the agent's shell session; only false is supported."""
     disable_asciinema: bool = False
     estimated_duration_sec: float | None = None
     expert_time_estimate_min: float | None = None
@@ -124,6 +126,9 @@ def load_tb1(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Verifie
     if not isinstance(data, dict):
         raise TaskError("must be a mapping of keys to values", file=file)
     config = validate(TB1Config, data, file=file)
+    if config.run_tests_in_same_shell:
+        raise TaskError("true is not supported: sandfleet runs the tests in a fresh shell as root, never "
+                        "in the agent's shell and environment", file=file, field="run_tests_in_same_shell")
     instruction = config.instruction
     if instruction is None and config.descriptions:
         by_key = {d.key: d.description for d in config.descriptions}
@@ -153,7 +158,6 @@ def load_tb1(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Verifie
         user="root",
         reward="pytest-output",
         parser_name=config.parser_name,
-        same_shell=config.run_tests_in_same_shell,
     )
     metadata = {k: getattr(config, k) for k in _METADATA_KEYS if getattr(config, k) is not None}
     fields = {

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
 
 from sandfleet.errors import ConfigError
 
@@ -32,7 +32,22 @@ class Limits(BaseModel):
     ttl_s: float | None = Field(3600.0, gt=0, le=30 * 86400)
     """Wall-clock lifetime in seconds; the sandbox is killed and reaped after it."""
     network: bool = False
-    """Network access. Off by default: the sandbox sees only its own loopback."""
+    """Network access. Off by default: the sandbox sees only its own loopback. On: user-mode
+    networking in the sandbox's own network namespace, which reaches nothing on this host
+    (docs/security.md, "Networking")."""
+    forward: tuple[int, ...] = ()
+    """Host-loopback TCP ports reachable inside as ``127.0.0.1:<port>`` (a model server);
+    needs ``network=True``. Nothing of the host's loopback is reachable otherwise."""
+
+    @field_validator("forward")
+    @classmethod
+    def _ports(cls, v: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:
+        for p in v:
+            if not 0 < p < 65536:
+                raise ValueError(f"forwarded port {p} is not a TCP port (1..65535)")
+        if v and not info.data.get("network"):
+            raise ValueError("forwarding a port needs network=True")
+        return tuple(sorted(set(v)))
 
 
 class _Config(BaseModel):

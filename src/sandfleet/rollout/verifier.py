@@ -2,8 +2,8 @@
 
 What it guarantees (docs/security.md, "Reward integrity"), in this order:
 
-1. every process of the agent's user is gone (``Sandbox.kill_user``; for a root agent, every
-   process of root, ``agent`` and ``verifier``) before anything of the tests exists;
+1. every process of the agent's user is gone (``Sandbox.kill_user``; for a root agent, which
+   can take any uid, every process of every user) before anything of the tests exists;
 2. the test folders are emptied and made again by root, mode 0755 (no non-root user can write
    them); the reward folder is made again writable by the verifier's user only; a fresh,
    empty HOME is made for the verifier's user;
@@ -20,10 +20,9 @@ What it guarantees (docs/security.md, "Reward integrity"), in this order:
 What it does not guarantee: the tests run over the workdir the agent left, so code there that
 the tests import runs in them (a ``conftest.py`` pytest collects, a module that shadows
 another from the cwd). In shared mode (the default) a *root* agent can also change whatever
-root can in the sandbox (the system Python of a task image, say) or leave processes under
-other uids, as in Docker. ``--verify separate`` (:func:`run_verifier_separately`) runs the
-tests in a fresh sandbox of the same image that receives only the workdir and the task's
-declared artifacts.
+root can in the sandbox (the task image's own Python packages, say), as in Docker.
+``--verify separate`` (:func:`run_verifier_separately`) runs the tests in a fresh sandbox of
+the same image that receives only the workdir and the task's declared artifacts.
 """
 
 from __future__ import annotations
@@ -129,6 +128,15 @@ def users_to_stop(user: str) -> list[str]:
     return [user, "agent", VERIFIER_USER] if is_root(user) else [user]
 
 
+# The real uid of every process /proc shows (but ours): what a root agent may have left.
+LIST_UIDS = r"""
+for f in /proc/[0-9]*/status; do
+  case $f in "/proc/$$/status") continue ;; esac
+  while read -r k v _; do [ "$k" = Uid: ] && { echo "$v"; break; }; done < "$f" 2>/dev/null
+done | sort -u
+"""
+
+
 async def stop_users(sandbox: Sandbox, users: Sequence[str]) -> None:
     """Kill every process of each user; returns once they are gone."""
     done: set[str] = set()
@@ -136,6 +144,17 @@ async def stop_users(sandbox: Sandbox, users: Sequence[str]) -> None:
         if uid_of(user) not in done:
             done.add(uid_of(user))
             await sandbox.kill_user(user)
+
+
+async def stop_everything_of(sandbox: Sandbox, user: str) -> None:
+    """Kill every process ``user`` may have started. For root, which can take any uid, that is
+    every process of every user the sandbox shows, once root's own are gone."""
+    await stop_users(sandbox, users_to_stop(user))
+    if not is_root(user) or sandbox.backend not in ISOLATED_BACKENDS:
+        return  # a non-root user can't change its uid; without isolation kill_user kills all
+    res = await sandbox.exec(["bash", "-c", LIST_UIDS], cwd="/", user="root", timeout=30)
+    uids = [u for u in res.stdout.split() if u.isdigit() and int(u) < 65536]
+    await stop_users(sandbox, uids)
 
 
 TASK_DIRS = ("/tests", "/solution", "/oracle")
@@ -195,7 +214,7 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
     plan = task.verifier
     user = verifier_user(task)
     with recorder.span("other_sandbox", what="stop agent"):
-        await stop_users(sandbox, users_to_stop(sandbox.spec.user))
+        await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="clear tests and rewards"):
         owner = uid_of(user) if sandbox.backend in ISOLATED_BACKENDS else ""
         dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
@@ -215,7 +234,7 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
     output = res.output[-OUTPUT_KEEP_CHARS:]
     outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output)
     with recorder.span("other_sandbox", what="stop tests"):
-        await stop_users(sandbox, users_to_stop(user))
+        await stop_everything_of(sandbox, user)
     with recorder.span("other_sandbox", what="read reward"):
         text = json_text = None
         try:
@@ -335,7 +354,7 @@ async def run_verifier_separately(
     else the agent did -- processes, files outside those paths, a changed system -- reaches
     the tests."""
     with recorder.span("other_sandbox", what="stop agent"):
-        await stop_users(sandbox, users_to_stop(sandbox.spec.user))
+        await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="copy out workdir"):
         archive = await pack_outputs(task, sandbox)
     with recorder.span("sandbox_start", what="verifier sandbox"):

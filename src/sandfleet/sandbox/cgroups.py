@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from sandfleet.errors import HostUnsupportedError
+from sandfleet.errors import ConfigError, HostUnsupportedError
 from sandfleet.sandbox.spec import Limits
 
 ROOT = Path("/sys/fs/cgroup")
@@ -26,8 +26,62 @@ def group() -> str:
     """Parent of every sandbox's cgroup: ``$SANDFLEET_CGROUP_PARENT`` or "sandfleet".
 
     Nest it under a CPU-throttled group (e.g. ``slowhost/sandfleet``) to run every sandbox
-    on an emulated slower host: v1 and v2 quotas are hierarchical."""
-    return os.environ.get("SANDFLEET_CGROUP_PARENT", GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
+    on an emulated slower host: v1 and v2 quotas are hierarchical. A value that climbs out
+    of the cgroup tree (``..``) is refused."""
+    value = os.environ.get("SANDFLEET_CGROUP_PARENT", GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
+    if any(part in ("..", ".") for part in value.split("/")) or "\x00" in value:
+        raise ConfigError(f"SANDFLEET_CGROUP_PARENT must be a relative cgroup path without '..', not {value!r}")
+    return value
+
+
+def cpu_fraction() -> float:
+    """``$SANDFLEET_CPU_FRACTION`` (set by :func:`throttled_parent`): the share of each core a
+    sandbox's CPU quota is scaled by; 1 when unset. A bad value is a one-line ConfigError."""
+    text = os.environ.get("SANDFLEET_CPU_FRACTION", "").strip()
+    if not text:
+        return 1.0
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"SANDFLEET_CPU_FRACTION must be a number in (0, 1], not {text!r}") from None
+    if not 0 < value <= 1:
+        raise ConfigError(f"SANDFLEET_CPU_FRACTION must be a number in (0, 1], not {text!r}")
+    return value
+
+
+def parents(layout: Layout | None = None) -> list[str]:
+    """Every parent group sandboxes may live under on this host: :func:`group`, the default,
+    and the ``sandfleet`` group of every throttled parent (for the reaper)."""
+    lay = layout or detect()
+    found = [group(), GROUP_DEFAULT]
+    for root in set(lay.mounts.values()):
+        with contextlib.suppress(OSError):
+            found += [f"{p.name}/{GROUP_DEFAULT}" for p in root.glob("sandfleet-slowhost-*") if p.is_dir()]
+    return list(dict.fromkeys(found))
+
+
+def sandbox_cgroup(sid: str, limits: Limits) -> Cgroup | None:
+    """The cgroup a new sandbox gets (not created yet), or None where it runs without one.
+
+    No silent loss of limits: when cgroups are unusable (not root, no writable hierarchy, or
+    ``SANDFLEET_CGROUPS=off``) a sandbox that asks for a cpu, memory or pids limit is refused
+    with a HostUnsupportedError, unless ``SANDFLEET_NO_LIMITS=1`` (``--no-limits``) says to run
+    it without limits."""
+    lay = detect()
+    off = os.environ.get("SANDFLEET_CGROUPS", "").strip().lower() in ("0", "off", "no", "false")
+    if lay.usable and not off:
+        return Cgroup(sid, lay)
+    wanted = [k for k in ("cpus", "memory_mib", "pids") if getattr(limits, k)]
+    if not wanted or os.environ.get("SANDFLEET_NO_LIMITS", "").strip() in ("1", "yes", "true"):
+        return None
+    why = "SANDFLEET_CGROUPS=off" if off else (
+        "no cgroup cpu/memory/pids controller" if not lay.mounts else "the cgroup tree is not writable (not root?)"
+    )
+    raise HostUnsupportedError(
+        f"this sandbox asks for limits ({', '.join(wanted)}) but cgroups are unusable here ({why}); "
+        "run as root, or pass --no-limits (SANDFLEET_NO_LIMITS=1) to run sandboxes without any limit"
+    )
+
 
 CONTROLLERS = ("cpu", "memory", "pids")
 
@@ -84,24 +138,36 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
-@functools.cache
-def _prepare_v2(root: Path) -> None:
-    parent = root / group()
-    parent.mkdir(parents=True, exist_ok=True)
-    wanted = " ".join(f"+{c}" for c in CONTROLLERS)
-    chain = [root, *(root / Path(*Path(group()).parts[: i + 1]) for i in range(len(Path(group()).parts)))]
+def _prepare_v2(root: Path, parent: str | None = None) -> None:
+    """Enable cpu, memory and pids for children along ``root/<parent>`` (v2), for the parent
+    in use: throttled and unthrottled sandboxes live under different parents, and each chain
+    needs its own ``subtree_control`` (no cache: a throttled parent comes and goes, and
+    reading what is already enabled costs a few sysfs reads)."""
+    parent = parent or group()
+    (root / parent).mkdir(parents=True, exist_ok=True)
+    parts = Path(parent).parts
+    chain = [root, *(root / Path(*parts[: i + 1]) for i in range(len(parts)))]
     for p in chain:
-        with contextlib.suppress(OSError):
-            _write(p / "cgroup.subtree_control", wanted)
+        control = p / "cgroup.subtree_control"
+        try:
+            if set(CONTROLLERS) <= set(control.read_text().split()):
+                continue
+            _write(control, " ".join(f"+{c}" for c in CONTROLLERS))
+        except OSError as e:
+            raise HostUnsupportedError(
+                f"cgroup v2: could not enable cpu, memory and pids in {control}: {e.strerror} "
+                "(a group that holds processes can't pass controllers on: choose another parent)"
+            ) from None
 
 
 class Cgroup:
     """One sandbox's cgroups (one per v1 controller, or one v2 group)."""
 
-    def __init__(self, name: str, layout: Layout | None = None):
+    def __init__(self, name: str, layout: Layout | None = None, parent: str | None = None):
         self.layout = layout or detect()
         self.name = name
-        self.dirs = sorted({root / group() / name for root in self.layout.mounts.values()})
+        self.parent = parent or group()
+        self.dirs = sorted({root / self.parent / name for root in self.layout.mounts.values()})
 
     @property
     def procs_files(self) -> list[Path]:
@@ -110,11 +176,11 @@ class Cgroup:
     def create(self, limits: Limits) -> None:
         lay = self.layout
         # Under throttled_parent every sandbox's cores also deliver only that fraction.
-        fraction = float(os.environ.get("SANDFLEET_CPU_FRACTION", "1"))
+        fraction = cpu_fraction()
         period = 100_000 if fraction >= 1 else 10_000
         quota = int((limits.cpus or 0) * fraction * period)
         if lay.version == "v2":
-            _prepare_v2(lay.mounts[next(iter(lay.mounts))])
+            _prepare_v2(lay.mounts[next(iter(lay.mounts))], self.parent)
         for d in self.dirs:
             d.mkdir(parents=True, exist_ok=True)
         if lay.version == "v2":
@@ -130,14 +196,14 @@ class Cgroup:
             return
         m = lay.mounts
         if limits.memory_mib and "memory" in m:
-            d = m["memory"] / group() / self.name
+            d = m["memory"] / self.parent / self.name
             _write(d / "memory.limit_in_bytes", str(limits.memory_mib << 20))
             with contextlib.suppress(OSError):
                 _write(d / "memory.memsw.limit_in_bytes", str(limits.memory_mib << 20))
         if limits.pids and "pids" in m:
-            _write(m["pids"] / group() / self.name / "pids.max", str(limits.pids))
+            _write(m["pids"] / self.parent / self.name / "pids.max", str(limits.pids))
         if limits.cpus and "cpu" in m:
-            d = m["cpu"] / group() / self.name
+            d = m["cpu"] / self.parent / self.name
             _write(d / "cpu.cfs_period_us", str(period))
             _write(d / "cpu.cfs_quota_us", str(quota))
 
@@ -192,13 +258,21 @@ class Cgroup:
 
 
 def leftover_names(layout: Layout | None = None) -> set[str]:
-    """Names of sandfleet cgroups present on the host (for the reaper)."""
+    """Names of sandfleet cgroups present on the host (for the reaper), under every parent
+    in :func:`parents`; see :func:`leftover_groups` for where each is."""
+    return {name for name, _ in leftover_groups(layout)}
+
+
+def leftover_groups(layout: Layout | None = None) -> set[tuple[str, str]]:
+    """(name, parent) of every sandbox cgroup on the host, throttled parents included."""
     lay = layout or detect()
-    names: set[str] = set()
-    for root in set(lay.mounts.values()):
-        with contextlib.suppress(OSError):
-            names.update(p.name for p in (root / group()).iterdir() if p.is_dir())
-    return names
+    found: set[tuple[str, str]] = set()
+    for parent in parents(lay):
+        for root in set(lay.mounts.values()):
+            with contextlib.suppress(OSError):
+                found.update((p.name, parent) for p in (root / parent).iterdir()
+                             if p.is_dir() and p.name.startswith("sf-"))
+    return found
 
 
 @contextlib.contextmanager
@@ -218,10 +292,7 @@ def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[st
     cpu_dir = lay.mounts["cpu"] / top
     cpu_dir.mkdir(parents=True, exist_ok=True)
     if lay.version == "v2":
-        _prepare_v2(lay.mounts["cpu"])
-        with contextlib.suppress(OSError):
-            _write(lay.mounts["cpu"] / "cgroup.subtree_control", "+cpu +memory +pids")
-        _write(cpu_dir / "cgroup.subtree_control", "+cpu +memory +pids")
+        _prepare_v2(lay.mounts["cpu"], f"{top}/{GROUP_DEFAULT}")  # the chain root -> top -> top/sandfleet
         _write(cpu_dir / "cpu.max", f"{quota} 10000")
     else:
         _write(cpu_dir / "cpu.cfs_period_us", "10000")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import tarfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -126,16 +126,55 @@ async def test_snapshot_and_fork(sb: Sandbox) -> None:
         snap.delete()
 
 
-async def test_close_leaves_nothing(backend: str) -> None:
+def _running(tag: str) -> list[int]:
+    """Host pids of processes whose command line holds ``tag`` (sandbox processes of the
+    bwrap and process backends are host processes)."""
+    found = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if tag.encode() in (p / "cmdline").read_bytes():
+                    found.append(int(p.name))
+            except OSError:
+                pass
+    return found
+
+
+async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None) -> None:
     box = await create_sandbox(backend=backend)
-    await box.exec("sleep 100 > /dev/null 2>&1 &")
+    tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
+    await box.exec(f"sleep {tag} > /dev/null 2>&1 &")
+    await box.exec(f"(setsid sleep {tag}1 > /dev/null 2>&1 &)")  # its own session, orphaned
     d = state_root() / box.id
-    assert d.exists()
+    cg = getattr(box, "cgroup", None)
+    dirs = list(cg.dirs) if cg is not None else []
+    if expect_cgroup is not None:
+        assert (cg is not None) == expect_cgroup
+    assert d.exists() and all(x.is_dir() for x in dirs)
+    if backend != "microvm":
+        assert len(_running(tag)) == 2  # both are alive before close (so the check below can fail)
     await box.close()
     assert not d.exists()
-    assert not list(Path("/sys/fs/cgroup").glob(f"*/sandfleet/{box.id}"))
+    assert not [x for x in dirs if x.exists()]  # the sandbox's own cgroups, wherever they are
+    if backend != "microvm":
+        deadline = asyncio.get_running_loop().time() + 2
+        while _running(tag) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.02)  # killed ones may linger a moment as zombies of init
+        assert _running(tag) == [], "background children outlived close()"
     with pytest.raises(SandboxClosedError):
         await box.exec("true")
+
+
+async def test_close_leaves_nothing(backend: str) -> None:
+    await _close_leaves_nothing(backend)
+
+
+async def test_close_leaves_nothing_without_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The process backend as a user without cgroups (here: cgroups turned off, limits
+    waived): close() still kills every process the sandbox started."""
+    monkeypatch.setenv("SANDFLEET_CGROUPS", "off")
+    monkeypatch.setenv("SANDFLEET_NO_LIMITS", "1")
+    await _close_leaves_nothing("process", expect_cgroup=False)
 
 
 async def test_ttl_expiry(backend: str) -> None:
@@ -149,11 +188,13 @@ async def test_ttl_expiry(backend: str) -> None:
         await box.close()
 
 
-async def test_download_tar_member_safety(tmp_path: Path) -> None:
-    # the same filter guards every download: a member escaping the target is refused
-    bad = tmp_path / "bad.tar"
-    with tarfile.open(bad, "w") as t:
-        info = tarfile.TarInfo("../escape.txt")
-        t.addfile(info)
-    with tarfile.open(bad) as t, pytest.raises(tarfile.FilterError):
-        t.extractall(tmp_path / "x", filter="data")
+async def test_download_checks_size_and_leaves_no_partial_result(sb: Sandbox, tmp_path: Path) -> None:
+    await sb.exec("mkdir big && head -c 300000 /dev/urandom > big/a && head -c 300000 /dev/urandom > big/b")
+    with pytest.raises(SandboxPathError, match="larger than 400000 bytes"):
+        await sb.download("big", tmp_path / "dl", max_bytes=400_000)
+    assert not (tmp_path / "dl").exists() or list((tmp_path / "dl").iterdir()) == []  # nothing half-extracted
+    out = await sb.download("big", tmp_path / "dl", max_bytes=1_000_000)
+    assert (out / "a").stat().st_size == 300_000 and (out / "b").stat().st_size == 300_000
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["big"]
+
+

@@ -10,9 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import logging
 import posixpath
 import shlex
+import shutil
 import tarfile
+import tempfile
 import time
 import uuid
 from collections.abc import Sequence
@@ -58,7 +61,7 @@ class Sandbox(Protocol):
     async def read_file(self, path: str) -> bytes: ...
     async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None: ...
     async def upload(self, local: str | Path, remote_dir: str) -> None: ...
-    async def download(self, remote: str, local_dir: str | Path) -> Path: ...
+    async def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path: ...
     def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session: ...
     async def snapshot(self) -> Snapshot: ...
     async def close(self) -> None: ...
@@ -206,26 +209,48 @@ class AgentSandbox:
         if res.exit_code != 0:
             raise SandboxPathError(f"upload to {dest} failed: {res.stderr.strip()}")
 
-    async def download(self, remote: str, local_dir: str | Path) -> Path:
+    async def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path:
         """Copy a sandbox file or directory into ``local_dir``; returns the local path.
 
-        The archive is unpacked with tarfile's "data" filter, so links or paths that point
-        outside ``local_dir`` are refused.
+        The archive is at most ``max_bytes`` (a larger one is refused with SandboxPathError,
+        never extracted in part); it is unpacked with tarfile's "data" filter into a scratch
+        directory first, so links or paths that point outside ``local_dir`` are refused and
+        a failed download leaves nothing behind.
         """
         src = self._path(remote)
         parent, name = posixpath.split(src.rstrip("/") or "/")
         res = await self.exec(
-            ["tar", "-c", "-C", parent or "/", name], max_output=1 << 30, cwd="/"
+            ["tar", "-c", "-C", parent or "/", name], max_output=max_bytes + 1, cwd="/"
         )
         if res.exit_code != 0:
             raise SandboxPathError(f"download of {src} failed: {res.stderr.strip()}")
+        data = res.stdout_bytes
+        if res.truncated or len(data) > max_bytes:
+            raise SandboxPathError(f"download of {src} refused: its archive is larger than {max_bytes} bytes "
+                                   "(pass a larger max_bytes, or download less)")
         out = Path(local_dir)
         out.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(fileobj=io.BytesIO(res.stdout_bytes)) as tar:
+        scratch = Path(tempfile.mkdtemp(prefix=".sandfleet-download-", dir=out))
+        try:
             try:
-                tar.extractall(out, filter="data")
+                with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+                    tar.extractall(scratch, filter="data")
             except tarfile.FilterError as e:
                 raise SandboxPathError(f"download of {src} refused: {e}") from None
+            except (tarfile.TarError, EOFError) as e:
+                raise SandboxPathError(f"download of {src} failed: a damaged archive ({e})") from None
+            got = scratch / name
+            if not got.exists() and not got.is_symlink():
+                raise SandboxPathError(f"download of {src} failed: the archive does not hold {name!r}")
+            target = out / name
+            if target.is_dir() and not target.is_symlink() and got.is_dir():
+                shutil.copytree(got, target, symlinks=True, dirs_exist_ok=True)
+            else:
+                if target.is_dir() and not target.is_symlink():
+                    shutil.rmtree(target)
+                got.replace(target)
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
         return out / name
 
     def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session:
@@ -313,15 +338,18 @@ async def wait_process(proc: asyncio.subprocess.Process, timeout: float) -> int 
 
 
 async def create_many(factories: Sequence[Any]) -> list[Any]:
-    """Run sandbox factories concurrently; if one fails, close the ones that were made."""
+    """Run sandbox factories concurrently; if one fails, close every one that was made (a
+    failed close is logged with the sandbox id) and raise the first error."""
     tasks: list[asyncio.Task[Any]] = []
     try:
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(f()) for f in factories]
     except BaseException:
-        for t in tasks:
-            if t.done() and not t.cancelled() and t.exception() is None:
-                with contextlib.suppress(Exception):
-                    await t.result().close()
+        made = [t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None]
+        closes = await asyncio.gather(*(sb.close() for sb in made), return_exceptions=True)
+        for sb, err in zip(made, closes, strict=True):
+            if isinstance(err, BaseException):
+                logging.getLogger(__name__).error(
+                    "closing sandbox %s of a failed batch failed: %s: %s", sb.id, type(err).__name__, err)
         raise
     return [t.result() for t in tasks]

@@ -31,7 +31,7 @@ from sandfleet.sandbox import cgroups
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
-from sandfleet.sandbox.state import state_root, write_meta
+from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
 
 # On the "host" image a sandbox sees only the system directories of the host; every other
 # top-level directory (home, /root, /work, /srv, /mnt, ...) and our own state is replaced
@@ -94,8 +94,7 @@ class BwrapSandbox(LocalSandbox):
     async def snapshot(self) -> Snapshot:
         """Save the writable layer; forks stack it read-only over the same image."""
         self._check()
-        snap = state_root() / "snapshots" / new_id("snap")
-        snap.mkdir(parents=True)
+        snap = new_snapshot_dir()  # marked with its owner: reaped if the owner dies
         proc = await asyncio.create_subprocess_exec(
             "cp", "-a", "--reflink=auto", f"{self.upper}/.", str(snap / "layer"),
             stderr=asyncio.subprocess.PIPE,
@@ -175,8 +174,7 @@ class BwrapBackend:
         sdir = state_root() / sid
         (sdir / "rw").mkdir(parents=True)
         (sdir / "root").mkdir()
-        lay = cgroups.detect()
-        cg = cgroups.Cgroup(sid, lay) if lay.usable else None
+        cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
         write_meta(sdir, meta)  # the marker names its owner before there is anything to reap

@@ -15,10 +15,12 @@ import logging
 import os
 import shutil
 import signal
+import stat
 import time
 from pathlib import Path
 from typing import Any
 
+from sandfleet.errors import ConfigError
 from sandfleet.sandbox import cgroups
 
 log = logging.getLogger(__name__)
@@ -30,16 +32,58 @@ INCOMPLETE_GRACE_S = 120.0
 
 @functools.cache
 def state_root() -> Path:
-    """$SANDFLEET_STATE, or /run/sandfleet as root, or $XDG_RUNTIME_DIR/sandfleet."""
+    """$SANDFLEET_STATE, or /run/sandfleet as root, or $XDG_RUNTIME_DIR/sandfleet, or else
+    ``sandfleet-<uid>/sandfleet`` in the temp directory ($TMPDIR or /tmp).
+
+    Every directory sandfleet makes here is checked to be a real directory owned by this
+    user (the reaper trusts the markers inside: the pids it kills, the cgroups it removes),
+    and the user's own top directory is private (0700). One that someone else created is
+    refused with a ConfigError naming it."""
     env = os.environ.get("SANDFLEET_STATE")
     if env:
         root = Path(env)
-    elif os.geteuid() == 0:
+        private_dir(root, 0o711 if os.geteuid() == 0 else 0o700, ours=False)
+        return root
+    if os.geteuid() == 0:
         root = Path("/run/sandfleet")
+    elif os.environ.get("XDG_RUNTIME_DIR"):
+        root = Path(os.environ["XDG_RUNTIME_DIR"]) / "sandfleet"
     else:
-        root = Path(os.environ.get("XDG_RUNTIME_DIR", f"/tmp/sandfleet-{os.getuid()}")) / "sandfleet"
-    root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        import tempfile
+
+        mine = Path(tempfile.gettempdir()) / f"sandfleet-{os.getuid()}"
+        private_dir(mine, 0o700)
+        root = mine / "sandfleet"
+    private_dir(root, 0o711 if os.geteuid() == 0 else 0o700)
     return root
+
+
+def private_dir(path: Path, mode: int, *, ours: bool = True) -> None:
+    """Make ``path`` (parents as needed) with ``mode``, or accept an existing one only if it
+    is a directory, not a symlink, owned by this user, and writable by no one else. ``ours``:
+    the path is sandfleet's own naming, so an existing one is set to ``mode`` too (never done
+    to a directory the user named)."""
+    created = False
+    try:
+        path.mkdir(parents=True, mode=mode)
+        created = True
+    except FileExistsError:
+        pass
+    try:
+        st = path.lstat()
+    except OSError as e:
+        raise ConfigError(f"state directory {path}: {e.strerror}") from None
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"state directory {path} is not a directory (a symlink or a file): refusing it")
+    if st.st_uid != os.geteuid():
+        raise ConfigError(f"state directory {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                          "someone else created it; remove it or set SANDFLEET_STATE to a directory of yours")
+    if created or ours:
+        if stat.S_IMODE(st.st_mode) != mode:
+            path.chmod(mode)
+    elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise ConfigError(f"state directory {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): "
+                          "use a directory only you can write")
 
 
 def proc_start_time(pid: int) -> int | None:
@@ -65,11 +109,7 @@ def write_meta(sandbox_dir: Path, meta: dict[str, Any]) -> None:
 
 
 def read_meta(sandbox_dir: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads((sandbox_dir / "meta.json").read_text())
-        return data
-    except (OSError, ValueError):
-        return None
+    return read_meta_file(sandbox_dir / "meta.json")
 
 
 def owner_alive(meta: dict[str, Any]) -> bool:
@@ -107,18 +147,70 @@ def list_sandboxes() -> list[dict[str, Any]]:
 def reap_one(meta: dict[str, Any]) -> None:
     """Kill and remove everything a sandbox marker names."""
     sid = str(meta["id"])
+    if not sid.startswith("sf-") or "/" in sid:
+        log.warning("not reaping a marker with a malformed id %r", sid)
+        return
     for pid in meta.get("pids", []):
+        if not isinstance(pid, int):
+            continue
         if proc_start_time(pid) is not None and proc_start_time(pid) == meta.get("pid_starts", {}).get(str(pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
     if meta.get("cgroup"):
-        cgroups.Cgroup(sid).remove()
+        for parent in cgroups.parents():  # wherever it is: throttled parents too
+            cgroups.Cgroup(sid, parent=parent).remove()
     d = Path(meta.get("dir") or state_root() / sid)
     shutil.rmtree(d, ignore_errors=True)
 
 
+SNAPSHOTS = "snapshots"
+SNAPSHOT_MARKER = "owner.json"
+
+
+def new_snapshot_dir() -> Path:
+    """A fresh directory for a snapshot under ``<state>/snapshots``, marked with its owner
+    (like a sandbox's meta.json) so that the reaper removes it once the owner is gone."""
+    from sandfleet.sandbox.base import new_id
+
+    d = state_root() / SNAPSHOTS / new_id("snap")
+    d.mkdir(parents=True)
+    pid, start = self_identity()
+    (d / SNAPSHOT_MARKER).write_text(json.dumps({"owner_pid": pid, "owner_start": start, "created": time.time()}))
+    return d
+
+
+def reap_snapshots() -> list[str]:
+    """Remove snapshots whose owner is gone (or, unmarked, older than the grace period)."""
+    reaped = []
+    root = state_root() / SNAPSHOTS
+    for d in sorted(root.iterdir()) if root.is_dir() else []:
+        meta = read_meta_file(d / SNAPSHOT_MARKER)
+        if meta is not None:
+            if owner_alive(meta):
+                continue
+        else:
+            try:
+                if time.time() - d.stat().st_mtime < INCOMPLETE_GRACE_S:
+                    continue
+            except OSError:
+                continue
+        log.info("reaping snapshot %s of a dead owner", d.name)
+        shutil.rmtree(d, ignore_errors=True)
+        reaped.append(d.name)
+    return reaped
+
+
+def read_meta_file(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def reap_leftovers(*, include_live: bool = False) -> list[str]:
-    """Reap sandboxes whose owner died or whose TTL passed; return their ids."""
+    """Reap sandboxes whose owner died or whose TTL passed, and snapshots whose owner died;
+    return their ids."""
     reaped = []
     for meta in list_sandboxes():
         if include_live or not meta["alive"] or meta["expired"]:
@@ -126,8 +218,9 @@ def reap_leftovers(*, include_live: bool = False) -> list[str]:
             reap_one(meta)
             reaped.append(str(meta["id"]))
     known = {m["id"] for m in list_sandboxes()}
-    for name in cgroups.leftover_names():
+    for name, parent in sorted(cgroups.leftover_groups()):
         if name not in known:  # a cgroup whose marker is gone
-            cgroups.Cgroup(name).remove()
+            cgroups.Cgroup(name, parent=parent).remove()
             reaped.append(name)
+    reaped += reap_snapshots()
     return reaped

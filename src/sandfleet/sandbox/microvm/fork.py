@@ -18,7 +18,7 @@ from sandfleet.errors import SandboxError
 from sandfleet.sandbox.base import new_id
 from sandfleet.sandbox.microvm.template import Template
 from sandfleet.sandbox.microvm.vm import Vm, log_tail
-from sandfleet.sandbox.state import state_root
+from sandfleet.sandbox.state import new_snapshot_dir
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.microvm.backend import MicrovmSandbox, MicrovmSnapshot
@@ -30,9 +30,7 @@ async def snapshot_vm(sandbox: MicrovmSandbox) -> MicrovmSnapshot:
 
     vm = sandbox.vm
     assert vm.qmp is not None
-    snap_id = new_id("snap")
-    snap = state_root() / "snapshots" / snap_id
-    snap.mkdir(parents=True)
+    snap = new_snapshot_dir()  # marked with its owner: reaped if the owner dies
     full = snap / "full.stream"
     try:
         await vm.set_ignore_shared(False)

@@ -563,7 +563,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None) -> Image:
         except BaseException:
             shutil.rmtree(tmp_out, ignore_errors=True)
             raise
-        for junk in ("scratch", "root", *(p.name for p in tmp_out.glob("lower*"))):
+        for junk in ("scratch", *(p.name for p in tmp_out.glob("lower*"))):
             try:
                 (tmp_out / junk).rmdir()
             except FileNotFoundError:

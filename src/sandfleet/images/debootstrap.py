@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image
+from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
 
 DEFAULT_PACKAGES = ("python3", "python3-pytest", "git", "make", "gcc", "libc6-dev", "sqlite3", "jq",
                     "ca-certificates", "procps", "xz-utils", "bzip2", "patch", "bc", "file")
@@ -101,8 +101,8 @@ def build_base(suite: str = "bookworm", packages: tuple[str, ...] = DEFAULT_PACK
         if img.hash == digest:
             return img
     out = images_dir() / digest
-    tmp = images_dir() / f".debootstrap-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    scratch.reap(images_dir())  # what killed builds left
+    tmp = scratch.scratch_dir(images_dir(), ".debootstrap-")
     rootfs = tmp / "rootfs"
     rootfs.mkdir(parents=True)
     foreign = target_arch != arch()

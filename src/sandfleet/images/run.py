@@ -16,14 +16,16 @@ image (``/``) is not idmapped: the host's files show as ``nobody`` and are read-
 
 from __future__ import annotations
 
+import os
 import shutil
+import stat
 from pathlib import Path
 
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import ImageBuildError
 from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig
 
-__all__ = ["build_command", "bwrap_path", "layer_next"]
+__all__ = ["build_command", "bwrap_path", "layer_next", "mount_point"]
 
 
 def bwrap_path(config: BwrapConfig) -> str:
@@ -32,6 +34,24 @@ def bwrap_path(config: BwrapConfig) -> str:
     if not path:
         raise ImageBuildError(f"bubblewrap ({config.bwrap}) is not installed: apt-get install bubblewrap")
     return str(Path(path).resolve())
+
+
+def mount_point() -> Path:
+    """Where the launcher mounts a step's root, in its private mount namespace: a path that
+    root of the step's user namespace (no host uid it could use to pass a 0700 directory such
+    as /root, where the image cache usually is) can reach. One empty directory serves every
+    build: each mounts over it only in its own mount namespace."""
+    for parent in ("/run", "/tmp"):
+        p = Path(parent) / "sandfleet-build-root"
+        try:
+            p.mkdir(mode=0o755, exist_ok=True)
+            st = p.lstat()
+        except OSError:
+            continue
+        if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid():
+            p.chmod(0o755)
+            return p
+    raise ImageBuildError("no directory for build roots (/run/sandfleet-build-root or /tmp/sandfleet-build-root)")
 
 
 def layer_next(layer: Path) -> Path:
@@ -51,8 +71,7 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
     if network:
         raise ImageBuildError("RUN with network access needs user-mode networking, which builds don't have yet")
     base = config.uid_base
-    root, scratch = out / "root", out / "scratch"
-    root.mkdir(exist_ok=True)
+    root, scratch = mount_point(), out / "scratch"
     scratch.mkdir(exist_ok=True)
     upper = scratch / "upper"
     after = layer_next(layer)

@@ -70,3 +70,26 @@ def test_judge_calls_mixed_results_flaky() -> None:
     assert "tail of tests" in verdict.reason
     assert judge(task, [r(1.0)] * 3, [r(0.0)] * 3).status == "valid"
     assert judge(task, [r(0.0)] * 3, [r(0.0)] * 3).status == "invalid"
+
+
+async def test_validate_flags_an_oracle_that_passes_only_as_root(tmp_path: Path) -> None:
+    from sandfleet.rollout.validate import validate_tasks
+
+    async def host(task: object) -> str:
+        return "host"
+
+    needs_root = '[ "$(id -u)" = 0 ] || { echo "not root" >&2; exit 1; }; echo hello > /app/out.txt'
+    rooted = make_task(tmp_path, "needs-root", solve=needs_root)
+    declared = make_task(tmp_path, "declares-root", solve=needs_root)
+    toml = declared.path / "task.toml"
+    toml.write_text(toml.read_text().replace("[agent]\n", '[agent]\nuser = "root"\n'))
+    from sandfleet.tasks import load_task
+
+    tasks = [rooted, make_task(tmp_path, "good"), load_task(declared.path)]
+    verdicts = await validate_tasks(tasks, repeats=1, backend="bwrap", image_for=host)
+    assert verdicts["needs-root"].status == "invalid", verdicts["needs-root"]
+    assert "passes only as root" in verdicts["needs-root"].reason and "agent" in verdicts["needs-root"].reason
+    assert verdicts["good"].status == "valid", verdicts["good"]
+    assert verdicts["declares-root"].status == "valid", verdicts["declares-root"]  # [agent].user = "root"
+    as_root = await validate_tasks([rooted], repeats=1, backend="bwrap", image_for=host, agent_user="root")
+    assert as_root["needs-root"].status == "valid"  # --agent-user root: Docker's behaviour

@@ -42,7 +42,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 async def test_task_image_layers_cache_and_runs(tmp_path: Path, cache: Path) -> None:
     task = make_task(tmp_path, (
         "FROM python:3.11-slim-bookworm\nARG GREETING=hi\nWORKDIR /app\nCOPY app/ /app/\n"
-        "ENV MODE=test\nRUN echo $GREETING > made.txt && rm -f remove-me.txt && mkdir -p /opt/tool\n"
+        "ENV MODE=test\nRUN echo $GREETING > made.txt && rm -f remove-me.txt && mkdir -p /tool\n"
         "COPY --chown=1000:1000 data/ /data/\n"
     ), {"app/keep.txt": "kept\n", "app/remove-me.txt": "gone\n", "data/d.txt": "d\n"})
     t0 = time.monotonic()
@@ -54,7 +54,7 @@ async def test_task_image_layers_cache_and_runs(tmp_path: Path, cache: Path) -> 
     assert any(i.hash == img.hash for i in list_images())
     sb = await create_sandbox(image=img.hash, workdir="/app")
     try:
-        r = await sb.exec("cat keep.txt made.txt; ls; test -d /opt/tool && echo tool; touch new && echo w;"
+        r = await sb.exec("cat keep.txt made.txt; ls; test -d /tool && echo tool; touch new && echo w;"
                           " echo more >> /data/d.txt && echo chowned-to-the-sandbox-user")
         assert r.stdout.splitlines() == ["kept", "hi", "keep.txt", "made.txt", "tool", "w",
                                          "chowned-to-the-sandbox-user"]

@@ -51,7 +51,10 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
         assert row["failures"]["count"] == 0
         assert all(v["n"] >= 3 for v in row["commands"].values())
         assert set(row["slowdown"]) == set(QUICK)
-    assert all(v["slowdown_median"] == 1.0 for v in res["sweep"]["1"]["slowdown"].values())
+    one, two = res["sweep"]["1"]["commands"], res["sweep"]["2"]["commands"]
+    for c, v in res["sweep"]["2"]["slowdown"].items():  # slowdown at N=2 is against N=1, per command
+        assert v["slowdown_median"] == round(two[c]["median_s"] / one[c]["median_s"], 3)
+        assert v["slowdown_p95"] == round(two[c]["p95_s"] / one[c]["p95_s"], 3)
     cap = res["capacity"]
     assert cap["target"] == 1.5 and 1 <= cap["sandboxes"] <= 2 and cap["per_thread"] == cap["sandboxes"] / 2
     ov = res["baseline_overhead"]
@@ -90,10 +93,16 @@ def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
         assert key in data
     assert data["host"]["backend"] == resolve_backend("auto")
     assert "capacity at 1.5x p95" in r.output
+    other = tmp_path / "b.json"  # host B: every single-command median twice as long
+    data_b = json.loads(out.read_text())
+    for v in data_b["single"].values():
+        v["median_s"] *= 2
+    other.write_text(json.dumps(data_b))
     html = tmp_path / "r.html"
-    r = CliRunner().invoke(cli, ["bench", "compare", str(out), str(out), "--html", str(html)])
+    r = CliRunner().invoke(cli, ["bench", "compare", str(out), str(other), "--html", str(html)])
     assert r.exit_code == 0, r.output
-    assert "single A s" in r.output and "1.00" in r.output
+    rows = [line.split() for line in r.output.splitlines() if line.split()[:1] and line.split()[0] in QUICK]
+    assert rows and all(row[3] == "2.00" for row in rows), r.output  # the B/A column
     assert html.read_text().count("<svg") >= 4
 
 

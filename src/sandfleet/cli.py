@@ -56,9 +56,23 @@ def cli(verbose: int) -> None:
     """sandfleet: agentic RL rollouts in isolated sandboxes."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
     logging.basicConfig(
-        level=int(os.environ.get("SANDFLEET_LOG_LEVEL", level)),
+        level=log_level(os.environ.get("SANDFLEET_LOG_LEVEL"), level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+
+
+def log_level(text: str | None, default: int) -> int:
+    """``SANDFLEET_LOG_LEVEL``: a level name (DEBUG, info ...) or number; a bad one is a usage error."""
+    if text is None or not text.strip():
+        return default
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    level = logging.getLevelNamesMapping().get(text.upper())
+    if level is None:
+        names = ", ".join(n for n in logging.getLevelNamesMapping() if n not in ("WARN", "FATAL", "NOTSET"))
+        raise click.UsageError(f"SANDFLEET_LOG_LEVEL={text!r} is not a log level (one of {names}, or a number)")
+    return level
 
 
 def _terminate(signum: int, frame: object) -> None:

@@ -87,6 +87,17 @@ def _tile(phases: list[tuple[str, float, float | None]], start: float, end: floa
     return spans
 
 
+def _field(obj: dict[str, Any], key: str, file: Path, name: str | None = None) -> dict[str, Any]:
+    """An optional object field: {} when absent or null, a TraceError naming it when it is
+    not an object."""
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TraceError(f"field {name or key!r} must be an object, not {type(value).__name__}", file=file)
+    return value
+
+
 def harbor_trial(obj: Any, file: Path, run_id: str) -> dict[str, Any]:
     """One Harbor ``TrialResult`` (decoded JSON) as a sandfleet rollout record."""
     if not isinstance(obj, dict) or "trial_name" not in obj:
@@ -99,16 +110,16 @@ def harbor_trial(obj: Any, file: Path, run_id: str) -> dict[str, Any]:
     end = end if end is not None else max(ends, default=None)
     if start is None or end is None or end < start:
         raise TraceError("trial has no usable started_at/finished_at", file=file)
-    rewards = (obj.get("verifier_result") or {}).get("rewards")
+    rewards = _field(obj, "verifier_result", file).get("rewards")
     reward = None
     if isinstance(rewards, dict) and rewards:
         value = rewards.get("reward", next(iter(rewards.values())))
         reward = float(value) if isinstance(value, int | float) else None
-    exc = obj.get("exception_info")
+    exc = _field(obj, "exception_info", file)
     error = f"{exc.get('exception_type')}: {exc.get('exception_message', '')}" if exc else None
-    agent_info = obj.get("agent_info") or {}
-    env = ((obj.get("config") or {}).get("environment") or {}).get("type")
-    usage = obj.get("agent_result") or {}
+    agent_info = _field(obj, "agent_info", file)
+    env = _field(_field(obj, "config", file), "environment", file, "config.environment").get("type")
+    usage = _field(obj, "agent_result", file)
     task = str(obj.get("task_name") or obj["trial_name"])
     return {
         "run_id": run_id,
@@ -151,6 +162,10 @@ def harbor_job(job_dir: str | Path) -> list[dict[str, Any]]:
             obj = json.loads(f.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
             raise TraceError(f"not JSON ({e.msg})", file=f, line=e.lineno) from e
+        except UnicodeDecodeError as e:
+            raise TraceError(f"not UTF-8 text (byte {e.start}: {e.reason})", file=f) from None
+        except OSError as e:
+            raise TraceError(f"can't read it: {e.strerror}", file=f) from None
         if isinstance(obj, dict) and "trial_name" in obj:
             records.append(harbor_trial(obj, f, run_id))
     if not records:

@@ -13,8 +13,11 @@ def bench() -> None:
     """Benchmarks: micro (sandbox layer), run (capacity), compare (two hosts)."""
 
 
+BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm"])
+
+
 @bench.command("micro")
-@click.option("--backend", default="auto", show_default=True)
+@click.option("--backend", type=BACKEND_CHOICE, default="auto", show_default=True)
 @click.option("-n", "n", default=50, show_default=True, help="Repetitions of each timed operation.")
 @click.option("--idle", default=256, show_default=True, help="Idle sandboxes to hold at once for density.")
 @click.option("--json", "as_json", is_flag=True)
@@ -36,8 +39,16 @@ def micro(backend: str, n: int, idle: int, as_json: bool) -> None:
         click.echo(f"{k:32} {v}")
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
+def _ints(text: str, option: str = "--ns") -> tuple[int, ...]:
+    """A comma list of positive integers; anything else is a usage error naming the option."""
+    out = []
+    for x in (x.strip() for x in text.split(",")):
+        if not x:
+            continue
+        if not x.isdigit() or int(x) < 1:
+            raise click.BadParameter(f"{x!r} is not a positive integer (expected e.g. 1,2,4)", param_hint=option)
+        out.append(int(x))
+    return tuple(out)
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -45,7 +56,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 @bench.command("run")
-@click.option("--backend", default="auto", show_default=True)
+@click.option("--backend", type=BACKEND_CHOICE, default="auto", show_default=True)
 @click.option("--modes", default="single,sweep,capacity,baseline,evals,density", show_default=True,
               help="Comma list of: single, sweep, capacity, baseline, evals, soak, density.")
 @click.option("--duration", "duration", default=60.0, show_default=True,

@@ -13,9 +13,9 @@ import time
 from typing import Any
 
 from sandfleet.bench.load import Progress
-from sandfleet.bench.micro import _meminfo, _raise_nofile, sandbox_pss_kib
+from sandfleet.bench.micro import _meminfo, _raise_nofile, close_all, sandbox_pss_kib
 from sandfleet.sandbox import create_sandbox, make_spec
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import Sandbox, create_many
 
 BATCH = 32
 
@@ -32,7 +32,7 @@ async def run_density(backend: str, *, budget_mib: float | None = None, max_sand
     try:
         while len(boxes) < max_sandboxes:
             n = min(BATCH, max_sandboxes - len(boxes))
-            boxes += await asyncio.gather(*(create_sandbox(spec) for _ in range(n)))
+            boxes += await create_many([lambda: create_sandbox(spec)] * n)  # a failed one leaks no other
             drop = avail0 - _meminfo()["MemAvailable"] / 1024
             if say is not None and len(boxes) % (BATCH * 4) == 0:
                 say(f"density: {len(boxes)} idle sandboxes, {drop:.0f} MiB used")
@@ -52,6 +52,6 @@ async def run_density(backend: str, *, budget_mib: float | None = None, max_sand
                 "projected": int(avail0 / per) if per > 0 else None,
                 "create_per_s": round(len(boxes) / create_s, 1)}
     finally:
-        for i in range(0, len(boxes), 64):
-            await asyncio.shield(asyncio.gather(*(b.close() for b in boxes[i:i + 64]),
-                                                return_exceptions=True))
+        failed = await close_all(boxes)
+        if failed and say is not None:
+            say(f"density: {failed} sandboxes failed to close (see the log)")

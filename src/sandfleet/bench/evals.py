@@ -26,8 +26,9 @@ DEFAULT_TASK = "implement-roman-numerals"
 
 
 def examples_dir() -> Path:
-    """The bundled example tasks of a source checkout."""
-    return Path(sandfleet.__file__).resolve().parents[2] / "examples" / "tasks"
+    """The tasks shipped inside the package (``sandfleet/bench/tasks``, package data): found
+    the same from a source checkout and from an installed wheel."""
+    return Path(sandfleet.__file__).resolve().parent / "bench" / "tasks"
 
 
 def find_task(name_or_path: str) -> Any:

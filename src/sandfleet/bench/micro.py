@@ -15,6 +15,7 @@ Figures (keys of the JSON):
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import resource
 import shutil
@@ -26,11 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.sandbox import create_sandbox
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import Sandbox, create_many
 from sandfleet.sandbox.pool import WarmPool
 from sandfleet.sandbox.spec import SandboxSpec
 
 Progress = Callable[[str], None]
+
+log = logging.getLogger(__name__)
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -163,7 +166,8 @@ async def run_micro(
     mem0 = _meminfo()["MemAvailable"]
     try:
         for i in range(0, idle, 32):
-            boxes += await asyncio.gather(*(create_sandbox(spec) for _ in range(min(32, idle - i))))
+            # create_many: if one creation fails, the batch's others are closed, not leaked
+            boxes += await create_many([lambda: create_sandbox(spec)] * min(32, idle - i))
         await asyncio.sleep(0.5)
         mem1 = _meminfo()["MemAvailable"]
         per_pss = sandbox_pss_kib(boxes) / 1024
@@ -190,9 +194,22 @@ async def run_micro(
         await asyncio.gather(*(loop(b) for b in group))
         out["exec_per_s_64"] = round(count / (time.perf_counter() - t), 1)
     finally:
-        for i in range(0, len(boxes), 64):
-            await asyncio.gather(*(b.close() for b in boxes[i:i + 64]))
+        await close_all(boxes)
     return out
+
+
+async def close_all(boxes: list[Sandbox]) -> int:
+    """Close every sandbox (64 at a time); one failed close never stops the others. Each
+    failure is logged with the sandbox id; returns how many failed."""
+    failed = 0
+    for i in range(0, len(boxes), 64):
+        batch = boxes[i:i + 64]
+        results = await asyncio.shield(asyncio.gather(*(b.close() for b in batch), return_exceptions=True))
+        for b, r in zip(batch, results, strict=True):
+            if isinstance(r, BaseException):
+                failed += 1
+                log.error("closing sandbox %s failed: %s: %s", b.id, type(r).__name__, r)
+    return failed
 
 
 def _meminfo() -> dict[str, int]:

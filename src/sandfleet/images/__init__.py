@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
 import os
 import platform
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,8 @@ from pathlib import Path
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Image", "host_image", "images_dir", "list_images", "resolve_image", "save_image"]
 
@@ -58,7 +61,17 @@ def host_image() -> Image:
         osr = Path("/etc/os-release").read_text()
     except OSError:
         pass
-    digest = hashlib.sha256(f"host:{os.uname().nodename}:{osr}".encode()).hexdigest()[:16]
+    # Keyed by what is installed too: a package upgrade changes the package databases, and
+    # so the hash of every task image layered over this host.
+    installed = []
+    for db in ("/var/lib/dpkg/status", "/var/lib/rpm/rpmdb.sqlite", "/var/lib/rpm/Packages", "/lib/apk/db/installed"):
+        try:
+            st = Path(db).stat()
+        except OSError:
+            continue
+        installed.append(f"{db}:{st.st_size}:{st.st_mtime_ns}")
+    key = f"host:{os.uname().nodename}:{osr}:{':'.join(installed)}"
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Image(name="host", lowers=[Path("/")], arch=arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
                  hash=digest, is_host=True, base="host")
 
@@ -79,13 +92,22 @@ def save_image(image: Image) -> None:
 
 
 def _load(path: Path) -> Image | None:
+    """An image's metadata; None (with a warning naming the file and what is wrong) when
+    it is unreadable or malformed, so one broken cache entry never breaks the others."""
     try:
-        d = json.loads(path.read_text())
-    except (OSError, ValueError):
+        d = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(d, dict):
+            raise TypeError(f"a JSON {type(d).__name__}, not an object")
+        meta = d.get("meta") or {}
+        if not isinstance(meta, dict) or not isinstance(d["lowers"], list):
+            raise TypeError("'meta' must be an object and 'lowers' a list")
+        return Image(name=str(d["name"]), lowers=[Path(str(p)) for p in d["lowers"]], arch=str(d["arch"]),
+                     page_size=int(d["page_size"]), hash=str(d["hash"]), is_host=False, base=d.get("base"),
+                     meta=meta)
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        what = f"missing field {e}" if isinstance(e, KeyError) else str(e)
+        log.warning("ignoring a malformed image in the cache: %s: %s", path, what)
         return None
-    return Image(name=d["name"], lowers=[Path(p) for p in d["lowers"]], arch=d["arch"],
-                 page_size=d["page_size"], hash=d["hash"], is_host=False, base=d.get("base"),
-                 meta=d.get("meta", {}))
 
 
 def list_images() -> list[Image]:
@@ -106,4 +128,11 @@ def resolve_image(name: str) -> Image:
     if not matches:
         known = ", ".join(sorted({i.name for i in list_images()}))
         raise ConfigError(f"unknown image {name!r}; known images: {known} (build one: sandfleet image build)")
-    return matches[-1]
+    return max(matches, key=_built_at)  # the newest build, whatever its hash
+
+
+def _built_at(image: Image) -> float:
+    try:
+        return (images_dir() / image.hash / "image.json").stat().st_mtime
+    except OSError:
+        return 0.0

@@ -85,6 +85,8 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
               show_default=True)
+@click.option("--no-limits", is_flag=True,
+              help="Run sandboxes without cpu, memory and pids limits where cgroups are unusable (else refused).")
 @click.option("--resume", is_flag=True, help="OUT holds an unfinished run: keep its finished groups, run the rest.")
 @click.option("--overwrite", is_flag=True, help="OUT holds an earlier run: replace it.")
 @click.option("--image", "image", default=None,
@@ -131,6 +133,7 @@ def run(
     concurrency: int,
     out_dir: Path,
     backend: str,
+    no_limits: bool,
     resume: bool,
     overwrite: bool,
     image: str | None,
@@ -152,6 +155,10 @@ def run(
     from sandfleet.rollout.suite import RunConfig, run_suite
     from sandfleet.tasks import load_tasks
 
+    if no_limits:
+        import os
+
+        os.environ["SANDFLEET_NO_LIMITS"] = "1"
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
     if out_dir.exists() and not out_dir.is_dir():

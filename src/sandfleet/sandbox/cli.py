@@ -21,7 +21,8 @@ from sandfleet.sandbox.spec import SandboxSpec
 
 def spec_options(f: Any) -> Any:
     for opt in reversed([
-        click.option("--backend", default="auto", show_default=True, help="auto, bwrap, process or microvm."),
+        click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
+                     show_default=True),
         click.option("--image", default="host", show_default=True, help="Image name or hash."),
         click.option("--cpus", type=float, default=1.0, show_default=True, help="CPU quota."),
         click.option("--memory", "memory_mib", type=int, default=1024, show_default=True, help="Memory limit, MiB."),
@@ -30,12 +31,16 @@ def spec_options(f: Any) -> Any:
         click.option("--ttl", "ttl_s", type=float, default=3600.0, show_default=True, help="Lifetime, seconds."),
         click.option("--network/--no-network", default=False, help="Network access (off by default)."),
         click.option("--workdir", default="/work", show_default=True),
+        click.option("--no-limits", is_flag=True,
+                     help="Run without cpu, memory and pids limits where cgroups are unusable (else refused)."),
     ]):
         f = opt(f)
     return f
 
 
 def _spec(kw: dict[str, Any]) -> SandboxSpec:
+    if kw.pop("no_limits", False):
+        os.environ["SANDFLEET_NO_LIMITS"] = "1"  # also for a detached sandbox's holder process
     return make_spec(**kw)
 
 
@@ -97,10 +102,12 @@ def create(**kw: Any) -> None:
 
 
 def _find(sid: str) -> dict[str, Any]:
+    """The marker of the sandbox whose id is exactly ``sid`` (never a suffix or prefix: a
+    short string must not pick someone else's sandbox)."""
     for meta in state.list_sandboxes():
-        if meta["id"] == sid or str(meta["id"]).endswith(sid):
+        if meta["id"] == sid:
             return meta
-    raise click.ClickException(f"no sandbox {sid!r} (see: sandfleet sandbox ls)")
+    raise click.ClickException(f"no sandbox {sid!r}: give a whole id, as `sandfleet sandbox ls` shows it")
 
 
 def _call(meta: dict[str, Any], req: dict[str, Any], timeout: float | None) -> dict[str, Any]:

@@ -57,3 +57,26 @@ async def test_verifier_timeout_scores_zero(tmp_path: Path) -> None:
     r = (await run([task], ScriptedPolicy([]))).results[0]
     assert r.status == "completed" and r.reward == 0.0 and r.info["verifier_timed_out"]
     assert r.duration < 10
+
+
+async def test_verifier_user_home_and_environment(tmp_path: Path) -> None:
+    probe = ("#!/bin/bash\nmkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n"
+             'echo "UID=$(id -u) HOME=$HOME NOUSERSITE=$PYTHONNOUSERSITE SECRET=${AGENT_SECRET:-unset}"\n'
+             'echo "HOME-ENTRIES=$(ls -A "$HOME" | wc -l) HOME-OWNER=$(stat -c %u "$HOME")"\n')
+    plain = make_task(tmp_path, "plain", test_sh=probe)
+    as_root = make_task(tmp_path, "as-root", test_sh=probe)
+    toml = as_root.path / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", '[verifier]\nuser = "root"\n'))
+    from sandfleet.tasks import load_task
+
+    agent = ["export AGENT_SECRET=leaked; echo 'export AGENT_SECRET=leaked' >> ~/.bashrc; touch ~/agent-file",
+             "echo AGENT_UID=$(id -u)"]
+    p, r = (await run([plain, load_task(as_root.path)], ScriptedPolicy(agent))).results
+    assert p.status == r.status == "completed", (p.error, r.error)
+    assert "UID=1001 " in p.verifier_output and "UID=0 " in r.verifier_output
+    for res in (p, r):
+        out = res.verifier_output
+        assert "NOUSERSITE=1 SECRET=unset" in out and "HOME=/home/agent" not in out, out
+        assert "HOME-ENTRIES=0" in out
+    assert "HOME-OWNER=1001" in p.verifier_output and "HOME-OWNER=0" in r.verifier_output
+    assert p.info["agent_user"] == "agent"

@@ -182,7 +182,7 @@ def _mini_debian(cache: Path) -> Image:
         (rootfs / d).mkdir(parents=True, exist_ok=True)
     for link in ("bin", "lib", "lib64", "sbin"):
         (rootfs / link).symlink_to(f"usr/{'bin' if link == 'sbin' else link}")
-    tools = ["sh", "mkdir", "touch", "chown", "cat", "id", "ls", "stat"]
+    tools = ["sh", "mkdir", "touch", "chown", "cat", "id", "ls", "stat", "rm"]
     for tool in tools:
         path = Path(shutil.which(tool) or f"/usr/bin/{tool}").resolve()
         shutil.copy2(path, rootfs / "usr/bin" / tool)
@@ -198,6 +198,9 @@ def _mini_debian(cache: Path) -> Image:
                     alias.parent.mkdir(parents=True, exist_ok=True)
                     alias.symlink_to(real)
     (rootfs / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (rootfs / "var/lib/misc").mkdir()
+    (rootfs / "var/lib/misc/data").write_text("")
+    (rootfs / "etc/motd").write_text("base\n")
     image = Image(name="debian-bookworm-mini", lowers=[rootfs], arch=arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
                   hash="mini-bookworm", base="debootstrap",
                   meta={"kind": "debian-base", "suite": "bookworm", "packages": []})
@@ -217,10 +220,16 @@ def test_run_writes_into_a_debootstrap_base_own_dirs(tmp_path: Path, cache: Path
         "RUN mkdir -p /usr/local/lib/python3/dist-packages/pkg && touch /usr/local/lib/python3/dist-packages/pkg/x.py"
         " && touch /var/lib/dpkg/lock && mkdir /usr/local/lib/mine && chown 1000:1000 /usr/local/lib/mine"
         " && stat -c %u /usr/local > /usr/local/owner.txt",
+        # deleted base entries stay deleted, also when the builder writes there again
+        "RUN rm -r /var/lib/misc /etc/motd",
+        "COPY tool.txt /var/lib/misc/new/",
+        "RUN ls /var/lib/misc > /listing.txt && ls /etc > /etc-listing.txt",
         "WORKDIR /app",
     ]) + "\n", {"tool.txt": "t\n"})
     img = build_task_image(load_task(task))
     assert img.base == base.name
+    assert (img.lowers[0] / "listing.txt").read_text() == "new\n"
+    assert "motd" not in (img.lowers[0] / "etc-listing.txt").read_text().split()
     layer = img.lowers[0]
     assert (layer / "usr/local/lib/python3/dist-packages/pkg/x.py").stat().st_uid == BASE
     assert (layer / "var/lib/dpkg/lock").stat().st_uid == BASE

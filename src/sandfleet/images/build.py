@@ -113,8 +113,10 @@ class _Tree:
         for name in parts:
             try:
                 nfd = os.open(name, _DIR, dir_fd=fd)
-            except OSError:
+            except OSError as e:
                 os.close(fd)
+                if e.errno != errno.ENOENT:  # a whiteout or a file here hides the lowers below
+                    opaque.append(True)
                 return None, opaque
             os.close(fd)
             fd = nfd

@@ -26,11 +26,12 @@ The helper dies with its sandbox: ``close()`` kills it, and its pid is in the sa
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
 import os
-import shutil
+import select
 import signal
 import subprocess
 import time
@@ -39,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError, SandboxError
-from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig
-from sandfleet.sandbox.state import list_sandboxes, proc_start_time, state_root
+from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig, Limits
+from sandfleet.sandbox.state import list_sandboxes, proc_start_time, read_meta, state_root, write_meta
 
 NET_UID_OFFSET = SANDBOX_UIDS + 1
 """The helper's host uid is ``uid_base + NET_UID_OFFSET`` unless $SANDFLEET_NET_UID says otherwise."""
@@ -69,10 +70,15 @@ def helper_uid(config: BwrapConfig | None = None) -> int:
 
 
 def _tool(name: str) -> str | None:
+    """A helper binary by absolute path: $SANDFLEET_PASTA / $SANDFLEET_NFT / $SANDFLEET_SETPRIV
+    when set (None if that is not executable), else the first in the system directories."""
+    env = os.environ.get(f"SANDFLEET_{name.upper()}")
+    if env is not None:
+        return env if Path(env).is_absolute() and os.access(env, os.X_OK) else None
     for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
         if os.access(f"{d}/{name}", os.X_OK):
             return f"{d}/{name}"
-    return shutil.which(name)
+    return None  # never through $PATH: this runs as root
 
 
 def availability() -> dict[str, object]:
@@ -136,17 +142,6 @@ def _locked() -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def ensure_firewall(uid: int, forward: Iterable[int] = ()) -> None:
-    """Make (or repair) the ``inet sandfleet`` table for helper ``uid`` and open ``forward``.
-    One atomic nft transaction; rerunning it changes nothing."""
-    ports = sorted(set(forward))
-    script = _ruleset(uid)
-    if ports:
-        script += f"add element inet {TABLE} forward {{ {', '.join(map(str, ports))} }}\n"
-    with _locked():
-        _nft(script)
-
-
 def _live_forwards(exclude: str | None = None) -> set[int]:
     out: set[int] = set()
     for m in list_sandboxes():
@@ -155,36 +150,31 @@ def _live_forwards(exclude: str | None = None) -> set[int]:
     return out
 
 
-def prune_forwards(exclude: str | None = None) -> None:
-    """Close the host-loopback ports that no live sandbox (other than ``exclude``) forwards."""
-    nft = _tool("nft")
-    if nft is None:
-        return
+def ensure_firewall(uid: int, forward: Iterable[int] = (), *, exclude: str | None = None) -> None:
+    """Make (or repair) the ``inet sandfleet`` table for helper ``uid``, and set its open
+    host-loopback ports to ``forward`` plus those of live sandboxes (their meta.json), less
+    sandbox ``exclude``'s. One atomic nft transaction; rerunning it changes nothing."""
     with _locked():
-        p = subprocess.run([nft, "-j", "list", "set", "inet", TABLE, "forward"], capture_output=True, text=True)
-        if p.returncode != 0:
-            return
-        have: set[int] = set()
-        for item in json.loads(p.stdout).get("nftables", []):
-            have.update(int(e) for e in item.get("set", {}).get("elem", []) if isinstance(e, int))
-        stale = have - _live_forwards(exclude)
-        if stale:
-            _nft(f"delete element inet {TABLE} forward {{ {', '.join(map(str, sorted(stale)))} }}\n")
+        ports = sorted(_live_forwards(exclude) | set(forward))
+        script = _ruleset(uid) + f"flush set inet {TABLE} forward\n"
+        if ports:
+            script += f"add element inet {TABLE} forward {{ {', '.join(map(str, ports))} }}\n"
+        _nft(script)
 
 
 # ---------------------------------------------------------------- the helper
 
 
 def _netns(pid: int) -> int:
-    return os.stat(f"/proc/{pid}/ns/net").st_ino
+    return Path(f"/proc/{pid}/ns/net").stat().st_ino
 
 
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     with contextlib.suppress(OSError):
-        for t in os.listdir(f"/proc/{pid}/task"):
+        for t in Path(f"/proc/{pid}/task").iterdir():
             with contextlib.suppress(OSError):
-                out += [int(c) for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+                out += [int(c) for c in (t / "children").read_text().split()]
     return out
 
 
@@ -243,9 +233,9 @@ class Helper:
         deadline = time.monotonic() + 2.0
         while self.alive() and time.monotonic() < deadline:
             time.sleep(0.005)
-        if self.forward:
-            with contextlib.suppress(SandboxError, OSError, ValueError):
-                prune_forwards(exclude=self.owner)
+        if self.forward:  # close the ports no live sandbox forwards any more
+            with contextlib.suppress(SandboxError, HostUnsupportedError, OSError, ValueError):
+                ensure_firewall(self.uid, exclude=self.owner)
 
 
 def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: Iterable[int] = (),
@@ -261,17 +251,19 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     ports = _check_ports(forward)
     uid = helper_uid() if uid is None else uid
     ensure_firewall(uid, ports)
-    rundir.mkdir(parents=True, exist_ok=True)
-    os.chown(rundir, uid, uid)
-    rundir.chmod(0o700)
+    rundir.mkdir(mode=0o700, parents=True, exist_ok=True)
     pidfile = rundir / "pasta.pid"
     pidfile.unlink(missing_ok=True)
     log = rundir / "pasta.log"
+    # pasta (as the helper uid) writes its pid through an fd of ours: rundir may be private
+    pfd = os.open(pidfile, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    os.fchown(pfd, uid, uid)
     net = os.open(f"/proc/{holder_pid}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
     try:
         user = fcntl.ioctl(net, NS_GET_USERNS)
     except OSError:
         os.close(net)
+        os.close(pfd)
         raise
     try:
         caps = "-all,+sys_admin,+net_admin"
@@ -282,14 +274,14 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
                 "--no-dhcp", "--no-ndp", "--no-dhcpv6", "--no-ra",
                 "-t", "none", "-u", "none", "-U", "none",
                 "-T", ",".join(map(str, ports)) if ports else "none",
-                "-P", str(pidfile),
+                "-P", f"/proc/self/fd/{pfd}",
                 "--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
         with open(log, "wb") as err:
-            p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(net, user),
+            p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(net, user, pfd),
                                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, cwd=rundir, timeout=30)
     finally:
-        os.close(user)
-        os.close(net)
+        for fd in (user, net, pfd):
+            os.close(fd)
     text = log.read_text(errors="replace") if log.exists() else ""
     detail = " ".join(ln for ln in text.splitlines() if ln.strip() and "syslog" not in ln).strip()
     try:
@@ -299,6 +291,31 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     if p.returncode != 0 or not pid:
         raise SandboxError(f"network helper (pasta) failed: {detail or f'exit status {p.returncode}'}")
     return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner)
+
+
+async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, config: BwrapConfig) -> Helper:
+    """Give the bwrap sandbox ``sid`` (started as ``root_pid``) its network, and record the
+    helper in its meta.json (pid for the reaper, forwarded ports for the firewall)."""
+    check_available()
+    meta = read_meta(sdir) or {"id": sid}
+    write_meta(sdir, {**meta, META_FORWARD: list(limits.forward)})  # before the firewall reads it
+    loop = asyncio.get_running_loop()
+
+    def run() -> Helper:
+        holder = netns_holder(root_pid)
+        return attach(holder, rundir=sdir / "net", uid=helper_uid(config), forward=limits.forward, owner=sid)
+
+    fut = loop.run_in_executor(None, run)
+    try:
+        helper = await asyncio.shield(fut)
+    except asyncio.CancelledError:  # the thread goes on: whatever it starts is killed
+        fut.add_done_callback(lambda f: f.result().close() if not f.cancelled() and not f.exception() else None)
+        raise
+    meta = read_meta(sdir) or meta
+    pids = [*meta.get("pids", []), helper.pid]
+    starts = {**meta.get("pid_starts", {}), str(helper.pid): helper.start}
+    write_meta(sdir, {**meta, "pids": pids, "pid_starts": starts, **helper.meta()})
+    return helper
 
 
 class StepNetwork:
@@ -316,9 +333,9 @@ class StepNetwork:
     Whatever runs bwrap (the launcher) must keep the two fds open across its exec.
     """
 
-    def __init__(self, rundir: Path, *, uid: int | None = None, forward: Iterable[int] = ()):
+    def __init__(self, rundir: Path, *, uid: int | None = None):
         check_available()
-        self.rundir, self.uid, self.forward = rundir, uid, tuple(forward)
+        self.rundir, self.uid = rundir, uid
         self._info_r, self._info_w = os.pipe()
         self._block_r, self._block_w = os.pipe()
         for fd in (self._info_r, self._block_w):
@@ -342,8 +359,6 @@ class StepNetwork:
         info = b""
         deadline = time.monotonic() + timeout
         while b"}" not in info:  # bwrap writes {"child-pid": N} when the namespaces exist
-            import select
-
             left = deadline - time.monotonic()
             if left <= 0 or not select.select([self._info_r], [], [], left)[0]:
                 raise SandboxError("build step: bwrap did not report its namespace in time")
@@ -354,7 +369,7 @@ class StepNetwork:
         child = int(json.loads(info[: info.index(b"}") + 1])["child-pid"])
         if _netns(child) == _netns(os.getpid()):
             raise SandboxError("build step has no network namespace of its own (bwrap without --unshare-net)")
-        self.helper = attach(child, rundir=self.rundir, uid=self.uid, forward=self.forward)
+        self.helper = attach(child, rundir=self.rundir, uid=self.uid)
         os.write(self._block_w, b"x")
         return self.helper
 

@@ -94,7 +94,7 @@ def failure_reason(error: BaseException) -> str:
     if isinstance(error, SandboxDiedError):
         return "sandbox_died"
     if isinstance(error, SandboxTimeoutError):
-        return "sandbox_timeout"
+        return str(getattr(error, "reason", "sandbox_timeout"))  # SandboxUnresponsiveError: agent_unresponsive
     if isinstance(error, SandfleetError):
         return type(error).__name__
     return f"internal_{type(error).__name__}"

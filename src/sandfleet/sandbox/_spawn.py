@@ -46,7 +46,8 @@ class AgentProcess:
             )
         write_meta(sandbox_dir, {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}})
         assert proc.stdout is not None and proc.stdin is not None
-        client = AgentClient(proc.stdout, proc.stdin, name=sid)
+        ttl = meta.get("ttl_s")  # bounds the host's wait on an exec without a timeout
+        client = AgentClient(proc.stdout, proc.stdin, name=sid, ttl=ttl if isinstance(ttl, int | float) else None)
         self = cls(proc, client, log)
         try:
             async with asyncio.timeout(ready_timeout):

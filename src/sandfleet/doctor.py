@@ -55,6 +55,12 @@ def report() -> dict[str, Any]:
                  else "QEMU missing: apt-get install qemu-system-x86 linux-image-cloud-amd64"}
     backends["microvm"] = micro
     default = "bwrap" if backends["bwrap"]["available"] else "process"
+    from sandfleet.sandbox.network import availability as network_availability
+
+    try:
+        net: dict[str, Any] = network_availability()
+    except Exception as e:  # a bad $SANDFLEET_NET_UID, say
+        net = {"available": False, "reason": str(e)}
     return {
         "arch": arch(),
         "machine": platform.machine(),
@@ -68,6 +74,7 @@ def report() -> dict[str, Any]:
         "qemu": qemu,
         "kvm": kvm,
         "backends": backends,
+        "network": net,
         "default_backend": default,
     }
 
@@ -89,6 +96,9 @@ def doctor(as_json: bool) -> None:
     click.echo(f"qemu        {r['qemu'] or 'missing: apt-get install qemu-system-x86'}")
     k = r["kvm"]
     click.echo(f"kvm         {'usable' if k.get('usable') else 'not usable'}: {k.get('reason')}")
+    n = r["network"]
+    click.echo(f"network     {'available' if n['available'] else 'not available'}: {n['reason']}"
+               + ("" if n["available"] else " (network=True fails)"))
     click.echo("backends")
     for name, b in r["backends"].items():
         mark = "yes" if b["available"] else "no "

@@ -394,3 +394,12 @@ def test_build_step_network(tmp_path: Path, remote: str, metadata: str, local_ex
     assert got(out, remote) == "REMOTE-OK", out
     for secret in ("LOOPBACK-SECRET", "HOST-ADDRESS-SECRET", "METADATA-SECRET"):
         assert secret not in out, out
+
+
+def test_doctor_says_whether_networking_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sandfleet.doctor import report
+
+    assert report()["network"] == availability()
+    monkeypatch.setenv("SANDFLEET_NFT", "/nonexistent/nft")
+    net = report()["network"]
+    assert net["available"] is False and "apt-get install nftables" in net["reason"]

@@ -30,6 +30,7 @@ from sandfleet.errors import HostUnsupportedError
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.network import StepNetwork, availability, ensure_firewall, helper_uid
+from sandfleet.sandbox.spec import BwrapConfig
 from sandfleet.sandbox.state import proc_start_time, read_meta, reap_one
 
 pytestmark = pytest.mark.skipif(
@@ -209,13 +210,17 @@ async def in_sandbox(sb: Sandbox, *targets: str) -> str:
 
 
 def in_build_step(tmp: Path, *targets: str) -> str:
-    """A bwrap like an image-build RUN step (own user and network namespace) given
-    networking through StepNetwork, the builder's hook."""
+    """An image-build RUN step exactly as the builder runs it (images.run.build_command: the
+    launcher, a user namespace over the sandbox uid range, bwrap with its own network
+    namespace), given networking through the builder's hook, StepNetwork."""
+    from sandfleet.images.run import build_command
+
     assert_contained(*targets)
+    (tmp / "layer").mkdir()
+    (tmp / "out").mkdir()
     net = StepNetwork(tmp / "net")
-    cmd = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-           "--unshare-user", "--uid", "0", "--gid", "0", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-           "--unshare-net", "--die-with-parent", *net.bwrap_args, "--", sys.executable, "-c", CLIENT, *targets]
+    cmd = build_command(tmp / "out", tmp / "layer", [Path("/")], ["/usr/bin/python3", "-c", CLIENT, *targets],
+                        env={"PATH": "/usr/bin:/bin"}, cwd="/", config=BwrapConfig(), network=net)
     p = subprocess.Popen(cmd, pass_fds=net.pass_fds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         helper = net.start(p.pid)
@@ -224,7 +229,7 @@ def in_build_step(tmp: Path, *targets: str) -> str:
     finally:
         if p.returncode is None:
             p.kill()
-            p.wait()
+            p.communicate()
         net.close()
     assert not helper.alive()
     return out
@@ -383,8 +388,8 @@ def test_firewall_table_is_in_place() -> None:
 
 @needs_net
 def test_build_step_network(tmp_path: Path, remote: str, metadata: str, local_extra: Listener) -> None:
-    """A build step (own user and network namespace, as the builder runs RUN) with the
-    builder's network hook: reaches a remote service, nothing on this host, no metadata."""
+    """A RUN step with the builder's network hook: reaches a remote service, nothing on this
+    host, no metadata (on 490e57a RUN steps shared the host's network namespace)."""
     with listener("127.0.0.1", "LOOPBACK-SECRET") as lo:
         local = f"{LOCAL_EXTRA}:{local_extra.port}"
         targets = [remote, f"127.0.0.1:{lo.port}", f"{GATEWAY}:{lo.port}", local, metadata]

@@ -32,10 +32,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from sandfleet.errors import ImageBuildError
+from sandfleet.errors import ImageBuildError, SandboxError
 from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
 from sandfleet.images.debootstrap import base_image_for
 from sandfleet.images.run import build_command, layer_next
+from sandfleet.sandbox.network import StepNetwork, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
 from sandfleet.tasks.bases import resolve_base
 from sandfleet.tasks.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
@@ -402,7 +403,7 @@ class _Builder:
         self.workdir = "/"
         self.log: list[str] = []
         self.network = False
-        """Whether RUN steps get a network (user-mode networking, not there yet)."""
+        """Whether RUN steps get a network (the sandboxes' user-mode networking, network.py)."""
 
     def digest(self) -> str:
         h = hashlib.sha256(f"{BUILDER} {self.base.hash} uid_base={self.config.uid_base}".encode())
@@ -470,16 +471,31 @@ class _Builder:
                "HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8",
                **dict(step.build_args), **self.env}
         self.tree(step.line).mkdirs(self.workdir, self.owner(None, step.line))  # a step may have removed it
+        net = StepNetwork(self.out / "net", uid=helper_uid(self.config)) if self.network else None
         cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir,
-                            config=self.config, network=self.network)
+                            config=self.config, network=net)
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ImageBuildError("build timed out", file=self.dfname, line=step.line)
         try:
-            proc = subprocess.run(cmd, capture_output=True, timeout=remaining)
+            with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  pass_fds=net.pass_fds if net else ()) as popen:
+                try:
+                    if net is not None:
+                        net.start(popen.pid)
+                    stdout, stderr = popen.communicate(timeout=remaining)
+                except BaseException:
+                    popen.kill()
+                    raise
+            proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, stderr)
         except subprocess.TimeoutExpired:
             raise ImageBuildError(f"RUN timed out after the build timeout "
                                   f"({self.task.build_timeout_s:.0f}s)", file=self.dfname, line=step.line) from None
+        except SandboxError as e:
+            raise ImageBuildError(f"RUN: {e}", file=self.dfname, line=step.line) from None
+        finally:
+            if net is not None:
+                net.close()
         after = layer_next(self.layer)
         if after.exists():  # the step ran over a copy of the layer: its result replaces the layer
             shutil.rmtree(self.layer)

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import ImageBuildError
+from sandfleet.sandbox.network import StepNetwork
 from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig
 
 __all__ = ["build_command", "bwrap_path", "layer_next", "mount_point"]
@@ -60,16 +61,14 @@ def layer_next(layer: Path) -> Path:
 
 
 def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *, env: dict[str, str],
-                  cwd: str, config: BwrapConfig, network: bool = False) -> list[str]:
+                  cwd: str, config: BwrapConfig, network: StepNetwork | None = None) -> list[str]:
     """argv that runs one image-build step as root of its own user namespace, over ``lowers``
     with ``layer`` on top; what the step leaves is written to :func:`layer_next` (``layer``
     itself is never written). ``lowers`` other than the host's ``/`` are host-root-owned
     debootstrap bases and are seen through idmapped mounts. ``cwd`` must exist in the image
     (the builder makes WORKDIRs in the layer). ``network``: the step runs in a network
-    namespace of its own in any case; True is the hook for user-mode networking and is
-    refused until that exists."""
-    if network:
-        raise ImageBuildError("RUN with network access needs user-mode networking, which builds don't have yet")
+    namespace of its own in any case; a :class:`~sandfleet.sandbox.network.StepNetwork`
+    gives it the sandboxes' user-mode networking (start it with the process's pid)."""
     base = config.uid_base
     root, scratch = mount_point(), out / "scratch"
     scratch.mkdir(exist_ok=True)
@@ -98,7 +97,7 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
           "--pdeathsig", "--",
           bwrap_path(config), "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
-          "--new-session", "--clearenv"]
+          "--new-session", "--clearenv", *(network.bwrap_args if network else [])]
     for k, v in env.items():
         a += ["--setenv", k, v]
     return [*a, "--chdir", cwd, "--", *argv]

@@ -15,6 +15,7 @@ import signal
 import socket
 import struct
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -121,11 +122,11 @@ async def test_exec_cancelled_before_started_is_killed(local_sb: Sandbox) -> Non
     """The agent is stopped while the host sends EXEC and the caller gives up; once the agent
     runs again the command must not: the host sent KILL for that request right after it."""
     sb: Any = local_sb
-    marker = "/tmp/sandfleet-cancelled-marker"
+    marker = f"cancelled-marker-{uuid.uuid4().hex[:8]}"  # relative: in the sandbox's workdir
     pid = agent_host_pid(sb)
     os.kill(pid, signal.SIGSTOP)
     try:
-        task = asyncio.create_task(sb.exec(["sh", "-c", f"sleep 1; echo ran > {marker}"], cwd="/"))
+        task = asyncio.create_task(sb.exec(["sh", "-c", f"sleep 1; echo ran > {marker}"]))
         await asyncio.sleep(0.2)  # EXEC is written; STARTED can't come from a stopped agent
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
@@ -133,7 +134,7 @@ async def test_exec_cancelled_before_started_is_killed(local_sb: Sandbox) -> Non
     finally:
         os.kill(pid, signal.SIGCONT)
     await asyncio.sleep(2.0)
-    res = await sb.exec(["sh", "-c", f"cat {marker} 2>/dev/null || echo absent"], cwd="/")
+    res = await sb.exec(["sh", "-c", f"cat {marker} 2>/dev/null || echo absent; rm -f {marker}"])
     assert res.stdout.strip() == "absent", "a command cancelled before STARTED ran to completion"
 
 

@@ -339,7 +339,7 @@ def request(draw: st.DrawFn, rid: int) -> tuple[bytes, str]:
         opt(F.MAX_OUTPUT, st.one_of(st.sampled_from([b"0", b"3", b"1048576", b"-1"]), int_like))
         opt(F.STREAM, st.sampled_from([b"1", b"0", b"x"]))
         opt(F.STDIN_MODE, st.sampled_from([b"pipe", b"", b"zz"]))
-        opt(F.DATA, st.binary(max_size=32))
+        opt(F.DATA, st.binary(min_size=1, max_size=32))  # empty: a known report, see KNOWN_REPORTS
         opt(F.USER, st.sampled_from(USERS))
     elif k < 55:
         kind, t = "read", T.READ

@@ -160,7 +160,8 @@ async def run_rollout(
             sandbox = await _start(req)
         result.sandbox_id, result.backend = sandbox.id, sandbox.backend
         result.info["agent_user"] = req.spec.user
-        await protect_task_dirs(sandbox)
+        with rec.span("sandbox_start", what="task folders to root"):
+            await protect_task_dirs(sandbox)
         ctx = AgentContext(
             task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
         )

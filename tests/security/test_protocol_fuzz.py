@@ -83,9 +83,11 @@ def mutate(draw: st.DrawFn, frame: bytes) -> bytes:
 # -- host side -------------------------------------------------------------------------------
 
 REPLY_TYPES = [T.R_HELLO, T.R_STARTED, T.R_OUTPUT, T.R_EXIT, T.R_DATA, T.R_OK, T.R_ERROR]
-HOST_IDS = st.one_of(st.integers(0, 6), st.integers(0, 2**32 - 1))
+HOST_IDS = st.one_of(st.integers(1, 5), st.integers(1, 5), st.integers(0, 2**32 - 1))  # mostly a call in flight
+REPLY_TAGS = [F.ERRNO, F.PID, F.TIME, F.CODE, F.SIGNAL, F.TIMED_OUT, F.DURATION_US, F.DROPPED_OUT, F.DROPPED_ERR,
+              F.STREAM_NO, F.DATA, F.STDOUT, F.VERSION, F.ETYPE, F.MESSAGE]
 reply_field = st.tuples(
-    st.one_of(st.sampled_from(list(F)), st.integers(0, 255)),
+    st.one_of(st.sampled_from(REPLY_TAGS), st.sampled_from(list(F)), st.integers(0, 255)),
     st.one_of(st.binary(max_size=40), int_like, st.sampled_from([b"1", b"FileNotFoundError", b"ProtocolError"])),
 )
 reply = st.builds(
@@ -186,6 +188,8 @@ def test_decode_fuzz(body: bytes) -> None:
             frame.int(tag)  # type: ignore[arg-type]
         except ProtocolError:
             pass
+        except Exception as e:
+            raise AssertionError(f"Frame.int raised {type(e).__name__}, not ProtocolError: {e}") from None
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,11 @@ class AgentClient:
     def alive(self) -> bool:
         return self._dead is None
 
+    @property
+    def error(self) -> BaseException | None:
+        """Why the sandbox is dead (a SandboxUnresponsiveError, SandboxDiedError, ...); None while alive."""
+        return self._dead
+
     def mark_dead(self, why: str, *, error: BaseException | None = None) -> None:
         """Mark the sandbox dead (the first reason sticks) and wake every waiter with it."""
         if self._dead is None:

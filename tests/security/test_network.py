@@ -350,7 +350,7 @@ async def test_helper_is_unprivileged_and_dies_with_the_sandbox() -> None:
         status = Path(f"/proc/{pid}/status").read_text()
         uids = next(ln for ln in status.splitlines() if ln.startswith("Uid:")).split()[1:]
         assert set(uids) == {str(helper_uid())}
-        assert str(Path(f"/proc/{pid}/ns/user").readlink()) != str(Path("/proc/1/ns/user").readlink())
+        assert str(Path(f"/proc/{pid}/ns/user").readlink()) != str(Path("/proc/self/ns/user").readlink())
         await sb.close()
         assert proc_start_time(pid) is None
         sb2 = await create_sandbox(backend="bwrap", network=True, ttl_s=120)

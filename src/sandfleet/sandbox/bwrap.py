@@ -27,7 +27,7 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
-from sandfleet.sandbox import cgroups
+from sandfleet.sandbox import cgroups, network
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
@@ -110,6 +110,15 @@ class BwrapSandbox(LocalSandbox):
     def memory_events(self) -> dict[str, int]:
         return self.cgroup.memory_events() if self.cgroup else {}
 
+    net: network.Helper | None = None  # the user-mode network helper (network=True)
+
+    async def close(self) -> None:
+        try:
+            await super().close()
+        finally:
+            if self.net is not None:
+                self.net.close()
+
 
 class BwrapBackend:
     name = "bwrap"
@@ -160,8 +169,7 @@ class BwrapBackend:
               "--unshare-cgroup-try", "--hostname", "sandbox",
               "--uid", uid, "--gid", uid, "--die-with-parent", "--new-session",
               "--cap-drop", "ALL", "--chdir", "/"]
-        if not lim.network:
-            a.append("--unshare-net")
+        a.append("--unshare-net")  # always; network=True attaches user-mode networking (network.py)
         a += ["--", "/.sandfleet/sandfleet-agent"]
         if lim.ttl_s:
             a += ["--ttl", str(lim.ttl_s)]
@@ -182,13 +190,23 @@ class BwrapBackend:
             if cg is not None:
                 cg.create(spec.limits)
             argv = self._argv(sid, sdir, spec, image, lowers, cg)
+            if spec.limits.network:
+                network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta)
+            try:
+                net = (await network.attach_sandbox(sdir, sid, agent.proc.pid, spec.limits, self.config)
+                       if spec.limits.network else None)
+            except BaseException:
+                await agent.stop()
+                raise
         except BaseException:
             if cg is not None:
                 cg.remove()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
-        return BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+        box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+        box.net = net
+        return box
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:
         return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)

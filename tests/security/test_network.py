@@ -386,7 +386,8 @@ async def test_helper_is_unprivileged_and_dies_with_the_sandbox() -> None:
 async def test_missing_pasta_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDFLEET_PASTA", "/nonexistent/pasta")
     with pytest.raises(HostUnsupportedError, match=r"network=True .*pasta.*apt-get install passt"):
-        await create_sandbox(backend="bwrap", network=True, ttl_s=60)
+        sb = await create_sandbox(backend="bwrap", network=True, ttl_s=60)
+        await sb.close()  # (only reached when the error is missing)
 
 
 def test_firewall_table_is_in_place() -> None:

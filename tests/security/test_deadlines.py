@@ -83,9 +83,9 @@ its own kernel)."""
 
 
 @pytest.fixture
-async def local_sb(backend: str, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Sandbox]:
-    monkeypatch.setenv("SANDFLEET_CALL_TIMEOUT", "1.5")
-    box = await create_sandbox(backend=backend, ttl_s=120)
+async def local_sb(backend: str) -> AsyncIterator[Sandbox]:
+    box: Any = await create_sandbox(backend=backend, ttl_s=120)
+    box.client.call_timeout = 1.5  # after start-up: a cold bwrap start may take longer than that
     try:
         yield box
     finally:
@@ -139,12 +139,16 @@ async def test_exec_cancelled_before_started_is_killed(local_sb: Sandbox) -> Non
 
 
 async def test_call_timeout_setting_is_checked(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SANDFLEET_CALL_TIMEOUT", "soon")
     a, b = socket.socketpair()
     reader, writer = await asyncio.open_connection(sock=a)
     try:
+        monkeypatch.setenv("SANDFLEET_CALL_TIMEOUT", "soon")
         with pytest.raises(ConfigError, match="SANDFLEET_CALL_TIMEOUT"):
             AgentClient(reader, writer, name="t")
+        monkeypatch.setenv("SANDFLEET_CALL_TIMEOUT", "2.5")
+        client = AgentClient(reader, writer, name="t")
+        assert getattr(client, "call_timeout", None) == 2.5
+        await client.close()
     finally:
         writer.close()
         b.close()

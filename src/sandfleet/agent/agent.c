@@ -28,7 +28,9 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
@@ -37,6 +39,13 @@
 
 #define PROTO_VERSION "1"
 #define MAX_FRAME (256u * 1024u * 1024u)
+/* Replies must fit a frame: each captured stream and each file read stays well below it. */
+#define MAX_CAPTURE (100LL << 20)
+#define MAX_READ ((long long)MAX_FRAME - (1 << 20))
+/* The uid model (docs/security.md): commands live in user namespace S, which maps uids
+ * 0..65535; the agent itself runs as GUEST_UID, which S leaves unmapped. */
+#define GUEST_UID 65536
+#define SANDBOX_UIDS 65536
 
 enum { T_HELLO = 1, T_EXEC = 2, T_STDIN = 3, T_KILL = 4, T_READ = 5, T_WRITE = 6, T_SHUTDOWN = 7 };
 enum { R_HELLO = 0x81, R_STARTED = 0x82, R_OUTPUT = 0x83, R_EXIT = 0x84, R_DATA = 0x85,
@@ -45,20 +54,36 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_STDIN_MODE = 7, F_DATA = 8, F_STREAM_NO = 9, F_CODE = 10, F_SIGNAL = 11,
        F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
-       F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28 };
+       F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28,
+       F_USER = 29, F_NOFOLLOW = 30 };
 
 static int in_fd = 0, out_fd = 1;
 static int sig_pipe[2];
+
+/* ---------- checked allocation: out of memory ends the agent (the host sees it die) ---------- */
+static void *xrealloc(void *p, size_t n) {
+    p = realloc(p, n ? n : 1);
+    if (!p) { perror("sandfleet-agent: out of memory"); _exit(70); }
+    return p;
+}
+static void *xmalloc(size_t n) { return xrealloc(NULL, n); }
+static void *xcalloc(size_t n, size_t m) {
+    if (m && n > SIZE_MAX / m) { fputs("sandfleet-agent: allocation overflow\n", stderr); _exit(70); }
+    void *p = xmalloc(n * m);
+    memset(p, 0, n * m);
+    return p;
+}
 
 /* ---------- small buffers ---------- */
 typedef struct { char *p; size_t n, cap; } buf_t;
 
 static void buf_add(buf_t *b, const void *d, size_t n) {
+    if (!n) return;
+    if (n > SIZE_MAX / 4 - b->n) { fputs("sandfleet-agent: buffer overflow\n", stderr); _exit(70); }
     if (b->n + n > b->cap) {
         size_t c = b->cap ? b->cap : 256;
         while (c < b->n + n) c *= 2;
-        b->p = realloc(b->p, c);
-        if (!b->p) { perror("realloc"); _exit(70); }
+        b->p = xrealloc(b->p, c);
         b->cap = c;
     }
     memcpy(b->p + b->n, d, n);
@@ -80,6 +105,7 @@ static void frame_begin(int type, uint32_t id) {
     buf_u32(&ob, id);
 }
 static void field(int tag, const void *d, size_t n) {
+    if (n > MAX_FRAME) n = MAX_FRAME; /* unreachable: captures and reads are capped below it */
     unsigned char t = tag;
     buf_add(&ob, &t, 1);
     buf_u32(&ob, n);
@@ -92,6 +118,7 @@ static void field_i(int tag, long long v) {
     field_s(tag, s);
 }
 static void frame_send(void) {
+    if (ob.n - 4 > MAX_FRAME) { fputs("sandfleet-agent: reply over the frame limit\n", stderr); _exit(70); }
     uint32_t len = ob.n - 4;
     ob.p[0] = len >> 24; ob.p[1] = len >> 16; ob.p[2] = len >> 8; ob.p[3] = len;
     size_t off = 0;
@@ -140,7 +167,7 @@ static const fld_t *get(const req_t *r, int tag) {
 static char *get_str(const req_t *r, int tag) { /* malloc'd NUL-terminated copy or NULL */
     const fld_t *f = get(r, tag);
     if (!f) return NULL;
-    char *s = malloc(f->len + 1);
+    char *s = xmalloc((size_t)f->len + 1);
     memcpy(s, f->data, f->len);
     s[f->len] = 0;
     return s;
@@ -156,11 +183,11 @@ static char **get_list(const req_t *r, int tag) {
     int n = 0;
     for (int i = 0; i < r->nf; i++) if (r->f[i].tag == tag) n++;
     if (!n) return NULL;
-    char **v = calloc(n + 1, sizeof *v);
+    char **v = xcalloc((size_t)n + 1, sizeof *v);
     n = 0;
     for (int i = 0; i < r->nf; i++)
         if (r->f[i].tag == tag) {
-            v[n] = malloc(r->f[i].len + 1);
+            v[n] = xmalloc((size_t)r->f[i].len + 1);
             memcpy(v[n], r->f[i].data, r->f[i].len);
             v[n][r->f[i].len] = 0;
             n++;
@@ -184,6 +211,7 @@ typedef struct {
     buf_t pending_in; /* stdin bytes not yet written */
     int close_in;     /* close stdin once pending_in is written */
     int stream, exited, status, timed_out;
+    int group;        /* index in groups[] of the command's own cgroup, or -1 */
     double start, deadline, exit_time;
 } job_t;
 
@@ -237,6 +265,187 @@ static void kill_tree(pid_t root) {
     }
 }
 
+
+/* ---------- users and isolation (docs/security.md, "The uid model") ---------- */
+static int isolated = 0;     /* commands run in user namespace S as the user they ask for */
+static int s_userns = -1;    /* S, owned by this agent, which lives in S's parent */
+
+static int write_str(const char *path, const char *v) {
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t n = (ssize_t)strlen(v), w = write(fd, v, n);
+    int e = errno;
+    close(fd);
+    errno = e;
+    return w == n ? 0 : -1;
+}
+
+/* Make S (uids 0..65535 onto ours), then become GUEST_UID: no capability anywhere, not
+ * dumpable, owner of S (so the children we fork can enter it and take any of its users),
+ * and with nothing of the launcher's environment. Runs once, as root of our namespace. */
+static int isolate(void) {
+    int p[2], q[2]; /* p: the child says it unshared; q: we close it when done with the child */
+    if (pipe2(p, O_CLOEXEC) < 0 || pipe2(q, O_CLOEXEC) < 0) return -1;
+    pid_t c = fork();
+    if (c < 0) return -1;
+    if (c == 0) {
+        char x = 'x';
+        close(q[1]);
+        if (setgroups(0, NULL) < 0 || setresgid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 ||
+            setresuid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 || unshare(CLONE_NEWUSER) < 0)
+            x = 'e';
+        if (write(p[1], &x, 1) != 1) _exit(1);
+        while (read(q[0], &x, 1) < 0 && errno == EINTR) {} /* we can't signal it: wait for EOF */
+        _exit(0);
+    }
+    close(q[0]);
+    close(p[1]);
+    char x = 0;
+    ssize_t k;
+    while ((k = read(p[0], &x, 1)) < 0 && errno == EINTR) {}
+    close(p[0]);
+    int ok = k == 1 && x == 'x';
+    if (!ok) fprintf(stderr, "sandfleet-agent: can't make the commands' user namespace\n");
+    if (ok) {
+        char path[64], map[64];
+        snprintf(map, sizeof map, "0 0 %d\n", SANDBOX_UIDS);
+        const char *step = "uid_map";
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)c);
+        ok = write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)c);
+        if (ok) step = "gid_map";
+        ok = ok && write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)c);
+        if (ok) step = "open";
+        if (ok) s_userns = open(path, O_RDONLY | O_CLOEXEC);
+        ok = ok && s_userns >= 0;
+        if (!ok) fprintf(stderr, "sandfleet-agent: map the commands' user namespace (%s): %s\n", step, strerror(errno));
+    }
+    close(q[1]);
+    waitpid(c, NULL, 0);
+    if (!ok) return -1;
+    if (setgroups(0, NULL) < 0 || setresgid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 ||
+        setresuid(GUEST_UID, GUEST_UID, GUEST_UID) < 0) {
+        perror("sandfleet-agent: drop to the agent's uid");
+        return -1;
+    }
+    prctl(PR_SET_DUMPABLE, 0);
+    clearenv();
+    isolated = 1;
+    return 0;
+}
+
+/* A user name (from the sandbox's /etc/passwd, else root/agent/verifier) or number. */
+static int resolve_user(const char *name, uid_t *uid, gid_t *gid) {
+    char *end;
+    if (!name || !*name) return -1;
+    long v = strtol(name, &end, 10);
+    int numeric = *end == 0;
+    FILE *f = fopen("/etc/passwd", "re");
+    if (f) {
+        char line[1024];
+        while (fgets(line, sizeof line, f)) {
+            char *fields[4] = {0};
+            char *q = line;
+            for (int i = 0; i < 4 && q; i++) {
+                fields[i] = q;
+                q = strchr(q, ':');
+                if (q) *q++ = 0;
+            }
+            if (!fields[3]) continue;
+            long u = strtol(fields[2], NULL, 10), g = strtol(fields[3], NULL, 10);
+            if ((numeric && u == v) || (!numeric && !strcmp(fields[0], name))) {
+                if (u < 0 || u >= SANDBOX_UIDS || g < 0 || g >= SANDBOX_UIDS) break;
+                *uid = (uid_t)u; *gid = (gid_t)g;
+                fclose(f);
+                return 0;
+            }
+        }
+        fclose(f);
+    }
+    if (numeric) {
+        if (v < 0 || v >= SANDBOX_UIDS) return -1;
+        *uid = (uid_t)v; *gid = (gid_t)v;
+        return 0;
+    }
+    static const struct { const char *n; int id; } builtin[] = {{"root", 0}, {"agent", 1000}, {"verifier", 1001}};
+    for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++)
+        if (!strcmp(name, builtin[i].n)) { *uid = *gid = builtin[i].id; return 0; }
+    return -1;
+}
+
+/* In a forked child: enter S as uid/gid (root of S keeps its capabilities there, and only
+ * there; any other user has none). */
+static int become(uid_t uid, gid_t gid) {
+    if (!isolated) return 0;
+    if (setns(s_userns, CLONE_NEWUSER) < 0) return -1;
+    if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) return -1;
+    return 0;
+}
+
+/* ---------- a cgroup per command (when the launcher delegated one to us) ---------- */
+static char cg_dir[256];     /* the sandbox's cgroup as we see it; empty = none */
+static int cg_v2 = 0;
+typedef struct { uint32_t id; uid_t uid; int used; } group_t;
+static group_t groups[4096];
+static int ngroups_used;
+
+static void group_path(int g, char *out, size_t n) {
+    snprintf(out, n, "%s/e%u", cg_dir, groups[g].id);
+}
+static int group_new(uint32_t id, uid_t uid) {
+    if (!cg_dir[0]) return -1;
+    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+        if (!groups[g].used) {
+            groups[g].id = id; groups[g].uid = uid; groups[g].used = 1;
+            char d[320];
+            group_path(g, d, sizeof d);
+            if (mkdir(d, 0700) < 0 && errno != EEXIST) { groups[g].used = 0; return -1; }
+            ngroups_used++;
+            return g;
+        }
+    return -1;
+}
+/* pids in a cgroup; returns how many were found (and killed, if kill_them) */
+static int group_scan(int g, int kill_them) {
+    char f[340];
+    group_path(g, f, sizeof f);
+    strcat(f, "/cgroup.procs");
+    FILE *fp = fopen(f, "re");
+    if (!fp) return 0;
+    int n = 0;
+    long pid;
+    while (fscanf(fp, "%ld", &pid) == 1) {
+        n++;
+        if (kill_them) kill((pid_t)pid, SIGKILL);
+    }
+    fclose(fp);
+    return n;
+}
+static void group_kill(int g) {
+    char f[340];
+    group_path(g, f, sizeof f);
+    if (cg_v2) {
+        strcat(f, "/cgroup.kill");
+        if (write_str(f, "1") == 0) return;
+    } else {
+        strcat(f, "/pids.max");
+        write_str(f, "0"); /* nothing in it can fork any more: one pass of kills catches all */
+    }
+    for (int pass = 0; pass < 4 && group_scan(g, 1); pass++) {}
+}
+static void group_release(int g) { /* remove it once empty; it stays while background processes live */
+    if (g < 0 || !groups[g].used) return;
+    char d[320];
+    group_path(g, d, sizeof d);
+    if (rmdir(d) == 0 || errno == ENOENT) { groups[g].used = 0; ngroups_used--; }
+}
+static void groups_sweep(void) {
+    if (!ngroups_used) return;
+    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+        if (groups[g].used) group_release(g);
+}
+
 static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 static void start_exec(const req_t *r) {
@@ -244,10 +453,18 @@ static void start_exec(const req_t *r) {
     char **envp = get_list(r, F_ENV);
     char *cwd = get_str(r, F_CWD);
     char *stdin_mode = get_str(r, F_STDIN_MODE);
+    char *user = get_str(r, F_USER);
     const fld_t *stdin_data = get(r, F_DATA);
+    uid_t uid = 0;
+    gid_t gid = 0;
+    int g = -1;
     if (!argv) { send_error(r->id, "ProtocolError", 0, "exec without argv"); goto out; }
     if (njobs >= (int)(sizeof jobs / sizeof *jobs)) {
         send_error(r->id, "ExecError", 0, "too many concurrent commands");
+        goto out;
+    }
+    if (isolated && user && resolve_user(user, &uid, &gid) < 0) {
+        send_error(r->id, "ExecError", 0, "no such user in the sandbox: %s", user);
         goto out;
     }
     int pin[2], pout[2], perr[2], pst[2];
@@ -256,15 +473,39 @@ static void start_exec(const req_t *r) {
         send_error(r->id, "ExecError", errno, "pipe: %s", strerror(errno));
         goto out;
     }
+    g = group_new(r->id, uid);
+    char procs[340] = "";
+    if (g >= 0) {
+        group_path(g, procs, sizeof procs - 16);
+        strcat(procs, "/cgroup.procs");
+    }
     pid_t pid = fork();
     if (pid < 0) {
         int e = errno;
         close(pin[0]); close(pin[1]); close(pout[0]); close(pout[1]);
         close(perr[0]); close(perr[1]); close(pst[0]); close(pst[1]);
+        group_release(g);
         send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
         goto out;
     }
     if (pid == 0) {
+        char m[600];
+        if (procs[0]) {
+            char me[24];
+            snprintf(me, sizeof me, "%d", (int)getpid());
+            if (write_str(procs, me) < 0) {
+                int e = errno;
+                snprintf(m, sizeof m, "%d join the command's cgroup: %s", e, strerror(e));
+                if (write(pst[1], m, strlen(m)) < 0) {}
+                _exit(127);
+            }
+        }
+        if (become(uid, gid) < 0) {
+            int e = errno;
+            snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
+            if (write(pst[1], m, strlen(m)) < 0) {}
+            _exit(127);
+        }
         setsid();
         sigset_t all;
         sigemptyset(&all);
@@ -273,15 +514,14 @@ static void start_exec(const req_t *r) {
         dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
         if (cwd && chdir(cwd) < 0) {
             int e = errno;
-            char m[600];
             snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
             if (write(pst[1], m, strlen(m)) < 0) {}
             _exit(127);
         }
-        if (envp) environ = envp;
+        static char *no_env[] = {NULL};
+        environ = envp ? envp : no_env;
         execvp(argv[0], argv);
         int e = errno;
-        char m[600];
         snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
         if (write(pst[1], m, strlen(m)) < 0) {}
         _exit(127);
@@ -297,16 +537,20 @@ static void start_exec(const req_t *r) {
         char *msg = strchr(m, ' ');
         waitpid(pid, NULL, 0);
         close(pin[1]); close(pout[0]); close(perr[0]);
+        group_release(g);
         send_error(r->id, e == ENOENT || e == ENOTDIR ? "ExecError" : errno_type(e), e,
                    "can't start command: %s", msg ? msg + 1 : m);
         goto out;
     }
-    job_t *j = calloc(1, sizeof *j);
+    job_t *j = xcalloc(1, sizeof *j);
     j->id = r->id;
     j->pid = pid;
+    j->group = g;
     j->fd[0] = pin[1]; j->fd[1] = pout[0]; j->fd[2] = perr[0];
     for (int i = 0; i < 3; i++) set_nonblock(j->fd[i]);
     j->max_output = get_int(r, F_MAX_OUTPUT, 1 << 20);
+    if (j->max_output < 0) j->max_output = 0;
+    if (j->max_output > MAX_CAPTURE) j->max_output = MAX_CAPTURE;
     j->stream = get_int(r, F_STREAM, 0);
     j->start = now();
     long long tmo = get_int(r, F_TIMEOUT_MS, 0);
@@ -318,7 +562,14 @@ static void start_exec(const req_t *r) {
     field_i(F_PID, pid);
     frame_send();
 out:
-    free_list(argv); free_list(envp); free(cwd); free(stdin_mode);
+    free_list(argv); free_list(envp); free(cwd); free(stdin_mode); free(user);
+}
+
+/* Kill everything a command started: its cgroup (orphans and setsid escapees included),
+ * else its process group and the descendants found through /proc. */
+static void kill_job(job_t *j) {
+    if (j->group >= 0 && groups[j->group].used) group_kill(j->group);
+    if (!j->exited) kill_tree(j->pid);
 }
 
 static job_t *find_job(uint32_t id) {
@@ -345,6 +596,7 @@ static void job_finish(int idx) {
     buf_free(&j->cap[0]); buf_free(&j->cap[1]); buf_free(&j->pending_in);
     free(j);
     jobs[idx] = jobs[--njobs];
+    groups_sweep(); /* groups whose background processes have all ended */
 }
 
 static void drain(job_t *j, int s) { /* s = 1 stdout, 2 stderr */
@@ -381,7 +633,9 @@ static void feed_stdin(job_t *j) {
 }
 
 static void kill_all(void) {
-    for (int i = 0; i < njobs; i++) if (!jobs[i]->exited) kill_tree(jobs[i]->pid);
+    for (int i = 0; i < njobs; i++) kill_job(jobs[i]);
+    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+        if (groups[g].used) group_kill(g);
 }
 
 /* ---------- files ---------- */
@@ -397,34 +651,133 @@ static int mkdirs(const char *path, mode_t mode) {
     return 0;
 }
 
-static void do_read(const req_t *r) {
-    char *path = get_str(r, F_PATH);
-    long long max = get_int(r, F_MAX, 64LL << 20);
-    if (!path) { send_error(r->id, "ProtocolError", 0, "read without path"); return; }
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* Reap children (ours, and orphans re-parented to us as subreaper), noting job exits. */
+static void reap(void) {
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+        for (int i = 0; i < njobs; i++)
+            if (jobs[i]->pid == p && !jobs[i]->exited) {
+                jobs[i]->exited = 1;
+                jobs[i]->status = st;
+                jobs[i]->exit_time = now();
+            }
+}
+
+/* Open a file as a sandbox user: a child enters S as that user, opens it (creating parent
+ * directories first if asked) and hands the descriptor back over a socket, so permissions
+ * and ownership are the user's. Without isolation we open it ourselves. Returns the fd, or
+ * -1 with errno set. */
+static int open_as(const char *user, const char *path, int flags, mode_t mode, int mkdirs_too) {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    if (!isolated) {
+        if (mkdirs_too && mkdirs(path, 0755) < 0) return -1;
+        int fd = open(path, flags | O_CLOEXEC, mode);
+        if (fd >= 0 && (flags & O_CREAT)) fchmod(fd, mode);
+        return fd;
+    }
+    if (resolve_user(user ? user : "root", &uid, &gid) < 0) { errno = ESRCH; return -1; }
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) return -1;
+    pid_t c = fork();
+    if (c < 0) { int e = errno; close(sv[0]); close(sv[1]); errno = e; return -1; }
+    if (c == 0) {
+        int e = 0, fd = -1;
+        if (become(uid, gid) < 0) e = errno;
+        if (!e) umask(0);
+        if (!e && mkdirs_too && mkdirs(path, 0755) < 0) e = errno;
+        if (!e && (fd = open(path, flags | O_CLOEXEC, mode)) < 0) e = errno;
+        if (!e && (flags & O_CREAT)) {
+            struct stat st;
+            if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode)) fchmod(fd, mode);
+        }
+        char cbuf[CMSG_SPACE(sizeof(int))];
+        memset(cbuf, 0, sizeof cbuf);
+        struct iovec io = {&e, sizeof e};
+        struct msghdr mh = {0};
+        mh.msg_iov = &io;
+        mh.msg_iovlen = 1;
+        if (fd >= 0) {
+            mh.msg_control = cbuf;
+            mh.msg_controllen = sizeof cbuf;
+            struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+            cm->cmsg_level = SOL_SOCKET;
+            cm->cmsg_type = SCM_RIGHTS;
+            cm->cmsg_len = CMSG_LEN(sizeof(int));
+            memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+        }
+        _exit(sendmsg(sv[1], &mh, 0) < 0 ? 1 : 0);
+    }
+    close(sv[1]);
+    int e = EIO, fd = -1;
+    char cbuf[CMSG_SPACE(sizeof(int))];
+    struct iovec io = {&e, sizeof e};
+    struct msghdr mh = {0};
+    mh.msg_iov = &io;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cbuf;
+    mh.msg_controllen = sizeof cbuf;
+    ssize_t k;
+    while ((k = recvmsg(sv[0], &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
+    close(sv[0]);
+    waitpid(c, NULL, 0);
+    if (k == (ssize_t)sizeof e) {
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+        if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+            memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+    } else e = EIO;
+    if (fd < 0) { errno = e ? e : EIO; return -1; }
+    return fd;
+}
+
+/* Only regular files: a FIFO, socket or device would wedge or mislead the agent. */
+static int check_regular(uint32_t id, int fd, const char *path) {
     struct stat st;
-    if (fd < 0 || fstat(fd, &st) < 0) {
+    if (fstat(fd, &st) < 0) {
         int e = errno;
-        send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
-        if (fd >= 0) close(fd);
-        free(path);
-        return;
+        send_error(id, NULL, e, "%s: %s", path, strerror(e));
+        return -1;
     }
     if (S_ISDIR(st.st_mode)) {
-        close(fd);
-        send_error(r->id, NULL, EISDIR, "%s: %s", path, strerror(EISDIR));
-        free(path);
-        return;
+        send_error(id, NULL, EISDIR, "%s: %s", path, strerror(EISDIR));
+        return -1;
     }
+    if (!S_ISREG(st.st_mode)) {
+        send_error(id, "OSError", EINVAL, "%s: not a regular file", path);
+        return -1;
+    }
+    return 0;
+}
+
+static void do_read(const req_t *r) {
+    char *path = get_str(r, F_PATH);
+    char *user = get_str(r, F_USER);
+    long long max = get_int(r, F_MAX, 64LL << 20);
+    if (max < 0 || max > MAX_READ) max = MAX_READ;
+    int flags = O_RDONLY | O_NONBLOCK | O_NOCTTY | (get_int(r, F_NOFOLLOW, 0) ? O_NOFOLLOW : 0);
+    if (!path) { send_error(r->id, "ProtocolError", 0, "read without path"); free(user); return; }
+    int fd = open_as(user, path, flags, 0, 0);
+    if (fd < 0) {
+        int e = errno;
+        if (e == ELOOP && (flags & O_NOFOLLOW)) send_error(r->id, "OSError", e, "%s: is a symbolic link", path);
+        else if (e == ESRCH) send_error(r->id, "ExecError", 0, "no such user in the sandbox: %s", user ? user : "root");
+        else send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+        goto out;
+    }
+    if (check_regular(r->id, fd, path) < 0) { close(fd); goto out; }
     buf_t b = {0};
     char tmp[65536];
     ssize_t k;
+    int rerr = 0;
     while ((long long)b.n <= max && (k = read(fd, tmp, sizeof tmp)) != 0) {
-        if (k < 0) { if (errno == EINTR) continue; break; }
+        if (k < 0) { if (errno == EINTR) continue; rerr = errno; break; }
         buf_add(&b, tmp, k);
     }
     close(fd);
-    if ((long long)b.n > max) {
+    if (rerr) {
+        send_error(r->id, NULL, rerr, "%s: %s", path, strerror(rerr));
+    } else if ((long long)b.n > max) {
         send_error(r->id, "OSError", EFBIG, "%s: larger than the %lld-byte read limit", path, max);
     } else {
         frame_begin(R_DATA, r->id);
@@ -432,27 +785,26 @@ static void do_read(const req_t *r) {
         frame_send();
     }
     buf_free(&b);
+out:
     free(path);
+    free(user);
 }
 
 static void do_write(const req_t *r) {
     char *path = get_str(r, F_PATH);
+    char *user = get_str(r, F_USER);
     const fld_t *data = get(r, F_DATA);
-    mode_t mode = (mode_t)get_int(r, F_MODE, 0644);
-    if (!path) { send_error(r->id, "ProtocolError", 0, "write without path"); return; }
-    if (get_int(r, F_MKDIRS, 0) && mkdirs(path, 0755) < 0) {
-        int e = errno;
-        send_error(r->id, NULL, e, "%s: can't create parent: %s", path, strerror(e));
-        free(path);
-        return;
-    }
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    mode_t mode = (mode_t)get_int(r, F_MODE, 0644) & 07777;
+    if (!path) { send_error(r->id, "ProtocolError", 0, "write without path"); free(user); return; }
+    int fd = open_as(user, path, O_WRONLY | O_CREAT | O_TRUNC | O_NONBLOCK | O_NOCTTY, mode,
+                     (int)get_int(r, F_MKDIRS, 0));
     if (fd < 0) {
         int e = errno;
-        send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
-        free(path);
-        return;
+        if (e == ESRCH) send_error(r->id, "ExecError", 0, "no such user in the sandbox: %s", user ? user : "root");
+        else send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+        goto out;
     }
+    if (check_regular(r->id, fd, path) < 0) { close(fd); goto out; }
     size_t off = 0, n = data ? data->len : 0;
     while (off < n) {
         ssize_t w = write(fd, data->data + off, n - off);
@@ -461,16 +813,62 @@ static void do_write(const req_t *r) {
             int e = errno;
             close(fd);
             send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
-            free(path);
-            return;
+            goto out;
         }
         off += w;
     }
-    fchmod(fd, mode);
     close(fd);
     frame_begin(R_DONE, r->id);
     frame_send();
+out:
     free(path);
+    free(user);
+}
+
+/* Kill every process of one user (all processes, without isolation) and return once they
+ * are gone: their cgroups first, then whatever /proc still shows, for up to 2 s. */
+static void kill_user(const char *user) {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    int all = !isolated || !user;
+    if (!all && resolve_user(user, &uid, &gid) < 0) return;
+    for (int i = 0; i < njobs; i++)
+        if (all || (jobs[i]->group >= 0 && groups[jobs[i]->group].uid == uid)) kill_job(jobs[i]);
+    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+        if (groups[g].used && (all || groups[g].uid == uid)) group_kill(g);
+    pid_t self = getpid();
+    /* /proc shows only the sandbox when isolated (its own pid namespace); never scan the host's */
+    for (double end = now() + 2.0; isolated && now() < end;) {
+        int left = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+            pid_t pid = (pid_t)atoi(e->d_name);
+            if (pid == self || pid == 1) continue;
+            char path[300], st[4096];
+            snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0) continue;
+            ssize_t k = read(fd, st, sizeof st - 1);
+            close(fd);
+            if (k <= 0) continue;
+            st[k] = 0;
+            char *u = strstr(st, "\nUid:"), *z = strstr(st, "\nState:\tZ");
+            if (!u || z) continue;
+            long ruid = strtol(u + 5, NULL, 10);
+            if (ruid == GUEST_UID || (!all && ruid != (long)uid)) continue; /* never us or our helpers */
+            left++;
+            kill(pid, SIGKILL);
+        }
+        if (d) closedir(d);
+        reap();
+        if (!left) break;
+        struct timespec ts = {0, 2000000}; /* SIGKILL is delivered asynchronously */
+        nanosleep(&ts, NULL);
+    }
+    if (!isolated) reap();
+    groups_sweep();
 }
 
 /* ---------- request dispatch ---------- */
@@ -511,12 +909,22 @@ static int handle(const req_t *r) {
         break;
     }
     case T_KILL: {
-        job_t *j = find_job((uint32_t)get_int(r, F_TARGET, 0));
+        uint32_t target = (uint32_t)get_int(r, F_TARGET, 0);
         int sig = (int)get_int(r, F_SIGNAL, SIGKILL);
-        if (j && !j->exited) {
-            if (sig == SIGKILL) kill_tree(j->pid);
-            else kill(-j->pid, sig);
+        char *user = get_str(r, F_USER);
+        if (!target && user) {
+            kill_user(user);
+        } else {
+            job_t *j = find_job(target);
+            if (sig == SIGKILL) {
+                if (j) kill_job(j);
+                for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++) /* its background, too */
+                    if (groups[g].used && groups[g].id == target) group_kill(g);
+            } else if (j && !j->exited) {
+                kill(-j->pid, sig);
+            }
         }
+        free(user);
         frame_begin(R_DONE, r->id);
         frame_send();
         break;
@@ -539,14 +947,15 @@ static int parse_frame(const unsigned char *p, uint32_t len, req_t *r) {
     r->id = (uint32_t)p[1] << 24 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 8 | p[4];
     r->nf = 0;
     int cap = 16;
-    r->f = malloc(cap * sizeof *r->f);
+    r->f = xmalloc(cap * sizeof *r->f);
     uint32_t off = 5;
     while (off < len) {
         if (len - off < 5) return -1;
         uint32_t fl = (uint32_t)p[off + 1] << 24 | (uint32_t)p[off + 2] << 16 |
                       (uint32_t)p[off + 3] << 8 | p[off + 4];
         if (fl > len - off - 5) return -1;
-        if (r->nf == cap) { cap *= 2; r->f = realloc(r->f, cap * sizeof *r->f); }
+        if (r->nf >= 65536) return -1; /* no request needs that many fields */
+        if (r->nf == cap) { cap *= 2; r->f = xrealloc(r->f, (size_t)cap * sizeof *r->f); }
         r->f[r->nf].tag = p[off];
         r->f[r->nf].len = fl;
         r->f[r->nf].data = (const char *)p + off + 5;
@@ -637,21 +1046,12 @@ static int serve(double ttl) {
                 } else drain(j, slot[i]);
             }
         }
-        /* reap children (ours and orphans re-parented to us as subreaper) */
-        int st;
-        pid_t p;
-        while ((p = waitpid(-1, &st, WNOHANG)) > 0)
-            for (int i = 0; i < njobs; i++)
-                if (jobs[i]->pid == p && !jobs[i]->exited) {
-                    jobs[i]->exited = 1;
-                    jobs[i]->status = st;
-                    jobs[i]->exit_time = now();
-                }
+        reap();
         t = now();
         if (t_end && t >= t_end) { kill_all(); input_open = 0; t_end = 0; }
         for (int i = 0; i < njobs; i++) {
             job_t *j = jobs[i];
-            if (!j->exited && j->deadline && t >= j->deadline) { j->timed_out = 1; kill_tree(j->pid); }
+            if (!j->exited && j->deadline && t >= j->deadline) { j->timed_out = 1; kill_job(j); }
             if (j->exited) {
                 if (j->fd[1] >= 0) drain(j, 1);
                 if (j->fd[2] >= 0) drain(j, 2);
@@ -672,12 +1072,25 @@ static int die(const char *what, const char *arg) {
     return 125;
 }
 
+/* Binaries the root launcher runs are found by absolute path, never through PATH. */
+static const char *system_bin(const char *name) {
+    static char path[64];
+    const char *dirs[] = {"/usr/bin", "/bin", "/usr/sbin", "/sbin"};
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs; i++) {
+        snprintf(path, sizeof path, "%s/%s", dirs[i], name);
+        if (access(path, X_OK) == 0) return path;
+    }
+    return NULL;
+}
+
 static int copy_tree(const char *from, const char *to) {
     char src[PATH_MAX];
     snprintf(src, sizeof src, "%s/.", from);
+    const char *cp = system_bin("cp");
+    if (!cp) { errno = ENOENT; return -1; }
     pid_t p = fork();
     if (p == 0) {
-        execlp("cp", "cp", "-a", src, to, (char *)NULL);
+        execl(cp, "cp", "-a", src, to, (char *)NULL);
         _exit(127);
     }
     int st = 0;
@@ -688,17 +1101,180 @@ static int copy_tree(const char *from, const char *to) {
     return 0;
 }
 
+/* Open directory PATH (absolute) for changing it, creating missing components, without
+ * following a symlink anywhere on the way: an image that makes /logs (say) a symlink to a
+ * host path must never make us chmod the host's file. Returns an O_DIRECTORY fd or -1. */
+static int open_dir_nofollow(const char *path, int create, const char **bad) {
+    char tmp[PATH_MAX];
+    if (path[0] != '/' || snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = EINVAL; return -1; }
+    int fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    char *save = NULL;
+    for (char *c = strtok_r(tmp + 1, "/", &save); c && fd >= 0; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, "..")) { close(fd); errno = EINVAL; return -1; }
+        if (!strcmp(c, ".")) continue;
+        int next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (next < 0 && errno == ENOENT && create) {
+            if (mkdirat(fd, c, 0755) < 0 && errno != EEXIST) { int e = errno; close(fd); errno = e; return -1; }
+            next = openat(fd, c, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }
+        if (next < 0) {
+            int e = errno;
+            struct stat st;
+            if ((e == ENOTDIR || e == ELOOP) && fstatat(fd, c, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) {
+                if (bad) *bad = "is a symlink";
+                e = ELOOP;
+            }
+            close(fd);
+            errno = e;
+            return -1;
+        }
+        close(fd);
+        fd = next;
+    }
+    if (fd < 0) return -1;
+    char self[64];
+    snprintf(self, sizeof self, "/proc/self/fd/%d", fd);
+    int rd = open(self, O_RDONLY | O_DIRECTORY | O_CLOEXEC); /* reopen the very same directory */
+    close(fd);
+    return rd;
+}
+
+static int refuse(const char *what, const char *path, const char *bad) {
+    if (bad) {
+        fprintf(stderr, "sandfleet-agent launch: refused: %s: a path component %s (the image may not make "
+                        "/logs, /tests, /solution, /oracle or the workdir a symlink)\n", path, bad);
+        return 125;
+    }
+    return die(what, path);
+}
+
+/* --mkdir/--opaque: create PATH as a directory owned by UID:GID with MODE, never through a
+ * symlink. --opaque also hides what the layers below have there (an existing non-directory
+ * in the upper layer is replaced). */
+static int prepare_dir(const char *p, const char *uid, const char *gid, const char *mode, int opaque) {
+    const char *bad = NULL;
+    struct stat st;
+    int fd = -1;
+    if (opaque) {
+        char parent[PATH_MAX];
+        snprintf(parent, sizeof parent, "%s", p);
+        char *slash = strrchr(parent, '/');
+        if (!slash || !slash[1]) { errno = EINVAL; return die("opaque", p); }
+        *slash = 0;
+        int pfd = open_dir_nofollow(parent[0] ? parent : "/", 1, &bad);
+        if (pfd < 0) return refuse("opaque", p, bad);
+        const char *name = slash + 1;
+        int existed = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+        if (existed && !S_ISDIR(st.st_mode)) {
+            if (unlinkat(pfd, name, 0) < 0) { close(pfd); return die("replace", p); }
+            existed = 0;
+        }
+        if (!existed && mkdirat(pfd, name, 0755) < 0 && errno != EEXIST) { close(pfd); return die("mkdir", p); }
+        fd = openat(pfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        close(pfd);
+        if (fd < 0) return die("open", p);
+        if (!existed) { /* a directory a layer brought keeps its owner and mode */
+            if (fchown(fd, atoi(uid), atoi(gid)) < 0) { close(fd); return die("chown", p); }
+            if (fchmod(fd, strtol(mode, NULL, 8)) < 0) { close(fd); return die("chmod", p); }
+        }
+        if (fsetxattr(fd, "trusted.overlay.opaque", "y", 1, 0) < 0) { close(fd); return die("mark opaque", p); }
+        close(fd);
+        return 0;
+    }
+    fd = open_dir_nofollow(p, 1, &bad);
+    if (fd < 0) return refuse("mkdir", p, bad);
+    if (fchown(fd, atoi(uid), atoi(gid)) < 0) { close(fd); return die("chown", p); }
+    if (fchmod(fd, strtol(mode, NULL, 8)) < 0) { close(fd); return die("chmod", p); }
+    close(fd);
+    return 0;
+}
+
+/* A user namespace mapping 0..count-1 onto host uids (and gids) base.., made by a child
+ * that unshares and waits while we write its maps. Returns an fd to it. */
+static int make_userns(long base, long count) {
+    int p[2];
+    if (base < 1 || count < 1 || pipe2(p, O_CLOEXEC) < 0) { errno = EINVAL; return -1; }
+    pid_t c = fork();
+    if (c < 0) return -1;
+    if (c == 0) {
+        char x = unshare(CLONE_NEWUSER) == 0 ? 'x' : 'e';
+        if (write(p[1], &x, 1) != 1) _exit(1);
+        pause();
+        _exit(0);
+    }
+    close(p[1]);
+    char x = 0;
+    ssize_t k;
+    while ((k = read(p[0], &x, 1)) < 0 && errno == EINTR) {}
+    close(p[0]);
+    int fd = -1, ok = k == 1 && x == 'x';
+    if (ok) {
+        char path[64], map[64];
+        snprintf(map, sizeof map, "0 %ld %ld\n", base, count);
+        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)c);
+        ok = write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)c);
+        ok = ok && write_str(path, map) == 0;
+        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)c);
+        if (ok) fd = open(path, O_RDONLY | O_CLOEXEC);
+    }
+    int e = errno;
+    kill(c, SIGKILL);
+    waitpid(c, NULL, 0);
+    errno = ok ? e : EPERM;
+    return fd;
+}
+
+#ifndef MOUNT_ATTR_IDMAP
+#define MOUNT_ATTR_IDMAP 0x00100000
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+struct sf_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
+
+/* Mount a read-only clone of SRC at DST through which host uid i shows as uid i of the
+ * user namespace (a base image owned by host root is then owned by the sandbox's root). */
+static int idmap_mount(const char *src, const char *dst, int userns) {
+    int t = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | O_CLOEXEC);
+    if (t < 0) return -1;
+    struct sf_mount_attr a = {MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY, 0, 0, (uint64_t)userns};
+    if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &a, sizeof a) < 0 ||
+        (mkdir(dst, 0755) < 0 && errno != EEXIST) ||
+        syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
+        int e = errno;
+        close(t);
+        errno = e;
+        return -1;
+    }
+    close(t);
+    return 0;
+}
+
+/* Enter the sandbox's user namespace as its root: every capability there, none outside. */
+static int enter_userns(int userns) {
+    if (setns(userns, CLONE_NEWUSER) < 0) return -1;
+    if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) return -1;
+    return 0;
+}
+
 static int launch(int argc, char **argv) {
-    int in_ns = 0;
+    int in_ns = 0, userns = -1, pdeath = 0;
     const char *after_from = NULL, *after_to = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--")) {
             if (i + 1 >= argc) return die("nothing to exec", NULL);
+            if (argv[i + 1][0] != '/') { errno = EINVAL; return die("not an absolute path", argv[i + 1]); }
             if (after_from) { /* run the command, then copy its writable layer out */
                 pid_t p = fork();
                 if (p == 0) {
-                    execvp(argv[i + 1], argv + i + 1);
+                    if (userns >= 0 && enter_userns(userns) < 0) _exit(die("enter user namespace", NULL));
+                    if (pdeath) prctl(PR_SET_PDEATHSIG, SIGKILL); /* a uid change clears it */
+                    execv(argv[i + 1], argv + i + 1);
                     _exit(127);
                 }
                 int st = 0;
@@ -706,7 +1282,12 @@ static int launch(int argc, char **argv) {
                 if (copy_tree(after_from, after_to) < 0) return die("copy layer out", after_from);
                 return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             }
-            execvp(argv[i + 1], argv + i + 1);
+            if (userns >= 0 && enter_userns(userns) < 0) return die("enter user namespace", NULL);
+            if (pdeath) {
+                prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() == 1) return die("owner already gone", NULL);
+            }
+            execv(argv[i + 1], argv + i + 1);
             return die("exec", argv[i + 1]);
         }
         if (!strcmp(a, "--copy-after") && i + 2 < argc) {
@@ -731,17 +1312,22 @@ static int launch(int argc, char **argv) {
             snprintf(opt, sizeof opt, "size=%s,mode=0755", argv[i + 2]);
             if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount tmpfs", argv[i + 1]);
             i += 2;
+        } else if (!strcmp(a, "--userns") && i + 2 < argc) { /* BASE COUNT */
+            userns = make_userns(atol(argv[i + 1]), atol(argv[i + 2]));
+            if (userns < 0) return die("make user namespace", argv[i + 1]);
+            i += 2;
+        } else if (!strcmp(a, "--idmap") && i + 2 < argc) { /* SRC DST, through --userns */
+            if (userns < 0) { errno = EINVAL; return die("--idmap needs --userns first", argv[i + 1]); }
+            if (idmap_mount(argv[i + 1], argv[i + 2], userns) < 0) return die("idmapped mount of", argv[i + 1]);
+            i += 2;
         } else if (!strcmp(a, "--overlay") && i + 4 < argc) {
             char opt[PATH_MAX * 3];
             snprintf(opt, sizeof opt, "lowerdir=%s,upperdir=%s,workdir=%s", argv[i + 1], argv[i + 2], argv[i + 3]);
             if (mount("overlay", argv[i + 4], "overlay", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount overlay", argv[i + 4]);
             i += 4;
         } else if (!strcmp(a, "--mkdir") && i + 4 < argc) { /* PATH UID GID MODE(octal) */
-            const char *p = argv[i + 1];
-            mkdirs(p, 0755);
-            if (mkdir(p, 0755) < 0 && errno != EEXIST) return die("mkdir", p);
-            if (lchown(p, atoi(argv[i + 2]), atoi(argv[i + 3])) < 0) return die("chown", p);
-            if (chmod(p, strtol(argv[i + 4], NULL, 8)) < 0) return die("chmod", p);
+            int rc = prepare_dir(argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4], 0);
+            if (rc) return rc;
             i += 4;
         } else if ((!strcmp(a, "--bind") || !strcmp(a, "--ro-bind")) && i + 2 < argc) {
             if (mount(argv[i + 1], argv[i + 2], NULL, MS_BIND | MS_REC, NULL) < 0) return die("bind", argv[i + 2]);
@@ -754,20 +1340,14 @@ static int launch(int argc, char **argv) {
                 return die("drop privileges to", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--opaque") && i + 4 < argc) { /* PATH UID GID MODE: hide lower */
-            const char *p = argv[i + 1];
-            struct stat st;
-            if (stat(p, &st) < 0) { /* a directory a layer brought keeps its owner and mode */
-                mkdirs(p, 0755);
-                if (mkdir(p, 0755) < 0 && errno != EEXIST) return die("mkdir", p);
-                if (lchown(p, atoi(argv[i + 2]), atoi(argv[i + 3])) < 0) return die("chown", p);
-                if (chmod(p, strtol(argv[i + 4], NULL, 8)) < 0) return die("chmod", p);
-            }
-            if (setxattr(p, "trusted.overlay.opaque", "y", 1, 0) < 0) return die("mark opaque", p);
+            int rc = prepare_dir(argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4], 1);
+            if (rc) return rc;
             i += 4;
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
             if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--pdeathsig")) {
+            pdeath = 1;
             prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (getppid() == 1) return die("owner already gone", NULL);
         } else {
@@ -780,6 +1360,7 @@ static int launch(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    int isolate_wanted = 0;
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
@@ -789,13 +1370,26 @@ int main(int argc, char **argv) {
             in_fd = out_fd = fd;
         } else if (!strcmp(argv[i], "--ttl") && i + 1 < argc) {
             ttl = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--isolate")) {
+            isolate_wanted = 1;
+        } else if (!strcmp(argv[i], "--cgroup-dir") && i + 1 < argc) {
+            snprintf(cg_dir, sizeof cg_dir, "%s", argv[++i]);
         } else if (!strcmp(argv[i], "--version")) {
             printf("sandfleet-agent protocol %s\n", PROTO_VERSION);
             return 0;
         } else {
-            fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] | launch ...\n");
+            fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate] "
+                            "[--cgroup-dir DIR] | launch ...\n");
             return 64;
         }
     }
+    if (cg_dir[0]) {
+        char f[300];
+        snprintf(f, sizeof f, "%s/cgroup.kill", cg_dir);
+        cg_v2 = access(f, F_OK) == 0;
+        snprintf(f, sizeof f, "%s/cgroup.procs", cg_dir);
+        if (access(f, W_OK) < 0) cg_dir[0] = 0; /* not delegated to us: kill by process tree */
+    }
+    if (isolate_wanted && isolate() < 0) return 77;
     return serve(ttl);
 }

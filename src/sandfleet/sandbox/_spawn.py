@@ -40,7 +40,8 @@ class AgentProcess:
                 stdout=asyncio.subprocess.PIPE,
                 stderr=errf,
                 cwd=cwd,
-                env=env if env is not None else {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+                # never the caller's PATH: the root launcher runs only absolute paths anyway
+                env=env if env is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 start_new_session=new_session,
                 limit=1 << 20,
             )

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback
-from sandfleet.errors import SandboxClosedError, SandboxDiedError, SandboxPathError
-from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.errors import ConfigError, SandboxClosedError, SandboxDiedError, SandboxPathError
+from sandfleet.sandbox.spec import SandboxSpec, check_user
 
 DEFAULT_MAX_OUTPUT = 1 << 20
 BASE_ENV = {
@@ -56,13 +56,18 @@ class Sandbox(Protocol):
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         on_output: OutputCallback | None = None,
+        user: str | int | None = None,
     ) -> ExecResult: ...
 
-    async def read_file(self, path: str) -> bytes: ...
-    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None: ...
-    async def upload(self, local: str | Path, remote_dir: str) -> None: ...
+    async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
+                        nofollow: bool = False) -> bytes: ...
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
+                         user: str | int | None = None) -> None: ...
+    async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None: ...
+    async def kill_user(self, user: str | int) -> None: ...
     async def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path: ...
-    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session: ...
+    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
+                user: str | int | None = None) -> Session: ...
     async def snapshot(self) -> Snapshot: ...
     async def close(self) -> None: ...
 
@@ -162,8 +167,10 @@ class AgentSandbox:
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         on_output: OutputCallback | None = None,
+        user: str | int | None = None,
     ) -> ExecResult:
-        """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it."""
+        """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it, as ``user``
+        (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``)."""
         self._check()
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
@@ -177,19 +184,39 @@ class AgentSandbox:
             timeout=timeout,
             max_output=max_output,
             on_output=on_output,
+            user=self._user(user),
         )
 
-    async def read_file(self, path: str) -> bytes:
-        self._check()
-        return await self.client.read_file(self._path(path))
+    def _user(self, user: str | int | None) -> str:
+        try:
+            return check_user(self.spec.user if user is None else user)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
-    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644) -> None:
+    async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
+                        nofollow: bool = False) -> bytes:
+        """A file's bytes, read as ``user``. Only regular files are read (a FIFO or device
+        is refused, never waited on); ``nofollow`` also refuses a symlink as the last
+        component; more than ``max_bytes`` is an error."""
+        self._check()
+        kw: dict[str, Any] = {} if max_bytes is None else {"max_bytes": max_bytes}
+        return await self.client.read_file(self._path(path), user=self._user(user), nofollow=nofollow, **kw)
+
+    async def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644,
+                         user: str | int | None = None) -> None:
+        """Write a regular file as ``user`` (who owns it if it is new)."""
         self._check()
         raw = data.encode() if isinstance(data, str) else data
-        await self.client.write_file(self._path(path), raw, mode=mode)
+        await self.client.write_file(self._path(path), raw, mode=mode, user=self._user(user))
 
-    async def upload(self, local: str | Path, remote_dir: str) -> None:
-        """Copy a local file or directory into ``remote_dir`` (created if missing)."""
+    async def kill_user(self, user: str | int) -> None:
+        """Kill every process of ``user`` in the sandbox; returns once they are gone. (On the
+        process backend, which has no users, every process the sandbox started.)"""
+        self._check()
+        await self.client.kill_user(self._user(user))
+
+    async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None:
+        """Copy a local file or directory into ``remote_dir`` (created if missing), as ``user``."""
         local = Path(local)
         if not local.exists():
             raise FileNotFoundError(f"nothing to upload at {local}")
@@ -205,6 +232,7 @@ class AgentSandbox:
             ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", dest],
             stdin=buf.getvalue(),
             cwd="/",
+            user=user,
         )
         if res.exit_code != 0:
             raise SandboxPathError(f"upload to {dest} failed: {res.stderr.strip()}")
@@ -253,9 +281,10 @@ class AgentSandbox:
             shutil.rmtree(scratch, ignore_errors=True)
         return out / name
 
-    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None) -> Session:
-        """A shell session: cwd, exported and shell variables survive between commands."""
-        return Session(self, cwd=cwd or self.spec.workdir, env=env or {})
+    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
+                user: str | int | None = None) -> Session:
+        """A shell session as ``user``: cwd, exported and shell variables survive between commands."""
+        return Session(self, cwd=cwd or self.spec.workdir, env=env or {}, user=user)
 
     async def snapshot(self) -> Snapshot:
         raise NotImplementedError(f"{self.backend} sandboxes can't snapshot")
@@ -299,8 +328,9 @@ class Session:
     previous one saved (variables, functions, cwd), so a command killed by its timeout
     loses only its own changes and the session stays usable (``usable`` says so)."""
 
-    def __init__(self, sandbox: AgentSandbox, *, cwd: str, env: dict[str, str]):
+    def __init__(self, sandbox: AgentSandbox, *, cwd: str, env: dict[str, str], user: str | int | None = None):
         self.sandbox = sandbox
+        self.user = user
         self.state_file = f"/tmp/.sandfleet-session-{uuid.uuid4().hex[:8]}"
         self.cwd = cwd
         self.env = env
@@ -316,18 +346,18 @@ class Session:
             init = f"cd {shlex.quote(self.sandbox._path(self.cwd))}\n" + "".join(
                 f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items()
             )
-            await self.sandbox.write_file(self.state_file, init, mode=0o600)
+            await self.sandbox.write_file(self.state_file, init, mode=0o600, user=self.user)
             self._started = True
         return await self.sandbox.exec(
             ["bash", "-c", _SESSION_SCRIPT, "sandfleet-session", self.sandbox._path(self.state_file), command],
-            timeout=timeout, max_output=max_output, on_output=on_output,
+            timeout=timeout, max_output=max_output, on_output=on_output, user=self.user,
         )
 
     async def close(self) -> None:
         if self.sandbox.alive:
             with contextlib.suppress(Exception):
                 path = self.sandbox._path(self.state_file)
-                await self.sandbox.exec(["rm", "-f", path, path + ".tmp"], cwd="/")
+                await self.sandbox.exec(["rm", "-f", path, path + ".tmp"], cwd="/", user=self.user)
 
 
 async def wait_process(proc: asyncio.subprocess.Process, timeout: float) -> int | None:

@@ -30,7 +30,7 @@ from sandfleet.images import Image, resolve_image
 from sandfleet.sandbox import cgroups, network
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
-from sandfleet.sandbox.spec import BwrapConfig, SandboxSpec
+from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
 
 # On the "host" image a sandbox sees only the system directories of the host; every other
@@ -39,6 +39,7 @@ from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
 HOST_SYSTEM = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "dev", "proc", "sys"}
 HOST_HIDDEN_BELOW = ("/var/lib/sandfleet", "/var/cache", "/var/tmp", "/var/log")
 FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
+CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest agent (a cgroup per command)
 
 
 @functools.cache
@@ -134,43 +135,65 @@ class BwrapBackend:
                 "the bwrap backend needs root on the host for its overlay root and cgroups "
                 "(run as root, or use --backend process for development)"
             )
+        found = shutil.which(self.config.bwrap)
+        assert found is not None  # bwrap_version found it
+        self.bwrap = str(Path(found).resolve())  # the root launcher never searches PATH
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None) -> list[str]:
+        """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
+        then bwrap runs as root of the sandbox's user namespace P, and the guest agent
+        makes the commands' namespace S and drops to a uid no command has."""
         cfg, lim = self.config, spec.limits
-        hu = str(cfg.host_uid)
+        root_ids = [str(cfg.host_uid(ROOT_UID))] * 2
+        agent_ids = [str(cfg.host_uid(AGENT_UID))] * 2
+        sdir = sdir.resolve()  # the launcher refuses symlinks on any path it prepares
         rw, root = sdir / "rw", sdir / "root"
         agent_dir = _agent_dir()
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.procs_files if cg else []:
             a += ["--cgroup", str(f)]
         a += ["--tmpfs", str(rw), f"{lim.disk_mib}m",
-              "--mkdir", str(rw / "upper"), "0", "0", "0755",
-              "--mkdir", str(rw / "work"), "0", "0", "0755"]
+              "--mkdir", str(rw / "upper"), *root_ids, "0755",
+              "--mkdir", str(rw / "work"), "0", "0", "0755",
+              "--userns", str(cfg.uid_base), str(SANDBOX_UIDS + 1)]
         if lowers[-1] == Path("/"):
             # Overlayfs refuses layers that live below another layer ("/" here), so layers
             # over the host's root are copied into the private upper layer instead; host
             # directories the sandbox must not see become opaque (empty) upper directories.
+            # The host's files stay owned by host root: unmapped, so nobody inside can
+            # change them.
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
             for path in _host_hidden():
-                a += ["--opaque", f"{rw}/upper{path}", "0", "0", FRESH_MODES.get(path, "0755")]
+                a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
             lowers = lowers[-1:]
+        else:
+            # A base image is owned by host root on disk: mount it idmapped, so its files
+            # belong to the sandbox's root as in a container. Layers we wrote are shifted already.
+            a += ["--idmap", str(lowers[-1]), str(sdir / "base")]
+            lowers = [*lowers[:-1], sdir / "base"]
         a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
         if lowers[-1] != Path("/"):
-            a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
+            a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
-            a += ["--mkdir", f"{root}{path}", hu, hu, "0755"]
-        a += ["--mkdir", f"{root}/.sandfleet", "0", "0", "0755", "--pdeathsig", "--user", hu, hu, "--"]
-        uid = str(cfg.sandbox_uid)
-        a += [cfg.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
-              "--ro-bind", str(agent_dir), "/.sandfleet",
-              "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-              "--unshare-cgroup-try", "--hostname", "sandbox",
-              "--uid", uid, "--gid", uid, "--die-with-parent", "--new-session",
-              "--cap-drop", "ALL", "--chdir", "/"]
+            a += ["--mkdir", f"{root}{path}", *agent_ids, "0755"]
+        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", "--"]
+        a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
+              "--ro-bind", str(agent_dir), "/.sandfleet"]
+        delegated = cg.delegate(cfg.host_uid(GUEST_AGENT_UID)) if cg else None
+        if delegated is not None:
+            a += ["--bind", str(delegated), CGROUP_DIR]
+        a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+              "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        # what the agent needs to make S and drop to its own uid; it keeps none of them
+        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"):
+            a += ["--cap-add", cap]
+        a += ["--chdir", "/"]
         a.append("--unshare-net")  # always; network=True attaches user-mode networking (network.py)
-        a += ["--", "/.sandfleet/sandfleet-agent"]
+        a += ["--", "/.sandfleet/sandfleet-agent", "--isolate"]
+        if delegated is not None:
+            a += ["--cgroup-dir", CGROUP_DIR]
         if lim.ttl_s:
             a += ["--ttl", str(lim.ttl_s)]
         return a

@@ -173,6 +173,27 @@ class Cgroup:
     def procs_files(self) -> list[Path]:
         return [d / "cgroup.procs" for d in self.dirs]
 
+    def delegate(self, uid: int) -> Path | None:
+        """Let host uid ``uid`` (the guest agent) make child groups, one per command, so a
+        kill reaches everything a command started. Returns the group to hand over (the pids
+        hierarchy on v1), or None where there is none."""
+        d = self.layout.mounts.get("pids")
+        if d is None:
+            return None
+        d = d / self.parent / self.name
+        files = ["cgroup.procs"] if self.layout.version == "v2" else []  # v2 moves need the common parent
+        for p in [d, *(d / f for f in files)]:
+            os.chown(p, uid, uid)
+        d.chmod(0o700)
+        return d
+
+    def _children(self) -> list[Path]:
+        out: list[Path] = []
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                out += [c for c in d.iterdir() if c.is_dir()]
+        return out
+
     def create(self, limits: Limits) -> None:
         lay = self.layout
         # Under throttled_parent every sandbox's cores also deliver only that fraction.
@@ -208,8 +229,9 @@ class Cgroup:
             _write(d / "cpu.cfs_quota_us", str(quota))
 
     def pids(self) -> set[int]:
+        """Every process in the group, its per-command child groups included."""
         found: set[int] = set()
-        for f in self.procs_files:
+        for f in [*self.procs_files, *(c / "cgroup.procs" for c in self._children())]:
             with contextlib.suppress(OSError):
                 found.update(int(x) for x in f.read_text().split())
         return found
@@ -242,8 +264,8 @@ class Cgroup:
             time.sleep(0.005)
 
     def remove(self) -> None:
-        """Kill what's left and remove the group directories."""
-        for d in self.dirs:
+        """Kill what's left and remove the group directories (per-command children first)."""
+        for d in [*self._children(), *self.dirs]:
             if not d.exists():
                 continue
             try:

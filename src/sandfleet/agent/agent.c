@@ -1387,8 +1387,7 @@ int main(int argc, char **argv) {
         char f[300];
         snprintf(f, sizeof f, "%s/cgroup.kill", cg_dir);
         cg_v2 = access(f, F_OK) == 0;
-        snprintf(f, sizeof f, "%s/cgroup.procs", cg_dir);
-        if (access(f, W_OK) < 0) cg_dir[0] = 0; /* not delegated to us: kill by process tree */
+        if (access(cg_dir, W_OK) < 0) cg_dir[0] = 0; /* not delegated to us: kill by process tree */
     }
     if (isolate_wanted && isolate() < 0) return 77;
     return serve(ttl);

@@ -27,9 +27,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <linux/capability.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -377,7 +379,12 @@ static int resolve_user(const char *name, uid_t *uid, gid_t *gid) {
 /* In a forked child: enter S as uid/gid (root of S keeps its capabilities there, and only
  * there; any other user has none). */
 static int become(uid_t uid, gid_t gid) {
-    if (!isolated) return 0;
+    if (!isolated) {
+        /* A microVM's agent is the guest's PID 1 and root, and so are its commands (no user
+         * switching there yet): at least they can't ptrace it, or read its memory. */
+        if (getppid() == 1 && geteuid() == 0) prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
+        return 0;
+    }
     if (setns(s_userns, CLONE_NEWUSER) < 0) return -1;
     if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) return -1;
     return 0;
@@ -974,6 +981,7 @@ static void on_sigchld(int s) {
 
 static int serve(double ttl) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
+    prctl(PR_SET_DUMPABLE, 0); /* no command may ptrace us or read our memory or environment */
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 70;
     struct sigaction sa = {0};
     sa.sa_handler = on_sigchld;
@@ -1343,6 +1351,19 @@ static int launch(int argc, char **argv) {
             int rc = prepare_dir(argv[i + 1], argv[i + 2], argv[i + 3], argv[i + 4], 1);
             if (rc) return rc;
             i += 4;
+        } else if (!strcmp(a, "--whiteout") && i + 1 < argc) { /* PATH: hide a lower's file */
+            const char *p = argv[++i], *bad = NULL;
+            char parent[PATH_MAX];
+            snprintf(parent, sizeof parent, "%s", p);
+            char *slash = strrchr(parent, '/');
+            if (!slash || !slash[1]) { errno = EINVAL; return die("whiteout", p); }
+            *slash = 0;
+            int pfd = open_dir_nofollow(parent[0] ? parent : "/", 1, &bad);
+            if (pfd < 0) return refuse("whiteout", p, bad);
+            unlinkat(pfd, slash + 1, 0);
+            int rc = mknodat(pfd, slash + 1, S_IFCHR | 0600, makedev(0, 0));
+            close(pfd);
+            if (rc < 0 && errno != EEXIST) return die("whiteout", p);
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
             if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;

@@ -33,20 +33,28 @@ from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
 
-# On the "host" image a sandbox sees only the system directories of the host; every other
-# top-level directory (home, /root, /work, /srv, /mnt, ...) and our own state is replaced
-# by an empty private one.
+# On the "host" image a sandbox sees only the system directories of the host: every other
+# top-level entry (home, /root, /work, /srv, /mnt, top-level files, ...) and the host's own
+# state under /var is replaced by nothing, or by an empty private directory.
 HOST_SYSTEM = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "var", "dev", "proc", "sys"}
-HOST_HIDDEN_BELOW = ("/var/lib/sandfleet", "/var/cache", "/var/tmp", "/var/log")
+HOST_HIDDEN_BELOW = ("/var/lib", "/var/cache", "/var/tmp", "/var/log", "/var/mail", "/var/spool",
+                     "/var/backups", "/var/opt", "/var/local")
 FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
 CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest agent (a cgroup per command)
 
 
-@functools.cache
-def _host_hidden() -> tuple[str, ...]:
-    top = [f"/{p.name}" for p in Path("/").iterdir() if p.is_dir() and not p.is_symlink() and p.name not in HOST_SYSTEM]
-    below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir()]
-    return tuple(sorted({*top, "/tmp", "/home", "/run"})) + tuple(below)
+def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(directories to replace by empty ones, other entries to remove) of the host's root;
+    read at each sandbox start, so a file made since is hidden too."""
+    dirs, other = {"/tmp", "/home", "/run"}, set()
+    for p in Path("/").iterdir():
+        if p.name in HOST_SYSTEM:
+            continue
+        if p.is_symlink() and os.readlink(p).lstrip("/").split("/")[0] in HOST_SYSTEM:
+            continue  # bin -> usr/bin and the like
+        (dirs if p.is_dir() and not p.is_symlink() else other).add(f"/{p}".replace("//", "/"))
+    below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir() and not Path(p).is_symlink()]
+    return tuple(sorted(dirs)) + tuple(below), tuple(sorted(other))
 
 
 def _agent_dir() -> Path:
@@ -165,8 +173,11 @@ class BwrapBackend:
             # change them.
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
-            for path in _host_hidden():
+            hidden_dirs, hidden_other = _host_hidden()
+            for path in hidden_dirs:
                 a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
+            for path in hidden_other:
+                a += ["--whiteout", f"{rw}/upper{path}"]
             lowers = lowers[-1:]
         else:
             # A base image is owned by host root on disk: mount it idmapped, so its files

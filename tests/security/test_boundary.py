@@ -10,7 +10,6 @@ import asyncio
 import os
 import shutil
 import stat
-import subprocess
 import time
 from pathlib import Path
 
@@ -106,8 +105,9 @@ async def test_close_returns_after_every_process_is_gone() -> None:
     await sb.close()
     if cg is not None:
         assert not cg.pids(), "processes outlived close()"
-    out = subprocess.run(["pgrep", "-f", "sleep 300[.][89]"], capture_output=True, text=True).stdout
-    assert out.strip() == "", f"sandbox processes outlived close(): {out}"
+    proc = await asyncio.create_subprocess_exec("pgrep", "-f", "sleep 300[.][89]", stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    assert out.strip() == b"", f"sandbox processes outlived close(): {out!r}"
 
 
 async def test_a_fifo_never_wedges_the_agent(box: Sandbox) -> None:

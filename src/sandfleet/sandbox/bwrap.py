@@ -50,9 +50,9 @@ def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
     for p in Path("/").iterdir():
         if p.name in HOST_SYSTEM:
             continue
-        if p.is_symlink() and os.readlink(p).lstrip("/").split("/")[0] in HOST_SYSTEM:
+        if p.is_symlink() and str(p.readlink()).lstrip("/").split("/")[0] in HOST_SYSTEM:
             continue  # bin -> usr/bin and the like
-        (dirs if p.is_dir() and not p.is_symlink() else other).add(f"/{p}".replace("//", "/"))
+        (dirs if p.is_dir() and not p.is_symlink() else other).add(str(p))
     below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir() and not Path(p).is_symlink()]
     return tuple(sorted(dirs)) + tuple(below), tuple(sorted(other))
 

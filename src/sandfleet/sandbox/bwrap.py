@@ -46,7 +46,8 @@ CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest ag
 def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(directories to replace by empty ones, other entries to remove) of the host's root;
     read at each sandbox start, so a file made since is hidden too."""
-    dirs, other = {"/tmp", "/home", "/run"}, set()
+    dirs: set[str] = {"/tmp", "/home", "/run"}
+    other: set[str] = set()
     for p in Path("/").iterdir():
         if p.name in HOST_SYSTEM:
             continue

@@ -8,6 +8,14 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+# hypothesis's pytest plugin imports hypothesis at the end of a run if no test did; under
+# CPython 3.11.7 that late import (assertion-rewritten, deep in pluggy's stack) can die with
+# "AST constructor recursion depth mismatch". Importing it here, early, avoids that.
+try:
+    import hypothesis  # noqa: F401
+except ImportError:  # pragma: no cover
+    pass
+
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
 

@@ -59,7 +59,7 @@ def test_cli_sandbox_run_exit_codes(backend: str) -> None:
     r = sf("sandbox", "run", "--backend", backend, "--timeout", "0.5", "--", "sleep", "30")
     assert r.returncode == 124 and "timed out" in r.stderr
     r = sf("sandbox", "run", "--backend", "nope", "--", "true")
-    assert r.returncode != 0 and "unknown backend" in r.stderr
+    assert r.returncode == 2 and "Invalid value for '--backend'" in r.stderr
 
 
 def test_cli_detached_create_exec_rm(backend: str) -> None:

@@ -42,17 +42,15 @@ async def test_fork_bomb_is_contained(isb: Sandbox) -> None:
     cg = getattr(isb, "cgroup", None)
     if cg is None:
         pytest.skip("this sandbox has no cgroup to read the pids limit's events from")
-    events = [d / "pids.events" for d in cg.dirs if (d / "pids.events").exists()]
-    assert events, f"no pids.events in {cg.dirs}"
-
-    def hits() -> int:  # how often the kernel refused a fork at pids.max
-        return sum(int(line.split()[1]) for f in events for line in f.read_text().splitlines()
-                   if line.startswith("max "))
-
-    before = hits()
+    pids_dir = next((d for d in cg.dirs if (d / "pids.max").exists()), None)
+    assert pids_dir is not None, f"no pids controller in {cg.dirs}"
+    limit = int((pids_dir / "pids.max").read_text())
+    peak = pids_dir / "pids.peak"  # (on v1 the refusals are counted in the forking child group)
+    if not peak.exists():
+        pytest.skip("this kernel has no pids.peak to show the limit was reached")
     r = await isb.exec("bomb() { bomb | bomb & }; bomb; sleep 5", timeout=3)
     assert r.timed_out  # the timeout killed the whole tree
-    assert hits() > before, "the pids limit was never hit: nothing shows the limit contained the bomb"
+    assert int(peak.read_text()) >= limit, f"the bomb never reached pids.max={limit}: nothing shows the limit held it"
     ok = await isb.exec("echo alive", timeout=10)  # the sandbox recovers once it's killed
     assert ok.stdout == "alive\n"
 

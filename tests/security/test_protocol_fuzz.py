@@ -508,12 +508,7 @@ def test_agent_rejects_bad_framing(asan_agent: Agent, stream: bytes) -> None:
     assert any(f.type == T.R_ERROR and f.text(F.ETYPE) == "ProtocolError" for f in replies), replies
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent.c (owned by the guest-agent rewrite): EXEC with an empty DATA field makes buf_add "
-    "memcpy into a NULL buffer (UBSan: null pointer passed as argument 1, buf_add <- start_exec); "
-    "found by test_agent_fuzz, present since 490e57a",
-)
+# found by test_agent_fuzz (UBSan: memcpy into a NULL buffer in buf_add), present since 490e57a; fixed
 def test_agent_exec_with_empty_stdin_field(asan_agent: Agent) -> None:
     stream = encode(T.EXEC, 1000, [(F.ARGV, "/bin/true"), (F.DATA, b"")])
     rc, out, err = run_agent(asan_agent, stream)

@@ -66,12 +66,15 @@ ISOLATED_BACKENDS = ("bwrap", "microvm", "firecracker")
 
 # Empty each test folder ("t:PATH") and reward folder ("r:PATH") -- a link or file in its
 # place is replaced by a folder -- owned by root, mode 0755; a reward folder then goes to
-# the verifier's user ($1, empty = leave owners alone). Prints a fresh HOME for that user.
+# the verifier's user ($1, empty = leave owners alone). The workdir ("w:PATH") is handed to
+# that user (the agent is gone by then), so tests that write there work as they do as root
+# in Docker. Prints a fresh HOME for that user.
 PREPARE = r"""
 set -e
 owner=$1; shift
 for a; do
   d=${a#?:}
+  case $a in w:*) if [ -n "$owner" ] && [ -d "$d" ] && [ ! -L "$d" ]; then chown -R -h "$owner" -- "$d"; fi; continue ;; esac
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
   mkdir -p -- "$d"
   find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
@@ -218,6 +221,8 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
     with recorder.span("other_sandbox", what="clear tests and rewards"):
         owner = uid_of(user) if sandbox.backend in ISOLATED_BACKENDS else ""
         dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
+        if owner and not is_root(user):
+            dirs.append("w:" + _guest(sandbox, task.workdir))
         res = await sandbox.exec(["bash", "-c", PREPARE, "prepare", owner, *dirs], cwd="/", timeout=60, user="root")
         if res.exit_code != 0 or not res.stdout.strip():
             raise RolloutError(f"could not prepare the test and reward folders: "

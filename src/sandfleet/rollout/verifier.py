@@ -74,7 +74,10 @@ set -e
 owner=$1; shift
 for a; do
   d=${a#?:}
-  case $a in w:*) if [ -n "$owner" ] && [ -d "$d" ] && [ ! -L "$d" ]; then chown -R -h "$owner" -- "$d"; fi; continue ;; esac
+  case $a in w:*)
+    if [ -n "$owner" ] && [ -d "$d" ] && [ ! -L "$d" ]; then chown -R -h "$owner" -- "$d"; fi
+    continue ;;
+  esac
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
   mkdir -p -- "$d"
   find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +

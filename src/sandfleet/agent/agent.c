@@ -393,30 +393,44 @@ static int become(uid_t uid, gid_t gid) {
 /* ---------- a cgroup per command (when the launcher delegated one to us) ---------- */
 static char cg_dir[256];     /* the sandbox's cgroup as we see it; empty = none */
 static int cg_v2 = 0;
-typedef struct { uint32_t id; uid_t uid; int used; } group_t;
-static group_t groups[4096];
+/* Groups are made once and reused: "e<slot>" is free again once its processes are gone
+ * (a mkdir and rmdir per command would cost more than the command's own start). */
+typedef struct { uint32_t id; uid_t uid; int used, made, capped; } group_t;
+#define NGROUPS 4096
+static group_t groups[NGROUPS];
 static int ngroups_used;
 
 static void group_path(int g, char *out, size_t n) {
-    snprintf(out, n, "%s/e%u", cg_dir, groups[g].id);
+    snprintf(out, n, "%s/e%d", cg_dir, g);
+}
+static int group_file(int g, const char *name, const char *value) {
+    char f[340];
+    group_path(g, f, sizeof f - 32);
+    strcat(f, "/");
+    strcat(f, name);
+    return write_str(f, value);
 }
 static int group_new(uint32_t id, uid_t uid) {
     if (!cg_dir[0]) return -1;
-    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
-        if (!groups[g].used) {
-            groups[g].id = id; groups[g].uid = uid; groups[g].used = 1;
-            char d[320];
-            group_path(g, d, sizeof d);
-            if (mkdir(d, 0700) < 0 && errno != EEXIST) { groups[g].used = 0; return -1; }
-            ngroups_used++;
-            return g;
-        }
-    return -1;
+    int g = -1;
+    for (int i = 0; i < NGROUPS && g < 0; i++) if (!groups[i].used && groups[i].made) g = i;
+    for (int i = 0; i < NGROUPS && g < 0; i++) if (!groups[i].used) g = i;
+    if (g < 0) return -1;
+    if (!groups[g].made) {
+        char d[320];
+        group_path(g, d, sizeof d);
+        if (mkdir(d, 0700) < 0 && errno != EEXIST) return -1;
+        groups[g].made = 1;
+    }
+    if (groups[g].capped && group_file(g, "pids.max", "max") == 0) groups[g].capped = 0;
+    groups[g].id = id; groups[g].uid = uid; groups[g].used = 1;
+    ngroups_used++;
+    return g;
 }
 /* pids in a cgroup; returns how many were found (and killed, if kill_them) */
 static int group_scan(int g, int kill_them) {
     char f[340];
-    group_path(g, f, sizeof f);
+    group_path(g, f, sizeof f - 16);
     strcat(f, "/cgroup.procs");
     FILE *fp = fopen(f, "re");
     if (!fp) return 0;
@@ -430,26 +444,18 @@ static int group_scan(int g, int kill_them) {
     return n;
 }
 static void group_kill(int g) {
-    char f[340];
-    group_path(g, f, sizeof f);
-    if (cg_v2) {
-        strcat(f, "/cgroup.kill");
-        if (write_str(f, "1") == 0) return;
-    } else {
-        strcat(f, "/pids.max");
-        write_str(f, "0"); /* nothing in it can fork any more: one pass of kills catches all */
-    }
+    if (cg_v2 && group_file(g, "cgroup.kill", "1") == 0) return;
+    if (!cg_v2 && group_file(g, "pids.max", "0") == 0) groups[g].capped = 1; /* no more forks in it */
     for (int pass = 0; pass < 4 && group_scan(g, 1); pass++) {}
 }
-static void group_release(int g) { /* remove it once empty; it stays while background processes live */
-    if (g < 0 || !groups[g].used) return;
-    char d[320];
-    group_path(g, d, sizeof d);
-    if (rmdir(d) == 0 || errno == ENOENT) { groups[g].used = 0; ngroups_used--; }
+static void group_release(int g) { /* free once empty; it stays taken while background processes live */
+    if (g < 0 || !groups[g].used || group_scan(g, 0)) return;
+    groups[g].used = 0;
+    ngroups_used--;
 }
 static void groups_sweep(void) {
     if (!ngroups_used) return;
-    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+    for (int g = 0; g < NGROUPS; g++)
         if (groups[g].used) group_release(g);
 }
 
@@ -575,7 +581,7 @@ out:
 /* Kill everything a command started: its cgroup (orphans and setsid escapees included),
  * else its process group and the descendants found through /proc. */
 static void kill_job(job_t *j) {
-    if (j->group >= 0 && groups[j->group].used) group_kill(j->group);
+    if (j->group >= 0 && groups[j->group].used && groups[j->group].id == j->id) group_kill(j->group);
     if (!j->exited) kill_tree(j->pid);
 }
 
@@ -641,7 +647,7 @@ static void feed_stdin(job_t *j) {
 
 static void kill_all(void) {
     for (int i = 0; i < njobs; i++) kill_job(jobs[i]);
-    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+    for (int g = 0; g < NGROUPS; g++)
         if (groups[g].used) group_kill(g);
 }
 
@@ -840,8 +846,9 @@ static void kill_user(const char *user) {
     int all = !isolated || !user;
     if (!all && resolve_user(user, &uid, &gid) < 0) return;
     for (int i = 0; i < njobs; i++)
-        if (all || (jobs[i]->group >= 0 && groups[jobs[i]->group].uid == uid)) kill_job(jobs[i]);
-    for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++)
+        if (all || (jobs[i]->group >= 0 && groups[jobs[i]->group].id == jobs[i]->id &&
+                    groups[jobs[i]->group].uid == uid)) kill_job(jobs[i]);
+    for (int g = 0; g < NGROUPS; g++)
         if (groups[g].used && (all || groups[g].uid == uid)) group_kill(g);
     pid_t self = getpid();
     /* /proc shows only the sandbox when isolated (its own pid namespace); never scan the host's */
@@ -925,7 +932,7 @@ static int handle(const req_t *r) {
             job_t *j = find_job(target);
             if (sig == SIGKILL) {
                 if (j) kill_job(j);
-                for (int g = 0; g < (int)(sizeof groups / sizeof *groups); g++) /* its background, too */
+                for (int g = 0; g < NGROUPS; g++) /* its background, too */
                     if (groups[g].used && groups[g].id == target) group_kill(g);
             } else if (j && !j->exited) {
                 kill(-j->pid, sig);

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,26 @@ async def test_disk_limit(isolated_backend: str) -> None:
     try:
         r = await sb.exec("head -c 40000000 /dev/zero > big", timeout=30)
         assert r.exit_code != 0 and ("No space left" in r.stderr or "I/O error" in r.stderr)
+    finally:
+        await sb.close()
+
+
+async def test_disk_limit_is_not_memory() -> None:
+    """Finding 25: with memory 64 MiB and disk 512 MiB, writing 300 MB OOM-killed the sandbox
+    (the tmpfs layer was charged to memory). The disk is a disk: the write succeeds, and
+    writing past the disk limit is ENOSPC with the sandbox alive."""
+    from sandfleet.sandbox import disk
+
+    if os.geteuid() != 0 or not shutil.which("bwrap"):
+        pytest.skip("the bwrap backend needs root and bubblewrap")
+    if not disk.available():
+        pytest.skip("no loop devices or mkfs.ext4 here: the layer is a memory-charged tmpfs")
+    sb = await create_sandbox(backend="bwrap", memory_mib=64, disk_mib=512)
+    try:
+        r = await sb.exec("head -c 300000000 /dev/zero > big && echo WROTE; head -c 300000000 /dev/zero > big2",
+                          timeout=120)
+        assert "WROTE" in r.stdout and "No space left" in r.stderr and sb.alive, (r.stdout, r.stderr)
+        assert (await sb.exec("rm big2; echo alive")).stdout == "alive\n"
     finally:
         await sb.close()
 

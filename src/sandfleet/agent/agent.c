@@ -26,6 +26,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/loop.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
@@ -1269,6 +1271,49 @@ static int idmap_mount(const char *src, const char *dst, int userns) {
     return 0;
 }
 
+/* The disk limit: an ext4 filesystem in FILE (a sparse copy of a formatted template, on the
+ * host's disk), on a loop device that detaches itself when the last mount of it goes, i.e.
+ * with this private mount namespace. Its pages are file cache, not tmpfs: writing past it is
+ * ENOSPC, never an OOM kill of the sandbox. FILE is unlinked once mounted. */
+static int mount_disk(const char *file, const char *dir) {
+    int ffd = open(file, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (ffd < 0) return -1;
+    int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
+    if (ctl < 0) { int e = errno; close(ffd); errno = e; return -1; }
+    int rc = -1;
+    for (int tries = 0; tries < 64 && rc < 0; tries++) {
+        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
+        if (n < 0) break;
+        char dev[32];
+        snprintf(dev, sizeof dev, "/dev/loop%d", n);
+        int lfd = open(dev, O_RDWR | O_CLOEXEC);
+        if (lfd < 0) break;
+        struct loop_config cfg;
+        memset(&cfg, 0, sizeof cfg);
+        cfg.fd = (uint32_t)ffd;
+        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
+        if (ioctl(lfd, LOOP_CONFIGURE, &cfg) < 0) {
+            int e = errno;
+            close(lfd);
+            if (e == EBUSY) continue; /* another sandbox took it first */
+            errno = e;
+            break;
+        }
+        /* noinit_itable: no background zeroing of inode tables (the template is fresh) */
+        rc = mount(dev, dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro,noinit_itable");
+        int e = errno;
+        close(lfd); /* the mount holds the device now; autoclear detaches it with the mount */
+        errno = e;
+        if (rc < 0) break;
+    }
+    int e = errno;
+    close(ctl);
+    close(ffd);
+    if (rc == 0) unlink(file);
+    errno = e;
+    return rc;
+}
+
 /* Enter the sandbox's user namespace as its root: every capability there, none outside. */
 static int enter_userns(int userns) {
     if (setns(userns, CLONE_NEWUSER) < 0) return -1;
@@ -1317,6 +1362,14 @@ static int launch(int argc, char **argv) {
             int n = snprintf(s, sizeof s, "%d", getpid());
             if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
             close(fd);
+        } else if (!strcmp(a, "--disk") && i + 2 < argc) { /* FILE DIR */
+            if (!in_ns) {
+                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
+                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
+                in_ns = 1;
+            }
+            if (mount_disk(argv[i + 1], argv[i + 2]) < 0) return die("mount the disk", argv[i + 1]);
+            i += 2;
         } else if (!strcmp(a, "--tmpfs") && i + 2 < argc) {
             if (!in_ns) {
                 if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);

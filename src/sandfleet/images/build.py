@@ -36,7 +36,7 @@ from sandfleet.errors import ImageBuildError, SandboxError
 from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
 from sandfleet.images.debootstrap import base_image_for
 from sandfleet.images.run import build_command, layer_next
-from sandfleet.sandbox.network import StepNetwork, helper_uid
+from sandfleet.sandbox.network import StepNetwork, availability, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
 from sandfleet.tasks.bases import resolve_base
 from sandfleet.tasks.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
@@ -402,8 +402,9 @@ class _Builder:
         self.env: dict[str, str] = {}
         self.workdir = "/"
         self.log: list[str] = []
-        self.network = False
-        """Whether RUN steps get a network (the sandboxes' user-mode networking, network.py)."""
+        self.network = bool(availability()["available"])
+        """Whether RUN steps get a network: the sandboxes' user-mode networking (network.py),
+        never the host's namespace; without pasta and nft, RUN steps have loopback only."""
 
     def digest(self) -> str:
         h = hashlib.sha256(f"{BUILDER} {self.base.hash} uid_base={self.config.uid_base}".encode())

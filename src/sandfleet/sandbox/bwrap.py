@@ -27,7 +27,7 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
-from sandfleet.sandbox import cgroups, network
+from sandfleet.sandbox import cgroups, disk, network
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
@@ -162,7 +162,12 @@ class BwrapBackend:
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.procs_files if cg else []:
             a += ["--cgroup", str(f)]
-        a += ["--tmpfs", str(rw), f"{lim.disk_mib}m",
+        img = sdir / "disk.path"  # set by create(): the ext4 image of the disk limit, if any
+        if img.exists():
+            a += ["--disk", img.read_text(), str(rw)]
+        else:
+            a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
+        a += [
               "--mkdir", str(rw / "upper"), *root_ids, "0755",
               "--mkdir", str(rw / "work"), "0", "0", "0755",
               "--userns", str(cfg.uid_base), str(SANDBOX_UIDS + 1)]
@@ -224,6 +229,9 @@ class BwrapBackend:
         try:
             if cg is not None:
                 cg.create(spec.limits)
+            if self.config.disk == "ext4" and disk.available():
+                img = await asyncio.to_thread(disk.image_for, sid, spec.limits.disk_mib)
+                (sdir / "disk.path").write_text(str(img))
             argv = self._argv(sid, sdir, spec, image, lowers, cg)
             if spec.limits.network:
                 network.check_available()
@@ -237,8 +245,10 @@ class BwrapBackend:
         except BaseException:
             if cg is not None:
                 cg.remove()
+            disk.remove(sid)
             shutil.rmtree(sdir, ignore_errors=True)
             raise
+        disk.remove(sid)  # normally unlinked by the launcher once mounted
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
         box.net = net
         return box

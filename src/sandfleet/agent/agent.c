@@ -505,6 +505,7 @@ static void start_exec(const req_t *r) {
     }
     if (pid == 0) {
         char m[600];
+        write_str("/proc/self/oom_score_adj", "0");
         if (procs[0]) {
             char me[24];
             snprintf(me, sizeof me, "%d", (int)getpid());
@@ -1342,6 +1343,9 @@ static int launch(int argc, char **argv) {
                 if (copy_tree(after_from, after_to) < 0) return die("copy layer out", after_from);
                 return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             }
+            /* the sandbox's OOM killer takes a command, not bwrap or the guest agent (which
+             * put each command back at 0) */
+            if (userns >= 0) write_str("/proc/self/oom_score_adj", "-998");
             if (userns >= 0 && enter_userns(userns) < 0) return die("enter user namespace", NULL);
             if (pdeath) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);

@@ -1301,7 +1301,7 @@ static int mount_disk(const char *file, const char *dir) {
             break;
         }
         /* noinit_itable: no background zeroing of inode tables (the template is fresh) */
-        rc = mount(dev, dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro,noinit_itable");
+        rc = mount(dev, dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro,noinit_itable,nobarrier");
         int e = errno;
         close(lfd); /* the mount holds the device now; autoclear detaches it with the mount */
         errno = e;
@@ -1366,6 +1366,17 @@ static int launch(int argc, char **argv) {
             int n = snprintf(s, sizeof s, "%d", getpid());
             if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
             close(fd);
+        } else if (!strcmp(a, "--disk-dev") && i + 2 < argc) { /* LOOPDEV DIR: bound by the caller */
+            if (!in_ns) {
+                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
+                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
+                in_ns = 1;
+            }
+            if (strncmp(argv[i + 1], "/dev/loop", 9) != 0) { errno = EINVAL; return die("not a loop device", argv[i + 1]); }
+            if (mount(argv[i + 1], argv[i + 2], "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
+                      "errors=remount-ro,noinit_itable,nobarrier") < 0)
+                return die("mount the disk", argv[i + 1]);
+            i += 2;
         } else if (!strcmp(a, "--disk") && i + 2 < argc) { /* FILE DIR */
             if (!in_ns) {
                 if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
@@ -1394,7 +1405,7 @@ static int launch(int argc, char **argv) {
             i += 2;
         } else if (!strcmp(a, "--overlay") && i + 4 < argc) {
             char opt[PATH_MAX * 3];
-            snprintf(opt, sizeof opt, "lowerdir=%s,upperdir=%s,workdir=%s", argv[i + 1], argv[i + 2], argv[i + 3]);
+            snprintf(opt, sizeof opt, "lowerdir=%s,upperdir=%s,workdir=%s,volatile", argv[i + 1], argv[i + 2], argv[i + 3]);
             if (mount("overlay", argv[i + 4], "overlay", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount overlay", argv[i + 4]);
             i += 4;
         } else if (!strcmp(a, "--mkdir") && i + 4 < argc) { /* PATH UID GID MODE(octal) */

@@ -121,6 +121,7 @@ class BwrapSandbox(LocalSandbox):
         return self.cgroup.memory_events() if self.cgroup else {}
 
     net: network.Helper | None = None  # the user-mode network helper (network=True)
+    loop: disk.Loop | None = None  # the disk limit's loop device, released once the agent is gone
 
     async def close(self) -> None:
         try:
@@ -128,6 +129,8 @@ class BwrapSandbox(LocalSandbox):
         finally:
             if self.net is not None:
                 self.net.close()
+            if self.loop is not None:  # the mount is gone with the agent: let the device go
+                self.loop.release()
 
 
 class BwrapBackend:
@@ -162,9 +165,9 @@ class BwrapBackend:
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.procs_files if cg else []:
             a += ["--cgroup", str(f)]
-        img = sdir / "disk.path"  # set by create(): the ext4 image of the disk limit, if any
-        if img.exists():
-            a += ["--disk", img.read_text(), str(rw)]
+        dev = sdir / "disk.dev"  # set by create(): the loop device of the disk limit, if any
+        if dev.exists():
+            a += ["--disk-dev", dev.read_text(), str(rw)]
         else:
             a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
         a += [
@@ -223,6 +226,7 @@ class BwrapBackend:
         (sdir / "rw").mkdir(parents=True)
         (sdir / "root").mkdir()
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
+        loop: disk.Loop | None = None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
         write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
@@ -230,12 +234,14 @@ class BwrapBackend:
             if cg is not None:
                 cg.create(spec.limits)
             if self.config.disk == "ext4" and disk.available():
-                img = await asyncio.to_thread(disk.image_for, sid, spec.limits.disk_mib)
-                (sdir / "disk.path").write_text(str(img))
+                loop = await asyncio.to_thread(disk.take_loop, spec.limits.disk_mib)
+                (sdir / "disk.dev").write_text(loop.path)
             argv = self._argv(sid, sdir, spec, image, lowers, cg)
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta)
+            if loop is not None:
+                loop.hold_mounts_of(agent.proc.pid)
             try:
                 net = (await network.attach_sandbox(sdir, sid, agent.proc.pid, spec.limits, self.config)
                        if spec.limits.network else None)
@@ -245,12 +251,13 @@ class BwrapBackend:
         except BaseException:
             if cg is not None:
                 cg.remove()
-            disk.remove(sid)
+            if loop is not None:
+                loop.release()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
-        disk.remove(sid)  # normally unlinked by the launcher once mounted
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
         box.net = net
+        box.loop = loop
         return box
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:

@@ -96,7 +96,7 @@ class BwrapConfig(_Config):
     own a uid in that range."""
     disk: Literal["ext4", "tmpfs"] = "ext4"
     """The writable layer: "ext4" (a filesystem of its own on a loop device: writing past
-    ``disk_mib`` is ENOSPC and never charged to memory) or "tmpfs" (about 25 ms faster to
+    ``disk_mib`` is ENOSPC and never charged to memory) or "tmpfs" (about 1 ms faster to
     create and close, but charged to the memory limit: filling it can OOM-kill the sandbox).
     Falls back to tmpfs, with a warning, where the host has no loop devices or mkfs.ext4."""
     target: ClassVar[str] = "sandfleet.sandbox.bwrap:BwrapBackend"

@@ -23,7 +23,13 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback
-from sandfleet.errors import ConfigError, SandboxClosedError, SandboxDiedError, SandboxPathError
+from sandfleet.errors import (
+    ConfigError,
+    SandboxClosedError,
+    SandboxDiedError,
+    SandboxPathError,
+    SandboxUnresponsiveError,
+)
 from sandfleet.sandbox.spec import SandboxSpec, check_user
 
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -150,6 +156,9 @@ class AgentSandbox:
         if self._closed:
             raise SandboxClosedError(f"sandbox {self.id} is closed")
         if not self.client.alive:
+            err = self.client.error
+            if isinstance(err, SandboxUnresponsiveError):  # keep the reason: agent_unresponsive
+                raise SandboxUnresponsiveError(f"sandbox {self.id} is dead: {err}")
             raise SandboxDiedError(f"sandbox {self.id} died")
 
     def _path(self, path: str) -> str:

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# A/B of the sandbox layer: `sandfleet bench micro --json` on a base commit and on this
+# checkout, alternately, N rounds each, in one sitting (same machine state for both sides).
+#   scripts/bench-ab.sh [BASE_REV=490e57a] [ROUNDS=3]    -> prints one line per run
+# The base runs from a temporary git worktree with this venv (PYTHONPATH puts its src/ first);
+# each side gets its own state and cache directory. HEAD also runs with SANDFLEET_DISK=tmpfs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+base=${1:-490e57a}; rounds=${2:-3}
+wt=$(mktemp -d /tmp/sandfleet-ab.XXXXXX); out=$wt/out; mkdir -p "$out"
+git worktree add -f -q "$wt/base" "$base"
+trap 'git worktree remove --force "$wt/base"; rm -rf "$wt"' EXIT
+for i in $(seq "$rounds"); do
+  for side in base head head-tmpfs; do
+    if [ "$side" = base ]; then pp=$wt/base/src; else pp=$PWD/src; fi
+    st=${side%-tmpfs}
+    env SANDFLEET_DISK=$([ "$side" = head-tmpfs ] && echo tmpfs || echo ext4) \
+      SANDFLEET_STATE=/run/sf-ab-$st SANDFLEET_CACHE=/var/tmp/sf-ab-cache-$st PYTHONPATH=$pp \
+      .venv/bin/python -c "from sandfleet.cli import main; main()" bench micro --backend bwrap --json \
+      > "$out/$side-$i.json"
+  done
+done
+for f in "$out"/*.json; do
+  .venv/bin/python - "$f" <<'PY'
+import json, os, sys
+d = json.load(open(sys.argv[1]))
+print(f"{os.path.basename(sys.argv[1]):18} create_exec_close_p50_ms {d['create_exec_close_p50_ms']:6.2f}  "
+      f"exec_rtt_p50_ms {d['exec_rtt_p50_ms']:.3f}  exec_rtt_ratio {d['exec_rtt_ratio']:.2f}  "
+      f"idle_pss_mib {d['idle_pss_mib']:.3f}  exec_per_s_64 {d['exec_per_s_64']:.0f}")
+PY
+done

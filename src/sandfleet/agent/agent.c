@@ -272,6 +272,7 @@ static void kill_tree(pid_t root) {
 
 /* ---------- users and isolation (docs/security.md, "The uid model") ---------- */
 static int isolated = 0;     /* commands run in user namespace S as the user they ask for */
+static int oom_protected = 0; /* the launcher lowered our oom_score_adj: commands go back to 0 */
 static int s_userns = -1;    /* S, owned by this agent, which lives in S's parent */
 
 static int write_str(const char *path, const char *v) {
@@ -339,43 +340,70 @@ static int isolate(void) {
     return 0;
 }
 
-/* A user name (from the sandbox's /etc/passwd, else root/agent/verifier) or number. */
+/* A user name (from the sandbox's /etc/passwd, else root/agent/verifier) or number. The
+ * last answers are kept while /etc/passwd is unchanged (same inode, size and mtime): every
+ * command names its user, and reading the file each time is a cost on every exec. */
+static int lookup_passwd(const char *name, int numeric, long v, uid_t *uid, gid_t *gid) {
+    FILE *f = fopen("/etc/passwd", "re");
+    if (!f) return -1;
+    char line[1024];
+    while (fgets(line, sizeof line, f)) {
+        char *fields[4] = {0};
+        char *q = line;
+        for (int i = 0; i < 4 && q; i++) {
+            fields[i] = q;
+            q = strchr(q, ':');
+            if (q) *q++ = 0;
+        }
+        if (!fields[3]) continue;
+        long u = strtol(fields[2], NULL, 10), g = strtol(fields[3], NULL, 10);
+        if ((numeric && u == v) || (!numeric && !strcmp(fields[0], name))) {
+            fclose(f);
+            if (u < 0 || u >= SANDBOX_UIDS || g < 0 || g >= SANDBOX_UIDS) return -1;
+            *uid = (uid_t)u; *gid = (gid_t)g;
+            return 0;
+        }
+    }
+    fclose(f);
+    return -1;
+}
+
+static struct { char name[40]; uid_t uid; gid_t gid; int ok; } user_cache[16];
+static struct stat passwd_seen;
+
 static int resolve_user(const char *name, uid_t *uid, gid_t *gid) {
     char *end;
-    if (!name || !*name) return -1;
-    long v = strtol(name, &end, 10);
-    int numeric = *end == 0;
-    FILE *f = fopen("/etc/passwd", "re");
-    if (f) {
-        char line[1024];
-        while (fgets(line, sizeof line, f)) {
-            char *fields[4] = {0};
-            char *q = line;
-            for (int i = 0; i < 4 && q; i++) {
-                fields[i] = q;
-                q = strchr(q, ':');
-                if (q) *q++ = 0;
-            }
-            if (!fields[3]) continue;
-            long u = strtol(fields[2], NULL, 10), g = strtol(fields[3], NULL, 10);
-            if ((numeric && u == v) || (!numeric && !strcmp(fields[0], name))) {
-                if (u < 0 || u >= SANDBOX_UIDS || g < 0 || g >= SANDBOX_UIDS) break;
-                *uid = (uid_t)u; *gid = (gid_t)g;
-                fclose(f);
-                return 0;
-            }
-        }
-        fclose(f);
+    if (!name || !*name || strlen(name) >= sizeof user_cache[0].name) return -1;
+    struct stat st;
+    int have = stat("/etc/passwd", &st) == 0;
+    if (!have || st.st_ino != passwd_seen.st_ino || st.st_dev != passwd_seen.st_dev ||
+        st.st_size != passwd_seen.st_size || st.st_mtim.tv_sec != passwd_seen.st_mtim.tv_sec ||
+        st.st_mtim.tv_nsec != passwd_seen.st_mtim.tv_nsec) {
+        memset(user_cache, 0, sizeof user_cache);
+        if (have) passwd_seen = st; else memset(&passwd_seen, 0, sizeof passwd_seen);
     }
-    if (numeric) {
-        if (v < 0 || v >= SANDBOX_UIDS) return -1;
+    size_t slot = 0;
+    for (size_t i = 0; i < sizeof user_cache / sizeof *user_cache; i++) {
+        if (user_cache[i].name[0] && !strcmp(user_cache[i].name, name)) {
+            if (!user_cache[i].ok) return -1;
+            *uid = user_cache[i].uid; *gid = user_cache[i].gid;
+            return 0;
+        }
+        if (!user_cache[i].name[0]) slot = i;
+    }
+    long v = strtol(name, &end, 10);
+    int numeric = *end == 0, rc = lookup_passwd(name, numeric, v, uid, gid);
+    if (rc < 0 && numeric && v >= 0 && v < SANDBOX_UIDS) {
         *uid = (uid_t)v; *gid = (gid_t)v;
-        return 0;
+        rc = 0;
     }
     static const struct { const char *n; int id; } builtin[] = {{"root", 0}, {"agent", 1000}, {"verifier", 1001}};
-    for (size_t i = 0; i < sizeof builtin / sizeof *builtin; i++)
-        if (!strcmp(name, builtin[i].n)) { *uid = *gid = builtin[i].id; return 0; }
-    return -1;
+    for (size_t i = 0; rc < 0 && !numeric && i < sizeof builtin / sizeof *builtin; i++)
+        if (!strcmp(name, builtin[i].n)) { *uid = *gid = builtin[i].id; rc = 0; }
+    snprintf(user_cache[slot].name, sizeof user_cache[slot].name, "%s", name);
+    user_cache[slot].ok = rc == 0;
+    if (rc == 0) { user_cache[slot].uid = *uid; user_cache[slot].gid = *gid; }
+    return rc;
 }
 
 /* In a forked child: enter S as uid/gid (root of S keeps its capabilities there, and only
@@ -505,7 +533,7 @@ static void start_exec(const req_t *r) {
     }
     if (pid == 0) {
         char m[600];
-        write_str("/proc/self/oom_score_adj", "0");
+        if (oom_protected) write_str("/proc/self/oom_score_adj", "0");
         if (procs[0]) {
             char me[24];
             snprintf(me, sizeof me, "%d", (int)getpid());
@@ -1485,6 +1513,13 @@ int main(int argc, char **argv) {
         cg_v2 = access(f, F_OK) == 0;
         if (access(cg_dir, W_OK) < 0) cg_dir[0] = 0; /* not delegated to us: kill by process tree */
     }
+    char adj[16] = "";
+    int afd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+    if (afd >= 0) {
+        if (read(afd, adj, sizeof adj - 1) < 0) adj[0] = 0;
+        close(afd);
+    }
+    oom_protected = atoi(adj) < 0;
     if (isolate_wanted && isolate() < 0) return 77;
     return serve(ttl);
 }

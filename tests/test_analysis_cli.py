@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from sandfleet.analysis.cli import analyze, table
-from sandfleet.analysis.synth import write_study
 from sandfleet.cli import cli
+from sandfleet.testing.synth import write_study
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from sandfleet.analysis.figures import (
     step_time_for_bound,
     training_speedup,
 )
-from sandfleet.analysis.synth import rollout_record
 from sandfleet.analysis.trace import parse_rollout
+from sandfleet.testing.synth import rollout_record
 
 
 def span(name: str, start: float, end: float, **attrs: Any) -> dict[str, Any]:

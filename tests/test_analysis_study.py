@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sandfleet.analysis import analyze, load_run
-from sandfleet.analysis.synth import STUDY_A, STUDY_B, write_study
+from sandfleet.testing.synth import STUDY_A, STUDY_B, write_study
 
 
 @pytest.fixture

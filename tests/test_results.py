@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.rollout.fake_server import FakeModelServer
+from sandfleet.testing.fake_server import FakeModelServer
 
 
 def _tasks(root: Path, names: list[str]) -> Path:

@@ -8,7 +8,7 @@ import httpx
 
 from sandfleet.rollout import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.agent import fenced_commands, truncate
-from sandfleet.rollout.fake_server import FakeModelServer
+from sandfleet.testing.fake_server import FakeModelServer
 from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from sandfleet.analysis.trace import load_run
 from sandfleet.rollout import OpenAIPolicy, RetryPolicy, RunConfig, ScriptedPolicy
-from sandfleet.rollout.fake_server import FakeModelServer
 from sandfleet.rollout.suite import run_suite
 from sandfleet.sandbox.state import state_root
+from sandfleet.testing.fake_server import FakeModelServer
 from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from sandfleet.analysis.trace import load_run
 from sandfleet.rollout import NoopPolicy, OraclePolicy, ScriptedPolicy
-from sandfleet.rollout.trace import SPAN_NAMES
+from sandfleet.traceschema import SPAN_NAMES
 from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.tasks.dockerfile import (
+from sandfleet.images.dockerfile import (
     Copy,
     Env,
     From,

@@ -20,8 +20,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sandfleet.rollout.cli:run", "Run rollouts of a task suite (the main job)."),
     "bench": ("sandfleet.bench.cli:bench", "Benchmarks: micro, capacity, compare."),
     "analyze": ("sandfleet.analysis.cli:analyze", "Turn traces into the figures of a hardware choice."),
-    "model-server": ("sandfleet.rollout.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
+    "model-server": ("sandfleet.testing.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
 }
+
+# group name -> "module:attribute" of commands that live elsewhere and are attached to that group
+# here, so that (say) tasks/ knows nothing of rollouts while `sandfleet tasks validate` works.
+ATTACHED: dict[str, tuple[str, ...]] = {
+    "tasks": ("sandfleet.rollout.validate:validate",),
+}
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 class LazyGroup(click.Group):
@@ -32,14 +43,18 @@ class LazyGroup(click.Group):
         target = COMMANDS.get(cmd_name)
         if target is None:
             return None
-        module, _, attr = target[0].partition(":")
         try:
-            mod = importlib.import_module(module)
+            cmd = _load(target[0])
+            if isinstance(cmd, click.Group):
+                for extra in ATTACHED.get(cmd_name, ()):
+                    sub = _load(extra)
+                    assert isinstance(sub, click.Command)
+                    if sub.name not in cmd.commands:
+                        cmd.add_command(sub)
         except ModuleNotFoundError as e:
             if e.name and e.name.startswith("sandfleet"):
                 raise click.ClickException(f"command {cmd_name!r} is not available yet ({e})") from e
             raise
-        cmd = getattr(mod, attr)
         assert isinstance(cmd, click.Command)
         return cmd
 

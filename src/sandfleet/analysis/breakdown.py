@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from sandfleet.analysis.trace import SPAN_NAMES, Rollout, Run
+from sandfleet.analysis.trace import Rollout, Run
 from sandfleet.errors import ConfigError
+from sandfleet.traceschema import SPAN_NAMES
 
 GAP_DEFINITION = "(mean rollout time of B - mean of A) / mean of A; positive when B is slower"
 COLUMNS = (*SPAN_NAMES, "total")

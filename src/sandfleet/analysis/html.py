@@ -16,7 +16,8 @@ from typing import Any
 from sandfleet.analysis import svg
 from sandfleet.analysis.breakdown import COLUMNS
 from sandfleet.analysis.report import LABELS
-from sandfleet.analysis.trace import SPAN_NAMES, Run
+from sandfleet.analysis.trace import Run
+from sandfleet.traceschema import SPAN_NAMES
 
 SPAN_COLORS = {
     "sandbox_start": "#8c6d31",

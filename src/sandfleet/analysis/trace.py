@@ -16,9 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
+from sandfleet.traceschema import SCHEMA, SPAN_NAMES
 
-SCHEMA = "sandfleet.trace/1"
-SPAN_NAMES = ("sandbox_start", "model", "agent_command", "verifier", "other_sandbox", "overhead")
 STATUSES = ("completed", "failed", "cancelled")
 TILE_TOLERANCE_S = 1e-3
 """Largest gap or overlap between consecutive spans that is still read as tiling."""

@@ -13,7 +13,8 @@ import time
 from typing import Any
 
 from sandfleet.bench.load import Progress
-from sandfleet.bench.micro import _meminfo, _raise_nofile, close_all, sandbox_pss_kib
+from sandfleet.bench.micro import close_all
+from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox, create_many
 
@@ -22,9 +23,9 @@ BATCH = 32
 
 async def run_density(backend: str, *, budget_mib: float | None = None, max_sandboxes: int = 1024,
                       say: Progress | None = None) -> dict[str, Any]:
-    _raise_nofile()
+    raise_nofile()
     spec = make_spec(image="host", backend=backend, ttl_s=3600.0, labels={"bench": "density"})
-    avail0 = _meminfo()["MemAvailable"] / 1024
+    avail0 = meminfo()["MemAvailable"] / 1024
     budget = budget_mib if budget_mib is not None else avail0 / 4
     boxes: list[Sandbox] = []
     t0 = time.perf_counter()
@@ -33,7 +34,7 @@ async def run_density(backend: str, *, budget_mib: float | None = None, max_sand
         while len(boxes) < max_sandboxes:
             n = min(BATCH, max_sandboxes - len(boxes))
             boxes += await create_many([lambda: create_sandbox(spec)] * n)  # a failed one leaks no other
-            drop = avail0 - _meminfo()["MemAvailable"] / 1024
+            drop = avail0 - meminfo()["MemAvailable"] / 1024
             if say is not None and len(boxes) % (BATCH * 4) == 0:
                 say(f"density: {len(boxes)} idle sandboxes, {drop:.0f} MiB used")
             if drop >= budget:
@@ -42,7 +43,7 @@ async def run_density(backend: str, *, budget_mib: float | None = None, max_sand
         create_s = time.perf_counter() - t0
         await asyncio.sleep(1.0)
         alive = sum(b.alive for b in boxes)
-        drop = avail0 - _meminfo()["MemAvailable"] / 1024
+        drop = avail0 - meminfo()["MemAvailable"] / 1024
         pss = await asyncio.to_thread(sandbox_pss_kib, boxes) / 1024
         per = max(pss, drop / max(1, len(boxes)))
         return {"created": len(boxes), "alive": alive, "stopped_by": stopped_by,

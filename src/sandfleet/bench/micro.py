@@ -17,15 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
+from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox, create_many
 from sandfleet.sandbox.pool import WarmPool
@@ -39,12 +38,6 @@ log = logging.getLogger(__name__)
 def pct(xs: list[float], q: float) -> float:
     s = sorted(xs)
     return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
-
-
-def _raise_nofile() -> None:
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def bare_spawn_ms(n: int) -> float:
@@ -69,53 +62,11 @@ def raw_bwrap_ms(n: int) -> float | None:
     return statistics.median(ts) * 1e3
 
 
-def pss_kib(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def children_map() -> dict[int, list[int]]:
-    """ppid -> child pids, read once from /proc."""
-    kids: dict[int, list[int]] = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                ppid = int((p / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            kids.setdefault(ppid, []).append(int(p.name))
-    return kids
-
-
-def _tree(pid: int, kids: dict[int, list[int]]) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        q = todo.pop()
-        out.append(q)
-        todo.extend(kids.get(q, []))
-    return out
-
-
-def sandbox_pss_kib(sandboxes: list[Sandbox]) -> float:
-    """Mean PSS of each sandbox's process tree (launcher/bwrap/agent or VMM)."""
-    roots = [getattr(getattr(sb, "agent", None), "proc", None) for sb in sandboxes]
-    pids = [p.pid for p in roots if p is not None]
-    if not pids:
-        return 0.0
-    kids = children_map()
-    return sum(pss_kib(q) for pid in pids for q in _tree(pid, kids)) / len(pids)
-
-
 async def run_micro(
     backend: str = "auto", *, n: int = 50, idle: int = 256, progress: Progress | None = None
 ) -> dict[str, Any]:
     say = progress or (lambda _m: None)
-    _raise_nofile()
+    raise_nofile()
     spec = SandboxSpec(backend=backend)
     out: dict[str, Any] = {"backend": backend, "n": n}
     warm = await create_sandbox(spec)  # builds the agent, warms caches
@@ -163,13 +114,13 @@ async def run_micro(
 
     say(f"{idle} idle sandboxes")
     boxes: list[Sandbox] = []
-    mem0 = _meminfo()["MemAvailable"]
+    mem0 = meminfo()["MemAvailable"]
     try:
         for i in range(0, idle, 32):
             # create_many: if one creation fails, the batch's others are closed, not leaked
             boxes += await create_many([lambda: create_sandbox(spec)] * min(32, idle - i))
         await asyncio.sleep(0.5)
-        mem1 = _meminfo()["MemAvailable"]
+        mem1 = meminfo()["MemAvailable"]
         per_pss = sandbox_pss_kib(boxes) / 1024
         per_avail = (mem0 - mem1) / 1024 / len(boxes)
         out["idle_created"] = len(boxes)
@@ -210,11 +161,3 @@ async def close_all(boxes: list[Sandbox]) -> int:
                 failed += 1
                 log.error("closing sandbox %s failed: %s: %s", b.id, type(r).__name__, r)
     return failed
-
-
-def _meminfo() -> dict[str, int]:
-    d = {}
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        k, v = line.split(":", 1)
-        d[k] = int(v.split()[0])
-    return d

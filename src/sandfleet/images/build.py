@@ -30,19 +30,16 @@ import subprocess
 import tarfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sandfleet.errors import ImageBuildError, SandboxError
 from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
+from sandfleet.images.bases import resolve_base
 from sandfleet.images.debootstrap import base_image_for
+from sandfleet.images.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
 from sandfleet.images.run import build_command, layer_next
 from sandfleet.sandbox.network import StepNetwork, availability, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
-from sandfleet.tasks.bases import resolve_base
-from sandfleet.tasks.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
-
-if TYPE_CHECKING:
-    from sandfleet.tasks.model import Task
+from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
 BUILDER = "sandfleet-image/3"

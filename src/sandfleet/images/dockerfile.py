@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.tasks.bases import BaseRef, resolve_base
-from sandfleet.tasks.lexer import expand, split_words
+from sandfleet.images.bases import BaseRef, resolve_base
+from sandfleet.images.lexer import expand, split_words
 
 __all__ = [
     "BaseRef",

@@ -12,7 +12,7 @@ import click
 
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.trace import SPAN_NAMES
+from sandfleet.traceschema import SPAN_NAMES
 
 AGENTS = ("oracle", "noop", "openai")
 

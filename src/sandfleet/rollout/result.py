@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sandfleet.rollout.trace import SCHEMA
+from sandfleet.traceschema import SCHEMA
 
 Status = Literal["completed", "failed", "cancelled"]
 

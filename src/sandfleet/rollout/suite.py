@@ -38,11 +38,12 @@ from sandfleet.rollout.runner import (
     run_with_retries,
     task_spec,
 )
-from sandfleet.rollout.trace import SPAN_NAMES, SpanRecorder
+from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
+from sandfleet.traceschema import SPAN_NAMES
 
 log = logging.getLogger(__name__)
 

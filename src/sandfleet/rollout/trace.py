@@ -13,8 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-SCHEMA = "sandfleet.trace/1"
-SPAN_NAMES = ("sandbox_start", "model", "agent_command", "verifier", "other_sandbox", "overhead")
+from sandfleet.traceschema import SPAN_NAMES
 
 
 class Clock:

@@ -7,6 +7,7 @@ On a hybrid host the cpu, memory and pids controllers are v1 hierarchies while
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import functools
 import os
 import signal
@@ -20,14 +21,22 @@ from sandfleet.sandbox.spec import Limits
 
 ROOT = Path("/sys/fs/cgroup")
 GROUP_DEFAULT = "sandfleet"
+_THROTTLE: contextvars.ContextVar[tuple[str, float] | None] = contextvars.ContextVar("sandfleet_throttle", default=None)
+"""(parent group, CPU fraction) inside :func:`throttled_parent`: per context, not per process, so
+one thread's or task's throttle never leaks into another's (asyncio tasks and ``to_thread``
+inherit it from where they were started)."""
 
 
 def group() -> str:
-    """Parent of every sandbox's cgroup: ``$SANDFLEET_CGROUP_PARENT`` or "sandfleet".
+    """Parent of every sandbox's cgroup: the enclosing :func:`throttled_parent`'s, else
+    ``$SANDFLEET_CGROUP_PARENT``, else "sandfleet".
 
     Nest it under a CPU-throttled group (e.g. ``slowhost/sandfleet``) to run every sandbox
     on an emulated slower host: v1 and v2 quotas are hierarchical. A value that climbs out
     of the cgroup tree (``..``) is refused."""
+    throttle = _THROTTLE.get()
+    if throttle is not None:
+        return throttle[0]
     value = os.environ.get("SANDFLEET_CGROUP_PARENT", GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
     if any(part in ("..", ".") for part in value.split("/")) or "\x00" in value:
         raise ConfigError(f"SANDFLEET_CGROUP_PARENT must be a relative cgroup path without '..', not {value!r}")
@@ -35,8 +44,12 @@ def group() -> str:
 
 
 def cpu_fraction() -> float:
-    """``$SANDFLEET_CPU_FRACTION`` (set by :func:`throttled_parent`): the share of each core a
-    sandbox's CPU quota is scaled by; 1 when unset. A bad value is a one-line ConfigError."""
+    """The share of each core a sandbox's CPU quota is scaled by: the fraction of the enclosing
+    :func:`throttled_parent`, else ``$SANDFLEET_CPU_FRACTION``, else 1. A bad value is a
+    one-line ConfigError."""
+    throttle = _THROTTLE.get()
+    if throttle is not None:
+        return throttle[1]
     text = os.environ.get("SANDFLEET_CPU_FRACTION", "").strip()
     if not text:
         return 1.0
@@ -302,7 +315,11 @@ def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[st
     """Run every sandbox created inside the block as on a host whose cores deliver
     ``fraction`` of this one's: all sandboxes share one cgroup with a quota of
     fraction x threads CPUs, and each sandbox's own quota is scaled by ``fraction``, both
-    with a 10 ms period (so short commands feel it too)."""
+    with a 10 ms period (so short commands feel it too).
+
+    The parent and the fraction hold for the current context only (see :data:`_THROTTLE`):
+    sandboxes created in this thread or task, or in tasks and ``asyncio.to_thread`` calls
+    started from it inside the block; the process environment is left alone."""
     if not 0 < fraction <= 1:
         raise ValueError(f"CPU fraction must be in (0, 1], not {fraction}")
     lay = detect()
@@ -319,17 +336,11 @@ def throttled_parent(fraction: float, threads: int | None = None) -> Iterator[st
     else:
         _write(cpu_dir / "cpu.cfs_period_us", "10000")
         _write(cpu_dir / "cpu.cfs_quota_us", str(quota))
-    saved = {k: os.environ.get(k) for k in ("SANDFLEET_CGROUP_PARENT", "SANDFLEET_CPU_FRACTION")}
-    os.environ["SANDFLEET_CGROUP_PARENT"] = f"{top}/{GROUP_DEFAULT}"
-    os.environ["SANDFLEET_CPU_FRACTION"] = str(fraction)
+    token = _THROTTLE.set((f"{top}/{GROUP_DEFAULT}", fraction))
     try:
         yield top
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _THROTTLE.reset(token)
         for root in set(lay.mounts.values()):
             for d in (root / top / GROUP_DEFAULT, root / top):
                 with contextlib.suppress(OSError):

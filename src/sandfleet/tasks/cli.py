@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.tasks.bases import resolve_base
+from sandfleet.images.bases import resolve_base
 from sandfleet.tasks.loader import load_tasks
 from sandfleet.tasks.model import Task
 
@@ -16,6 +16,7 @@ from sandfleet.tasks.model import Task
 @click.group()
 def tasks() -> None:
     """Load, import and validate task folders."""
+    # `validate` runs rollouts: it lives in rollout/validate.py and sandfleet/cli.py attaches it.
 
 
 def _base(task: Task) -> str:
@@ -74,7 +75,3 @@ def import_(suite: str, out: Path) -> None:
         f"(see {out / 'IMPORT_REPORT.md'})"
     )
 
-
-from sandfleet.rollout.validate import validate  # noqa: E402 - the runner lives in rollout/
-
-tasks.add_command(validate)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandfleet.errors import ImageError, TaskError
-from sandfleet.tasks.dockerfile import parse_dockerfile
+from sandfleet.images.dockerfile import parse_dockerfile
 from sandfleet.tasks.harbor import load_harbor
 from sandfleet.tasks.model import DEFAULT_WORKDIR, Task, TaskFormat
 from sandfleet.tasks.tb1 import load_tb1

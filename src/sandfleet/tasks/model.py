@@ -131,7 +131,7 @@ class Task(_Frozen):
     when there is no Dockerfile; sandfleet can build from a few known bases only."""
     base_image: str | None = None
     """The image the build starts from: the Dockerfile's FROM (ARGs substituted), or
-    ``docker_image``. Map it with :func:`sandfleet.tasks.dockerfile.resolve_base`."""
+    ``docker_image``. Map it with :func:`sandfleet.images.dockerfile.resolve_base`."""
     workdir: str = DEFAULT_WORKDIR
     """cwd of the agent, the solution and the verifier: the Dockerfile's last WORKDIR."""
     env: dict[str, str] = Field(default_factory=dict)

@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandfleet.errors import ConfigError
+from sandfleet.sandbox.spec import AGENT_UID
 
 DOCKERFILE_HEAD = "FROM python:3.11-slim-bookworm\n\nWORKDIR /app\n"
+AGENT_OWNER = f"{AGENT_UID}:{AGENT_UID}"
+"""``COPY --chown`` value that gives a file to the sandbox's agent user."""
 
 TASK_TOML = """version = "1.0"
 

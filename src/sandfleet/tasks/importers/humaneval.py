@@ -15,6 +15,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from sandfleet.tasks.importers.common import (
+    AGENT_OWNER,
     DOCKERFILE_HEAD,
     ImportResult,
     PackageMissingError,
@@ -110,7 +111,7 @@ def import_humaneval(out_dir: Path | str) -> ImportResult:
             instruction=INSTRUCTION.format(
                 entry_point=problem["entry_point"], prompt=problem["prompt"].rstrip()
             ),
-            dockerfile=DOCKERFILE_HEAD + "COPY --chown=1000:1000 solution.py /app/solution.py\n",
+            dockerfile=DOCKERFILE_HEAD + f"COPY --chown={AGENT_OWNER} solution.py /app/solution.py\n",
             tests={
                 "test.sh": TEST_SH,
                 "check.py": CHECK_PY,

@@ -21,6 +21,7 @@ from importlib.util import find_spec
 from pathlib import Path
 
 from sandfleet.tasks.importers.common import (
+    AGENT_OWNER,
     DOCKERFILE_HEAD,
     ImportResult,
     PackageMissingError,
@@ -154,7 +155,7 @@ def import_intercode_bash(out_dir: Path | str) -> ImportResult:
         write_task(
             out / name,
             instruction=INSTRUCTION.format(query=item["query"], hint=hint + "\n" if hint else ""),
-            dockerfile=DOCKERFILE_HEAD + "COPY --chown=1000:1000 testbed /testbed\n",
+            dockerfile=DOCKERFILE_HEAD + f"COPY --chown={AGENT_OWNER} testbed /testbed\n",
             tests={
                 "test.sh": TEST_SH,
                 "check.py": check_py,

@@ -55,6 +55,7 @@ def report() -> dict[str, Any]:
                  else "QEMU missing: apt-get install qemu-system-x86 linux-image-cloud-amd64"}
     backends["microvm"] = micro
     default = "bwrap" if backends["bwrap"]["available"] else "process"
+    from sandfleet.sandbox.disk import available as disk_available
     from sandfleet.sandbox.network import availability as network_availability
 
     try:
@@ -75,6 +76,10 @@ def report() -> dict[str, Any]:
         "kvm": kvm,
         "backends": backends,
         "network": net,
+        "disk": {"kind": "ext4" if disk_available() else "tmpfs",
+                 "reason": "a filesystem of its own on a loop device: writing past disk_mib is ENOSPC"
+                 if disk_available() else "no loop devices or mkfs.ext4 (or SANDFLEET_DISK=tmpfs): the writable "
+                 "layer is a tmpfs charged to the memory limit (filling it can OOM-kill a sandbox)"},
         "default_backend": default,
     }
 
@@ -96,6 +101,8 @@ def doctor(as_json: bool) -> None:
     click.echo(f"qemu        {r['qemu'] or 'missing: apt-get install qemu-system-x86'}")
     k = r["kvm"]
     click.echo(f"kvm         {'usable' if k.get('usable') else 'not usable'}: {k.get('reason')}")
+    d = r["disk"]
+    click.echo(f"disk        {d['kind']}: {d['reason']}")
     n = r["network"]
     click.echo(f"network     {'available' if n['available'] else 'not available'}: {n['reason']}"
                + ("" if n["available"] else " (network=True fails)"))

@@ -26,8 +26,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/loop.h>
-#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
@@ -285,22 +283,24 @@ static int write_str(const char *path, const char *v) {
     return w == n ? 0 : -1;
 }
 
-/* Make S (uids 0..65535 onto ours), then become GUEST_UID: no capability anywhere, not
- * dumpable, owner of S (so the children we fork can enter it and take any of its users),
- * and with nothing of the launcher's environment. Runs once, as root of our namespace. */
-static int isolate(void) {
-    int p[2], q[2]; /* p: the child says it unshared; q: we close it when done with the child */
-    if (pipe2(p, O_CLOEXEC) < 0 || pipe2(q, O_CLOEXEC) < 0) return -1;
+/* A new user namespace whose uids and gids 0..count-1 map onto base.. of ours, made by a
+ * child that unshares (as `owner`, if >= 0: that uid owns it) and waits until we have
+ * written its maps; returns an fd to it, or -1 with errno set. The child ends when we close
+ * its pipe (after a uid change we may not be allowed to signal it). */
+static int new_userns(long base, long count, long owner) {
+    int p[2], q[2]; /* p: the child says it unshared; q: closed by us when done with it */
+    if (pipe2(p, O_CLOEXEC) < 0) return -1;
+    if (pipe2(q, O_CLOEXEC) < 0) { int e = errno; close(p[0]); close(p[1]); errno = e; return -1; }
     pid_t c = fork();
     if (c < 0) return -1;
     if (c == 0) {
         char x = 'x';
         close(q[1]);
-        if (setgroups(0, NULL) < 0 || setresgid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 ||
-            setresuid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 || unshare(CLONE_NEWUSER) < 0)
+        if ((owner >= 0 && (setgroups(0, NULL) < 0 || setresgid(owner, owner, owner) < 0 ||
+                            setresuid(owner, owner, owner) < 0)) || unshare(CLONE_NEWUSER) < 0)
             x = 'e';
         if (write(p[1], &x, 1) != 1) _exit(1);
-        while (read(q[0], &x, 1) < 0 && errno == EINTR) {} /* we can't signal it: wait for EOF */
+        while (read(q[0], &x, 1) < 0 && errno == EINTR) {}
         _exit(0);
     }
     close(q[0]);
@@ -309,26 +309,36 @@ static int isolate(void) {
     ssize_t k;
     while ((k = read(p[0], &x, 1)) < 0 && errno == EINTR) {}
     close(p[0]);
-    int ok = k == 1 && x == 'x';
-    if (!ok) fprintf(stderr, "sandfleet-agent: can't make the commands' user namespace\n");
+    int fd = -1, ok = k == 1 && x == 'x';
     if (ok) {
         char path[64], map[64];
-        snprintf(map, sizeof map, "0 0 %d\n", SANDBOX_UIDS);
-        const char *step = "uid_map";
+        snprintf(map, sizeof map, "0 %ld %ld\n", base, count);
         snprintf(path, sizeof path, "/proc/%d/uid_map", (int)c);
         ok = write_str(path, map) == 0;
         snprintf(path, sizeof path, "/proc/%d/gid_map", (int)c);
-        if (ok) step = "gid_map";
         ok = ok && write_str(path, map) == 0;
         snprintf(path, sizeof path, "/proc/%d/ns/user", (int)c);
-        if (ok) step = "open";
-        if (ok) s_userns = open(path, O_RDONLY | O_CLOEXEC);
-        ok = ok && s_userns >= 0;
-        if (!ok) fprintf(stderr, "sandfleet-agent: map the commands' user namespace (%s): %s\n", step, strerror(errno));
+        if (ok) fd = open(path, O_RDONLY | O_CLOEXEC);
+    } else {
+        errno = EPERM;
     }
+    int e = errno;
     close(q[1]);
     waitpid(c, NULL, 0);
-    if (!ok) return -1;
+    errno = e;
+    return fd;
+}
+
+/* Make S (uids 0..65535 onto ours, owned by GUEST_UID), then become GUEST_UID: no
+ * capability anywhere, not dumpable, owner of S (so the children we fork can enter it and
+ * take any of its users), and with nothing of the launcher's environment. Runs once, as
+ * root of our namespace. */
+static int isolate(void) {
+    s_userns = new_userns(0, SANDBOX_UIDS, GUEST_UID);
+    if (s_userns < 0) {
+        perror("sandfleet-agent: make the commands' user namespace");
+        return -1;
+    }
     if (setgroups(0, NULL) < 0 || setresgid(GUEST_UID, GUEST_UID, GUEST_UID) < 0 ||
         setresuid(GUEST_UID, GUEST_UID, GUEST_UID) < 0) {
         perror("sandfleet-agent: drop to the agent's uid");
@@ -1235,42 +1245,6 @@ static int prepare_dir(const char *p, const char *uid, const char *gid, const ch
     return 0;
 }
 
-/* A user namespace mapping 0..count-1 onto host uids (and gids) base.., made by a child
- * that unshares and waits while we write its maps. Returns an fd to it. */
-static int make_userns(long base, long count) {
-    int p[2];
-    if (base < 1 || count < 1 || pipe2(p, O_CLOEXEC) < 0) { errno = EINVAL; return -1; }
-    pid_t c = fork();
-    if (c < 0) return -1;
-    if (c == 0) {
-        char x = unshare(CLONE_NEWUSER) == 0 ? 'x' : 'e';
-        if (write(p[1], &x, 1) != 1) _exit(1);
-        pause();
-        _exit(0);
-    }
-    close(p[1]);
-    char x = 0;
-    ssize_t k;
-    while ((k = read(p[0], &x, 1)) < 0 && errno == EINTR) {}
-    close(p[0]);
-    int fd = -1, ok = k == 1 && x == 'x';
-    if (ok) {
-        char path[64], map[64];
-        snprintf(map, sizeof map, "0 %ld %ld\n", base, count);
-        snprintf(path, sizeof path, "/proc/%d/uid_map", (int)c);
-        ok = write_str(path, map) == 0;
-        snprintf(path, sizeof path, "/proc/%d/gid_map", (int)c);
-        ok = ok && write_str(path, map) == 0;
-        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)c);
-        if (ok) fd = open(path, O_RDONLY | O_CLOEXEC);
-    }
-    int e = errno;
-    kill(c, SIGKILL);
-    waitpid(c, NULL, 0);
-    errno = ok ? e : EPERM;
-    return fd;
-}
-
 #ifndef MOUNT_ATTR_IDMAP
 #define MOUNT_ATTR_IDMAP 0x00100000
 #endif
@@ -1300,47 +1274,10 @@ static int idmap_mount(const char *src, const char *dst, int userns) {
     return 0;
 }
 
-/* The disk limit: an ext4 filesystem in FILE (a sparse copy of a formatted template, on the
- * host's disk), on a loop device that detaches itself when the last mount of it goes, i.e.
- * with this private mount namespace. Its pages are file cache, not tmpfs: writing past it is
- * ENOSPC, never an OOM kill of the sandbox. FILE is unlinked once mounted. */
-static int mount_disk(const char *file, const char *dir) {
-    int ffd = open(file, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
-    if (ffd < 0) return -1;
-    int ctl = open("/dev/loop-control", O_RDWR | O_CLOEXEC);
-    if (ctl < 0) { int e = errno; close(ffd); errno = e; return -1; }
-    int rc = -1;
-    for (int tries = 0; tries < 64 && rc < 0; tries++) {
-        int n = ioctl(ctl, LOOP_CTL_GET_FREE);
-        if (n < 0) break;
-        char dev[32];
-        snprintf(dev, sizeof dev, "/dev/loop%d", n);
-        int lfd = open(dev, O_RDWR | O_CLOEXEC);
-        if (lfd < 0) break;
-        struct loop_config cfg;
-        memset(&cfg, 0, sizeof cfg);
-        cfg.fd = (uint32_t)ffd;
-        cfg.info.lo_flags = LO_FLAGS_AUTOCLEAR;
-        if (ioctl(lfd, LOOP_CONFIGURE, &cfg) < 0) {
-            int e = errno;
-            close(lfd);
-            if (e == EBUSY) continue; /* another sandbox took it first */
-            errno = e;
-            break;
-        }
-        /* noinit_itable: no background zeroing of inode tables (the template is fresh) */
-        rc = mount(dev, dir, "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME, "errors=remount-ro,noinit_itable,nobarrier");
-        int e = errno;
-        close(lfd); /* the mount holds the device now; autoclear detaches it with the mount */
-        errno = e;
-        if (rc < 0) break;
-    }
-    int e = errno;
-    close(ctl);
-    close(ffd);
-    if (rc == 0) unlink(file);
-    errno = e;
-    return rc;
+/* The sandbox's mounts live in a mount namespace of their own: nothing leaks to the host. */
+static int private_mounts(void) {
+    if (unshare(CLONE_NEWNS) < 0) return -1;
+    return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 }
 
 /* Enter the sandbox's user namespace as its root: every capability there, none outside. */
@@ -1394,37 +1331,28 @@ static int launch(int argc, char **argv) {
             int n = snprintf(s, sizeof s, "%d", getpid());
             if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
             close(fd);
-        } else if (!strcmp(a, "--disk-dev") && i + 2 < argc) { /* LOOPDEV DIR: bound by the caller */
-            if (!in_ns) {
-                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
-                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
-                in_ns = 1;
-            }
+        } else if (!strcmp(a, "--disk-dev") && i + 2 < argc) {
+            /* LOOPDEV DIR: the disk limit, an ext4 filesystem on a loop device the caller bound
+             * (sandbox/disk.py); its pages are file cache, so writing past it is ENOSPC, never
+             * an OOM kill */
+            if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
+            in_ns = 1;
             if (strncmp(argv[i + 1], "/dev/loop", 9) != 0) { errno = EINVAL; return die("not a loop device", argv[i + 1]); }
             if (mount(argv[i + 1], argv[i + 2], "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
                       "errors=remount-ro,noinit_itable,nobarrier") < 0)
                 return die("mount the disk", argv[i + 1]);
             i += 2;
-        } else if (!strcmp(a, "--disk") && i + 2 < argc) { /* FILE DIR */
-            if (!in_ns) {
-                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
-                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
-                in_ns = 1;
-            }
-            if (mount_disk(argv[i + 1], argv[i + 2]) < 0) return die("mount the disk", argv[i + 1]);
-            i += 2;
         } else if (!strcmp(a, "--tmpfs") && i + 2 < argc) {
-            if (!in_ns) {
-                if (unshare(CLONE_NEWNS) < 0) return die("unshare mount namespace", NULL);
-                if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return die("make / private", NULL);
-                in_ns = 1;
-            }
+            if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
+            in_ns = 1;
             char opt[64];
             snprintf(opt, sizeof opt, "size=%s,mode=0755", argv[i + 2]);
             if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount tmpfs", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--userns") && i + 2 < argc) { /* BASE COUNT */
-            userns = make_userns(atol(argv[i + 1]), atol(argv[i + 2]));
+            long base = atol(argv[i + 1]), count = atol(argv[i + 2]);
+            if (base < 1 || count < 1) { errno = EINVAL; return die("bad --userns range", argv[i + 1]); }
+            userns = new_userns(base, count, -1);
             if (userns < 0) return die("make user namespace", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--idmap") && i + 2 < argc) { /* SRC DST, through --userns */

@@ -2,10 +2,10 @@
 
 A tmpfs writable layer is charged to the sandbox's memory cgroup, so filling it past the
 memory limit OOM-kills the sandbox instead of failing the write. Each sandbox therefore gets
-a sparse copy of a formatted ext4 template (journal-less, a few hundred KiB actually used),
-which the root launcher mounts through a loop device that detaches itself with the
-sandbox's mount namespace (``--disk`` in agent.c) and unlinks once mounted: writes past
-``disk_mib`` fail with ENOSPC, and the pages are file cache, which the kernel can reclaim.
+a loop device bound to a sparse copy of a formatted ext4 template (journal-less, a few
+hundred KiB actually used, unlinked at once: the device holds it), which the root launcher
+mounts (``--disk-dev`` in agent.c): writes past ``disk_mib`` fail with ENOSPC, and the pages
+are file cache, which the kernel can reclaim.
 
 Where the host has no loop devices or no ``mkfs.ext4``, the layer stays a tmpfs (charged to
 memory, as before); ``available()`` says which.
@@ -30,7 +30,6 @@ from sandfleet.errors import HostUnsupportedError
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
-_swept = False
 _warned = False
 
 
@@ -103,17 +102,6 @@ def _sparse_copy(src: Path, dst: Path) -> None:
                 done += n
             off = hole
         fo.truncate(size)
-
-
-def image_for(sid: str, size_mib: int) -> Path:
-    """A fresh disk image for sandbox ``sid`` (the launcher unlinks it once mounted)."""
-    global _swept
-    if not _swept:
-        _swept = True
-        sweep()
-    path = disk_dir() / f"{sid}.img"
-    _sparse_copy(template(size_mib), path)
-    return path
 
 
 # ---------------------------------------------------------------- loop devices, ready ahead
@@ -256,23 +244,3 @@ _closer = _Closer()
 def take_loop(size_mib: int) -> Loop:
     """A loop device bound to a fresh ext4 image of ``size_mib`` (usually ready already)."""
     return _pool.take(size_mib)
-
-
-def remove(sid: str) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (disk_dir() / f"{sid}.img").unlink()
-
-
-def sweep(grace_s: float = 120.0) -> int:
-    """Remove images a dead owner left between copying and mounting them (older than
-    ``grace_s``: a live owner mounts and unlinks its image within a second)."""
-    n = 0
-    now = time.time()
-    for p in disk_dir().glob("sf-*.img"):
-        try:
-            if now - p.stat().st_mtime > grace_s:
-                p.unlink()
-                n += 1
-        except FileNotFoundError:
-            continue
-    return n

@@ -1195,6 +1195,19 @@ static int open_dir_nofollow(const char *path, int create, const char **bad) {
     return rd;
 }
 
+/* The directory holding PATH's last component, opened as open_dir_nofollow does; *name is
+ * that component (within PATH). -1 with errno EINVAL for a path without one. */
+static int open_parent_nofollow(const char *p, const char **name, const char **bad) {
+    char parent[PATH_MAX];
+    const char *slash = strrchr(p, '/');
+    if (!slash || !slash[1] || snprintf(parent, sizeof parent, "%.*s", (int)(slash - p), p) >= (int)sizeof parent) {
+        errno = EINVAL;
+        return -1;
+    }
+    *name = slash + 1;
+    return open_dir_nofollow(parent[0] ? parent : "/", 1, bad);
+}
+
 static int refuse(const char *what, const char *path, const char *bad) {
     if (bad) {
         fprintf(stderr, "sandfleet-agent launch: refused: %s: a path component %s (the image may not make "
@@ -1212,14 +1225,9 @@ static int prepare_dir(const char *p, const char *uid, const char *gid, const ch
     struct stat st;
     int fd = -1;
     if (opaque) {
-        char parent[PATH_MAX];
-        snprintf(parent, sizeof parent, "%s", p);
-        char *slash = strrchr(parent, '/');
-        if (!slash || !slash[1]) { errno = EINVAL; return die("opaque", p); }
-        *slash = 0;
-        int pfd = open_dir_nofollow(parent[0] ? parent : "/", 1, &bad);
+        const char *name;
+        int pfd = open_parent_nofollow(p, &name, &bad);
         if (pfd < 0) return refuse("opaque", p, bad);
-        const char *name = slash + 1;
         int existed = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0;
         if (existed && !S_ISDIR(st.st_mode)) {
             if (unlinkat(pfd, name, 0) < 0) { close(pfd); return die("replace", p); }
@@ -1383,16 +1391,11 @@ static int launch(int argc, char **argv) {
             if (rc) return rc;
             i += 4;
         } else if (!strcmp(a, "--whiteout") && i + 1 < argc) { /* PATH: hide a lower's file */
-            const char *p = argv[++i], *bad = NULL;
-            char parent[PATH_MAX];
-            snprintf(parent, sizeof parent, "%s", p);
-            char *slash = strrchr(parent, '/');
-            if (!slash || !slash[1]) { errno = EINVAL; return die("whiteout", p); }
-            *slash = 0;
-            int pfd = open_dir_nofollow(parent[0] ? parent : "/", 1, &bad);
+            const char *p = argv[++i], *bad = NULL, *name;
+            int pfd = open_parent_nofollow(p, &name, &bad);
             if (pfd < 0) return refuse("whiteout", p, bad);
-            unlinkat(pfd, slash + 1, 0);
-            int rc = mknodat(pfd, slash + 1, S_IFCHR | 0600, makedev(0, 0));
+            unlinkat(pfd, name, 0);
+            int rc = mknodat(pfd, name, S_IFCHR | 0600, makedev(0, 0));
             close(pfd);
             if (rc < 0 && errno != EEXIST) return die("whiteout", p);
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */

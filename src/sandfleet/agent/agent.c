@@ -1339,16 +1339,19 @@ static int launch(int argc, char **argv) {
             int n = snprintf(s, sizeof s, "%d", getpid());
             if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
             close(fd);
-        } else if (!strcmp(a, "--disk-dev") && i + 2 < argc) {
-            /* LOOPDEV DIR: the disk limit, an ext4 filesystem on a loop device the caller bound
-             * (sandbox/disk.py); its pages are file cache, so writing past it is ENOSPC, never
-             * an OOM kill */
+        } else if (!strcmp(a, "--disk-fd") && i + 2 < argc) {
+            /* FD DIR: the disk limit, an ext4 filesystem on a loop device, mounted ahead by the
+             * caller (fsmount in sandbox/disk.py, off the sandbox's start path) and handed over
+             * as a detached mount: attach it. Its pages are file cache, so writing past it is
+             * ENOSPC, never an OOM kill. */
             if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
             in_ns = 1;
-            if (strncmp(argv[i + 1], "/dev/loop", 9) != 0) { errno = EINVAL; return die("not a loop device", argv[i + 1]); }
-            if (mount(argv[i + 1], argv[i + 2], "ext4", MS_NOSUID | MS_NODEV | MS_NOATIME,
-                      "errors=remount-ro,noinit_itable,nobarrier") < 0)
-                return die("mount the disk", argv[i + 1]);
+            char *end = NULL;
+            long fd = strtol(argv[i + 1], &end, 10);
+            if (!*argv[i + 1] || *end || fd < 3 || fd > INT_MAX) { errno = EINVAL; return die("bad --disk-fd", argv[i + 1]); }
+            if (syscall(SYS_move_mount, (int)fd, "", AT_FDCWD, argv[i + 2], MOVE_MOUNT_F_EMPTY_PATH) < 0)
+                return die("attach the disk", argv[i + 2]);
+            close((int)fd);
             i += 2;
         } else if (!strcmp(a, "--tmpfs") && i + 2 < argc) {
             if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);

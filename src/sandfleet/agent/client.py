@@ -149,19 +149,29 @@ class AgentClient:
 
     async def _read_loop(self) -> None:
         why = "the guest agent closed its stream (the sandbox died or was killed)"
+        buf = bytearray()  # what has arrived: every whole frame in it is handed out in one wake-up
         try:
             while True:
-                head = await self._reader.readexactly(4)
-                n = int.from_bytes(head, "big")
-                if n > MAX_REPLY_FRAME:
-                    raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
-                frame = decode(await self._reader.readexactly(n))
-                q = self._waiters.get(frame.id)
-                if q is not None:
-                    q.put_nowait(frame)
-                elif frame.type == T.R_ERROR:
-                    why = f"guest agent error: {frame.text(F.MESSAGE)}"
-        except (asyncio.IncompleteReadError, ConnectionError, OSError):
+                chunk = await self._reader.read(1 << 20)
+                if not chunk:
+                    break
+                buf += chunk
+                off = 0
+                while len(buf) - off >= 4:
+                    n = int.from_bytes(buf[off:off + 4], "big")
+                    if n > MAX_REPLY_FRAME:
+                        raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
+                    if len(buf) - off - 4 < n:
+                        break
+                    frame = decode(bytes(buf[off + 4:off + 4 + n]))
+                    off += 4 + n
+                    q = self._waiters.get(frame.id)
+                    if q is not None:
+                        q.put_nowait(frame)
+                    elif frame.type == T.R_ERROR:
+                        why = f"guest agent error: {frame.text(F.MESSAGE)}"
+                del buf[:off]
+        except (ConnectionError, OSError):
             pass
         except ProtocolError as e:
             why = f"protocol error: {e}"

@@ -30,7 +30,7 @@ class AgentProcess:
     async def start(
         cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: Mapping[str, object],
         cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
-        ready_timeout: float = 30.0,
+        ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (),
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
         with open(log, "wb") as errf:
@@ -43,6 +43,7 @@ class AgentProcess:
                 # never the caller's PATH: the root launcher runs only absolute paths anyway
                 env=env if env is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 start_new_session=new_session,
+                pass_fds=pass_fds,
                 limit=1 << 20,
             )
         write_meta(sandbox_dir, {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}})

@@ -48,13 +48,14 @@ def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
     read at each sandbox start, so a file made since is hidden too."""
     dirs: set[str] = {"/tmp", "/home", "/run"}
     other: set[str] = set()
-    for p in Path("/").iterdir():
-        if p.name in HOST_SYSTEM:
-            continue
-        if p.is_symlink() and str(p.readlink()).lstrip("/").split("/")[0] in HOST_SYSTEM:
-            continue  # bin -> usr/bin and the like
-        (dirs if p.is_dir() and not p.is_symlink() else other).add(str(p))
-    below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir() and not Path(p).is_symlink()]
+    with os.scandir("/") as it:  # one getdents; the entries carry their types
+        for e in it:
+            if e.name in HOST_SYSTEM:
+                continue
+            if e.is_symlink() and os.readlink(e.path).lstrip("/").split("/")[0] in HOST_SYSTEM:
+                continue  # bin -> usr/bin and the like
+            (dirs if e.is_dir(follow_symlinks=False) else other).add(e.path)
+    below = [p for p in HOST_HIDDEN_BELOW if os.path.isdir(p) and not os.path.islink(p)]
     return tuple(sorted(dirs)) + tuple(below), tuple(sorted(other))
 
 
@@ -152,7 +153,7 @@ class BwrapBackend:
         self.bwrap = str(Path(found).resolve())  # the root launcher never searches PATH
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
-              cg: cgroups.Cgroup | None) -> list[str]:
+              cg: cgroups.Cgroup | None, loop: disk.Loop | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
         then bwrap runs as root of the sandbox's user namespace P, and the guest agent
         makes the commands' namespace S and drops to a uid no command has."""
@@ -165,9 +166,8 @@ class BwrapBackend:
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.procs_files if cg else []:
             a += ["--cgroup", str(f)]
-        dev = sdir / "disk.dev"  # set by create(): the loop device of the disk limit, if any
-        if dev.exists():
-            a += ["--disk-dev", dev.read_text(), str(rw)]
+        if loop is not None:  # the disk limit, mounted ahead (disk.py); the launcher inherits it
+            a += ["--disk-fd", str(loop.mnt_fd), str(rw)]
         else:
             a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
         a += [
@@ -234,12 +234,13 @@ class BwrapBackend:
             if cg is not None:
                 cg.create(spec.limits)
             if self.config.disk == "ext4" and disk.available():
-                loop = await asyncio.to_thread(disk.take_loop, spec.limits.disk_mib)
-                (sdir / "disk.dev").write_text(loop.path)
-            argv = self._argv(sid, sdir, spec, image, lowers, cg)
+                loop = disk.take_loop_nowait(spec.limits.disk_mib) or await asyncio.to_thread(
+                    disk.take_loop, spec.limits.disk_mib)
+            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop)
             if spec.limits.network:
                 network.check_available()
-            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta)
+            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,
+                                             pass_fds=(loop.mnt_fd,) if loop is not None else ())
             if loop is not None:
                 loop.hold_mounts_of(agent.proc.pid)
             try:

@@ -1195,6 +1195,17 @@ static int open_dir_nofollow(const char *path, int create, const char **bad) {
     return rd;
 }
 
+/* The last parent open_parent_nofollow() walked to: a run of --opaque and --whiteout options
+ * (thirty-odd host directories and files, all in the same two or three upper directories)
+ * walks each parent once. Dropped at any other option, which may mount over it. */
+static char parent_cached[PATH_MAX];
+static int parent_cached_fd = -1;
+static void parent_cache_drop(void) {
+    if (parent_cached_fd >= 0) close(parent_cached_fd);
+    parent_cached_fd = -1;
+    parent_cached[0] = 0;
+}
+
 /* The directory holding PATH's last component, opened as open_dir_nofollow does; *name is
  * that component (within PATH). -1 with errno EINVAL for a path without one. */
 static int open_parent_nofollow(const char *p, const char **name, const char **bad) {
@@ -1205,7 +1216,14 @@ static int open_parent_nofollow(const char *p, const char **name, const char **b
         return -1;
     }
     *name = slash + 1;
-    return open_dir_nofollow(parent[0] ? parent : "/", 1, bad);
+    if (!parent[0]) strcpy(parent, "/");
+    if (parent_cached_fd >= 0 && !strcmp(parent, parent_cached)) return fcntl(parent_cached_fd, F_DUPFD_CLOEXEC, 0);
+    int fd = open_dir_nofollow(parent, 1, bad);
+    if (fd < 0) return -1;
+    parent_cache_drop();
+    parent_cached_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (parent_cached_fd >= 0) strcpy(parent_cached, parent);
+    return fd;
 }
 
 static int refuse(const char *what, const char *path, const char *bad) {
@@ -1333,6 +1351,7 @@ static int launch(int argc, char **argv) {
             i += 2;
             continue;
         }
+        if (strcmp(a, "--opaque") && strcmp(a, "--whiteout")) parent_cache_drop();
         if (!strcmp(a, "--cgroup") && i + 1 < argc) {
             int fd = open(argv[++i], O_WRONLY | O_CLOEXEC);
             char s[32];

@@ -1,0 +1,41 @@
+"""Plots for the HTML reports: matplotlib figures, inlined as SVG.
+
+Every chart is wrapped in ``<figure class="chart" data-chart="NAME">`` so that a report
+test (and a reader's tooling) can find each expected chart by name. matplotlib runs on
+its non-interactive Agg/SVG backend: no display, no GUI toolkit.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+from typing import TYPE_CHECKING
+
+import matplotlib
+
+matplotlib.use("Agg")  # before pyplot: never a GUI backend
+import matplotlib.pyplot as plt  # noqa: E402
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+
+
+def new_figure(width: float = 6.4, height: float = 3.6) -> tuple[Figure, object]:
+    """A figure and its single axes (closed by :func:`svg`)."""
+    fig, ax = plt.subplots(figsize=(width, height), layout="constrained")
+    return fig, ax
+
+
+def svg(fig: Figure, name: str, caption: str = "") -> str:
+    """The figure as inline SVG in a named ``<figure>``; the figure is closed."""
+    buf = io.StringIO()
+    try:
+        fig.savefig(buf, format="svg")
+    finally:
+        plt.close(fig)
+    text = buf.getvalue()
+    text = text[text.index("<svg"):]  # drop the XML prolog and doctype: inline in HTML
+    cap = f"<figcaption>{html.escape(caption)}</figcaption>" if caption else ""
+    return f'<figure class="chart" data-chart="{html.escape(name)}">{text}{cap}</figure>'

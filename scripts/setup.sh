@@ -5,7 +5,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # passt (pasta) and nftables: user-mode networking for network=True sandboxes and builds
-APT_PACKAGES=(bubblewrap e2fsprogs gcc libc6-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps passt nftables)
+# chromium and chromium-driver: the report test opens every HTML report in a headless browser
+APT_PACKAGES=(bubblewrap e2fsprogs gcc libc6-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver)
 # the microvm backend: QEMU, the guest kernel (extracted with lz4), busybox for the initramfs.
 # Optional: if they can't be installed, the microvm tests skip and say why.
 MICROVM_PACKAGES=()

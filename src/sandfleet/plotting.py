@@ -29,7 +29,14 @@ def new_figure(width: float = 6.4, height: float = 3.6) -> tuple[Figure, object]
 
 
 def svg(fig: Figure, name: str, caption: str = "") -> str:
-    """The figure as inline SVG in a named ``<figure>``; the figure is closed."""
+    """The figure as inline SVG in a named ``<figure>``; the figure is closed. Every data
+    artist (line, bar, collection) gets the id ``<name>-mark-<k>``, so a reader (or the
+    browser test) can find what was drawn, apart from axes, ticks and grid."""
+    k = 0
+    for ax in fig.axes:
+        for artist in [*ax.lines, *ax.patches, *ax.collections]:
+            artist.set_gid(f"{name}-mark-{k}")
+            k += 1
     buf = io.StringIO()
     try:
         fig.savefig(buf, format="svg")

@@ -52,10 +52,10 @@ def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
         for e in it:
             if e.name in HOST_SYSTEM:
                 continue
-            if e.is_symlink() and os.readlink(e.path).lstrip("/").split("/")[0] in HOST_SYSTEM:
+            if e.is_symlink() and str(Path(e.path).readlink()).lstrip("/").split("/")[0] in HOST_SYSTEM:
                 continue  # bin -> usr/bin and the like
             (dirs if e.is_dir(follow_symlinks=False) else other).add(e.path)
-    below = [p for p in HOST_HIDDEN_BELOW if os.path.isdir(p) and not os.path.islink(p)]
+    below = [p for p in HOST_HIDDEN_BELOW if Path(p).is_dir() and not Path(p).is_symlink()]
     return tuple(sorted(dirs)) + tuple(below), tuple(sorted(other))
 
 
@@ -152,6 +152,14 @@ class BwrapBackend:
         assert found is not None  # bwrap_version found it
         self.bwrap = str(Path(found).resolve())  # the root launcher never searches PATH
 
+    def _seed(self) -> disk.Seed:
+        """The writable layer every sandbox over the host's root starts with: an opaque
+        directory per hidden host directory, a whiteout per other hidden entry."""
+        hidden_dirs, hidden_other = _host_hidden()
+        return disk.Seed(root_uid=self.config.host_uid(ROOT_UID),
+                         opaque=tuple((p, int(FRESH_MODES.get(p, "0755"), 8)) for p in hidden_dirs),
+                         whiteouts=hidden_other)
+
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None, loop: disk.Loop | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
@@ -182,11 +190,14 @@ class BwrapBackend:
             # change them.
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
-            hidden_dirs, hidden_other = _host_hidden()
-            for path in hidden_dirs:
-                a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
-            for path in hidden_other:
-                a += ["--whiteout", f"{rw}/upper{path}"]
+            seed = self._seed()
+            made = loop.seed if loop is not None and loop.seed is not None else None
+            for path, mode in seed.opaque:  # what the disk was not made with (disk.Seed)
+                if made is None or (path, mode) not in made.opaque:
+                    a += ["--opaque", f"{rw}/upper{path}", *root_ids, f"{mode:04o}"]
+            for path in seed.whiteouts:
+                if made is None or path not in made.whiteouts:
+                    a += ["--whiteout", f"{rw}/upper{path}"]
             lowers = lowers[-1:]
         else:
             # A base image is owned by host root on disk: mount it idmapped, so its files
@@ -234,8 +245,9 @@ class BwrapBackend:
             if cg is not None:
                 cg.create(spec.limits)
             if self.config.disk == "ext4" and disk.available():
-                loop = disk.take_loop_nowait(spec.limits.disk_mib) or await asyncio.to_thread(
-                    disk.take_loop, spec.limits.disk_mib)
+                seed = self._seed() if lowers[-1] == Path("/") else None
+                loop = disk.take_loop_nowait(spec.limits.disk_mib, seed) or await asyncio.to_thread(
+                    disk.take_loop, spec.limits.disk_mib, seed)
             argv = self._argv(sid, sdir, spec, image, lowers, cg, loop)
             if spec.limits.network:
                 network.check_available()

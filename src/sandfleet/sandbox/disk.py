@@ -19,13 +19,17 @@ import contextlib
 import ctypes
 import errno
 import fcntl
+import hashlib
 import logging
 import os
 import shutil
+import stat
 import struct
 import subprocess
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from sandfleet.agent.build import cache_dir
@@ -111,9 +115,43 @@ def disk_dir() -> Path:
     return d
 
 
-def template(size_mib: int) -> Path:
-    """A formatted, empty ext4 filesystem of ``size_mib`` (made once, under a lock)."""
-    path = disk_dir() / f"template-{size_mib}m.ext4"
+@dataclass(frozen=True)
+class Seed:
+    """What every sandbox of a host-root image starts with in its writable layer, made once
+    into the disk template instead of by the launcher at each start: ``upper/`` (owned by
+    ``root_uid``), ``work/``, an opaque directory for each host directory the sandbox must
+    not see, and a whiteout for each other host entry (docs/security.md). The launcher is
+    given only what changed on the host since (``BwrapBackend._argv``)."""
+
+    root_uid: int
+    opaque: tuple[tuple[str, int], ...]  # (path under upper, mode)
+    whiteouts: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha256(repr(self).encode()).hexdigest()[:12]
+
+    def populate(self, d: Path) -> None:
+        upper = d / "upper"
+        upper.mkdir(mode=0o755)
+        os.chown(upper, self.root_uid, self.root_uid)
+        (d / "work").mkdir(mode=0o755)
+        for path, mode in self.opaque:
+            p = upper / path.lstrip("/")
+            for parent in reversed(p.relative_to(upper).parents[:-1]):
+                (upper / parent).mkdir(mode=0o755, exist_ok=True)  # as the launcher makes them
+            p.mkdir()
+            os.chown(p, self.root_uid, self.root_uid)
+            p.chmod(mode)
+            os.setxattr(p, "trusted.overlay.opaque", b"y")
+        for path in self.whiteouts:
+            os.mknod(upper / path.lstrip("/"), 0o600 | stat.S_IFCHR, os.makedev(0, 0))
+
+
+def template(size_mib: int, seed: Seed | None = None) -> Path:
+    """A formatted ext4 filesystem of ``size_mib``, empty or holding ``seed`` (made once, under
+    a lock)."""
+    path = disk_dir() / (f"template-{size_mib}m.ext4" if seed is None else f"template-{size_mib}m-{seed.key}.ext4")
     if path.is_file():
         return path
     with _lock, open(disk_dir() / ".lock", "w") as lock:
@@ -126,9 +164,14 @@ def template(size_mib: int) -> Path:
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
         with open(tmp, "wb") as f:
             f.truncate(size_mib << 20)
-        proc = subprocess.run(
-            [mkfs, "-q", "-F", "-O", "^has_journal", "-m", "0", "-b", "4096",
-             "-E", "lazy_itable_init=1,nodiscard", str(tmp)], capture_output=True, text=True)
+        with tempfile.TemporaryDirectory(dir=disk_dir()) as staging:
+            extra = []
+            if seed is not None:
+                seed.populate(Path(staging))
+                extra = ["-d", staging]
+            proc = subprocess.run(
+                [mkfs, "-q", "-F", "-O", "^has_journal", "-m", "0", "-b", "4096",
+                 "-E", "lazy_itable_init=1,nodiscard", *extra, str(tmp)], capture_output=True, text=True)
         if proc.returncode != 0:
             tmp.unlink(missing_ok=True)
             raise HostUnsupportedError(f"mkfs.ext4 failed for the disk template: {proc.stderr.strip()[-300:]}")
@@ -173,10 +216,12 @@ _LO_FLAGS_OFFSET = 8 + 52
 class Loop:
     """A loop device bound to a fresh, empty ext4 image, and that image mounted (detached)."""
 
-    def __init__(self, path: str, fd: int, mnt_fd: int):
+    def __init__(self, path: str, fd: int, mnt_fd: int, seed: Seed | None = None):
         self.path = path
         self.fd = fd
         self.mnt_fd = mnt_fd
+        self.seed = seed
+        """What the filesystem holds already (None: empty)."""
         """The detached mount, for ``--disk-fd``; held until release (it pins the mount too)."""
         self.ns_fd = -1
         """The mount namespace that mounts it, held so that its (slow: ~15 ms of ext4 and
@@ -195,11 +240,11 @@ class Loop:
             _closer.submit(fds)
 
 
-def bind(size_mib: int) -> Loop:
-    """Bind a free loop device to a new image of ``size_mib`` and mount it, detached
-    (blocking, ~15 ms)."""
+def bind(size_mib: int, seed: Seed | None = None) -> Loop:
+    """Bind a free loop device to a new image of ``size_mib`` (holding ``seed``) and mount
+    it, detached (blocking, ~15 ms)."""
     img = disk_dir() / f".loop-{os.getpid()}-{threading.get_ident()}-{time.monotonic_ns()}.img"
-    _sparse_copy(template(size_mib), img)
+    _sparse_copy(template(size_mib, seed), img)
     try:
         ffd = os.open(img, os.O_RDWR | os.O_CLOEXEC)
     finally:
@@ -222,7 +267,7 @@ def bind(size_mib: int) -> Loop:
                         continue  # another process took it first
                     raise
                 try:
-                    return Loop(path, lfd, fsmount_ext4(path))
+                    return Loop(path, lfd, fsmount_ext4(path), seed)
                 except BaseException:
                     os.close(lfd)  # autoclear: the device lets go of the image
                     raise
@@ -234,40 +279,50 @@ def bind(size_mib: int) -> Loop:
 
 
 class _Pool:
-    """A few bound loop devices per size, refilled in a background thread."""
+    """A few bound loop devices per (size, seed), refilled in a background thread. Only the
+    latest seed of a size is kept ready: when the host's root changes, the devices made for
+    the old one are let go."""
 
     def __init__(self, keep: int = 4):
         self.keep = keep
-        self.ready: dict[int, list[Loop]] = {}
+        self.ready: dict[tuple[int, Seed | None], list[Loop]] = {}
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
 
-    def take(self, size_mib: int, *, wait: bool = True) -> Loop | None:
+    def take(self, size_mib: int, seed: Seed | None = None, *, wait: bool = True) -> Loop | None:
         """A ready device; else, with ``wait``, one bound now (blocking), without it None."""
+        key = (size_mib, seed)
         with self.cond:
-            ready = self.ready.setdefault(size_mib, [])
+            for old in [k for k in self.ready if k[0] == size_mib and k != key]:
+                for stale in self.ready.pop(old):
+                    stale.release()
+            ready = self.ready.setdefault(key, [])
             loop = ready.pop() if ready else None
             if self.thread is None:
                 self.thread = threading.Thread(target=self._fill, name="sandfleet-loop-pool", daemon=True)
                 self.thread.start()
             self.cond.notify()
-        return loop if loop is not None or not wait else bind(size_mib)
+        return loop if loop is not None or not wait else bind(size_mib, seed)
 
     def _fill(self) -> None:
         while True:
             with self.cond:
-                want = [s for s, r in self.ready.items() if len(r) < self.keep]
+                want = [k for k, r in self.ready.items() if len(r) < self.keep]
                 if not want:
                     self.cond.wait()
                     continue
+            key = want[0]
             try:
-                loop = bind(want[0])
+                loop = bind(*key)
             except OSError as e:  # the next take binds synchronously and reports it
                 log.warning("could not prepare a loop device: %s", e)
                 time.sleep(1.0)
                 continue
             with self.cond:
-                self.ready.setdefault(want[0], []).append(loop)
+                if key in self.ready:
+                    self.ready[key].append(loop)
+                else:  # its seed was replaced meanwhile
+                    loop.release()
 
 
 class _Closer:
@@ -302,14 +357,14 @@ _pool = _Pool()
 _closer = _Closer()
 
 
-def take_loop(size_mib: int) -> Loop:
-    """A loop device bound to a fresh ext4 image of ``size_mib`` (usually ready already;
-    else bound now, blocking: call it in a thread)."""
-    loop = _pool.take(size_mib)
+def take_loop(size_mib: int, seed: Seed | None = None) -> Loop:
+    """A loop device bound to a fresh ext4 image of ``size_mib`` holding ``seed`` (usually
+    ready already; else bound now, blocking: call it in a thread)."""
+    loop = _pool.take(size_mib, seed)
     assert loop is not None
     return loop
 
 
-def take_loop_nowait(size_mib: int) -> Loop | None:
+def take_loop_nowait(size_mib: int, seed: Seed | None = None) -> Loop | None:
     """A ready loop device, or None at once (then ``take_loop`` in a thread)."""
-    return _pool.take(size_mib, wait=False)
+    return _pool.take(size_mib, seed, wait=False)

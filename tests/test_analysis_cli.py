@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from sandfleet.analysis.cli import analyze, table
+from sandfleet.analysis.trace import write_trace
 from sandfleet.cli import cli
-from sandfleet.testing.synth import write_study
+from sandfleet.testing.synth import rollout_record, write_study
 
 
 @pytest.fixture
@@ -26,14 +29,17 @@ def test_two_runs_print_aligned_tables(runs: tuple[Path, Path]) -> None:
     out = res.output
     for heading in (
         "Breakdown per span",
-        "B - A (paired by task",
+        "Platform overhead",
+        "B - A (same 8 tasks",
         "What if inference",
         "KV cache and GRPO groups",
         "Staleness",
         "training can step",
     ):
         assert heading in out
-    assert re.search(r"^total\s+442\.0\s+495\.0\s+53\.0 s\s+12\.0 %$", out, re.M)
+    iv = r"\[-?\d+\.\d, -?\d+\.\d\]"
+    assert re.search(rf"^total\s+442\.0\s+495\.0\s+53\.0 s\s+{iv}\s+12\.0 %\s+{iv}$", out, re.M)
+    assert re.search(r"^A\s+20\.0\s+4\.5 %$", out, re.M)  # platform overhead: 20 s of 442 s
     assert re.search(r"^32\s+119\.4\s+168\.5\s+41\.1 %$", out, re.M)
 
 
@@ -56,11 +62,16 @@ def test_json_has_the_required_keys(runs: tuple[Path, Path]) -> None:
         "spans_mean_s",
         "whatif",
         "kv_idle_fraction",
+        "kv_idle_fraction_through_reward",
         "group_wait_fraction",
+        "platform_overhead_s",
+        "platform_overhead_fraction",
         "gap_definition",
         "staleness",
+        "provenance",
     ):
         assert key in data
+    assert data["whatif_not_applicable"] is None
     assert set(data["whatif"]) == {"1", "8"}
     assert data["whatif"]["8"] == pytest.approx(0.329, abs=0.005)
     assert data["staleness"]["step_time_s"] == 300
@@ -76,18 +87,42 @@ def test_one_run_whatif_maps_k_to_mean_time(runs: tuple[Path, Path]) -> None:
 
 
 @pytest.mark.parametrize("two", [True, False])
-def test_html_report_has_the_four_plots(runs: tuple[Path, Path], tmp_path: Path, two: bool) -> None:
+def test_html_report_has_the_four_charts(runs: tuple[Path, Path], tmp_path: Path, two: bool) -> None:
     out = tmp_path / "report" / "index.html"
     args = [str(runs[0]), *([str(runs[1])] if two else []), "--html", str(out)]
     res = CliRunner().invoke(analyze, args)
     assert res.exit_code == 0, res.output
     html = out.read_text()
-    assert html.startswith("<!doctype html>") and "<script" not in html
-    for plot_id in ("plot-spans", "plot-whatif", "plot-group-wait", "plot-timeline-A"):
-        assert re.search(rf'<svg [^>]*id="{plot_id}"', html), plot_id
-    assert html.count("<svg ") == (5 if two else 4)
-    assert html.count("</svg>") == html.count("<svg ")
-    assert "<title>Mean rollout time per span</title>" in html
+    assert html.startswith("<!doctype html>") and html.rstrip().endswith("</html>")
+    charts = re.findall(r'<figure class="chart" data-chart="([^"]+)">', html)
+    assert charts == ["breakdown", "whatif", "kv-idle", "group-wait"]
+    assert html.count("<svg ") == html.count("</svg>") == 4
+    # self-contained: no scripts, no links out (the SVG namespaces are names, not fetched)
+    assert "<script" not in html and "<link rel='stylesheet'" not in html and "@import" not in html
+    urls = set(re.findall(r"""(?:https?:)?//[^\s"'<>)]+""", html))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+    ids = re.findall(r'\sid="([^"]+)"', html)
+    assert len(ids) == len(set(ids))  # four SVGs in one page: no id twice
+    for ref in set(re.findall(r"url\(#([^)]+)\)", html)):
+        assert ref in ids
+    assert "Platform overhead" in html and "Provenance" in html
+    assert ("interval s" in html) == two
+
+
+def test_matplotlib_is_not_loaded_by_the_cli() -> None:
+    code = (
+        "import sys, sandfleet.analysis, sandfleet.analysis.cli, sandfleet.analysis.html; "
+        "sys.exit('matplotlib' in sys.modules)"
+    )
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+def test_runs_over_different_tasks_are_refused(tmp_path: Path) -> None:
+    a = write_trace(tmp_path / "a", [rollout_record(t, 0, 0, {"model": 1.0}) for t in ("x", "y")])
+    b = write_trace(tmp_path / "b", [rollout_record(t, 0, 0, {"model": 1.0}) for t in ("x", "z")])
+    res = CliRunner().invoke(analyze, [str(a.parent), str(b.parent)])
+    assert res.exit_code == 2
+    assert res.output.startswith("error: ") and "only in A (1): y; only in B (1): z" in res.output
 
 
 def _invoke_bad(path: Path) -> tuple[int, str]:

@@ -183,6 +183,9 @@ def test_converted_run_loads_and_analyzes(job_dir: Path, tmp_path: Path) -> None
     assert a["kv_idle_fraction"]["A"] is None  # no model spans: unknown, not zero
     assert a["spans_mean_s"]["A"]["agent_command"] == pytest.approx(480.0)
     assert a["spans_mean_s"]["A"]["model"] == 0
+    # no model time to divide by k: not applicable, said why (not a flat curve)
+    assert a["whatif"] is None and a["whatif_detail"] is None
+    assert "agent_command" in a["whatif_not_applicable"]
 
 
 def test_convert_from_the_cli(job_dir: Path, tmp_path: Path) -> None:
@@ -190,9 +193,15 @@ def test_convert_from_the_cli(job_dir: Path, tmp_path: Path) -> None:
     res = CliRunner().invoke(analyze_cmd, ["--convert", "harbor", str(job_dir), "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert "wrote 3 rollouts" in res.output
-    res = CliRunner().invoke(analyze_cmd, [str(out)])
+    html = tmp_path / "report.html"
+    res = CliRunner().invoke(analyze_cmd, [str(out), "--html", str(html)])
     assert res.exit_code == 0, res.output
     assert "model time unknown" in res.output
+    assert "not applicable: run A" in res.output
+    page = html.read_text()
+    assert 'data-chart="whatif"' not in page and "Not applicable: run A" in page
+    assert 'data-chart="breakdown"' in page and 'data-chart="group-wait"' in page
+    assert 'data-chart="kv-idle"' not in page and "data-chart-omitted='kv-idle'" in page
 
 
 def test_convert_errors(tmp_path: Path) -> None:

@@ -33,7 +33,7 @@ def test_gap_is_monotonic_in_k(study: dict) -> None:
 
 def test_breakdown_deltas_match_the_study(study: dict) -> None:
     c = study["compare"]
-    assert c["paired"] and c["tasks"] == 20
+    assert c["tasks"] == 20 and c["tasks_left_out"] == []
     spans = c["spans"]
     assert spans["total"]["delta_s"] == pytest.approx(53.0, abs=0.01)
     assert spans["agent_command"]["delta_s"] == pytest.approx(26.0, abs=0.01)
@@ -43,6 +43,9 @@ def test_breakdown_deltas_match_the_study(study: dict) -> None:
     assert spans["other_sandbox"]["delta_s"] == pytest.approx(12.0, abs=0.01)
     assert spans["model"]["delta_s"] == pytest.approx(4.0, abs=0.01)
     assert spans["total"]["delta_pct"] == pytest.approx(12.0, abs=0.1)
+    for d in spans.values():
+        lo, hi = d["delta_s_ci90"]
+        assert lo <= d["delta_s"] <= hi
 
 
 def test_shorter_rollouts_allow_faster_training(study: dict) -> None:
@@ -57,6 +60,17 @@ def test_figures_are_present_and_in_range(study: dict) -> None:
     assert "mean of A" in study["gap_definition"]
     for lab in ("A", "B"):
         assert 0 < study["kv_idle_fraction"][lab] < 1
-        # the synthetic groups spread their members from 0.55x to 1.45x of the mean
-        assert study["group_wait_fraction"][lab] == pytest.approx(0.45, abs=1e-6)
+        # the synthetic groups spread their members from 0.55x to 1.45x of the mean D and
+        # start together: each member waits 1.45 D - f D of the group's 1.45 D, and the f
+        # average 1, so the fraction is (1.45 - 1) / 1.45
+        assert study["group_wait_fraction"][lab] == pytest.approx(0.45 / 1.45, abs=1e-6)
+        assert 0 < study["kv_idle_fraction"][lab] < study["kv_idle_fraction_through_reward"][lab] < 1
     assert study["kv_idle_fraction"]["B"] > study["kv_idle_fraction"]["A"]
+
+
+def test_platform_overhead_of_the_study(study: dict) -> None:
+    # A: sandbox_start 0.5 + other_sandbox 19 + overhead 0.5 = 20 s of 442 s (4.5 %; the
+    # study's "other sandbox" alone is 19 s, 4.3 %); B: 0.5 + 31 + 0.5 = 32 s of 495 s
+    assert study["platform_overhead_s"] == {"A": pytest.approx(20.0), "B": pytest.approx(32.0)}
+    assert study["platform_overhead_fraction"]["A"] == pytest.approx(20 / 442, abs=1e-6)
+    assert study["platform_overhead_fraction"]["B"] == pytest.approx(32 / 495, abs=1e-6)

@@ -3,9 +3,12 @@
 - :mod:`~sandfleet.analysis.trace`: read and validate ``trace.jsonl`` (``load_run``).
 - :mod:`~sandfleet.analysis.breakdown`: per-span breakdown, A/B comparison, what-if
   inference k times faster, and the gap's definition.
-- :mod:`~sandfleet.analysis.figures`: KV-cache idle, GRPO group wait, staleness.
+- :mod:`~sandfleet.analysis.figures`: platform overhead, KV-cache idle, GRPO group wait,
+  staleness.
 - :mod:`~sandfleet.analysis.report`: every figure as one JSON-ready dict (``analyze``).
-- :mod:`~sandfleet.analysis.html` and :mod:`~sandfleet.analysis.svg`: the HTML report.
+- :mod:`~sandfleet.analysis.html`: the HTML report (matplotlib charts, loaded only there).
+
+Every figure is defined in ``docs/figures.md``.
 - :mod:`~sandfleet.analysis.convert`: other systems' results (Harbor) into traces.
 - :mod:`~sandfleet.analysis.cli`: ``sandfleet analyze``.
 

@@ -43,6 +43,16 @@ def _pct(v: float | None) -> str:
     return "n/a" if v is None else f"{100 * v:.1f} %"
 
 
+def _interval(ci: Sequence[float] | None) -> str:
+    """``[lo, hi]`` to one decimal (never ``-0.0``)."""
+
+    def one(x: float) -> str:
+        text = f"{x:.1f}"
+        return "0.0" if text == "-0.0" else text
+
+    return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"
+
+
 def _parse_ks(text: str) -> list[float]:
     try:
         ks = [float(x) for x in text.split(",") if x.strip()]
@@ -92,20 +102,39 @@ def render_text(a: dict[str, Any]) -> str:
             ],
         )
     )
+    out.append(
+        "\nPlatform overhead (sandbox_start + other_sandbox + overhead, per completed rollout)"
+    )
+    out.append(
+        table(
+            ["run", "mean s", "of wall time"],
+            [
+                [lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab])]
+                for lab in labs
+            ],
+        )
+    )
     if "compare" in a:
         c = a["compare"]
-        how = f"paired by task, {c['tasks']} tasks" if c["paired"] else "over all rollouts"
-        out.append(f"\nB - A ({how})")
+        left = f"; left out, without a completed rollout in one run: {', '.join(c['tasks_left_out'])}"
+        out.append(
+            f"\nB - A (same {c['tasks']} tasks, mean of per-task means; "
+            f"{100 * c['ci_level']:g} % bootstrap intervals"
+            + (left if c["tasks_left_out"] else "")
+            + ")"
+        )
         out.append(
             table(
-                ["span", "A s", "B s", "B - A s", "B - A %"],
+                ["span", "A s", "B s", "B - A s", "interval s", "B - A %", "interval %"],
                 [
                     [
                         col,
                         _f(d["a"]),
                         _f(d["b"]),
                         _f(d["delta_s"], suffix=" s"),
+                        _interval(d["delta_s_ci90"]),
                         _f(d["delta_pct"], suffix=" %"),
+                        _interval(d["delta_pct_ci90"]),
                     ]
                     for col, d in c["spans"].items()
                 ],
@@ -116,21 +145,29 @@ def render_text(a: dict[str, Any]) -> str:
         "\nWhat if inference were k times faster"
         + (f" (gap = {a['gap_definition']})" if two else "")
     )
-    out.append(
-        table(
-            ["k", *(f"{lab} mean s" for lab in labs), *(["gap"] if two else [])],
-            [
-                [k, *(_f(d[lab]) for lab in labs), *([_pct(d["gap"])] if two else [])]
-                for k, d in a["whatif_detail"].items()
-            ],
+    if a["whatif_not_applicable"]:
+        out.append(f"not applicable: {a['whatif_not_applicable']}")
+    else:
+        out.append(
+            table(
+                ["k", *(f"{lab} mean s" for lab in labs), *(["gap"] if two else [])],
+                [
+                    [k, *(_f(d[lab]) for lab in labs), *([_pct(d["gap"])] if two else [])]
+                    for k, d in a["whatif_detail"].items()
+                ],
+            )
         )
-    )
     out.append("\nKV cache and GRPO groups")
     out.append(
         table(
-            ["run", "KV-cache idle", "group wait"],
+            ["run", "KV-cache idle", "KV idle through reward", "group wait"],
             [
-                [lab, _pct(a["kv_idle_fraction"][lab]), _pct(a["group_wait_fraction"][lab])]
+                [
+                    lab,
+                    _pct(a["kv_idle_fraction"][lab]),
+                    _pct(a["kv_idle_fraction_through_reward"][lab]),
+                    _pct(a["group_wait_fraction"][lab]),
+                ]
                 for lab in labs
             ],
         )

@@ -1,23 +1,31 @@
-"""The HTML report: one self-contained file, tables and four inline SVG plots.
+"""The HTML report: one self-contained file (no scripts, fonts or links), tables and
+matplotlib charts inlined as SVG.
 
-Plots: stacked span bars per run (``plot-spans``), gap (or mean time) against the inference
-speed-up k (``plot-whatif``), a CDF of group wait (``plot-group-wait``) and a timeline of
-rollouts per sandbox for each run (``plot-timeline-A``, ``plot-timeline-B``).
+Charts, each a ``<figure class="chart" data-chart="NAME">``: ``breakdown`` (mean seconds per
+span, stacked, one bar per run), ``whatif`` (mean rollout time of each run, and the gap,
+against the inference speed-up k; a paragraph says why instead when it does not apply),
+``kv-idle`` (histogram of each rollout's KV-cache idle fraction) and ``group-wait``
+(histogram of each completed rollout's group wait fraction). matplotlib is imported only
+when a report is rendered, never by ``sandfleet analyze`` itself.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Sequence
+import json
+import re
+from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sandfleet.analysis import svg
 from sandfleet.analysis.breakdown import COLUMNS
 from sandfleet.analysis.report import LABELS
 from sandfleet.analysis.trace import Run
 from sandfleet.traceschema import SPAN_NAMES
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
 
 SPAN_COLORS = {
     "sandbox_start": "#8c6d31",
@@ -28,68 +36,151 @@ SPAN_COLORS = {
     "overhead": "#bab0ac",
 }
 RUN_COLORS = {"A": "#4e79a7", "B": "#e15759"}
-MAX_TIMELINE_ROWS = 60
+GAP_COLOR = "#59a14f"
+FRACTION_BINS = 20
 
 CSS = """body{font-family:sans-serif;max-width:1000px;margin:2em auto;color:#222}
 table{border-collapse:collapse;margin:1em 0}td,th{padding:3px 10px;border-bottom:1px solid #ddd}
 td{text-align:right}td:first-child,th:first-child{text-align:left}.note{color:#666}
-svg{display:block;margin:1em 0}"""
+figure.chart{margin:1em 0}figure.chart svg{display:block;max-width:100%;height:auto}
+figcaption{color:#444;font-size:90%}pre{background:#f6f6f6;padding:.5em;overflow:auto}"""
 
 
 def _f(v: Any, suffix: str = "", digits: int = 1) -> str:
     return "n/a" if v is None else f"{v:.{digits}f}{suffix}"
 
 
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def _interval(ci: Sequence[float] | None) -> str:
+    """``[lo, hi]`` to one decimal (never ``-0.0``)."""
+
+    def one(x: float) -> str:
+        text = f"{x:.1f}"
+        return "0.0" if text == "-0.0" else text
+
+    return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in headers)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _run_name(a: dict[str, Any], lab: str) -> str:
+def _run_name(a: Mapping[str, Any], lab: str) -> str:
     return f"{lab}: {a['runs'][lab]['name']}"
 
 
-def _timeline(run: Run, lab: str) -> str:
-    t0 = min(r.start for r in run.rollouts)
-    by_box: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
-    first: dict[str, float] = {}
-    for r in run.rollouts:
-        first[r.sandbox_id] = min(first.get(r.sandbox_id, r.start), r.start)
-        for s in r.spans:
-            by_box[r.sandbox_id].append((s.start - t0, s.end - t0, SPAN_COLORS[s.name]))
-    boxes = sorted(by_box, key=lambda b: first[b])
-    shown = boxes[:MAX_TIMELINE_ROWS]
-    more = f" (first {len(shown)} of {len(boxes)} sandboxes)" if len(boxes) > len(shown) else ""
-    return svg.timeline(
-        f"plot-timeline-{lab}",
-        f"Rollouts per sandbox, run {lab}{more}",
-        [(b, by_box[b]) for b in shown],
-        "seconds since the run's first rollout",
-        SPAN_COLORS,
-    )
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
+_ID = re.compile(r'(\sid="|url\(#|href="#)([^")]+)')
 
 
-def render(analysis: dict[str, Any], runs: Sequence[Run]) -> str:
+def _figure(width: float = 6.4, height: float = 3.6) -> tuple[Figure, Axes]:
+    from sandfleet import plotting  # matplotlib: only when a report is rendered
+
+    fig, ax = plotting.new_figure(width, height)
+    return fig, cast("Axes", ax)
+
+
+def _chart(fig: Figure, name: str, caption: str) -> str:
+    """A matplotlib figure as a named inline chart, fit to sit beside others in one page:
+    no metadata block (links to schemas, a timestamp), and every id prefixed by the
+    chart's name (matplotlib numbers ``figure_1``, ``axes_1`` ... afresh in every SVG)."""
+    from sandfleet import plotting
+
+    text = _METADATA.sub("", plotting.svg(fig, name, caption))
+    ids = set(re.findall(r'\sid="([^"]+)"', text))
+    return _ID.sub(lambda m: m.group(1) + (f"{name}-{m.group(2)}" if m.group(2) in ids else m.group(2)), text)
+
+
+def breakdown_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
+    """Mean seconds per span, stacked, one horizontal bar per run."""
+    fig, ax = _figure(6.4, 1.8 + 0.5 * len(labs))
+    names = [_run_name(a, lab) for lab in labs]
+    left = [0.0] * len(labs)
+    for span in SPAN_NAMES:
+        widths = [a["spans_mean_s"][lab][span] or 0.0 for lab in labs]
+        ax.barh(names, widths, left=left, color=SPAN_COLORS[span], label=span, height=0.5)
+        left = [x + w for x, w in zip(left, widths, strict=True)]
+    ax.invert_yaxis()
+    ax.set_xlabel("mean seconds per completed rollout")
+    fig.legend(loc="outside lower center", ncols=3, frameon=False)
+    return _chart(fig, "breakdown", "Mean rollout time per span (the spans add up to the wall time).")
+
+
+def whatif_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
+    """Mean rollout time of each run against k (log scale), and with two runs the gap."""
+    detail = a["whatif_detail"]
+    ks = [float(k) for k in detail]
+    fig, ax = _figure()
+    for lab in labs:
+        ax.plot(ks, [d[lab] for d in detail.values()], marker="o", color=RUN_COLORS[lab],
+                label=f"{_run_name(a, lab)}, mean rollout time")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [f"{k:g}" for k in ks])
+    ax.minorticks_off()
+    ax.set_xlabel("inference speed-up k (model seconds divided by k)")
+    ax.set_ylabel("mean rollout time (s)")
+    ax.set_ylim(bottom=0)
+    handles, labels = ax.get_legend_handles_labels()
+    caption = "Mean rollout time against the inference speed-up k."
+    if len(labs) == 2:
+        gap_ax = ax.twinx()
+        gap_ax.plot(ks, [100 * (d["gap"] or 0.0) for d in detail.values()], marker="s",
+                    linestyle="--", color=GAP_COLOR, label="gap (B - A) / A")
+        gap_ax.set_ylabel("gap (%)")
+        gap_ax.set_ylim(bottom=0)
+        gap_ax.grid(False)
+        h2, l2 = gap_ax.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+        caption = "Mean rollout time of each run and the gap (B - A) / A against the inference speed-up k."
+    ax.legend(handles, labels, loc="lower left", fontsize=8)
+    return _chart(fig, "whatif", caption)
+
+
+def fraction_histogram(
+    name: str, per_rollout: Mapping[str, Sequence[float | None]], labs: Sequence[str],
+    a: Mapping[str, Any], xlabel: str, caption: str,
+) -> str:
+    """A histogram of per-rollout fractions (0 to 1) of each run, side by side."""
+    fig, ax = _figure()
+    bins = [i / FRACTION_BINS for i in range(FRACTION_BINS + 1)]
+    data = [[x for x in per_rollout[lab] if x is not None] for lab in labs]
+    ax.hist(data, bins=bins, color=[RUN_COLORS[lab] for lab in labs],
+            label=[f"{_run_name(a, lab)} ({len(d)} rollouts)" for lab, d in zip(labs, data, strict=True)])
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("rollouts")
+    ax.legend(fontsize=8)
+    return _chart(fig, name, caption)
+
+
+def _omitted(name: str, why: str) -> str:
+    return f"<p class='note' data-chart-omitted='{escape(name)}'>No {escape(name)} chart: {escape(why)}.</p>"
+
+
+def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
     """The report as one HTML string."""
     labs = LABELS[: len(runs)]
     a = analysis
+    two = len(labs) == 2
     parts = [
-        f"<!doctype html><html><head><meta charset='utf-8'><title>sandfleet analysis"
-        f"</title><style>{CSS}</style></head><body><h1>Where rollout time goes</h1>"
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<link rel='icon' href='data:,'>"
+        f"<title>sandfleet analysis</title><style>{CSS}</style></head><body>"
+        "<h1>Where rollout time goes</h1>"
+        "<p class='note'>Every figure is defined in sandfleet's docs/figures.md.</p>"
     ]
     parts.append(
         _table(
             ["run", "name", "rollouts", "completed", "failed", "cancelled"],
             [
-                [
-                    lab,
-                    a["runs"][lab]["name"],
-                    *(
-                        str(a["runs"][lab][k])
-                        for k in ("rollouts", "completed", "failed", "cancelled")
-                    ),
-                ]
+                [lab, a["runs"][lab]["name"],
+                 *(str(a["runs"][lab][k]) for k in ("rollouts", "completed", "failed", "cancelled"))]
                 for lab in labs
             ],
         )
@@ -99,114 +190,100 @@ def render(analysis: dict[str, Any], runs: Sequence[Run]) -> str:
             "<p class='note'>Some traces do not know the model's time (converted "
             "from another system): it is counted inside agent_command.</p>"
         )
-    parts.append("<h2>Breakdown per span (seconds per rollout)</h2>")
+    parts.append("<h2>Breakdown per span (seconds per completed rollout)</h2>")
     rows = [
         [col, *(_f(a["spans"][lab][col][m]) for lab in labs for m in ("mean", "median", "p90"))]
         for col in COLUMNS
     ]
     heads = [f"{lab} {m}" for lab in labs for m in ("mean", "median", "p90")]
     parts.append(_table(["span", *heads], rows))
+    parts.append(breakdown_chart(a, labs))
+    parts.append(
+        "<h2>Platform overhead</h2><p class='note'>sandbox_start + other_sandbox + overhead "
+        "(our own bookkeeping) per completed rollout; the share is the sum over rollouts / "
+        "the sum of their wall time.</p>"
+    )
+    parts.append(
+        _table(
+            ["run", "mean s per rollout", "share of wall time"],
+            [[lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab])] for lab in labs],
+        )
+    )
     if "compare" in a:
         c = a["compare"]
-        how = f"paired by task ({c['tasks']} tasks)" if c["paired"] else "means over all rollouts"
-        parts.append(f"<h2>B - A</h2><p class='note'>{escape(how)}</p>")
+        note = (f"Over the same {c['tasks']} tasks: mean of per-task means; "
+                f"{100 * c['ci_level']:g} % bootstrap intervals.")
+        if c["tasks_left_out"]:
+            note += " Left out (no completed rollout in one run): " + ", ".join(c["tasks_left_out"]) + "."
+        parts.append(f"<h2>B - A</h2><p class='note'>{escape(note)}</p>")
         parts.append(
             _table(
-                ["span", "A mean s", "B mean s", "B - A s", "B - A %"],
+                ["span", "A mean s", "B mean s", "B - A s", "interval s", "B - A %", "interval %"],
                 [
-                    [col, _f(d["a"]), _f(d["b"]), _f(d["delta_s"]), _f(d["delta_pct"], " %")]
+                    [col, _f(d["a"]), _f(d["b"]), _f(d["delta_s"]), _interval(d["delta_s_ci90"]),
+                     _f(d["delta_pct"], " %"), _interval(d["delta_pct_ci90"])]
                     for col, d in c["spans"].items()
                 ],
             )
         )
-    bars = [
-        (_run_name(a, lab), [(n, a["spans_mean_s"][lab][n] or 0.0) for n in SPAN_NAMES])
-        for lab in labs
-    ]
-    parts.append(
-        svg.stacked_bars(
-            "plot-spans", "Mean rollout time per span", bars, "seconds per rollout", SPAN_COLORS
-        )
-    )
     parts.append("<h2>What if inference were k times faster</h2>")
-    two = len(labs) == 2
-    detail = a["whatif_detail"]
-    parts.append(
-        _table(
-            ["k", *(f"{lab} mean s" for lab in labs), *(["gap"] if two else [])],
-            [
-                [k, *(_f(d[lab]) for lab in labs), *([_f(100 * d["gap"], " %")] if two else [])]
-                for k, d in detail.items()
-            ],
-        )
-    )
-    if two:
-        series = {"gap B vs A": [(float(k), 100 * (d["gap"] or 0.0)) for k, d in detail.items()]}
-        parts.append(f"<p class='note'>gap = {escape(a['gap_definition'])}</p>")
-        parts.append(
-            svg.line_chart(
-                "plot-whatif",
-                "Gap between the runs against inference speed-up",
-                series,
-                "inference speed-up k (log scale)",
-                "gap (%)",
-                {"gap B vs A": "#59a14f"},
-                logx=True,
-            )
-        )
+    if a["whatif_not_applicable"]:
+        parts.append(f"<p>Not applicable: {escape(a['whatif_not_applicable'])}.</p>")
+        parts.append(_omitted("whatif", "the what-if does not apply to these runs"))
     else:
-        name = _run_name(a, "A")
-        series = {name: [(float(k), d["A"] or 0.0) for k, d in detail.items()]}
+        detail = a["whatif_detail"]
+        if two:
+            parts.append(f"<p class='note'>gap = {escape(a['gap_definition'])}</p>")
         parts.append(
-            svg.line_chart(
-                "plot-whatif",
-                "Mean rollout time against inference speed-up",
-                series,
-                "inference speed-up k (log scale)",
-                "mean rollout time (s)",
-                {name: RUN_COLORS["A"]},
-                logx=True,
+            _table(
+                ["k", *(f"{lab} mean s" for lab in labs), *(["gap"] if two else [])],
+                [[k, *(_f(d[lab]) for lab in labs), *([_pct(d["gap"])] if two else [])] for k, d in detail.items()],
             )
         )
+        parts.append(whatif_chart(a, labs))
     parts.append("<h2>KV-cache idle and group wait</h2>")
     parts.append(
         _table(
-            ["run", "KV-cache idle", "group wait"],
+            ["run", "KV-cache idle", "KV idle through reward", "group wait"],
             [
-                [
-                    lab,
-                    _f(_pct(a["kv_idle_fraction"][lab]), " %"),
-                    _f(_pct(a["group_wait_fraction"][lab]), " %"),
-                ]
+                [lab, _pct(a["kv_idle_fraction"][lab]), _pct(a["kv_idle_fraction_through_reward"][lab]),
+                 _pct(a["group_wait_fraction"][lab])]
                 for lab in labs
             ],
         )
     )
-    waits = {
-        _run_name(a, lab): [x for x in a["group_wait_per_rollout"][lab] if x is not None]
-        for lab in labs
-    }
-    parts.append(
-        svg.cdf(
-            "plot-group-wait",
-            "Group wait per completed rollout (CDF)",
-            waits,
-            "time waiting for the group / rollout time",
-            {_run_name(a, lab): RUN_COLORS[lab] for lab in labs},
+    if any(a["kv_idle_per_rollout"][lab] for lab in labs):
+        parts.append(
+            fraction_histogram(
+                "kv-idle", a["kv_idle_per_rollout"], labs, a,
+                "KV-cache idle fraction of the rollout (first request to last response)",
+                "Each rollout's KV-cache idle fraction: token-seconds between a response and the "
+                "next request / token-seconds from the first request to the last response.",
+            )
         )
-    )
+    else:
+        parts.append(_omitted("kv-idle", "no rollout has model spans with token counts"))
+    if any(a["group_wait_per_rollout"][lab] for lab in labs):
+        parts.append(
+            fraction_histogram(
+                "group-wait", a["group_wait_per_rollout"], labs, a,
+                "group wait fraction of the rollout",
+                "Each completed rollout's group wait: (group end - rollout end) / "
+                "(group end - group start).",
+            )
+        )
+    else:
+        parts.append(_omitted("group-wait", "no group has a completed rollout that took time"))
     parts.append(_staleness_html(a, labs))
-    parts.append("<h2>Timeline</h2>")
-    parts.extend(_timeline(run, lab) for lab, run in zip(labs, runs, strict=True))
-    parts.append("</body></html>")
+    parts.append(
+        "<h2>Provenance</h2><details><summary>Where and from what this report was made</summary>"
+        f"<pre>{escape(json.dumps(a.get('provenance'), indent=2))}</pre></details>"
+    )
+    parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
-def _pct(v: float | None) -> float | None:
-    return None if v is None else 100 * v
-
-
-def _staleness_html(a: dict[str, Any], labs: Sequence[str]) -> str:
+def _staleness_html(a: Mapping[str, Any], labs: Sequence[str]) -> str:
     st = a["staleness"]
     out = [
         f"<h2>Staleness</h2><p class='note'>Trainer step {_f(st['step_time_s'])} s; bound "
@@ -216,13 +293,8 @@ def _staleness_html(a: dict[str, Any], labs: Sequence[str]) -> str:
         _table(
             ["run", "p50 versions", "p90", "max", "step time the bound allows (s)"],
             [
-                [
-                    lab,
-                    _f(d["p50"], digits=2),
-                    _f(d["p90"], digits=2),
-                    _f(d["max"], digits=2),
-                    _f(st["allowed_step_time_s"][lab]),
-                ]
+                [lab, _f(d["p50"], digits=2), _f(d["p90"], digits=2), _f(d["max"], digits=2),
+                 _f(st["allowed_step_time_s"][lab])]
                 for lab, d in st["distribution"].items()
             ],
         )
@@ -235,7 +307,7 @@ def _staleness_html(a: dict[str, Any], labs: Sequence[str]) -> str:
     return "\n".join(out)
 
 
-def write_report(path: str | Path, analysis: dict[str, Any], runs: Sequence[Run]) -> Path:
+def write_report(path: str | Path, analysis: Mapping[str, Any], runs: Sequence[Run]) -> Path:
     """Render and write the report; returns its path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)

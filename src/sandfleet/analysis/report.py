@@ -1,14 +1,27 @@
 """One analysis of one or two runs, as plain data (the ``--json`` output).
 
-The dict :func:`analyze` returns (``schema: sandfleet.analysis/1``) has:
+The dict :func:`analyze` returns (``schema: sandfleet.analysis/1``; every figure is defined
+in ``docs/figures.md``) has:
 
+- ``provenance``: ``analysis`` (the analysing host, sandfleet version and commit, time and
+  the analysis options) and ``runs``: label to the ``provenance`` its ``run.json`` recorded
+  (null when the run directory has none).
 - ``runs``: label (``A``, ``B``) to name, path and rollout counts per status.
 - ``spans``: label to span (and ``total``) to ``{mean, median, p90}`` seconds.
 - ``spans_mean_s``: label to span (and ``total``) to mean seconds.
-- ``compare`` (two runs): ``paired``, ``tasks``, and per span ``{a, b, delta_s, delta_pct}``.
+- ``platform_overhead_s`` and ``platform_overhead_fraction``: label to the mean seconds of
+  sandbox_start + other_sandbox + overhead per completed rollout, and to their share of
+  the wall time.
+- ``compare`` (two runs, on the same tasks): ``tasks`` (how many), ``tasks_left_out``
+  (without a completed rollout in one run), ``ci_level``, and per span
+  ``{a, b, delta_s, delta_s_ci90, delta_pct, delta_pct_ci90}``.
 - ``whatif``: k to the gap (two runs; a fraction, see ``gap_definition``) or to the mean
-  rollout seconds (one run); ``whatif_detail`` gives every run's mean for each k.
-- ``kv_idle_fraction`` and ``group_wait_fraction``: label to a fraction (or null).
+  rollout seconds (one run); ``whatif_detail`` gives every run's mean for each k. Both are
+  null when ``whatif_not_applicable`` gives the reason (no model spans), else it is null.
+- ``kv_idle_fraction`` and ``kv_idle_fraction_through_reward``: label to a fraction (or
+  null); ``kv_idle_per_rollout``: label to each rollout's own fraction.
+- ``group_wait_fraction``: label to a fraction (or null); ``group_wait_per_rollout``:
+  label to each completed rollout's own.
 - ``staleness``: the bound, the step time it allows per run, the distribution per run at
   ``step_time_s`` (given, or else the step time run A's bound allows), and with two runs
   ``training_faster_pct``.
@@ -16,6 +29,7 @@ The dict :func:`analyze` returns (``schema: sandfleet.analysis/1``) has:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +37,7 @@ from sandfleet.analysis import breakdown as bd
 from sandfleet.analysis import figures as fg
 from sandfleet.analysis.trace import STATUSES, Run
 from sandfleet.errors import ConfigError
+from sandfleet.provenance import provenance
 
 SCHEMA = "sandfleet.analysis/1"
 DEFAULT_WHATIF = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -40,6 +55,24 @@ def _k_key(k: float) -> str:
     return f"{k:g}"
 
 
+def _ci(ci: tuple[float, float]) -> list[float | None] | None:
+    lo, hi = _num(ci[0]), _num(ci[1])
+    return None if lo is None or hi is None else [lo, hi]
+
+
+def run_provenance(run: Run) -> Any:
+    """The ``provenance`` the run's ``run.json`` recorded; None when there is none (a
+    converted trace, a bare trace file, a run from before runs recorded it)."""
+    path = run.path.parent / "run.json"
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as e:
+        return {"unreadable": f"{path}: {e}"}
+    return info.get("provenance") if isinstance(info, dict) else None
+
+
 def analyze(
     runs: Sequence[Run],
     whatif_ks: Sequence[float] = DEFAULT_WHATIF,
@@ -53,7 +86,18 @@ def analyze(
         if not run.completed:
             raise ConfigError(f"{run.path}: no completed rollouts to analyze")
     labels = LABELS[: len(runs)]
+    pairs = list(zip(labels, runs, strict=True))
+    options = {
+        "runs": {lab: str(run.path) for lab, run in pairs},
+        "whatif_ks": list(whatif_ks),
+        "step_time_s": step_time_s,
+        "staleness_bound": staleness_bound,
+    }
     out: dict[str, Any] = {"schema": SCHEMA, "gap_definition": bd.GAP_DEFINITION}
+    out["provenance"] = {
+        "analysis": provenance(options),
+        "runs": {lab: run_provenance(run) for lab, run in pairs},
+    }
     out["runs"] = {
         lab: {
             "name": run.name,
@@ -75,36 +119,50 @@ def analyze(
     out["spans_mean_s"] = {
         lab: {col: _num(s.mean) for col, s in st.items()} for lab, st in stats.items()
     }
+    platform = {lab: fg.platform_overhead(run.rollouts) for lab, run in pairs}
+    out["platform_overhead_s"] = {lab: _num(p.mean_s) for lab, p in platform.items()}
+    out["platform_overhead_fraction"] = {lab: _num(p.fraction) for lab, p in platform.items()}
     if len(runs) == 2:
         pairing, deltas = bd.compare(runs[0], runs[1])
         out["compare"] = {
-            "paired": pairing.paired,
             "tasks": len(pairing.tasks),
-            "tasks_only_a": pairing.only_a,
-            "tasks_only_b": pairing.only_b,
+            "tasks_left_out": list(pairing.left_out),
+            "ci_level": bd.CI_LEVEL,
             "spans": {
                 col: {
                     "a": _num(d.a),
                     "b": _num(d.b),
                     "delta_s": _num(d.delta_s),
+                    "delta_s_ci90": _ci(d.delta_s_ci),
                     "delta_pct": _num(d.delta_pct),
+                    "delta_pct_ci90": _ci(d.delta_pct_ci),
                 }
                 for col, d in deltas.items()
             },
         }
-    wi = bd.whatif(runs, whatif_ks)
-    out["whatif"] = {_k_key(w.k): _num(w.gap if len(runs) == 2 else w.mean_s[0]) for w in wi}
-    out["whatif_detail"] = {
-        _k_key(w.k): {
-            **{lab: _num(m) for lab, m in zip(labels, w.mean_s, strict=True)},
-            **({"gap": _num(w.gap)} if len(runs) == 2 else {}),
+    for k in whatif_ks:
+        if not k > 0:
+            raise ConfigError(f"what-if speed-up must be positive, got {k}")
+    reason = bd.whatif_not_applicable(runs, labels)
+    out["whatif_not_applicable"] = reason
+    out["whatif"] = out["whatif_detail"] = None
+    if reason is None:
+        wi = bd.whatif(runs, whatif_ks)
+        out["whatif"] = {_k_key(w.k): _num(w.gap if len(runs) == 2 else w.mean_s[0]) for w in wi}
+        out["whatif_detail"] = {
+            _k_key(w.k): {
+                **{lab: _num(m) for lab, m in zip(labels, w.mean_s, strict=True)},
+                **({"gap": _num(w.gap)} if len(runs) == 2 else {}),
+            }
+            for w in wi
         }
-        for w in wi
+    kv = {lab: fg.kv_idle(run.rollouts) for lab, run in pairs}
+    out["kv_idle_fraction"] = {lab: _num(k.fraction) for lab, k in kv.items()}
+    out["kv_idle_fraction_through_reward"] = {
+        lab: _num(k.fraction_through_reward) for lab, k in kv.items()
     }
-    out["kv_idle_fraction"] = {
-        lab: _num(fg.kv_idle_fraction(run.rollouts)) for lab, run in zip(labels, runs, strict=True)
-    }
-    waits = {lab: fg.group_wait(run.rollouts) for lab, run in zip(labels, runs, strict=True)}
+    out["kv_idle_per_rollout"] = {lab: [_num(x) for x in k.per_rollout] for lab, k in kv.items()}
+    waits = {lab: fg.group_wait(run.rollouts) for lab, run in pairs}
     out["group_wait_fraction"] = {lab: _num(w.fraction) for lab, w in waits.items()}
     out["group_wait_per_rollout"] = {
         lab: [_num(x) for x in w.per_rollout] for lab, w in waits.items()
@@ -116,9 +174,7 @@ def analyze(
 def _staleness(
     runs: Sequence[Run], labels: Sequence[str], step_time_s: float | None, bound: float
 ) -> dict[str, Any]:
-    durations = {
-        lab: [r.duration for r in run.completed] for lab, run in zip(labels, runs, strict=True)
-    }
+    durations = {lab: [r.duration for r in run.completed] for lab, run in zip(labels, runs, strict=True)}
     allowed = {lab: fg.step_time_for_bound(d, bound) for lab, d in durations.items()}
     t = step_time_s if step_time_s is not None else allowed["A"]
     out: dict[str, Any] = {

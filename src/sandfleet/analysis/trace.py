@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from sandfleet.errors import ConfigError
 from sandfleet.traceschema import SCHEMA, SPAN_NAMES
 
 STATUSES = ("completed", "failed", "cancelled")
+_ATTEMPT_SUFFIX = re.compile(r"~\d+$")
 TILE_TOLERANCE_S = 1e-3
 """Largest gap or overlap between consecutive spans that is still read as tiling."""
 
@@ -61,10 +63,22 @@ class Rollout:
     spans: tuple[Span, ...]
     reward: float | None = None
     model_time_known: bool = True
+    sample: int | None = None
+    """Index inside the group (``None`` when the trace does not say)."""
+    attempt: int = 1
+    """Which attempt of the rollout this is (a retried rollout has attempts 1, 2, ...)."""
 
     @property
     def duration(self) -> float:
         return self.end - self.start
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """What identifies the rollout across its attempts: its group and sample, or, when
+        the trace has no sample, its ``rollout_id`` without the ``~N`` attempt suffix."""
+        if self.sample is not None:
+            return self.group, f"sample {self.sample}"
+        return self.group, _ATTEMPT_SUFFIX.sub("", self.rollout_id)
 
     def span_seconds(self) -> dict[str, float]:
         """Seconds per span name (every name present, zero when absent)."""
@@ -165,6 +179,12 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
     spans = tuple(_parse_span(s, i) for i, s in enumerate(raw_spans))
     check_tiling(spans, start, end)
     reward = obj.get("reward")
+    sample = obj.get("sample")
+    if sample is not None and (isinstance(sample, bool) or not isinstance(sample, int) or sample < 0):
+        raise ValueError(f"rollout: 'sample' must be an integer >= 0, got {sample!r}")
+    attempt = 1 if obj.get("attempt") is None else obj["attempt"]
+    if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
+        raise ValueError(f"rollout: 'attempt' must be an integer >= 1, got {attempt!r}")
     rid = str(obj.get("rollout_id") or default_id)
     task = str(obj.get("task") or rid)
     return Rollout(
@@ -178,7 +198,20 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
         spans=spans,
         reward=float(reward) if isinstance(reward, int | float) else None,
         model_time_known=bool(obj.get("model_time_known", True)),
+        sample=sample,
+        attempt=attempt,
     )
+
+
+def final_attempts(rollouts: Iterable[Rollout]) -> tuple[Rollout, ...]:
+    """The last attempt of every rollout (see :attr:`Rollout.key`): the highest
+    ``attempt``, the later end on a tie. Attempts that were retried are left out."""
+    last: dict[tuple[str, str], Rollout] = {}
+    for r in rollouts:
+        prev = last.get(r.key)
+        if prev is None or (r.attempt, r.end) > (prev.attempt, prev.end):
+            last[r.key] = r
+    return tuple(last.values())
 
 
 def check_tiling(spans: Iterable[Span], start: float, end: float) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from sandfleet.analysis.figures import platform_overhead_summary
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult, group_advantages
@@ -139,6 +140,7 @@ class RunReport:
             "spans_mean_s": {k: v / n for k, v in spans.items()} if n else spans,
             "mean_rollout_s": total / n if n else None,
             "overhead_fraction": spans["overhead"] / total if total else None,
+            **platform_overhead_summary(self.results),
             "wall_s": self.wall_s,
             "rollouts_per_min": 60.0 * n / self.wall_s if self.wall_s else None,
             "concurrency": self.config.concurrency, "group_size": self.config.n,

@@ -21,6 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("sandfleet.bench.cli:bench", "Benchmarks: micro, capacity, compare."),
     "analyze": ("sandfleet.analysis.cli:analyze", "Turn traces into the figures of a hardware choice."),
     "model-server": ("sandfleet.testing.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
+    "serve": ("sandfleet.server.cli:serve", "Serve this host's sandboxes over HTTP (docs/service.md)."),
 }
 
 # group name -> "module:attribute" of commands that live elsewhere and are attached to that group

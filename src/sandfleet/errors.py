@@ -22,6 +22,9 @@ inside a sandbox's guest agent come back to the host with their type::
     │   │   └── GuestExecError               the command could not be started
     │   └── ProtocolError                    malformed frame / version mismatch
     ├── PoolError                            the warm pool is closed or over capacity
+    ├── ServiceError                         the sandbox service refused a request (``status``, ``code``)
+    │   ├── AuthError                        missing or wrong bearer token (401)
+    │   └── ServiceBusyError                 over an admission limit or quota (429, ``retry_after``)
     ├── TaskError                            a task folder is malformed (names file and field)
     └── RolloutError                         a rollout failed (model server down, ...)
         └── ModelError                       the model server failed or answered garbage
@@ -121,6 +124,30 @@ class ProtocolError(SandboxError):
 
 class PoolError(SandfleetError):
     """The warm pool is closed or can't admit more sandboxes."""
+
+
+class ServiceError(SandfleetError):
+    """The sandbox service (``sandfleet serve``) refused or failed a request, or can't be
+    reached. ``status`` is the HTTP status (0 when there was no answer), ``code`` the
+    service's error code."""
+
+    def __init__(self, message: str, *, status: int = 0, code: str = "service_error"):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+class AuthError(ServiceError):
+    """The bearer token is missing or not one the service knows (HTTP 401)."""
+
+
+class ServiceBusyError(ServiceError):
+    """Over an admission limit past the request's deadline, or over the token's quota (HTTP
+    429). ``retry_after`` is the service's advice, in seconds."""
+
+    def __init__(self, message: str, *, status: int = 429, code: str = "busy", retry_after: float | None = None):
+        super().__init__(message, status=status, code=code)
+        self.retry_after = retry_after
 
 
 class TaskError(SandfleetError):

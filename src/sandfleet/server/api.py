@@ -1,0 +1,236 @@
+"""The wire format of the ``/v1`` API: request and response models, the NDJSON records of
+a command, and the one mapping between sandfleet's exceptions and HTTP errors.
+
+Errors are ``{"code": ..., "message": ...}`` with a 4xx status (guest errors add
+``guest_type`` and ``errno``). The client (:mod:`sandfleet.client`) maps them back with
+:func:`raise_for` to the exception the same operation raises on a local sandbox.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from fastapi import HTTPException
+from pydantic import BaseModel, ConfigDict, Field
+
+from sandfleet.agent.protocol import MAX_OUTPUT
+from sandfleet.errors import (
+    AuthError,
+    ConfigError,
+    GuestError,
+    HostUnsupportedError,
+    ImageError,
+    ProtocolError,
+    SandboxClosedError,
+    SandboxDiedError,
+    SandboxError,
+    SandboxPathError,
+    SandboxTimeoutError,
+    SandboxUnresponsiveError,
+    ServiceBusyError,
+    ServiceError,
+    guest_error,
+)
+from sandfleet.sandbox.spec import SandboxSpec
+
+MAX_TIMEOUT_S = 7 * 86400.0
+
+
+class Problem(HTTPException):
+    """An error answer: HTTP ``status``, a machine-readable ``code`` and a message."""
+
+    def __init__(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(status_code=status, detail=message, headers=headers)
+        self.code = code
+        self.message = message
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.extra}
+
+
+class ErrorBody(BaseModel):
+    code: str
+    """Machine-readable: invalid_request, unknown_image, bad_path, unsupported, too_large,
+    unauthorized, sandbox_not_found, snapshot_not_found, session_not_found, sandbox_lost,
+    sandbox_expired, sandbox_closed, sandbox_died, agent_unresponsive, guest_error,
+    quota_exceeded, busy, draining, idempotency_conflict."""
+    message: str
+    guest_type: str | None = None
+    errno: int | None = None
+
+
+def problem_for(e: BaseException) -> Problem | None:
+    """The HTTP answer for a sandfleet exception (the one place they are mapped); None for
+    an exception that is a bug of ours (the caller logs it and answers 500)."""
+    msg = str(e) or type(e).__name__
+    if isinstance(e, Problem):
+        return e
+    if isinstance(e, GuestError):
+        return Problem(422, "guest_error", msg, extra={"guest_type": e.guest_type, "errno": e.errno})
+    if isinstance(e, SandboxPathError):
+        return Problem(400, "bad_path", msg)
+    if isinstance(e, SandboxUnresponsiveError):
+        return Problem(410, "agent_unresponsive", msg)
+    if isinstance(e, SandboxClosedError):
+        return Problem(410, "sandbox_closed", msg)
+    if isinstance(e, SandboxDiedError | ProtocolError):
+        return Problem(410, "sandbox_died", msg)
+    if isinstance(e, SandboxTimeoutError):
+        return Problem(410, "agent_unresponsive", msg)
+    if isinstance(e, ImageError) or (isinstance(e, ConfigError) and "unknown image" in msg):
+        return Problem(400, "unknown_image", msg)
+    if isinstance(e, ConfigError):
+        return Problem(400, "invalid_request", msg)
+    if isinstance(e, HostUnsupportedError):
+        return Problem(400, "unsupported", msg)
+    if isinstance(e, FileNotFoundError):  # a local path the backend needed
+        return Problem(400, "invalid_request", msg)
+    if isinstance(e, SandboxError):
+        return Problem(410, "sandbox_died", msg)
+    return None
+
+
+def raise_for(status: int, body: dict[str, Any], *, retry_after: float | None = None) -> None:
+    """Raise, on the client, what the error body says (its sandfleet exception)."""
+    code = str(body.get("code") or "error")
+    msg = str(body.get("message") or f"HTTP {status}")
+    if code == "guest_error":
+        errno = body.get("errno")
+        raise guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
+    exc: type[Exception] | None = {
+        "bad_path": SandboxPathError, "agent_unresponsive": SandboxUnresponsiveError,
+        "sandbox_closed": SandboxClosedError, "sandbox_died": SandboxDiedError, "sandbox_lost": SandboxDiedError,
+        "sandbox_expired": SandboxDiedError, "unknown_image": ImageError, "invalid_request": ConfigError,
+        "unsupported": HostUnsupportedError,
+    }.get(code)  # fmt: skip
+    if exc is not None:
+        raise exc(msg)
+    if status == 401:
+        raise AuthError(msg, status=status, code=code)
+    if status == 429:
+        raise ServiceBusyError(msg, status=status, code=code, retry_after=retry_after)
+    raise ServiceError(msg, status=status, code=code)
+
+
+# -- sandboxes
+
+
+class SandboxInfo(BaseModel):
+    id: str
+    """The sandbox id (the backend's own id on the service host)."""
+    backend: str
+    """The backend the service runs it on (bwrap, process, microvm)."""
+    spec: SandboxSpec
+    """What it was created with (the TTL as asked; ``expires_in_s`` says what is left)."""
+    created: float
+    """Unix time of creation."""
+    expires_in_s: float
+    """Seconds left to its TTL (the service closes it then)."""
+    alive: bool
+    busy: int
+    """Commands running in it now."""
+
+
+class SandboxList(BaseModel):
+    sandboxes: list[SandboxInfo]
+
+
+class Deleted(BaseModel):
+    deleted: list[str]
+
+
+class TTLRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    ttl_s: float = Field(gt=0, le=30 * 86400)
+    """New lifetime, in seconds from now (within the service's --max-ttl)."""
+
+
+class ExecRequest(BaseModel):
+    """One command. Its answer is NDJSON: ``{"type": "stdout"|"stderr", "b64": ...}`` chunks
+    when ``stream`` is set, then ``{"type": "exit", ...}`` (or ``{"type": "error", "code",
+    "message"}`` when the command could not run or the sandbox died)."""
+
+    model_config = ConfigDict(extra="forbid")
+    cmd: str | list[str] = Field(min_length=1)
+    """argv, or a string run by ``bash -c``."""
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    stdin_b64: str | None = None
+    """Bytes fed to the command's stdin, base64."""
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    """Kill the command's whole tree after this many seconds (exit 137, ``timed_out``)."""
+    max_output: int = Field(1 << 20, ge=0, le=MAX_OUTPUT)
+    """Bytes kept of each of stdout and stderr; the rest is counted in ``*_dropped``."""
+    stream: bool = False
+    """Send output chunks as they come (the exit record then carries no output)."""
+    user: str | int | None = None
+    """Who runs it inside (name or uid); the sandbox's user by default."""
+
+
+class SessionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    cwd: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | int | None = None
+
+
+class SessionInfo(BaseModel):
+    id: str
+
+
+class SessionRun(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    command: str
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    max_output: int = Field(1 << 20, ge=0, le=MAX_OUTPUT)
+    stream: bool = False
+
+
+class KillRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str | int
+
+
+class SnapshotInfo(BaseModel):
+    id: str
+    backend: str
+    sandbox: str
+    """The sandbox it was taken of."""
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(1, ge=1, le=4096)
+    ttl_s: float | None = Field(None, gt=0, le=30 * 86400)
+    """TTL of each new sandbox (default: the snapshotted sandbox's)."""
+    labels: dict[str, str] | None = None
+
+
+class ServiceInfo(BaseModel):
+    version: str
+    backend: str
+    max_sandboxes: int
+    max_busy: int
+    quota: int
+    max_ttl_s: float
+    max_body_bytes: int
+    limits_basis: str
+    sandboxes: int
+    busy: int
+    draining: bool
+
+
+class Health(BaseModel):
+    ok: bool
+    draining: bool
+
+
+# -- NDJSON records of a command
+
+
+def chunk_record(stream: str, data: bytes) -> dict[str, Any]:
+    return {"type": stream, "b64": base64.b64encode(data).decode()}
+

@@ -1,0 +1,526 @@
+"""The sandboxes of one service: who owns each, their TTLs, quotas, admission, and what a
+killed predecessor left.
+
+Every sandbox is a local sandbox of the service's backend, created with the service's
+``max_ttl_s`` as its own TTL; the TTL a client asks for (and may extend) is kept here and
+enforced by the reaper, which closes a sandbox when it passes. A journal in ``state_dir``
+names each live sandbox and its owner: on start, what it names belonged to a predecessor
+that was killed (or stopped), so those ids answer 410 ``sandbox_lost`` from then on, and
+the predecessor's sandboxes themselves are reaped through :func:`sandfleet.sandbox.state.reap_leftovers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections import Counter, OrderedDict
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sandfleet.errors import ConfigError, SandfleetError
+from sandfleet.sandbox import create_sandbox, fork, resolve_backend
+from sandfleet.sandbox.base import Sandbox, Session, Snapshot
+from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.server.admission import AdmissionRejected, Gate, HostLimits
+from sandfleet.server.api import Problem, SandboxInfo
+from sandfleet.server.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+GONE_KEPT = 100_000
+"""Tombstones (closed, expired, lost ids) remembered, newest first."""
+LOST_KEPT_S = 86400.0
+"""How long ids lost to a restart keep answering 410."""
+IDEMPOTENCY_KEPT = 100_000
+MAX_SESSIONS = 64
+"""Sessions open at once per sandbox."""
+
+
+@dataclass
+class ServiceConfig:
+    backend: str = "auto"
+    """The backend every sandbox of the service runs on."""
+    quota: int | None = None
+    """Live sandboxes per token (default: max_sandboxes)."""
+    max_ttl_s: float = 86400.0
+    """Longest TTL a client may ask for, or extend to."""
+    deadline_s: float = 30.0
+    """How long a request waits for admission without an X-Deadline-Ms header."""
+    max_body_bytes: int = 256 << 20
+    """Largest request body (uploads, file writes, JSON)."""
+    state_dir: Path | None = None
+    """Where the journal lives; None: no journal (ids are not remembered across restarts)."""
+    drain_grace_s: float = 10.0
+    """On SIGTERM, how long running commands may go on before they are killed."""
+    allow_forward: tuple[int, ...] = ()
+    """Host-loopback ports a client may forward into its sandboxes (none by default)."""
+    reap_interval_s: float = 0.2
+
+
+@dataclass(eq=False)
+class Entry:
+    sb: Sandbox
+    owner: str
+    spec: SandboxSpec
+    """As the client asked (its TTL, not the backend's)."""
+    created: float
+    expires: float
+    """time.monotonic() at which the reaper closes it."""
+    busy: int = 0
+    sessions: dict[str, Session] = field(default_factory=dict)
+
+    def info(self) -> SandboxInfo:
+        return SandboxInfo(id=self.sb.id, backend=self.sb.backend, spec=self.spec, created=self.created,
+                           expires_in_s=round(max(0.0, self.expires - time.monotonic()), 3),
+                           alive=self.sb.alive, busy=self.busy)
+
+
+@dataclass(frozen=True)
+class Gone:
+    owner: str
+    code: str
+    message: str
+
+
+@dataclass(eq=False)
+class SnapshotEntry:
+    owner: str
+    snap: Snapshot
+    sandbox: str
+    ttl_s: float
+    labels: dict[str, str]
+
+
+def labels_match(labels: dict[str, str], want: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in want.items())
+
+
+class SandboxService:
+    def __init__(self, config: ServiceConfig, limits: HostLimits, metrics: Metrics):
+        self.config = config
+        self.limits = limits
+        self.metrics = metrics
+        self.backend = resolve_backend(config.backend)
+        self.quota = config.quota or limits.max_sandboxes
+        self.live: dict[str, Entry] = {}
+        self.owned: Counter[str] = Counter()  # live + being created, per owner
+        self.gone: OrderedDict[str, Gone] = OrderedDict()
+        self.snapshots: dict[str, SnapshotEntry] = {}
+        self.idem: OrderedDict[tuple[str, str], tuple[str, asyncio.Future[str]]] = OrderedDict()
+        self.sandbox_gate = Gate("sandboxes", limits.max_sandboxes)
+        self.busy_gate = Gate("busy", limits.max_busy)
+        self.draining = False
+        self._reaper: asyncio.Task[None] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
+        metrics.sandboxes.set_function(lambda: len(self.live))
+        metrics.busy.set_function(lambda: self.busy_gate.in_use)
+        for gate in (self.sandbox_gate, self.busy_gate):
+            metrics.queued_now.labels(gate.name).set_function(lambda g=gate: g.waiting)  # type: ignore[misc]
+
+    # -- lifecycle
+
+    async def start(self) -> int:
+        """Reap what a predecessor left (its journal, then every dead owner's sandbox on the
+        host) and start the TTL reaper; returns how many leftovers were reaped."""
+        lost = self._journal_restore()
+        from sandfleet.sandbox.state import reap_leftovers
+
+        reaped = await asyncio.to_thread(reap_leftovers)
+        self.metrics.reaped.inc(len(reaped))
+        if reaped or lost:
+            log.warning("reaped %d leftovers of a killed predecessor; %d sandbox ids of the last run now answer 410",
+                        len(reaped), lost)
+        self._reaper = asyncio.create_task(self._reap_loop(), name="sandfleet-service-reaper")
+        return len(reaped)
+
+    async def close(self) -> None:
+        """Close every sandbox and delete every snapshot (after a drain, or at once)."""
+        self.draining = True
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        entries = list(self.live.values())
+        for i in range(0, len(entries), 64):
+            await asyncio.gather(*(self._close(e, "sandbox_lost", "closed when the service stopped")
+                                   for e in entries[i:i + 64]))
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+        for sid in list(self.snapshots):
+            self._drop_snapshot(sid)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.reap_interval_s)
+            now = time.monotonic()
+            for e in list(self.live.values()):
+                if e.expires <= now:
+                    self.metrics.expired.inc()
+                    self._close_soon(e, "sandbox_expired", f"sandbox {e.sb.id} expired (its TTL passed)")
+                elif not e.sb.alive and e.busy == 0:
+                    self._close_soon(e, "sandbox_died", f"sandbox {e.sb.id} died")
+
+    def _close_soon(self, e: Entry, code: str, message: str) -> None:
+        t = asyncio.create_task(self._close(e, code, message))
+        self._closing.add(t)
+        t.add_done_callback(self._closing.discard)
+
+    async def _close(self, e: Entry, code: str, message: str) -> None:
+        sid = e.sb.id
+        if self.live.get(sid) is not e:
+            return
+        del self.live[sid]
+        self.owned[e.owner] -= 1
+        if self.owned[e.owner] <= 0:
+            del self.owned[e.owner]
+        self._remember(sid, Gone(e.owner, code, message))
+        if code == "sandbox_lost":
+            self._journal_move(sid)
+        else:
+            self._journal_remove(sid)
+        e.sessions.clear()
+        try:
+            await asyncio.shield(e.sb.close())
+        except Exception as err:
+            self.metrics.close_failures.inc()
+            log.error("closing sandbox %s failed: %s: %s", sid, type(err).__name__, err)
+        finally:
+            self.sandbox_gate.release(1, time.time() - e.created)
+
+    def _remember(self, sid: str, gone: Gone) -> None:
+        self.gone[sid] = gone
+        self.gone.move_to_end(sid)
+        while len(self.gone) > GONE_KEPT:
+            self.gone.popitem(last=False)
+
+    # -- lookups
+
+    def entry(self, owner: str, sid: str) -> Entry:
+        """The owner's live sandbox ``sid``; 410 if it is gone, 404 if it is not theirs or unknown."""
+        e = self.live.get(sid)
+        if e is not None and e.owner == owner:
+            return e
+        g = self.gone.get(sid)
+        if g is not None and g.owner == owner:
+            raise Problem(410, g.code, g.message)
+        raise Problem(404, "sandbox_not_found", f"no sandbox {sid!r}")
+
+    def find(self, owner: str, labels: dict[str, str]) -> list[Entry]:
+        return [e for e in self.live.values() if e.owner == owner and labels_match(e.spec.labels, labels)]
+
+    # -- admission
+
+    def _deadline(self, deadline_ms: str | None) -> float:
+        if deadline_ms is None or deadline_ms == "":
+            return time.monotonic() + self.config.deadline_s
+        try:
+            ms = float(deadline_ms)
+        except ValueError:
+            raise Problem(400, "invalid_request",
+                          f"X-Deadline-Ms must be a number of milliseconds, not {deadline_ms!r}") from None
+        if not 0 <= ms <= 3_600_000:
+            raise Problem(400, "invalid_request", f"X-Deadline-Ms must be between 0 and 3600000, not {deadline_ms!r}")
+        return time.monotonic() + ms / 1000
+
+    async def _admit(self, gate: Gate, owner: str, deadline_ms: str | None, k: int = 1) -> None:
+        if self.draining:
+            raise Problem(503, "draining", "the service is shutting down; no new work is taken")
+        deadline = self._deadline(deadline_ms)
+        try:
+            queued = await gate.acquire(owner, deadline, k)
+        except AdmissionRejected as e:
+            self.metrics.queued.labels(gate.name).inc()
+            self.metrics.rejected.labels(gate.name).inc()
+            raise Problem(429, "busy", str(e), headers={"Retry-After": str(e.retry_after)}) from None
+        except ConfigError as e:
+            raise Problem(400, "invalid_request", str(e)) from None
+        if queued:
+            self.metrics.queued.labels(gate.name).inc()
+        if self.draining:
+            gate.release(k)
+            raise Problem(503, "draining", "the service is shutting down; no new work is taken")
+
+    @contextlib.asynccontextmanager
+    async def busy(self, owner: str, deadline_ms: str | None, e: Entry) -> AsyncIterator[None]:
+        """One command slot (--max-busy), held while the command runs."""
+        await self._admit(self.busy_gate, owner, deadline_ms)
+        t0 = time.monotonic()
+        e.busy += 1
+        try:
+            yield
+        finally:
+            e.busy -= 1
+            self.busy_gate.release(1, time.monotonic() - t0)
+    
+    def _take_quota(self, owner: str, n: int) -> None:
+        if self.owned[owner] + n > self.quota:
+            self.metrics.rejected.labels("quota").inc()
+            raise Problem(429, "quota_exceeded",
+                          f"this token holds {self.owned[owner]} sandboxes; its quota is {self.quota}",
+                          headers={"Retry-After": "1"})
+        self.owned[owner] += n
+
+    def _give_quota(self, owner: str, n: int) -> None:
+        self.owned[owner] -= n
+        if self.owned[owner] <= 0:
+            del self.owned[owner]
+
+    # -- create, fork, delete
+
+    def check_spec(self, spec: SandboxSpec) -> SandboxSpec:
+        """The spec as the backend gets it (the service's backend and max TTL), after the
+        checks a shared host needs: limits the host can hold, forwards it allows."""
+        if spec.backend not in ("auto", self.backend):
+            raise Problem(400, "invalid_request", f"this service runs {self.backend} sandboxes, not {spec.backend}")
+        lim = spec.limits
+        ttl = lim.ttl_s if lim.ttl_s is not None else self.config.max_ttl_s
+        if ttl > self.config.max_ttl_s:
+            raise Problem(400, "invalid_request",
+                          f"ttl_s {ttl:g} is over this service's --max-ttl {self.config.max_ttl_s:g}")
+        cpus = os.cpu_count() or 1
+        if lim.cpus is not None and lim.cpus > cpus:
+            raise Problem(400, "invalid_request", f"cpus {lim.cpus:g} is more than this host's {cpus}")
+        mem = _mem_total_mib()
+        if lim.memory_mib is not None and lim.memory_mib > mem:
+            raise Problem(400, "invalid_request", f"memory_mib {lim.memory_mib} is more than this host's {mem} MiB")
+        if lim.disk_mib > mem * 4:
+            raise Problem(400, "invalid_request", f"disk_mib {lim.disk_mib} is more than this service allows "
+                                                  f"({mem * 4} MiB)")
+        bad = [p for p in lim.forward if p not in self.config.allow_forward]
+        if bad:
+            raise Problem(400, "invalid_request", f"forwarding port(s) {bad} is not allowed by this service "
+                                                  "(sandfleet serve --allow-forward)")
+        if spec.image != "host":
+            from sandfleet.images import resolve_image
+
+            try:
+                resolve_image(spec.image)
+            except SandfleetError as e:
+                raise Problem(400, "unknown_image", str(e).split(";")[0] + " on this service's host "
+                              "(`sandfleet image ls` there lists them)") from None
+        limits = lim.model_copy(update={"ttl_s": self.config.max_ttl_s})
+        return spec.model_copy(update={"backend": self.backend, "limits": limits})
+
+    async def create(self, owner: str, spec: SandboxSpec, *, key: str | None, deadline_ms: str | None) -> Entry:
+        if key is None:
+            return await self._create(owner, spec, deadline_ms)
+        if len(key) > 256:
+            raise Problem(400, "invalid_request", "Idempotency-Key is longer than 256 characters")
+        fp = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
+        k = (owner, key)
+        rec = self.idem.get(k)
+        if rec is not None:
+            if rec[0] != fp:
+                raise Problem(422, "idempotency_conflict", "this Idempotency-Key was used with a different request")
+            return self.entry(owner, await asyncio.shield(rec[1]))
+        fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.idem[k] = (fp, fut)
+        while len(self.idem) > IDEMPOTENCY_KEPT:
+            self.idem.popitem(last=False)
+        try:
+            e = await self._create(owner, spec, deadline_ms)
+        except BaseException as err:
+            self.idem.pop(k, None)
+            fut.set_exception(err if isinstance(err, Exception) else asyncio.CancelledError())
+            fut.exception()  # retrieved: a failed create is reported to its own caller
+            raise
+        fut.set_result(e.sb.id)
+        return e
+
+    async def _create(self, owner: str, spec: SandboxSpec, deadline_ms: str | None) -> Entry:
+        real = self.check_spec(spec)
+        self._take_quota(owner, 1)
+        try:
+            await self._admit(self.sandbox_gate, owner, deadline_ms)
+        except BaseException:
+            self._give_quota(owner, 1)
+            raise
+        try:
+            t0 = time.perf_counter()
+            sb = await asyncio.shield(create_sandbox(real))
+            self.metrics.create_seconds.observe(time.perf_counter() - t0)
+        except BaseException:
+            self._give_quota(owner, 1)
+            self.sandbox_gate.release(1)
+            raise
+        return self._register(sb, owner, spec, spec.limits.ttl_s or self.config.max_ttl_s)
+
+    def _register(self, sb: Sandbox, owner: str, spec: SandboxSpec, ttl: float) -> Entry:
+        e = Entry(sb=sb, owner=owner, spec=spec, created=time.time(), expires=time.monotonic() + ttl)
+        self.live[sb.id] = e
+        self._journal_add(sb.id, owner)
+        return e
+
+    async def delete(self, owner: str, sid: str) -> None:
+        e = self.entry(owner, sid)
+        await self._close(e, "sandbox_closed", f"sandbox {sid} was deleted")
+
+    async def delete_where(self, owner: str, labels: dict[str, str]) -> list[str]:
+        entries = self.find(owner, labels)
+        await asyncio.gather(*(self._close(e, "sandbox_closed", f"sandbox {e.sb.id} was deleted") for e in entries))
+        return [e.sb.id for e in entries]
+
+    def extend(self, owner: str, sid: str, ttl_s: float) -> Entry:
+        e = self.entry(owner, sid)
+        age = time.time() - e.created
+        if age + ttl_s > self.config.max_ttl_s:
+            raise Problem(400, "invalid_request", f"a sandbox lives at most --max-ttl {self.config.max_ttl_s:g}s; "
+                                                  f"this one is {age:.0f}s old")
+        e.expires = time.monotonic() + ttl_s
+        e.spec = e.spec.model_copy(update={"limits": e.spec.limits.model_copy(update={"ttl_s": age + ttl_s})})
+        return e
+
+    # -- snapshots
+
+    async def snapshot(self, owner: str, sid: str) -> tuple[str, SnapshotEntry]:
+        e = self.entry(owner, sid)
+        if sum(1 for s in self.snapshots.values() if s.owner == owner) >= self.quota:
+            raise Problem(429, "quota_exceeded", f"this token holds {self.quota} snapshots, its quota",
+                          headers={"Retry-After": "1"})
+        snap = await e.sb.snapshot()
+        ttl = e.spec.limits.ttl_s or self.config.max_ttl_s
+        s = SnapshotEntry(owner=owner, snap=snap, sandbox=sid, ttl_s=ttl, labels=dict(e.spec.labels))
+        self.snapshots[snap.id] = s
+        return snap.id, s
+
+    def snapshot_entry(self, owner: str, snap_id: str) -> SnapshotEntry:
+        s = self.snapshots.get(snap_id)
+        if s is None or s.owner != owner:
+            raise Problem(404, "snapshot_not_found", f"no snapshot {snap_id!r}")
+        return s
+
+    def delete_snapshot(self, owner: str, snap_id: str) -> None:
+        self.snapshot_entry(owner, snap_id)
+        self._drop_snapshot(snap_id)
+
+    def _drop_snapshot(self, snap_id: str) -> None:
+        s = self.snapshots.pop(snap_id, None)
+        if s is not None:
+            try:
+                s.snap.delete()
+            except OSError as e:
+                log.error("deleting snapshot %s failed: %s", snap_id, e)
+
+    async def fork(self, owner: str, snap_id: str, n: int, *, ttl_s: float | None, labels: dict[str, str] | None,
+                   deadline_ms: str | None) -> list[Entry]:
+        s = self.snapshot_entry(owner, snap_id)
+        ttl = ttl_s or s.ttl_s
+        if ttl > self.config.max_ttl_s:
+            raise Problem(400, "invalid_request", f"ttl_s {ttl:g} is over this service's --max-ttl")
+        self._take_quota(owner, n)
+        try:
+            await self._admit(self.sandbox_gate, owner, deadline_ms, n)
+        except BaseException:
+            self._give_quota(owner, n)
+            raise
+        try:
+            t0 = time.perf_counter()
+            kids = await asyncio.shield(fork(s.snap, n))
+            self.metrics.create_seconds.observe((time.perf_counter() - t0) / n)
+        except BaseException:
+            self._give_quota(owner, n)
+            self.sandbox_gate.release(n)
+            raise
+        base = s.snap.spec
+        visible = base.model_copy(update={"labels": labels if labels is not None else s.labels,
+                                          "limits": base.limits.model_copy(update={"ttl_s": ttl})})
+        return [self._register(k, owner, visible, ttl) for k in kids]
+
+    # -- sessions
+
+    def open_session(self, e: Entry, *, cwd: str | None, env: dict[str, str], user: str | int | None) -> str:
+        if len(e.sessions) >= MAX_SESSIONS:
+            raise Problem(429, "quota_exceeded", f"sandbox {e.sb.id} has {MAX_SESSIONS} sessions open, the most")
+        s = e.sb.session(cwd=cwd, env=env, user=user)
+        sid = f"sess-{uuid.uuid4().hex[:12]}"
+        e.sessions[sid] = s
+        return sid
+
+    def session(self, e: Entry, sid: str) -> Session:
+        s = e.sessions.get(sid)
+        if s is None:
+            raise Problem(404, "session_not_found", f"no session {sid!r} in sandbox {e.sb.id}")
+        return s
+
+    # -- the journal: <state_dir>/sandboxes/<id> while live, <state_dir>/lost/<id> after a restart
+
+    def _jdir(self, name: str) -> Path | None:
+        if self.config.state_dir is None:
+            return None
+        d = self.config.state_dir / name
+        d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return d
+
+    def _journal_add(self, sid: str, owner: str) -> None:
+        d = self._jdir("sandboxes")
+        if d is not None:
+            (d / sid).write_text(json.dumps({"owner": owner, "created": time.time()}))
+
+    def _journal_remove(self, sid: str) -> None:
+        d = self._jdir("sandboxes")
+        if d is not None:
+            (d / sid).unlink(missing_ok=True)
+
+    def _journal_move(self, sid: str) -> None:
+        d, lost = self._jdir("sandboxes"), self._jdir("lost")
+        if d is not None and lost is not None:
+            with contextlib.suppress(FileNotFoundError):
+                (d / sid).replace(lost / sid)
+
+    def _journal_restore(self) -> int:
+        """Move the predecessor's live entries to lost/, and remember every lost id."""
+        d, lost = self._jdir("sandboxes"), self._jdir("lost")
+        if d is None or lost is None:
+            return 0
+        for p in d.iterdir():
+            p.replace(lost / p.name)
+        n = 0
+        for p in sorted(lost.iterdir(), key=_mtime):
+            try:
+                rec = json.loads(p.read_text())
+                if time.time() - p.stat().st_mtime > LOST_KEPT_S:
+                    p.unlink()
+                    continue
+                owner = str(rec["owner"])
+            except (OSError, ValueError, KeyError, TypeError):
+                p.unlink(missing_ok=True)
+                continue
+            self._remember(p.name, Gone(owner, "sandbox_lost",
+                                        f"sandbox {p.name} was lost when the service restarted"))
+            n += 1
+        return n
+
+
+def _mtime(p: Path) -> float:
+    try:
+        return p.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _mem_total_mib() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) // 1024
+    except OSError:
+        pass
+    return 1 << 20
+
+
+def parse_labels(items: Iterable[str]) -> dict[str, str]:
+    """``k=v`` filters (query ``label=k=v``, repeatable) -> a dict; 400 for one without ``=``."""
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise Problem(400, "invalid_request", f"a label filter is key=value, not {item!r}")
+        out[k] = v
+    return out

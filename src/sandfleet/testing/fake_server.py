@@ -16,6 +16,14 @@ A script entry is one of::
 and may carry ``"delay_s"``. ``faults`` (a list of fault names) are served first, one per
 request, whatever the turn, then the script plays normally: that is how retries are tested.
 
+``strict_sessions=True`` plays a session server (Miles' ``--use-session-server``): each
+conversation's history must be an exact extension of its previous request plus the reply
+the server sent (messages compared with ``None`` fields dropped, as
+``model_dump(exclude_none=True)`` echoes them); anything else is refused with HTTP 400 and
+recorded in ``rejections``. A conversation is the URL prefix before ``/v1`` (Miles' base
+URLs are ``.../sessions/<id>``; :meth:`FakeModelServer.session_url`), else the
+``Authorization`` header.
+
     with FakeModelServer([{"bash": "echo hi"}]) as server:
         policy = OpenAIPolicy(server.url, "fake")
 """
@@ -52,6 +60,7 @@ class FakeModelServer:
         faults: Sequence[str] = (),
         delay_s: float = 0.0,
         accept_tools: bool = True,
+        strict_sessions: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
     ):
@@ -65,6 +74,13 @@ class FakeModelServer:
         """False answers requests offering ``tools`` with HTTP 400, as servers without tool
         support do (llama.cpp's server without ``--jinja``)."""
         self.faults: deque[str] = deque(faults)
+        self.strict_sessions = strict_sessions
+        """Refuse (HTTP 400) a history that is not an exact extension of the conversation's
+        previous request and reply."""
+        self.histories: dict[str, list[dict[str, Any]]] = {}
+        """Conversation key -> its last history, the reply included (``strict_sessions``)."""
+        self.rejections: list[str] = []
+        """Why each refused request was refused (``strict_sessions``)."""
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order."""
         self._lock = threading.Lock()
@@ -78,6 +94,12 @@ class FakeModelServer:
         """The base URL to give a client (``http://127.0.0.1:PORT/v1``)."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}/v1"
+
+    def session_url(self, session: str) -> str:
+        """A Miles-style session base URL (``http://127.0.0.1:PORT/sessions/<session>``);
+        a client appends ``/v1``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/sessions/{session}"
 
     def start(self) -> FakeModelServer:
         self._thread = threading.Thread(
@@ -100,14 +122,21 @@ class FakeModelServer:
         self.close()
 
     # -- replies
-    def reply_for(self, body: dict[str, Any]) -> tuple[int, bytes]:
-        """The HTTP status and body for one request (may sleep, for delays and hangs)."""
+    def reply_for(self, body: dict[str, Any], *, session: str = "") -> tuple[int, bytes]:
+        """The HTTP status and body for one request (may sleep, for delays and hangs);
+        ``session`` names its conversation (``strict_sessions``)."""
         with self._lock:
             self.requests.append(body)
             fault = self.faults.popleft() if self.faults else None
         if body.get("tools") and not self.accept_tools:
             return 400, b'{"error": {"message": "tools are not supported by this server"}}'
         messages = body.get("messages") or []
+        if self.strict_sessions:
+            why = self._diverges(session, messages)
+            if why is not None:
+                with self._lock:
+                    self.rejections.append(why)
+                return 400, json.dumps({"error": {"message": why}}).encode()
         turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         entry: Any = self.script[turn] if turn < len(self.script) else DONE_TEXT
         if isinstance(entry, dict):
@@ -126,7 +155,26 @@ class FakeModelServer:
             return 200, b'{"id": "x", "choices": [{"message": {"content": "trunc'
         if fault == "bad_shape":
             return 200, json.dumps({"id": "x", "object": "chat.completion"}).encode()
-        return 200, json.dumps(self._completion(entry, messages, turn)).encode()
+        completion = self._completion(entry, messages, turn)
+        if self.strict_sessions:
+            with self._lock:
+                self.histories[session] = [*map(_echoed, messages), _echoed(completion["choices"][0]["message"])]
+        return 200, json.dumps(completion).encode()
+
+    def _diverges(self, session: str, messages: list[Any]) -> str | None:
+        """Why ``messages`` does not extend the session's last history, or None if it does."""
+        with self._lock:
+            previous = self.histories.get(session)
+        if previous is None:
+            return None
+        if len(messages) < len(previous):
+            return (f"session {session!r}: the history has {len(messages)} messages, fewer than the "
+                    f"{len(previous)} of the previous turn (with its reply)")
+        for i, (want, got) in enumerate(zip(previous, messages, strict=False)):
+            if _echoed(got) != want:
+                return (f"session {session!r}: message {i} differs from the previous turn's: "
+                        f"sent {json.dumps(got)[:300]}, expected {json.dumps(want)[:300]}")
+        return None
 
     def _completion(self, entry: Any, messages: list[Any], turn: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -154,6 +202,22 @@ class FakeModelServer:
         }  # fmt: skip
 
 
+def _echoed(message: Any) -> Any:
+    """A message as a client echoes it back: its ``None`` fields dropped."""
+    if isinstance(message, dict):
+        return {k: v for k, v in message.items() if v is not None}
+    return message
+
+
+def _split_path(path: str) -> tuple[str, str]:
+    """``/sessions/s1/v1/chat/completions`` -> (``/sessions/s1``, ``/v1/chat/completions``)."""
+    path = path.split("?", 1)[0].rstrip("/")
+    for tail in ("/v1/chat/completions", "/v1/models"):
+        if path.endswith(tail):
+            return path[: -len(tail)], tail
+    return "", path
+
+
 def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -169,7 +233,7 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(body)
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
-            if self.path.rstrip("/") in ("/v1/models", "/models"):
+            if _split_path(self.path)[1] in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": server.model, "object": "model"}]}
                 self._send(200, json.dumps(data).encode())
             else:
@@ -178,7 +242,8 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length)
-            if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            prefix, tail = _split_path(self.path)
+            if tail not in ("/v1/chat/completions", "/chat/completions"):
                 self._send(404, b'{"error": "not found"}')
                 return
             try:
@@ -186,7 +251,8 @@ def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError:
                 self._send(400, b'{"error": "request is not JSON"}')
                 return
-            status, payload = server.reply_for(body)
+            session = prefix or self.headers.get("Authorization") or ""
+            status, payload = server.reply_for(body, session=session)
             try:
                 self._send(status, payload)
             except OSError:  # the client went away (a hang it gave up on)
@@ -214,10 +280,13 @@ def load_script(path: Path) -> list[Any]:
 @click.option("--port", default=8000, show_default=True, type=int)
 @click.option("--model", default="fake-model", show_default=True)
 @click.option("--delay", "delay_s", default=0.0, type=float, help="Seconds before each reply.")
-def cli(script_path: Path | None, host: str, port: int, model: str, delay_s: float) -> None:
+@click.option("--strict-sessions", is_flag=True,
+              help="Refuse (HTTP 400) a history that does not extend the conversation's previous one.")
+def cli(script_path: Path | None, host: str, port: int, model: str, delay_s: float, strict_sessions: bool) -> None:
     """Serve scripted chat replies over an OpenAI-compatible API (for tests and demos)."""
     script = load_script(script_path) if script_path else []
-    server = FakeModelServer(script, model=model, delay_s=delay_s, host=host, port=port)
+    server = FakeModelServer(script, model=model, delay_s=delay_s, strict_sessions=strict_sessions,
+                             host=host, port=port)
     click.echo(f"serving {len(script)} scripted replies as {model!r} at {server.url}")
     try:
         server._httpd.serve_forever()

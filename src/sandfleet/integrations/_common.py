@@ -1,0 +1,194 @@
+"""What the integrations share: finding a task, running one rollout of it, and the
+process's live rollouts and sandboxes (which ``abort`` ends).
+
+Settings a trainer can't pass per call come from the environment:
+
+- ``SANDFLEET_TASKS``: the folder task names are looked up in;
+- ``SANDFLEET_BACKEND``: ``auto`` (default), ``bwrap``, ``process`` or ``microvm``;
+- ``SANDFLEET_NETWORK``: ``1`` gives sandboxes network access (default off);
+- ``SANDFLEET_AGENT_USER``: who the agent runs as (default: the task's declared user, else
+  the non-root ``agent``);
+- ``SANDFLEET_REMOTE`` / ``SANDFLEET_RAY``: remote sandboxes, refused until the sandbox
+  service client and the Ray cluster land.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import threading
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandfleet.errors import ConfigError
+from sandfleet.rollout.policy import Policy
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
+from sandfleet.tasks import Task, load_task
+
+log = logging.getLogger(__name__)
+
+TASKS_ENV = "SANDFLEET_TASKS"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How the integrations make sandboxes, read once from the environment."""
+
+    backend: str = "auto"
+    network: bool = False
+    agent_user: str | None = None
+    remote: str | None = None
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
+        env = dict(os.environ) if env is None else env
+        for name in ("SANDFLEET_RAY",):
+            if env.get(name):
+                raise ConfigError(f"{name} is set, but this sandfleet has no Ray cluster support yet")
+        made = cls(
+            backend=env.get("SANDFLEET_BACKEND") or "auto",
+            network=env.get("SANDFLEET_NETWORK", "0").lower() in ("1", "true", "yes"),
+            agent_user=env.get("SANDFLEET_AGENT_USER") or None,
+            remote=env.get("SANDFLEET_REMOTE") or None,
+        )
+        made = cls(**{**made.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
+        check_local(made.remote)
+        return made
+
+
+def check_local(remote: str | None) -> None:
+    """Refuse a remote sandbox service: this sandfleet has no client for one yet."""
+    if remote:
+        raise ConfigError(f"remote sandboxes ({remote!r}) need the sandbox service client, which this "
+                          "sandfleet does not have yet; unset SANDFLEET_REMOTE / pass remote=None")
+
+
+_tasks: dict[Path, Task] = {}
+_tasks_lock = threading.Lock()
+
+
+def resolve_task(ref: str | os.PathLike[str], tasks_root: str | None = None) -> Task:
+    """A task from a folder path, or from a name under ``tasks_root`` (default
+    ``$SANDFLEET_TASKS``); loaded once per process."""
+    path = Path(ref).expanduser()
+    root = tasks_root or os.environ.get(TASKS_ENV)
+    if not path.is_dir() and root and not path.is_absolute():
+        path = Path(root).expanduser() / path
+    if not path.is_dir():
+        where = f" or under {TASKS_ENV}={root}" if root else f" (set {TASKS_ENV} to look names up)"
+        raise ConfigError(f"no task folder {str(ref)!r}{where}")
+    path = path.resolve()
+    with _tasks_lock:
+        task = _tasks.get(path)
+        if task is None:
+            task = _tasks[path] = load_task(path)
+    return task
+
+
+async def task_image(task: Task) -> str:
+    """The task's environment image, built once and cached (content-addressed)."""
+    from sandfleet.images.build import ensure_task_image
+
+    return await ensure_task_image(task)
+
+
+class Aborted(Exception):
+    """The rollout was ended by ``abort`` (not by the caller's own cancellation)."""
+
+
+@dataclass
+class Live:
+    """The process's rollouts and sandboxes that ``abort`` ends (any event loop)."""
+
+    jobs: set[asyncio.Task[Any]] = field(default_factory=set)
+    sandboxes: dict[int, tuple[asyncio.AbstractEventLoop, Any]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add_sandbox(self, sandbox: Any) -> None:
+        with self.lock:
+            self.sandboxes[id(sandbox)] = (asyncio.get_running_loop(), sandbox)
+
+    def drop_sandbox(self, sandbox: Any) -> None:
+        with self.lock:
+            self.sandboxes.pop(id(sandbox), None)
+
+    async def track(self, work: Awaitable[RolloutResult]) -> RolloutResult:
+        """Run ``work`` as a task ``abort`` can cancel; raise :class:`Aborted` if it did."""
+        job = asyncio.ensure_future(work)
+        with self.lock:
+            self.jobs.add(job)
+        try:
+            return await job
+        except asyncio.CancelledError:
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                raise  # our caller was cancelled: propagate
+            raise Aborted("the rollout was aborted") from None
+        finally:
+            with self.lock:
+                self.jobs.discard(job)
+
+    async def abort(self) -> int:
+        """Cancel every live rollout (each closes its sandbox) and close every registered
+        sandbox; returns how many were ended. Those of another event loop are ended there."""
+        with self.lock:
+            jobs, boxes = list(self.jobs), list(self.sandboxes.values())
+        here = asyncio.get_running_loop()
+        waits: list[Awaitable[Any]] = []
+        for job in jobs:
+            if job.get_loop() is here:
+                job.cancel()
+                waits.append(job)
+            else:
+                job.get_loop().call_soon_threadsafe(job.cancel)
+        for loop, box in boxes:
+            if loop is here:
+                waits.append(box.close())
+            elif not loop.is_closed():
+                waits.append(asyncio.wrap_future(asyncio.run_coroutine_threadsafe(box.close(), loop)))
+        for outcome in await asyncio.gather(*waits, return_exceptions=True):
+            if isinstance(outcome, Exception):
+                log.error("abort: closing failed: %s: %s", type(outcome).__name__, outcome)
+        return len(jobs) + len(boxes)
+
+
+LIVE = Live()
+
+
+async def run_task(task: Task, policy: Policy, settings: Settings, *, rollout_id: str | None = None,
+                   group: str | None = None, sample: int = 0) -> RolloutResult:
+    """One rollout of ``task`` by ``policy`` in a fresh sandbox: sandfleet's runner (spans,
+    verifier, reward), tracked so that ``abort`` can end it."""
+    check_local(settings.remote)
+    image = await task_image(task)
+    spec = task_spec(task, image, settings.backend, network=settings.network, agent_user=settings.agent_user)
+    req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group, rollout_id=rollout_id)
+    return await LIVE.track(run_rollout(req))
+
+
+def span_seconds(result: RolloutResult) -> dict[str, float]:
+    """Seconds per span name (the names of docs/trace-schema.md, all present)."""
+    out = {name: 0.0 for name in ("sandbox_start", "model", "agent_command", "verifier", "other_sandbox", "overhead")}
+    out.update(result.span_seconds())
+    return out
+
+
+def agent_metrics(result: RolloutResult) -> dict[str, Any]:
+    """What a trainer logs per rollout: tool time, turns, commands, tokens, seconds per span."""
+    spans = span_seconds(result)
+    return {
+        "total_tool_time": spans["agent_command"],
+        "turns": result.turns,
+        "commands": result.commands,
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "model_time": spans["model"],
+        "sandbox_time": spans["sandbox_start"] + spans["other_sandbox"],
+        "verifier_time": spans["verifier"],
+        "wall_time": result.duration,
+        "spans_s": spans,
+    }

@@ -1,0 +1,105 @@
+"""Miles: sandfleet as the custom agent function of Miles' agentic rollouts.
+
+    --custom-generate-function-path miles.rollout.generate_hub.agentic_tool_call.generate
+    --custom-agent-function-path sandfleet.integrations.miles.run
+    --custom-rm-path sandfleet.integrations.miles.custom_rm
+    --use-session-server --tito-model <family>
+
+Each call of :func:`run` is one rollout: a fresh sandbox for the task named by
+``metadata["sandfleet_task"]`` (a task folder, or a name under ``$SANDFLEET_TASKS``),
+sandfleet's agent loop against the session server at ``f"{base_url}/v1"`` (the whole
+history every turn, assistant messages echoed verbatim: Miles records the tokens), the
+task's verifier, and the reward. The returned dict is merged into the sample's metadata;
+:func:`custom_rm` reads the reward back, and :func:`abort` ends every rollout and sandbox
+of the process when Miles aborts oversampled work. No Miles import is needed: its call
+shapes are plain Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
+from sandfleet.integrations._session import SessionPolicy
+from sandfleet.rollout.agent import AgentConfig
+from sandfleet.rollout.result import RolloutResult
+
+TASK_KEY = "sandfleet_task"
+"""The sample-metadata key naming the task."""
+OUTPUT_TAIL_CHARS = 4000
+"""How much of the verifier's output goes into ``eval_report``."""
+
+
+async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metadata: dict[str, Any],
+              **kwargs: Any) -> dict[str, Any]:
+    """One rollout of ``metadata["sandfleet_task"]`` against Miles' session server.
+
+    Per-sample options in ``metadata``: ``sandfleet_max_turns``, ``sandfleet_tool_mode``
+    (``auto``, ``tools``, ``text``); process-wide ones in the environment (``SANDFLEET_BACKEND``,
+    ``SANDFLEET_NETWORK``, ``SANDFLEET_AGENT_USER``: :mod:`sandfleet.integrations._common`).
+    Python callers may pass ``agent_config`` (an :class:`AgentConfig`), ``settings`` (a
+    ``Settings``) and ``transport`` (an ``httpx`` transport).
+
+    Returns ``reward`` (the verifier's; 0.0 for a failed or aborted rollout), ``exit_status``
+    (why the agent stopped, or ``failed`` / ``aborted``), ``reward_details``, ``eval_report``,
+    ``agent_metrics`` (``total_tool_time``, which Miles makes the sample's
+    ``non_generation_time``; ``turns``, ``commands``, tokens, seconds per span) and
+    ``sandfleet_spans`` (the rollout's trace spans, docs/trace-schema.md).
+    """
+    if TASK_KEY not in (metadata or {}):
+        raise KeyError(f"the sample's metadata has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
+    task = resolve_task(str(metadata[TASK_KEY]))
+    settings = kwargs.get("settings") or Settings.from_env()
+    config = kwargs.get("agent_config") or AgentConfig()
+    if "sandfleet_max_turns" in metadata:
+        config.max_turns = int(metadata["sandfleet_max_turns"])
+    if "sandfleet_tool_mode" in metadata:
+        config.tool_mode = metadata["sandfleet_tool_mode"]
+    transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
+    policy = SessionPolicy(f"{base_url.rstrip('/')}/v1", prompt, model=str(metadata.get("model") or "default"),
+                           request_kwargs=request_kwargs, config=config, transport=transport)
+    try:
+        result = await run_task(task, policy, settings, group=task.name)
+    except Aborted:
+        return {"reward": 0.0, "exit_status": "aborted", "agent_metrics": {"turns": len(policy.turns)}}
+    return outcome(result)
+
+
+def outcome(result: RolloutResult) -> dict[str, Any]:
+    """What :func:`run` returns for a finished rollout."""
+    completed = result.status == "completed"
+    return {
+        "reward": float(result.reward or 0.0) if completed else 0.0,
+        "exit_status": result.stop_reason if completed else "failed",
+        "reward_details": result.reward_details,
+        "eval_report": {
+            "status": result.status, "reason": result.reason, "error": result.error,
+            "verifier_exit_code": result.verifier_exit_code,
+            "verifier_output": result.verifier_output[-OUTPUT_TAIL_CHARS:],
+        },
+        "agent_metrics": agent_metrics(result),
+        "sandfleet_spans": result.spans,
+        "sandfleet_rollout": {"rollout_id": result.rollout_id, "task": result.task, "sandbox_id": result.sandbox_id,
+                              "backend": result.backend, "start": result.start, "end": result.end},
+    }  # fmt: skip
+
+
+async def abort(args: Any = None) -> None:
+    """Miles' abort hook: end every rollout and sandbox this process has in flight (each
+    rollout closes its sandbox as it is cancelled); :func:`run` then returns ``aborted``."""
+    await LIVE.abort()
+
+
+async def custom_rm(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
+    """``--custom-rm-path``: the reward :func:`run` put in the sample's metadata (0.0 if
+    none); a list of samples (``--group-rm``) gives a list."""
+    if isinstance(samples, list):
+        return [_reward(s) for s in samples]
+    return _reward(samples)
+
+
+def _reward(sample: Any) -> float:
+    reward = (getattr(sample, "metadata", None) or {}).get("reward")
+    return float(reward) if reward is not None else 0.0

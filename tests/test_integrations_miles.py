@@ -1,0 +1,104 @@
+"""Miles' custom agent function, driven through the scripted server in strict-session mode."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import httpx
+import pytest
+
+from sandfleet.integrations import miles
+from sandfleet.integrations._common import LIVE, Settings
+from sandfleet.testing.fake_server import FakeModelServer
+from sandfleet.traceschema import SPAN_NAMES
+from test_rollout_support import make_task, needs_bwrap
+
+BWRAP = Settings(backend="bwrap")
+PROMPT = [{"role": "system", "content": "You are a careful agent."},
+          {"role": "user", "content": "Write the word hello into /app/out.txt."}]
+
+
+def test_strict_sessions_refuse_a_history_that_does_not_extend_the_last() -> None:
+    with FakeModelServer([{"bash": "ls"}, "Done."], strict_sessions=True) as server, httpx.Client() as http:
+        url = server.session_url("s1") + "/v1/chat/completions"
+        first = [{"role": "user", "content": "hi"}]
+        reply = http.post(url, json={"model": "m", "messages": first}).json()["choices"][0]["message"]
+        assert reply["content"] is None and reply["tool_calls"]
+        echoed = {k: v for k, v in reply.items() if v is not None}
+        tool = {"role": "tool", "tool_call_id": reply["tool_calls"][0]["id"], "content": "x"}
+        second = http.post(url, json={"model": "m", "messages": [*first, echoed, tool]})
+        assert second.status_code == 200
+        done = second.json()["choices"][0]["message"]
+        # an edited assistant message, a dropped message, a restart: all refused
+        edited = {**echoed, "tool_calls": [{**echoed["tool_calls"][0], "id": "other"}]}
+        more = {"role": "user", "content": "go on"}
+        assert http.post(url, json={"model": "m", "messages": [*first, edited, tool, done, more]}).status_code == 400
+        assert http.post(url, json={"model": "m", "messages": first}).status_code == 400
+        assert http.post(url, json={"model": "m", "messages": [*first, echoed, tool, done, more]}).status_code == 200
+        assert len(server.rejections) == 2 and "message 1 differs" in server.rejections[0]
+        # another session is a conversation of its own
+        other = server.session_url("s2") + "/v1/chat/completions"
+        assert http.post(other, json={"model": "m", "messages": first}).status_code == 200
+
+
+@needs_bwrap()
+async def test_run_solves_the_task_under_session_rules(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    script = [{"bash": "cd /app"}, {"tool_calls": ["echo hel > x", "echo hello > out.txt"]}, "Done."]
+    with FakeModelServer(script, strict_sessions=True) as server:
+        out = await miles.run(server.session_url("rollout-1"), PROMPT, {"temperature": 0.7, "max_tokens": 64},
+                              {"sandfleet_task": str(task.path)}, settings=BWRAP)
+        bodies = server.requests
+    assert server.rejections == []
+    assert out["reward"] == 1.0 and out["exit_status"] == "done"
+    m = out["agent_metrics"]
+    assert m["turns"] == 3 and m["commands"] == 3 and m["total_tool_time"] > 0
+    assert m["prompt_tokens"] > 0 and m["completion_tokens"] > 0
+    spans = out["sandfleet_spans"]
+    assert {s["name"] for s in spans} <= set(SPAN_NAMES)
+    assert sum(s["end"] - s["start"] for s in spans) == pytest.approx(m["wall_time"], abs=1e-6)
+    # the trainer's prompt as given, its sampling settings in every request, full history
+    assert bodies[0]["messages"] == PROMPT
+    assert all(b["temperature"] == 0.7 and b["max_tokens"] == 64 for b in bodies)
+    for before, after in zip(bodies, bodies[1:], strict=False):
+        assert after["messages"][: len(before["messages"])] == before["messages"]
+    assert json.dumps(out)  # all of it goes into Miles' sample metadata
+
+
+@needs_bwrap()
+async def test_task_by_name_text_mode_and_the_reward_hook(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_task(tmp_path / "tasks")
+    monkeypatch.setenv("SANDFLEET_TASKS", str(tmp_path / "tasks"))
+    script = [{"text": "```bash\necho nope > /app/out.txt\n```"}, "Finished."]
+    with FakeModelServer(script, strict_sessions=True) as server:
+        out = await miles.run(server.session_url("r2"), "Do the task.", {}, {"sandfleet_task": "hello",
+                              "sandfleet_tool_mode": "text"}, settings=BWRAP)
+        assert server.rejections == [] and "tools" not in server.requests[0]
+        assert server.requests[0]["messages"][1]["content"] == "Do the task."
+    assert out["reward"] == 0.0 and out["agent_metrics"]["commands"] == 1
+    samples = [SimpleNamespace(metadata=out), SimpleNamespace(metadata={"reward": 1.0}), SimpleNamespace(metadata={})]
+    assert await miles.custom_rm(None, samples) == [0.0, 1.0, 0.0]
+    assert await miles.custom_rm(None, samples[1]) == 1.0
+    with pytest.raises(KeyError, match="sandfleet_task"):
+        await miles.run("http://127.0.0.1:9", PROMPT, {}, {})
+
+
+@needs_bwrap()
+async def test_abort_ends_the_rollouts_in_flight(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    with FakeModelServer([{"bash": "sleep 60"}], strict_sessions=True) as server:
+        runs = [asyncio.create_task(miles.run(server.session_url(f"a{i}"), PROMPT, {},
+                                              {"sandfleet_task": str(task.path)}, settings=BWRAP)) for i in range(2)]
+        async with asyncio.timeout(30):
+            while len(server.requests) < 2:
+                await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the commands are running
+        t0 = asyncio.get_running_loop().time()
+        await miles.abort(SimpleNamespace())
+        outs = await asyncio.gather(*runs)
+    assert asyncio.get_running_loop().time() - t0 < 10
+    assert [o["exit_status"] for o in outs] == ["aborted", "aborted"]
+    assert not LIVE.jobs

@@ -160,7 +160,8 @@ class AgentClient:
                 while len(buf) - off >= 4:
                     n = int.from_bytes(buf[off:off + 4], "big")
                     if n > MAX_REPLY_FRAME:
-                        raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
+                        raise ProtocolError(
+                            f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
                     if len(buf) - off - 4 < n:
                         break
                     frame = decode(bytes(buf[off + 4:off + 4 + n]))

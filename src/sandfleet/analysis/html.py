@@ -12,11 +12,10 @@ when a report is rendered, never by ``sandfleet analyze`` itself.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.analysis.breakdown import COLUMNS
 from sandfleet.analysis.report import LABELS
@@ -74,26 +73,17 @@ def _run_name(a: Mapping[str, Any], lab: str) -> str:
     return f"{lab}: {a['runs'][lab]['name']}"
 
 
-_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.S)
-_ID = re.compile(r'(\sid="|url\(#|href="#)([^")]+)')
-
-
 def _figure(width: float = 6.4, height: float = 3.6) -> tuple[Figure, Axes]:
     from sandfleet import plotting  # matplotlib: only when a report is rendered
 
-    fig, ax = plotting.new_figure(width, height)
-    return fig, cast("Axes", ax)
+    return plotting.new_figure(width, height)
 
 
 def _chart(fig: Figure, name: str, caption: str) -> str:
-    """A matplotlib figure as a named inline chart, fit to sit beside others in one page:
-    no metadata block (links to schemas, a timestamp), and every id prefixed by the
-    chart's name (matplotlib numbers ``figure_1``, ``axes_1`` ... afresh in every SVG)."""
+    """A matplotlib figure as a named inline chart (:func:`sandfleet.plotting.svg`)."""
     from sandfleet import plotting
 
-    text = _METADATA.sub("", plotting.svg(fig, name, caption))
-    ids = set(re.findall(r'\sid="([^"]+)"', text))
-    return _ID.sub(lambda m: m.group(1) + (f"{name}-{m.group(2)}" if m.group(2) in ids else m.group(2)), text)
+    return plotting.svg(fig, name, caption)
 
 
 def breakdown_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:

@@ -120,7 +120,9 @@ def test_env_wins_over_arg_and_targetarch(tmp_path: Path) -> None:
         ("FROM debian:12\nADD https://example.com/x.tgz /x\n", 2, "URL"),
         ("FROM debian:12\nCOPY ../secret /x\n", 2, "outside the build context"),
         ("FROM debian:12\nCOPY /etc/passwd /x\n", 2, "outside the build context"),
-        ("FROM debian:12 AS a\nFROM debian:12\n", 2, "multi-stage"),
+        ("FROM debian:12\nCOPY --from=node:20 /usr/local/bin/node /x\n", 2, "the image 'node:20' is not supported"),
+        ("FROM debian:12 AS a\nFROM debian:12 AS A\n", 2, "used twice"),
+        ("FROM debian:12\nADD --from=0 /x /y\n", 2, "ADD --from"),
         ("FROM --platform=linux/amd64 debian:12\n", 1, "--platform"),
         ("FROM debian:12\nONBUILD RUN x\n", 2, "ONBUILD"),
         ("FROM debian:12\nRUN true && \\\n  false\nFROBNICATE x\n", 4, "FROBNICATE"),
@@ -160,7 +162,9 @@ def test_here_string_is_not_a_heredoc(tmp_path: Path) -> None:
         ("debian:12.5-slim", "bookworm", None, False),
         ("docker.io/library/debian:trixie@sha256:abc", "trixie", None, False),
         ("python:3.11-slim-bookworm", "bookworm", "python3-venv", False),
-        ("python:3.12-slim", "bookworm", "python3-pip", True),
+        ("python:3.12-slim", "trixie", "python3-pip", True),
+        ("python:3.13-slim", "trixie", "python-is-python3", False),
+        ("python:3.11-slim-trixie", "bookworm", "python3", True),
         ("python:3.11", "bookworm", "build-essential", False),
         ("python:3.13-trixie", "trixie", "python3", False),
         ("buildpack-deps:bookworm", "bookworm", "build-essential", False),
@@ -198,3 +202,48 @@ def test_resolve_base_refuses(ref: str, why: str) -> None:
     with pytest.raises(ImageBuildError) as info:
         resolve_base(ref, file="Dockerfile", line=3)
     assert why in str(info.value) and str(info.value).startswith("Dockerfile:3: ")
+
+
+def test_stages_and_copy_from(tmp_path: Path) -> None:
+    df = parse_dockerfile(write(tmp_path, """\
+ARG PY=3.12
+FROM python:${PY}-slim AS Builder
+ENV A=1
+WORKDIR /src
+RUN echo hi > x
+FROM builder AS unused
+RUN echo never built
+FROM builder AS mid
+USER nobody
+FROM python:3.12-slim
+COPY --from=ghcr.io/astral-sh/uv:0.9.5 /uv /uvx /bin/
+COPY --from=mid /src/x /app/x
+COPY --from=0 /src /app/src
+"""))
+    assert [s.name for s in df.stages] == ["builder", "unused", "mid", None]
+    assert df.stages[2].parent == 0 and df.stages[2].env == {"A": "1"} and df.stages[2].workdir == "/src"
+    assert df.stages[2].user == "nobody" and df.user is None and df.env == {}
+    assert df.needed_stages() == [0, 2, 3]  # as BuildKit: only what the final stage needs
+    uv, from_mid, from_zero = df.steps[1:]
+    assert isinstance(uv, Copy) and uv.image == "ghcr.io/astral-sh/uv:0.9.5" and uv.stage is None
+    assert uv.sources == ("/uv", "/uvx") and uv.dest == "/bin/"
+    assert isinstance(from_mid, Copy) and from_mid.stage == 2 and isinstance(from_zero, Copy) and from_zero.stage == 0
+    assert df.base_image == "python:3.12-slim"
+    final_from_stage = parse_dockerfile(write(tmp_path, "FROM debian:12 AS b\nRUN true\nFROM b\nRUN true\n"))
+    assert final_from_stage.base_image == "debian:12" and final_from_stage.needed_stages() == [0, 1]
+
+
+def test_substitutions_warn_and_strict_refuses() -> None:
+    base = resolve_base("python:3.12-slim")
+    assert (base.suite, base.python, base.substituted) == ("trixie", "3.13", True)
+    assert base.note is not None and "Python 3.12" in base.note and "3.13" in base.note
+    assert base.describe() == "python:3.12-slim -> debian trixie (python 3.13)"
+    for ref in ("python:3.12-slim", "ubuntu:24.04", "python:3.13-slim-bookworm"):
+        with pytest.raises(ImageBuildError, match="refused by --strict-bases"):
+            resolve_base(ref, strict=True)
+    for ref in ("python:3.11-slim", "python:3.13-slim", "debian:bookworm", "buildpack-deps:trixie"):
+        assert not resolve_base(ref, strict=True).substituted
+    assert resolve_base("python:3.11-slim-bookworm").flavour == "python"
+    assert resolve_base("debian:trixie").flavour is None
+    with pytest.raises(ImageBuildError, match="no Debian release ships Python 3.14"):
+        resolve_base("python:3.14-slim")

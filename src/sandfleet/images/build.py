@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import fcntl
+import fnmatch
 import glob
 import hashlib
 import json
@@ -28,15 +29,19 @@ import shutil
 import stat
 import subprocess
 import tarfile
+import tempfile
 import time
 from pathlib import Path
 
+from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ImageBuildError, SandboxError
 from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
-from sandfleet.images.bases import resolve_base
+from sandfleet.images.bases import BaseRef, resolve_base
 from sandfleet.images.debootstrap import base_image_for
-from sandfleet.images.dockerfile import Copy, Dockerfile, Env, From, Run, Workdir, parse_dockerfile
+from sandfleet.images.dockerfile import Copy, Dockerfile, Env, From, Run, Stage, User, Workdir, parse_dockerfile
+from sandfleet.images.mirrors import build_env, build_files, install_failure
 from sandfleet.images.run import build_command, layer_next
+from sandfleet.images.tools import tool_path, tool_tree
 from sandfleet.sandbox.network import StepNetwork, availability, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
 from sandfleet.tasks.model import Task
@@ -385,19 +390,75 @@ class _Tree:
             os.close(fd)
 
 
+    # ---- reads of the merged view (COPY --from a stage) ----
+    def names(self, parts: list[str]) -> list[str]:
+        """The entries of the directory ``parts`` (resolved) in the merged view."""
+        seen: set[str] = set()
+        fd, opaque = self._open_dirs(self.layer, parts)
+        if fd is not None:
+            seen.update(os.listdir(fd))  # noqa: PTH208
+            os.close(fd)
+        if not any(opaque):
+            for lower in self.lowers:
+                lfd, _ = self._open_dirs(lower, parts)
+                if lfd is not None:
+                    seen.update(os.listdir(lfd))  # noqa: PTH208
+                    os.close(lfd)
+        return sorted(n for n in seen if self.lstat([*parts, n]) is not None)
+
+    def export(self, parts: list[str], dest: Path) -> None:
+        """Copy the entry ``parts`` of the merged view (its path resolved) to the host path
+        ``dest``: directories, regular files (content and mode) and symbolic links; other
+        kinds are skipped. Owners are not kept (``COPY --from`` makes root's files)."""
+        found = self._find(parts) if parts else None
+        if parts and found is None:
+            raise self.fail(f"/{'/'.join(parts)} does not exist in that stage")
+        mode = 0o755
+        if found is not None:
+            st, fd, _src = found
+            mode = stat.S_IMODE(st.st_mode)
+            try:
+                if stat.S_ISLNK(st.st_mode):
+                    dest.symlink_to(os.readlink(parts[-1], dir_fd=fd))
+                    return
+                if stat.S_ISREG(st.st_mode):
+                    rfd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                    with os.fdopen(rfd, "rb") as src, open(dest, "xb") as out:
+                        shutil.copyfileobj(src, out, 1 << 20)
+                    dest.chmod(mode)
+                    return
+                if not stat.S_ISDIR(st.st_mode):
+                    return
+            finally:
+                os.close(fd)
+        dest.mkdir()
+        for name in self.names(parts):
+            self.export([*parts, name], dest / name)
+        dest.chmod(mode)
+
+
 class _Builder:
-    def __init__(self, task: Task, df: Dockerfile, base: Image, out: Path, config: BwrapConfig):
+    """Builds one stage of a Dockerfile: a layer over its base (a stage that starts ``FROM``
+    another starts from a copy of that one's layer)."""
+
+    def __init__(self, task: Task, df: Dockerfile, stage: Stage, base: Image, out: Path, config: BwrapConfig,
+                 *, stages: dict[int, _Builder] | None = None, parent: _Builder | None = None):
         assert task.dockerfile is not None
         self.task = task
         self.df = df
+        self.stage = stage
         self.dfname = str(task.dockerfile)
         self.context = (task.context_dir or task.dockerfile.parent).resolve()
         self.base = base
         self.out = out
         self.config = config
         self.layer = out / "layer"
-        self.env: dict[str, str] = {}
-        self.workdir = "/"
+        self.stages = stages if stages is not None else {}
+        """The stages built so far, for ``COPY --from``."""
+        self.parent = parent
+        self.env: dict[str, str] = dict(parent.env) if parent else {}
+        self.workdir: str = parent.workdir if parent else "/"
+        self.user: str | None = parent.user if parent else None
         self.log: list[str] = []
         self.network = bool(availability()["available"])
         """Whether RUN steps get a network: the sandboxes' user-mode networking (network.py),
@@ -405,9 +466,13 @@ class _Builder:
 
     def digest(self) -> str:
         h = hashlib.sha256(f"{BUILDER} {self.base.hash} uid_base={self.config.uid_base}".encode())
-        for step in self.df.steps:
+        if self.parent is not None:
+            h.update(f" from {self.parent.digest()}".encode())
+        for step in self.stage.steps:
             h.update(repr(step).encode())
-            if isinstance(step, Copy):
+            if isinstance(step, Copy) and step.stage is not None:
+                h.update(f" stage {self.stages[step.stage].digest()}".encode())
+            elif isinstance(step, Copy) and step.image is None:
                 for pat in step.sources:
                     for _name, src in _sources(self.context, pat, self.dfname, step.line):
                         _hash_tree(h, src)
@@ -433,8 +498,52 @@ class _Builder:
             return self.config.host_uid(ROOT_UID if x in ("", "root") else AGENT_UID)
         return one(user), one(group or user)
 
+    def _from_sources(self, step: Copy, staging: Path) -> list[tuple[str, Path]]:
+        """``COPY --from``: the sources, exported from the stage (or taken from the tool's
+        package) into ``staging``, as (name, host path)."""
+        out: list[tuple[str, Path]] = []
+        if step.image is not None:
+            folder = tool_tree(step.image, self.base.arch, cache_dir(), file=self.dfname, line=step.line)
+            for src in step.sources:
+                name = tool_path(step.image, src, file=self.dfname, line=step.line)
+                out.append((src.rstrip("/").rsplit("/", 1)[-1] or name, folder / name))
+            return out
+        assert step.stage is not None
+        other = self.stages[step.stage]
+        tree = other.tree(step.line)
+        tree.file, tree.line = self.dfname, step.line
+        for i, src in enumerate(step.sources):
+            head, _, last = src.rstrip("/").rpartition("/")
+            if any(c in last for c in "*?["):
+                parent = tree.resolve(head or "/")
+                matches = [n for n in tree.names(parent) if fnmatch.fnmatchcase(n, last)]
+                if not matches:
+                    raise tree.fail(f"COPY --from: {src} matches nothing in that stage")
+                entries = [([*parent, n], n) for n in matches]
+            else:
+                parts = tree.resolve(src)
+                entries = [(parts, parts[-1] if parts else "root")]
+            for j, (parts, name) in enumerate(entries):
+                where = staging / f"{i}-{j}"
+                where.mkdir(parents=True)
+                tree.export(parts, where / name)
+                out.append((name, where / name))
+        return out
+
     def copy(self, step: Copy) -> None:
-        srcs = [s for p in step.sources for s in _sources(self.context, p, self.dfname, step.line)]
+        staging = None
+        if step.stage is not None or step.image is not None:
+            staging = Path(tempfile.mkdtemp(prefix="from-", dir=self.out))
+            srcs = self._from_sources(step, staging)
+        else:
+            srcs = [s for p in step.sources for s in _sources(self.context, p, self.dfname, step.line)]
+        try:
+            self._copy(step, srcs)
+        finally:
+            if staging is not None:
+                shutil.rmtree(staging, ignore_errors=True)
+
+    def _copy(self, step: Copy, srcs: list[tuple[str, Path]]) -> None:
         tree = self.tree(step.line)
         owner = self.owner(step.chown, step.line)
         chmod = None
@@ -467,11 +576,13 @@ class _Builder:
         argv = list(step.argv) if step.argv else ["/bin/sh", "-c", step.shell or ""]
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8",
-               **dict(step.build_args), **self.env}
+               **build_env(), **dict(step.build_args), **self.env}
+        if self.user and self.user.split(":", 1)[0] not in ("root", "0"):
+            argv = ["/bin/sh", "-c", AS_USER, "as-user", self.user, *argv]  # Docker runs RUN as USER
         self.tree(step.line).mkdirs(self.workdir, self.owner(None, step.line))  # a step may have removed it
         net = StepNetwork(self.out / "net", uid=helper_uid(self.config)) if self.network else None
         cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir,
-                            config=self.config, network=net)
+                            config=self.config, network=net, tmp_files=build_files())
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ImageBuildError("build timed out", file=self.dfname, line=step.line)
@@ -502,8 +613,12 @@ class _Builder:
         self.log.append(f"--- line {step.line}: {' '.join(argv)}\n{out}")
         if proc.returncode != 0:
             hint = ""
-            if any(w in out for w in ("Could not resolve", "Temporary failure in name resolution",
-                                      "Network is unreachable", "Failed to establish")):
+            failed_install = install_failure(" ".join(step.argv) if step.argv else step.shell or "", out,
+                                             network=self.network)
+            if failed_install:
+                hint = f" ({failed_install})"
+            elif any(w in out for w in ("Could not resolve", "Temporary failure in name resolution",
+                                        "Network is unreachable", "Failed to establish")):
                 hint = " (the step needs the internet, which this build can't reach)"
             elif "sandfleet-agent launch:" in out:
                 hint = " (the build sandbox could not start)"
@@ -515,11 +630,23 @@ class _Builder:
             raise ImageBuildError(f"RUN exited with {proc.returncode}{hint}: {out.strip()[-800:]}",
                                   file=self.dfname, line=step.line)
 
-    def build(self) -> dict[str, object]:
-        deadline = time.monotonic() + self.task.build_timeout_s
-        self.layer.mkdir(parents=True)
-        os.chown(self.layer, *self.owner(None, 0))  # the image's / belongs to its root
-        for step in self.df.steps:
+    def start(self) -> None:
+        """Make the layer: empty, or a copy of the parent stage's (owners, modes, overlay
+        whiteouts and opaque marks kept)."""
+        if self.parent is None:
+            self.layer.mkdir(parents=True)
+            os.chown(self.layer, *self.owner(None, 0))  # the image's / belongs to its root
+            return
+        self.out.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(["cp", "-a", "--preserve=all", "--", str(self.parent.layer), str(self.layer)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ImageBuildError(f"could not start stage {self.stage.name or self.stage.index} from its parent: "
+                                  f"{proc.stderr.strip()[-300:]}", file=self.dfname, line=self.stage.base.line)
+
+    def build(self, deadline: float) -> dict[str, object]:
+        self.start()
+        for step in self.stage.steps:
             if isinstance(step, From):
                 continue
             if isinstance(step, Copy):
@@ -528,15 +655,42 @@ class _Builder:
                 self.workdir_step(step)
             elif isinstance(step, Env):
                 self.env.update(dict(step.values))
+            elif isinstance(step, User):
+                self.user = step.user
             elif isinstance(step, Run):
                 self.run(step, deadline)
+        return {"workdir": self.workdir, "env": self.env, "user": self.user}
+
+    def finish(self) -> dict[str, object]:
+        """The final stage: the workdir goes to the agent; what the image records."""
         workdir = self.df.workdir or self.task.workdir
         tree = self.tree(0)
         agent = self.config.host_uid(AGENT_UID)
         tree.chown_tree(tree.resolve(workdir), (agent, agent))  # the agent works here
-        (self.out / "build.log").write_text("\n".join(self.log))
         return {"workdir": workdir, "env": self.env, "user": self.df.user,
                 "dockerfile": self.dfname, "notes": list(self.df.notes), "uid_base": self.config.uid_base}
+
+
+# Run a RUN step as the Dockerfile's USER, as Docker does: a name or uid, ":group" optional;
+# the user's primary group (0 where it has no passwd entry), its supplementary groups, its HOME.
+AS_USER = r"""
+spec=$1; shift
+user=${spec%%:*}; group=; case $spec in *:*) group=${spec#*:} ;; esac
+entry=$(getent passwd "$user" || true)
+if [ -n "$entry" ]; then uid=$(echo "$entry" | cut -d: -f3); gid=$(echo "$entry" | cut -d: -f4)
+  name=$(echo "$entry" | cut -d: -f1); HOME=$(echo "$entry" | cut -d: -f6)
+else
+  case $user in *[!0-9]*|'') echo "unable to find user $user: no matching entries in passwd file" >&2; exit 1 ;; esac
+  uid=$user; gid=0; name=; HOME=/
+fi
+if [ -n "$group" ]; then
+  case $group in *[!0-9]*) gid=$(getent group "$group" | cut -d: -f3)
+    [ -n "$gid" ] || { echo "unable to find group $group" >&2; exit 1; } ;; *) gid=$group ;; esac
+fi
+export HOME
+if [ -n "$name" ]; then exec setpriv --reuid="$uid" --regid="$gid" --init-groups -- "$@"; fi
+exec setpriv --reuid="$uid" --regid="$gid" --clear-groups -- "$@"
+"""
 
 
 def _du(path: Path) -> int:
@@ -550,8 +704,11 @@ def _du(path: Path) -> int:
     return total
 
 
-def build_task_image(task: Task, config: BwrapConfig | None = None) -> Image:
-    """Build (or find in the cache) the image of a task; blocking."""
+def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: bool = False) -> Image:
+    """Build (or find in the cache) the image of a task; blocking. Every stage the final one
+    needs is built (BuildKit's order); the image is the final stage's layer over its base.
+    ``strict``: a substituted base (``--strict-bases``) raises instead of being recorded in
+    the image's ``warnings``."""
     if task.dockerfile is None:
         if task.docker_image:
             raise ImageBuildError(f"task {task.name} names only a registry image "
@@ -560,25 +717,50 @@ def build_task_image(task: Task, config: BwrapConfig | None = None) -> Image:
         return host_image()
     config = config or BwrapConfig()
     df = parse_dockerfile(task.dockerfile, arch=arch())
-    ref = resolve_base(df.base.image, file=str(task.dockerfile), line=df.base.line)
-    base = base_image_for(ref.suite, ref.packages, file=str(task.dockerfile), line=df.base.line)
+    dfname = str(task.dockerfile)
     scratch.reap(images_dir())
     tmp_out = scratch.scratch_dir(images_dir(), ".build-")
-    builder = _Builder(task, df, base, tmp_out, config)
-    digest = builder.digest()
-    final = images_dir() / digest
+    builders: dict[int, _Builder] = {}
+    refs: dict[int, BaseRef] = {}
+    for i in df.needed_stages():
+        stage = df.stages[i]
+        if stage.parent is not None:
+            parent = builders[stage.parent]
+            refs[i] = refs[stage.parent]
+            builders[i] = _Builder(task, df, stage, parent.base, tmp_out / f"stage-{i}", config,
+                                   stages=builders, parent=parent)
+            continue
+        refs[i] = resolve_base(stage.base.image, strict=strict, file=dfname, line=stage.base.line)
+        base = base_image_for(refs[i], file=dfname, line=stage.base.line)
+        if strict and base.meta.get("warnings"):
+            raise ImageBuildError(f"{'; '.join(map(str, base.meta['warnings']))}; refused by --strict-bases",  # type: ignore[call-overload]
+                                  file=dfname, line=stage.base.line)
+        builders[i] = _Builder(task, df, stage, base, tmp_out / f"stage-{i}", config, stages=builders)
+    last = len(df.stages) - 1
+    final, ref = builders[last], refs[last]
+    final.out, final.layer = tmp_out, tmp_out / "layer"
+    digest = final.digest()
+    image_dir = images_dir() / digest
     with open(images_dir() / f"{digest}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for img in list_images():
             if img.hash == digest:
+                shutil.rmtree(tmp_out, ignore_errors=True)
                 return img
-        shutil.rmtree(final, ignore_errors=True)
+        shutil.rmtree(image_dir, ignore_errors=True)
         t0 = time.monotonic()
+        deadline = t0 + task.build_timeout_s
         try:
-            meta = builder.build()
+            for builder in builders.values():
+                builder.build(deadline)
+            meta = final.finish()
         except BaseException:
             shutil.rmtree(tmp_out, ignore_errors=True)
             raise
+        (tmp_out / "build.log").write_text("\n".join(line for b in builders.values() for line in b.log))
+        for i in builders:
+            if i != last:
+                shutil.rmtree(tmp_out / f"stage-{i}", ignore_errors=True)
         for junk in ("scratch", *(p.name for p in tmp_out.glob("lower*"))):
             try:
                 (tmp_out / junk).rmdir()
@@ -587,19 +769,23 @@ def build_task_image(task: Task, config: BwrapConfig | None = None) -> Image:
             except OSError as e:
                 if e.errno != errno.ENOTEMPTY:
                     raise
-        tmp_out.rename(final)
-        meta.update(task=task.name, build_s=round(time.monotonic() - t0, 3),
-                    layer_bytes=_du(final / "layer"), base_ref=ref.image)
-        image = Image(name=f"task-{task.name}", lowers=[final / "layer", *base.lowers], arch=base.arch,
+        tmp_out.rename(image_dir)
+        base = final.base
+        warnings = [*([ref.note] if ref.substituted and ref.note else []), *map(str, base.meta.get("warnings") or [])]  # type: ignore[call-overload]
+        meta.update(task=task.name, build_s=round(time.monotonic() - t0, 3), layer_bytes=_du(image_dir / "layer"),
+                    base_ref=ref.image, base_used=ref.describe(), base_image=base.name, warnings=warnings,
+                    python=base.meta.get("python"), missing_packages=base.meta.get("missing_packages") or [],
+                    stages=len(builders))
+        image = Image(name=f"task-{task.name}", lowers=[image_dir / "layer", *base.lowers], arch=base.arch,
                       page_size=base.page_size, hash=digest, base=base.name, meta=meta)
         save_image(image)
         log.info("built image %s for %s in %.1fs", digest[:12], task.name, meta["build_s"])
         return image
 
 
-async def ensure_task_image(task: Task) -> str:
+async def ensure_task_image(task: Task, *, strict: bool = False) -> str:
     """The name to put in a SandboxSpec for this task's environment, building it if needed."""
-    image = await asyncio.to_thread(build_task_image, task)
+    image = await asyncio.to_thread(build_task_image, task, strict=strict)
     return "host" if image.is_host else image.hash
 
 

@@ -20,10 +20,13 @@ def image() -> None:
 @click.option("--arch", "target_arch", default=None, help="Target arch (default: this host's).")
 @click.option("--packages", default=None, help="Comma-separated apt packages (default: a coding-agent set).")
 @click.option("--mirror", default=None, help="apt mirror (default: from the host's apt sources).")
+@click.option("--python-flavour", is_flag=True,
+              help="Give the base the official python image's semantics (no EXTERNALLY-MANAGED, python on PATH).")
 @click.option("--task", "task_dir", default=None, type=click.Path(exists=True, file_okay=False),
               help="Build the environment image of this task folder instead.")
-def build(suite: str, target_arch: str | None, packages: str | None, mirror: str | None,
-          task_dir: str | None) -> None:
+@click.option("--strict-bases", is_flag=True, help="With --task: refuse a substituted base instead of warning.")
+def build(suite: str, target_arch: str | None, packages: str | None, mirror: str | None, python_flavour: bool,
+          task_dir: str | None, strict_bases: bool) -> None:
     """Build a Debian base with debootstrap, or a task's environment image."""
     t0 = time.monotonic()
     try:
@@ -31,15 +34,18 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
             from sandfleet.images.build import build_task_image
             from sandfleet.tasks import load_task
 
-            img = build_task_image(load_task(task_dir))
+            img = build_task_image(load_task(task_dir), strict=strict_bases)
         else:
             from sandfleet.images.debootstrap import DEFAULT_PACKAGES, build_base
 
             pkgs = tuple(p for p in packages.split(",") if p) if packages is not None else DEFAULT_PACKAGES
-            img = build_base(suite, pkgs, target_arch=target_arch, mirror=mirror)
+            img = build_base(suite, pkgs, target_arch=target_arch, mirror=mirror,
+                             flavour="python" if python_flavour else None)
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     click.echo(f"{img.hash}  {img.name}  ({time.monotonic() - t0:.1f}s)")
+    for warning in img.meta.get("warnings") or []:  # type: ignore[attr-defined]
+        click.echo(f"warning: {warning}", err=True)
 
 
 @image.command("ls")

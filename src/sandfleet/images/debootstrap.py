@@ -8,6 +8,7 @@ first stage with ``--foreign`` and its second stage under qemu-user-static via b
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import functools
 import hashlib
 import os
@@ -19,6 +20,7 @@ from pathlib import Path
 
 from sandfleet.errors import ImageBuildError
 from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
+from sandfleet.images.bases import BaseRef
 
 DEFAULT_PACKAGES = ("python3", "python3-pytest", "git", "make", "gcc", "libc6-dev", "sqlite3", "jq",
                     "ca-certificates", "procps", "xz-utils", "bzip2", "patch", "bc", "file")
@@ -66,40 +68,99 @@ def _installed_on_host() -> set[str]:
     return names
 
 
-def base_image_for(suite: str, packages: tuple[str, ...] = (), *, file: str | None = None,
-                   line: int | None = None) -> Image:
-    """The base for a Debian suite: a built one from the cache, else the host's own root
-    when the host runs that suite. Otherwise say how to build one."""
-    built = [i for i in list_images() if i.meta.get("kind") == "debian-base" and i.meta.get("suite") == suite
-             and i.arch == arch()]
-    if built:
-        want = set(packages)
-        built.sort(key=lambda i: len(want - {str(p) for p in i.meta.get("packages") or []}))  # type: ignore[attr-defined]
-        return built[0]
-    if host_suite() == suite:
-        missing = sorted(set(packages) - _installed_on_host())
-        img = host_image()
-        # a copy: host_image() is shared, and what's missing depends on the packages asked for
-        return dataclasses.replace(img, meta={**img.meta, "missing_packages": missing}) if missing else img
-    raise ImageBuildError(
-        f"no Debian {suite} base here (the host runs {host_suite() or 'something else'}); "
-        f"build one with: sandfleet image build --suite {suite}", file=file, line=line)
+BASE_RECIPE = "debian-base/1"
+PYTHON_FLAVOUR = "python/1"
+"""Bump when what the python flavour does to a base changes (it is part of the base's hash)."""
 
 
-def build_base(suite: str = "bookworm", packages: tuple[str, ...] = DEFAULT_PACKAGES, *,
-               target_arch: str | None = None, mirror: str | None = None, variant: str = "minbase") -> Image:
-    """debootstrap a Debian root filesystem into the image cache (cached by its recipe)."""
-    target_arch = target_arch or arch()
+def base_digest(suite: str, packages: tuple[str, ...], target_arch: str, variant: str = "minbase",
+                flavour: str | None = None) -> str:
+    """The hash a base of this recipe is cached under."""
+    recipe = f"{BASE_RECIPE} {suite} {target_arch} {variant} {' '.join(sorted(set(packages)))}"
+    if flavour:
+        recipe += f" flavour={PYTHON_FLAVOUR if flavour == 'python' else flavour}"
+    return hashlib.sha256(recipe.encode()).hexdigest()[:32]
+
+
+def why_no_build() -> str | None:
+    """Why this host can't debootstrap a base, or None when it can."""
     if not shutil.which("debootstrap"):
-        raise ImageBuildError("debootstrap is not installed: apt-get install debootstrap")
-    mirror = mirror or host_mirror()
-    if not mirror:
-        raise ImageBuildError("no apt mirror in the host's apt sources; pass --mirror")
-    recipe = f"debian-base/1 {suite} {target_arch} {variant} {' '.join(sorted(packages))}"
-    digest = hashlib.sha256(recipe.encode()).hexdigest()[:32]
+        return "debootstrap is not installed (apt-get install debootstrap)"
+    if os.geteuid() != 0:
+        return "debootstrap needs root"
+    if not host_mirror():
+        return "the host's apt sources name no Debian mirror"
+    return None
+
+
+def base_image_for(ref: BaseRef, *, file: str | None = None, line: int | None = None,
+                   build: bool = True) -> Image:
+    """The base for ``ref``: built exactly to its recipe (Debian suite, the packages the named
+    image implies, the python flavour), from the cache or with debootstrap now (``build``).
+
+    Where this host can't debootstrap at all (no debootstrap, not root, no apt mirror) and runs
+    ``ref.suite`` itself, the host's own root stands in, and the image says so in its
+    ``warnings`` (and lists the packages it lacks in ``missing_packages``): a substitution
+    like any other, which ``--strict-bases`` refuses (the caller checks ``warnings``)."""
+    digest = base_digest(ref.suite, _packages(ref.packages, ref.flavour), arch(), flavour=ref.flavour)
     for img in list_images():
         if img.hash == digest:
             return img
+    why = why_no_build()
+    if why is None and build:
+        return build_base(ref.suite, ref.packages, flavour=ref.flavour, file=file, line=line)
+    if why is not None and host_suite() == ref.suite:
+        missing = sorted(set(ref.packages) - _installed_on_host())
+        img = host_image()
+        warning = (f"no Debian {ref.suite} base could be built ({why}): the host's own root stands in "
+                   f"for {ref.image}; its files can't be changed by a build step (no apt-get or pip "
+                   "install into system directories)")
+        if ref.flavour == "python":
+            warning += ", and it keeps Debian's EXTERNALLY-MANAGED marker"
+        if missing:
+            warning += f"; packages the image implies that the host lacks: {', '.join(missing)}"
+        # a copy: host_image() is shared, and what's missing depends on the packages asked for
+        return dataclasses.replace(img, meta={**img.meta, "missing_packages": missing, "warnings": [warning]})
+    hint = why or "not built yet"
+    packages = ",".join(ref.packages) or "''"
+    flavour = " --python-flavour" if ref.flavour == "python" else ""
+    raise ImageBuildError(f"no Debian {ref.suite} base for {ref.image} here ({hint}); build it with: sandfleet "
+                          f"image build --suite {ref.suite} --packages {packages}{flavour}", file=file, line=line)
+
+
+def _packages(packages: tuple[str, ...], flavour: str | None) -> tuple[str, ...]:
+    return tuple(sorted(set(packages) | ({"python-is-python3"} if flavour == "python" else set())))
+
+
+_MISSING_DEBS = re.compile(r"Couldn't find these debs: (.*)")
+
+
+def build_base(suite: str = "bookworm", packages: tuple[str, ...] = DEFAULT_PACKAGES, *,
+               target_arch: str | None = None, mirror: str | None = None, variant: str = "minbase",
+               flavour: str | None = None, file: str | None = None, line: int | None = None) -> Image:
+    """debootstrap a Debian root filesystem into the image cache (cached by its recipe; one
+    build at a time per recipe, across processes). ``flavour="python"`` gives it the official
+    python image's semantics: Debian's ``EXTERNALLY-MANAGED`` markers diverted away (so
+    ``pip install`` works without ``--break-system-packages``, also after an apt upgrade of
+    Python), ``python`` on PATH (python-is-python3)."""
+    target_arch = target_arch or arch()
+    if not shutil.which("debootstrap"):
+        raise ImageBuildError("debootstrap is not installed: apt-get install debootstrap", file=file, line=line)
+    mirror = mirror or host_mirror()
+    if not mirror:
+        raise ImageBuildError("no apt mirror in the host's apt sources; pass --mirror", file=file, line=line)
+    packages = _packages(packages, flavour)
+    digest = base_digest(suite, packages, target_arch, variant, flavour)
+    with open(images_dir() / f"{digest}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process may be building the same base
+        for img in list_images():
+            if img.hash == digest:
+                return img
+        return _debootstrap(suite, packages, target_arch, mirror, variant, flavour, digest, file, line)
+
+
+def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror: str, variant: str,
+                 flavour: str | None, digest: str, file: str | None, line: int | None) -> Image:
     out = images_dir() / digest
     scratch.reap(images_dir())  # what killed builds left
     tmp = scratch.scratch_dir(images_dir(), ".debootstrap-")
@@ -118,19 +179,45 @@ def build_base(suite: str = "bookworm", packages: tuple[str, ...] = DEFAULT_PACK
         qemu = shutil.which(f"qemu-{ {'arm64': 'aarch64', 'amd64': 'x86_64'}.get(target_arch, target_arch)}-static")
         if not qemu:
             shutil.rmtree(tmp, ignore_errors=True)
-            raise ImageBuildError(f"building for {target_arch} needs qemu-user-static and binfmt-support")
+            raise ImageBuildError(f"building for {target_arch} needs qemu-user-static and binfmt-support",
+                                  file=file, line=line)
         proc = subprocess.run(["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"],
                               capture_output=True, text=True)
     if proc.returncode != 0:
         log_tail = (proc.stdout + proc.stderr)[-1500:]
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ImageBuildError(f"debootstrap {suite} failed: {log_tail}")
+        missing = _MISSING_DEBS.search(proc.stdout + proc.stderr)
+        if missing:
+            raise ImageBuildError(f"debootstrap {suite}: Debian {suite} has no package(s) "
+                                  f"{missing.group(1).strip()} (asked for: {', '.join(packages)})",
+                                  file=file, line=line)
+        raise ImageBuildError(f"debootstrap {suite} failed: {log_tail}", file=file, line=line)
+    meta: dict[str, object] = {"kind": "debian-base", "suite": suite, "packages": list(packages)}
+    if flavour == "python":
+        meta.update(flavour="python", python=_python_flavour(rootfs, file, line))
     subprocess.run(["chroot", str(rootfs), "apt-get", "clean"], capture_output=True)
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    image = Image(name=f"debian-{suite}-{target_arch}", lowers=[out / "rootfs"], arch=target_arch,
-                  page_size=os.sysconf("SC_PAGE_SIZE"), hash=digest, base="debootstrap",
-                  meta={"kind": "debian-base", "suite": suite, "packages": list(packages),
-                        "build_s": round(time.monotonic() - t0, 1)})
+    meta["build_s"] = round(time.monotonic() - t0, 1)
+    name = f"debian-{suite}-{target_arch}" + ("-python" if flavour == "python" else "")
+    image = Image(name=name, lowers=[out / "rootfs"], arch=target_arch, page_size=os.sysconf("SC_PAGE_SIZE"),
+                  hash=digest, base="debootstrap", meta=meta)
     save_image(image)
     return image
+
+
+def _python_flavour(rootfs: Path, file: str | None, line: int | None) -> str:
+    """Divert Debian's EXTERNALLY-MANAGED markers (PEP 668) away, as the official python
+    images have none; returns ``python -V``'s version."""
+    for marker in sorted(rootfs.glob("usr/lib/python3*/EXTERNALLY-MANAGED")):
+        inside = "/" + str(marker.relative_to(rootfs))
+        proc = subprocess.run(["chroot", str(rootfs), "dpkg-divert", "--local", "--rename", "--divert",
+                               inside + ".sandfleet-diverted", "--add", inside], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ImageBuildError(f"could not divert {inside}: {proc.stderr.strip()}", file=file, line=line)
+    proc = subprocess.run(["chroot", str(rootfs), "/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin",
+                           "python", "-V"], capture_output=True, text=True)
+    version = (proc.stdout + proc.stderr).strip().removeprefix("Python ")
+    if proc.returncode != 0 or not re.match(r"^3\.\d+", version):
+        raise ImageBuildError(f"the python base has no working python: {version[-300:]}", file=file, line=line)
+    return version

@@ -1,12 +1,16 @@
 """The subset of Dockerfile that sandfleet builds, parsed into steps with line numbers.
 
-Supported: FROM (one stage, ``AS`` allowed), RUN (shell and exec form), COPY/ADD of files from
-the build context (``--chown``, ``--chmod``), WORKDIR, ENV (``K V`` and ``K=V ...``), ARG
-(defaults, build args, ``$VAR`` / ``${VAR}`` / ``${VAR:-x}`` / ``${VAR:+x}`` substitution in
-later lines), USER. Ignored without error: LABEL, EXPOSE, CMD, ENTRYPOINT, HEALTHCHECK, SHELL
-(noted: RUN still uses ``/bin/sh -c``), VOLUME, STOPSIGNAL, MAINTAINER. Everything else --
-heredocs, ``RUN --mount``, ``COPY --from``, ``ADD <url>``, a second FROM, ONBUILD -- raises
-:class:`ImageBuildError` naming the file and line.
+Supported: FROM (several stages, ``AS name``, a stage starting ``FROM`` an earlier one), RUN
+(shell and exec form), COPY/ADD of files from the build context (``--chown``, ``--chmod``),
+``COPY --from=<stage>`` (a name or index of an earlier stage of the same Dockerfile) and
+``COPY --from=<the uv image>`` (``ghcr.io/astral-sh/uv[:tag]``: its ``uv``/``uvx`` come from
+the ``uv`` package, see :mod:`sandfleet.images.tools`), WORKDIR, ENV (``K V`` and
+``K=V ...``), ARG (defaults, build args, ``$VAR`` / ``${VAR}`` / ``${VAR:-x}`` /
+``${VAR:+x}`` substitution in later lines), USER. Ignored without error: LABEL, EXPOSE, CMD,
+ENTRYPOINT, HEALTHCHECK, SHELL (noted: RUN still uses ``/bin/sh -c``), VOLUME, STOPSIGNAL,
+MAINTAINER. Everything else -- heredocs, ``RUN --mount``, ``COPY --from`` any other image,
+``ADD <url>``, ONBUILD -- raises :class:`ImageBuildError` naming the file and line (and the
+image).
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ from pathlib import Path, PurePosixPath
 from sandfleet.errors import ImageBuildError
 from sandfleet.images.bases import BaseRef, resolve_base
 from sandfleet.images.lexer import expand, split_words
+from sandfleet.images.tools import TOOL_IMAGES, is_tool_image
 
 __all__ = [
     "BaseRef",
     "Copy",
     "Dockerfile",
+    "Stage",
     "Env",
     "From",
     "Run",
@@ -66,6 +72,12 @@ class Copy:
     chmod: str | None = None
     add: bool = False
     """ADD: a local tar archive is unpacked into ``dest``."""
+    stage: int | None = None
+    """``COPY --from=<stage>``: the index of the stage the sources come from (absolute paths
+    in its filesystem)."""
+    image: str | None = None
+    """``COPY --from=<tool image>``: the image whose files come from its package instead
+    (:func:`sandfleet.images.tools.tool_image`)."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +102,26 @@ Step = From | Run | Copy | Workdir | Env | User
 
 
 @dataclass(frozen=True)
+class Stage:
+    """One ``FROM`` and the steps up to the next."""
+
+    index: int
+    name: str | None
+    """The ``AS`` name (lower case, as Docker keeps it), or None."""
+    base: From
+    parent: int | None
+    """The earlier stage this one starts from (``FROM <stage>``), or None for an image."""
+    steps: tuple[Step, ...]
+    workdir: str | None
+    env: dict[str, str]
+    user: str | None
+
+
+@dataclass(frozen=True)
 class Dockerfile:
+    """A parsed Dockerfile; ``steps``, ``base``, ``workdir``, ``env`` and ``user`` are the
+    final stage's (what the task image is), ``stages`` all of them."""
+
     path: Path
     steps: tuple[Step, ...]
     base: From
@@ -99,6 +130,33 @@ class Dockerfile:
     env: dict[str, str] = field(default_factory=dict)
     user: str | None = None
     notes: tuple[str, ...] = ()
+    stages: tuple[Stage, ...] = ()
+
+    @property
+    def base_image(self) -> str:
+        """The image the final stage starts from, through the stages it starts from."""
+        stage = self.stages[-1] if self.stages else None
+        while stage is not None and stage.parent is not None:
+            stage = self.stages[stage.parent]
+        return stage.base.image if stage is not None else self.base.image
+
+    def needed_stages(self) -> list[int]:
+        """Indexes of the stages the final one needs (itself included), in build order:
+        BuildKit builds only those."""
+        if not self.stages:
+            return []
+        need: set[int] = set()
+        todo = [len(self.stages) - 1]
+        while todo:
+            i = todo.pop()
+            if i in need:
+                continue
+            need.add(i)
+            stage = self.stages[i]
+            if stage.parent is not None:
+                todo.append(stage.parent)
+            todo += [st.stage for st in stage.steps if isinstance(st, Copy) and st.stage is not None]
+        return sorted(need)
 
 
 IGNORED = {
@@ -188,9 +246,16 @@ def parse_dockerfile(
     env: dict[str, str] = {}
     steps: list[Step] = []
     notes: list[str] = []
+    stages: list[Stage] = []
     base: From | None = None
+    parent: int | None = None
     workdir: str | None = None
     user: str | None = None
+
+    def close_stage() -> None:
+        if base is not None:
+            stages.append(Stage(len(stages), base.stage, base, parent, tuple(steps), workdir, dict(env), user))
+
     for number, line in _logical_lines(text):
         fail.line = number
         keyword, _, rest = line.partition(" ")
@@ -217,18 +282,25 @@ def parse_dockerfile(
                 if name not in env:
                     scope[name] = value
         elif keyword == "FROM":
-            if base is not None:
-                fail("multi-stage builds (a second FROM) are not supported")
+            close_stage()
             words = split_words(rest, global_args)
             if not words or words[0].startswith("--"):
                 fail("FROM needs an image (flags such as --platform are not supported)")
             stage = None
             if len(words) == 3 and words[1].upper() == "AS":
-                stage = words[2]
+                stage = words[2].lower()
+                if any(st.name == stage for st in stages):
+                    fail(f"stage name {stage!r} is used twice")
             elif len(words) != 1:
                 fail(f"can't parse FROM {rest!r}")
             base = From(number, words[0], stage)
-            steps.append(base)
+            parent = _stage_index(words[0], stages, by_number=False)
+            steps, args = [base], {}
+            if parent is not None:  # a stage's image config carries over; its ARGs don't
+                env, workdir, user = dict(stages[parent].env), stages[parent].workdir, stages[parent].user
+            else:
+                env, workdir, user = {}, None, None
+            scope = dict(env)
         elif keyword == "RUN":
             flags, rest = _flags(rest, set(), fail)
             argv = _exec_form(rest)
@@ -239,8 +311,18 @@ def parse_dockerfile(
                 steps.append(Run(number, rest, None, in_scope))
         elif keyword in ("COPY", "ADD"):
             flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, fail)
+            source_stage = image = None
             if "from" in flags:
-                fail(f"{keyword} --from (copying from another stage or image) is not supported")
+                source = expand(flags["from"], scope)
+                source_stage = _stage_index(source, stages, by_number=True)
+                if source_stage is None:
+                    image = source
+                    if not is_tool_image(source):
+                        fail(f"{keyword} --from={source}: copying from the image {source!r} is not supported "
+                             f"(sandfleet can't pull images; it builds the stages of this Dockerfile and maps "
+                             f"only the uv image, {', '.join(TOOL_IMAGES)}, to its package)")
+                if keyword == "ADD":
+                    fail("ADD --from is not supported; use COPY --from")
             listed = _exec_form(rest)
             words = [expand(w, scope) for w in listed] if listed else split_words(rest, scope)
             if len(words) < 2:
@@ -248,13 +330,14 @@ def parse_dockerfile(
             for src in words[:-1]:
                 if re.match(r"^[a-z][a-z0-9+.-]*://|^git@", src):
                     fail(f"{keyword} of a URL ({src}) is not supported; download it in a RUN")
+                if "from" in flags:
+                    continue  # a path in the other stage or image
                 if src.startswith("/") or ".." in PurePosixPath(src).parts:
                     fail(f"{keyword} source {src!r} is outside the build context")
             dest = _absolute(words[-1], workdir, keep_slash=True)
             chown = expand(flags["chown"], scope) if "chown" in flags else None
-            steps.append(
-                Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"), keyword == "ADD")
-            )
+            steps.append(Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"), keyword == "ADD",
+                              source_stage, image))
         elif keyword == "WORKDIR":
             workdir = _absolute(expand(rest, scope), workdir)
             steps.append(Workdir(number, workdir))
@@ -275,7 +358,19 @@ def parse_dockerfile(
             fail(f"instruction {keyword} is not supported")
     if base is None:
         raise ImageBuildError("no FROM", file=str(path))
-    return Dockerfile(path, tuple(steps), base, workdir, env, user, tuple(notes))
+    close_stage()
+    return Dockerfile(path, tuple(steps), base, workdir, env, user, tuple(notes), tuple(stages))
+
+
+def _stage_index(ref: str, stages: list[Stage], *, by_number: bool) -> int | None:
+    """The earlier stage ``ref`` names (its ``AS`` name, any case; for ``COPY --from`` also its
+    index), or None when it names an image."""
+    for stage in stages:
+        if stage.name is not None and stage.name == ref.lower():
+            return stage.index
+    if by_number and ref.isdigit() and int(ref) < len(stages):
+        return int(ref)
+    return None
 
 
 def _exec_form(rest: str) -> list[str] | None:

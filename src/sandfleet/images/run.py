@@ -61,14 +61,17 @@ def layer_next(layer: Path) -> Path:
 
 
 def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *, env: dict[str, str],
-                  cwd: str, config: BwrapConfig, network: StepNetwork | None = None) -> list[str]:
+                  cwd: str, config: BwrapConfig, network: StepNetwork | None = None,
+                  tmp_files: dict[str, Path] | None = None) -> list[str]:
     """argv that runs one image-build step as root of its own user namespace, over ``lowers``
     with ``layer`` on top; what the step leaves is written to :func:`layer_next` (``layer``
     itself is never written). ``lowers`` other than the host's ``/`` are host-root-owned
     debootstrap bases and are seen through idmapped mounts. ``cwd`` must exist in the image
     (the builder makes WORKDIRs in the layer). ``network``: the step runs in a network
     namespace of its own in any case; a :class:`~sandfleet.sandbox.network.StepNetwork`
-    gives it the sandboxes' user-mode networking (start it with the process's pid)."""
+    gives it the sandboxes' user-mode networking (start it with the process's pid).
+    ``tmp_files``: host files bound read-only at ``/tmp/<name>`` (the step's private tmpfs,
+    never part of the layer), e.g. the host's CA bundle (:mod:`sandfleet.images.mirrors`)."""
     base = config.uid_base
     root, scratch = mount_point(), out / "scratch"
     scratch.mkdir(exist_ok=True)
@@ -98,6 +101,8 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
           bwrap_path(config), "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
           "--new-session", "--clearenv", *(network.bwrap_args if network else [])]
+    for name, host_file in (tmp_files or {}).items():
+        a += ["--ro-bind", str(host_file), f"/tmp/{name}"]
     for k, v in env.items():
         a += ["--setenv", k, v]
     return [*a, "--chdir", cwd, "--", *argv]

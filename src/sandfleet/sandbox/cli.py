@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from typing import Any
 import click
 
 from sandfleet.errors import SandfleetError
-from sandfleet.sandbox import create_sandbox, make_spec, state
+from sandfleet.sandbox import create_sandbox, holder, make_spec, state
 from sandfleet.sandbox.spec import SandboxSpec
 
 
@@ -86,18 +86,23 @@ def create(**kw: Any) -> None:
     """Create a detached sandbox (kept by a holder process until rm or its TTL); print its id."""
     spec = _spec(kw)
     r, w = os.pipe()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "sandfleet.sandbox.holder", spec.model_dump_json(), str(w)],
-        pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )
-    os.close(w)
-    with os.fdopen(r) as f:
-        line = f.readline()
-    if not line:
-        err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-        why = err.strip().splitlines()[-1] if err.strip() else "holder exited"
-        raise click.ClickException(f"sandbox creation failed: {why}")
+    # Until the sandbox exists the holder's stderr is this scratch file (read back if the
+    # creation fails); then the holder logs to <state>/<id>/holder.log, never to this terminal.
+    with tempfile.TemporaryFile() as early:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sandfleet.sandbox.holder", spec.model_dump_json(), str(w)],
+            pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL, stderr=early,
+        )
+        os.close(w)
+        with os.fdopen(r) as f:
+            line = f.readline()
+        if not line:
+            proc.wait()
+            early.seek(0)
+            err = early.read().decode(errors="replace").strip()
+            why = err.splitlines()[-1] if err else f"the holder exited with {proc.returncode}"
+            raise click.ClickException(f"sandbox creation failed: {why}")
     click.echo(json.loads(line)["id"])
 
 
@@ -111,23 +116,18 @@ def _find(sid: str) -> dict[str, Any]:
 
 
 def _call(meta: dict[str, Any], req: dict[str, Any], timeout: float | None) -> dict[str, Any]:
+    """One request to the sandbox's holder (framed JSON, :mod:`sandfleet.sandbox.holder`)."""
     sock_path = Path(meta["dir"]) / "ctl.sock"
     if not sock_path.exists():
         raise click.ClickException(f"sandbox {meta['id']} is not a detached sandbox (made by sandbox create)")
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(None if timeout is None else timeout + 15)
-        s.connect(str(sock_path))
-        s.sendall(json.dumps(req).encode() + b"\n")
-        data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    if not data:
-        raise click.ClickException(f"sandbox {meta['id']} holder closed the connection")
-    resp: dict[str, Any] = json.loads(data)
-    return resp
+    try:
+        return holder.call(str(sock_path), req, None if timeout is None else timeout + 15)
+    except holder.FrameError as e:
+        raise click.ClickException(f"sandbox {meta['id']}: {e}") from None
+    except TimeoutError:
+        raise click.ClickException(f"sandbox {meta['id']}: its holder did not answer in time") from None
+    except OSError as e:
+        raise click.ClickException(f"sandbox {meta['id']}: can't reach its holder ({e})") from None
 
 
 @sandbox.command("exec", context_settings={"ignore_unknown_options": True})
@@ -142,6 +142,8 @@ def exec_(sid: str, cmd: tuple[str, ...], timeout: float | None, cwd: str | None
         raise click.ClickException(resp.get("error", "failed"))
     sys.stdout.write(resp["stdout"])
     sys.stderr.write(resp["stderr"])
+    if resp.get("truncated"):
+        click.echo("sandfleet: output beyond the cap was dropped", err=True)
     sys.exit(124 if resp["timed_out"] else resp["exit_code"])
 
 

@@ -53,13 +53,14 @@ def test_group_advantages() -> None:
 
 @needs_bwrap()
 async def test_groups_fresh_and_forked(tmp_path: Path) -> None:
-    task = make_task(tmp_path)
-    policy = ScriptedPolicy(["echo hello > /app/out.txt; touch /app/mine", "ls /app"])
+    task = make_task(tmp_path, prepare="echo prepared > /app/ready\n")
+    policy = ScriptedPolicy(["cat /app/ready; echo hello > /app/out.txt; touch /app/mine", "ls /app"])
     for fork in (False, True):
-        report = await run([task], policy, n=3, concurrency=2, fork=fork)
+        report = await run([task], policy, n=3, concurrency=3, fork=fork)
         assert [r.reward for r in report.results] == [1.0, 1.0, 1.0]
-        assert len({r.sandbox_id for r in report.results}) == 3  # a fresh sandbox each
+        assert len({r.sandbox_id for r in report.results}) == 3  # a sandbox of its own each
         assert report.groups["hello"] == {"n": 3, "mean": 1.0, "std": 0.0}
+        assert all(("prepared_from" in r.info) == fork for r in report.results)
 
 
 @needs_bwrap()

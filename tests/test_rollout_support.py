@@ -31,8 +31,9 @@ def needs_bwrap() -> pytest.MarkDecorator:
 def make_task(root: Path, name: str = "hello", *, solve: str = "echo hello > /app/out.txt",
               test_sh: str = CHECK_HELLO, agent_timeout: float = 60, verifier_timeout: float = 30,
               dockerfile: str = "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
-              extra_tests: dict[str, str] | None = None) -> Task:
-    """A Harbor task folder under ``root``; the default one wants ``hello`` in /app/out.txt."""
+              extra_tests: dict[str, str] | None = None, prepare: str | None = None) -> Task:
+    """A Harbor task folder under ``root``; the default one wants ``hello`` in /app/out.txt.
+    ``prepare`` is the text of its ``environment/prepare.sh`` (none by default)."""
     folder = root / name
     (folder / "environment").mkdir(parents=True)
     (folder / "solution").mkdir()
@@ -48,6 +49,8 @@ def make_task(root: Path, name: str = "hello", *, solve: str = "echo hello > /ap
     (folder / "tests" / "test.sh").write_text(test_sh)
     for rel, text in (extra_tests or {}).items():
         (folder / "tests" / rel).write_text(text)
+    if prepare is not None:
+        (folder / "environment" / "prepare.sh").write_text(prepare)
     return load_task(folder)
 
 

@@ -81,7 +81,8 @@ def summary_table(summary: dict[str, Any]) -> str:
     help="Environment variable holding the API key, if any.",
 )
 @click.option("-n", "n", default=1, show_default=True, type=int, help="Rollouts per task (group).")
-@click.option("--concurrency", default=8, show_default=True, type=int)
+@click.option("--concurrency", default=8, show_default=True, type=int,
+              help="Rollouts in flight at once; at least -n (a group's rollouts are admitted together).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
               show_default=True)
@@ -93,7 +94,9 @@ def summary_table(summary: dict[str, Any]) -> str:
               help="Run every task in this image instead of building its own (e.g. host, for the process "
               "backend in development).")
 @click.option("--task", "only", multiple=True, help="Run only these tasks (repeatable).")
-@click.option("--fork/--no-fork", default=False, help="Fork each group from one prepared state.")
+@click.option("--fork/--no-fork", default=False,
+              help="Run each group's prepare step (environment/prepare.sh) once and fork its members from "
+              "that state, instead of each member preparing a fresh sandbox.")
 @click.option("--network/--no-network", default=False, help="Network in sandboxes (off).")
 @click.option("--verify", "verify", type=click.Choice(["shared", "separate"]), default="shared", show_default=True,
               help="Run the tests in the agent's sandbox, or in a fresh one that gets only the workdir and "
@@ -161,6 +164,10 @@ def run(
         os.environ["SANDFLEET_NO_LIMITS"] = "1"
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
+    if 1 <= concurrency < n:
+        from sandfleet.rollout.suite import group_too_big
+
+        raise click.UsageError(group_too_big(n, concurrency, flags=True))
     if out_dir.exists() and not out_dir.is_dir():
         raise click.UsageError(f"--out {out_dir} exists and is not a directory")
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (resume or overwrite):
@@ -184,16 +191,19 @@ def run(
         max_turns=max_turns,
         tool_mode=tool_mode,
     )
-    config = RunConfig(
-        n=n,
-        concurrency=concurrency,
-        backend=backend,
-        network=network,
-        verify=verify,
-        agent_user=agent_user,
-        fork=fork,
-        retry=RetryPolicy(max_attempts=max(1, attempts)),
-    )
+    try:
+        config = RunConfig(
+            n=n,
+            concurrency=concurrency,
+            backend=backend,
+            network=network,
+            verify=verify,
+            agent_user=agent_user,
+            fork=fork,
+            retry=RetryPolicy(max_attempts=max(1, attempts)),
+        )
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
     total = len(tasks) * n
     click.echo(
         f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, "
@@ -211,7 +221,7 @@ def run(
 
         def progress(result: RolloutResult) -> None:
             nonlocal passed, failed
-            if result.status != "completed" and config.retry.should_retry(result):
+            if not result.final:
                 return  # another attempt follows
             passed += result.passed
             failed += result.status != "completed"

@@ -28,6 +28,8 @@ class RolloutResult:
     spans: list[dict[str, Any]]
     run_id: str = ""
     attempt: int = 1
+    final: bool = True
+    """The rollout's last attempt (False: a failed attempt that was retried)."""
     sandbox_id: str | None = None
     error: str | None = None
     reason: str | None = None
@@ -64,7 +66,7 @@ class RolloutResult:
         return {
             "schema": SCHEMA, "run_id": self.run_id, "rollout_id": self.rollout_id,
             "task": self.task, "group": self.group, "sample": self.sample,
-            "attempt": self.attempt, "sandbox_id": self.sandbox_id, "backend": self.backend,
+            "attempt": self.attempt, "final": self.final, "sandbox_id": self.sandbox_id, "backend": self.backend,
             "agent": self.agent, "start": self.start, "end": self.end, "status": self.status,
             "error": self.error, "reason": self.reason, "reward": self.reward,
             "spans": self.spans,
@@ -73,7 +75,7 @@ class RolloutResult:
     def to_record(self) -> dict[str, Any]:
         return {
             "rollout_id": self.rollout_id, "task": self.task, "group": self.group,
-            "sample": self.sample, "attempt": self.attempt, "agent": self.agent,
+            "sample": self.sample, "attempt": self.attempt, "final": self.final, "agent": self.agent,
             "status": self.status, "reason": self.reason, "error": self.error,
             "reward": self.reward, "reward_details": self.reward_details,
             "advantage": self.advantage, "passed": self.passed, "stop_reason": self.stop_reason,

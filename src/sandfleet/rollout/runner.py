@@ -21,6 +21,8 @@ from sandfleet.errors import (
     SandfleetError,
 )
 from sandfleet.rollout.policy import AgentContext, Policy
+from sandfleet.rollout.prepare import close_logged as close_sandbox
+from sandfleet.rollout.prepare import run_prepare, start_sandbox
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
@@ -126,16 +128,7 @@ async def _create(req: RolloutRequest) -> Sandbox:
 
 async def _start(req: RolloutRequest) -> Sandbox:
     """Create the sandbox; if cancelled meanwhile, let the creation finish and close it."""
-    creating = asyncio.ensure_future(_create(req))
-    try:
-        return await asyncio.shield(creating)
-    except asyncio.CancelledError:
-        try:
-            sandbox = await creating
-        except Exception:  # the creation failed on its own: nothing was made to close
-            raise asyncio.CancelledError() from None
-        await _close(sandbox)
-        raise
+    return await start_sandbox(lambda: _create(req))
 
 
 async def run_rollout(
@@ -159,6 +152,12 @@ async def run_rollout(
         with rec.span("sandbox_start"):
             sandbox = await _start(req)
         result.sandbox_id, result.backend = sandbox.id, sandbox.backend
+        if req.snapshot is not None:
+            result.info["prepared_from"] = req.snapshot.id
+        elif task.prepare is not None:  # a fresh sandbox runs the prepare step itself
+            with rec.span("sandbox_start", what="prepare"):
+                await run_prepare(task, sandbox)
+            result.info["prepare"] = "ran"
         result.info["agent_user"] = req.spec.user
         with rec.span("sandbox_start", what="task folders to root"):
             await protect_task_dirs(sandbox)
@@ -205,17 +204,6 @@ async def run_rollout(
     return result
 
 
-async def close_sandbox(sandbox: Sandbox) -> str | None:
-    """Close a sandbox; a failure is logged with the sandbox id and returned (never raised:
-    the caller is cleaning up), so it can be counted."""
-    try:
-        await sandbox.close()
-    except Exception as e:
-        log.error("closing sandbox %s failed (it may have leaked): %s: %s", sandbox.id, type(e).__name__, e)
-        return f"{type(e).__name__}: {e}"
-    return None
-
-
 async def _close(sandbox: Sandbox, result: RolloutResult | None = None) -> None:
     error = await close_sandbox(sandbox)
     if error is not None and result is not None:
@@ -227,12 +215,19 @@ async def run_with_retries(
     retry: RetryPolicy,
     on_result: Callable[[RolloutResult], None] | None = None,
 ) -> RolloutResult:
-    """Run attempts until one is not retried; every attempt goes to ``on_result``."""
+    """Run attempts until one is not retried; every attempt goes to ``on_result``, marked
+    ``final`` (the rollout's last attempt) or not (another attempt follows)."""
+
+    def record(result: RolloutResult) -> None:
+        result.final = not retry.should_retry(result)
+        if on_result is not None:
+            on_result(result)
+
     attempt = 1
     while True:
         req.attempt = attempt
-        result = await run_rollout(req, on_result)
-        if not retry.should_retry(result):
+        result = await run_rollout(req, record)
+        if result.final:
             return result
         await asyncio.sleep(retry.backoff_s * 2 ** (attempt - 1))
         attempt += 1

@@ -1,8 +1,12 @@
 """Running a suite: n rollouts per task (GRPO groups) under a concurrency limit.
 
 Each task's image is built once (a failed build fails that task's rollouts with the
-Dockerfile line, and the run goes on). Every rollout gets a fresh sandbox -- created from
-the image, or, with ``fork=True``, forked from one prepared state per group.
+Dockerfile line, and the run goes on). A group's n rollouts are admitted together, as a
+trainer samples them (:mod:`sandfleet.rollout.admission`): they take n concurrency slots at
+once, never part of them, and each gives its slot back as it ends. Every rollout gets a
+fresh sandbox -- created from the image (and prepared, where the task has a prepare step),
+or, with ``fork=True``, forked from the group's prepared state, made once per group
+(:mod:`sandfleet.rollout.prepare`).
 
 Nothing is lost: every attempt is appended (and flushed) to ``trace.jsonl`` as it ends,
 every rollout's final attempt to ``rollouts.jsonl``, every group's statistics and
@@ -29,19 +33,12 @@ from typing import IO, Any
 
 from sandfleet.analysis.figures import platform_overhead_summary
 from sandfleet.errors import ConfigError
+from sandfleet.rollout.admission import Admission, Slots
 from sandfleet.rollout.policy import Policy
+from sandfleet.rollout.prepare import Prepared, delete_snapshot, prepared_snapshot
 from sandfleet.rollout.result import RolloutResult, group_advantages
-from sandfleet.rollout.runner import (
-    RetryPolicy,
-    RolloutRequest,
-    close_sandbox,
-    failure_reason,
-    run_with_retries,
-    task_spec,
-)
-from sandfleet.rollout.trace import SpanRecorder
-from sandfleet.sandbox import create_sandbox
-from sandfleet.sandbox.base import Snapshot
+from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, failure_reason, run_with_retries, task_spec
+from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
 from sandfleet.traceschema import SPAN_NAMES
@@ -69,13 +66,17 @@ class RunConfig:
     n: int = 1
     """Rollouts per task (the GRPO group size)."""
     concurrency: int = 8
-    """Rollouts in flight at once."""
+    """Rollouts in flight at once; at least ``n`` (a group is admitted whole)."""
     backend: str = "auto"
     """Sandbox backend: auto (bwrap where it can run), bwrap, process, microvm."""
     network: bool = False
     """Give sandboxes network access (off by default, whatever the task asks)."""
     fork: bool = False
-    """Fork each group's sandboxes from one prepared state instead of creating each."""
+    """Run each group's prepare step once and fork its members from the prepared state,
+    instead of each member preparing a fresh sandbox (tasks without one: fresh sandboxes)."""
+    admission: str = "group"
+    """``group``: a group's n rollouts take n slots at once (as a trainer samples them);
+    ``rollout``: each rollout takes one slot (validation, which samples no groups)."""
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     run_id: str = field(default_factory=new_run_id)
     agent_user: str | None = None
@@ -96,6 +97,10 @@ class RunConfig:
             raise ConfigError(f"concurrency must be between 1 and 100000, not {self.concurrency}")
         if self.verify not in ("shared", "separate"):
             raise ConfigError(f"verify must be shared or separate, not {self.verify!r}")
+        if self.admission not in ("group", "rollout"):
+            raise ConfigError(f"admission must be group or rollout, not {self.admission!r}")
+        if self.admission == "group" and self.concurrency < self.n:
+            raise ConfigError(group_too_big(self.n, self.concurrency))
         if self.agent_user is not None:
             from sandfleet.sandbox.spec import check_user
 
@@ -103,6 +108,13 @@ class RunConfig:
                 self.agent_user = check_user(self.agent_user)
             except ValueError as e:
                 raise ConfigError(f"agent user: {e}") from None
+
+
+def group_too_big(n: int, concurrency: int, *, flags: bool = False) -> str:
+    """Why a concurrency below the group size is refused (``flags``: as the CLI spells them)."""
+    c, g = ("--concurrency ", "-n ") if flags else ("concurrency ", "n=")
+    return (f"{c}{concurrency} is less than the group size {g}{n}: a group's {n} rollouts are admitted "
+            f"together, so the concurrency must be at least {n}")
 
 
 @dataclass
@@ -269,8 +281,9 @@ class _Writer:
                 result = _result_from(t, by_id.get(str(t["rollout_id"])))
             except (KeyError, TypeError, ValueError) as e:
                 raise ConfigError(f"--resume: a malformed line in {out / 'trace.jsonl'}: {e}") from None
+            result.final = result.rollout_id in by_id  # rollouts.jsonl holds final attempts only
             prev.attempts.append(result)
-            if result.rollout_id in by_id:
+            if result.final:
                 prev.results.append(result)
         try:
             prev.wall_s = float(json.loads((out / "summary.json").read_text()).get("wall_s") or 0)
@@ -293,10 +306,11 @@ class _Writer:
     def rollout(self, r: RolloutResult) -> None:
         self._append("rollouts.jsonl", [r.to_record()])
 
-    def group(self, name: str, stats: dict[str, Any], results: Sequence[RolloutResult]) -> None:
+    def group(self, name: str, stats: dict[str, Any], results: Sequence[RolloutResult],
+              extra: dict[str, Any] | None = None) -> None:
         advantages = {r.rollout_id: r.advantage for r in results}
         self._append("groups.jsonl", [{"group": name, **stats, "n_rollouts": len(results),
-                                       "advantages": advantages}])
+                                       "advantages": advantages, **(extra or {})}])
 
     def summary(self, summary: dict[str, Any]) -> None:
         if self.out is not None:
@@ -311,7 +325,8 @@ class _Writer:
 def image_failure(
     task: Task, policy: Policy, cfg: RunConfig, sample: int, error: BaseException
 ) -> RolloutResult:
-    """The result of a rollout whose task image could not be built: no sandbox, no time."""
+    """The result of a rollout whose group failed before any member started (the image could
+    not be built, or the forked group's prepare step failed): no sandbox, no time."""
     rec = SpanRecorder()
     end = rec.finish()
     return RolloutResult(
@@ -329,7 +344,7 @@ async def run_suite(
     out_dir: Path | None = None,
     image_for: ImageFor = default_image_for,
     on_result: Callable[[RolloutResult], None] | None = None,
-    slots: asyncio.Semaphore | None = None,
+    slots: Slots | None = None,
     out_mode: str = "new",
 ) -> RunReport:
     """Run ``config.n`` rollouts of every task; returns when all are done (or cancelled).
@@ -337,14 +352,16 @@ async def run_suite(
     ``out_mode`` says what to do with an ``out_dir`` that is not empty: "new" refuses it
     (ConfigError), "resume" keeps the groups it finished and runs the others whole,
     "overwrite" replaces it. ``slots`` shares one concurrency limit between runs (default:
-    ``config.concurrency``)."""
+    ``config.concurrency``); with group admission it must hold a whole group."""
     cfg = config or RunConfig()
+    slots = slots or Slots(cfg.concurrency)
+    if cfg.admission == "group" and slots.capacity < cfg.n:
+        raise ConfigError(group_too_big(cfg.n, slots.capacity))
     writer = _Writer(out_dir, cfg, out_mode)
     prev = writer.previous
     attempts: list[RolloutResult] = list(prev.attempts)
     finals: list[RolloutResult] = list(prev.results)
     groups: dict[str, dict[str, Any]] = dict(prev.groups)
-    slots = slots or asyncio.Semaphore(cfg.concurrency)
     builds = asyncio.Semaphore(2)
     snapshot_errors: list[str] = []
 
@@ -354,54 +371,81 @@ async def run_suite(
         if on_result is not None:
             on_result(r)
 
-    async def one(req: RolloutRequest) -> RolloutResult:
-        async with slots:
-            result = await run_with_retries(req, cfg.retry, record)
+    def failed(task: Task, error: BaseException) -> list[RolloutResult]:
+        results = [image_failure(task, policy, cfg, i, error) for i in range(cfg.n)]
+        for r in results:
+            record(r)
+            finals.append(r)
+            writer.rollout(r)
+        return results
+
+    async def one(req: RolloutRequest, admission: Admission | None) -> RolloutResult:
+        try:
+            if admission is None:  # per-rollout admission
+                async with slots.admit(1):
+                    result = await run_with_retries(req, cfg.retry, record)
+            else:
+                result = await run_with_retries(req, cfg.retry, record)
+        finally:
+            if admission is not None:
+                admission.release_one()  # a member gives its slot back as it ends
         finals.append(result)
         writer.rollout(result)
         return result
 
+    async def prepare(task: Task, spec: SandboxSpec, admission: Admission | None) -> Prepared:
+        if admission is None:
+            async with slots.admit(1):
+                return await prepared_snapshot(task, spec)
+        return await prepared_snapshot(task, spec)
+
+    async def members(task: Task, spec: SandboxSpec, admission: Admission | None,
+                      info: dict[str, Any]) -> list[RolloutResult]:
+        info["admitted"] = now()
+        prepared: Prepared | None = None
+        try:
+            if cfg.fork and task.prepare is not None:
+                try:
+                    prepared = await prepare(task, spec, admission)
+                except Exception as e:
+                    info["prepare"] = {"mode": "fork", "error": str(e)}
+                    return failed(task, e)
+                info["prepare"] = {"mode": "fork", "seconds": prepared.seconds, "sandbox_id": prepared.sandbox_id,
+                                   "snapshot": prepared.snapshot.id}
+                if prepared.close_error:
+                    snapshot_errors.append(prepared.sandbox_id)
+            else:
+                info["prepare"] = {"mode": "each" if task.prepare is not None else "none"}
+            reqs = [
+                RolloutRequest(task=task, policy=policy, spec=spec, sample=i, run_id=cfg.run_id,
+                               snapshot=prepared.snapshot if prepared else None, verify=cfg.verify)
+                for i in range(cfg.n)
+            ]
+            return list(await asyncio.gather(*(one(r, admission) for r in reqs)))
+        finally:
+            if prepared is not None and await delete_snapshot(prepared.snapshot) is not None:
+                snapshot_errors.append(prepared.snapshot.id)
+
     async def group(task: Task) -> None:
         results: list[RolloutResult] = []
-        snapshot: Snapshot | None = None
+        info: dict[str, Any] = {}
         try:
-            try:
-                async with builds:
-                    image = await image_for(task)
-                spec = task_spec(task, image, cfg.backend, network=cfg.network, agent_user=cfg.agent_user)
-                if cfg.fork:
-                    async with slots:
-                        snapshot = await _prepare(spec)
-            except Exception as e:
-                results = [image_failure(task, policy, cfg, i, e) for i in range(cfg.n)]
-                for r in results:
-                    record(r)
-                    finals.append(r)
-                    writer.rollout(r)
+            async with builds:
+                image = await image_for(task)
+            spec = task_spec(task, image, cfg.backend, network=cfg.network, agent_user=cfg.agent_user)
+        except Exception as e:
+            results = failed(task, e)
+        else:
+            if cfg.admission == "group":
+                async with slots.admit(cfg.n) as admission:  # the whole group, never part of it
+                    results = await members(task, spec, admission, info)
             else:
-                reqs = [
-                    RolloutRequest(
-                        task=task,
-                        policy=policy,
-                        spec=spec,
-                        sample=i,
-                        run_id=cfg.run_id,
-                        snapshot=snapshot,
-                        verify=cfg.verify,
-                    )
-                    for i in range(cfg.n)
-                ]
-                results = list(await asyncio.gather(*(one(r) for r in reqs)))
-        finally:
-            if snapshot is not None:
-                try:
-                    await asyncio.to_thread(snapshot.delete)
-                except Exception as e:
-                    log.error("deleting snapshot %s of group %s failed: %s", snapshot.id, task.name, e)
-                    snapshot_errors.append(snapshot.id)
+                results = await members(task, spec, None, info)
         stats = group_advantages(results)
         groups[task.name] = stats
-        writer.group(task.name, stats, results)
+        info["end"] = max((r.end for r in results), default=None)  # its slowest final attempt's end
+        info["attempts"] = sum(r.attempt for r in results)
+        writer.group(task.name, stats, results, info)
 
     t0 = time.perf_counter()
     interrupted = True
@@ -421,14 +465,3 @@ async def run_suite(
                            snapshot_errors=len(snapshot_errors))
         writer.summary(report.summary())  # also when interrupted: what is done so far
     return report
-
-
-async def _prepare(spec: SandboxSpec) -> Snapshot:
-    """One sandbox of the spec, snapshotted and closed: the state a group forks from."""
-    sandbox = await create_sandbox(spec)
-    try:
-        return await sandbox.snapshot()
-    finally:
-        error = await close_sandbox(sandbox)
-        if error is not None:
-            log.error("closing sandbox %s (a group's prepared state) failed: %s", sandbox.id, error)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import click
 
+from sandfleet.rollout.admission import Slots
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
@@ -106,11 +107,13 @@ async def validate_tasks(
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
     more as root, and one that passes so is invalid: "passes only as root"."""
     limit = concurrency or os.cpu_count() or 1
-    slots = asyncio.Semaphore(limit)
+    slots = Slots(limit)
     retry = RetryPolicy(max_attempts=1)
 
     def config(n: int = repeats, user: str | None = agent_user) -> RunConfig:
-        return RunConfig(n=n, concurrency=limit, backend=backend, retry=retry, agent_user=user)
+        # repeats are no GRPO group: each rollout takes a slot of its own
+        return RunConfig(n=n, concurrency=limit, backend=backend, retry=retry, agent_user=user,
+                         admission="rollout")
 
     oracle, noop = await asyncio.gather(
         run_suite(tasks, OraclePolicy(), config(), image_for=image_for, slots=slots),

@@ -5,11 +5,12 @@
 """
 
 from sandfleet.tasks.loader import LoadFailure, detect_format, load_task, load_tasks
-from sandfleet.tasks.model import SolutionPlan, Task, TerminalCommand, Upload, VerifierPlan
+from sandfleet.tasks.model import PreparePlan, SolutionPlan, Task, TerminalCommand, Upload, VerifierPlan
 from sandfleet.tasks.reward import Reward, reward_from
 
 __all__ = [
     "LoadFailure",
+    "PreparePlan",
     "Reward",
     "SolutionPlan",
     "Task",

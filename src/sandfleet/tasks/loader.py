@@ -8,10 +8,13 @@ from pathlib import Path
 from sandfleet.errors import ImageError, TaskError
 from sandfleet.images.dockerfile import parse_dockerfile
 from sandfleet.tasks.harbor import load_harbor
-from sandfleet.tasks.model import DEFAULT_WORKDIR, Task, TaskFormat
+from sandfleet.tasks.model import DEFAULT_WORKDIR, PreparePlan, Task, TaskFormat
 from sandfleet.tasks.tb1 import load_tb1
 
 MARKERS: dict[str, TaskFormat] = {"task.toml": "harbor", "task.yaml": "terminal-bench-1"}
+PREPARE_SCRIPT = "environment/prepare.sh"
+"""The prepare step, a sandfleet extension of both formats (neither has one of its own)."""
+PREPARE_MAX_BYTES = 1 << 20
 
 
 def detect_format(path: Path) -> TaskFormat | None:
@@ -38,6 +41,8 @@ def load_task(path: Path | str) -> Task:
         )
     fields, solution, verifier = (load_harbor if fmt == "harbor" else load_tb1)(folder)
     extra_env = fields.pop("extra_env")
+    build_timeout = fields.get("build_timeout_s", Task.model_fields["build_timeout_s"].default)
+    prepare = _prepare_plan(folder, float(build_timeout))
     workdir, env, user, base = DEFAULT_WORKDIR, {}, None, fields.get("docker_image")
     if fields["dockerfile"] is not None:
         parsed = parse_dockerfile(fields["dockerfile"])
@@ -53,8 +58,24 @@ def load_task(path: Path | str) -> Task:
         base_image=base,
         solution=solution,
         verifier=verifier,
+        prepare=prepare,
         **fields,
     )
+
+
+def _prepare_plan(folder: Path, timeout_s: float) -> PreparePlan | None:
+    """``environment/prepare.sh`` when the task has one: a regular file (not a link) of at
+    most 1 MiB."""
+    script = folder / PREPARE_SCRIPT
+    if not script.exists() and not script.is_symlink():
+        return None
+    if script.is_symlink() or not script.is_file():
+        raise TaskError("must be a regular file (the task's prepare step), not a link or a folder",
+                        file=str(script))
+    size = script.stat().st_size
+    if size > PREPARE_MAX_BYTES:
+        raise TaskError(f"is {size} bytes; a prepare step is at most {PREPARE_MAX_BYTES} bytes", file=str(script))
+    return PreparePlan(script=script, timeout_s=timeout_s)
 
 
 @dataclass(frozen=True)

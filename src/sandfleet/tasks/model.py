@@ -64,7 +64,33 @@ class SolutionPlan(_Frozen):
     """Extra environment for the solution (Harbor ``[solution.env]``)."""
 
 
+class PreparePlan(_Frozen):
+    """The task's prepare step (sandfleet's extension: ``environment/prepare.sh``), run in a
+    sandbox after it starts and before the agent; its result is the task's prepared state,
+    which ``--fork`` makes once per group (docs/tasks.md)."""
+
+    script: Path
+    """Absolute host path of the script (run with bash, as root, cwd = the task workdir)."""
+    timeout_s: float
+    """Wall-clock limit of the script (the task's build timeout)."""
+
+
 RewardSource = Literal["reward-file", "pytest-output"]
+
+
+class VerifierEnvironment(_Frozen):
+    """A separate verifier's sandbox (Harbor ``environment_mode = "separate"``)."""
+
+    dockerfile: Path | None = None
+    """``tests/Dockerfile``: the verifier's own image, built with ``tests/`` as its context;
+    None: a fresh sandbox of the task's own image."""
+    context_dir: Path | None = None
+    bundled_tests: bool = False
+    """The image holds the tests already (``tests/Dockerfile``): nothing is uploaded."""
+    cpus: float = 1.0
+    memory_mib: int = 2048
+    storage_mib: int = 10240
+    build_timeout_s: float = 600.0
 
 
 class VerifierPlan(_Frozen):
@@ -92,6 +118,27 @@ class VerifierPlan(_Frozen):
     """Harbor's alternative reward file (a JSON object of numbers)."""
     parser_name: str | None = None
     """TB1 test-output parser; only ``pytest`` is supported."""
+    mode: Literal["shared", "separate"] = "shared"
+    """``shared``: the tests run in the agent's sandbox; ``separate`` (Harbor
+    ``environment_mode``): in a fresh sandbox (``environment``) that receives only ``carried``."""
+    environment: VerifierEnvironment | None = None
+    """The separate verifier's sandbox (``mode = "separate"``)."""
+    carried: tuple[str, ...] = ()
+    """Sandbox paths a task-declared separate verifier receives from the agent's sandbox:
+    Harbor's artifacts and ``/logs/artifacts`` (not the workdir, as in Harbor)."""
+    network: bool | None = None
+    """The tests' network policy: True public (they get network when the run gives the
+    sandbox network), False none (cut for the tests even when the sandbox has network), None
+    the sandbox's (TB1)."""
+    same_shell: bool = False
+    """TB1 ``run_tests_in_same_shell``: the tests run in the agent's shell session (its user,
+    cwd and variables), not in a fresh shell as root."""
+    reward_key: str | None = None
+    """Which named reward of ``reward.json`` trains (``--reward-key``); None: the default
+    (``reward``, else the only one, else refused; see :func:`sandfleet.tasks.reward.reward_from`)."""
+    reward_weights: dict[str, float] | None = None
+    """Weights of named rewards whose sum trains (``--reward-weights``); exclusive with
+    ``reward_key``."""
 
 
 class Task(_Frozen):
@@ -151,6 +198,8 @@ class Task(_Frozen):
     """How to run the reference solution; None when the task ships none."""
     verifier: VerifierPlan
     """How to verify and read the reward."""
+    prepare: PreparePlan | None = None
+    """The prepare step (``environment/prepare.sh``), if the task has one."""
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form metadata (Harbor ``[metadata]`` and ``[task]``; TB1 author, difficulty,
     category, tags, time estimates)."""

@@ -1,17 +1,79 @@
-"""The sandbox contract, run against every backend this host has."""
+"""The sandbox contract, run against every backend this host has, and against the remote
+backend: a real ``sandfleet serve`` on loopback (its default backend), through sandfleet.client."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import uuid
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from conftest import BACKENDS, backend_skip
 from sandfleet.errors import GuestError, GuestFileNotFoundError, SandboxClosedError, SandboxPathError
 from sandfleet.sandbox import create_sandbox, fork
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.state import state_root
+
+REMOTE = "remote"
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One real service for the module: 127.0.0.1, an ephemeral port, a 0600 token file."""
+    from sandfleet.server.testing import running_service
+
+    with running_service(tmp_path_factory.mktemp("service")) as svc:
+        yield svc
+
+
+@pytest.fixture(params=[*BACKENDS, REMOTE])
+def backend(request: pytest.FixtureRequest) -> str:
+    if request.param == REMOTE:
+        if importlib.util.find_spec("fastapi") is None:
+            pytest.skip("the service needs the server extra (pip install -e '.[server]')")
+        return REMOTE
+    why = backend_skip(request.param)
+    if why:
+        pytest.skip(why)
+    return str(request.param)
+
+
+@pytest.fixture
+async def remote(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """A client of the module's service when the backend is remote, else None."""
+    if backend != REMOTE:
+        yield None
+        return
+    from sandfleet.client import connect
+
+    svc = request.getfixturevalue("service")
+    async with await connect(svc.url, svc.token) as client:
+        yield client
+
+
+async def _create(backend: str, remote: Any, **kw: Any) -> Sandbox:
+    if remote is not None:
+        box: Sandbox = await remote.create_sandbox(**kw)
+        return box
+    return await create_sandbox(backend=backend, **kw)
+
+
+async def _fork(snap: Snapshot, n: int) -> list[Sandbox]:
+    own = getattr(snap, "fork", None)  # a remote snapshot forks on its service
+    return list(await own(n)) if own is not None else await fork(snap, n)
+
+
+@pytest.fixture
+async def sb(backend: str, remote: Any) -> AsyncIterator[Sandbox]:
+    box = await _create(backend, remote, ttl_s=300)
+    try:
+        yield box
+    finally:
+        await box.close()
 
 
 async def test_exec_argv_and_shell(sb: Sandbox) -> None:
@@ -112,7 +174,7 @@ async def test_snapshot_and_fork(sb: Sandbox) -> None:
     await sb.write_file("state.txt", "prepared")
     snap = await sb.snapshot()
     try:
-        kids = await fork(snap, 3)
+        kids = await _fork(snap, 3)
         try:
             outs = await asyncio.gather(*(k.exec("cat state.txt; echo $$ > mine") for k in kids))
             assert [o.stdout for o in outs] == ["prepared"] * 3
@@ -140,8 +202,8 @@ def _running(tag: str) -> list[int]:
     return found
 
 
-async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None) -> None:
-    box = await create_sandbox(backend=backend)
+async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None, remote: Any = None) -> None:
+    box = await _create(backend, remote)
     tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
     await box.exec(f"sleep {tag} > /dev/null 2>&1 &")
     await box.exec(f"(setsid sleep {tag}1 > /dev/null 2>&1 &)")  # its own session, orphaned
@@ -165,8 +227,8 @@ async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None)
         await box.exec("true")
 
 
-async def test_close_leaves_nothing(backend: str) -> None:
-    await _close_leaves_nothing(backend)
+async def test_close_leaves_nothing(backend: str, remote: Any) -> None:
+    await _close_leaves_nothing(backend, remote=remote)
 
 
 async def test_close_leaves_nothing_without_cgroups(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -177,8 +239,8 @@ async def test_close_leaves_nothing_without_cgroups(monkeypatch: pytest.MonkeyPa
     await _close_leaves_nothing("process", expect_cgroup=False)
 
 
-async def test_ttl_expiry(backend: str) -> None:
-    box = await create_sandbox(backend=backend, ttl_s=1)
+async def test_ttl_expiry(backend: str, remote: Any) -> None:
+    box = await _create(backend, remote, ttl_s=1)
     try:
         await asyncio.sleep(1.5)
         assert not box.alive

@@ -2,8 +2,8 @@
 a command, and the one mapping between sandfleet's exceptions and HTTP errors.
 
 Errors are ``{"code": ..., "message": ...}`` with a 4xx status (guest errors add
-``guest_type`` and ``errno``). The client (:mod:`sandfleet.client`) maps them back with
-:func:`raise_for` to the exception the same operation raises on a local sandbox.
+``guest_type`` and ``errno``). The client (:mod:`sandfleet.client`) maps them back to the exception the same
+operation raises on a local sandbox.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.agent.protocol import MAX_OUTPUT
 from sandfleet.errors import (
-    AuthError,
     ConfigError,
     GuestError,
     HostUnsupportedError,
@@ -28,9 +27,6 @@ from sandfleet.errors import (
     SandboxPathError,
     SandboxTimeoutError,
     SandboxUnresponsiveError,
-    ServiceBusyError,
-    ServiceError,
-    guest_error,
 )
 from sandfleet.sandbox.spec import SandboxSpec
 
@@ -91,28 +87,6 @@ def problem_for(e: BaseException) -> Problem | None:
     if isinstance(e, SandboxError):
         return Problem(410, "sandbox_died", msg)
     return None
-
-
-def raise_for(status: int, body: dict[str, Any], *, retry_after: float | None = None) -> None:
-    """Raise, on the client, what the error body says (its sandfleet exception)."""
-    code = str(body.get("code") or "error")
-    msg = str(body.get("message") or f"HTTP {status}")
-    if code == "guest_error":
-        errno = body.get("errno")
-        raise guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
-    exc: type[Exception] | None = {
-        "bad_path": SandboxPathError, "agent_unresponsive": SandboxUnresponsiveError,
-        "sandbox_closed": SandboxClosedError, "sandbox_died": SandboxDiedError, "sandbox_lost": SandboxDiedError,
-        "sandbox_expired": SandboxDiedError, "unknown_image": ImageError, "invalid_request": ConfigError,
-        "unsupported": HostUnsupportedError,
-    }.get(code)  # fmt: skip
-    if exc is not None:
-        raise exc(msg)
-    if status == 401:
-        raise AuthError(msg, status=status, code=code)
-    if status == 429:
-        raise ServiceBusyError(msg, status=status, code=code, retry_after=retry_after)
-    raise ServiceError(msg, status=status, code=code)
 
 
 # -- sandboxes

@@ -1,0 +1,16 @@
+"""The Python client of ``sandfleet serve``: sandboxes on another host, same contract.
+
+    from sandfleet.client import connect
+
+    async with await connect("https://cpu-7:8765", token) as svc:
+        async with await svc.create_sandbox(image="host", ttl_s=600) as sb:
+            res = await sb.exec("pytest -q", timeout=60)
+
+It needs only httpx (no server extra). ``connect(..., transport=...)`` takes any httpx
+transport (a test's ``httpx.ASGITransport``, a proxy).
+"""
+
+from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
+from sandfleet.client.service import ServiceClient, connect
+
+__all__ = ["RemoteSandbox", "RemoteSnapshot", "ServiceClient", "connect"]

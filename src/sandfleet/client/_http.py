@@ -1,0 +1,100 @@
+"""The client's one boundary with HTTP: requests, and every failure mapped into sandfleet's
+exception tree (an error body's ``code`` back to the exception a local sandbox raises)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+
+from sandfleet.errors import (
+    AuthError,
+    ConfigError,
+    HostUnsupportedError,
+    ImageError,
+    ProtocolError,
+    SandboxClosedError,
+    SandboxDiedError,
+    SandboxPathError,
+    SandboxUnresponsiveError,
+    ServiceBusyError,
+    ServiceError,
+    guest_error,
+)
+
+CODES: dict[str, type[Exception]] = {
+    "bad_path": SandboxPathError,
+    "agent_unresponsive": SandboxUnresponsiveError,
+    "sandbox_closed": SandboxClosedError,
+    "sandbox_died": SandboxDiedError,
+    "sandbox_lost": SandboxDiedError,
+    "sandbox_expired": SandboxDiedError,
+    "unknown_image": ImageError,
+    "invalid_request": ConfigError,
+    "unsupported": HostUnsupportedError,
+}
+"""Error codes of the service -> the exception the same failure raises locally."""
+GONE = ("sandbox_closed", "sandbox_died", "sandbox_lost", "sandbox_expired", "agent_unresponsive")
+"""Codes after which the sandbox is dead for good."""
+
+
+def error_for(status: int, body: dict[str, Any], retry_after: float | None = None) -> Exception:
+    """The sandfleet exception an error answer stands for."""
+    code = str(body.get("code") or "error")
+    msg = str(body.get("message") or f"HTTP {status}")
+    if code == "guest_error":
+        errno = body.get("errno")
+        return guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
+    exc = CODES.get(code)
+    if exc is not None:
+        return exc(msg)
+    if status == 401:
+        return AuthError(msg, status=status, code=code)
+    if status == 429:
+        return ServiceBusyError(msg, status=status, code=code, retry_after=retry_after)
+    if status == 413:
+        return ConfigError(msg)
+    return ServiceError(msg, status=status, code=code)
+
+
+def _retry_after(resp: httpx.Response) -> float | None:
+    with contextlib.suppress(TypeError, ValueError):
+        return float(resp.headers.get("retry-after"))
+    return None
+
+
+async def raise_for_status(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    await resp.aread()
+    try:
+        body = resp.json()
+        if not isinstance(body, dict):
+            raise ValueError
+    except ValueError:
+        body = {"code": "error", "message": f"HTTP {resp.status_code}: {resp.text[:200]}"}
+    raise error_for(resp.status_code, body, _retry_after(resp))
+
+
+def transport_error(e: httpx.HTTPError, url: str) -> Exception:
+    """An httpx failure with no answer: the service can't be reached, or went away."""
+    if isinstance(e, httpx.TimeoutException):
+        return ServiceError(f"the service at {url} did not answer in time ({type(e).__name__})", code="timeout")
+    return ServiceError(f"cannot reach the service at {url}: {type(e).__name__}: {e}", code="unreachable")
+
+
+async def ndjson(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
+    """The records of an NDJSON answer; ProtocolError for a line that isn't a JSON object."""
+    async for line in resp.aiter_lines():
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise ProtocolError(f"the service sent a malformed NDJSON line: {line[:120]!r}") from None
+        if not isinstance(rec, dict):
+            raise ProtocolError(f"the service sent a non-object NDJSON line: {line[:120]!r}")
+        yield rec

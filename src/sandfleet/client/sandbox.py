@@ -1,0 +1,280 @@
+"""A sandbox on a ``sandfleet serve`` host, behind the same contract as a local one.
+
+:class:`RemoteRuntime` offers what :class:`~sandfleet.sandbox.base.AgentSandbox` asks of a
+guest agent (exec, read, write, kill by user), over HTTP; so :class:`RemoteSandbox` is an
+``AgentSandbox`` and sessions, uploads, downloads and path rules are the very code local
+sandboxes run. Paths are normalised here and again on the service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import logging
+import tarfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import httpx
+
+from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
+from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
+from sandfleet.client._http import GONE, error_for, ndjson, raise_for_status, transport_error
+from sandfleet.errors import (
+    ProtocolError,
+    SandboxDiedError,
+    SandboxError,
+    SandboxUnresponsiveError,
+    ServiceError,
+)
+from sandfleet.sandbox.base import AgentSandbox, Snapshot
+from sandfleet.sandbox.spec import SandboxSpec
+
+if TYPE_CHECKING:
+    from sandfleet.client.service import ServiceClient
+
+log = logging.getLogger(__name__)
+EXEC_GRACE_S = 30.0
+"""Past a command's timeout (or the TTL), how long the client waits for the service."""
+
+
+class RemoteRuntime:
+    """The guest-agent calls of one remote sandbox, over the service's HTTP API."""
+
+    def __init__(self, service: ServiceClient, sid: str, expires_in_s: float):
+        self.service = service
+        self.sid = sid
+        self.path = f"/v1/sandboxes/{sid}"
+        self.expires = time.monotonic() + expires_in_s
+        self._dead: BaseException | None = None
+
+    @property
+    def alive(self) -> bool:
+        return self._dead is None and time.monotonic() < self.expires
+
+    @property
+    def error(self) -> BaseException | None:
+        if self._dead is None and time.monotonic() >= self.expires:
+            return SandboxDiedError(f"sandbox {self.sid} expired (its TTL passed)")
+        return self._dead
+
+    def mark_dead(self, err: BaseException) -> None:
+        if self._dead is None:
+            self._dead = err
+
+    def _seen(self, err: Exception) -> Exception:
+        """Remember that the sandbox is gone for good when the service says so."""
+        if getattr(err, "code", None) in GONE or isinstance(err, SandboxDiedError | SandboxUnresponsiveError):
+            self.mark_dead(err)
+        return err
+
+    async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = await self.service.http.request(method, self.path + path, **kw)
+        except httpx.HTTPError as e:
+            raise transport_error(e, self.service.url) from None
+        try:
+            await raise_for_status(resp)
+        except (SandboxError, ServiceError) as e:
+            raise self._seen(e) from None
+        return resp
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+        max_output: int = 1 << 20,
+        on_output: OutputCallback | None = None,
+        user: str | int | None = None,
+    ) -> ExecResult:
+        cap = min(max(0, max_output), MAX_OUTPUT)
+        body: dict[str, Any] = {"cmd": list(argv), "max_output": cap, "stream": on_output is not None}
+        if env:
+            body["env"] = env
+        if cwd is not None:
+            body["cwd"] = cwd
+        if stdin:
+            body["stdin_b64"] = base64.b64encode(stdin).decode()
+        if timeout is not None:
+            body["timeout"] = timeout
+        if user is not None:
+            body["user"] = user
+        wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
+        return await self._run(self.path + "/exec", body, on_output, cap, wait)
+
+    async def _run(self, path: str, body: dict[str, Any], on_output: OutputCallback | None, cap: int,
+                   wait: float) -> ExecResult:
+        """POST a command and read its NDJSON records to the exit record. Cancelled, the
+        connection closes and the service kills the command."""
+        kept = {"stdout": bytearray(), "stderr": bytearray()}
+        seen = {"stdout": 0, "stderr": 0}
+        timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
+        try:
+            async with self.service.http.stream("POST", path, json=body, timeout=timeout,
+                                                headers=self.service.deadline_header()) as resp:
+                try:
+                    await raise_for_status(resp)
+                except (SandboxError, ServiceError) as e:
+                    raise self._seen(e) from None
+                async for rec in ndjson(resp):
+                    kind = rec.get("type")
+                    if kind in ("stdout", "stderr"):
+                        data = base64.b64decode(rec.get("b64") or "")
+                        seen[kind] += len(data)
+                        room = cap - len(kept[kind])
+                        if room > 0:
+                            kept[kind] += data[:room]
+                        if on_output is not None:
+                            on_output(kind, data)
+                    elif kind == "exit":
+                        return self._result(rec, kept, seen, body.get("stream", False))
+                    elif kind == "error":
+                        raise self._seen(error_for(int(rec.get("status") or 400), rec))
+                raise ProtocolError(f"the service ended command output of sandbox {self.sid} without an exit record")
+        except httpx.TimeoutException:
+            err = SandboxUnresponsiveError(f"sandbox {self.sid}: the service did not report the end of the command "
+                                           f"within {wait:g}s; the sandbox is marked dead")
+            self.mark_dead(err)
+            raise err from None
+        except httpx.HTTPError as e:
+            if isinstance(e, httpx.RemoteProtocolError | httpx.ReadError):  # the service went away mid-command
+                raise SandboxDiedError(f"sandbox {self.sid}: the service closed the connection during a command "
+                                       f"({type(e).__name__}); the sandbox may be lost") from None
+            raise transport_error(e, self.service.url) from None
+
+    @staticmethod
+    def _result(rec: dict[str, Any], kept: dict[str, bytearray], seen: dict[str, int], streamed: bool) -> ExecResult:
+        try:
+            if streamed:
+                out, err_bytes = bytes(kept["stdout"]), bytes(kept["stderr"])
+                drop_out, drop_err = seen["stdout"] - len(out), seen["stderr"] - len(err_bytes)
+                err_text = _text(err_bytes, drop_err)
+            else:
+                out = base64.b64decode(rec.get("stdout_b64") or "")
+                drop_out, drop_err = int(rec.get("stdout_dropped") or 0), int(rec.get("stderr_dropped") or 0)
+                err_text = str(rec.get("stderr") or "")
+            return ExecResult(
+                exit_code=int(rec["exit_code"]), stdout=_text(out, drop_out), stderr=err_text,
+                duration_s=float(rec.get("duration_s") or 0.0), timed_out=bool(rec.get("timed_out")),
+                signal=rec.get("signal") or None, stdout_dropped=drop_out, stderr_dropped=drop_err,
+                stdout_bytes=out,
+            )  # fmt: skip
+        except (KeyError, TypeError, ValueError) as e:
+            raise ProtocolError(f"the service sent a malformed exit record: {e}") from None
+
+    async def read_file(self, path: str, *, max_bytes: int = 64 << 20, user: str | int | None = None,
+                        nofollow: bool = False) -> bytes:
+        params: dict[str, Any] = {"path": path, "max_bytes": min(max(0, max_bytes), MAX_READ)}
+        if user is not None:
+            params["user"] = str(user)
+        if nofollow:
+            params["nofollow"] = "true"
+        return (await self.request("GET", "/files", params=params)).content
+
+    async def write_file(self, path: str, data: bytes, *, mode: int = 0o644, user: str | int | None = None) -> None:
+        params: dict[str, Any] = {"path": path, "mode": mode}
+        if user is not None:
+            params["user"] = str(user)
+        await self.request("PUT", "/files", params=params, content=data,
+                           headers={"content-type": "application/octet-stream"})
+
+    async def kill_user(self, user: str | int) -> None:
+        await self.request("POST", "/kill", json={"user": user})
+
+    async def close(self) -> None:
+        """Nothing to close per sandbox: the HTTP client belongs to the ServiceClient."""
+
+
+class RemoteSandbox(AgentSandbox):
+    """A sandbox on a sandfleet service; the Sandbox contract, as local ones."""
+
+    backend = "remote"
+
+    def __init__(self, service: ServiceClient, info: dict[str, Any]):
+        spec = SandboxSpec.model_validate(info["spec"])
+        self.runtime = RemoteRuntime(service, str(info["id"]), float(info["expires_in_s"]))
+        # the runtime answers every call AgentSandbox makes of an AgentClient (exec, read_file,
+        # write_file, kill_user, alive, error): the SWE-ReX shape, in-process or remote
+        super().__init__(str(info["id"]), spec, cast(AgentClient, self.runtime))
+        self.service = service
+        self.server_backend = str(info.get("backend", "?"))
+        """The backend the service runs it on."""
+        self.env = {}  # the service adds the base environment; send only what the caller gives
+
+    async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None:
+        """Copy a local file or directory into ``remote_dir`` as one tar stream."""
+        local = Path(local)
+        if not local.exists():
+            raise FileNotFoundError(f"nothing to upload at {local}")
+        self._check()
+
+        def pack() -> bytes:
+            buf = io.BytesIO()
+            with tarfile.open(fileobj=buf, mode="w") as tar:
+                for child in sorted(local.iterdir()) if local.is_dir() else [local]:
+                    tar.add(child, arcname=child.name)
+            return buf.getvalue()
+
+        params: dict[str, Any] = {"path": self._path(remote_dir)}
+        if user is not None:
+            params["user"] = str(user)
+        await self.runtime.request("PUT", "/archive", params=params, content=await asyncio.to_thread(pack),
+                                   headers={"content-type": "application/x-tar", **self.service.deadline_header()})
+
+    async def extend(self, ttl_s: float) -> None:
+        """Set the remaining lifetime to ``ttl_s`` seconds from now (within the service's --max-ttl)."""
+        self._check()
+        resp = await self.runtime.request("POST", "/ttl", json={"ttl_s": ttl_s})
+        self.runtime.expires = time.monotonic() + float(resp.json()["expires_in_s"])
+
+    async def snapshot(self) -> Snapshot:
+        self._check()
+        resp = await self.runtime.request("POST", "/snapshot")
+        return RemoteSnapshot(self.service, str(resp.json()["id"]), self.spec)
+
+    async def close(self) -> None:
+        """Delete the sandbox on the service (one already gone there is fine)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self.runtime._dead is not None and getattr(self.runtime._dead, "code", "") == "sandbox_lost":
+            return
+        try:
+            await self.runtime.request("DELETE", "")
+        except (SandboxError, ServiceError) as e:
+            if getattr(e, "status", None) == 404 or isinstance(e, SandboxError):
+                return  # already gone there (deleted, expired, lost, or never ours)
+            raise
+        finally:
+            self.runtime.mark_dead(SandboxDiedError(f"sandbox {self.id} is closed"))
+
+
+class RemoteSnapshot(Snapshot):
+    """A snapshot kept on the service; ``fork`` it there, ``delete`` it when done."""
+
+    def __init__(self, service: ServiceClient, snap_id: str, spec: SandboxSpec):
+        super().__init__(backend="remote", spec=spec, layer=None, cleanup=self._delete_later)
+        self.id = snap_id
+        self.service = service
+
+    async def fork(self, n: int) -> list[RemoteSandbox]:
+        return await self.service.fork(self, n)
+
+    def _delete_later(self) -> None:
+        self.service.later(self.adelete())
+
+    async def adelete(self) -> None:
+        self._cleanup = None
+        try:
+            resp = await self.service.http.delete(f"/v1/snapshots/{self.id}")
+            if resp.status_code != 404:
+                await raise_for_status(resp)
+        except httpx.HTTPError as e:
+            raise transport_error(e, self.service.url) from None

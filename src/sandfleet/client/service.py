@@ -1,0 +1,152 @@
+"""The connection to one ``sandfleet serve``: create, find, fork and delete its sandboxes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+import httpx
+
+from sandfleet.client._http import raise_for_status, transport_error
+from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
+from sandfleet.errors import ConfigError
+from sandfleet.sandbox.base import Snapshot
+from sandfleet.sandbox.spec import SandboxSpec, make_spec
+
+log = logging.getLogger(__name__)
+
+
+async def connect(url: str, token: str, *, transport: httpx.AsyncBaseTransport | None = None,
+                  timeout: float = 120.0, connect_timeout: float = 10.0, deadline_s: float | None = None,
+                  max_connections: int = 1024, verify: Any = True) -> ServiceClient:
+    """Connect to a sandbox service and check the token (AuthError if it is refused).
+
+    ``transport`` replaces httpx's (a test's ``httpx.ASGITransport``, a proxy, retries);
+    ``deadline_s`` is sent as ``X-Deadline-Ms``: how long each request may wait for
+    admission before the service answers 429; ``verify`` is httpx's TLS verification
+    (True, False, or an ``ssl.SSLContext``)."""
+    client = ServiceClient(url, token, transport=transport, timeout=timeout, connect_timeout=connect_timeout,
+                           deadline_s=deadline_s, max_connections=max_connections, verify=verify)
+    try:
+        client.info = await client.get_json("/v1/info")
+    except BaseException:
+        await client.aclose()
+        raise
+    return client
+
+
+class ServiceClient:
+    """A sandfleet service, seen from a trainer. Also a sandbox ``Backend`` (``create``,
+    ``fork``), so code written against backends takes it as it is."""
+
+    name = "remote"
+
+    def __init__(self, url: str, token: str, *, transport: httpx.AsyncBaseTransport | None = None,
+                 timeout: float = 120.0, connect_timeout: float = 10.0, deadline_s: float | None = None,
+                 max_connections: int = 1024, verify: Any = True):
+        if not url.startswith(("http://", "https://")):
+            raise ConfigError(f"a service URL starts with http:// or https://, not {url!r}")
+        if not token or any(c.isspace() for c in token):
+            raise ConfigError("a service token is one non-empty word (SANDFLEET_TOKEN)")
+        self.url = url.rstrip("/")
+        self.connect_timeout = connect_timeout
+        self.deadline_s = deadline_s
+        self.info: dict[str, Any] = {}
+        limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections)
+        self.http = httpx.AsyncClient(
+            base_url=self.url, transport=transport, headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits, verify=verify,
+        )  # fmt: skip
+        self._later: set[asyncio.Task[Any]] = set()
+
+    def deadline_header(self) -> dict[str, str]:
+        return {} if self.deadline_s is None else {"X-Deadline-Ms": str(int(self.deadline_s * 1000))}
+
+    async def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            resp = await self.http.request(method, path, **kw)
+        except httpx.HTTPError as e:
+            raise transport_error(e, self.url) from None
+        await raise_for_status(resp)
+        return resp
+
+    async def get_json(self, path: str, **kw: Any) -> Any:
+        return (await self._call("GET", path, **kw)).json()
+
+    # -- sandboxes
+
+    async def create_sandbox(self, spec: SandboxSpec | None = None, *, idempotency_key: str | None = None,
+                             **kwargs: Any) -> RemoteSandbox:
+        """A new sandbox on the service, from a spec or keyword fields of SandboxSpec and
+        Limits (as :func:`sandfleet.sandbox.create_sandbox`). A retry with the same
+        ``idempotency_key`` returns the same sandbox instead of a second one."""
+        if spec is None:
+            spec = make_spec(**kwargs)
+        elif kwargs:
+            raise ConfigError("pass either a spec or keyword fields, not both")
+        headers = self.deadline_header()
+        if idempotency_key is not None:
+            headers["Idempotency-Key"] = idempotency_key
+        resp = await self._call("POST", "/v1/sandboxes", content=spec.model_dump_json(),
+                                headers={"content-type": "application/json", **headers})
+        return RemoteSandbox(self, resp.json())
+
+    async def create(self, spec: SandboxSpec) -> RemoteSandbox:
+        return await self.create_sandbox(spec)
+
+    async def sandbox(self, sid: str) -> RemoteSandbox:
+        """A live sandbox of this token, by id (a trainer that restarted picks its sandboxes
+        up again); SandboxDiedError if it is gone, ServiceError 404 if unknown."""
+        return RemoteSandbox(self, await self.get_json(f"/v1/sandboxes/{sid}"))
+
+    async def find(self, labels: dict[str, str] | None = None) -> list[dict[str, Any]]:
+        """This token's live sandboxes (as the service describes them), all labels matching."""
+        params = [("label", f"{k}={v}") for k, v in (labels or {}).items()]
+        data = await self.get_json("/v1/sandboxes", params=params)
+        return list(data["sandboxes"])
+
+    async def delete(self, sid: str) -> None:
+        await self._call("DELETE", f"/v1/sandboxes/{sid}")
+
+    async def delete_where(self, labels: dict[str, str] | None = None) -> list[str]:
+        """Delete this token's sandboxes whose labels all match (None: every one of them)."""
+        params = [("label", f"{k}={v}") for k, v in (labels or {}).items()] or [("all", "true")]
+        resp = await self._call("DELETE", "/v1/sandboxes", params=params)
+        return list(resp.json()["deleted"])
+
+    async def fork(self, snapshot: Snapshot, n: int) -> list[RemoteSandbox]:
+        """``n`` sandboxes from a snapshot taken on this service."""
+        if not isinstance(snapshot, RemoteSnapshot) or snapshot.service is not self:
+            raise ConfigError("this snapshot was not taken on this service")
+        resp = await self._call("POST", f"/v1/snapshots/{snapshot.id}/fork", json={"n": n},
+                                headers=self.deadline_header())
+        return [RemoteSandbox(self, info) for info in resp.json()["sandboxes"]]
+
+    async def metrics(self) -> str:
+        return (await self._call("GET", "/metrics")).text
+
+    # -- lifecycle
+
+    def later(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` in the background, owned by this client (awaited by ``aclose``)."""
+        task = asyncio.get_running_loop().create_task(coro)
+        self._later.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._later.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("background call to the service failed: %s", task.exception())
+
+    async def aclose(self) -> None:
+        if self._later:
+            await asyncio.gather(*self._later, return_exceptions=True)
+        await self.http.aclose()
+
+    async def __aenter__(self) -> ServiceClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from sandfleet.bench.report import expected_charts
 from sandfleet.bench.run import BenchConfig, run_bench
 from sandfleet.bench.workload import COMMANDS, QUICK, prepare_workload
 from sandfleet.cli import cli
@@ -43,26 +45,44 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     saved: list[int] = []
     res: dict[str, Any] = {}
     await run_bench(cfg, res, save=lambda r: saved.append(len(r)))
-    assert res["host"]["threads"] >= 1 and res["host"]["page_size"] > 0 and res["host"]["kernel"]
+    prov = res["provenance"]
+    host = prov["host"]
+    assert host["threads"] >= 1 and host["page_size"] > 0 and host["kernel"] and host["cgroup"]
+    assert prov["sandfleet"] and "commit" in prov and prov["config"]["commands"] == list(QUICK)
+    assert prov["config"]["min_samples"] == 3 and prov["config"]["workload"]["version"]
     assert set(res["single"]) == set(QUICK)
     assert all(v["median_s"] > 0 and v["failures"] == 0 for v in res["single"].values())
-    assert set(res["sweep"]) == {"1", "2"}
-    for row in res["sweep"].values():
-        assert row["failures"]["count"] == 0
-        assert all(v["n"] >= 3 for v in row["commands"].values())
+    assert set(res["sweep"]) == {"1", "2"}  # adjacent levels: nothing finer to add
+    ref = res["interleaved_single"]["commands"]
+    assert all(ref[c]["n"] >= 3 for c in QUICK), ref  # 3 slots (before N=1, before N=2, after) of 1 round
+    for n, row in res["sweep"].items():
+        assert row["failures"]["count"] == 0 and row["grid"] == "coarse" and not row["short_of_min_samples"]
+        for c, v in row["commands"].items():
+            assert v["n"] >= 3 and 0 < v["p95_ci_s"][0] <= v["p95_ci_s"][1], (n, c, v)
+        for c, v in row["slowdown"].items():  # against the interleaved single baseline, N=1 included
+            assert v["slowdown_p95"] == round(row["commands"][c]["p95_s"] / ref[c]["p95_s"], 3), n
+            assert v["slowdown_median"] == round(row["commands"][c]["median_s"] / ref[c]["median_s"], 3), n
+            assert v["slowdown_p95_ci"][0] <= v["slowdown_p95_ci"][1]
         assert set(row["slowdown"]) == set(QUICK)
-    one, two = res["sweep"]["1"]["commands"], res["sweep"]["2"]["commands"]
-    for c, v in res["sweep"]["2"]["slowdown"].items():  # slowdown at N=2 is against N=1, per command
-        assert v["slowdown_median"] == round(two[c]["median_s"] / one[c]["median_s"], 3)
-        assert v["slowdown_p95"] == round(two[c]["p95_s"] / one[c]["p95_s"], 3)
     cap = res["capacity"]
-    assert cap["target"] == 1.5 and 1 <= cap["sandboxes"] <= 2 and cap["per_thread"] == cap["sandboxes"] / 2
+    assert cap["target"] == 1.5 and 0 <= cap["sandboxes"] <= 2 and cap["per_thread"] == round(cap["sandboxes"] / 2, 3)
+    assert cap["measured"] == [1, 2] and cap["method"]
+    bl = res["baseline"]
+    assert bl["failures"]["count"] == 0, bl["failures"]
     ov = res["baseline_overhead"]
-    assert ov["n"] == 2 and ov["full_load"] is not None and set(ov["per_command"]) == set(QUICK)
-    assert res["baseline"]["failures"]["count"] == 0
-    assert all(v["n"] == 1 for v in res["baseline"]["bare_single"].values())
+    assert ov["n"] == 2 and ov["full_load"] is not None and set(ov["per_command"]) == set(QUICK), bl
+    assert all(v["n"] == 1 for v in bl["bare_single"].values())
+    # the bare baseline as the sandboxes: the same CPU quota read back from both cgroups, a tmpfs
+    # working copy on both sides, output captured and capped alike, process counts recorded
+    if bl["quota"]["sandbox"]["cpus"] is not None:
+        assert bl["quota"]["bare"] == bl["quota"]["sandbox"] and bl["quota"]["bare"]["cpus"] == 1.0
+    assert bl["working_copy"]["bare"].startswith("tmpfs")
+    if host["backend"] == "bwrap":
+        assert bl["working_copy"]["sandbox"].startswith("tmpfs")
+    assert bl["output"]["cap_bytes_each"] == 1 << 20 and bl["processes"]["full_load"] == 2
     assert saved, "partial results are saved after each mode"
     assert not _mine()
+    assert not list(Path("/dev/shm").glob(f"sandfleet-bench-bare-{os.getpid()}-*")), "bare copies removed"
 
 
 async def test_cancel_keeps_partial_results(workload: Path) -> None:
@@ -82,28 +102,33 @@ async def test_cancel_keeps_partial_results(workload: Path) -> None:
     assert not _mine(), "no sandbox outlives a cancelled run"
 
 
-def test_cli_run_and_compare(workload: Path, tmp_path: Path) -> None:
-    out = tmp_path / "a.json"
-    r = CliRunner().invoke(cli, ["bench", "run", "--modes", "single,sweep,capacity", "--commands",
-                                  ",".join(QUICK), "--ns", "1,2", "--duration", "1", "--repeats", "1",
-                                  "--min-samples", "0", "--out", str(out)])
+def test_cli_run_report_and_compare(workload: Path, tmp_path: Path) -> None:
+    out, html = tmp_path / "a.json", tmp_path / "a.html"
+    r = CliRunner().invoke(cli, ["bench", "run", "--modes", "single,sweep,capacity", "--commands", "sqlite",
+                                 "--ns", "1,2", "--duration", "1", "--repeats", "1", "--min-samples", "2",
+                                 "--out", str(out), "--html", str(html)])
     assert r.exit_code == 0, r.output
     data = json.loads(out.read_text())
-    for key in ("host", "single", "sweep", "capacity", "evals_per_min", "baseline_overhead"):
+    for key in ("schema", "provenance", "single", "sweep", "interleaved_single", "capacity"):
         assert key in data
-    assert data["host"]["backend"] == resolve_backend("auto")
+    assert data["provenance"]["host"]["backend"] == resolve_backend("auto")
     assert "capacity at 1.5x p95" in r.output
+    page = html.read_text()
+    assert re.findall(r'data-chart="([^"]+)"', page) == expected_charts(data) == ["latency-sqlite", "capacity"]
     other = tmp_path / "b.json"  # host B: every single-command median twice as long
     data_b = json.loads(out.read_text())
     for v in data_b["single"].values():
         v["median_s"] *= 2
     other.write_text(json.dumps(data_b))
-    html = tmp_path / "r.html"
-    r = CliRunner().invoke(cli, ["bench", "compare", str(out), str(other), "--html", str(html)])
+    both = tmp_path / "r.html"
+    r = CliRunner().invoke(cli, ["bench", "compare", str(out), str(other), "--html", str(both)])
     assert r.exit_code == 0, r.output
-    rows = [line.split() for line in r.output.splitlines() if line.split()[:1] and line.split()[0] in QUICK]
+    rows = [line.split() for line in r.output.splitlines() if line.split()[:1] == ["sqlite"]]
     assert rows and all(row[3] == "2.00" for row in rows), r.output  # the B/A column
-    assert html.read_text().count("<svg") >= 4
+    assert re.findall(r'data-chart="([^"]+)"', both.read_text()) == expected_charts(data, data_b)
+    r = CliRunner().invoke(cli, ["bench", "report", str(out), "--html", str(tmp_path / "again.html")])
+    assert r.exit_code == 0, r.output
+    assert re.findall(r'data-chart="([^"]+)"', (tmp_path / "again.html").read_text()) == expected_charts(data)
 
 
 @pytest.mark.slow
@@ -129,7 +154,7 @@ async def test_throttled_run_is_slower_and_cleans_up(workload: Path) -> None:
     slow: dict[str, Any] = {}
     await run_bench(base, fast)
     await run_bench(BenchConfig(modes=("single",), commands=("sqlite",), repeats=2, throttle=0.3), slow)
-    assert slow["host"]["throttle"] == 0.3
+    assert slow["provenance"]["host"]["throttle"] == 0.3
     assert slow["single"]["sqlite"]["median_s"] > 1.5 * fast["single"]["sqlite"]["median_s"]
     root = lay.mounts["cpu"]
     assert not list(root.glob(f"sandfleet-slowhost-{os.getpid()}")) and not list(root.glob("sandfleet-bench/run-*"))

@@ -10,7 +10,7 @@ import click
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: micro (sandbox layer), run (capacity), compare (two hosts)."""
+    """Benchmarks: micro (sandbox layer), run (capacity), report (one run), compare (two hosts)."""
 
 
 BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm"])
@@ -24,9 +24,11 @@ BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm"])
 def micro(backend: str, n: int, idle: int, as_json: bool) -> None:
     """Sandbox-layer figures: create/exec/close latency, warm acquire, exec RTT, density."""
     if backend == "microvm":
+        from sandfleet.provenance import provenance
         from sandfleet.sandbox.microvm import bench as mbench
 
         result = mbench.run()
+        result.setdefault("provenance", provenance({"bench": "micro", "backend": backend}))
     else:
         from sandfleet.bench.micro import run_micro
 
@@ -36,6 +38,9 @@ def micro(backend: str, n: int, idle: int, as_json: bool) -> None:
         click.echo(json.dumps(result, indent=2))
         return
     for k, v in result.items():
+        if k == "provenance":
+            v = (f"sandfleet {v.get('sandfleet')} commit {v.get('commit')} on {v['host'].get('hostname')} "
+                 f"at {v.get('at')}")
         click.echo(f"{k:32} {v}")
 
 
@@ -62,9 +67,14 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--duration", "duration", default=60.0, show_default=True,
               help="Seconds of each timed phase (each sweep level, baseline side, evals, soak).")
 @click.option("--repeats", default=5, show_default=True, help="Timed rounds of the mix in single mode.")
-@click.option("--min-samples", default=10, show_default=True,
-              help="Each sweep level runs on until every command ran this often.")
-@click.option("--ns", default="", help="Sweep load levels, e.g. 1,2,3,4 (default 1,2,4.. to 2x threads).")
+@click.option("--min-samples", default=40, show_default=True, type=click.IntRange(min=0),
+              help="Each sweep level (and the interleaved single baseline) runs on until every command has "
+                   "this many successful samples, or the level's time cap passes.")
+@click.option("--level-cap", "level_cap", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Longest a sweep level runs to reach --min-samples, in seconds [default: 10x --duration].")
+@click.option("--ns", default="", help="Coarse sweep load levels, e.g. 1,2,4 (default 1,2,4.. to 2x threads).")
+@click.option("--refine", default=3, show_default=True, type=click.IntRange(min=0),
+              help="Most finer levels added between the last coarse level within the target and the first past it.")
 @click.option("--target", default=1.5, show_default=True, help="p95 slowdown target for capacity.")
 @click.option("--commands", default="", help="Comma list of bench commands (default all).")
 @click.option("--throttle", type=float, default=None,
@@ -75,21 +85,28 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--density-budget-mib", type=float, default=None,
               help="Memory the idle sandboxes may take (default a quarter of MemAvailable).")
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSON.")
-def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples: int, ns: str, target: float,
-            commands: str, throttle: float | None, eval_task: str, density_max: int, density_budget_mib: float | None,
-            out: str) -> None:
+@click.option("--html", "html", type=click.Path(dir_okay=False), default=None,
+              help="Also write this run's HTML report (charts of p95 slowdown against N, capacity).")
+def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples: int, level_cap: float | None,
+            ns: str, refine: int, target: float, commands: str, throttle: float | None, eval_task: str,
+            density_max: int, density_budget_mib: float | None, out: str, html: str | None) -> None:
     """Capacity benchmark: latency alone and under load, capacity, evals/min, soak, density."""
     import signal
     import time
     from pathlib import Path
 
-    from sandfleet.bench.report import summary_lines
+    from sandfleet.bench.report import html_report, summary_lines
     from sandfleet.bench.run import BenchConfig, run_bench
+    from sandfleet.errors import ConfigError
 
     cfg = BenchConfig(backend=backend, modes=_names(modes), duration_s=duration, repeats=repeats,
-                      min_samples=min_samples, ns=_ints(ns),
+                      min_samples=min_samples, level_cap_s=level_cap, ns=_ints(ns), refine=refine,
                       target=target, commands=_names(commands), throttle=throttle, eval_task=eval_task,
                       density_max=density_max, density_budget_mib=density_budget_mib)
+    try:
+        cfg.check()
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
     path = Path(out)
     results: dict = {}
     t0 = time.monotonic()
@@ -120,6 +137,38 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples
     for line in summary_lines(results):
         click.echo(line)
     click.echo(f"results: {path}")
+    if html and results:
+        Path(html).write_text(html_report(results, names=(path.stem, "")))
+        click.echo(f"report: {html}")
+
+
+def _results(path: str) -> dict:
+    """A results file, or a one-line error naming it and what is wrong."""
+    from pathlib import Path
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise click.ClickException(f"{path}: not a bench results file ({e})") from None
+    if not isinstance(data, dict) or "schema" not in data:
+        raise click.ClickException(f"{path}: not a bench results file (no 'schema'; made by bench run?)")
+    return data
+
+
+@bench.command("report")
+@click.argument("results", type=click.Path(exists=True, dir_okay=False))
+@click.option("--html", "html", type=click.Path(dir_okay=False), required=True, help="The HTML report to write.")
+def report_cmd(results: str, html: str) -> None:
+    """The HTML report of one results file (p95 slowdown against N per command, capacity)."""
+    from pathlib import Path
+
+    from sandfleet.bench.report import html_report, summary_lines
+
+    r = _results(results)
+    for line in summary_lines(r):
+        click.echo(line)
+    Path(html).write_text(html_report(r, names=(Path(results).stem, "")))
+    click.echo(f"report: {html}", err=True)
 
 
 @bench.command("compare")
@@ -131,16 +180,20 @@ def compare_cmd(a: str, b: str, html: str | None, as_json: bool) -> None:
     """Compare two results files: single ratio, slowdown at full load, capacity, evals/min (B/A)."""
     from pathlib import Path
 
-    from sandfleet.bench.compare import compare, table_lines
+    from sandfleet.bench.compare import IncomparableError, compare, table_lines
     from sandfleet.bench.report import html_report
 
-    ra, rb = json.loads(Path(a).read_text()), json.loads(Path(b).read_text())
-    cmp = compare(ra, rb)
+    ra, rb = _results(a), _results(b)
+    names = (Path(a).stem, Path(b).stem)
+    try:
+        cmp = compare(ra, rb, names=(f"A ({a})", f"B ({b})"))
+    except IncomparableError as e:
+        raise click.ClickException(str(e)) from None
     if as_json:
         click.echo(json.dumps(cmp, indent=2))
     else:
         for line in table_lines(cmp):
             click.echo(line)
     if html:
-        Path(html).write_text(html_report(ra, rb, cmp, names=(Path(a).stem, Path(b).stem)))
+        Path(html).write_text(html_report(ra, rb, cmp, names=names))
         click.echo(f"report: {html}", err=True)

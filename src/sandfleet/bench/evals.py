@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ from sandfleet.bench.load import Progress
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.base import Sandbox, Snapshot
+from sandfleet.stats import percentile
 
 DEFAULT_TASK = "implement-roman-numerals"
 
@@ -105,4 +105,4 @@ async def run_evals(task_ref: str, backend: str, workers: int, duration_s: float
     return {"task": task.name, "workers": workers, "completed": len(done), "failures": len(errors),
             "failure_examples": errors[:3], "wall_s": round(wall, 2),
             "evals_per_min": round(len(done) / wall * 60, 2),
-            "eval_median_s": round(statistics.median(done), 3) if done else None}
+            "eval_median_s": round(percentile(done, 50), 3) if done else None}

@@ -1,6 +1,7 @@
 """Micro-benchmark of the sandbox layer, measured side by side in one run.
 
-Figures (keys of the JSON):
+Figures (keys of the JSON; every median and percentile is :func:`sandfleet.stats.percentile`,
+and ``provenance`` says where it ran):
 - ``create_exec_close_p50_ms`` / ``_p99_ms``: a fresh sandbox, ``true`` in it, closed;
 - ``raw_bwrap_true_p50_ms``: ``bwrap --unshare-all true`` alone, for scale;
 - ``acquire_p50_ms``: taking a sandbox from a warm pool;
@@ -18,26 +19,22 @@ import asyncio
 import logging
 import os
 import shutil
-import statistics
 import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
 
 from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
+from sandfleet.provenance import provenance
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox, create_many
 from sandfleet.sandbox.pool import WarmPool
 from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.stats import percentile
 
 Progress = Callable[[str], None]
 
 log = logging.getLogger(__name__)
-
-
-def pct(xs: list[float], q: float) -> float:
-    s = sorted(xs)
-    return s[min(len(s) - 1, round(q / 100 * (len(s) - 1)))]
 
 
 def bare_spawn_ms(n: int) -> float:
@@ -48,7 +45,7 @@ def bare_spawn_ms(n: int) -> float:
         pid = os.posix_spawn(true, [true], {})
         os.waitpid(pid, 0)
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+    return percentile(ts, 50) * 1e3
 
 
 def raw_bwrap_ms(n: int) -> float | None:
@@ -59,7 +56,7 @@ def raw_bwrap_ms(n: int) -> float | None:
         t = time.perf_counter()
         subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], check=False)
         ts.append(time.perf_counter() - t)
-    return statistics.median(ts) * 1e3
+    return percentile(ts, 50) * 1e3
 
 
 async def run_micro(
@@ -68,7 +65,8 @@ async def run_micro(
     say = progress or (lambda _m: None)
     raise_nofile()
     spec = SandboxSpec(backend=backend)
-    out: dict[str, Any] = {"backend": backend, "n": n}
+    out: dict[str, Any] = {"backend": backend, "n": n,
+                           "provenance": provenance({"bench": "micro", "backend": backend, "n": n, "idle": idle})}
     warm = await create_sandbox(spec)  # builds the agent, warms caches
     out["backend"] = warm.backend
     await warm.close()
@@ -81,8 +79,8 @@ async def run_micro(
         await sb.exec(["true"])
         await sb.close()
         ts.append((time.perf_counter() - t) * 1e3)
-    out["create_exec_close_p50_ms"] = round(statistics.median(ts), 2)
-    out["create_exec_close_p99_ms"] = round(pct(ts, 99), 2)
+    out["create_exec_close_p50_ms"] = round(percentile(ts, 50), 2)
+    out["create_exec_close_p99_ms"] = round(percentile(ts, 99), 2)
     raw = raw_bwrap_ms(n) if out["backend"] == "bwrap" else None
     out["raw_bwrap_true_p50_ms"] = None if raw is None else round(raw, 2)
 
@@ -95,7 +93,7 @@ async def run_micro(
             sb = await pool.acquire()
             acq.append((time.perf_counter() - t) * 1e3)
             await pool.release(sb)
-    out["acquire_p50_ms"] = round(statistics.median(acq), 3)
+    out["acquire_p50_ms"] = round(percentile(acq, 50), 3)
 
     say("exec round trip vs bare spawn")
     sb = await create_sandbox(spec)
@@ -108,9 +106,9 @@ async def run_micro(
     finally:
         await sb.close()
     bare = bare_spawn_ms(max(n * 4, 200))
-    out["exec_rtt_p50_ms"] = round(statistics.median(rtt), 3)
+    out["exec_rtt_p50_ms"] = round(percentile(rtt, 50), 3)
     out["bare_spawn_p50_ms"] = round(bare, 3)
-    out["exec_rtt_ratio"] = round(statistics.median(rtt) / bare, 2)
+    out["exec_rtt_ratio"] = round(percentile(rtt, 50) / bare, 2)
 
     say(f"{idle} idle sandboxes")
     boxes: list[Sandbox] = []

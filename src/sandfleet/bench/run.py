@@ -1,8 +1,10 @@
 """``sandfleet bench run``: the capacity benchmark, mode by mode, into one results dict.
 
-Modes run in this order: ``single``, ``sweep`` (``capacity`` is derived from it),
-``baseline``, ``evals``, ``soak``, ``density``. The results dict is filled in place and
-handed to ``save`` after every mode, so an interrupted run keeps what it measured.
+Modes run in this order: ``single``, ``sweep`` (with the interleaved single baseline, and
+``capacity`` derived from it, on a finer grid around the crossing), ``baseline``, ``evals``,
+``soak``, ``density``. The results dict is filled in place and handed to ``save`` after every
+mode and sweep level, so an interrupted run keeps what it measured. ``results["provenance"]``
+(:func:`sandfleet.provenance.provenance`) says where and with what configuration it ran.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 import contextlib
 import math
 import os
-import platform
+import pwd
 import statistics
 import time
 from collections.abc import Callable
@@ -20,16 +22,30 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.bench import load
+from sandfleet.bench.compare import SCHEMA
 from sandfleet.bench.load import Progress
 from sandfleet.bench.throttle import Throttle
-from sandfleet.bench.workers import SandboxFleet, Worker, bare_workers, close_all
-from sandfleet.bench.workload import Command, missing_programs, prepare_workload, select
-from sandfleet.errors import HostUnsupportedError
+from sandfleet.bench.workers import (
+    MAX_OUTPUT,
+    Sample,
+    SandboxFleet,
+    Worker,
+    bare_workers,
+    close_all,
+    cpu_quota,
+    layer_kind,
+    tmpfs_dir,
+)
+from sandfleet.bench.workload import Command, missing_programs, prepare_workload, select, workload_id
+from sandfleet.errors import ConfigError, HostUnsupportedError
+from sandfleet.provenance import provenance
 from sandfleet.sandbox import resolve_backend
 
-SCHEMA = "sandfleet.bench/1"
 MODES = ("single", "sweep", "capacity", "baseline", "evals", "soak", "density")
 DEFAULT_MODES = ("single", "sweep", "capacity", "baseline", "evals", "density")
+MIN_SAMPLES = 40
+"""Successful samples per command and load level (and in the interleaved single baseline)
+that a p95 is taken from, unless the level's time cap comes first."""
 
 
 @dataclass
@@ -42,10 +58,15 @@ class BenchConfig:
     """Seconds of each timed phase: every sweep level, each baseline side, evals, soak."""
     repeats: int = 5
     """Timed rounds of the mix in ``single``."""
-    min_samples: int = 10
-    """Each sweep level runs on past its duration until every command ran this often."""
+    min_samples: int = MIN_SAMPLES
+    """Each sweep level runs on past its duration until every command has this many
+    successful samples (or ``level_cap_s`` passes); so does the interleaved single baseline."""
+    level_cap_s: float | None = None
+    """Longest a sweep level runs to reach ``min_samples``; default 10 x ``duration_s``."""
     ns: tuple[int, ...] = ()
-    """Load levels of the sweep; default 1, 2, 4, ... up to 2x the hardware threads."""
+    """Coarse load levels of the sweep; default 1, 2, 4, ... up to 2x the hardware threads."""
+    refine: int = 3
+    """Most levels added between the last coarse level within the target and the first past it."""
     target: float = 1.5
     commands: tuple[str, ...] = ()
     throttle: float | None = None
@@ -54,6 +75,30 @@ class BenchConfig:
     density_max: int = 1024
     density_budget_mib: float | None = None
     threads: int = field(default_factory=lambda: len(os.sched_getaffinity(0)))
+
+    def check(self) -> None:
+        """Refuse a configuration that can't measure anything, naming the field."""
+        bad = [m for m in self.modes if m not in MODES]
+        if bad:
+            raise ConfigError(f"unknown modes {sorted(bad)}; known: {', '.join(MODES)}")
+        for name in ("duration_s", "target"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"{name} must be positive, not {getattr(self, name)}")
+        if self.target < 1:
+            raise ConfigError(f"target is a slowdown (>= 1, e.g. 1.5), not {self.target}")
+        for name in ("repeats", "min_samples", "refine"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, not {getattr(self, name)}")
+        if self.level_cap_s is not None and self.level_cap_s <= 0:
+            raise ConfigError(f"level_cap_s must be positive, not {self.level_cap_s}")
+        if any(n < 1 for n in self.ns):
+            raise ConfigError(f"load levels must be >= 1, not {list(self.ns)}")
+        if self.threads < 1:
+            raise ConfigError(f"threads must be >= 1, not {self.threads}")
+
+    @property
+    def cap_s(self) -> float:
+        return self.level_cap_s if self.level_cap_s is not None else 10 * self.duration_s
 
 
 def default_ns(threads: int) -> tuple[int, ...]:
@@ -65,25 +110,24 @@ def default_ns(threads: int) -> tuple[int, ...]:
     return tuple(sorted(ns))
 
 
-def host_facts(backend: str) -> dict[str, Any]:
-    """What the figures depend on: CPU, threads, kernel, page size, memory, backend."""
-    model = ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.lower().startswith(("model name", "cpu model", "processor\t: arm")):
-                model = line.split(":", 1)[1].strip()
-                break
+def host_facts(backend: str, throttle: float | None = None) -> dict[str, Any]:
+    """:func:`sandfleet.provenance.host` (CPU, threads, kernel, memory, ...) and what else the
+    bench's figures depend on: page size, backend, cgroup layout, throttle, load average."""
+    from sandfleet.provenance import host
     from sandfleet.sandbox import cgroups
 
-    mem = 0
-    with contextlib.suppress(OSError):
-        mem = int(Path("/proc/meminfo").read_text().split()[1]) // 1024
-    return {"hostname": platform.node(), "cpu_model": model or platform.processor(),
-            "arch": platform.machine(), "threads": len(os.sched_getaffinity(0)),
-            "cpu_count": os.cpu_count(), "kernel": platform.release(),
-            "page_size": os.sysconf("SC_PAGE_SIZE"), "mem_total_mib": mem, "backend": backend,
-            "cgroup": cgroups.detect().version, "python": platform.python_version(),
-            "loadavg_start": list(os.getloadavg())}
+    return {**host(), "page_size": os.sysconf("SC_PAGE_SIZE"), "backend": backend,
+            "cgroup": cgroups.detect().version, "throttle": throttle, "loadavg_start": list(os.getloadavg())}
+
+
+def bench_provenance(cfg: BenchConfig, backend: str, commands: list[Command], ns: tuple[int, ...]) -> dict[str, Any]:
+    """The run's provenance: host (with the bench's own facts), kernel, commit, and the
+    configuration with the workload's identity (compare refuses runs whose differ)."""
+    config = {**asdict(cfg), "modes": list(cfg.modes), "ns": list(ns), "commands": [c.name for c in commands],
+              "min_samples": cfg.min_samples, "level_cap_s": cfg.cap_s, "workload": workload_id(commands)}
+    prov = provenance(config)
+    prov["host"] = {**prov["host"], **host_facts(backend, cfg.throttle)}
+    return prov
 
 
 def _geo_ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, dict[str, float]]:
@@ -98,29 +142,26 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
                     save: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run the configured modes, filling ``results``; returns it."""
     say = progress or (lambda _m: None)
-    unknown = set(cfg.modes) - set(MODES)
-    if unknown:
-        raise ValueError(f"unknown modes {sorted(unknown)}; known: {', '.join(MODES)}")
+    cfg.check()
     modes = set(cfg.modes) | ({"sweep"} if "capacity" in cfg.modes else set())
     commands = select(list(cfg.commands))
     if missing := missing_programs(commands):
         raise HostUnsupportedError(f"the bench commands need {', '.join(missing)} on this host")
     backend = resolve_backend(cfg.backend)
-    ns = cfg.ns or default_ns(cfg.threads)
-    results.update(schema=SCHEMA, host=host_facts(backend), started=time.time(),
-                   config={**asdict(cfg), "ns": list(ns), "commands": [c.name for c in commands]})
+    ns = tuple(sorted(set(cfg.ns or default_ns(cfg.threads))))
+    results.update(schema=SCHEMA, provenance=bench_provenance(cfg, backend, commands, ns), started=time.time())
     results.setdefault("single", {})
     results.setdefault("sweep", {})
     results.setdefault("capacity", None)
     results.setdefault("evals_per_min", None)
     results.setdefault("baseline_overhead", None)
-    results["host"]["throttle"] = cfg.throttle
+    host = results["provenance"]["host"]
     keep = save or (lambda _r: None)
     say("preparing the workload")
     workload = await asyncio.to_thread(prepare_workload)
     stack = contextlib.ExitStack()
     throttle = None
-    if cfg.throttle:  # sandboxes: under one throttled parent; bare workers and we: our own group
+    if cfg.throttle:  # sandboxes and bare workers: under one throttled parent; we: our own group
         from sandfleet.sandbox import cgroups
 
         stack.enter_context(cgroups.throttled_parent(cfg.throttle, cfg.threads))
@@ -140,7 +181,7 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
         if "sweep" in modes:
             await _sweep(cfg, fleet, commands, ns, results, say, keep)
         if "baseline" in modes:
-            await _baseline(cfg, fleet, workload, commands, throttle, results, say)
+            await _baseline(cfg, workload, backend, commands, results, say)
             keep(results)
         if "evals" in modes:
             from sandfleet.bench.evals import run_evals
@@ -173,25 +214,74 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
             throttle.close()
         stack.close()
         results["finished"] = time.time()
-        results["host"]["loadavg_end"] = list(os.getloadavg())
+        host["loadavg_end"] = list(os.getloadavg())
     return results
+
+
+def _rounded(xs: dict[str, list[float]]) -> dict[str, list[float]]:
+    return {c: [round(x, 5) for x in v] for c, v in sorted(xs.items())}
 
 
 async def _sweep(cfg: BenchConfig, fleet: SandboxFleet, commands: list[Command], ns: tuple[int, ...],
                  results: dict[str, Any], say: Progress, keep: Callable[[dict[str, Any]], None]) -> None:
+    """Coarse levels, then up to ``cfg.refine`` finer ones around the crossing; before every
+    level and after the last, rounds of the mix in one sandbox alone (the interleaved single
+    baseline every slowdown is taken against)."""
     ws = await fleet.workers(max(ns))
+    pool: list[Sample] = []
+    raw: dict[str, dict[str, list[float]]] = {}
+    slots = len(ns) + 1
+    rounds = max(1, math.ceil(cfg.min_samples / slots))
+    sweep = results["sweep"]
+
+    async def single_slot(final: bool = False) -> None:
+        r = rounds
+        if final:  # and as many more as it takes for every command to have min_samples
+            have = load.latencies(pool)
+            r = max(rounds, cfg.min_samples - min(len(have.get(c.name, [])) for c in commands))
+        say(f"interleaved single: one sandbox alone, {r} round(s) of {len(commands)} commands")
+        pool.extend(await load.run_rounds(ws[0], commands, r, warmup=not pool))
+
+    def reduce(with_ci: bool) -> None:
+        ref = load.summarize(pool, ci=with_ci)
+        ref_raw = load.latencies(pool)
+        results["interleaved_single"] = {"commands": ref, "failures": load.failures_of(pool),
+                                         "rounds_per_slot": rounds, "samples_s": _rounded(ref_raw)}
+        for n, row in sweep.items():
+            row["slowdown"] = load.slowdowns(row["commands"], ref, raw.get(n) if with_ci else None,
+                                             ref_raw if with_ci else None)
+        if "capacity" in cfg.modes:
+            results["capacity"] = load.capacity(sweep, cfg.target, cfg.threads)
+
+    async def level(n: int, kind: str) -> None:
+        await single_slot()
+        say(f"sweep ({kind}): {n} busy sandboxes for {cfg.duration_s:.0f}s, on until {cfg.min_samples} samples "
+            f"per command or {cfg.cap_s:.0f}s")
+        t = time.perf_counter()
+        samples = await load.drive(ws[:n], commands, cfg.duration_s, say, f"sweep N={n}:", cfg.min_samples, cfg.cap_s)
+        wall = time.perf_counter() - t
+        summary = load.summarize(samples)
+        short = sorted(c.name for c in commands if (summary.get(c.name) or {}).get("n", 0) < cfg.min_samples)
+        raw[str(n)] = load.latencies(samples)
+        sweep[str(n)] = {"commands": summary, "failures": load.failures_of(samples), "grid": kind,
+                         "wall_s": round(wall, 2), "short_of_min_samples": short,
+                         "samples_s": _rounded(raw[str(n)])}
+        if short:
+            say(f"sweep N={n}: {', '.join(short)} below {cfg.min_samples} samples at the {cfg.cap_s:.0f}s cap")
+        reduce(with_ci=False)
+        keep(results)
+
     try:
         for n in ns:
-            say(f"sweep: {n} busy sandboxes for {cfg.duration_s:.0f}s")
-            samples = await load.drive(ws[:n], commands, cfg.duration_s, say, f"sweep N={n}:", cfg.min_samples)
-            results["sweep"][str(n)] = {"commands": load.summarize(samples),
-                                        "failures": load.failures_of(samples)}
-            ref = results["sweep"].get("1", {}).get("commands") or results["single"]
-            for row in results["sweep"].values():
-                row["slowdown"] = load.slowdowns(row["commands"], ref)
-            if "capacity" in cfg.modes:
-                results["capacity"] = load.capacity(results["sweep"], cfg.target, cfg.threads)
-            keep(results)
+            await level(n, "coarse")
+        if "capacity" in cfg.modes:
+            for n in load.finer_levels(sweep, cfg.target, cfg.refine):
+                await level(n, "fine")
+        await single_slot(final=True)
+        results["sweep"] = dict(sorted(sweep.items(), key=lambda kv: int(kv[0])))
+        sweep = results["sweep"]
+        reduce(with_ci=True)
+        keep(results)
     finally:
         await close_all(ws)
 
@@ -210,14 +300,41 @@ async def _interleaved(sb: Worker, bare: Worker, commands: list[Command], repeat
     return out
 
 
-async def _baseline(cfg: BenchConfig, fleet: SandboxFleet, workload: Path, commands: list[Command],
-                    throttle: Throttle | None, results: dict[str, Any], say: Progress) -> None:
-    """Sandboxes and bare processes at full load, in halves A B B A; then one of each, interleaved."""
+async def _baseline(cfg: BenchConfig, workload: Path, backend: str, commands: list[Command],
+                    results: dict[str, Any], say: Progress) -> None:
+    """Sandboxes and bare processes at full load, in halves A B B A; then one of each,
+    interleaved. The bare workers get the sandboxes' limits, a tmpfs working copy, and the
+    same output handling; the sandboxes a tmpfs writable layer."""
+    from sandfleet.sandbox import cgroups
+
     n, half = cfg.threads, cfg.duration_s / 2
-    sbs = await fleet.workers(n)
-    bare = bare_workers(workload, n, throttle)
+    fleet = SandboxFleet(workload, backend, layer="tmpfs")
+    sbs: list[Any] = []
+    bare: list[Any] = []
     got: dict[str, list[Any]] = {"sandbox": [], "bare": []}
     try:
+        sbs = await fleet.workers(n)
+        bare = await bare_workers(workload, n, fleet.limits)
+        lim = fleet.limits
+        base, fstype = tmpfs_dir()
+        setup = {
+            "processes": {"full_load": n, "single": 1,
+                          "schedule": f"{n} sandboxes, {n} bare, {n} bare, {n} sandboxes, {half:g}s each; "
+                                      f"then one of each, each command back to back, order alternating, "
+                                      f"x {cfg.repeats}"},
+            "quota": {"limits": {"cpus": lim.cpus, "memory_mib": lim.memory_mib, "pids": lim.pids},
+                      "cpu_fraction": cgroups.cpu_fraction(), "cgroup": cgroups.detect().version,
+                      "sandbox": cpu_quota(getattr(sbs[0].sb, "cgroup", None)),
+                      "bare": cpu_quota(bare[0].cgroup)},
+            "working_copy": {
+                "sandbox": f"{layer_kind(backend, 'tmpfs')} writable layer of {lim.disk_mib} MiB; the workload "
+                           f"copied in from the fleet's snapshot",
+                "bare": f"{fstype} at {base}, a private copy per worker (cp -a by a process of its cgroup)"},
+            "output": {"stdout": "captured", "stderr": "captured", "cap_bytes_each": MAX_OUTPUT,
+                       "beyond_cap": "read, counted and dropped"},
+            "user": {"sandbox": fleet.spec.user, "bare": pwd.getpwuid(os.geteuid()).pw_name},
+            "timing": "host wall clock from sending the command to having its exit status",
+        }
         for kind in ("sandbox", "bare", "bare", "sandbox"):
             ws: list[Worker] = list(sbs) if kind == "sandbox" else list(bare)
             say(f"baseline: {n} {kind} workers for {half:.0f}s")
@@ -227,12 +344,13 @@ async def _baseline(cfg: BenchConfig, fleet: SandboxFleet, workload: Path, comma
     finally:
         await close_all(sbs)
         await close_all(bare)
+        fleet.close()
     sb_full, bare_full = load.summarize(got["sandbox"]), load.summarize(got["bare"])
     sb_single, bare_single = load.summarize(single["sandbox"]), load.summarize(single["bare"])
     full, per_full = _geo_ratio(sb_full, bare_full)
     one, per_one = _geo_ratio(sb_single, bare_single)
-    results["baseline"] = {"n": n, "sandbox_full": sb_full, "bare_full": bare_full, "sandbox_single": sb_single,
-                           "bare_single": bare_single, "failures": load.failures_of(
+    results["baseline"] = {**setup, "n": n, "sandbox_full": sb_full, "bare_full": bare_full,
+                           "sandbox_single": sb_single, "bare_single": bare_single, "failures": load.failures_of(
                                got["sandbox"] + got["bare"] + single["sandbox"] + single["bare"])}
     results["baseline_overhead"] = {"full_load": full, "single": one, "n": n, "per_command": {
         c: {"full_load": per_full.get(c), "single": per_one.get(c)} for c in sorted(set(per_full) | set(per_one))}}

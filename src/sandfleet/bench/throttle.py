@@ -1,10 +1,12 @@
-"""Slower-host emulation for what is not a sandbox: bare workers and the benchmark itself.
+"""Slower-host emulation for the benchmark process itself.
 
-Sandboxes are throttled by :func:`sandfleet.sandbox.cgroups.throttled_parent` (one parent
-group with f x T CPUs, every sandbox's own quota scaled by f). This module does the same for
-the bare baseline and this process: with ``fraction`` f on a host of T hardware threads, a
-group ``sandfleet-bench/run-<pid>`` gets f x T CPUs, and each bare worker and the benchmark's
-own process a child with f CPUs. The period is short (10 ms) so a 50 ms command feels it.
+Sandboxes, and the bare baseline's workers (whose cgroups are made by the same
+:mod:`sandfleet.sandbox.cgroups` from the sandboxes' limits), are throttled by
+:func:`sandfleet.sandbox.cgroups.throttled_parent` (one parent group with f x T CPUs, every
+group's own quota scaled by f). This module does the same for this process: with
+``fraction`` f on a host of T hardware threads, a group ``sandfleet-bench/run-<pid>`` gets
+f x T CPUs, and the benchmark's own process a child with f CPUs (:meth:`Throttle.child` makes
+more such children). The period is short (10 ms) so a 50 ms command feels it.
 The group lives outside the sandbox groups, so the reaper leaves it alone;
 :meth:`Throttle.close` removes it.
 """

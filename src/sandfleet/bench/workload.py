@@ -16,6 +16,7 @@ naming a private scratch directory, inside a sandbox or as a bare host process a
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 import shutil
@@ -87,6 +88,13 @@ def select(names: list[str] | tuple[str, ...] | None) -> list[Command]:
     if bad:
         raise SandfleetError(f"unknown bench command(s) {', '.join(bad)}; known: {', '.join(known)}")
     return [known[n] for n in names]
+
+
+def workload_id(commands: list[Command]) -> dict[str, object]:
+    """What makes two runs' latencies comparable: the workload version and each command's
+    script (a SHA-256 prefix of it), by name."""
+    return {"version": VERSION,
+            "scripts": {c.name: hashlib.sha256(c.script.encode()).hexdigest()[:16] for c in commands}}
 
 
 def missing_programs(commands: list[Command]) -> list[str]:

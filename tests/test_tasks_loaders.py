@@ -158,9 +158,9 @@ def test_examples_load() -> None:
         ("[verifier]\n", "[verifier]\nuser = 70000\n", "verifier.user", "outside the sandbox's uids"),
         (
             "[verifier]\n",
-            '[verifier]\nenvironment_mode = "separate"\n',
+            '[verifier]\nenvironment_mode = "elsewhere"\n',
             "verifier.environment_mode",
-            "must be 'shared'",
+            "must be 'shared' or 'separate'",
         ),
         ("[verifier.env]", "[verifier.env]\nX = 1", "verifier.env.X", "must be a string"),
         (
@@ -191,7 +191,7 @@ def test_harbor_users_and_artifacts_are_read(harbor: Path) -> None:
     assert task.agent_user is None and task.verifier.user is None and task.artifacts == ()
     assert declared_agent_user(task) == "agent"  # nothing declared: the non-root agent
     assert declared_agent_user(task, "app:staff") == "app"  # the image's USER, its user part
-    set_toml(harbor, "artifacts = []", 'artifacts = ["/var/out/", {source = "/srv/./model.bin", destination = "m"}]')
+    set_toml(harbor, "artifacts = []", 'artifacts = ["/var/out/", {source = "/srv/./model.bin", service = "main"}]')
     set_toml(harbor, "[agent]\n", '[agent]\nuser = "root"\n')
     set_toml(harbor, "[verifier]\n", "[verifier]\nuser = 0\n")
     task = load_task(harbor)
@@ -278,12 +278,6 @@ def test_dockerfile_errors_surface_with_line(harbor: Path) -> None:
             "must be a number",
         ),
         ("parser_name: pytest", "parser_name: swebench", "parser_name", "must be 'pytest'"),
-        (
-            "run_tests_in_same_shell: false",
-            "run_tests_in_same_shell: true",
-            "run_tests_in_same_shell",
-            "true is not supported",
-        ),
         (
             "run_tests_in_same_shell: false",
             "run_tests_in_same_shell: maybe",

@@ -11,6 +11,13 @@ The oracle runs as the task's agent user (its declared user, else the non-root `
 ``--agent-user`` overrides). When it fails so, it is run once more as root, and a task whose
 oracle passes only as root says so: declare the user (``[agent].user``, ``USER``) or run it
 with ``--agent-user root``.
+
+The report records, per task, the base its image was built from (``base``: what the FROM
+became), any substitution of it (``warnings``: a Python version no Debian ships, an Ubuntu
+base, the host standing in for a base that could not be built; ``--strict-bases`` refuses
+them instead), and the users the agent and the tests ran as. Test scripts that download at
+test time (:mod:`sandfleet.tasks.scan`) need ``--network``: without it they are reported as
+"needs network at test time", naming the lines.
 """
 
 from __future__ import annotations
@@ -48,6 +55,16 @@ class Verdict:
     noop_rewards: list[float | None] = field(default_factory=list)
     seconds: float = 0.0
     """Summed wall time of the task's rollouts."""
+    base: str | None = None
+    """What the task's FROM became, e.g. ``python:3.12-slim -> debian trixie (python 3.13)``."""
+    warnings: list[str] = field(default_factory=list)
+    """Substitutions (of the base) and other differences from Docker, each a sentence."""
+    user: str | None = None
+    """The user the agent (the oracle, the no-op) ran as."""
+    verifier_user: str | None = None
+    """The user the tests ran as."""
+    needs_network: list[str] = field(default_factory=list)
+    """Lines of the test scripts that download at test time (they need ``--network``)."""
 
 
 def _tail(result: RolloutResult) -> str:
@@ -102,10 +119,22 @@ async def validate_tasks(
     backend: str = "auto",
     image_for: ImageFor = default_image_for,
     agent_user: str | None = None,
+    network: bool = False,
+    strict_bases: bool = False,
 ) -> dict[str, Verdict]:
     """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
-    more as root, and one that passes so is invalid: "passes only as root"."""
+    more as root, and one that passes so is invalid: "passes only as root". ``network`` gives
+    the sandboxes network; ``strict_bases`` refuses substituted bases (the default
+    ``image_for`` only)."""
+    if strict_bases and image_for is default_image_for:
+        image_for = _strict_image_for
+    built: dict[str, str] = {}
+
+    async def recording_image_for(task: Task) -> str:
+        built[task.name] = image = await image_for(task)
+        return image
+
     limit = concurrency or os.cpu_count() or 1
     slots = Slots(limit)
     retry = RetryPolicy(max_attempts=1)
@@ -113,17 +142,18 @@ async def validate_tasks(
     def config(n: int = repeats, user: str | None = agent_user) -> RunConfig:
         # repeats are no GRPO group: each rollout takes a slot of its own
         return RunConfig(n=n, concurrency=limit, backend=backend, retry=retry, agent_user=user,
-                         admission="rollout")
+                         admission="rollout", network=network)
 
     oracle, noop = await asyncio.gather(
-        run_suite(tasks, OraclePolicy(), config(), image_for=image_for, slots=slots),
-        run_suite(tasks, NoopPolicy(), config(), image_for=image_for, slots=slots),
+        run_suite(tasks, OraclePolicy(), config(), image_for=recording_image_for, slots=slots),
+        run_suite(tasks, NoopPolicy(), config(), image_for=recording_image_for, slots=slots),
     )
     verdicts = {}
     for task in tasks:
         mine_o = [r for r in oracle.results if r.task == task.name]
         mine_n = [r for r in noop.results if r.task == task.name]
         verdicts[task.name] = judge(task, mine_o, mine_n)
+        fidelity(verdicts[task.name], task, built.get(task.name), [*mine_o, *mine_n], network=network)
     as_root = str(USERS.get(agent_user or "", agent_user)) == str(ROOT_UID)
     retry_root = [t for t in tasks if not as_root and t.solution is not None
                   and verdicts[t.name].status != "valid" and not any(
@@ -139,6 +169,54 @@ async def validate_tasks(
                             f"{_user_of(oracle.results, r.task)}): declare the user ([agent].user or the "
                             f"Dockerfile's USER) or run with --agent-user root\n{v.reason}")
     return verdicts
+
+
+async def _strict_image_for(task: Task) -> str:
+    from sandfleet.images.build import ensure_task_image
+
+    return await ensure_task_image(task, strict=True)
+
+
+def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[RolloutResult], *,
+             network: bool) -> None:
+    """Record on ``verdict`` the base, its substitutions, the users, and what the tests
+    download at test time (named; a reason of its own when the run had no network and the
+    task is not valid)."""
+    from sandfleet.errors import ImageError
+    from sandfleet.images.bases import resolve_base
+    from sandfleet.rollout.verifier import verifier_user
+    from sandfleet.tasks.scan import NEEDS_NETWORK, downloads_at_test_time
+
+    meta: dict[str, Any] = {}
+    if image is not None and image != "host":
+        from sandfleet.images import resolve_image
+
+        try:
+            meta = dict(resolve_image(image).meta)
+        except Exception:  # a vanished cache entry: fall back to the static mapping
+            meta = {}
+    if meta.get("base_used"):
+        verdict.base = str(meta["base_used"])
+        verdict.warnings += [str(w) for w in meta.get("warnings") or []]
+    elif task.base_image is not None:
+        try:
+            ref = resolve_base(task.base_image)
+            verdict.base = ref.describe()
+            if ref.substituted and ref.note:
+                verdict.warnings.append(ref.note)
+        except ImageError as e:
+            verdict.base = f"{task.base_image} (refused: {e})"
+    elif image == "host":
+        verdict.base = "host"
+    users = sorted({str(r.info["agent_user"]) for r in results if r.info.get("agent_user")})
+    verdict.user = ", ".join(users) or None
+    verdict.verifier_user = verdict.user if task.verifier.same_shell else verifier_user(task)
+    verdict.needs_network = downloads_at_test_time(task)
+    if verdict.needs_network and not network:
+        what = f"{NEEDS_NETWORK}: " + "; ".join(verdict.needs_network) + " (run with --network)"
+        verdict.warnings.append(what)
+        if verdict.status != "valid":
+            verdict.reason = f"{what}\n{verdict.reason}"
 
 
 def _user_of(results: Sequence[RolloutResult], task: str) -> str:
@@ -175,19 +253,34 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--agent-user", "agent_user", default=None,
               help="Run the oracle and the no-op agent as this user (root = Docker's behaviour); default: "
               "each task's declared user, else the non-root 'agent'.")
+@click.option("--network/--no-network", default=False, show_default=True,
+              help="Network in the sandboxes (tests that download at test time need it).")
+@click.option("--strict-bases", is_flag=True,
+              help="Refuse a substituted base (e.g. python:3.12, which no Debian ships) instead of warning.")
+@click.option("--reward-key", default=None,
+              help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
+@click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
 def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
-    agent_user: str | None,
+    agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
     from sandfleet.tasks.loader import load_tasks
+    from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
 
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
+    try:
+        weights = parse_reward_weights(reward_weights) if reward_weights else None
+        if reward_key and weights:
+            raise ValueError("choose --reward-key or --reward-weights, not both")
+    except ValueError as e:
+        raise click.BadParameter(str(e), param_hint="--reward-weights") from None
     tasks, failures = load_tasks(directory)
+    tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
     t0 = time.perf_counter()
     verdicts = asyncio.run(validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend,
-                                          agent_user=agent_user))
+                                          agent_user=agent_user, network=network, strict_bases=strict_bases))
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")
@@ -207,6 +300,9 @@ def validate(
         bad = {n: v for n, v in verdicts.items() if v.status != "valid"}
         for name, v in sorted(bad.items()):
             click.echo(f"\n{name}: {v.status}\n{v.reason}", err=True)
+        for name, v in sorted(verdicts.items()):
+            for warning in v.warnings:
+                click.echo(f"warning: {name}: {warning}", err=True)
         click.echo(
             f"\n{len(verdicts) - len(bad)}/{len(verdicts)} valid in {wall:.1f} s "
             f"(repeats {repeats}); report: {report_path}"

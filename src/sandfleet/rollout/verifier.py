@@ -23,6 +23,20 @@ another from the cwd). In shared mode (the default) a *root* agent can also chan
 root can in the sandbox (the task image's own Python packages, say), as in Docker.
 ``--verify separate`` (:func:`run_verifier_separately`) runs the tests in a fresh sandbox of
 the same image that receives only the workdir and the task's declared artifacts.
+
+What the task declares is carried out (docs/tasks.md):
+
+- Harbor ``[verifier].environment_mode = "separate"`` (or ``[verifier.environment]``): the
+  tests run in a fresh sandbox, of the task's image or of the image ``tests/Dockerfile``
+  builds (the tests inside it, nothing uploaded), with ``[verifier.environment]``'s limits; it
+  receives only the declared artifacts and ``/logs/artifacts``, as in Harbor.
+- The verifier's network policy: ``no-network`` cuts the network for the test command (a
+  network namespace of its own) even when the sandbox has one; ``public`` gives it the
+  sandbox's network, which the run decides (``--network``).
+- TB1 ``run_tests_in_same_shell``: the tests run in the agent's shell session (its user, cwd
+  and variables); the agent's other processes are still stopped first.
+- The reward: ``reward.json`` is read first, then ``reward.txt`` (Harbor's order), and the
+  plan's ``--reward-key``/``--reward-weights`` choose what trains.
 """
 
 from __future__ import annotations
@@ -31,6 +45,7 @@ import asyncio
 import io
 import logging
 import posixpath
+import shlex
 import tarfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -43,8 +58,11 @@ from sandfleet.errors import (
     SandboxDiedError,
     SandboxPathError,
 )
+from sandfleet.images import Image
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.trace import SpanRecorder
+from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
@@ -216,9 +234,51 @@ async def read_reward_file(sandbox: Sandbox, path: str) -> str | None:
 
 async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
     """Stop the agent, clear, upload the tests, run them, stop what they started, read the
-    reward. The agent's user is the sandbox's default user (``sandbox.spec.user``)."""
+    reward. The agent's user is the sandbox's default user (``sandbox.spec.user``). A task
+    that declares a separate verifier gets one (:func:`run_declared_separate`)."""
+    if task.verifier.mode == "separate":
+        return await run_declared_separate(task, sandbox, recorder)
+    return await _run_tests(task, sandbox, recorder)
+
+
+# Run argv with no network: a network namespace of its own (root of the sandbox's user
+# namespace may make one), then as the user ($1: a name or uid) with its groups.
+NO_NETWORK = r"""
+u=$1; shift
+uid=$(id -u "$u" 2>/dev/null || echo "$u"); gid=$(id -g "$u" 2>/dev/null || echo "$u")
+if [ "$uid" = 0 ]; then exec unshare --net -- "$@"; fi
+if getent passwd "$u" >/dev/null 2>&1; then groups=--init-groups; else groups=--clear-groups; fi
+exec unshare --net -- setpriv --reuid="$uid" --regid="$gid" $groups -- "$@"
+"""
+
+
+async def _session_state(sandbox: Sandbox, user: str) -> str | None:
+    """The newest shell-session state file ``user`` owns (the agent's shell), or None."""
+    script = ('ls -t /tmp/.sandfleet-session-* 2>/dev/null | while read -r f; do case $f in *.tmp) continue;; '
+              'esac; [ "$(stat -c %u "$f")" = "$(id -u "$1" 2>/dev/null || echo "$1")" ] && { echo "$f"; break; }; '
+              'done; true')
+    res = await sandbox.exec(["sh", "-c", script, "find", uid_of(user)], cwd="/", user="root", timeout=30)
+    found = res.stdout.strip()
+    return found or None
+
+
+async def _test_command(task: Task, sandbox: Sandbox, user: str) -> list[str]:
+    """The test command as it runs: in the agent's shell session (TB1 same shell), without
+    network where the policy says so."""
     plan = task.verifier
-    user = verifier_user(task)
+    argv = list(plan.command)
+    if plan.same_shell:
+        state = await _session_state(sandbox, user)
+        if state is not None:
+            argv = ["bash", "-c", SESSION_SCRIPT, "sandfleet-session", _guest(sandbox, state), shlex.join(argv)]
+    if plan.network is False and sandbox.spec.limits.network and sandbox.backend in ISOLATED_BACKENDS:
+        argv = ["sh", "-c", NO_NETWORK, "no-network", uid_of(user), *argv]
+    return argv
+
+
+async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
+    plan = task.verifier
+    user = sandbox.spec.user if plan.same_shell else verifier_user(task)
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="clear tests and rewards"):
@@ -233,9 +293,11 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
         home = res.stdout.strip()
     with recorder.span("other_sandbox", what="upload tests"):
         await stage_uploads(sandbox, plan.uploads, user="root")
-    env = {**plan.env, "HOME": home, "PYTHONNOUSERSITE": "1"}
+    env = dict(plan.env) if plan.same_shell else {**plan.env, "HOME": home, "PYTHONNOUSERSITE": "1"}
+    argv = await _test_command(task, sandbox, user)
+    run_as = "root" if argv[:4] == ["sh", "-c", NO_NETWORK, "no-network"] else user
     with recorder.span("verifier") as span:
-        res = await sandbox.exec(list(plan.command), cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user)
+        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=run_as)
         span["exit_code"] = res.exit_code
         if res.timed_out:
             span["timed_out"] = True
@@ -246,10 +308,10 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
     with recorder.span("other_sandbox", what="read reward"):
         text = json_text = None
         try:
-            if plan.reward == "reward-file":
-                text = await read_reward_file(sandbox, plan.reward_text_path)
-                if text is None:
-                    json_text = await read_reward_file(sandbox, plan.reward_json_path)
+            if plan.reward == "reward-file":  # reward.json first, as Harbor reads them
+                json_text = await read_reward_file(sandbox, plan.reward_json_path)
+                if json_text is None:
+                    text = await read_reward_file(sandbox, plan.reward_text_path)
         except BadRewardFile as e:
             outcome.reason, outcome.error = "bad_reward_file", str(e)
             return outcome
@@ -270,10 +332,12 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
 
 
 def carried_paths(task: Task) -> list[str]:
-    """What ``--verify separate`` carries over: the workdir and the declared artifacts
-    (one not inside another), as sandbox paths."""
+    """What a separate verifier receives (one path not inside another), as sandbox paths:
+    for a task that declares its separate verifier, Harbor's artifacts and /logs/artifacts;
+    else (``--verify separate``) the workdir and the declared artifacts."""
     out: list[str] = []
-    for path in sorted({task.workdir, *task.artifacts}, key=len):
+    wanted = set(task.verifier.carried) if task.verifier.mode == "separate" else {task.workdir, *task.artifacts}
+    for path in sorted(wanted, key=len):
         if not any(path == p or path.startswith(p.rstrip("/") + "/") for p in out):
             out.append(path)
     return out
@@ -354,13 +418,51 @@ async def unpack_outputs(task: Task, sandbox: Sandbox, archive: bytes) -> None:
                            reason="verifier_transfer")
 
 
+async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
+    """The separate verifier a Harbor task declares: a fresh sandbox of the verifier's image
+    (built from ``tests/Dockerfile`` when the task has one, else the agent's), with
+    ``[verifier.environment]``'s limits and the verifier's network policy."""
+    venv = task.verifier.environment
+    spec = sandbox.spec
+    updates: dict[str, object] = {}
+    limits: dict[str, object] = {}
+    if venv is not None:
+        limits = {"cpus": venv.cpus, "memory_mib": venv.memory_mib, "disk_mib": venv.storage_mib}
+        if venv.dockerfile is not None:
+            with recorder.span("other_sandbox", what="verifier image"):
+                image = await ensure_verifier_image(task)
+            updates["image"] = image.hash
+            updates["env"] = {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]
+            updates["writable_dirs"] = tuple(d for d in spec.writable_dirs if d != "/tests")  # the tests are baked in
+    if task.verifier.network is False:
+        limits["network"] = False
+    fresh_spec = spec.model_copy(update={**updates, "limits": spec.limits.model_copy(update=limits)})
+
+    async def start() -> Sandbox:
+        return await create_sandbox(fresh_spec)
+
+    return await run_verifier_separately(task, sandbox, recorder, start)
+
+
+async def ensure_verifier_image(task: Task) -> Image:
+    """The image of a task's ``tests/Dockerfile`` (built and cached like a task image)."""
+    from sandfleet.images.build import build_task_image
+
+    venv = task.verifier.environment
+    assert venv is not None and venv.dockerfile is not None
+    verifier_task = task.model_copy(update={
+        "name": f"{task.name}.verifier", "dockerfile": venv.dockerfile, "context_dir": venv.context_dir,
+        "build_timeout_s": venv.build_timeout_s})
+    return await asyncio.to_thread(build_task_image, verifier_task)
+
+
 async def run_verifier_separately(
     task: Task, sandbox: Sandbox, recorder: SpanRecorder, start: Callable[[], Awaitable[Sandbox]]
 ) -> VerifierOutcome:
     """Harbor's separate mode: stop the agent, carry its workdir and declared artifacts into a
     fresh sandbox of the same image (``start()`` makes it), verify there, close it. Nothing
     else the agent did -- processes, files outside those paths, a changed system -- reaches
-    the tests."""
+    the tests. (A task that declares its separate verifier carries Harbor's artifacts only.)"""
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="copy out workdir"):
@@ -370,7 +472,7 @@ async def run_verifier_separately(
     try:
         with recorder.span("other_sandbox", what="copy in workdir"):
             await unpack_outputs(task, fresh, archive)
-        return await run_verifier(task, fresh, recorder)
+        return await _run_tests(task, fresh, recorder)
     finally:
         await asyncio.shield(_close_quietly(fresh))
 

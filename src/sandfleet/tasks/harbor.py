@@ -1,18 +1,28 @@
 """Loading a Harbor task folder (``task.toml``, ``instruction.md``, ``environment/``,
 ``tests/test.sh``, ``solution/solve.sh``).
 
-``task.toml`` is read as Harbor's ``TaskConfig`` reads it (schema 1.0-1.1: ``version`` or
-``schema_version``; ``[task]``, ``[metadata]``, ``[verifier]``, ``[agent]``, ``[environment]``,
-``[solution]``; the older ``memory = "4G"`` / ``storage`` spellings). ``[metadata]`` and
-``[task]`` accept any key. The sections sandfleet acts on reject unknown keys, and features it
-can't honour (GPUs, MCP servers, separate verifier environments, multi-step tasks, compose
-environments) are refused by name rather than silently dropped. ``[agent].user`` and
-``[verifier].user`` say who the agent and the tests run as; ``artifacts`` name the agent's
-outputs outside its workdir, which ``--verify separate`` carries into the verifier's sandbox.
+``task.toml`` is read as Harbor 0.25's ``TaskConfig`` reads it (schema 1.0-1.4: ``version`` or
+``schema_version``; ``[task]``, ``[metadata]``, ``[verifier]`` with ``[verifier.environment]``,
+``[agent]``, ``[environment]``, ``[solution]``, ``artifacts``; the older ``memory = "4G"`` /
+``storage`` / ``allow_internet`` spellings). ``[metadata]`` and ``[task]`` accept any key. Every
+other field is either carried out or refused by name, never dropped: the sections sandfleet
+acts on reject unknown keys, and the features it can't honour (GPUs, TPUs, MCP servers,
+skills, healthchecks, allowlist networks, host-templated env values, verifier collect hooks,
+artifact destinations on the host, multi-step tasks, compose environments) raise
+:class:`TaskError` naming the field. docs/tasks.md lists each field and what happens to it.
+
+Carried out: ``[agent].user`` and ``[verifier].user`` (who the agent and the tests run as);
+``[verifier].environment_mode`` and ``[verifier.environment]`` (a separate verifier sandbox:
+the task's image, or one built from ``tests/Dockerfile`` with the tests inside it);
+``artifacts`` (carried into a separate verifier's sandbox, as Harbor does); the network
+policies (``[environment]``/``[agent]``/``[verifier]`` ``network_mode``, ``allow_internet``);
+``[environment].workdir``; ``[verifier].env``. The instruction loses its leading canary lines,
+as Harbor's ``strip_canary`` does.
 """
 
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any, Literal
@@ -22,7 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sandfleet.errors import TaskError
 from sandfleet.sandbox.spec import check_user
 from sandfleet.tasks._validate import validate
-from sandfleet.tasks.model import SolutionPlan, Upload, VerifierPlan
+from sandfleet.tasks.model import SolutionPlan, Upload, VerifierEnvironment, VerifierPlan
+
+NetworkMode = Literal["public", "no-network", "allowlist"]
+ARTIFACTS_DIR = "/logs/artifacts"
+"""Harbor's convention artifacts folder: always carried into a separate verifier."""
+_TEMPLATE = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*))?\}")
+"""A value Harbor resolves from the host's environment (``resolve_env_vars``)."""
+_CANARY = re.compile(r"^(<!--.*canary.*-->|#.*canary.*)$", re.IGNORECASE)
 
 
 class _Section(BaseModel):
@@ -33,11 +50,20 @@ class HarborVerifier(_Section):
     timeout_sec: float = Field(600.0, gt=0)
     """Verifier wall-clock limit."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment of test.sh."""
+    """Environment of test.sh (literal values only)."""
     user: str | int | None = None
     """User to run test.sh as (default: the non-root ``verifier``)."""
-    environment_mode: Literal["shared"] = "shared"
-    """Only ``shared`` (the verifier runs in the agent's sandbox) is supported."""
+    environment_mode: Literal["shared", "separate"] | None = None
+    """``shared``: the tests run in the agent's sandbox; ``separate``: in a fresh one. Default:
+    separate when ``[verifier.environment]`` is set, else shared."""
+    environment: dict[str, Any] | None = None
+    """The separate verifier's environment (same keys as ``[environment]``)."""
+    network_mode: NetworkMode | None = None
+    """The verifier phase's network policy (default: its environment's)."""
+    allowed_hosts: list[str] | None = None
+    """Hosts of an allowlist policy; not supported."""
+    collect: list[Any] = Field(default_factory=list)
+    """Commands run in compose services before artifacts are collected; not supported."""
 
 
 class HarborAgent(_Section):
@@ -47,6 +73,10 @@ class HarborAgent(_Section):
     """Agent installation limit (sandfleet's agents need no setup; kept for fidelity)."""
     user: str | int | None = None
     """User to run the agent as (default: the Dockerfile's USER, else the non-root ``agent``)."""
+    network_mode: NetworkMode | None = None
+    """The agent phase's network policy (default: the environment's)."""
+    allowed_hosts: list[str] | None = None
+    """Hosts of an allowlist policy; not supported."""
 
 
 class HarborEnvironment(_Section):
@@ -69,20 +99,30 @@ class HarborEnvironment(_Section):
     gpus: int = Field(0, ge=0)
     """GPUs; sandfleet supports none."""
     gpu_types: list[str] | None = None
-    """Acceptable GPU types (meaningless without GPUs)."""
-    allow_internet: bool = True
-    """Whether the task asks for network."""
+    """Acceptable GPU types; not supported."""
+    tpu: dict[str, Any] | None = None
+    """A TPU slice; not supported."""
+    allow_internet: bool | None = None
+    """Deprecated spelling of ``network_mode``: true = public, false = no-network."""
+    network_mode: NetworkMode | None = None
+    """The environment's network policy (default: public)."""
+    allowed_hosts: list[str] | None = None
+    """Hosts of an allowlist policy; not supported."""
     mcp_servers: list[Any] = Field(default_factory=list)
     """MCP servers; sandfleet supports none."""
     env: dict[str, str] = Field(default_factory=dict)
     """Environment of the sandbox (literal values only)."""
     skills_dir: str | None = None
     """Agent skills folder; not supported."""
+    healthcheck: dict[str, Any] | None = None
+    """A readiness command run after start; not supported."""
+    workdir: str | None = None
+    """The working directory of commands, overriding the Dockerfile's WORKDIR."""
 
 
 class HarborSolution(_Section):
     env: dict[str, str] = Field(default_factory=dict)
-    """Environment of solve.sh."""
+    """Environment of solve.sh (literal values only)."""
 
 
 class HarborConfig(_Section):
@@ -96,7 +136,19 @@ class HarborConfig(_Section):
     solution: dict[str, Any] = Field(default_factory=dict)
     source: str | None = None
     artifacts: list[Any] = Field(default_factory=list)
+    multi_step_reward_strategy: str | None = None
     multi_step_reward_mode: str | None = None
+
+
+class HarborArtifact(_Section):
+    source: str
+    """Absolute path in the agent's sandbox."""
+    destination: str | None = None
+    """Where Harbor copies it on the host; not supported (sandfleet collects nothing there)."""
+    exclude: list[str] = Field(default_factory=list)
+    """Patterns left out of a directory artifact; not supported."""
+    service: str | None = None
+    """Compose service to collect it from: only the main one."""
 
 
 def _size_mib(text: str, *, file: str, field: str) -> int:
@@ -115,13 +167,6 @@ def _size_mib(text: str, *, file: str, field: str) -> int:
     return mib
 
 
-class HarborArtifact(_Section):
-    source: str
-    """Absolute path in the agent's sandbox."""
-    destination: str | None = None
-    """Where Harbor copies it on the host (sandfleet keeps it in the sandbox)."""
-
-
 def _user(value: str | int | None, *, file: str, field: str) -> str | None:
     if value is None:
         return None
@@ -136,7 +181,17 @@ def _artifacts(entries: list[Any], *, file: str) -> tuple[str, ...]:
     for i, entry in enumerate(entries):
         field = f"artifacts.{i}"
         if isinstance(entry, dict):
-            entry = validate(HarborArtifact, entry, file=file, prefix=f"{field}.").source
+            artifact = validate(HarborArtifact, entry, file=file, prefix=f"{field}.")
+            if artifact.destination:
+                raise TaskError("collecting artifacts to a host folder is not supported (sandfleet carries "
+                                "artifacts into a separate verifier's sandbox only)", file=file,
+                                field=f"{field}.destination")
+            if artifact.exclude:
+                raise TaskError("exclude patterns are not supported", file=file, field=f"{field}.exclude")
+            if artifact.service not in (None, "main"):
+                raise TaskError("artifacts of other compose services are not supported", file=file,
+                                field=f"{field}.service")
+            entry = artifact.source
         if not isinstance(entry, str):
             raise TaskError("must be a path or a table with source", file=file, field=field)
         parts = entry.split("/")
@@ -145,6 +200,109 @@ def _artifacts(entries: list[Any], *, file: str) -> tuple[str, ...]:
                             file=file, field=field)
         paths.append("/" + "/".join(p for p in parts if p not in ("", ".")))
     return tuple(paths)
+
+
+def _literal_env(values: dict[str, str], *, file: str, field: str) -> None:
+    for key, value in values.items():
+        if _TEMPLATE.fullmatch(value):
+            raise TaskError("values taken from the host environment (${VAR}) are not supported",
+                            file=file, field=f"{field}.{key}")
+
+
+def _environment(raw: dict[str, Any], *, file: str, prefix: str) -> tuple[HarborEnvironment, int, int]:
+    """An ``[environment]`` (or ``[verifier.environment]``) table, its features checked;
+    returns it with its memory and storage in MiB."""
+    if isinstance(raw.get("os"), str):
+        raw = {**raw, "os": raw["os"].lower()}  # Harbor accepts any case
+    env = validate(HarborEnvironment, raw, file=file, prefix=prefix)
+    refusals = [
+        (env.gpus > 0, "gpus", "GPUs are not supported"),
+        (bool(env.gpu_types), "gpu_types", "GPU types are not supported"),
+        (env.tpu is not None, "tpu", "TPUs are not supported"),
+        (bool(env.mcp_servers), "mcp_servers", "MCP servers are not supported"),
+        (bool(env.skills_dir), "skills_dir", "skills are not supported"),
+        (env.healthcheck is not None, "healthcheck", "healthchecks are not supported"),
+        (env.network_mode == "allowlist", "network_mode", "allowlist network policies are not supported"),
+        (bool(env.allowed_hosts), "allowed_hosts", "allowlist network policies are not supported"),
+        (env.network_mode is not None and env.allow_internet is not None, "allow_internet",
+         "set either allow_internet (deprecated) or network_mode, not both"),
+    ]
+    for refused, field, message in refusals:
+        if refused:
+            raise TaskError(message, file=file, field=prefix + field)
+    _literal_env(env.env, file=file, field=prefix + "env")
+    if env.workdir is not None and (not env.workdir.startswith("/") or ".." in env.workdir.split("/")):
+        raise TaskError(f"must be an absolute path without '..', got {env.workdir!r}", file=file,
+                        field=prefix + "workdir")
+    memory = env.memory_mb
+    if env.memory is not None:
+        memory = _size_mib(env.memory, file=file, field=prefix + "memory")
+    storage = env.storage_mb
+    if env.storage is not None:
+        storage = _size_mib(env.storage, file=file, field=prefix + "storage")
+    return env, memory, storage
+
+
+def _baseline(env: HarborEnvironment) -> bool:
+    """Whether an environment's network policy is public (Harbor's default) or no-network."""
+    if env.network_mode is not None:
+        return env.network_mode == "public"
+    return env.allow_internet if env.allow_internet is not None else True
+
+
+def _phase(mode: NetworkMode | None, hosts: list[str] | None, *, file: str, prefix: str) -> bool | None:
+    """A phase's explicit network policy: True public, False no-network, None not set."""
+    if mode == "allowlist" or hosts:
+        raise TaskError("allowlist network policies are not supported", file=file,
+                        field=prefix + ("network_mode" if mode == "allowlist" else "allowed_hosts"))
+    return None if mode is None else mode == "public"
+
+
+def strip_canary(text: str) -> str:
+    """``text`` without its leading canary comment lines and the blank lines after them
+    (Harbor's ``strip_canary``)."""
+    lines = text.split("\n")
+    i = 0
+    while i < len(lines) and _CANARY.match(lines[i].strip()):
+        i += 1
+    while i < len(lines) and lines[i].strip() == "":
+        i += 1
+    return "\n".join(lines[i:])
+
+
+def _verifier_environment(folder: Path, verifier: HarborVerifier, env: HarborEnvironment, memory: int,
+                          storage: int, *, file: str) -> tuple[VerifierEnvironment, bool]:
+    """The separate verifier's environment, as Harbor resolves it: the image of
+    ``[verifier.environment]``/``tests/Dockerfile`` (tests inside it), else a fresh copy of the
+    task's own environment (tests uploaded); and its network baseline."""
+    tests = folder / "tests"
+    own = env, memory, storage
+    if verifier.environment is not None:
+        own = _environment(verifier.environment, file=file, prefix="verifier.environment.")
+        if own[0].docker_image:
+            raise TaskError("a prebuilt verifier image can't be pulled; build it from tests/Dockerfile",
+                            file=file, field="verifier.environment.docker_image")
+        if own[0].env:
+            raise TaskError("environment variables of a separate verifier's environment are not supported; "
+                            "use [verifier.env]", file=file, field="verifier.environment.env")
+        if own[0].workdir is not None:
+            raise TaskError("a separate verifier's workdir is the task's; not supported",
+                            file=file, field="verifier.environment.workdir")
+    venv, vmemory, vstorage = own
+    if (tests / "docker-compose.yaml").exists() or (tests / "docker-compose.yml").exists():
+        raise TaskError("multi-container (docker compose) verifier environments are not supported",
+                        file=str(tests / "docker-compose.yaml"))
+    bundled = (tests / "Dockerfile").is_file()
+    plan = VerifierEnvironment(
+        dockerfile=tests / "Dockerfile" if bundled else None,
+        context_dir=tests if bundled else None,
+        bundled_tests=bundled,
+        cpus=venv.cpus,
+        memory_mib=vmemory,
+        storage_mib=vstorage,
+        build_timeout_s=venv.build_timeout_sec,
+    )
+    return plan, _baseline(venv)
 
 
 def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, VerifierPlan]:
@@ -159,30 +317,22 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
     if "steps" in raw:
         raise TaskError("multi-step tasks are not supported", file=file, field="steps")
     config = validate(HarborConfig, raw, file=file)
+    for field in ("multi_step_reward_strategy", "multi_step_reward_mode"):
+        if getattr(config, field) is not None:
+            raise TaskError("multi-step tasks are not supported", file=file, field=field)
     artifacts = _artifacts(config.artifacts, file=file)
     verifier = validate(HarborVerifier, config.verifier, file=file, prefix="verifier.")
     agent = validate(HarborAgent, config.agent, file=file, prefix="agent.")
-    env = validate(HarborEnvironment, config.environment, file=file, prefix="environment.")
+    env, memory, storage = _environment(config.environment, file=file, prefix="environment.")
     solution_cfg = validate(HarborSolution, config.solution, file=file, prefix="solution.")
-    if env.gpus:
-        raise TaskError("GPUs are not supported", file=file, field="environment.gpus")
-    if env.mcp_servers:
-        raise TaskError("MCP servers are not supported", file=file, field="environment.mcp_servers")
-    if env.skills_dir:
-        raise TaskError("skills are not supported", file=file, field="environment.skills_dir")
-    for key, value in env.env.items():
-        if "$" in value:
-            raise TaskError(
-                "values taken from the host environment are not supported",
-                file=file,
-                field=f"environment.env.{key}",
-            )
-    memory = env.memory_mb
-    if env.memory is not None:
-        memory = _size_mib(env.memory, file=file, field="environment.memory")
-    storage = env.storage_mb
-    if env.storage is not None:
-        storage = _size_mib(env.storage, file=file, field="environment.storage")
+    _literal_env(verifier.env, file=file, field="verifier.env")
+    _literal_env(solution_cfg.env, file=file, field="solution.env")
+    if verifier.collect:
+        raise TaskError("collect hooks are not supported", file=file, field="verifier.collect")
+    if verifier.environment_mode == "shared" and verifier.environment is not None:
+        raise TaskError("environment_mode = 'shared' conflicts with [verifier.environment] (as in Harbor)",
+                        file=file, field="verifier.environment_mode")
+    mode = verifier.environment_mode or ("separate" if verifier.environment is not None else "shared")
 
     env_dir = folder / "environment"
     if (env_dir / "docker-compose.yaml").exists() or (env_dir / "docker-compose.yml").exists():
@@ -197,14 +347,20 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         )
     instruction_file = folder / "instruction.md"
     try:
-        instruction = instruction_file.read_text(encoding="utf-8")
+        instruction = strip_canary(instruction_file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as e:
         raise TaskError(f"can't read: {e}", file=str(instruction_file)) from None
     if not instruction.strip():
         raise TaskError("is empty", file=str(instruction_file))
     tests = folder / "tests"
-    if not (tests / "test.sh").is_file():
+    environment = None
+    baseline = _baseline(env)
+    if mode == "separate":
+        environment, baseline = _verifier_environment(folder, verifier, env, memory, storage, file=file)
+    if not (tests / "test.sh").is_file() and not (environment and environment.bundled_tests):
         raise TaskError("missing (the verifier's entry point)", file=str(tests / "test.sh"))
+    agent_network = _phase(agent.network_mode, agent.allowed_hosts, file=file, prefix="agent.")
+    verifier_network = _phase(verifier.network_mode, verifier.allowed_hosts, file=file, prefix="verifier.")
 
     solve = folder / "solution" / "solve.sh"
     solution = None
@@ -215,12 +371,16 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
             env=solution_cfg.env,
         )
     plan = VerifierPlan(
-        uploads=(Upload(source=tests, target="/tests"),),
+        uploads=() if environment and environment.bundled_tests else (Upload(source=tests, target="/tests"),),
         command=("bash", "/tests/test.sh"),
         env=verifier.env,
         timeout_s=verifier.timeout_sec,
         user=_user(verifier.user, file=file, field="verifier.user"),
         reward="reward-file",
+        mode=mode,
+        environment=environment,
+        network=verifier_network if verifier_network is not None else baseline,
+        carried=(*artifacts, ARTIFACTS_DIR) if mode == "separate" else (),
     )
     metadata = dict(config.metadata)
     if config.task:
@@ -233,7 +393,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         "cpus": env.cpus,
         "memory_mib": memory,
         "storage_mib": storage,
-        "allow_internet": env.allow_internet,
+        "allow_internet": agent_network if agent_network is not None else _baseline(env),
         "dockerfile": dockerfile if dockerfile.is_file() else None,
         "context_dir": env_dir if dockerfile.is_file() else None,
         "docker_image": env.docker_image,
@@ -243,4 +403,6 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         "tests_dir": tests,
         "metadata": metadata,
     }
+    if env.workdir is not None:
+        fields["workdir_override"] = env.workdir
     return fields, solution, plan

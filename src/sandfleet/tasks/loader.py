@@ -41,13 +41,15 @@ def load_task(path: Path | str) -> Task:
         )
     fields, solution, verifier = (load_harbor if fmt == "harbor" else load_tb1)(folder)
     extra_env = fields.pop("extra_env")
+    workdir_override = fields.pop("workdir_override", None)  # Harbor [environment].workdir
     build_timeout = fields.get("build_timeout_s", Task.model_fields["build_timeout_s"].default)
     prepare = _prepare_plan(folder, float(build_timeout))
     workdir, env, user, base = DEFAULT_WORKDIR, {}, None, fields.get("docker_image")
     if fields["dockerfile"] is not None:
         parsed = parse_dockerfile(fields["dockerfile"])
         workdir = parsed.workdir or DEFAULT_WORKDIR
-        env, user, base = dict(parsed.env), parsed.user, parsed.base.image
+        env, user, base = dict(parsed.env), parsed.user, parsed.base_image
+    workdir = workdir_override or workdir
     return Task(
         name=folder.name,
         path=folder,

@@ -1,7 +1,11 @@
 """Reading a verifier's reward: Harbor's reward files and Terminal-Bench-1's pytest output.
 
 Harbor's ``tests/test.sh`` writes ``/logs/verifier/reward.txt`` (one number) or
-``/logs/verifier/reward.json`` (an object of numbers). Terminal-Bench-1 parses the test
+``/logs/verifier/reward.json`` (an object of numbers; read first when both exist, as Harbor
+does). Which of several named rewards trains is chosen by ``--reward-key NAME`` (that one) or
+``--reward-weights a=0.7,b=0.3`` (their weighted sum); by default it is the ``reward`` key,
+else the only key, else the mean of all keys (:data:`DEFAULT_RULE`). Every named reward is
+kept in ``Reward.details`` whatever trains. Terminal-Bench-1 parses the test
 command's output with pytest's short summary (``pytest -rA``): a task is resolved when every
 test passed (SKIPPED and XFAIL count as passed, as in TB1) -- and, stricter than TB1, at
 least one test ran.
@@ -15,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 
 from sandfleet.errors import RolloutError
-from sandfleet.tasks.model import VerifierPlan
+from sandfleet.tasks.model import Task, VerifierPlan
 
 
 @dataclass(frozen=True)
@@ -41,9 +45,13 @@ def parse_reward_text(text: str) -> Reward:
     return Reward(value, {"reward": value})
 
 
+DEFAULT_RULE = "the 'reward' key, else the only key, else the mean of all keys"
+"""What trains from a reward.json without ``--reward-key``/``--reward-weights``."""
+
+
 def parse_reward_json(text: str) -> Reward:
-    """Harbor ``reward.json``: an object of numbers. The scalar is its ``reward`` key, else
-    its only value, else the mean of its values."""
+    """Harbor ``reward.json``: an object of numbers (a bare number counts as ``reward``). The
+    scalar is :data:`DEFAULT_RULE`; :func:`select_reward` chooses otherwise."""
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
@@ -105,6 +113,53 @@ def parse_pytest_output(output: str) -> Reward:
     return Reward(1.0 if ok else 0.0, {k: float(v) for k, v in counts.items()})
 
 
+def parse_reward_weights(text: str) -> dict[str, float]:
+    """``a=0.7,b=0.3`` into weights; ValueError naming what is wrong."""
+    weights: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, eq, value = part.partition("=")
+        if not part or not eq or not name.strip():
+            raise ValueError(f"expected NAME=WEIGHT[,NAME=WEIGHT...], got {part!r}")
+        try:
+            weight = float(value)
+        except ValueError:
+            raise ValueError(f"weight of {name.strip()!r} is not a number: {value!r}") from None
+        if not math.isfinite(weight):
+            raise ValueError(f"weight of {name.strip()!r} is {weight}")
+        weights[name.strip()] = weight
+    return weights
+
+
+def select_reward(reward: Reward, key: str | None = None, weights: dict[str, float] | None = None) -> Reward:
+    """The reward that trains: ``key``'s value, or the ``weights``-weighted sum of the named
+    rewards, or (neither) ``reward`` as parsed. A named reward that is missing raises
+    :class:`RolloutError` (``reason="reward_key_missing"``) naming it and those present."""
+    if key is None and not weights:
+        return reward
+    wanted = [key] if key is not None else list(weights or {})
+    missing = [k for k in wanted if k not in reward.details]
+    if missing:
+        have = ", ".join(sorted(reward.details)) or "none"
+        flag = "--reward-key" if key is not None else "--reward-weights"
+        raise RolloutError(f"the verifier's rewards have no {', '.join(map(repr, missing))} ({flag}); "
+                           f"they have: {have}", reason="reward_key_missing")
+    if key is not None:
+        return Reward(reward.details[key], reward.details)
+    assert weights
+    return Reward(sum(w * reward.details[k] for k, w in weights.items()), reward.details)
+
+
+def with_reward_selection(task: Task, key: str | None = None, weights: dict[str, float] | None = None) -> Task:
+    """``task`` with ``--reward-key``/``--reward-weights`` applied (Harbor reward files only:
+    a TB1 task's reward is its pytest verdict, unchanged)."""
+    if key is not None and weights:
+        raise ValueError("choose --reward-key or --reward-weights, not both")
+    if task.verifier.reward != "reward-file" or (key is None and not weights):
+        return task
+    plan = task.verifier.model_copy(update={"reward_key": key, "reward_weights": weights or None})
+    return task.model_copy(update={"verifier": plan})
+
+
 def reward_from(
     plan: VerifierPlan,
     *,
@@ -115,17 +170,19 @@ def reward_from(
     """The reward of one verifier run, read the way the task's format reads it.
 
     ``output`` is the verifier command's stdout+stderr; ``reward_text`` / ``reward_json`` are
-    the contents of the plan's reward files (None when absent). A Harbor verifier that wrote
-    neither file raises :class:`RolloutError` (``reason="reward_missing"``), as Harbor does.
+    the contents of the plan's reward files (None when absent); reward.json wins when both
+    exist, as in Harbor. A Harbor verifier that wrote neither file raises
+    :class:`RolloutError` (``reason="reward_missing"``), as Harbor does. The plan's
+    ``reward_key``/``reward_weights`` choose what trains (:func:`select_reward`).
     """
     if plan.reward == "pytest-output":
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")
         return parse_pytest_output(output)
-    if reward_text is not None:
-        return parse_reward_text(reward_text)
     if reward_json is not None:
-        return parse_reward_json(reward_json)
+        return select_reward(parse_reward_json(reward_json), plan.reward_key, plan.reward_weights)
+    if reward_text is not None:
+        return select_reward(parse_reward_text(reward_text), plan.reward_key, plan.reward_weights)
     raise RolloutError(
         f"the verifier wrote neither {plan.reward_text_path} nor {plan.reward_json_path}",
         reason="reward_missing",

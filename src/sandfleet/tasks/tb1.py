@@ -4,12 +4,15 @@
 As TB1's harness does: the instruction is ``instruction`` (or, in early tasks, the
 ``descriptions`` entry with key ``base``); after the agent stops, ``run-tests.sh`` and the
 contents of ``tests/`` are copied to ``/tests`` and ``bash /tests/run-tests.sh`` runs from the
-workdir with ``TEST_DIR=/tests``, as root (in a fresh shell: ``run_tests_in_same_shell: true``, which
-would run them in the agent's own shell and environment, is refused by name); its output is
-parsed with ``parser_name`` (pytest).
+workdir with ``TEST_DIR=/tests``, as root in a fresh shell -- or, with
+``run_tests_in_same_shell: true``, in the agent's own shell session (its user, cwd and
+variables), as TB1 does; its output is parsed with ``parser_name`` (pytest).
 The oracle copies ``solution.sh`` to ``/oracle/solution.sh`` and runs it with bash, or replays
 ``solution.yaml``'s keystrokes. A task without ``run-tests.sh`` gets sandfleet's offline
-default (``python3 -m pytest $TEST_DIR/test_outputs.py -rA``).
+default (``python3 -m pytest $TEST_DIR/test_outputs.py -rA``). ``docker-compose.yaml`` may
+hold one service, and only what TB1's own template puts there (the build of ``Dockerfile``,
+``TEST_DIR``, the log volumes, ``sleep infinity``); anything else in it is refused by name.
+``test_scripts`` (early TB1's shared scripts) must be in ``tests/``, which is uploaded.
 """
 
 from __future__ import annotations
@@ -54,13 +57,13 @@ class TB1Config(BaseModel):
     max_test_timeout_sec: float = Field(60.0, gt=0)
     """Test wall-clock limit."""
     run_tests_in_same_shell: bool = False
-    """Run the tests in the agent's shell session; only false is supported."""
+    """Run the tests in the agent's shell session (its user, cwd and variables)."""
     disable_asciinema: bool = False
     estimated_duration_sec: float | None = None
     expert_time_estimate_min: float | None = None
     junior_time_estimate_min: float | None = None
     test_scripts: list[str] | None = None
-    """Early TB1 shared test scripts; ignored (run-tests.sh is used)."""
+    """Early TB1 shared test scripts: each must be in ``tests/`` (uploaded to /tests)."""
 
 
 _METADATA_KEYS = (
@@ -85,7 +88,14 @@ def _read_yaml(path: Path) -> Any:
         raise TaskError(f"not valid YAML: {e}", file=str(path)) from None
 
 
+_COMPOSE_TOP = {"services", "version", "name"}
+_COMPOSE_SERVICE = {"build", "image", "container_name", "command", "environment", "volumes", "init", "tty",
+                    "stdin_open"}
+"""What TB1's template compose service holds; the harness itself sets the rest."""
+
+
 def _check_compose(path: Path) -> None:
+    """One service, and nothing in it but what TB1's template puts there (refused by name)."""
     if not path.exists():
         return
     data = _read_yaml(path)
@@ -98,6 +108,36 @@ def _check_compose(path: Path) -> None:
             file=str(path),
             field="services",
         )
+    assert isinstance(data, dict)
+    for key in data:
+        if key not in _COMPOSE_TOP:
+            raise TaskError("not supported (one service is)", file=str(path), field=str(key))
+    name, service = next(iter(services.items()))
+    prefix = f"services.{name}"
+    if not isinstance(service, dict):
+        raise TaskError("must be a mapping", file=str(path), field=prefix)
+    for key, value in service.items():
+        field = f"{prefix}.{key}"
+        if key not in _COMPOSE_SERVICE:
+            raise TaskError("not supported", file=str(path), field=field)
+        if key == "build":
+            build = {"context": value} if isinstance(value, str) else value
+            if not isinstance(build, dict) or set(build) - {"context", "dockerfile"} or \
+                    str(build.get("context", ".")).rstrip("/") not in (".", "") or \
+                    build.get("dockerfile", "Dockerfile") != "Dockerfile":
+                raise TaskError("only the task folder's Dockerfile is built (context '.', dockerfile "
+                                "'Dockerfile')", file=str(path), field=field)
+        if key == "environment":
+            items = value if isinstance(value, list) else [f"{k}={v}" for k, v in (value or {}).items()]
+            for item in items:
+                if str(item).split("=", 1)[0] != "TEST_DIR":
+                    raise TaskError(f"only TEST_DIR is supported (set to /tests), not {item!r}; put the "
+                                    "variable in the Dockerfile's ENV", file=str(path), field=field)
+        if key == "volumes":
+            for item in value or []:
+                if "T_BENCH_" not in str(item):
+                    raise TaskError(f"volumes other than TB1's log folders are not supported: {item!r}",
+                                    file=str(path), field=field)
 
 
 def _solution(folder: Path) -> SolutionPlan | None:
@@ -126,9 +166,10 @@ def load_tb1(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Verifie
     if not isinstance(data, dict):
         raise TaskError("must be a mapping of keys to values", file=file)
     config = validate(TB1Config, data, file=file)
-    if config.run_tests_in_same_shell:
-        raise TaskError("true is not supported: sandfleet runs the tests in a fresh shell as root, never "
-                        "in the agent's shell and environment", file=file, field="run_tests_in_same_shell")
+    for i, script in enumerate(config.test_scripts or []):
+        if not (folder / "tests" / script).is_file():
+            raise TaskError(f"{script} is not in tests/ (TB1's shared test scripts are not bundled with "
+                            "sandfleet; put it there)", file=file, field=f"test_scripts.{i}")
     instruction = config.instruction
     if instruction is None and config.descriptions:
         by_key = {d.key: d.description for d in config.descriptions}
@@ -155,9 +196,10 @@ def load_tb1(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Verifie
         command=("bash", "/tests/run-tests.sh"),
         env={"TEST_DIR": "/tests"},
         timeout_s=config.max_test_timeout_sec,
-        user="root",
+        user=None if config.run_tests_in_same_shell else "root",
         reward="pytest-output",
         parser_name=config.parser_name,
+        same_shell=config.run_tests_in_same_shell,
     )
     metadata = {k: getattr(config, k) for k in _METADATA_KEYS if getattr(config, k) is not None}
     fields = {

@@ -1,0 +1,65 @@
+"""What a task's test scripts download at test time (and so need the network for).
+
+Harbor's and Terminal-Bench's templates fetch their tools when the tests run: ``curl ... |
+sh`` (the uv installer), ``uvx -p 3.13 -w pytest ...``, ``uv pip install``, ``pip install``,
+``apt-get install``. sandfleet's sandboxes have no network unless the run gives them one
+(``--network``), so such a task fails for want of it, not for the agent's work.
+:func:`downloads_at_test_time` finds those lines, so validation can say "needs network at test
+time" and name them.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from sandfleet.tasks.model import Task
+
+NEEDS_NETWORK = "needs network at test time"
+_PATTERNS = (
+    ("downloads and runs a script", re.compile(r"\b(curl|wget)\b[^|#]*\|\s*(sudo\s+)?(ba|z|da)?sh\b")),
+    ("downloads", re.compile(r"\b(curl|wget)\b\s[^#]*\bhttps?://")),
+    ("uvx fetches its tools", re.compile(r"(^|[\s;&|(])uvx\s")),
+    ("uv fetches packages", re.compile(r"\buv\s+(pip\s+install|add|sync|tool\s+install|run\s+[^#]*--with|"
+                                       r"venv\s+[^#]*(-p|--python)|python\s+install|init)\b")),
+    ("pip installs packages", re.compile(r"\b(pip3?|python3?(\.\d+)?\s+-m\s+pip)\s+install\b(?![^#]*--no-index)")),
+    ("apt installs packages", re.compile(r"\bapt(-get)?\s+(-\S+\s+)*(install|update)\b")),
+    ("npm fetches packages", re.compile(r"\b(npm\s+(install|i|ci)|npx)\b")),
+    ("clones a repository", re.compile(r"\bgit\s+clone\s+\S*(https?://|git@)")),
+)
+SCRIPT_SUFFIXES = (".sh", ".bash", "")
+
+
+def _scripts(task: Task) -> list[Path]:
+    out: list[Path] = []
+    for upload in task.verifier.uploads:
+        src = upload.source
+        if src.is_file():
+            out.append(src)
+        elif src.is_dir():
+            out += sorted(p for p in src.rglob("*") if p.is_file() and p.suffix in SCRIPT_SUFFIXES)
+    venv = task.verifier.environment
+    if venv is not None and venv.context_dir is not None:  # tests baked into the verifier's image
+        out += sorted(p for p in venv.context_dir.rglob("*") if p.is_file() and p.suffix in (".sh", ".bash"))
+    return list(dict.fromkeys(out))
+
+
+def downloads_at_test_time(task: Task) -> list[str]:
+    """``file:line: what: the command`` for each line of the tests' scripts that fetches
+    something from the network when the tests run."""
+    found: list[str] = []
+    for script in _scripts(task):
+        try:
+            text = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        if script.suffix == "" and not text.startswith("#!"):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0] if not line.lstrip().startswith("#!") else ""
+            for what, pattern in _PATTERNS:
+                if pattern.search(code):
+                    rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
+                    found.append(f"{rel}:{number}: {what}: {line.strip()[:160]}")
+                    break
+    return found

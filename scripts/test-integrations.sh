@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Opt-in end-to-end runs of the integrations against the real tools (heavy installs, so not
+# in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
+#
+#   scripts/test-integrations.sh                  every section
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor)
+#
+# Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
+# (default ~/.cache/sandfleet/integrations; reused by later runs) and writes its results to
+# $OUT (default runs/integrations-<timestamp>). A section whose prerequisite is missing says
+# so and is skipped; one that runs and fails makes the script exit 1.
+#
+# Knobs: TASKS (default examples/tasks), BACKEND (bwrap), CONCURRENCY (2), MINI_VERSION
+# (2.4.6), HARBOR_SPEC ('harbor>=0.25,<0.26').
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+WORK=${SANDFLEET_INTEGRATIONS_DIR:-$HOME/.cache/sandfleet/integrations}
+OUT=${OUT:-runs/integrations-$(date +%Y%m%d-%H%M%S)}
+TASKS=${TASKS:-examples/tasks}
+BACKEND=${BACKEND:-bwrap}
+CONCURRENCY=${CONCURRENCY:-2}
+mkdir -p "$WORK" "$OUT"
+OUT=$(cd "$OUT" && pwd)
+TASKS=$(cd "$TASKS" && pwd)
+failed=()
+
+say() { printf '== %s\n' "$*"; }
+
+# venv DIR PYTHON PIP-ARGS...: make (once) a venv and install into it
+venv() {
+  local dir=$1 python=$2; shift 2
+  if [ ! -x "$dir/bin/python" ]; then "$python" -m venv "$dir"; fi
+  "$dir/bin/pip" install -q "$@"
+}
+
+# -- mini-swe-agent: `mini` with its deterministic model, environment = sandfleet's
+section_minisweagent() {
+  local v=${MINI_VERSION:-2.4.6}
+  local dir="$WORK/mini-$v" out="$OUT/minisweagent"
+  say "minisweagent: mini-swe-agent $v in $dir"
+  venv "$dir" "$ROOT/.venv/bin/python" "mini-swe-agent==$v" -e "$ROOT" || return 1
+  mkdir -p "$out"
+  cat > "$out/det.yaml" <<EOF
+model:
+  model_class: deterministic
+  outputs:
+    - {role: assistant, content: "Write it.", extra: {actions: [{command: "pwd && echo hello > out.txt && id -u"}]}}
+    - {role: assistant, content: "Too slow.", extra: {actions: [{command: "echo started; sleep 30"}]}}
+    - {role: assistant, content: "Done.", extra: {actions: [{command: "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT && cat out.txt"}]}}
+environment:
+  task: $TASKS/csv-awk-aggregate
+  backend: $BACKEND
+  timeout: 2
+EOF
+  local t0=$SECONDS
+  MSWEA_CONFIGURED=true MSWEA_GLOBAL_CONFIG_DIR="$out/cfg" MSWEA_SILENT_STARTUP=1 \
+    "$dir/bin/mini" -m deterministic -c mini.yaml -c "$out/det.yaml" \
+    --environment-class sandfleet.integrations.minisweagent.SandfleetEnvironment \
+    -t "Write hello into out.txt" -y --exit-immediately -o "$out/out.traj.json" > "$out/mini.log" 2>&1 \
+    || { tail -20 "$out/mini.log"; return 1; }
+  echo "minisweagent: $((SECONDS - t0)) s for the mini run"
+  "$dir/bin/python" - "$out/out.traj.json" <<'EOF'
+import json, sys
+t = json.load(open(sys.argv[1]))
+info = t["info"]
+assert info["exit_status"] == "Submitted" and info["submission"] == "hello\n", info
+assert info["config"]["environment_type"] == "sandfleet.integrations.minisweagent.SandfleetEnvironment"
+seen = [m["content"] for m in t["messages"] if m.get("role") in ("user", "tool")]
+assert any('"output": "/app\\n1000\\n"' in s for s in seen), seen
+assert any('"returncode": -1' in s and "timed out after 2 seconds" in s for s in seen), seen
+print("minisweagent: ok (Submitted 'hello', workdir /app as uid 1000, timeout -> returncode -1)")
+EOF
+}
+
+# -- Harbor: `harbor run` with the oracle and the nop agent on the bundled tasks, rewards
+#    against `sandfleet tasks validate`, wall time against sandfleet's own runner
+python312() {
+  local p
+  for p in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python; do
+    if command -v "$p" > /dev/null 2>&1 && "$p" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+      command -v "$p"; return 0
+    fi
+  done
+  return 1
+}
+
+section_harbor() {
+  local py out="$OUT/harbor" dir="$WORK/harbor"
+  if ! py=$(python312); then
+    say "harbor: SKIPPED (Harbor 0.25 needs Python 3.12 or later, and none was found)"
+    return 0
+  fi
+  say "harbor: ${HARBOR_SPEC:-harbor>=0.25,<0.26} with $py in $dir"
+  venv "$dir" "$py" "${HARBOR_SPEC:-harbor>=0.25,<0.26}" -e "$ROOT" || return 1
+  mkdir -p "$out"
+  local env=sandfleet.integrations.harbor:SandfleetEnvironment t0
+  export HARBOR_TELEMETRY=0
+  for agent in oracle nop; do
+    t0=$SECONDS
+    "$dir/bin/harbor" run -p "$TASKS" -a "$agent" -e "$env" --ek backend="$BACKEND" \
+      -n "$CONCURRENCY" -o "$out/jobs" --job-name "$agent" -y > "$out/harbor-$agent.log" 2>&1 || true
+    echo "$((SECONDS - t0))" > "$out/harbor-$agent.seconds"
+  done
+  t0=$SECONDS
+  .venv/bin/sandfleet tasks validate "$TASKS" --repeats 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
+    --json --report "$out/validate.json" > "$out/validate.log" 2>&1 || true
+  echo "$((SECONDS - t0))" > "$out/validate.seconds"
+  t0=$SECONDS
+  .venv/bin/sandfleet run --tasks "$TASKS" --agent oracle -n 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
+    --out "$out/sandfleet-oracle" > "$out/sandfleet-oracle.log" 2>&1 || true
+  echo "$((SECONDS - t0))" > "$out/sandfleet-oracle.seconds"
+  .venv/bin/python - "$out" <<'EOF'
+"""Per task: Harbor's oracle and nop rewards against `sandfleet tasks validate`; Harbor's
+trial wall time and phases against sandfleet's own rollout and spans (oracle agent)."""
+import json, statistics, sys
+from datetime import datetime
+from pathlib import Path
+
+out = Path(sys.argv[1])
+
+def secs(a, b):
+    return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() if a and b else None
+
+def phase(t, key):
+    p = t.get(key) or {}
+    return secs(p.get("started_at"), p.get("finished_at"))
+
+def trials(agent):
+    found = {}
+    for f in sorted((out / "jobs" / agent).glob("*/result.json")):
+        t = json.loads(f.read_text())
+        if "task_name" not in t:
+            continue
+        rewards = (t.get("verifier_result") or {}).get("rewards") or {}
+        exc = (t.get("exception_info") or {}).get("exception_type")
+        found[t["task_name"].split("/")[-1]] = {
+            "reward": rewards.get("reward"), "error": exc, "wall_s": secs(t.get("started_at"), t.get("finished_at")),
+            "env_setup_s": phase(t, "environment_setup"), "agent_s": phase(t, "agent_execution"),
+            "verifier_s": phase(t, "verifier")}
+    return found
+
+oracle, nop = trials("oracle"), trials("nop")
+valid = json.loads((out / "validate.json").read_text())
+valid = valid.get("tasks", valid)
+own = {}
+for line in (out / "sandfleet-oracle" / "rollouts.jsonl").read_text().splitlines():
+    r = json.loads(line)
+    own[r["task"]] = r
+rows, mismatches = [], []
+for task in sorted(valid):
+    v = valid[task]
+    want_o = (v.get("oracle_rewards") or [None])[0]
+    want_n = (v.get("noop_rewards") or [None])[0]
+    ho, hn, s = oracle.get(task, {}), nop.get(task, {}), own.get(task, {})
+    same = ho.get("reward") == want_o and hn.get("reward") == want_n
+    if not same:
+        mismatches.append(task)
+    sp = s.get("spans_s") or {}
+    rows.append({"task": task, "validate_oracle": want_o, "harbor_oracle": ho.get("reward"),
+                 "validate_nop": want_n, "harbor_nop": hn.get("reward"), "same": same,
+                 "harbor_errors": [e for e in (ho.get("error"), hn.get("error")) if e],
+                 "harbor_wall_s": ho.get("wall_s"), "harbor_env_setup_s": ho.get("env_setup_s"),
+                 "harbor_agent_s": ho.get("agent_s"), "harbor_verifier_s": ho.get("verifier_s"),
+                 "sandfleet_wall_s": s.get("duration_s"), "sandfleet_sandbox_start_s": sp.get("sandbox_start"),
+                 "sandfleet_agent_command_s": sp.get("agent_command"), "sandfleet_verifier_s": sp.get("verifier"),
+                 "sandfleet_other_sandbox_s": sp.get("other_sandbox")})
+
+def mean(key):
+    xs = [r[key] for r in rows if r[key] is not None]
+    return round(statistics.mean(xs), 3) if xs else None
+
+summary = {"tasks": len(rows), "rewards_equal": len(rows) - len(mismatches), "mismatches": mismatches,
+           "mean_s": {k: mean(k) for k in rows[0] if k.endswith("_s")} if rows else {},
+           "job_seconds": {n: int((out / f"{n}.seconds").read_text()) for n in
+                           ("harbor-oracle", "harbor-nop", "validate", "sandfleet-oracle")},
+           "rows": rows}
+(out / "compare.json").write_text(json.dumps(summary, indent=2))
+print(f"{'task':32} {'validate o/n':>12} {'harbor o/n':>11}  {'harbor s':>8} {'sandfleet s':>11}")
+for r in rows:
+    print(f"{r['task'][:32]:32} {r['validate_oracle']!s:>5}/{r['validate_nop']!s:<6} "
+          f"{r['harbor_oracle']!s:>5}/{r['harbor_nop']!s:<5}  {r['harbor_wall_s'] or 0:8.2f} "
+          f"{r['sandfleet_wall_s'] or 0:11.2f}{'' if r['same'] else '  <-- differs'}")
+print(json.dumps({k: v for k, v in summary.items() if k != "rows"}, indent=2))
+sys.exit(1 if mismatches or not rows else 0)
+EOF
+}
+
+sections=("$@")
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor)
+for s in "${sections[@]}"; do
+  if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
+  if ! "section_$s"; then failed+=("$s"); fi
+done
+say "results in $OUT"
+if [ ${#failed[@]} -gt 0 ]; then echo "FAILED: ${failed[*]}"; exit 1; fi
+echo "all sections passed"

@@ -104,6 +104,10 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--agent-user", "agent_user", default=None,
               help="Run the agent as this user in every task (root = Docker's behaviour); default: the "
               "task's declared user, else the non-root 'agent'.")
+@click.option("--reward-key", default=None,
+              help="The named reward of reward.json that trains (default: 'reward', else the only one, else the "
+              "mean of all).")
+@click.option("--reward-weights", default=None, help="Train on a weighted sum of named rewards instead: a=0.7,b=0.3.")
 @click.option(
     "--attempts",
     default=2,
@@ -145,6 +149,8 @@ def run(
     network: bool,
     verify: str,
     agent_user: str | None,
+    reward_key: str | None,
+    reward_weights: str | None,
     attempts: int,
     max_turns: int,
     cpu_fraction: float | None,
@@ -183,6 +189,13 @@ def run(
         tasks = [t for t in tasks if t.name in only]
     if not tasks:
         raise click.UsageError(f"no task to run under {tasks_dir}")
+    from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
+
+    try:  # which named reward trains (docs/tasks.md)
+        weights = parse_reward_weights(reward_weights) if reward_weights else None
+        tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
+    except ValueError as e:
+        raise click.UsageError(f"--reward-weights: {e}") from None
     policy = make_policy(
         agent,
         model_url=model_url,

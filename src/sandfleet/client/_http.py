@@ -37,8 +37,6 @@ CODES: dict[str, type[Exception]] = {
     "unsupported": HostUnsupportedError,
 }
 """Error codes of the service -> the exception the same failure raises locally."""
-GONE = ("sandbox_closed", "sandbox_died", "sandbox_lost", "sandbox_expired", "agent_unresponsive")
-"""Codes after which the sandbox is dead for good."""
 
 
 def error_for(status: int, body: dict[str, Any], retry_after: float | None = None) -> Exception:

@@ -22,9 +22,10 @@ import httpx
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
-from sandfleet.client._http import GONE, error_for, ndjson, raise_for_status, transport_error
+from sandfleet.client._http import error_for, ndjson, raise_for_status, transport_error
 from sandfleet.errors import (
     ProtocolError,
+    SandboxClosedError,
     SandboxDiedError,
     SandboxError,
     SandboxUnresponsiveError,
@@ -67,7 +68,7 @@ class RemoteRuntime:
 
     def _seen(self, err: Exception) -> Exception:
         """Remember that the sandbox is gone for good when the service says so."""
-        if getattr(err, "code", None) in GONE or isinstance(err, SandboxDiedError | SandboxUnresponsiveError):
+        if isinstance(err, SandboxDiedError | SandboxUnresponsiveError | SandboxClosedError):
             self.mark_dead(err)
         return err
 
@@ -244,8 +245,6 @@ class RemoteSandbox(AgentSandbox):
         if self._closed:
             return
         self._closed = True
-        if self.runtime._dead is not None and getattr(self.runtime._dead, "code", "") == "sandbox_lost":
-            return
         try:
             await self.runtime.request("DELETE", "")
         except (SandboxError, ServiceError) as e:

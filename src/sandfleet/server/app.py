@@ -33,14 +33,14 @@ from sandfleet.server import api
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.metrics import Metrics
-from sandfleet.server.service import Entry, SandboxService, parse_labels
+from sandfleet.server.service import Entry, SandboxService, check_argv, check_env, parse_labels
 
 log = logging.getLogger(__name__)
 NDJSON_TYPE = "application/x-ndjson"
 BINARY_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
-TAR_BODY = {"requestBody": {"required": True, "content": {
-    "application/x-tar": {"schema": {"type": "string", "format": "binary"}}}}}
+TAR_BODY = {"requestBody": {"required": True, "description": "an uncompressed tar stream", "content": {
+    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": api.ErrorBody} for code in (400, 401, 404, 410, 413, 422, 429, 503)}
 
@@ -325,8 +325,10 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         """Run a command; the answer streams NDJSON (see ExecRequest)."""
         e = service.entry(owner, sid)
         stdin = _b64(body.stdin_b64, "stdin_b64")
-        if isinstance(body.cmd, list) and not all(body.cmd[:1]):
-            raise Problem(400, "invalid_request", "cmd: the program name is empty")
+        check_argv(body.cmd)
+        check_env(body.env)
+        if body.cwd is not None and "\x00" in body.cwd:
+            raise Problem(400, "bad_path", "cwd holds a NUL byte")
 
         def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
             return e.sb.exec(body.cmd, cwd=body.cwd, env=body.env, stdin=stdin, timeout=body.timeout,
@@ -344,6 +346,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
     async def open_session(sid: str, body: api.SessionRequest, owner: Owner) -> api.SessionInfo:
         """A persistent shell: cwd, exported and shell variables survive between its commands."""
         e = service.entry(owner, sid)
+        check_env(body.env)
         return api.SessionInfo(id=service.open_session(e, cwd=body.cwd, env=body.env, user=body.user))
 
     @app.post("/v1/sandboxes/{sid}/sessions/{session}/run", tags=["sessions"], responses={
@@ -352,6 +355,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
                              deadline: Deadline = None) -> NDJSONResponse:
         e = service.entry(owner, sid)
         s = service.session(e, session)
+        check_argv(body.command)
 
         def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
             return s.run(body.command, timeout=body.timeout, max_output=body.max_output, on_output=on_output)

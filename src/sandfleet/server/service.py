@@ -274,13 +274,17 @@ class SandboxService:
 
     # -- create, fork, delete
 
-    def check_spec(self, spec: SandboxSpec) -> SandboxSpec:
-        """The spec as the backend gets it (the service's backend and max TTL), after the
-        checks a shared host needs: limits the host can hold, forwards it allows."""
+    def check_spec(self, spec: SandboxSpec) -> tuple[SandboxSpec, SandboxSpec]:
+        """(the spec as the backend gets it: the service's backend and --max-ttl; the spec
+        as the client sees it: its TTL, or --max-ttl where it left a longer default), after
+        the checks a shared host needs: limits the host can hold, forwards it allows."""
+        check_spec_text(spec)
         if spec.backend not in ("auto", self.backend):
             raise Problem(400, "invalid_request", f"this service runs {self.backend} sandboxes, not {spec.backend}")
         lim = spec.limits
         ttl = lim.ttl_s if lim.ttl_s is not None else self.config.max_ttl_s
+        if "ttl_s" not in lim.model_fields_set:
+            ttl = min(ttl, self.config.max_ttl_s)
         if ttl > self.config.max_ttl_s:
             raise Problem(400, "invalid_request",
                           f"ttl_s {ttl:g} is over this service's --max-ttl {self.config.max_ttl_s:g}")
@@ -305,8 +309,9 @@ class SandboxService:
             except SandfleetError as e:
                 raise Problem(400, "unknown_image", str(e).split(";")[0] + " on this service's host "
                               "(`sandfleet image ls` there lists them)") from None
-        limits = lim.model_copy(update={"ttl_s": self.config.max_ttl_s})
-        return spec.model_copy(update={"backend": self.backend, "limits": limits})
+        real = spec.model_copy(update={"backend": self.backend,
+                                       "limits": lim.model_copy(update={"ttl_s": self.config.max_ttl_s})})
+        return real, spec.model_copy(update={"limits": lim.model_copy(update={"ttl_s": ttl})})
 
     async def create(self, owner: str, spec: SandboxSpec, *, key: str | None, deadline_ms: str | None) -> Entry:
         if key is None:
@@ -335,7 +340,7 @@ class SandboxService:
         return e
 
     async def _create(self, owner: str, spec: SandboxSpec, deadline_ms: str | None) -> Entry:
-        real = self.check_spec(spec)
+        real, spec = self.check_spec(spec)
         self._take_quota(owner, 1)
         try:
             await self._admit(self.sandbox_gate, owner, deadline_ms)
@@ -513,6 +518,35 @@ def _mem_total_mib() -> int:
     except OSError:
         pass
     return 1 << 20
+
+
+IMAGE_CHARS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-")
+
+
+def check_spec_text(spec: SandboxSpec) -> None:
+    """What SandboxSpec lets through but a shared host must not take from a client: an
+    image name that is not a name (an empty one matches every hash prefix), writable
+    directories that climb out with ``..``, NULs and ``=`` where the guest splits on them."""
+    if not spec.image or len(spec.image) > 200 or not set(spec.image) <= IMAGE_CHARS:
+        raise Problem(400, "unknown_image", f"{spec.image!r} is not an image name or hash")
+    for d in spec.writable_dirs:
+        if not d.startswith("/") or "\x00" in d or ".." in d.split("/") or len(d) > 4096:
+            raise Problem(400, "bad_path", f"writable_dirs: {d!r} is not an absolute path without '..'")
+    check_env(spec.env)
+
+
+def check_env(env: dict[str, str] | None) -> None:
+    for k, v in (env or {}).items():
+        if not k or "=" in k or "\x00" in k or "\x00" in v:
+            raise Problem(400, "invalid_request", f"env: {k!r} is not a variable name (or its value holds a NUL)")
+
+
+def check_argv(cmd: str | list[str]) -> None:
+    parts = [cmd] if isinstance(cmd, str) else cmd
+    if isinstance(cmd, list) and not cmd[0]:
+        raise Problem(400, "invalid_request", "cmd: the program name is empty")
+    if any("\x00" in a for a in parts):
+        raise Problem(400, "invalid_request", "cmd: an argument holds a NUL byte")
 
 
 def parse_labels(items: Iterable[str]) -> dict[str, str]:

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,6 +109,30 @@ def start_service(dir: Path, *, args: Sequence[str] = (), tokens: list[str] | No
     line = buf.decode().split(READY, 1)[1]
     url = line.split()[0]
     return RunningService(url=url, tokens=tokens, proc=proc, dir=dir, args=list(args))
+
+
+def leftovers(ids: Iterable[str]) -> list[str]:
+    """What is left on this host of the sandboxes ``ids``: markers, cgroups, and processes
+    whose command line names them (launchers, bwrap); empty when nothing is."""
+    from sandfleet.sandbox import cgroups
+    from sandfleet.sandbox.state import state_root
+
+    wanted = set(ids)
+    root = state_root()
+    found = [f"marker {i}" for i in sorted(wanted) if (root / i).exists()]
+    found += [f"cgroup {parent}/{name}" for name, parent in sorted(cgroups.leftover_groups()) if name in wanted]
+    needles = [i.encode() for i in wanted]
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if any(n in cmd for n in needles):
+            shown = cmd.replace(b"\0", b" ")[:200].decode(errors="replace")
+            found.append(f"process {p.name}: {shown}")
+    return found
 
 
 @contextlib.contextmanager

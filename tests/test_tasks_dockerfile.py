@@ -72,7 +72,7 @@ SHELL ["/bin/bash", "-c"]
     assert steps[10] == User(20, "agent")
     assert df.workdir == "/app/sub" and df.user == "agent"
     assert df.env["GREETING"] == "hello world"
-    assert any("SHELL" in note for note in df.notes)
+    assert not df.notes  # SHELL is carried out (test_shell_applies_to_later_runs)
 
 
 def test_arg_substitution_forms_and_build_args(tmp_path: Path) -> None:
@@ -247,3 +247,16 @@ def test_substitutions_warn_and_strict_refuses() -> None:
     assert resolve_base("debian:trixie").flavour is None
     with pytest.raises(ImageBuildError, match="no Debian release ships Python 3.14"):
         resolve_base("python:3.14-slim")
+
+
+def test_shell_applies_to_later_runs(tmp_path: Path) -> None:
+    df = parse_dockerfile(write(tmp_path, 'FROM debian:12 AS a\nRUN echo sh\n'
+                                          'SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n'
+                                          'RUN echo bash\nRUN ["true"]\nFROM a\nRUN echo inherited\n'))
+    first, second, exec_form = df.stages[0].steps[1:]
+    assert isinstance(first, Run) and first.via is None
+    assert isinstance(second, Run) and second.via == ("/bin/bash", "-o", "pipefail", "-c")
+    assert isinstance(exec_form, Run) and exec_form.argv == ("true",) and exec_form.via is None
+    assert isinstance(df.steps[1], Run) and df.steps[1].via == ("/bin/bash", "-o", "pipefail", "-c")
+    with pytest.raises(ImageBuildError, match="SHELL needs a JSON array"):
+        parse_dockerfile(write(tmp_path, "FROM debian:12\nSHELL bash -c\n"))

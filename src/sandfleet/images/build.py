@@ -573,7 +573,7 @@ class _Builder:
         self.tree(step.line).mkdirs(step.path, self.owner(None, step.line))
 
     def run(self, step: Run, deadline: float) -> None:
-        argv = list(step.argv) if step.argv else ["/bin/sh", "-c", step.shell or ""]
+        argv = list(step.argv) if step.argv else [*(step.via or ("/bin/sh", "-c")), step.shell or ""]
         env = {"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
                "HOME": "/root", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8",
                **build_env(), **dict(step.build_args), **self.env}

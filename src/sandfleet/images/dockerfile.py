@@ -6,11 +6,11 @@ Supported: FROM (several stages, ``AS name``, a stage starting ``FROM`` an earli
 ``COPY --from=<the uv image>`` (``ghcr.io/astral-sh/uv[:tag]``: its ``uv``/``uvx`` come from
 the ``uv`` package, see :mod:`sandfleet.images.tools`), WORKDIR, ENV (``K V`` and
 ``K=V ...``), ARG (defaults, build args, ``$VAR`` / ``${VAR}`` / ``${VAR:-x}`` /
-``${VAR:+x}`` substitution in later lines), USER. Ignored without error: LABEL, EXPOSE, CMD,
-ENTRYPOINT, HEALTHCHECK, SHELL (noted: RUN still uses ``/bin/sh -c``), VOLUME, STOPSIGNAL,
-MAINTAINER. Everything else -- heredocs, ``RUN --mount``, ``COPY --from`` any other image,
-``ADD <url>``, ONBUILD -- raises :class:`ImageBuildError` naming the file and line (and the
-image).
+``${VAR:+x}`` substitution in later lines), USER (later RUNs run as that user), SHELL (the
+shell of later shell-form RUNs). Ignored without error, as they change nothing a task's
+commands see: LABEL, EXPOSE, CMD, ENTRYPOINT, HEALTHCHECK, VOLUME, STOPSIGNAL, MAINTAINER.
+Everything else -- heredocs, ``RUN --mount``, ``COPY --from`` any other image, ``ADD <url>``,
+ONBUILD -- raises :class:`ImageBuildError` naming the file and line (and the image).
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ class Run:
     """Exec form: run as is."""
     build_args: tuple[tuple[str, str], ...] = ()
     """ARGs in scope: set in the command's environment, as Docker does."""
+    via: tuple[str, ...] | None = None
+    """Shell form under a ``SHELL ["bash", "-c"]``: run as ``via + (shell,)``."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +167,6 @@ IGNORED = {
     "CMD",
     "ENTRYPOINT",
     "HEALTHCHECK",
-    "SHELL",
     "VOLUME",
     "STOPSIGNAL",
     "MAINTAINER",
@@ -251,9 +252,12 @@ def parse_dockerfile(
     parent: int | None = None
     workdir: str | None = None
     user: str | None = None
+    shell_argv: tuple[str, ...] | None = None
+    shells: list[tuple[str, ...] | None] = []
 
     def close_stage() -> None:
         if base is not None:
+            shells.append(shell_argv)
             stages.append(Stage(len(stages), base.stage, base, parent, tuple(steps), workdir, dict(env), user))
 
     for number, line in _logical_lines(text):
@@ -298,8 +302,9 @@ def parse_dockerfile(
             steps, args = [base], {}
             if parent is not None:  # a stage's image config carries over; its ARGs don't
                 env, workdir, user = dict(stages[parent].env), stages[parent].workdir, stages[parent].user
+                shell_argv = shells[parent]
             else:
-                env, workdir, user = {}, None, None
+                env, workdir, user, shell_argv = {}, None, None, None
             scope = dict(env)
         elif keyword == "RUN":
             flags, rest = _flags(rest, set(), fail)
@@ -308,7 +313,12 @@ def parse_dockerfile(
             if argv is not None:
                 steps.append(Run(number, None, tuple(argv), in_scope))
             else:
-                steps.append(Run(number, rest, None, in_scope))
+                steps.append(Run(number, rest, None, in_scope, shell_argv))
+        elif keyword == "SHELL":
+            chosen = _exec_form(rest)
+            if not chosen:
+                fail("SHELL needs a JSON array, e.g. SHELL [\"/bin/bash\", \"-c\"]")
+            shell_argv = tuple(chosen or ())
         elif keyword in ("COPY", "ADD"):
             flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, fail)
             source_stage = image = None
@@ -352,8 +362,7 @@ def parse_dockerfile(
                 fail("USER needs a user")
             steps.append(User(number, user))
         elif keyword in IGNORED:
-            if keyword == "SHELL":
-                notes.append(f"line {number}: SHELL ignored; RUN uses /bin/sh -c")
+            pass
         else:
             fail(f"instruction {keyword} is not supported")
     if base is None:

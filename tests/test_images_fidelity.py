@@ -171,3 +171,16 @@ async def test_tb1_same_shell_and_verifier_network_policy(tmp_path: Path) -> Non
     report = await run_suite([task], ScriptedPolicy([f"{count} > /app/agent-ifaces"]),
                              RunConfig(backend="bwrap", network=True))
     assert report.results[0].reward == 1.0, report.results[0].verifier_output
+
+
+def test_offline_install_names_the_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sandfleet.images.build as build
+    from sandfleet.errors import ImageBuildError
+
+    monkeypatch.setattr(build, "availability", lambda: {"available": False, "reason": "test: offline"})
+    folder = harbor_task(tmp_path, "offline", "FROM python:3.11-slim\nRUN pip install sandfleet-offline-probe==1.0\n")
+    with pytest.raises(ImageBuildError) as info:
+        build_task_image(load_task(folder))
+    message = str(info.value)
+    assert "Dockerfile:2: RUN exited with" in message
+    assert "pip install sandfleet-offline-probe==1.0: this build has no network" in message

@@ -210,3 +210,19 @@ def test_copy_from_uv_paths_and_versions() -> None:
     assert tool_path("ghcr.io/astral-sh/uv", "/usr/local/bin/uv") == "uv"
     with pytest.raises(ImageBuildError, match="/usr/local/lib/python3.12"):
         tool_path("ghcr.io/astral-sh/uv", "/usr/local/lib/python3.12")
+
+
+def test_failed_installs_name_their_packages() -> None:
+    from sandfleet.images.mirrors import install_failure, installs
+
+    assert installs("apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+                    "curl git && rm -rf /var/lib/apt/lists/*") == [("apt-get install", ["curl", "git"])]
+    assert installs("pip install --no-cache-dir -r req.txt pytest==8.4.1; uv pip install --system pytest-json-ctrf") \
+        == [("pip install", ["requirements from req.txt", "pytest==8.4.1"]), ("uv pip install", ["pytest-json-ctrf"])]
+    assert installs("python3 -m pip install requests") == [("pip install", ["requests"])]
+    assert installs("echo pip install x > notes.txt") == []
+    offline = install_failure("pip install pytest", "ERROR: ...", network=False)
+    assert offline is not None and "pip install pytest" in offline and "no network" in offline
+    unreachable = install_failure("apt-get install -y tmux", "Temporary failure resolving 'mirror'", network=True)
+    assert unreachable is not None and "apt-get install tmux" in unreachable and "could not be reached" in unreachable
+    assert install_failure("make all", "error", network=True) is None

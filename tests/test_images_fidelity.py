@@ -184,3 +184,11 @@ def test_offline_install_names_the_package(tmp_path: Path, monkeypatch: pytest.M
     message = str(info.value)
     assert "Dockerfile:2: RUN exited with" in message
     assert "pip install sandfleet-offline-probe==1.0: this build has no network" in message
+
+
+def test_debootstrap_names_missing_packages() -> None:
+    from sandfleet.errors import ImageBuildError
+    from sandfleet.images.debootstrap import build_base
+
+    with pytest.raises(ImageBuildError, match=r"Debian bookworm has no package\(s\) no-such-package-sf"):
+        build_base("bookworm", ("python3", "no-such-package-sf"))

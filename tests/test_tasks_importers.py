@@ -156,7 +156,7 @@ def test_cli_ls_and_import(tmp_path: Path) -> None:
     fixtures = Path(__file__).parent / "fixtures" / "tasks"
     out = runner.invoke(tasks_cli, ["ls", str(fixtures)])
     assert out.exit_code == 0, out.output
-    assert "harbor-hello" in out.output and "debian bookworm" in out.output
+    assert "harbor-hello" in out.output and "-> debian trixie (python 3.13) [substitution]" in out.output
     out = runner.invoke(tasks_cli, ["ls", "--json", str(fixtures)])
     assert '"format": "terminal-bench-1"' in out.output
     broken = tmp_path / "broken"

@@ -20,13 +20,21 @@ def tasks() -> None:
 
 
 def _base(task: Task) -> str:
+    """What the task's FROM becomes; a substitution says so (docs/tasks.md, Base images)."""
     if task.base_image is None:
         return "-"
     try:
         ref = resolve_base(task.base_image)
     except ImageBuildError as e:
         return f"{task.base_image} (unsupported: {e})"
-    return f"{task.base_image} -> debian {ref.suite}"
+    return ref.describe() + (" [substitution]" if ref.substituted else "")
+
+
+def _warning(task: Task) -> str | None:
+    try:
+        return resolve_base(task.base_image).note if task.base_image else None
+    except ImageBuildError:
+        return None
 
 
 @tasks.command("ls")
@@ -45,6 +53,7 @@ def ls(directory: Path, as_json: bool) -> None:
                 "verifier_timeout_s": task.verifier_timeout_s,
                 "base_image": task.base_image,
                 "base": _base(task),
+                "base_warning": _warning(task),
             }
             click.echo(json.dumps(row))
         for failure in failures:

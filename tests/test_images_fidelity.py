@@ -121,8 +121,11 @@ async def test_multi_stage_uv_and_user(tmp_path: Path) -> None:
     sb = await create_sandbox(image=image.hash, workdir="/app", backend="bwrap")
     try:
         r = await sb.exec("uv --version; cat /opt/out/a.txt /opt/out/link /opt/out/sub/d /home/app/who; "
-                          "stat -c %U /home/app/who /opt/out/a.txt", user="root")
-        assert r.stdout.split() == ["uv", "0.9.5", "built", "built", "deep", "app", "app", "root"], r.output
+                          "stat -c %U /home/app/who /opt/out/a.txt /app", user="root")
+        # RUN after USER runs as app; COPY --from gives root's files; WORKDIR after USER is app's (BuildKit)
+        assert r.stdout.split() == ["uv", "0.9.5", "built", "built", "deep", "app", "app", "root", "app"], r.output
+        r = await sb.exec("id -un && touch /app/mine")  # the sandbox's user: the image's USER
+        assert r.exit_code == 0 and r.stdout.strip() == "app", r.output
     finally:
         await sb.close()
 

@@ -569,8 +569,52 @@ class _Builder:
                 tree.put(dest, src, owner, chmod)
 
     def workdir_step(self, step: Workdir) -> None:
+        """WORKDIR: made where missing, owned by the USER in force (as BuildKit does), else root."""
         self.workdir = step.path
-        self.tree(step.line).mkdirs(step.path, self.owner(None, step.line))
+        tree = self.tree(step.line)
+        owner = self.owner(None, step.line)
+        if self.user and self.user.split(":", 1)[0] not in ("root", "0"):
+            owner = self.user_ids(tree, self.user) or owner
+        tree.mkdirs(step.path, owner)
+
+    def user_ids(self, tree: _Tree, spec: str) -> tuple[int, int] | None:
+        """Host owner of the image user ``spec`` (``name[:group]`` or numbers), from the image's
+        /etc/passwd and /etc/group; None when it can't be found there."""
+        def table(name: str) -> dict[str, list[str]]:
+            found = tree._find(["etc", name])
+            if found is None or not stat.S_ISREG(found[0].st_mode):
+                if found is not None:
+                    os.close(found[1])
+                return {}
+            st, dfd, _src = found
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+                rows = [line.rstrip("\n").split(":") for line in f if ":" in line]
+            return {r[0]: r for r in rows if len(r) > 3}
+
+        user, _, group = spec.partition(":")
+        passwd = table("passwd")
+        if user.isdigit():
+            uid, gid = int(user), 0
+            for row in passwd.values():
+                if row[2] == user:
+                    gid = int(row[3]) if row[3].isdigit() else 0
+        elif user in passwd and passwd[user][2].isdigit():
+            uid, gid = int(passwd[user][2]), int(passwd[user][3]) if passwd[user][3].isdigit() else 0
+        else:
+            return None
+        if group:
+            groups = table("group")
+            if group.isdigit():
+                gid = int(group)
+            elif group in groups and groups[group][2].isdigit():
+                gid = int(groups[group][2])
+        if uid >= SANDBOX_UIDS or gid >= SANDBOX_UIDS:
+            return None
+        return self.config.host_uid(uid), self.config.host_uid(gid)
 
     def run(self, step: Run, deadline: float) -> None:
         argv = list(step.argv) if step.argv else [*(step.via or ("/bin/sh", "-c")), step.shell or ""]
@@ -662,11 +706,16 @@ class _Builder:
         return {"workdir": self.workdir, "env": self.env, "user": self.user}
 
     def finish(self) -> dict[str, object]:
-        """The final stage: the workdir goes to the agent; what the image records."""
+        """The final stage: the workdir goes to the non-root ``agent`` that stands in for
+        Docker's root when the Dockerfile names no USER; with a USER, owners stay as built
+        (the agent runs as that user, as in Docker). What the image records."""
         workdir = self.df.workdir or self.task.workdir
         tree = self.tree(0)
-        agent = self.config.host_uid(AGENT_UID)
-        tree.chown_tree(tree.resolve(workdir), (agent, agent))  # the agent works here
+        if not self.df.user:
+            agent = self.config.host_uid(AGENT_UID)
+            tree.chown_tree(tree.resolve(workdir), (agent, agent))  # the agent works here
+        else:
+            tree.mkdirs(workdir, self.owner(None, 0))
         return {"workdir": workdir, "env": self.env, "user": self.df.user,
                 "dockerfile": self.dfname, "notes": list(self.df.notes), "uid_base": self.config.uid_base}
 

@@ -73,11 +73,16 @@ def test_slower_host_costs_cpu_time_not_model_time(tmp_path: Path, browser: Any)
     # ... and the KV cache waits longer on B's tool turns
     kv = a["kv_idle_fraction"]
     assert kv["B"] > kv["A"], kv
+    # sandbox_start is reported against a bare bwrap timed in the same run; provenance recorded
+    assert all(v is not None and v > 0 for v in a["raw_bwrap_true_ms"].values()), a["raw_bwrap_true_ms"]
+    assert all(p["commit"] for p in a["provenance"]["runs"].values()), a["provenance"]["runs"]
     print("e2e figures:", json.dumps({
         "delta_s": {k: round(v["delta_s"], 3) for k, v in spans.items()},
         "whatif_gap": a["whatif"], "kv_idle_fraction": kv,
         "kv_idle_fraction_through_reward": a["kv_idle_fraction_through_reward"],
         "group_wait_fraction": a["group_wait_fraction"],
-        "platform_overhead_fraction": a["platform_overhead_fraction"]}))
+        "platform_overhead_fraction": a["platform_overhead_fraction"],
+        "sandbox_start_s": {r: a["spans"][r]["sandbox_start"]["mean"] for r in ("A", "B")},
+        "raw_bwrap_true_ms": a["raw_bwrap_true_ms"]}))
 
     check_report(browser, tmp_path / "report.html", ANALYSIS_CHARTS)

@@ -107,9 +107,10 @@ def render_text(a: dict[str, Any]) -> str:
     )
     out.append(
         table(
-            ["run", "mean s", "of wall time"],
+            ["run", "mean s", "of wall time", "sandbox_start s", "raw bwrap true ms"],
             [
-                [lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab])]
+                [lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab]),
+                 _f(a["spans"][lab]["sandbox_start"]["mean"], 3), _f(a["raw_bwrap_true_ms"].get(lab), 1)]
                 for lab in labs
             ],
         )

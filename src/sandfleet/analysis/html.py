@@ -195,8 +195,11 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
     )
     parts.append(
         _table(
-            ["run", "mean s per rollout", "share of wall time"],
-            [[lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab])] for lab in labs],
+            ["run", "mean s per rollout", "share of wall time", "sandbox_start s",
+             "raw bwrap true ms (same run)"],
+            [[lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab]),
+              _f(a["spans"][lab]["sandbox_start"]["mean"], digits=3), _f(a["raw_bwrap_true_ms"].get(lab))]
+             for lab in labs],
         )
     )
     if "compare" in a:

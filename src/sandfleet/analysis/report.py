@@ -9,6 +9,8 @@ in ``docs/figures.md``) has:
 - ``runs``: label (``A``, ``B``) to name, path and rollout counts per status.
 - ``spans``: label to span (and ``total``) to ``{mean, median, p90}`` seconds.
 - ``spans_mean_s``: label to span (and ``total``) to mean seconds.
+- ``raw_bwrap_true_ms``: label to a bare ``bwrap true`` timed when the run started (its
+  ``run.json``; None when not recorded), the floor ``sandbox_start`` is reported against.
 - ``platform_overhead_s`` and ``platform_overhead_fraction``: label to the mean seconds of
   sandbox_start + other_sandbox + overhead per completed rollout, and to their share of
   the wall time.
@@ -60,9 +62,9 @@ def _ci(ci: tuple[float, float]) -> list[float | None] | None:
     return None if lo is None or hi is None else [lo, hi]
 
 
-def run_provenance(run: Run) -> Any:
-    """The ``provenance`` the run's ``run.json`` recorded; None when there is none (a
-    converted trace, a bare trace file, a run from before runs recorded it)."""
+def _run_json(run: Run, key: str) -> Any:
+    """``key`` of the run's ``run.json``; None when there is none (a converted trace, a bare
+    trace file, a run from before runs recorded it)."""
     path = run.path.parent / "run.json"
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
@@ -70,7 +72,19 @@ def run_provenance(run: Run) -> Any:
         return None
     except (OSError, ValueError) as e:
         return {"unreadable": f"{path}: {e}"}
-    return info.get("provenance") if isinstance(info, dict) else None
+    return info.get(key) if isinstance(info, dict) else None
+
+
+def run_provenance(run: Run) -> Any:
+    """The ``provenance`` the run's ``run.json`` recorded (None without one)."""
+    return _run_json(run, "provenance")
+
+
+def raw_bwrap_true_ms(run: Run) -> float | None:
+    """A bare ``bwrap true`` measured when the run started (run.json), the floor its
+    sandbox_start is reported against; None when not recorded."""
+    v = _run_json(run, "raw_bwrap_true_ms")
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
 def analyze(
@@ -122,6 +136,7 @@ def analyze(
     platform = {lab: fg.platform_overhead(run.rollouts) for lab, run in pairs}
     out["platform_overhead_s"] = {lab: _num(p.mean_s) for lab, p in platform.items()}
     out["platform_overhead_fraction"] = {lab: _num(p.fraction) for lab, p in platform.items()}
+    out["raw_bwrap_true_ms"] = {lab: _num(raw_bwrap_true_ms(run)) for lab, run in pairs}
     if len(runs) == 2:
         pairing, deltas = bd.compare(runs[0], runs[1])
         out["compare"] = {

@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Callable
 from typing import Any
@@ -28,6 +27,7 @@ from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
 from sandfleet.provenance import provenance
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox, create_many
+from sandfleet.sandbox.bwrap import raw_bwrap_true_ms
 from sandfleet.sandbox.pool import WarmPool
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.stats import percentile
@@ -44,17 +44,6 @@ def bare_spawn_ms(n: int) -> float:
         t = time.perf_counter()
         pid = os.posix_spawn(true, [true], {})
         os.waitpid(pid, 0)
-        ts.append(time.perf_counter() - t)
-    return percentile(ts, 50) * 1e3
-
-
-def raw_bwrap_ms(n: int) -> float | None:
-    if not shutil.which("bwrap"):
-        return None
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        subprocess.run(["bwrap", "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], check=False)
         ts.append(time.perf_counter() - t)
     return percentile(ts, 50) * 1e3
 
@@ -81,7 +70,7 @@ async def run_micro(
         ts.append((time.perf_counter() - t) * 1e3)
     out["create_exec_close_p50_ms"] = round(percentile(ts, 50), 2)
     out["create_exec_close_p99_ms"] = round(percentile(ts, 99), 2)
-    raw = raw_bwrap_ms(n) if out["backend"] == "bwrap" else None
+    raw = raw_bwrap_true_ms(n) if out["backend"] == "bwrap" else None
     out["raw_bwrap_true_p50_ms"] = None if raw is None else round(raw, 2)
 
     say("warm-pool acquire")

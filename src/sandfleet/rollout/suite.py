@@ -33,12 +33,14 @@ from typing import IO, Any
 
 from sandfleet.analysis.figures import platform_overhead_summary
 from sandfleet.errors import ConfigError
+from sandfleet.provenance import provenance
 from sandfleet.rollout.admission import Admission, Slots
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.prepare import Prepared, delete_snapshot, prepared_snapshot
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, failure_reason, run_with_retries, task_spec
 from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.sandbox.bwrap import raw_bwrap_true_ms
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
 from sandfleet.traceschema import SPAN_NAMES
@@ -253,7 +255,10 @@ class _Writer:
             self._load_previous(out, cfg)
         else:
             info = {"run_id": cfg.run_id, "n": cfg.n, "backend": cfg.backend, "fork": cfg.fork,
-                    "started": time.time()}
+                    "started": time.time(),
+                    "provenance": provenance({"n": cfg.n, "concurrency": cfg.concurrency, "backend": cfg.backend,
+                                              "fork": cfg.fork, "max_attempts": cfg.retry.max_attempts}),
+                    "raw_bwrap_true_ms": raw_bwrap_true_ms() if cfg.backend in ("bwrap", "auto") else None}
             write_atomic(out / "run.json", json.dumps(info, indent=2) + "\n")
         for name in ("trace.jsonl", "rollouts.jsonl", "groups.jsonl"):
             self.files[name] = open(out / name, "a", encoding="utf-8")  # noqa: SIM115

@@ -22,6 +22,7 @@ import functools
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from sandfleet.agent.build import agent_binary
@@ -32,6 +33,7 @@ from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
+from sandfleet.stats import percentile
 
 # On the "host" image a sandbox sees only the system directories of the host: every other
 # top-level entry (home, /root, /work, /srv, /mnt, top-level files, ...) and the host's own
@@ -87,6 +89,21 @@ def bwrap_version(binary: str = "bwrap") -> str | None:
         return None
     out = subprocess.run([path, "--version"], capture_output=True, text=True)
     return out.stdout.strip() or "unknown"
+
+
+def raw_bwrap_true_ms(n: int = 5) -> float | None:
+    """Median milliseconds of a bare ``bwrap ... true`` (namespaces only, no image, limits
+    or agent): the floor that a sandbox's start is reported against. None without bwrap."""
+    found = shutil.which("bwrap")
+    if not found:
+        return None
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        subprocess.run([found, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                       check=False, capture_output=True)
+        ts.append(time.perf_counter() - t)
+    return percentile(ts, 50) * 1e3
 
 
 class BwrapSandbox(LocalSandbox):

@@ -6,15 +6,18 @@ import asyncio
 import json
 import os
 import re
+import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from click.testing import CliRunner
 
+from sandfleet.bench import load
 from sandfleet.bench.report import expected_charts
 from sandfleet.bench.run import BenchConfig, run_bench
-from sandfleet.bench.workload import COMMANDS, QUICK, prepare_workload
+from sandfleet.bench.workers import SandboxFleet, close_all
+from sandfleet.bench.workload import COMMANDS, QUICK, prepare_workload, select
 from sandfleet.cli import cli
 from sandfleet.sandbox import resolve_backend
 from sandfleet.sandbox.state import list_sandboxes
@@ -83,6 +86,29 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     assert saved, "partial results are saved after each mode"
     assert not _mine()
     assert not list(Path("/dev/shm").glob(f"sandfleet-bench-bare-{os.getpid()}-*")), "bare copies removed"
+
+
+async def test_a_dead_sandbox_fails_once_not_in_a_loop(workload: Path) -> None:
+    """A sandbox that dies under load is one failure of its level, not a busy loop of them
+    while the others run on to the cap for min_samples."""
+    fleet = SandboxFleet(workload, resolve_backend("auto"))
+    try:
+        ws = await fleet.workers(2)
+        try:
+            os.kill(ws[1].sb.agent.proc.pid, signal.SIGKILL)  # type: ignore[attr-defined]
+            for _ in range(100):
+                if not ws[1].alive:
+                    break
+                await asyncio.sleep(0.05)
+            samples = await load.drive(ws, select(["git"]), 0.5, min_samples=1000, cap_s=2.0)
+        finally:
+            await close_all(ws)
+    finally:
+        fleet.close()
+    bad = [s for s in samples if not s.ok]
+    assert len(bad) == 1 and "died" in bad[0].detail, bad[:3]
+    assert sum(s.ok for s in samples) >= 2  # the live one went on to the cap
+    assert not _mine()
 
 
 async def test_cancel_keeps_partial_results(workload: Path) -> None:

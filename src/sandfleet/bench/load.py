@@ -34,7 +34,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from sandfleet.bench.workers import Sample, Worker
+from sandfleet.bench.workers import Sample, Worker, alive
 from sandfleet.bench.workload import Command
 from sandfleet.stats import bootstrap_ci, bootstrap_ci2, percentile
 
@@ -98,7 +98,10 @@ async def run_rounds(worker: Worker, commands: Sequence[Command], rounds: int, *
     out = []
     for i in range(rounds):
         for cmd in commands:
-            out.append(await worker.run(cmd, t0))
+            s = await worker.run(cmd, t0)
+            out.append(s)
+            if not s.ok and not alive(worker):  # a dead sandbox: one failure says it
+                return out
         if say is not None:
             say(f"round {i + 1}/{rounds}")
     return out
@@ -115,7 +118,8 @@ async def drive(workers: Sequence[Worker], commands: Sequence[Command], duration
                 cap_s: float | None = None) -> list[Sample]:
     """Every worker loops the mix until ``duration_s`` has passed and every command has
     ``min_samples`` successful samples in all (or, past the duration, until ``cap_s`` seconds
-    from the start); returns all samples, in order."""
+    from the start); a worker whose sandbox died stops (its death is one failed sample);
+    returns all samples, in order."""
     t0 = time.perf_counter()
     deadline = t0 + duration_s
     cap = t0 + max(duration_s, cap_s) if cap_s is not None else math.inf
@@ -132,6 +136,8 @@ async def drive(workers: Sequence[Worker], commands: Sequence[Command], duration
             s = await w.run(commands[k], t0)
             samples.append(s)
             counts[commands[k].name] += s.ok
+            if not s.ok and not alive(w):  # a dead sandbox: one failure says it, no busy loop of them
+                return
             k = (k + 1) % len(commands)
 
     async def report() -> None:

@@ -30,6 +30,7 @@ from sandfleet.bench.workers import (
     Sample,
     SandboxFleet,
     Worker,
+    alive,
     bare_workers,
     close_all,
     cpu_quota,
@@ -234,7 +235,19 @@ async def _sweep(cfg: BenchConfig, fleet: SandboxFleet, commands: list[Command],
     rounds = max(1, math.ceil(cfg.min_samples / slots))
     sweep = results["sweep"]
 
+    async def heal() -> None:
+        """Replace sandboxes that died (their level counted the failure) with fresh forks."""
+        dead = [i for i, w in enumerate(ws) if not alive(w)]
+        if dead:
+            say(f"sweep: replacing {len(dead)} dead sandbox(es)")
+            await close_all([ws[i] for i in dead])
+            fresh = await fleet.workers(len(dead))
+            for i, w in zip(dead, fresh, strict=True):
+                ws[i] = w
+            results["sweep_sandboxes_replaced"] = results.get("sweep_sandboxes_replaced", 0) + len(dead)
+
     async def single_slot(final: bool = False) -> None:
+        await heal()
         r = rounds
         if final:  # and as many more as it takes for every command to have min_samples
             have = load.latencies(pool)
@@ -257,6 +270,7 @@ async def _sweep(cfg: BenchConfig, fleet: SandboxFleet, commands: list[Command],
         await single_slot()
         say(f"sweep ({kind}): {n} busy sandboxes for {cfg.duration_s:.0f}s, on until {cfg.min_samples} samples "
             f"per command or {cfg.cap_s:.0f}s")
+        await heal()
         t = time.perf_counter()
         samples = await load.drive(ws[:n], commands, cfg.duration_s, say, f"sweep N={n}:", cfg.min_samples, cfg.cap_s)
         wall = time.perf_counter() - t

@@ -68,6 +68,11 @@ class Worker(Protocol):
     async def close(self) -> None: ...
 
 
+def alive(w: Worker) -> bool:
+    """Whether a worker can still run commands (a bare worker always can)."""
+    return bool(getattr(w, "alive", True))
+
+
 def bench_script(cmd: Command) -> str:
     """The script both kinds of worker run for ``cmd``."""
     return 'mkdir -p "$T" && ' + cmd.script
@@ -78,6 +83,11 @@ class SandboxWorker:
 
     def __init__(self, sb: Sandbox):
         self.sb = sb
+
+    @property
+    def alive(self) -> bool:
+        """False once the sandbox has died: its commands would only fail at once."""
+        return bool(self.sb.alive)
 
     async def run(self, cmd: Command, t0: float) -> Sample:
         start = time.perf_counter()

@@ -86,7 +86,7 @@ async def test_fuzz_openapi_no_5xx_and_nothing_left(tmp_path: Path) -> None:
                  "-H", f"Authorization: Bearer {svc.token}", "--checks", "not_a_server_error",
                  "--max-time", str(FUZZ_S), "--workers", "2", "--request-timeout", "60", "--seed", "7",
                  "--suppress-health-check", "all", "--phases", "examples,coverage,fuzzing"],
-                capture_output=True, text=True, timeout=FUZZ_S + 240,
+                capture_output=True, text=True, timeout=FUZZ_S + 240, cwd=tmp_path,  # its cache goes there
             )
             report = proc.stdout[-4000:] + proc.stderr[-2000:]
             assert proc.returncode == 0, report  # schemathesis found no 5xx (and no other error)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -14,6 +15,7 @@ from sandfleet.integrations import miles
 from sandfleet.integrations._common import LIVE, Settings
 from sandfleet.testing.fake_server import FakeModelServer
 from sandfleet.traceschema import SPAN_NAMES
+from test_rollout_model import model_server  # noqa: F401  (the opt-in real-model fixture)
 from test_rollout_support import make_task, needs_bwrap
 
 BWRAP = Settings(backend="bwrap")
@@ -102,3 +104,16 @@ async def test_abort_ends_the_rollouts_in_flight(tmp_path: Path) -> None:
     assert asyncio.get_running_loop().time() - t0 < 10
     assert [o["exit_status"] for o in outs] == ["aborted", "aborted"]
     assert not LIVE.jobs
+
+
+@pytest.mark.model
+@pytest.mark.skipif(os.environ.get("SANDFLEET_MODEL_TESTS") != "1", reason="real-model tests are opt-in: "
+                    "SANDFLEET_MODEL_TESTS=1 (docs/rollouts.md, 'A real model')")
+@needs_bwrap()
+async def test_run_against_a_real_model(tmp_path: Path, model_server: tuple[str, str]) -> None:  # noqa: F811
+    url, name = model_server
+    task = make_task(tmp_path)
+    out = await miles.run(url.removesuffix("/v1"), PROMPT, {"max_tokens": 128, "temperature": 0.0},
+                          {"sandfleet_task": str(task.path), "model": name, "sandfleet_max_turns": 4}, settings=BWRAP)
+    assert out["eval_report"]["status"] == "completed", out["eval_report"]
+    assert out["agent_metrics"]["turns"] >= 1 and out["agent_metrics"]["completion_tokens"] > 0

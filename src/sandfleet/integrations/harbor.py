@@ -296,5 +296,5 @@ def _make_environment_class() -> type:
         async def download_dir(self, source_dir: str, target_dir: Path | str) -> None:
             await self.sf.download_dir(source_dir, target_dir)
 
-    SandfleetEnvironment.__module__ = __name__
+    SandfleetEnvironment.__module__, SandfleetEnvironment.__qualname__ = __name__, "SandfleetEnvironment"
     return SandfleetEnvironment

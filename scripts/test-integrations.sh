@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
 # (default ~/.cache/sandfleet/integrations; reused by later runs) and writes its results to
@@ -186,8 +186,24 @@ sys.exit(1 if mismatches or not rows else 0)
 EOF
 }
 
+# -- Harbor parity: every bundled Harbor task and the edge-case fixtures parsed by Harbor's own
+#    harbor.models.task and by sandfleet's loader, field by field (scripts/harbor_parity.py)
+section_harbor_parity() {
+  local py out="$OUT/harbor-parity" dir="$WORK/harbor"
+  if ! py=$(python312); then
+    say "harbor_parity: SKIPPED (Harbor 0.25 needs Python 3.12 or later, and none was found)"
+    return 0
+  fi
+  say "harbor_parity: ${HARBOR_SPEC:-harbor>=0.25,<0.26} with $py in $dir"
+  venv "$dir" "$py" "${HARBOR_SPEC:-harbor>=0.25,<0.26}" -e "$ROOT" || return 1
+  mkdir -p "$out"
+  "$dir/bin/python" scripts/harbor_parity.py examples/tasks src/sandfleet/bench/tasks tests/fixtures/tasks \
+    tests/fixtures/harbor-parity 2>&1 | tee "$out/parity.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

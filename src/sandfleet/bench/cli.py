@@ -21,7 +21,10 @@ BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm"])
 @click.option("-n", "n", default=50, show_default=True, help="Repetitions of each timed operation.")
 @click.option("--idle", default=256, show_default=True, help="Idle sandboxes to hold at once for density.")
 @click.option("--json", "as_json", is_flag=True)
-def micro(backend: str, n: int, idle: int, as_json: bool) -> None:
+@click.option("--remote", metavar="URL", default=None,
+              help="Measure the sandboxes of the sandfleet service at URL (token in $SANDFLEET_TOKEN); "
+              "the density figures then read this host's memory, not the service's.")
+def micro(backend: str, n: int, idle: int, as_json: bool, remote: str | None) -> None:
     """Sandbox-layer figures: create/exec/close latency, warm acquire, exec RTT, density."""
     if backend == "microvm":
         from sandfleet.provenance import provenance
@@ -31,9 +34,10 @@ def micro(backend: str, n: int, idle: int, as_json: bool) -> None:
         result.setdefault("provenance", provenance({"bench": "micro", "backend": backend}))
     else:
         from sandfleet.bench.micro import run_micro
+        from sandfleet.client.remote import on_remote
 
-        result = asyncio.run(run_micro(backend, n=n, idle=idle,
-                                       progress=None if as_json else lambda m: click.echo(f"... {m}", err=True)))
+        result = asyncio.run(on_remote(remote, lambda: run_micro(
+            backend, n=n, idle=idle, progress=None if as_json else lambda m: click.echo(f"... {m}", err=True))))
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return

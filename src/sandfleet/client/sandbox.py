@@ -31,7 +31,7 @@ from sandfleet.errors import (
     SandboxUnresponsiveError,
     ServiceError,
 )
-from sandfleet.sandbox.base import AgentSandbox, Snapshot
+from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 
 if TYPE_CHECKING:
@@ -205,8 +205,9 @@ class RemoteSandbox(AgentSandbox):
         # write_file, kill_user, alive, error): the SWE-ReX shape, in-process or remote
         super().__init__(str(info["id"]), spec, cast(AgentClient, self.runtime))
         self.service = service
-        self.server_backend = str(info.get("backend", "?"))
-        """The backend the service runs it on."""
+        self.backend = str(info.get("backend", "remote"))
+        """The backend the service runs it on (bwrap, ...): what code that asks whether users
+        and isolation exist must see. ``isinstance(sb, RemoteSandbox)`` tells it is remote."""
         self.env = {}  # the service adds the base environment; send only what the caller gives
 
     async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None:
@@ -263,7 +264,7 @@ class RemoteSnapshot(Snapshot):
         self.id = snap_id
         self.service = service
 
-    async def fork(self, n: int) -> list[RemoteSandbox]:
+    async def fork(self, n: int) -> list[Sandbox]:
         return await self.service.fork(self, n)
 
     def _delete_later(self) -> None:

@@ -12,7 +12,7 @@ import httpx
 from sandfleet.client._http import raise_for_status, transport_error
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import ConfigError
-from sandfleet.sandbox.base import Snapshot
+from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec, make_spec
 
 log = logging.getLogger(__name__)
@@ -116,7 +116,7 @@ class ServiceClient:
         resp = await self._call("DELETE", "/v1/sandboxes", params=params)
         return list(resp.json()["deleted"])
 
-    async def fork(self, snapshot: Snapshot, n: int) -> list[RemoteSandbox]:
+    async def fork(self, snapshot: Snapshot, n: int) -> list[Sandbox]:
         """``n`` sandboxes from a snapshot taken on this service."""
         if not isinstance(snapshot, RemoteSnapshot) or snapshot.service is not self:
             raise ConfigError("this snapshot was not taken on this service")

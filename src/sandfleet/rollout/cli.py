@@ -130,6 +130,8 @@ def summary_table(summary: dict[str, Any]) -> str:
     show_default=True,
     help="Commands via tool calls, fenced blocks, or both.",
 )
+@click.option("--remote", metavar="URL", default=None,
+              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
 def run(
     tasks_dir: Path,
     agent: str,
@@ -155,6 +157,7 @@ def run(
     max_turns: int,
     cpu_fraction: float | None,
     tool_mode: str,
+    remote: str | None,
 ) -> None:
     """Run N rollouts of every task with an agent; write rollouts.jsonl, groups.jsonl,
     trace.jsonl and summary.json to OUT and print a summary. An OUT that is not empty is
@@ -260,8 +263,10 @@ def run(
 
                 kwargs["image_for"] = same_image
             try:
-                report = asyncio.run(run_suite(tasks, policy, config, out_dir=out_dir, on_result=progress,
-                                               out_mode=mode, **kwargs))
+                from sandfleet.client.remote import on_remote
+
+                report = asyncio.run(on_remote(remote, lambda: run_suite(
+                    tasks, policy, config, out_dir=out_dir, on_result=progress, out_mode=mode, **kwargs)))
             except ConfigError as e:
                 raise click.UsageError(str(e)) from None
     summary = report.summary()

@@ -260,9 +260,12 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--reward-key", default=None,
               help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
 @click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
+@click.option("--remote", metavar="URL", default=None,
+              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
 def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
+    remote: str | None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
     from sandfleet.tasks.loader import load_tasks
@@ -279,8 +282,11 @@ def validate(
     tasks, failures = load_tasks(directory)
     tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
     t0 = time.perf_counter()
-    verdicts = asyncio.run(validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend,
-                                          agent_user=agent_user, network=network, strict_bases=strict_bases))
+    from sandfleet.client.remote import on_remote
+
+    verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
+        tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user, network=network,
+        strict_bases=strict_bases)))
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")

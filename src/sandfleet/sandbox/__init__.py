@@ -6,9 +6,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import shutil
+from collections.abc import Iterator
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 from sandfleet.errors import ConfigError
@@ -19,7 +22,22 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "make_spec", "resolve_backend"]
+__all__ = ["Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "make_spec", "resolve_backend",
+           "use_backend"]
+
+_OVERRIDE: ContextVar[Backend | None] = ContextVar("sandfleet_backend_override", default=None)
+
+
+@contextlib.contextmanager
+def use_backend(backend: Backend) -> Iterator[Backend]:
+    """Inside the block (this context, and tasks started from it), every sandbox is created
+    and forked by ``backend``: how ``--remote`` puts a whole run on a sandfleet service
+    (``sandfleet.client.ServiceClient`` is a Backend) without its code knowing."""
+    token = _OVERRIDE.set(backend)
+    try:
+        yield backend
+    finally:
+        _OVERRIDE.reset(token)
 
 
 def resolve_backend(name: str) -> str:
@@ -55,7 +73,11 @@ def _reap_once() -> None:
 
 
 def get_backend(name: str = "auto") -> Backend:
-    """The backend object for a name (configured with defaults), imported lazily."""
+    """The backend object for a name (configured with defaults), imported lazily; inside
+    :func:`use_backend`, that backend whatever the name."""
+    override = _OVERRIDE.get()
+    if override is not None:
+        return override
     return _backend(resolve_backend(name))
 
 

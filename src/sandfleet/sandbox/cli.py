@@ -49,11 +49,17 @@ def sandbox() -> None:
     """Create, use and remove sandboxes."""
 
 
+def remote_option(f: Any) -> Any:
+    return click.option("--remote", metavar="URL", default=None,
+                        help="On the sandfleet service at URL (token in $SANDFLEET_TOKEN).")(f)
+
+
 @sandbox.command("run", context_settings={"ignore_unknown_options": True})
 @spec_options
 @click.option("--timeout", type=float, default=None, help="Kill CMD (and its whole tree) after S seconds; exit 124.")
+@remote_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def run(cmd: tuple[str, ...], timeout: float | None, **kw: Any) -> None:
+def run(cmd: tuple[str, ...], timeout: float | None, remote: str | None, **kw: Any) -> None:
     """Create a sandbox, run CMD in it, close it; exit with CMD's exit code."""
 
     def show(stream: str, data: bytes) -> None:
@@ -73,8 +79,10 @@ def run(cmd: tuple[str, ...], timeout: float | None, **kw: Any) -> None:
             return 124
         return res.exit_code
 
+    from sandfleet.client.remote import on_remote
+
     try:
-        code = asyncio.run(go())
+        code = asyncio.run(on_remote(remote, go))
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     sys.exit(code)
@@ -82,9 +90,23 @@ def run(cmd: tuple[str, ...], timeout: float | None, **kw: Any) -> None:
 
 @sandbox.command("create")
 @spec_options
-def create(**kw: Any) -> None:
-    """Create a detached sandbox (kept by a holder process until rm or its TTL); print its id."""
+@remote_option
+def create(remote: str | None, **kw: Any) -> None:
+    """Create a detached sandbox (kept by a holder process until rm or its TTL; with
+    --remote, by the service); print its id."""
     spec = _spec(kw)
+    if remote is not None:
+        from sandfleet.client.remote import remote as on_service
+
+        async def make() -> str:
+            async with on_service(remote) as svc:
+                return (await svc.create_sandbox(spec)).id
+
+        try:
+            click.echo(asyncio.run(make()))
+        except SandfleetError as e:
+            raise click.ClickException(str(e)) from None
+        return
     r, w = os.pipe()
     # Until the sandbox exists the holder's stderr is this scratch file (read back if the
     # creation fails); then the holder logs to <state>/<id>/holder.log, never to this terminal.
@@ -134,9 +156,13 @@ def _call(meta: dict[str, Any], req: dict[str, Any], timeout: float | None) -> d
 @click.argument("sid")
 @click.option("--timeout", type=float, default=None)
 @click.option("--cwd", default=None)
+@remote_option
 @click.argument("cmd", nargs=-1, required=True, type=click.UNPROCESSED)
-def exec_(sid: str, cmd: tuple[str, ...], timeout: float | None, cwd: str | None) -> None:
+def exec_(sid: str, cmd: tuple[str, ...], timeout: float | None, cwd: str | None, remote: str | None) -> None:
     """Run CMD in a detached sandbox."""
+    if remote is not None:
+        _exec_remote(remote, sid, list(cmd), timeout, cwd)
+        return
     resp = _call(_find(sid), {"argv": list(cmd), "timeout": timeout, "cwd": cwd}, timeout)
     if not resp.get("ok"):
         raise click.ClickException(resp.get("error", "failed"))
@@ -147,10 +173,60 @@ def exec_(sid: str, cmd: tuple[str, ...], timeout: float | None, cwd: str | None
     sys.exit(124 if resp["timed_out"] else resp["exit_code"])
 
 
+def _exec_remote(url: str, sid: str, argv: list[str], timeout: float | None, cwd: str | None) -> None:
+    from sandfleet.client.remote import remote as on_service
+
+    def show(stream: str, data: bytes) -> None:
+        (sys.stdout if stream == "stdout" else sys.stderr).buffer.write(data)
+
+    async def go() -> int:
+        async with on_service(url) as svc:
+            res = await (await svc.sandbox(sid)).exec(argv, timeout=timeout, cwd=cwd, on_output=show)
+        sys.stdout.flush()
+        return 124 if res.timed_out else res.exit_code
+
+    try:
+        code = asyncio.run(go())
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    sys.exit(code)
+
+
+def _remote_rows(url: str, delete: tuple[str, ...] | None) -> list[dict[str, Any]]:
+    """This token's sandboxes on the service; ``delete``: remove those (all if empty) first."""
+    from sandfleet.client.remote import remote as on_service
+
+    async def go() -> list[dict[str, Any]]:
+        async with on_service(url) as svc:
+            if delete is not None:
+                if delete:
+                    for sid in delete:
+                        await svc.delete(sid)
+                    return [{"id": sid} for sid in delete]
+                return [{"id": sid} for sid in await svc.delete_where()]
+            return await svc.find()
+
+    try:
+        return asyncio.run(go())
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+
+
 @sandbox.command("ls")
 @click.option("--json", "as_json", is_flag=True)
-def ls(as_json: bool) -> None:
-    """List sandboxes on this host (all owners)."""
+@remote_option
+def ls(as_json: bool, remote: str | None) -> None:
+    """List sandboxes on this host (all owners); with --remote, this token's on the service."""
+    if remote is not None:
+        found = _remote_rows(remote, None)
+        if as_json:
+            click.echo(json.dumps(found, indent=2))
+            return
+        click.echo(f"{'ID':32} {'BACKEND':8} {'IMAGE':14} {'TTL LEFT':>9} LABELS")
+        for m in found:
+            labels = ",".join(f"{k}={v}" for k, v in m["spec"]["labels"].items())
+            click.echo(f"{m['id']:32} {m['backend']:8} {m['spec']['image'][:14]:14} {m['expires_in_s']:>9.0f} {labels}")
+        return
     rows = state.list_sandboxes()
     if as_json:
         click.echo(json.dumps(rows, indent=2, default=str))
@@ -166,8 +242,16 @@ def ls(as_json: bool) -> None:
 @click.argument("sids", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Remove every sandbox marker, live or not.")
 @click.option("--orphans", is_flag=True, help="Reap only sandboxes whose owner is gone or whose TTL passed.")
-def rm(sids: tuple[str, ...], all_: bool, orphans: bool) -> None:
-    """Remove sandboxes (their processes, cgroups and files)."""
+@remote_option
+def rm(sids: tuple[str, ...], all_: bool, orphans: bool, remote: str | None) -> None:
+    """Remove sandboxes (their processes, cgroups and files); with --remote, this token's
+    sandboxes on the service (--all: every one of them)."""
+    if remote is not None:
+        if not sids and not all_:
+            raise click.UsageError("name sandboxes to remove, or pass --all")
+        for row in _remote_rows(remote, () if all_ else sids):
+            click.echo(f"removed {row['id']}")
+        return
     if orphans or all_:
         for sid in state.reap_leftovers(include_live=all_):
             click.echo(f"reaped {sid}")

@@ -162,7 +162,9 @@ def main(dirs: list[str]) -> int:
         for d in diffs:
             print(f"       {d}")
     bad = {k: v for k, v in results.items() if v}
-    print(json.dumps({"tasks": len(results) - 1, "agree": len(results) - len(bad), "disagree": sorted(bad)}))
+    tasks = [k for k in results if not k.startswith("(")]
+    print(json.dumps({"tasks": len(tasks), "agree": len([k for k in tasks if k not in bad]),
+                      "refusals_by_design": len(REFUSED), "disagree": sorted(bad)}))
     return 1 if bad else 0
 
 

@@ -44,3 +44,5 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 .venv/bin/python -m pip install -q -e '.[all]'
+# the SWE-bench tests grade with the swebench package (an opt-in extra: heavy)
+.venv/bin/python -m pip install -q -e '.[swebench]'

@@ -72,11 +72,37 @@ def ls(directory: Path, as_json: bool) -> None:
 
 
 @tasks.command("import")
-@click.argument("suite", type=click.Choice(["humaneval", "intercode-bash"]))
-@click.argument("out", type=click.Path(file_okay=False, path_type=Path))
-def import_(suite: str, out: Path) -> None:
-    """Import SUITE from its installed PyPI package into Harbor task folders under OUT."""
+@click.argument("suite", type=click.Choice(["humaneval", "intercode-bash", "swebench"]))
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--repos", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="swebench: local clones of the instances' repositories (DIR/owner__name).")
+def import_(suite: str, paths: tuple[Path, ...], repos: Path | None) -> None:
+    """Import SUITE into task folders: `import humaneval|intercode-bash OUT` (from the installed PyPI
+    package, as Harbor tasks), `import swebench FILE.jsonl [OUT]` (SWE-bench instances whose
+    repositories can be fetched; OUT defaults to swebench-tasks)."""
     from sandfleet.tasks.importers import IMPORTERS
+
+    if suite == "swebench":
+        from sandfleet.errors import TaskError
+        from sandfleet.tasks.importers.swebench import import_swebench
+
+        if len(paths) not in (1, 2):
+            raise click.UsageError("usage: sandfleet tasks import swebench FILE.jsonl [OUT]")
+        out = paths[1] if len(paths) == 2 else Path("swebench-tasks")
+        try:
+            done = import_swebench(paths[0], out, repos=repos)
+        except (TaskError, OSError) as e:
+            raise click.ClickException(str(e)) from None
+        for name, why in sorted(done.skipped.items()):
+            click.echo(f"skipped {name}: {why}", err=True)
+        click.echo(f"wrote {len(done.written)} tasks to {out}; skipped {len(done.skipped)} "
+                   f"(see {out / 'IMPORT_REPORT.md'})")
+        if not done.written:
+            raise SystemExit(1)
+        return
+    if len(paths) != 1:
+        raise click.UsageError(f"usage: sandfleet tasks import {suite} OUT")
+    out = paths[0]
 
     result = IMPORTERS[suite](out)
     click.echo(

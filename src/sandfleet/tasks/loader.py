@@ -9,9 +9,11 @@ from sandfleet.errors import ImageError, TaskError
 from sandfleet.images.dockerfile import parse_dockerfile
 from sandfleet.tasks.harbor import load_harbor
 from sandfleet.tasks.model import DEFAULT_WORKDIR, PreparePlan, Task, TaskFormat
+from sandfleet.tasks.swebench import load_swebench
 from sandfleet.tasks.tb1 import load_tb1
 
-MARKERS: dict[str, TaskFormat] = {"task.toml": "harbor", "task.yaml": "terminal-bench-1"}
+MARKERS: dict[str, TaskFormat] = {"task.toml": "harbor", "task.yaml": "terminal-bench-1",
+                                  "swebench.json": "swebench"}
 PREPARE_SCRIPT = "environment/prepare.sh"
 """The prepare step, a sandfleet extension of both formats (neither has one of its own)."""
 PREPARE_MAX_BYTES = 1 << 20
@@ -37,9 +39,11 @@ def load_task(path: Path | str) -> Task:
     fmt = detect_format(folder)
     if fmt is None:
         raise TaskError(
-            "holds neither task.toml (Harbor) nor task.yaml (Terminal-Bench 1)", file=str(folder)
+            "holds neither task.toml (Harbor), task.yaml (Terminal-Bench 1) nor swebench.json (SWE-bench)",
+            file=str(folder),
         )
-    fields, solution, verifier = (load_harbor if fmt == "harbor" else load_tb1)(folder)
+    fields, solution, verifier = {"harbor": load_harbor, "terminal-bench-1": load_tb1,
+                                  "swebench": load_swebench}[fmt](folder)
     extra_env = fields.pop("extra_env")
     workdir_override = fields.pop("workdir_override", None)  # Harbor [environment].workdir
     build_timeout = fields.get("build_timeout_s", Task.model_fields["build_timeout_s"].default)

@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-TaskFormat = Literal["harbor", "terminal-bench-1"]
+TaskFormat = Literal["harbor", "terminal-bench-1", "swebench"]
 
 DEFAULT_WORKDIR = "/app"
 """Where the agent works when the Dockerfile sets no WORKDIR (Harbor and TB1 tasks assume it)."""
@@ -75,7 +75,7 @@ class PreparePlan(_Frozen):
     """Wall-clock limit of the script (the task's build timeout)."""
 
 
-RewardSource = Literal["reward-file", "pytest-output"]
+RewardSource = Literal["reward-file", "pytest-output", "swebench"]
 
 
 class VerifierEnvironment(_Frozen):
@@ -118,6 +118,9 @@ class VerifierPlan(_Frozen):
     """Harbor's alternative reward file (a JSON object of numbers)."""
     parser_name: str | None = None
     """TB1 test-output parser; only ``pytest`` is supported."""
+    grading: dict[str, Any] | None = None
+    """``swebench``: what the swebench package grades the command's output with (instance_id,
+    FAIL_TO_PASS, PASS_TO_PASS, log_parser, ...; :func:`sandfleet.tasks.swebench.grade_log`)."""
     mode: Literal["shared", "separate"] = "shared"
     """``shared``: the tests run in the agent's sandbox; ``separate`` (Harbor
     ``environment_mode``): in a fresh sandbox (``environment``) that receives only ``carried``."""

@@ -175,6 +175,10 @@ def reward_from(
     :class:`RolloutError` (``reason="reward_missing"``), as Harbor does. The plan's
     ``reward_key``/``reward_weights`` choose what trains (:func:`select_reward`).
     """
+    if plan.reward == "swebench":  # graded by the swebench package (tasks/swebench.py)
+        from sandfleet.tasks.swebench import grade_log
+
+        return Reward(*grade_log(output, plan.grading or {}))
     if plan.reward == "pytest-output":
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")

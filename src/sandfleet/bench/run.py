@@ -118,7 +118,12 @@ def host_facts(backend: str, throttle: float | None = None) -> dict[str, Any]:
     from sandfleet.sandbox import cgroups
 
     return {**host(), "page_size": os.sysconf("SC_PAGE_SIZE"), "backend": backend,
-            "cgroup": cgroups.detect().version, "throttle": throttle, "loadavg_start": list(os.getloadavg())}
+            "cgroup": cgroups.detect().version, "throttle": throttle, "loadavg_start": loadavg()}
+
+
+def loadavg() -> list[float]:
+    """The 1, 5 and 15 minute load averages, to two decimals."""
+    return [round(x, 2) for x in os.getloadavg()]
 
 
 def bench_provenance(cfg: BenchConfig, backend: str, commands: list[Command], ns: tuple[int, ...]) -> dict[str, Any]:
@@ -215,7 +220,7 @@ async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Prog
             throttle.close()
         stack.close()
         results["finished"] = time.time()
-        host["loadavg_end"] = list(os.getloadavg())
+        host["loadavg_end"] = loadavg()
     return results
 
 
@@ -322,6 +327,7 @@ async def _baseline(cfg: BenchConfig, workload: Path, backend: str, commands: li
     from sandfleet.sandbox import cgroups
 
     n, half = cfg.threads, cfg.duration_s / 2
+    per_half = math.ceil(cfg.min_samples / 2)  # each side: two halves, min_samples in all
     fleet = SandboxFleet(workload, backend, layer="tmpfs")
     sbs: list[Any] = []
     bare: list[Any] = []
@@ -333,7 +339,8 @@ async def _baseline(cfg: BenchConfig, workload: Path, backend: str, commands: li
         base, fstype = tmpfs_dir()
         setup = {
             "processes": {"full_load": n, "single": 1,
-                          "schedule": f"{n} sandboxes, {n} bare, {n} bare, {n} sandboxes, {half:g}s each; "
+                          "schedule": f"{n} sandboxes, {n} bare, {n} bare, {n} sandboxes, {half:g}s each and on "
+                                      f"until {per_half} samples per command (cap {cfg.cap_s / 2:g}s); "
                                       f"then one of each, each command back to back, order alternating, "
                                       f"x {cfg.repeats}"},
             "quota": {"limits": {"cpus": lim.cpus, "memory_mib": lim.memory_mib, "pids": lim.pids},
@@ -351,8 +358,8 @@ async def _baseline(cfg: BenchConfig, workload: Path, backend: str, commands: li
         }
         for kind in ("sandbox", "bare", "bare", "sandbox"):
             ws: list[Worker] = list(sbs) if kind == "sandbox" else list(bare)
-            say(f"baseline: {n} {kind} workers for {half:.0f}s")
-            got[kind] += await load.drive(ws, commands, half, say, f"baseline {kind}:")
+            say(f"baseline: {n} {kind} workers for {half:.0f}s, on until {per_half} samples per command")
+            got[kind] += await load.drive(ws, commands, half, say, f"baseline {kind}:", per_half, cfg.cap_s / 2)
         say(f"baseline: one sandbox and one bare worker, interleaved, x {cfg.repeats}")
         single = await _interleaved(sbs[0], bare[0], commands, cfg.repeats)
     finally:

@@ -182,7 +182,7 @@ class Edge:
 _bearer = HTTPBearer(auto_error=False, description="A token from the service's --token-file.")
 
 
-def _auth(request: Request, _: Annotated[Any, Depends(_bearer)]) -> str:
+async def _auth(request: Request, _: Annotated[Any, Depends(_bearer)]) -> str:
     """The owner id of the request's bearer token; 401 without a valid one."""
     tokens: Tokens = request.app.state.tokens
     oid = tokens.owner(request.headers.get("authorization"))

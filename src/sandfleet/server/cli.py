@@ -21,10 +21,14 @@ log = logging.getLogger(__name__)
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening socket (port 0: an ephemeral one, printed once the service is ready)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    family, _, _, _, addr = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP,
+                               flags=socket.AI_PASSIVE)
+    family, _, proto, _, addr = infos[0]
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP, and without it every response waits ~40 ms on Nagle and the peer's delayed ACK
+    sock = socket.socket(family, socket.SOCK_STREAM, proto)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind(addr)
     except OSError as e:

@@ -348,6 +348,11 @@ async def test_drive_runs_on_to_min_samples_and_stops_at_the_cap(tmp_path: Path)
     t = asyncio.get_running_loop().time()
     samples = await load.drive([w], [fast, slow], 0.01, min_samples=10_000, cap_s=0.5)
     assert asyncio.get_running_loop().time() - t < 3.0 and len(samples) < 10_000  # the cap ended it
+    # a failing command's runs count too: the level ends at 5 runs each, not at the 60 s cap
+    t = asyncio.get_running_loop().time()
+    samples = await load.drive([w], [fast, Command("bad", "exit 1")], 0.01, min_samples=5, cap_s=60.0)
+    assert asyncio.get_running_loop().time() - t < 10.0
+    assert sum(s.command == "bad" and not s.ok for s in samples) >= 5
 
 
 async def test_throttle_slows_bare_processes(tmp_path: Path) -> None:

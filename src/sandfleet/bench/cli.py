@@ -73,7 +73,7 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--repeats", default=5, show_default=True, help="Timed rounds of the mix in single mode.")
 @click.option("--min-samples", default=40, show_default=True, type=click.IntRange(min=0),
               help="Each sweep level (and the interleaved single baseline) runs on until every command has "
-                   "this many successful samples, or the level's time cap passes.")
+                   "run this many times, or the level's time cap passes.")
 @click.option("--level-cap", "level_cap", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Longest a sweep level runs to reach --min-samples, in seconds [default: 10x --duration].")
 @click.option("--ns", default="", help="Coarse sweep load levels, e.g. 1,2,4 (default 1,2,4.. to 2x threads).")

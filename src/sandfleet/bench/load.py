@@ -6,7 +6,7 @@ percentile bootstrap (:func:`sandfleet.stats.bootstrap_ci`, seeded):
 
 - single: one busy worker runs each command ``repeats`` times; median and p95 per command;
 - at load N: N workers loop the mix (each starting at a different command) for a duration,
-  and on until every command has ``min_samples`` successful samples or a time cap passes;
+  and on until every command ran ``min_samples`` times or a time cap passes;
   a command started before the end still counts;
 - interleaved single baseline: one worker alone runs rounds of the mix before the first
   load level, between levels and after the last, so that the host's drift over the sweep
@@ -116,10 +116,11 @@ async def run_single(worker: Worker, commands: Sequence[Command], repeats: int,
 async def drive(workers: Sequence[Worker], commands: Sequence[Command], duration_s: float,
                 say: Progress | None = None, label: str = "", min_samples: int = 0,
                 cap_s: float | None = None) -> list[Sample]:
-    """Every worker loops the mix until ``duration_s`` has passed and every command has
-    ``min_samples`` successful samples in all (or, past the duration, until ``cap_s`` seconds
-    from the start); a worker whose sandbox died stops (its death is one failed sample);
-    returns all samples, in order."""
+    """Every worker loops the mix until ``duration_s`` has passed and every command ran
+    ``min_samples`` times in all (or, past the duration, until ``cap_s`` seconds from the
+    start); a worker whose sandbox died stops (its death is one failed sample); returns all
+    samples, in order. (A command's p95 is over its successful runs: with failures it has
+    fewer, and the level failed anyway.)"""
     t0 = time.perf_counter()
     deadline = t0 + duration_s
     cap = t0 + max(duration_s, cap_s) if cap_s is not None else math.inf
@@ -135,7 +136,7 @@ async def drive(workers: Sequence[Worker], commands: Sequence[Command], duration
         while more():
             s = await w.run(commands[k], t0)
             samples.append(s)
-            counts[commands[k].name] += s.ok
+            counts[commands[k].name] += 1  # failed runs too: a failing level ends at min_samples, not the cap
             if not s.ok and not alive(w):  # a dead sandbox: one failure says it, no busy loop of them
                 return
             k = (k + 1) % len(commands)

@@ -60,8 +60,8 @@ class BenchConfig:
     repeats: int = 5
     """Timed rounds of the mix in ``single``."""
     min_samples: int = MIN_SAMPLES
-    """Each sweep level runs on past its duration until every command has this many
-    successful samples (or ``level_cap_s`` passes); so does the interleaved single baseline."""
+    """Each sweep level runs on past its duration until every command ran this often (or
+    ``level_cap_s`` passes); the interleaved single baseline runs until each has this many."""
     level_cap_s: float | None = None
     """Longest a sweep level runs to reach ``min_samples``; default 10 x ``duration_s``."""
     ns: tuple[int, ...] = ()

@@ -16,7 +16,6 @@ exactly those).
 from __future__ import annotations
 
 import json
-import re
 from html import escape
 from typing import Any
 
@@ -107,20 +106,6 @@ def _points(r: dict[str, Any], command: str) -> list[tuple[int, float, list[floa
     return sorted(pts)
 
 
-_ID = re.compile(r'\bid="([^"]+)"')
-
-
-def _scoped(fig_html: str, name: str) -> str:
-    """One chart's SVG with its ids (and the references to them) prefixed by the chart's name,
-    so that charts inlined in one page never share an id; matplotlib's RDF metadata dropped."""
-    fig_html = re.sub(r"\s*<metadata>.*?</metadata>", "", fig_html, flags=re.S)
-    prefix = re.sub(r"[^A-Za-z0-9_-]", "_", name) + "-"
-    ids = set(_ID.findall(fig_html))
-    fig_html = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"', fig_html)
-    return re.sub(r"(url\(#|href=\"#)([^)\"]+)",
-                  lambda m: m.group(1) + (prefix + m.group(2) if m.group(2) in ids else m.group(2)), fig_html)
-
-
 def _cap_text(cap: dict[str, Any]) -> str:
     """A capacity's value; ">=" when the target was never reached (a lower bound)."""
     bound = ">=" if cap.get("first_over") is None and cap.get("last_within") is not None else ""
@@ -161,7 +146,7 @@ def _latency_chart(command: str, runs: list[tuple[str, dict[str, Any]]]) -> str:
     ax.legend(fontsize=7, loc="upper left")
     caption = (f"{command}: p95 latency with N busy sandboxes / p95 with one sandbox alone (the interleaved "
                "single baseline); bars: 90% bootstrap interval. Dashed: the target; dotted: each run's capacity.")
-    return _scoped(svg(fig, f"latency-{command}", caption), f"latency-{command}")
+    return svg(fig, f"latency-{command}", caption)  # ids scoped by the chart's name
 
 
 def _capacity_chart(runs: list[tuple[str, dict[str, Any]]]) -> str:
@@ -187,7 +172,7 @@ def _capacity_chart(runs: list[tuple[str, dict[str, Any]]]) -> str:
     ax.set_ylim(0, max([*values, 1.0]) * 1.2)
     caption = (f"Busy sandboxes at which the worst command's p95 slowdown reaches {target}x, interpolated "
                "linearly between the last level within it and the first past it.")
-    return _scoped(svg(fig, "capacity", caption), "capacity")
+    return svg(fig, "capacity", caption)
 
 
 def _provenance_html(label: str, r: dict[str, Any]) -> str:

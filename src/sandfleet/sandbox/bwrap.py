@@ -1,14 +1,18 @@
 """The ``bwrap`` backend: Linux namespaces with bubblewrap, cgroup limits, overlay root.
 
-Start-up of one sandbox (all in one exec chain, no shell):
+Start-up of one sandbox (all in one exec chain, no shell; docs/security.md, "The uid model"):
 
 1. ``sandfleet-agent launch`` (as root on the host) joins the sandbox's cgroups, makes a
-   private mount namespace, mounts a size-limited tmpfs (the disk limit) holding the
-   overlay's upper layer, mounts the image root read-only below it, prepares the
-   writable directories, sets PR_SET_PDEATHSIG, and drops to an unprivileged host uid;
-2. ``bwrap`` enters new user, pid, net, ipc, uts, cgroup and mount namespaces with that
-   overlay as ``/``, drops every capability (and no_new_privs is always set), and
-3. runs the guest agent, which serves the host over bwrap's stdin/stdout.
+   private mount namespace, attaches the disk limit (an ext4 filesystem on a loop device,
+   mounted ahead by :mod:`sandfleet.sandbox.disk`; a memory-charged tmpfs where the host
+   has no loop devices) holding the overlay's upper layer, mounts the image root read-only
+   below it (idmapped for a built image), prepares the writable directories, makes the
+   sandbox's user namespace P and enters it as its root, sets PR_SET_PDEATHSIG;
+2. ``bwrap`` enters new pid, net, ipc, uts, cgroup and mount namespaces with that overlay
+   as ``/``, keeps only the capabilities the guest agent needs to make the commands'
+   namespace S (and no_new_privs is always set), and
+3. runs the guest agent, which makes S, drops to a uid S does not map, and serves the host
+   over bwrap's stdin/stdout.
 
 The mounts exist only in the private namespace, so they vanish with the sandbox: nothing
 can leak on the host but the cgroups and the marker directory, which close() and the

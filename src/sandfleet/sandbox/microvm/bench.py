@@ -15,11 +15,7 @@ from typing import Any
 
 from sandfleet.sandbox.microvm.backend import MicrovmBackend, MicrovmSandbox
 from sandfleet.sandbox.spec import make_spec
-
-
-def _pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+from sandfleet.stats import percentile
 
 
 def _kib(pid: int, field: str) -> int:
@@ -79,11 +75,11 @@ async def _bench(n: int, memory_mib: int, restores: int, execs: int) -> dict[str
         "accel": backend.accel(),
         "guest_memory_mib": memory_mib,
         "template_s": round(template_s, 3),
-        "restore_to_ready_p50_s": round(_pct(ready, 0.5), 4),
-        "restore_to_ready_p99_s": round(_pct(ready, 0.99), 4),
+        "restore_to_ready_p50_s": round(percentile(ready, 50), 4),
+        "restore_to_ready_p99_s": round(percentile(ready, 99), 4),
         "restores": restores,
-        "exec_rtt_p50_s": round(_pct(rtt, 0.5), 4),
-        "exec_rtt_p99_s": round(_pct(rtt, 0.99), 4),
+        "exec_rtt_p50_s": round(percentile(rtt, 50), 4),
+        "exec_rtt_p99_s": round(percentile(rtt, 99), 4),
         "pss_per_idle_vm_mib": round(pss_mib, 1),
         "rss_per_idle_vm_mib": round(statistics.mean(rss) / 1024, 1),
         "idle_vms_host_holds": int((available / 1024 + pss_mib * n) / pss_mib),

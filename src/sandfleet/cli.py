@@ -28,6 +28,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # here, so that (say) tasks/ knows nothing of rollouts while `sandfleet tasks validate` works.
 ATTACHED: dict[str, tuple[str, ...]] = {
     "tasks": ("sandfleet.rollout.validate:validate",),
+    "bench": ("sandfleet.server.bench:service",),
 }
 
 

@@ -49,6 +49,7 @@ class RemoteRuntime:
         self.service = service
         self.sid = sid
         self.path = f"/v1/sandboxes/{sid}"
+        self.http = service.pool(sid)
         self.expires = time.monotonic() + expires_in_s
         self._dead: BaseException | None = None
 
@@ -74,7 +75,7 @@ class RemoteRuntime:
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
-            resp = await self.service.http.request(method, self.path + path, **kw)
+            resp = await self.http.request(method, self.path + path, **kw)
         except httpx.HTTPError as e:
             raise transport_error(e, self.service.url) from None
         try:
@@ -118,7 +119,7 @@ class RemoteRuntime:
         seen = {"stdout": 0, "stderr": 0}
         timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
         try:
-            async with self.service.http.stream("POST", path, json=body, timeout=timeout,
+            async with self.http.stream("POST", path, json=body, timeout=timeout,
                                                 headers=self.service.deadline_header()) as resp:
                 try:
                     await raise_for_status(resp)

@@ -82,8 +82,6 @@ def problem_for(e: BaseException) -> Problem | None:
         return Problem(400, "invalid_request", msg)
     if isinstance(e, HostUnsupportedError):
         return Problem(400, "unsupported", msg)
-    if isinstance(e, FileNotFoundError):  # a local path the backend needed
-        return Problem(400, "invalid_request", msg)
     if isinstance(e, SandboxError):
         return Problem(410, "sandbox_died", msg)
     return None

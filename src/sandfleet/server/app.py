@@ -50,7 +50,7 @@ def _line(record: dict[str, Any]) -> bytes:
 
 
 def error_record(e: BaseException) -> dict[str, Any]:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem | FileNotFoundError) else None
+    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
     if p is None:
         log.error("command failed inside the service: %s: %s", type(e).__name__, e, exc_info=e)
         p = Problem(500, "internal", f"{type(e).__name__}: {e}")

@@ -351,6 +351,12 @@ class SandboxService:
             t0 = time.perf_counter()
             sb = await asyncio.shield(create_sandbox(real))
             self.metrics.create_seconds.observe(time.perf_counter() - t0)
+        except OSError as e:  # the host, not the request: a cgroup or state directory went away
+            self._give_quota(owner, 1)
+            self.sandbox_gate.release(1)
+            log.error("creating a sandbox failed on the host: %s", e)
+            raise Problem(503, "host_error", f"the service's host could not create a sandbox: {e}",
+                          headers={"Retry-After": "1"}) from None
         except BaseException:
             self._give_quota(owner, 1)
             self.sandbox_gate.release(1)

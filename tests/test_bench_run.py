@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from browser import browser, check_report  # noqa: F401  (the fixture)
 from sandfleet.bench import load
 from sandfleet.bench.report import expected_charts
 from sandfleet.bench.run import BenchConfig, run_bench
@@ -128,7 +129,7 @@ async def test_cancel_keeps_partial_results(workload: Path) -> None:
     assert not _mine(), "no sandbox outlives a cancelled run"
 
 
-def test_cli_run_report_and_compare(workload: Path, tmp_path: Path) -> None:
+def test_cli_run_report_and_compare(workload: Path, tmp_path: Path, browser: Any) -> None:  # noqa: F811
     out, html = tmp_path / "a.json", tmp_path / "a.html"
     r = CliRunner().invoke(cli, ["bench", "run", "--modes", "single,sweep,capacity", "--commands", "sqlite",
                                  "--ns", "1,2", "--duration", "1", "--repeats", "1", "--min-samples", "2",
@@ -155,6 +156,10 @@ def test_cli_run_report_and_compare(workload: Path, tmp_path: Path) -> None:
     r = CliRunner().invoke(cli, ["bench", "report", str(out), "--html", str(tmp_path / "again.html")])
     assert r.exit_code == 0, r.output
     assert re.findall(r'data-chart="([^"]+)"', (tmp_path / "again.html").read_text()) == expected_charts(data)
+    # each report in a real browser: every chart there, sized, with data drawn; no console errors
+    for path, want in ((html, expected_charts(data)), (both, expected_charts(data, data_b)),
+                       (tmp_path / "again.html", expected_charts(data))):
+        check_report(browser, path, want)
 
 
 @pytest.mark.slow

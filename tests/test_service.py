@@ -123,20 +123,28 @@ async def test_another_tokens_sandbox_is_not_found(svc: RunningService) -> None:
 
 
 def test_token_file_must_be_private_and_sane(tmp_path: Path) -> None:
+    from sandfleet.server.auth import Tokens
+
     f = tmp_path / "tokens"
-    cases = [(0o644, None, "chmod 600"), (0o640, None, "chmod 600"), (0o600, "short\n", "at least 16"),
+    write_tokens(f)
+    f.chmod(0o644)
+    r = subprocess.run([sys.executable, "-m", "sandfleet", "serve", "--port", "0", "--token-file", str(f)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "chmod 600" in r.stderr and "listening" not in r.stdout, r.stderr
+    cases = [(0o640, None, "chmod 600"), (0o604, None, "chmod 600"), (0o600, "short\n", "at least 16"),
              (0o600, "# only a comment\n", "holds no token")]
     for mode, text, want in cases:
         write_tokens(f)
         if text is not None:
             f.write_text(text)
         f.chmod(mode)
-        r = subprocess.run([sys.executable, "-m", "sandfleet", "serve", "--port", "0", "--token-file", str(f)],
-                           capture_output=True, text=True, timeout=60)
-        assert r.returncode != 0 and want in r.stderr, (mode, text, r.stderr)
-    r = subprocess.run([sys.executable, "-m", "sandfleet", "serve", "--port", "0", "--token-file",
-                        str(tmp_path / "missing")], capture_output=True, text=True, timeout=60)
-    assert r.returncode != 0 and "No such file" in r.stderr
+        with pytest.raises(ConfigError, match=want):
+            Tokens(f)
+    (tmp_path / "link").symlink_to(f)
+    with pytest.raises(ConfigError):
+        Tokens(tmp_path / "link")  # not followed
+    with pytest.raises(ConfigError, match="No such file"):
+        Tokens(tmp_path / "missing")
 
 
 async def test_sighup_rereads_the_token_file(tmp_path: Path) -> None:

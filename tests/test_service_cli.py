@@ -64,6 +64,7 @@ def test_sandbox_commands(svc: RunningService) -> None:
     assert r.exit_code != 0 and "Bearer" in r.output
 
 
+@pytest.mark.slow
 @needs_bwrap()
 def test_run_and_bench_micro(svc: RunningService, tmp_path: Path) -> None:
     make_task(tmp_path / "suite", "hello")

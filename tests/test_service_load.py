@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import shutil
 import subprocess
 import sys
@@ -105,3 +106,18 @@ async def test_fuzz_openapi_no_5xx_and_nothing_left(tmp_path: Path) -> None:
     assert ids == []
     assert owned_by(pid) == []
     assert leftovers([sb.id]) == []
+
+
+def test_bench_service_reports_every_figure() -> None:
+    from click.testing import CliRunner
+
+    from sandfleet.cli import cli
+
+    r = CliRunner().invoke(cli, ["bench", "service", "-n", "3", "--rtt-n", "20", "--concurrency", "4",
+                                 "--seconds", "0.5", "--json"], catch_exceptions=False)
+    assert r.exit_code == 0, r.output
+    figures = json.loads(r.stdout)
+    for key in ("create_exec_close_p50_ms_remote", "create_exec_close_p50_ms_local", "create_exec_close_ratio",
+                "exec_rtt_p50_ms_remote", "exec_rtt_p50_ms_local", "execs_per_s_4_remote", "execs_per_s_4_local"):
+        assert figures[key] > 0, key
+    assert isinstance(figures["exec_rtt_goal_met"], bool) and figures["provenance"]["config"]["bench"] == "service"

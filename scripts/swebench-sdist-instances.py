@@ -35,6 +35,7 @@ from sandfleet.tasks.swebench import (
     TEST_EXIT_CODE,
     SWEbenchInstance,
     grade_log,
+    load_instances,
     write_task,
 )
 
@@ -60,6 +61,8 @@ class Spec:
     tests: list[tuple[str, str, str]]
     """The same for the test the new release added."""
     pythonpath: str = "."
+    unstable: dict[str, str] | None = None
+    """Tests left out of PASS_TO_PASS, and why (their outcome depends on the environment)."""
 
 
 SPECS = [
@@ -199,6 +202,10 @@ SPECS = [
                 "            '<!invalid>',\n            '<p>&lt;!invalid&gt;</p>'\n        )\n\n"
                 "    def test_bogus_comment_endtag(self):\n        self.assertMarkdownRenders(\n"
                 "            '</#invalid>',\n            '<p>&lt;/#invalid&gt;</p>'\n        )\n")],
+        unstable={t: "depends on the Python 3.11 patch release's html.parser: it passes with the host's "
+                     "python3.11 and fails with the one the task image installs (with and without the fix)"
+                  for t in ("tests/test_syntax/blocks/test_html_blocks.py::TestHTMLBlocks::test_raw_missing_close_bracket",
+                            "tests/test_syntax/blocks/test_html_blocks.py::TestHTMLBlocks::test_unclosed_comment_")},
     ),
 ]
 
@@ -298,7 +305,7 @@ def build(spec: Spec, work: Path, out: Path, logs: Path | None) -> SWEbenchInsta
     if statuses(before[1]) != b0 or statuses(after[1]) != a0:
         raise SystemExit(f"{spec.instance_id}: the two runs differ")
     f2p = sorted(t for t, s in a0.items() if s == "PASSED" and b0.get(t) in (None, "FAILED", "ERROR"))
-    p2p = sorted(t for t, s in a0.items() if s == "PASSED" and b0.get(t) == "PASSED")
+    p2p = sorted(t for t, s in a0.items() if s == "PASSED" and b0.get(t) == "PASSED" and t not in (spec.unstable or {}))
     if not f2p:
         raise SystemExit(f"{spec.instance_id}: no test fails before the fix and passes after")
     with tarfile.open(sdist) as tf:
@@ -308,7 +315,8 @@ def build(spec: Spec, work: Path, out: Path, logs: Path | None) -> SWEbenchInsta
         FAIL_TO_PASS=f2p, PASS_TO_PASS=p2p, version=spec.old, problem_statement=spec.statement,
         provenance={"project": spec.project, "base_release": spec.old, "fix_release": spec.new,
                     "changelog": spec.changelog, "sdist": sdist.name, "sdist_sha256": sha,
-                    "sdist_files": len(names), "built_by": "scripts/swebench-sdist-instances.py"},
+                    "sdist_files": len(names), "built_by": "scripts/swebench-sdist-instances.py",
+                    **({"left_out_of_pass_to_pass": spec.unstable} if spec.unstable else {})},
     )  # type: ignore[call-arg]
     grading = {"instance_id": inst.instance_id, "repo": inst.repo, "version": inst.version,
                "FAIL_TO_PASS": f2p, "PASS_TO_PASS": p2p}
@@ -342,7 +350,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         insts = [build(spec, Path(tmp), out, logs) for spec in SPECS if only is None or spec.instance_id in only]
-    with open(out / "instances.jsonl", "w") as f:
+    jsonl = out / "instances.jsonl"
+    if only is not None and jsonl.is_file():  # rebuilt some: keep the others, in order
+        fresh = {i.instance_id: i for i in insts}
+        insts = [fresh.get(i.instance_id, i) for i in load_instances(jsonl)]
+    with open(jsonl, "w") as f:
         for inst in insts:
             f.write(json.dumps(inst.model_dump(mode="json"), ensure_ascii=False) + "\n")
     shutil.rmtree(out / "__pycache__", ignore_errors=True)

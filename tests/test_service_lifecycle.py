@@ -79,6 +79,26 @@ async def test_gate_takes_turns_by_owner() -> None:
     assert err.value.retry_after >= 1
 
 
+def test_default_limits_follow_the_rule(tmp_path: Path) -> None:
+    import json
+    import os
+
+    from sandfleet.errors import ConfigError
+    from sandfleet.server.admission import BUSY_MIB, IDLE_MIB, host_limits, mem_available_mib
+
+    lim = host_limits()
+    assert lim.max_busy == os.cpu_count()
+    by_mem = int((mem_available_mib() * 0.9 - lim.max_busy * BUSY_MIB) / IDLE_MIB)
+    assert lim.max_sandboxes <= by_mem + 64 and "MemAvailable" in lim.basis  # (memory moves a little meanwhile)
+    result = tmp_path / "host.json"
+    result.write_text(json.dumps({"capacity": {"target": 1.5, "sandboxes": 3.0, "per_thread": 1.5}}))
+    assert host_limits(capacity_from=result).max_busy == 3
+    result.write_text(json.dumps({"capacity": {"target": 1.5, "sandboxes": 0.0}}))
+    with pytest.raises(ConfigError, match="give --max-busy"):
+        host_limits(capacity_from=result)
+    assert host_limits(max_sandboxes=5, max_busy=2).max_sandboxes == 5
+
+
 async def test_admission_queues_then_429_and_quota(tmp_path: Path) -> None:
     svc = start_service(tmp_path, args=["--max-busy", "1", "--max-sandboxes", "3", "--quota", "2"])
     a_id = b_id = ""

@@ -60,16 +60,17 @@ def mem_available_mib() -> float:
 
 
 def measured_capacity(path: Path) -> int:
-    """The capacity (busy sandboxes at the latency target) in a ``sandfleet bench run`` result."""
+    """The capacity (busy sandboxes within the latency target: ``capacity.sandboxes``) in a
+    ``sandfleet bench run`` result."""
     try:
-        data = json.loads(path.read_text())
-        cap = data["capacity"]
-        raw: Any = cap.get("capacity") if isinstance(cap, dict) else cap
+        cap = json.loads(path.read_text())["capacity"]
+        raw: Any = cap["sandboxes"] if isinstance(cap, dict) else cap
         n = int(raw)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError) as e:
         raise ConfigError(f"--capacity-from {path}: no capacity figure in it ({type(e).__name__}: {e})") from None
     if n < 1:
-        raise ConfigError(f"--capacity-from {path}: capacity {n} is not a positive number of sandboxes")
+        raise ConfigError(f"--capacity-from {path}: the measured capacity is {raw} sandboxes (past the latency "
+                          "target already at the smallest load): give --max-busy")
     return n
 
 

@@ -81,7 +81,16 @@ def report() -> dict[str, Any]:
                  if disk_available() else "no loop devices or mkfs.ext4 (or SANDFLEET_DISK=tmpfs): the writable "
                  "layer is a tmpfs charged to the memory limit (filling it can OOM-kill a sandbox)"},
         "default_backend": default,
+        "binfmt": _binfmt(),
     }
+
+
+def _binfmt() -> list[dict[str, Any]]:
+    """binfmt_misc registrations (system-wide; ``ours``: sandfleet made it, for --arch)."""
+    from sandfleet.images.emulation import registrations
+
+    return [{"name": r.name, "enabled": r.enabled, "interpreter": r.interpreter, "flags": r.flags, "ours": r.ours}
+            for r in registrations()]
 
 
 @click.command()
@@ -111,3 +120,9 @@ def doctor(as_json: bool) -> None:
         mark = "yes" if b["available"] else "no "
         click.echo(f"  {name:8} {mark}  {b['reason']}")
     click.echo(f"default     {r['default_backend']}")
+    regs = r["binfmt"]
+    click.echo(f"binfmt      {len(regs)} registration(s)" + ("" if regs else " (none: --arch arm64 registers qemu, "
+                                                                "with the F flag, while it runs)"))
+    for reg in regs:
+        click.echo(f"  {reg['name']:24} {'enabled ' if reg['enabled'] else 'disabled'} flags {reg['flags'] or '-':4} "
+                   f"{reg['interpreter']}" + ("  (sandfleet's: removed when its run ends)" if reg["ours"] else ""))

@@ -49,7 +49,13 @@ class Image:
 
 
 def arch() -> str:
-    """Debian's name for this machine's architecture."""
+    """Debian's name of the architecture images are built and run for: this machine's, or the
+    one ``--arch`` chose (``$SANDFLEET_ARCH``, run under emulation: images/emulation.py)."""
+    return os.environ.get("SANDFLEET_ARCH") or host_arch()
+
+
+def host_arch() -> str:
+    """Debian's name for this machine's own architecture."""
     m = platform.machine()
     return {"x86_64": "amd64", "aarch64": "arm64", "armv7l": "armhf"}.get(m, m)
 
@@ -72,7 +78,7 @@ def host_image() -> Image:
         installed.append(f"{db}:{st.st_size}:{st.st_mtime_ns}")
     key = f"host:{os.uname().nodename}:{osr}:{':'.join(installed)}"
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return Image(name="host", lowers=[Path("/")], arch=arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
+    return Image(name="host", lowers=[Path("/")], arch=host_arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
                  hash=digest, is_host=True, base="host")
 
 

@@ -25,10 +25,22 @@ def image() -> None:
 @click.option("--task", "task_dir", default=None, type=click.Path(exists=True, file_okay=False),
               help="Build the environment image of this task folder instead.")
 @click.option("--strict-bases", is_flag=True, help="With --task: refuse a substituted base instead of warning.")
+@click.option("--page-size", "page_size", default=None,
+              help="Flag ELF files of the image that a kernel with pages this large (e.g. 64k) can't load.")
 def build(suite: str, target_arch: str | None, packages: str | None, mirror: str | None, python_flavour: bool,
-          task_dir: str | None, strict_bases: bool) -> None:
-    """Build a Debian base with debootstrap, or a task's environment image."""
+          task_dir: str | None, strict_bases: bool, page_size: str | None) -> None:
+    """Build a Debian base with debootstrap, or a task's environment image (--arch arm64: for
+    arm64, under qemu-user emulation on this host)."""
+    from sandfleet.images import emulation
+
     t0 = time.monotonic()
+    try:
+        pages = emulation.parse_page_size(page_size) if page_size else None
+        if target_arch:
+            target_arch = emulation.normalize(target_arch)
+            emulation.set_target(target_arch)
+    except ValueError as e:
+        raise click.BadParameter(str(e)) from None
     try:
         if task_dir:
             from sandfleet.images.build import build_task_image
@@ -46,6 +58,14 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
     click.echo(f"{img.hash}  {img.name}  ({time.monotonic() - t0:.1f}s)")
     for warning in img.meta.get("warnings") or []:  # type: ignore[attr-defined]
         click.echo(f"warning: {warning}", err=True)
+    if pages:
+        bad = emulation.page_size_problems(img.lowers, pages)
+        for path, align in sorted(bad.items())[:50]:
+            click.echo(f"page size {pages // 1024}k: {path}: PT_LOAD aligned to {align} bytes", err=True)
+        click.echo(f"page size {pages // 1024}k: {len(bad)} ELF file(s) can't load with {pages // 1024}K pages"
+                   + (" (first 50 shown)" if len(bad) > 50 else ""), err=True)
+        if bad:
+            raise SystemExit(1)
 
 
 @image.command("ls")

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
+from sandfleet.images import Image, arch, host_arch, host_image, images_dir, list_images, save_image, scratch
 from sandfleet.images.bases import BaseRef
 
 DEFAULT_PACKAGES = ("python3", "python3-pytest", "git", "make", "gcc", "libc6-dev", "sqlite3", "jq",
@@ -109,7 +109,7 @@ def base_image_for(ref: BaseRef, *, file: str | None = None, line: int | None = 
     why = why_no_build()
     if why is None and build:
         return build_base(ref.suite, ref.packages, flavour=ref.flavour, file=file, line=line)
-    if why is not None and host_suite() == ref.suite:
+    if why is not None and host_suite() == ref.suite and arch() == host_arch():
         missing = sorted(set(ref.packages) - _installed_on_host())
         img = host_image()
         warning = (f"no Debian {ref.suite} base could be built ({why}): the host's own root stands in "
@@ -156,7 +156,14 @@ def build_base(suite: str = "bookworm", packages: tuple[str, ...] = DEFAULT_PACK
         for img in list_images():
             if img.hash == digest:
                 return img
-        return _debootstrap(suite, packages, target_arch, mirror, variant, flavour, digest, file, line)
+        from sandfleet.errors import HostUnsupportedError
+        from sandfleet.images.emulation import emulation
+
+        try:
+            with emulation(target_arch):  # a foreign arch: binfmt (F flag) while the rootfs is made
+                return _debootstrap(suite, packages, target_arch, mirror, variant, flavour, digest, file, line)
+        except HostUnsupportedError as e:
+            raise ImageBuildError(f"building for {target_arch}: {e}", file=file, line=line) from None
 
 
 def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror: str, variant: str,
@@ -166,7 +173,7 @@ def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror
     tmp = scratch.scratch_dir(images_dir(), ".debootstrap-")
     rootfs = tmp / "rootfs"
     rootfs.mkdir(parents=True)
-    foreign = target_arch != arch()
+    foreign = target_arch != host_arch()
     cmd = ["debootstrap", f"--variant={variant}", f"--arch={target_arch}"]
     if packages:
         cmd.append("--include=" + ",".join(packages))
@@ -175,12 +182,7 @@ def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror
     cmd += [suite, str(rootfs), mirror]
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode == 0 and foreign:
-        qemu = shutil.which(f"qemu-{ {'arm64': 'aarch64', 'amd64': 'x86_64'}.get(target_arch, target_arch)}-static")
-        if not qemu:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise ImageBuildError(f"building for {target_arch} needs qemu-user-static and binfmt-support",
-                                  file=file, line=line)
+    if proc.returncode == 0 and foreign:  # the second stage under emulation (build_base set it up)
         proc = subprocess.run(["chroot", str(rootfs), "/debootstrap/debootstrap", "--second-stage"],
                               capture_output=True, text=True)
     if proc.returncode != 0:

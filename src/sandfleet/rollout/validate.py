@@ -262,10 +262,15 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
 @click.option("--remote", metavar="URL", default=None,
               help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
+@click.option("--arch", "arches", default=None, metavar="ARCH[,ARCH]",
+              help="Validate for these architectures (a foreign one under qemu-user emulation), e.g. amd64,arm64; "
+              "a per-arch table: valid on both, on only one, flaky n/R.")
+@click.option("--page-size", "page_size", default=None, metavar="64k",
+              help="Also flag ELF files of each task image that a kernel with pages this large can't load.")
 def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
-    remote: str | None,
+    remote: str | None, arches: str | None = None, page_size: str | None = None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
     from sandfleet.tasks.loader import load_tasks
@@ -283,6 +288,15 @@ def validate(
     tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
     t0 = time.perf_counter()
     from sandfleet.client.remote import on_remote
+
+    if arches or page_size:  # per architecture (images/archreport.py)
+        from sandfleet.images.archreport import validate_per_arch
+
+        validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, lambda: asyncio.run(
+            on_remote(remote, lambda: validate_tasks(
+                tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
+                network=network, strict_bases=strict_bases))), lambda why: Verdict("invalid", why))
+        return
 
     verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
         tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user, network=network,

@@ -4,6 +4,7 @@
 #
 #   scripts/test-integrations.sh                  every section
 #   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity)
+#   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
 # (default ~/.cache/sandfleet/integrations; reused by later runs) and writes its results to
@@ -199,6 +200,28 @@ section_harbor_parity() {
   mkdir -p "$out"
   "$dir/bin/python" scripts/harbor_parity.py examples/tasks src/sandfleet/bench/tasks tests/fixtures/tasks \
     tests/fixtures/harbor-parity 2>&1 | tee "$out/parity.log"
+  return "${PIPESTATUS[0]}"
+}
+
+# -- arm64 under qemu-user emulation: a full arm64 debootstrap of the tasks' base (--foreign, the
+#    second stage emulated: tens of minutes on 2 cores), then the tasks validated on amd64 and
+#    arm64 (per-arch table: valid on both / only one / flaky n/R, wall time, 64K-page check).
+#    Not in the default list: `scripts/test-integrations.sh arm64`. Knobs: ARM64_TASKS (TASKS),
+#    ARM64_REPEATS (3).
+section_arm64() {
+  local out="$OUT/arm64" tasks=${ARM64_TASKS:-$TASKS} first
+  if [ "$(uname -m)" != x86_64 ] || ! command -v qemu-aarch64-static > /dev/null || [ "$(id -u)" != 0 ]; then
+    say "arm64: SKIPPED (needs root on an x86_64 host with qemu-user-static: apt-get install qemu-user-static)"
+    return 0
+  fi
+  mkdir -p "$out"
+  first=$(find "$tasks" -mindepth 1 -maxdepth 1 -type d | sort | head -1)
+  say "arm64: debootstrap of the base for $(basename "$first") (arm64, emulated second stage)"
+  /usr/bin/time -f "%e s" .venv/bin/sandfleet image build --arch arm64 --page-size 64k --task "$first" \
+    2>&1 | tee "$out/build.log" || return 1
+  say "arm64: validating $tasks on amd64 and arm64 (R=${ARM64_REPEATS:-3})"
+  .venv/bin/sandfleet tasks validate "$tasks" --arch amd64,arm64 --page-size 64k -r "${ARM64_REPEATS:-3}" \
+    --concurrency "$CONCURRENCY" --report "$out/validation.json" 2>&1 | tee "$out/validation.log"
   return "${PIPESTATUS[0]}"
 }
 

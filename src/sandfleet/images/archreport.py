@@ -3,8 +3,9 @@
 Each architecture is validated in turn (a foreign one under qemu-user emulation,
 :func:`sandfleet.images.emulation.emulation`), and every task gets one verdict across them:
 ``valid on both`` (all), ``valid on only <arch>``, ``flaky on <arch> n/R`` (oracle 1 and no-op 0
-in n of R repeats), or ``invalid``. ``--page-size 64k`` also lists, per task image, the ELF files
-whose PT_LOAD alignment a kernel with pages that large can't map.
+in n of R repeats), or ``invalid``. ``--page-size 64k`` also lists, per task image of an
+architecture whose kernels can have such pages (arm64), the ELF files whose PT_LOAD alignment a
+kernel with pages that large can't map.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ import click
 
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.images import emulation
+
+LARGE_PAGE_ARCHES = ("arm64", "ppc64el")
+"""Architectures whose kernels may use pages larger than 4K (x86-64 has none): --page-size checks these."""
 
 
 class _Verdict(Protocol):
@@ -88,7 +92,7 @@ def validate_per_arch(arches_text: str | None, page_size_text: str | None, tasks
             try:
                 with emulation.emulation(arch):
                     verdicts = run()
-                    if pages:
+                    if pages and arch in LARGE_PAGE_ARCHES:
                         cache: dict[Path, dict[str, int]] = {}
                         problems[arch] = {t.name: page_problems(t, pages, cache) for t in tasks
                                           if verdicts.get(t.name) is None or "image build failed"

@@ -90,9 +90,13 @@ def import_swebench(file: Path, out: Path, *, repos: Path | None = None,
             why = fetch_tree(source, inst.base_commit, tree, timeout)
             if why is not None:
                 if local is None:
-                    why = (f"cannot fetch {source} ({why}): this host reaches no GitHub; clone the repository "
-                           f"where it can and pass --repos DIR (DIR/{inst.repo.replace('/', '__')})")
-                    unreachable[inst.repo] = why
+                    offline = any(w in why for w in ("resolve host", "connect", "outlived", "unreachable",
+                                                     "timed out", "Network"))
+                    where = "this host reaches no GitHub" if offline else "the commit may not be there"
+                    why = (f"cannot fetch {source} ({why}): {where}; clone the repository where it can and "
+                           f"pass --repos DIR (DIR/{inst.repo.replace('/', '__')})")
+                    if offline:
+                        unreachable[inst.repo] = why
                 else:
                     why = f"cannot fetch {inst.base_commit} from {local}: {why}"
                 result.skipped[inst.instance_id] = why

@@ -46,7 +46,8 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
             from sandfleet.images.build import build_task_image
             from sandfleet.tasks import load_task
 
-            img = build_task_image(load_task(task_dir), strict=strict_bases)
+            with emulation.emulation(target_arch or emulation.host_arch()):  # RUN steps of a foreign arch
+                img = build_task_image(load_task(task_dir), strict=strict_bases)
         else:
             from sandfleet.images.debootstrap import DEFAULT_PACKAGES, build_base
 

@@ -178,3 +178,25 @@ async def test_busybox_arm64_rootfs_runs_a_command_in_a_sandbox() -> None:
         finally:
             await sb.close()
     assert res.exit_code == 0 and res.stdout == "hello from aarch64\n", res.output
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="needs bubblewrap as root")
+def test_validate_per_arch_report_on_this_hosts_arch(tmp_path: Path) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from sandfleet.cli import cli
+    from test_rollout_support import make_task
+
+    make_task(tmp_path / "suite", "good")
+    report = tmp_path / "r.json"
+    result = CliRunner().invoke(cli, ["tasks", "validate", str(tmp_path / "suite"), "-r", "1", "--arch",
+                                      emulation.host_arch(), "--page-size", "64k", "--report", str(report)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    host = emulation.host_arch()
+    assert data["verdict"] == {"good": "valid on all"} and data["arches"][host]["good"]["status"] == "valid"
+    assert data["host_arch"] == host and data["wall_s"][host] > 0 and data["page_size"]["bytes"] == 65536
+    assert "good" in result.output and f"{host}:" in result.output
+    assert os.environ.get("SANDFLEET_ARCH") is None  # the target is put back

@@ -125,7 +125,8 @@ class RemoteRuntime:
                     await raise_for_status(resp)
                 except (SandboxError, ServiceError) as e:
                     raise self._seen(e) from None
-                async for rec in ndjson(resp):
+                last: dict[str, Any] | None = None
+                async for rec in ndjson(resp):  # to the end of the body: the connection is then reused
                     kind = rec.get("type")
                     if kind in ("stdout", "stderr"):
                         data = base64.b64decode(rec.get("b64") or "")
@@ -135,11 +136,13 @@ class RemoteRuntime:
                             kept[kind] += data[:room]
                         if on_output is not None:
                             on_output(kind, data)
-                    elif kind == "exit":
-                        return self._result(rec, kept, seen, body.get("stream", False))
-                    elif kind == "error":
-                        raise self._seen(error_for(int(rec.get("status") or 400), rec))
+                    elif kind in ("exit", "error"):
+                        last = rec
+            if last is None:
                 raise ProtocolError(f"the service ended command output of sandbox {self.sid} without an exit record")
+            if last["type"] == "error":
+                raise self._seen(error_for(int(last.get("status") or 400), last))
+            return self._result(last, kept, seen, body.get("stream", False))
         except httpx.TimeoutException:
             err = SandboxUnresponsiveError(f"sandbox {self.sid}: the service did not report the end of the command "
                                            f"within {wait:g}s; the sandbox is marked dead")

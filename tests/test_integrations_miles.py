@@ -117,3 +117,16 @@ async def test_run_against_a_real_model(tmp_path: Path, model_server: tuple[str,
                           {"sandfleet_task": str(task.path), "model": name, "sandfleet_max_turns": 4}, settings=BWRAP)
     assert out["eval_report"]["status"] == "completed", out["eval_report"]
     assert out["agent_metrics"]["turns"] >= 1 and out["agent_metrics"]["completion_tokens"] > 0
+
+
+def test_settings_and_task_lookup_errors(tmp_path: Path) -> None:
+    from sandfleet.errors import ConfigError
+    from sandfleet.integrations._common import resolve_task
+
+    s = Settings.from_env({"SANDFLEET_BACKEND": "process", "SANDFLEET_NETWORK": "1"}, agent_user="root")
+    assert (s.backend, s.network, s.agent_user) == ("process", True, "root")
+    assert Settings.from_env({"SANDFLEET_REMOTE": "http://svc:8000"}).remote == "http://svc:8000"
+    with pytest.raises(ConfigError, match="Ray"):
+        Settings.from_env({"SANDFLEET_RAY": "auto"})
+    with pytest.raises(ConfigError, match=f"under SANDFLEET_TASKS={tmp_path}"):
+        resolve_task("nope", tasks_root=str(tmp_path))

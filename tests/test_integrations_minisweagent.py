@@ -60,5 +60,3 @@ def test_task_environment_and_use_from_worker_threads(tmp_path: Path) -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="extra"):
         SandfleetEnvironment(imagee="host")
-    with pytest.raises(ValueError, match="remote"):
-        SandfleetEnvironment(remote="http://x")

@@ -8,8 +8,9 @@ Settings a trainer can't pass per call come from the environment:
 - ``SANDFLEET_NETWORK``: ``1`` gives sandboxes network access (default off);
 - ``SANDFLEET_AGENT_USER``: who the agent runs as (default: the task's declared user, else
   the non-root ``agent``);
-- ``SANDFLEET_REMOTE`` / ``SANDFLEET_RAY``: remote sandboxes, refused until the sandbox
-  service client and the Ray cluster land.
+- ``SANDFLEET_REMOTE``: the URL of a sandfleet service (``sandfleet serve``, token in
+  ``$SANDFLEET_TOKEN``; docs/service.md) that makes every sandbox instead of this host;
+- ``SANDFLEET_RAY``: refused until sandfleet's Ray cluster lands.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,25 +48,28 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
         env = dict(os.environ) if env is None else env
-        for name in ("SANDFLEET_RAY",):
-            if env.get(name):
-                raise ConfigError(f"{name} is set, but this sandfleet has no Ray cluster support yet")
+        if env.get("SANDFLEET_RAY"):
+            raise ConfigError("SANDFLEET_RAY is set, but this sandfleet has no Ray cluster support yet")
         made = cls(
             backend=env.get("SANDFLEET_BACKEND") or "auto",
             network=env.get("SANDFLEET_NETWORK", "0").lower() in ("1", "true", "yes"),
             agent_user=env.get("SANDFLEET_AGENT_USER") or None,
             remote=env.get("SANDFLEET_REMOTE") or None,
         )
-        made = cls(**{**made.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
-        check_local(made.remote)
-        return made
+        return cls(**{**made.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
 
 
-def check_local(remote: str | None) -> None:
-    """Refuse a remote sandbox service: this sandfleet has no client for one yet."""
-    if remote:
-        raise ConfigError(f"remote sandboxes ({remote!r}) need the sandbox service client, which this "
-                          "sandfleet does not have yet; unset SANDFLEET_REMOTE / pass remote=None")
+@asynccontextmanager
+async def sandboxes_on(remote: str | None) -> AsyncIterator[None]:
+    """Inside, every sandbox (of this task and those it starts) is made on the sandfleet
+    service at ``remote`` (its token in ``$SANDFLEET_TOKEN``), or on this host when None."""
+    if not remote:
+        yield
+        return
+    from sandfleet.client import remote as on_service
+
+    async with on_service(remote):
+        yield
 
 
 _tasks: dict[Path, Task] = {}
@@ -162,12 +167,14 @@ LIVE = Live()
 async def run_task(task: Task, policy: Policy, settings: Settings, *, rollout_id: str | None = None,
                    group: str | None = None, sample: int = 0) -> RolloutResult:
     """One rollout of ``task`` by ``policy`` in a fresh sandbox: sandfleet's runner (spans,
-    verifier, reward), tracked so that ``abort`` can end it."""
-    check_local(settings.remote)
-    image = await task_image(task)
-    spec = task_spec(task, image, settings.backend, network=settings.network, agent_user=settings.agent_user)
-    req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group, rollout_id=rollout_id)
-    return await LIVE.track(run_rollout(req))
+    verifier, reward), tracked so that ``abort`` can end it. With ``settings.remote`` the
+    sandboxes are the service's; it must have the task's image (it is looked up by name:
+    build it there, or share the image cache)."""
+    async with sandboxes_on(settings.remote):
+        image = await task_image(task)
+        spec = task_spec(task, image, settings.backend, network=settings.network, agent_user=settings.agent_user)
+        req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group, rollout_id=rollout_id)
+        return await LIVE.track(run_rollout(req))
 
 
 def span_seconds(result: RolloutResult) -> dict[str, float]:

@@ -192,7 +192,7 @@ class HarborSandbox:
         """The contents of ``source`` into ``target`` (made if missing; files there overwritten)."""
         target = Path(target)
         target.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(prefix=".sandfleet-harbor-", dir=target.parent) as scratch:
+        with tempfile.TemporaryDirectory(prefix="sandfleet-harbor-") as scratch:
             got = await self.sandbox.download(source, scratch)
             await asyncio.to_thread(shutil.copytree, got, target, symlinks=True, dirs_exist_ok=True)
 

@@ -17,6 +17,7 @@ shapes are plain Python.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -52,7 +53,7 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
         raise KeyError(f"the sample's metadata has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
     task = resolve_task(str(metadata[TASK_KEY]))
     settings = kwargs.get("settings") or Settings.from_env()
-    config = kwargs.get("agent_config") or AgentConfig()
+    config = replace(kwargs.get("agent_config") or AgentConfig())  # a copy: per-sample options stay per sample
     if "sandfleet_max_turns" in metadata:
         config.max_turns = int(metadata["sandfleet_max_turns"])
     if "sandfleet_tool_mode" in metadata:

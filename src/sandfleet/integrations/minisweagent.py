@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sandfleet.integrations._common import check_local, resolve_task, task_image
+from sandfleet.integrations._common import resolve_task, task_image
 from sandfleet.rollout.runner import task_spec
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
@@ -83,7 +83,7 @@ class SandfleetEnvironmentConfig(BaseModel):
     ttl_s: float = 4 * 3600.0
     """The sandbox's lifetime: reaped after it even if this process is killed."""
     remote: str | None = None
-    """A sandfleet sandbox service (refused until its client lands)."""
+    """The URL of a sandfleet service to make the sandbox on (token in ``$SANDFLEET_TOKEN``)."""
 
 
 class BackgroundLoop:
@@ -109,14 +109,18 @@ class BackgroundLoop:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
 
-def _close(loop: BackgroundLoop, holder: dict[str, Sandbox]) -> None:
-    sandbox = holder.pop("sandbox", None)
-    if sandbox is None or loop.loop.is_closed():
+def _close(loop: BackgroundLoop, holder: dict[str, Any]) -> None:
+    sandbox, service = holder.pop("sandbox", None), holder.pop("service", None)
+    if loop.loop.is_closed():
         return
-    try:
-        loop.run(sandbox.close(), timeout=60)
-    except Exception as e:
-        log.error("closing sandbox %s failed (sandfleet's reaper removes it): %s: %s", sandbox.id, type(e).__name__, e)
+    for what, closing in (("sandbox", sandbox and sandbox.close()), ("service client", service and service.aclose())):
+        if closing is None:
+            continue
+        try:
+            loop.run(closing, timeout=60)
+        except Exception as e:
+            log.error("closing the %s of %s failed (sandfleet's reaper removes it): %s: %s", what,
+                      getattr(sandbox, "id", "?"), type(e).__name__, e)
 
 
 class SandfleetEnvironment:
@@ -125,10 +129,9 @@ class SandfleetEnvironment:
     def __init__(self, *, config_class: type = SandfleetEnvironmentConfig, logger: logging.Logger | None = None,
                  **kwargs: Any):
         self.config = config_class(**kwargs)
-        check_local(self.config.remote)
         self.logger = logger or log
         self._loop = BackgroundLoop.shared()
-        self._holder: dict[str, Sandbox] = {}
+        self._holder: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._workdir = self.config.cwd or "/work"
         self._finalizer = weakref.finalize(self, _close, self._loop, self._holder)
@@ -141,7 +144,8 @@ class SandfleetEnvironment:
                 if not self._finalizer.alive:
                     raise RuntimeError("this environment is closed")
                 self._holder["sandbox"] = self._loop.run(self._create())
-            return self._holder["sandbox"]
+            sandbox: Sandbox = self._holder["sandbox"]
+            return sandbox
 
     async def _create(self) -> Sandbox:
         cfg = self.config
@@ -155,7 +159,14 @@ class SandfleetEnvironment:
             extra = {"user": cfg.user} if cfg.user else {}
             spec = make_spec(image=cfg.image, backend=cfg.backend, workdir=self._workdir, network=cfg.network,
                              ttl_s=cfg.ttl_s, **limits, **extra)
-        return await create_sandbox(spec)
+        if not cfg.remote:
+            return await create_sandbox(spec)
+        from sandfleet.client import connect
+        from sandfleet.client.remote import token_from_env
+
+        self._holder["service"] = service = await connect(cfg.remote, token_from_env())
+        sandbox: Sandbox = await service.create_sandbox(spec)
+        return sandbox
 
     def execute(self, action: dict[str, Any] | str, cwd: str = "", *, timeout: int | None = None) -> dict[str, Any]:
         """Run ``action["command"]`` with bash (stdout and stderr merged, as mini's local

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import GuestFileNotFoundError, SandboxClosedError
-from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, check_local, resolve_task, run_task
+from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy, Turn
 from sandfleet.rollout.agent import BASH_TOOL, AgentConfig
 from sandfleet.sandbox import create_sandbox
@@ -41,17 +41,17 @@ class SandfleetSandbox:
 
     The constructor takes :func:`~sandfleet.sandbox.create_sandbox`'s keyword arguments
     (``image``, ``backend``, ``memory_mib``, ``cpus``, ``network``, ``ttl_s``, ...) and
-    ``remote`` (a sandbox service; refused until its client lands). The sandbox exists
-    between ``__aenter__`` and ``__aexit__``; :func:`sandfleet.integrations.miles.abort`
-    closes it too.
+    ``remote``: the URL of a sandfleet service to make the sandbox on (its token in
+    ``$SANDFLEET_TOKEN``; docs/service.md). The sandbox exists between ``__aenter__`` and
+    ``__aexit__``; :func:`sandfleet.integrations.miles.abort` closes it too.
     """
 
     def __init__(self, *, remote: str | None = None, **create_kwargs: Any):
-        check_local(remote)
         self.remote = remote
         self.create_kwargs = create_kwargs
         self.sandbox_id = ""
         self._sandbox: Sandbox | None = None
+        self._service: Any = None
 
     @property
     def sandbox(self) -> Sandbox:
@@ -61,8 +61,19 @@ class SandfleetSandbox:
         return self._sandbox
 
     async def __aenter__(self) -> SandfleetSandbox:
-        self._sandbox = await create_sandbox(**self.create_kwargs)
-        self.sandbox_id = self._sandbox.id
+        if self.remote:
+            from sandfleet.client import connect
+            from sandfleet.client.remote import token_from_env
+
+            self._service = await connect(self.remote, token_from_env())
+            try:
+                self._sandbox = await self._service.create_sandbox(**self.create_kwargs)
+            except BaseException:
+                await self._service.aclose()
+                raise
+        else:
+            self._sandbox = await create_sandbox(**self.create_kwargs)
+        self.sandbox_id = self.sandbox.id
         LIVE.add_sandbox(self)
         return self
 
@@ -71,9 +82,14 @@ class SandfleetSandbox:
 
     async def close(self) -> None:
         sandbox, self._sandbox = self._sandbox, None
+        service, self._service = self._service, None
         LIVE.drop_sandbox(self)
-        if sandbox is not None:
-            await sandbox.close()
+        try:
+            if sandbox is not None:
+                await sandbox.close()
+        finally:
+            if service is not None:
+                await service.aclose()
 
     async def exec(self, cmd: str, *, user: str = "root", env: dict[str, str] | None = None, timeout: int = 120,
                    check: bool = False, idempotent: bool = True) -> ExecResult:

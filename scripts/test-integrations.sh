@@ -74,8 +74,9 @@ print("minisweagent: ok (Submitted 'hello', workdir /app as uid 1000, timeout ->
 EOF
 }
 
-# -- Harbor: `harbor run` with the oracle and the nop agent on the bundled tasks, rewards
-#    against `sandfleet tasks validate`, wall time against sandfleet's own runner
+# -- Harbor: `harbor run` with the oracle and the nop agent on five contract tasks and on the
+#    bundled tasks, rewards against `sandfleet tasks validate`, wall time and phases against
+#    sandfleet's own runner
 python312() {
   local p
   for p in python3.13 python3.12 "$HOME"/.pyenv/versions/3.1[2-9]*/bin/python; do
@@ -86,29 +87,66 @@ python312() {
   return 1
 }
 
+# harbor_contract_tasks DIR: five small tasks, one per contract point (no pytest needed):
+# pass, wrong answer, agent timeout, a daemon that waits for the tests (killed when they
+# arrive), and a separate verifier built from tests/Dockerfile
+harbor_contract_tasks() {
+  local dir=$1 n
+  rm -rf "$dir"
+  mk() {  # mk NAME SOLVE [AGENT_TIMEOUT] [VERIFIER_EXTRA] [CHECKED_FILE]
+    n="$dir/$1"
+    mkdir -p "$n/environment" "$n/solution" "$n/tests"
+    printf 'version = "1.0"\n[agent]\ntimeout_sec = %s\n[verifier]\ntimeout_sec = 30\n%s[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n' \
+      "${3:-60}" "${4:-}" > "$n/task.toml"
+    echo "Write the word hello into /app/out.txt." > "$n/instruction.md"
+    printf 'FROM python:3.11-slim-bookworm\nWORKDIR /app\n' > "$n/environment/Dockerfile"
+    printf '#!/bin/bash\n%s\n' "$2" > "$n/solution/solve.sh"
+    printf '#!/bin/bash\nmkdir -p /logs/verifier\nif [ "$(cat %s 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n' \
+      "${5:-/app/out.txt}" > "$n/tests/test.sh"
+  }
+  mk hello "echo hello > /app/out.txt"
+  mk wrong "echo bye > /app/out.txt"
+  mk slow "sleep 30; echo hello > /app/out.txt" 2
+  mk daemon "echo bye > /app/out.txt; (setsid nohup bash -c 'until [ -e /tests/test.sh ]; do sleep 0.02; done; echo hello > /app/out.txt' >/dev/null 2>&1 &)"
+  mk separate "mkdir -p /logs/artifacts; echo hello > /logs/artifacts/out.txt" 60 'environment_mode = "separate"
+' /logs/artifacts/out.txt
+  printf 'FROM python:3.11-slim-bookworm\nWORKDIR /app\nCOPY . /tests/\n' > "$dir/separate/tests/Dockerfile"
+}
+
 section_harbor() {
-  local py out="$OUT/harbor" dir="$WORK/harbor"
+  local py dir="$WORK/harbor" rc=0
   if ! py=$(python312); then
     say "harbor: SKIPPED (Harbor 0.25 needs Python 3.12 or later, and none was found)"
     return 0
   fi
   say "harbor: ${HARBOR_SPEC:-harbor>=0.25,<0.26} with $py in $dir"
   venv "$dir" "$py" "${HARBOR_SPEC:-harbor>=0.25,<0.26}" -e "$ROOT" || return 1
+  harbor_contract_tasks "$OUT/harbor-contract-tasks"
+  say "harbor: contract tasks"
+  harbor_compare "$dir" "$OUT/harbor-contract-tasks" "$OUT/harbor/contract" || rc=1
+  say "harbor: $TASKS"
+  harbor_compare "$dir" "$TASKS" "$OUT/harbor/bundled" || rc=1
+  return $rc
+}
+
+# harbor_compare VENV TASKS OUT: harbor run (oracle, nop), sandfleet tasks validate and
+# sandfleet run (oracle) on TASKS; compare.json in OUT; fails if any reward differs
+harbor_compare() {
+  local dir=$1 tasks=$2 out=$3 env=sandfleet.integrations.harbor:SandfleetEnvironment t0
   mkdir -p "$out"
-  local env=sandfleet.integrations.harbor:SandfleetEnvironment t0
   export HARBOR_TELEMETRY=0
   for agent in oracle nop; do
     t0=$SECONDS
-    "$dir/bin/harbor" run -p "$TASKS" -a "$agent" -e "$env" --ek backend="$BACKEND" \
+    "$dir/bin/harbor" run -p "$tasks" -a "$agent" -e "$env" --ek backend="$BACKEND" \
       -n "$CONCURRENCY" -o "$out/jobs" --job-name "$agent" -y > "$out/harbor-$agent.log" 2>&1 || true
     echo "$((SECONDS - t0))" > "$out/harbor-$agent.seconds"
   done
   t0=$SECONDS
-  .venv/bin/sandfleet tasks validate "$TASKS" --repeats 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
+  .venv/bin/sandfleet tasks validate "$tasks" --repeats 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
     --json --report "$out/validate.json" > "$out/validate.log" 2>&1 || true
   echo "$((SECONDS - t0))" > "$out/validate.seconds"
   t0=$SECONDS
-  .venv/bin/sandfleet run --tasks "$TASKS" --agent oracle -n 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
+  .venv/bin/sandfleet run --tasks "$tasks" --agent oracle -n 1 --concurrency "$CONCURRENCY" --backend "$BACKEND" \
     --out "$out/sandfleet-oracle" > "$out/sandfleet-oracle.log" 2>&1 || true
   echo "$((SECONDS - t0))" > "$out/sandfleet-oracle.seconds"
   .venv/bin/python - "$out" <<'EOF'
@@ -167,12 +205,18 @@ for task in sorted(valid):
                  "sandfleet_agent_command_s": sp.get("agent_command"), "sandfleet_verifier_s": sp.get("verifier"),
                  "sandfleet_other_sandbox_s": sp.get("other_sandbox")})
 
-def mean(key):
-    xs = [r[key] for r in rows if r[key] is not None]
-    return round(statistics.mean(xs), 3) if xs else None
+# timings over the tasks that ran on both sides (an image that fails to build runs nothing)
+ran = [r for r in rows if own.get(r["task"], {}).get("status") == "completed"
+       and set(r["harbor_errors"]) <= {"AgentTimeoutError"}]
+
+def stat(f, key):
+    xs = [r[key] for r in ran if r[key] is not None]
+    return round(f(xs), 3) if xs else None
 
 summary = {"tasks": len(rows), "rewards_equal": len(rows) - len(mismatches), "mismatches": mismatches,
-           "mean_s": {k: mean(k) for k in rows[0] if k.endswith("_s")} if rows else {},
+           "timed_tasks": len(ran),
+           "mean_s": {k: stat(statistics.mean, k) for k in rows[0] if k.endswith("_s")} if rows else {},
+           "median_s": {k: stat(statistics.median, k) for k in rows[0] if k.endswith("_s")} if rows else {},
            "job_seconds": {n: int((out / f"{n}.seconds").read_text()) for n in
                            ("harbor-oracle", "harbor-nop", "validate", "sandfleet-oracle")},
            "rows": rows}

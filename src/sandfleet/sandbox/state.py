@@ -218,8 +218,12 @@ def reap_leftovers(*, include_live: bool = False) -> list[str]:
             reap_one(meta)
             reaped.append(str(meta["id"]))
     known = {m["id"] for m in list_sandboxes()}
+    mine = cgroups.group()
     for name, parent in sorted(cgroups.leftover_groups()):
-        if name not in known:  # a cgroup whose marker is gone
+        # A cgroup whose marker is gone, under this process's own parent (or a throttled
+        # one): under another parent it may belong to a live owner of another state root
+        # (e.g. the simulated nodes of a local Ray cluster, each with its own parent).
+        if name not in known and (parent == mine or parent.startswith("sandfleet-slowhost-")):
             cgroups.Cgroup(name, parent=parent).remove()
             reaped.append(name)
     reaped += reap_snapshots()

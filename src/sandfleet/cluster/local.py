@@ -1,0 +1,239 @@
+"""``--ray local:N``: an N-node Ray cluster on this machine, on loopback only.
+
+Each simulated node is a real Ray node (its own raylet and workers) started with
+``ray.cluster_utils.Cluster``, bound to 127.0.0.1 (Ray rewrites 127.0.0.1 to the primary
+interface's address unless told otherwise: :func:`sandfleet.cluster._ray.loopback_only`).
+Each gets its own sandfleet directories, passed to its processes' environment, since
+shared ones would race: a state directory (sandbox markers, the reaper's), a cache
+(images, shipped task folders, the guest agent) and a cgroup parent. A node's cache starts
+with a symbolic link to each image and guest agent this host has built (complete ones only,
+which are never changed), so the nodes need not debootstrap the Debian bases again;
+whatever else a node needs it builds into its own cache.
+
+:meth:`LocalCluster.stop` removes the nodes (Ray's processes end), then reaps what each
+node's sandboxes left (``sandfleet sandbox rm --orphans`` in that node's environment: a
+node removed mid-rollout leaves markers and cgroups), removes the nodes' cgroup parents and
+the directory holding it all. Nothing is left running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sandfleet.cluster._ray import import_ray, loopback_only
+from sandfleet.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+MAX_NODES = 16
+
+
+def parse_local(address: str) -> int | None:
+    """N for ``local:N``; None for any other address."""
+    if not address.startswith("local:"):
+        return None
+    text = address.removeprefix("local:")
+    if not text.isdigit() or not 1 <= int(text) <= MAX_NODES:
+        raise ConfigError(f"--ray local:N takes a node count from 1 to {MAX_NODES}, not {text!r}")
+    return int(text)
+
+
+@dataclass
+class SimNode:
+    """One simulated node: its Ray node and its own sandfleet directories."""
+
+    index: int
+    node: Any
+    """``ray._private.node.Node``."""
+    env: dict[str, str]
+
+    @property
+    def node_id(self) -> str:
+        return str(self.node.node_id)
+
+    @property
+    def label(self) -> str:
+        return f"n{self.index}"
+
+
+class LocalCluster:
+    """N Ray nodes on 127.0.0.1, each with its own state, cache and cgroup parent."""
+
+    def __init__(self, n: int, *, cpus_per_node: int = 1, seed: bool = True, root: Path | None = None):
+        if not 1 <= n <= MAX_NODES:
+            raise ConfigError(f"a local cluster has 1 to {MAX_NODES} nodes, not {n}")
+        self.n = n
+        self.cpus = cpus_per_node
+        self.seed = seed
+        self.token = uuid.uuid4().hex[:6]
+        # short: Ray's unix sockets live under it (108 bytes at most)
+        self.root = root or Path(tempfile.mkdtemp(prefix=f"sfray-{self.token}-", dir="/tmp"))
+        self.nodes: list[SimNode] = []
+        self.cluster: Any = None
+        self.removed: list[SimNode] = []
+
+    @property
+    def address(self) -> str:
+        return str(self.cluster.address)
+
+    def node_env(self, i: int) -> dict[str, str]:
+        d = self.root / f"n{i}"
+        return {"SANDFLEET_STATE": str(d / "state"), "SANDFLEET_CACHE": str(d / "cache"),
+                "SANDFLEET_CGROUP_PARENT": f"sandfleet-ray-{self.token}-n{i}"}
+
+    def start(self) -> str:
+        """Start the nodes (blocking, seconds); returns the head's address."""
+        loopback_only()
+        import_ray()
+        from ray.cluster_utils import Cluster
+
+        t0 = time.monotonic()
+        envs = [self.node_env(i) for i in range(self.n)]
+        self.root.chmod(0o711)  # the sandboxes' mapped uids traverse to their state directories
+        for env in envs:
+            state = Path(env["SANDFLEET_STATE"])
+            state.parent.mkdir(mode=0o711, exist_ok=True)
+            state.mkdir(mode=0o711)
+            if self.seed:
+                seed_cache(Path(env["SANDFLEET_CACHE"]))
+        common = {"num_cpus": self.cpus, "node_ip_address": "127.0.0.1", "include_dashboard": False,
+                  "object_store_memory": 80 << 20}
+        try:
+            self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
+                **common, "env_vars": envs[0], "resources": {"sandfleet_n0": 1},
+                "temp_dir": str(self.root / "ray")})
+            self.nodes.append(SimNode(0, self.cluster.head_node, envs[0]))
+            for i in range(1, self.n):
+                node = self.cluster.add_node(**common, env_vars=envs[i], resources={f"sandfleet_n{i}": 1})
+                self.nodes.append(SimNode(i, node, envs[i]))
+            self.cluster.wait_for_nodes()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("local Ray cluster of %d nodes at %s in %.1f s", self.n, self.address, time.monotonic() - t0)
+        return self.address
+
+    def by_id(self, node_id: str) -> SimNode:
+        for x in self.nodes:
+            if x.node_id == node_id:
+                return x
+        raise ConfigError(f"no live node {node_id} in this local cluster")
+
+    def remove(self, node_id: str) -> None:
+        """Kill a node's processes, as a host that dies (not the head: the driver is on it)."""
+        node = self.by_id(node_id)
+        if node.index == 0:
+            raise ConfigError("the head node can't be removed: the driver is connected to it")
+        self.cluster.remove_node(node.node, allow_graceful=False)
+        self.nodes.remove(node)
+        self.removed.append(node)
+
+    def stop(self) -> list[str]:
+        """Stop every node, reap what their sandboxes left, remove the directories; returns
+        what was reaped."""
+        t0 = time.monotonic()
+        if self.cluster is not None:
+            try:
+                for node in list(self.cluster.worker_nodes):
+                    self.cluster.remove_node(node, allow_graceful=False)
+                if self.cluster.head_node is not None:
+                    self.cluster.remove_node(self.cluster.head_node, allow_graceful=False)
+                self.cluster.shutdown()  # no node left: resets Ray's cached addresses
+            finally:
+                self.cluster = None
+                self._end_stragglers()
+        t1 = time.monotonic()
+        reaped = reap_nodes([node.env for node in [*self.nodes, *self.removed]])
+        log.info("local cluster: nodes stopped in %.1f s, leftovers reaped in %.1f s", t1 - t0,
+                 time.monotonic() - t1)
+        self.nodes, self.removed = [], []
+        shutil.rmtree(self.root, ignore_errors=True)
+        return reaped
+
+
+    def processes(self) -> list[int]:
+        """Pids of the processes of this cluster still running (their command line names its
+        directory: Ray's session directory is under it)."""
+        mark = str(self.root)
+        out = []
+        for d in Path("/proc").iterdir():
+            if not d.name.isdigit() or int(d.name) == os.getpid():
+                continue
+            try:  # Ray's agents retitle themselves (ray::...): their environment names it too
+                if mark.encode() in (d / "cmdline").read_bytes() or mark.encode() in (d / "environ").read_bytes():
+                    out.append(int(d.name))
+            except OSError:
+                continue
+        return out
+
+    def _end_stragglers(self, wait_s: float = 10.0) -> None:
+        """Wait for the workers to notice their raylet is gone; SIGKILL what is left then."""
+        deadline = time.monotonic() + wait_s
+        while (left := self.processes()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in left:
+            log.warning("killing a process of the local cluster that outlived it: %d", pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def reap_nodes(envs: list[dict[str, str]]) -> list[str]:
+    """``sandfleet sandbox rm --orphans`` in the environment of each node that left something
+    (markers, snapshots or cgroups; all at once), then the nodes' cgroup parents removed."""
+    from sandfleet.sandbox import cgroups
+
+    roots = set(cgroups.detect().mounts.values())
+    procs = []
+    for env in envs:
+        state = Path(env["SANDFLEET_STATE"])
+        parent = env["SANDFLEET_CGROUP_PARENT"]
+        left = [*state.glob("sf-*"), *state.glob("snapshots/*"),
+                *(p for r in roots for p in (r / parent).glob("sf-*"))]
+        if left:
+            procs.append((env, subprocess.Popen([sys.executable, "-m", "sandfleet", "sandbox", "rm", "--orphans"],
+                                                env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                                stderr=subprocess.PIPE, text=True)))
+    reaped: list[str] = []
+    for env, proc in procs:
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            log.error("reaping node %s failed: %s", env["SANDFLEET_STATE"], err.strip()[-500:])
+        reaped += [w for w in out.split() if w.startswith("sf-")]
+    for env in envs:
+        for root in roots:
+            d = root / env["SANDFLEET_CGROUP_PARENT"]
+            if d.is_dir():
+                try:
+                    d.rmdir()
+                except OSError as e:
+                    log.error("could not remove the node's cgroup parent %s: %s", d, e)
+    return reaped
+
+
+def seed_cache(dst: Path, src: Path | None = None) -> None:
+    """Let a node's own cache find this host's built images and guest agent: a symbolic link
+    in ``dst`` per complete image and per agent build of ``src`` (read only: an image is
+    complete once its ``image.json`` exists, and never changed after). What the node builds
+    goes into ``dst`` itself."""
+    from sandfleet.agent.build import cache_dir
+
+    src = src or cache_dir()
+    for name, complete in (("agent", lambda p: p.is_dir()), ("images", lambda p: (p / "image.json").is_file())):
+        (dst / name).mkdir(parents=True, exist_ok=True)
+        if not (src / name).is_dir():
+            continue
+        for entry in (src / name).iterdir():
+            if not entry.name.startswith(".") and entry.is_dir() and complete(entry):
+                (dst / name / entry.name).symlink_to(entry)

@@ -310,13 +310,21 @@ async def test_exec_streams_ndjson(client: ServiceClient, http: httpx.AsyncClien
 
 async def test_client_disconnect_kills_the_command(client: ServiceClient, svc: RunningService) -> None:
     async with await client.create_sandbox(ttl_s=120) as sb:
-        # the raw HTTP way: read the headers, then hang up
+        # the raw HTTP way, streamed (the headers come at once) and not: hang up mid-command
         tag = f"300.{uuid.uuid4().int % 10**9}"
         async with httpx.AsyncClient(base_url=svc.url, headers=bearer(svc.token), timeout=30) as h:
-            req = h.build_request("POST", f"/v1/sandboxes/{sb.id}/exec", json={"cmd": f"sleep {tag}"})
+            req = h.build_request("POST", f"/v1/sandboxes/{sb.id}/exec", json={"cmd": f"sleep {tag}", "stream": True})
             resp = await h.send(req, stream=True)
             await until(lambda: running(tag))
             await resp.aclose()
+        await until(lambda: not running(tag))
+        tag = f"302.{uuid.uuid4().int % 10**9}"
+        async with httpx.AsyncClient(base_url=svc.url, headers=bearer(svc.token), timeout=30) as h:
+            pending = asyncio.create_task(h.post(f"/v1/sandboxes/{sb.id}/exec", json={"cmd": f"sleep {tag}"}))
+            await until(lambda: running(tag))
+            pending.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await pending
         await until(lambda: not running(tag))
         # the client way: cancel the exec
         tag2 = f"301.{uuid.uuid4().int % 10**9}"

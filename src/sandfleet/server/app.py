@@ -108,6 +108,50 @@ async def command_lines(run: Callable[[OutputCallback | None], Coroutine[Any, An
             task.exception()  # retrieved (it was reported, or nobody is left to tell)
 
 
+async def buffered_command(request: Request, run: Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]],
+                           metrics: Metrics) -> Response:
+    """Run a command whose output is not streamed and answer its one record. The client
+    hanging up (``http.disconnect``) cancels it: the agent client kills the command."""
+    t0 = time.perf_counter()
+    task = asyncio.create_task(run(None))
+    gone = asyncio.create_task(_disconnect(request.receive))
+    stopped = False
+    try:
+        await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        # the service is stopping and the drain grace is over: kill the command and say so
+        # (an exception here would reach the client as a bare 500)
+        stopped = True
+        current = asyncio.current_task()
+        if current is not None:
+            current.uncancel()
+    finally:
+        gone.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.wait({task})
+    if stopped:
+        return Response(_line({"type": "error", "status": 410, "code": "sandbox_lost",
+                               "message": "the service stopped: the command was killed after the drain grace"}),
+                        media_type=NDJSON_TYPE)
+    if task.cancelled():
+        return Response(status_code=499)  # nobody is left to read it
+    try:
+        res = task.result()
+    except Exception as e:
+        line = _line(error_record(e))
+    else:
+        metrics.exec_seconds.observe(time.perf_counter() - t0)
+        line = _line(exit_record(res, False))
+    return Response(line, media_type=NDJSON_TYPE)
+
+
+async def _disconnect(receive: Receive) -> None:
+    """Return when the client hangs up (the request body has been read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 class NDJSONResponse(StreamingResponse):
     """A streamed command; ``cleanup`` (the busy slot) runs however the response ends,
     even when the client left before the first byte and the body was never started."""
@@ -310,7 +354,11 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
     # -- commands
 
     async def _streamed(e: Entry, owner: str, deadline: str | None, stream: bool,
-                        run: Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]]) -> NDJSONResponse:
+                        run: Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]],
+                        request: Request) -> Response:
+        if not stream:  # one record: a plain response, fewer writes than a stream
+            async with service.busy(owner, deadline, e):
+                return await buffered_command(request, run, metrics)
         stack = AsyncExitStack()
         await stack.enter_async_context(service.busy(owner, deadline, e))
         try:
@@ -321,7 +369,8 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     @app.post("/v1/sandboxes/{sid}/exec", tags=["commands"], responses={
         **ERRORS, 200: {"content": {NDJSON_TYPE: {}}, "description": "NDJSON records, the last one exit or error"}})
-    async def exec_(sid: str, body: api.ExecRequest, owner: Owner, deadline: Deadline = None) -> NDJSONResponse:
+    async def exec_(sid: str, body: api.ExecRequest, request: Request, owner: Owner,
+                    deadline: Deadline = None) -> Response:
         """Run a command; the answer streams NDJSON (see ExecRequest)."""
         e = service.entry(owner, sid)
         stdin = _b64(body.stdin_b64, "stdin_b64")
@@ -334,7 +383,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
             return e.sb.exec(body.cmd, cwd=body.cwd, env=body.env, stdin=stdin, timeout=body.timeout,
                              max_output=body.max_output, on_output=on_output, user=body.user)
 
-        return await _streamed(e, owner, deadline, body.stream, run)
+        return await _streamed(e, owner, deadline, body.stream, run, request)
 
     @app.post("/v1/sandboxes/{sid}/kill", status_code=204, tags=["commands"], responses=ERRORS)
     async def kill(sid: str, body: api.KillRequest, owner: Owner) -> Response:
@@ -351,8 +400,8 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     @app.post("/v1/sandboxes/{sid}/sessions/{session}/run", tags=["sessions"], responses={
         **ERRORS, 200: {"content": {NDJSON_TYPE: {}}, "description": "NDJSON records, as exec"}})
-    async def run_in_session(sid: str, session: str, body: api.SessionRun, owner: Owner,
-                             deadline: Deadline = None) -> NDJSONResponse:
+    async def run_in_session(sid: str, session: str, body: api.SessionRun, request: Request, owner: Owner,
+                             deadline: Deadline = None) -> Response:
         e = service.entry(owner, sid)
         s = service.session(e, session)
         check_argv(body.command)
@@ -360,7 +409,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
             return s.run(body.command, timeout=body.timeout, max_output=body.max_output, on_output=on_output)
 
-        return await _streamed(e, owner, deadline, body.stream, run)
+        return await _streamed(e, owner, deadline, body.stream, run, request)
 
     @app.delete("/v1/sandboxes/{sid}/sessions/{session}", status_code=204, tags=["sessions"], responses=ERRORS)
     async def close_session(sid: str, session: str, owner: Owner) -> Response:

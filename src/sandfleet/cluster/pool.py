@@ -179,6 +179,7 @@ class RolloutPool:
         for st in statuses:
             self.placer.add(Node(st.node_id, st.arch, st.capacity, actors[st.node_id],
                                  label=labels.get(st.node_id, st.node_id[:8])))
+        self.config.concurrency = sum(st.capacity for st in statuses)  # the cluster's, in summaries
 
     # -- groups ------------------------------------------------------------------------------
 

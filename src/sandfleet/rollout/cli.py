@@ -132,6 +132,9 @@ def summary_table(summary: dict[str, Any]) -> str:
 )
 @click.option("--remote", metavar="URL", default=None,
               help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
+              help="Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or "
+              "local:N (N loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
 def run(
     tasks_dir: Path,
     agent: str,
@@ -158,6 +161,7 @@ def run(
     cpu_fraction: float | None,
     tool_mode: str,
     remote: str | None,
+    ray_address: str | None,
 ) -> None:
     """Run N rollouts of every task with an agent; write rollouts.jsonl, groups.jsonl,
     trace.jsonl and summary.json to OUT and print a summary. An OUT that is not empty is
@@ -173,6 +177,9 @@ def run(
         os.environ["SANDFLEET_NO_LIMITS"] = "1"
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
+    if ray_address is not None and (remote is not None or cpu_fraction is not None):
+        raise click.UsageError("--ray runs the sandboxes on the cluster's nodes: it excludes --remote and "
+                               "--cpu-fraction")
     if 1 <= concurrency < n:
         from sandfleet.rollout.suite import group_too_big
 
@@ -264,13 +271,23 @@ def run(
                 kwargs["image_for"] = same_image
             try:
                 from sandfleet.client.remote import on_remote
+                from sandfleet.rollout.suite import RunReport
 
-                report = asyncio.run(on_remote(remote, lambda: run_suite(
-                    tasks, policy, config, out_dir=out_dir, on_result=progress, out_mode=mode, **kwargs)))
+                report: RunReport
+                if ray_address is not None:
+                    from sandfleet.cluster.cli import run_on_ray
+
+                    report = asyncio.run(run_on_ray(ray_address, tasks, policy, config, out_dir=out_dir,
+                                                    on_result=progress, out_mode=mode, image=image))
+                else:
+                    report = asyncio.run(on_remote(remote, lambda: run_suite(
+                        tasks, policy, config, out_dir=out_dir, on_result=progress, out_mode=mode, **kwargs)))
             except ConfigError as e:
                 raise click.UsageError(str(e)) from None
     summary = report.summary()
     click.echo(summary_table(summary))
+    for node in (summary.get("nodes") or {}).values():  # --ray
+        click.echo(f"node {node['label']}: {node['n_rollouts']} rollouts, pass rate {node['pass_rate']:.1%}")
     if report.resumed:
         click.echo(f"resumed: {report.resumed} rollouts of finished groups kept from the earlier run")
     if summary["close_failures"]:

@@ -1,0 +1,110 @@
+"""A suite on a :class:`~sandfleet.cluster.pool.RolloutPool`: ``sandfleet run --ray``.
+
+The same run directory as a local run (:mod:`sandfleet.rollout.suite`'s writer: run.json,
+trace.jsonl, rollouts.jsonl, groups.jsonl, summary.json; resume and overwrite alike), with
+every group placed whole on a node. A group's attempts are written when the group ends
+(a group lost with its node is placed again whole, so its attempts are numbered only
+then). ``summary.json`` gains ``nodes``: node id -> ``label``, ``n_rollouts``, ``pass_rate``,
+``spans_mean_s``; ``groups.jsonl`` lines carry ``node`` and ``placements``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandfleet.cluster.pool import RolloutPool
+from sandfleet.rollout.policy import Policy
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.suite import RunConfig, RunReport, _Writer
+from sandfleet.tasks.model import Task
+from sandfleet.traceschema import SPAN_NAMES
+
+
+def node_summary(results: Sequence[RolloutResult], labels: dict[str, str] | None = None) -> dict[str, Any]:
+    """Per node (its id): ``label``, ``n_rollouts``, ``pass_rate``, ``spans_mean_s``."""
+    by: dict[str, list[RolloutResult]] = {}
+    for r in results:
+        by.setdefault(str(r.info.get("node") or "?"), []).append(r)
+    out = {}
+    for node, rs in sorted(by.items(), key=lambda kv: (labels or {}).get(kv[0], kv[0])):
+        spans = dict.fromkeys(SPAN_NAMES, 0.0)
+        for r in rs:
+            for name, seconds in r.span_seconds().items():
+                spans[name] = spans.get(name, 0.0) + seconds
+        out[node] = {"label": (labels or {}).get(node, node[:8]), "n_rollouts": len(rs),
+                     "pass_rate": sum(r.passed for r in rs) / len(rs),
+                     "spans_mean_s": {k: v / len(rs) for k, v in spans.items()}}
+    return out
+
+
+@dataclass
+class ClusterRunReport(RunReport):
+    """A :class:`RunReport` whose summary says how the rollouts spread over the nodes."""
+
+    labels: dict[str, str] = field(default_factory=dict)
+    group_info: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {**super().summary(), "nodes": node_summary(self.results, self.labels)}
+
+
+async def run_suite_on_pool(
+    tasks: Sequence[Task],
+    policy: Policy,
+    pool: RolloutPool,
+    n: int,
+    *,
+    out_dir: Path | None = None,
+    on_result: Callable[[RolloutResult], None] | None = None,
+    out_mode: str = "new",
+) -> ClusterRunReport:
+    """Run ``n`` rollouts of every task as groups on the pool's nodes; every group is
+    submitted at once and waits its turn for a node (first come first served)."""
+    cfg = RunConfig(**{**pool.config.__dict__, "n": n, "concurrency": max(n, pool.config.concurrency)})
+    writer = _Writer(out_dir, cfg, out_mode)
+    prev = writer.previous
+    attempts: list[RolloutResult] = list(prev.attempts)
+    finals: list[RolloutResult] = list(prev.results)
+    groups: dict[str, dict[str, Any]] = dict(prev.groups)
+    infos: dict[str, dict[str, Any]] = {}
+
+    def record(r: RolloutResult) -> None:
+        attempts.append(r)
+        writer.attempt(r)
+        if on_result is not None:
+            on_result(r)
+
+    async def group(task: Task) -> None:
+        run = await pool.run_group(task, n, policy, on_result=record)
+        for r in run.results:
+            finals.append(r)
+            writer.rollout(r)
+        groups[task.name] = run.stats
+        info = {k: run.info.get(k) for k in ("node", "label", "admitted", "end", "attempts", "placements",
+                                             "node_s", "driver_s")}
+        infos[task.name] = info
+        writer.group(task.name, run.stats, run.results, info)
+
+    t0 = time.perf_counter()
+    interrupted = True
+    done = set(prev.groups)
+    try:
+        async with asyncio.TaskGroup() as tg:
+            for task in tasks:
+                if task.name not in done:
+                    tg.create_task(group(task), name=f"group-{task.name}")
+        interrupted = False
+    finally:
+        writer.close()
+        order = {t.name: i for i, t in enumerate(tasks)}
+        finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
+        report = ClusterRunReport(cfg, finals, attempts, groups, prev.wall_s + time.perf_counter() - t0,
+                                  interrupted=interrupted, resumed=len(prev.results),
+                                  labels={x.node_id: x.label for x in pool.nodes}, group_info=infos)
+        writer.summary(report.summary())
+    return report

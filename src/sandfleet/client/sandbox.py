@@ -50,6 +50,7 @@ class RemoteRuntime:
         self.sid = sid
         self.path = f"/v1/sandboxes/{sid}"
         self.http = service.pool(sid)
+        self.exec_url = httpx.URL(f"{service.url}{self.path}/exec")  # parsed once: not on every exec
         self.expires = time.monotonic() + expires_in_s
         self._dead: BaseException | None = None
 
@@ -109,9 +110,9 @@ class RemoteRuntime:
         if user is not None:
             body["user"] = user
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
-        return await self._run(self.path + "/exec", body, on_output, cap, wait)
+        return await self._run(self.exec_url, body, on_output, cap, wait)
 
-    async def _run(self, path: str, body: dict[str, Any], on_output: OutputCallback | None, cap: int,
+    async def _run(self, url: httpx.URL, body: dict[str, Any], on_output: OutputCallback | None, cap: int,
                    wait: float) -> ExecResult:
         """POST a command and read its NDJSON records to the exit record. Cancelled, the
         connection closes and the service kills the command."""
@@ -119,7 +120,7 @@ class RemoteRuntime:
         seen = {"stdout": 0, "stderr": 0}
         timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
         try:
-            async with self.http.stream("POST", path, json=body, timeout=timeout,
+            async with self.http.stream("POST", url, json=body, timeout=timeout,
                                                 headers=self.service.deadline_header()) as resp:
                 try:
                     await raise_for_status(resp)

@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 
-from sandfleet.client._http import raise_for_status, transport_error
+from sandfleet.client._http import corked_transport, raise_for_status, transport_error
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import ConfigError
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -61,7 +61,8 @@ class ServiceClient:
         per = max(1, max_connections // pools)
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
         self._pools = [httpx.AsyncClient(
-            base_url=self.url, transport=transport, headers={"Authorization": f"Bearer {token}"},
+            base_url=self.url, headers={"Authorization": f"Bearer {token}"},
+            transport=transport or corked_transport(limits=limits, verify=verify),
             timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits, verify=verify,
         ) for _ in range(pools)]  # fmt: skip
         self.http = self._pools[0]

@@ -1,0 +1,142 @@
+"""sandfleet.cluster on a local 3-node Ray cluster bound to loopback (slow suite).
+
+Placement (rollouts land on every node), the same per-task rewards as a local run, and a
+deterministic node loss: a scripted agent sleeps on a known node, that node is removed
+mid-rollout, its group shows ``node_lost`` and is placed whole on another node, every
+rollout completes and the remaining nodes keep nothing. A session fixture fails if any
+process of these clusters survives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sandfleet.rollout import NoopPolicy, OraclePolicy, RunConfig, ScriptedPolicy, run_suite
+from sandfleet.tasks import load_tasks
+from test_rollout_support import make_task, needs_bwrap
+
+pytestmark = [pytest.mark.slow, needs_bwrap(),  # not importorskip: Ray must not be imported before a local cluster
+              pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")]
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "tasks"
+SOME = ["archive-verify-checksums", "csv-awk-aggregate", "jq-json-summary", "regex-extract-contacts",
+        "shell-quoting-bug", "unit-conversion-bug"]
+MARK = b"/tmp/sfray-"
+
+
+def cluster_processes() -> list[str]:
+    """Processes of any local cluster these tests started (Ray's session directory, or a
+    node's sandfleet directories, lie under /tmp/sfray-*)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit() or int(d.name) == os.getpid():
+            continue
+        try:
+            if MARK in (d / "cmdline").read_bytes() or MARK in (d / "environ").read_bytes():
+                out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
+        except OSError:
+            continue
+    return out
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_ray_left() -> Iterator[None]:
+    """Fails the session if any process of a local cluster outlives the tests."""
+    yield
+    deadline = time.monotonic() + 15
+    while (left := cluster_processes()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not left, f"Ray processes survived the tests: {left}"
+
+
+async def test_rollouts_spread_over_every_node_with_a_local_runs_rewards(tmp_path: Path) -> None:
+    from sandfleet.cluster import RolloutPool
+
+    tasks = [t for t in load_tasks(EXAMPLES)[0] if t.name in SOME]
+    assert len(tasks) == len(SOME)
+    agents = [OraclePolicy(), NoopPolicy()]
+
+    def vectors(results: list) -> dict[tuple[str, str], list[float | None]]:
+        out: dict[tuple[str, str], list[float | None]] = {}
+        for r in sorted(results, key=lambda r: (r.task, r.agent, r.sample)):
+            out.setdefault((r.task, r.agent), []).append(r.reward)
+        return out
+
+    local = []
+    for policy in agents:  # the local run first: it builds the images the nodes then find
+        report = await run_suite(tasks, policy, RunConfig(n=2, concurrency=4, backend="bwrap"))
+        local += report.results
+    pool = await RolloutPool.create("local:3", capacity=2, backend="bwrap")
+    try:
+        assert len(pool.nodes) == 3 and {x.arch for x in pool.nodes} == {local_arch()}
+        runs = await asyncio.gather(*(pool.run_group(t, 2, p) for t in tasks for p in agents))
+        leftovers = await pool.leftovers()
+    finally:
+        reaped = await pool.close()
+    remote = [r for run in runs for r in run.results]
+    assert all(r.status == "completed" for r in remote), [(r.rollout_id, r.error) for r in remote]
+    assert vectors(remote) == vectors(local)
+    assert {tuple(x) for x in vectors(remote).values()} <= {(1.0, 1.0), (0.0, 0.0)}
+    assert {r.info["node"] for r in remote} == {x.node_id for x in pool.nodes}  # every node ran some
+    assert all(len(set(r.info["node"] for r in run.results)) == 1 for run in runs)  # a group on one node
+    assert all(run.results[0].advantage is not None for run in runs)
+    assert leftovers == {x.node_id: {"sandboxes": [], "snapshots": []} for x in pool.nodes}
+    assert reaped == []
+
+
+async def test_a_lost_node_fails_its_group_node_lost_and_the_group_runs_whole_elsewhere(tmp_path: Path) -> None:
+    from sandfleet.cluster import RolloutPool
+
+    task = make_task(tmp_path)
+    sleeper = ScriptedPolicy(["sleep 8", "echo hello > /app/out.txt"])
+    pool = await RolloutPool.create("local:3", capacity=2, backend="bwrap", image="host")
+    n0, n1, n2 = sorted(pool.nodes, key=lambda x: x.label)
+    lost_at = 0.0
+    try:
+        await pool.drain(n0.node_id)  # the head (the driver's node) can't be removed
+        await pool.drain(n1.node_id)
+        running = asyncio.create_task(pool.run_group(task, 2, sleeper))
+        async with asyncio.timeout(60):  # both members' sandboxes are up on n2: the agent sleeps there
+            while len((await pool.leftovers())[n2.node_id]["sandboxes"]) < 2:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)
+        await pool.undrain(n1.node_id)
+        lost_at = time.time()
+        pool.remove_local_node(n2.node_id)
+        run = await asyncio.wait_for(running, 120)
+        leftovers = await pool.leftovers()
+    finally:
+        reaped = await pool.close()
+    recovered = time.time() - lost_at
+    first, second = run.info["placements"]
+    assert first["node"] == n2.node_id and first["lost"] is True
+    assert second["node"] == n1.node_id and not second.get("lost")
+    lost = [r for r in run.attempts if r.reason == "node_lost"]
+    assert sorted(r.sample for r in lost) == [0, 1] and not any(r.final for r in lost)
+    assert all(r.info["node"] == n2.node_id for r in lost)
+    assert [(r.status, r.reward, r.attempt, r.info["node"]) for r in run.results] == [
+        ("completed", 1.0, 2, n1.node_id)] * 2  # fmt: skip
+    assert [r.rollout_id for r in run.results] == ["hello#0~2", "hello#1~2"]
+    assert run.node == n1.node_id and recovered < 60
+    assert leftovers == {n0.node_id: {"sandboxes": [], "snapshots": []},
+                         n1.node_id: {"sandboxes": [], "snapshots": []}}
+    assert len(reaped) >= 2  # the lost node's two sandboxes, reaped when the cluster stopped
+    assert n2.lost and not cluster_processes_of(pool)
+
+
+def cluster_processes_of(pool: object) -> list[str]:
+    local = getattr(pool, "local", None)
+    return [] if local is None else [str(p) for p in local.processes()]
+
+
+def local_arch() -> str:
+    from sandfleet.images import arch
+
+    return arch()

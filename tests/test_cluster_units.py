@@ -33,7 +33,14 @@ async def test_a_group_goes_whole_to_the_node_with_most_free_capacity() -> None:
     assert b.node_id == "n2"  # 6 free beats 4 and 4
     c = await p.place(4)
     assert c.node_id == "n0"
-    assert [x.free for x in p.nodes.values()] == [0, 4, 2]  # a tie goes to the first
+    assert [x.free for x in p.nodes.values()] == [0, 4, 2]  # a tie: to the node given fewer groups
+    even = placer(2, 2, 2)
+    order = []
+    for _ in range(6):  # one group at a time: equally free nodes take turns
+        node = await even.place(2)
+        order.append(node.node_id)
+        even.release(node, 2)
+    assert order == ["n0", "n1", "n2"] * 2
 
 
 async def test_backpressure_never_overcommits_and_serves_in_order() -> None:

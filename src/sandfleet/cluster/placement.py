@@ -1,4 +1,5 @@
-"""Where a group runs: the node with the most free capacity that matches the task's arch.
+"""Where a group runs: the node with the most free capacity that matches the task's arch
+(of nodes as free, the one given the fewest groups so far).
 
 A GRPO group goes to one node whole (its n rollouts are sampled together and compared with
 each other, so they share a host's speed). The placer reserves the group's n slots on the
@@ -90,8 +91,8 @@ class Placer:
         for x in self.nodes.values():
             if not x.open or x.free < n or (arches is not None and x.arch not in arches):
                 continue
-            if best is None or x.free > best.free:
-                best = x
+            if best is None or (x.free, -x.placed) > (best.free, -best.placed):
+                best = x  # a tie goes to the node that was given fewer groups: balance
         return best
 
     async def place(self, n: int, arches: set[str] | None = None) -> Node:

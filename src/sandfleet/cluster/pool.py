@@ -197,11 +197,14 @@ class RolloutPool:
         *,
         group: str | None = None,
         on_result: Callable[[RolloutResult], None] | None = None,
+        image: str | None = None,
     ) -> GroupRun:
         """Run ``n`` rollouts of ``task`` as one group on one node; their results once the
         group ends (every attempt also goes to ``on_result`` then, in order). A group whose
         node dies is placed whole again, up to ``placements`` times; it never raises for a
-        failed rollout (their ``reason`` says why), only for cancellation."""
+        failed rollout (their ``reason`` says why), only for cancellation. ``group`` names it
+        (default: the task's name); ``image`` runs it in that image instead of the task's own
+        (default: the pool's ``image``)."""
         if self._closed:
             raise ConfigError("the pool is closed")
         if not 1 <= n <= 100_000:
@@ -224,7 +227,7 @@ class RolloutPool:
                 break
             self._seq += 1
             job = GroupJob(key=f"{name}@{self._seq}", task=task, digest=bundle.digest, n=n, policy=policy,
-                           config=cfg, image=self.image)
+                           config=cfg, image=image or self.image)
             where: dict[str, Any] = {"node": node.node_id, "label": node.label, "admitted": time.time()}
             info["placements"].append(where)
             info.setdefault("admitted", where["admitted"])
@@ -232,7 +235,8 @@ class RolloutPool:
             try:
                 end = await self._run_on(node, job, bundle)
             except _Lost as lost:
-                where.update(lost=True, error=str(lost.cause)[:300], seconds=time.perf_counter() - t0)
+                where.update(lost=True, lost_at=time.time(), error=str(lost.cause)[:300],
+                             seconds=time.perf_counter() - t0)
                 log.warning("node %s lost with group %s (placement %d of %d): %s", node.label, name, k,
                             self.placements, str(lost.cause)[:200])
                 self._renumber(lost.attempts, name, used, final=False)

@@ -91,9 +91,13 @@ def _names(text: str) -> tuple[str, ...]:
 @click.option("--out", "out", required=True, type=click.Path(dir_okay=False), help="Results JSON.")
 @click.option("--html", "html", type=click.Path(dir_okay=False), default=None,
               help="Also write this run's HTML report (charts of p95 slowdown against N, capacity).")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
+              help="Run it on every node of a Ray cluster (host:port, auto, or local:N): one result per node and a "
+              "comparison with the first (docs/cluster.md).")
 def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples: int, level_cap: float | None,
             ns: str, refine: int, target: float, commands: str, throttle: float | None, eval_task: str,
-            density_max: int, density_budget_mib: float | None, out: str, html: str | None) -> None:
+            density_max: int, density_budget_mib: float | None, out: str, html: str | None,
+            ray_address: str | None = None) -> None:
     """Capacity benchmark: latency alone and under load, capacity, evals/min, soak, density."""
     import signal
     import time
@@ -122,6 +126,25 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples
 
     def say(msg: str) -> None:
         click.echo(f"[{time.monotonic() - t0:7.1f}s] {msg}", err=True)
+
+    if ray_address is not None:  # one result per node (sandfleet.cluster.bench)
+        if throttle is not None or html:
+            raise click.UsageError("--ray excludes --throttle and --html (report each node's results instead)")
+        from sandfleet.bench.compare import table_lines
+        from sandfleet.cluster.bench import bench_on_ray
+
+        results = asyncio.run(bench_on_ray(ray_address, cfg, say=say))
+        save(results)
+        for node in results["nodes"].values():
+            click.echo(f"== node {node['label']}")
+            for line in summary_lines(node["results"]):
+                click.echo(line)
+        for label, cmp in results["comparison"].items():
+            click.echo(f"== {label} against the first node")
+            for line in [cmp["refused"]] if "refused" in cmp else table_lines(cmp):
+                click.echo(line)
+        click.echo(f"results: {path}")
+        return
 
     async def main() -> None:
         # SIGTERM stops the run as Ctrl-C does: cancelled, sandboxes closed, results kept.

@@ -231,6 +231,17 @@ class HostActor:
         await asyncio.gather(*tasks, return_exceptions=True)  # each closes its sandboxes before it ends
         return len(tasks)
 
+    async def bench(self, cfg: Any) -> dict[str, Any]:
+        """``sandfleet bench run`` on this node (its own hardware threads), on the loop thread."""
+        import dataclasses
+
+        from sandfleet.bench.run import run_bench
+
+        results: dict[str, Any] = {}
+        cfg = dataclasses.replace(cfg, threads=len(os.sched_getaffinity(0)))
+        await self._on_loop(run_bench(cfg, results, progress=lambda m: log.info("bench: %s", m)))
+        return results
+
     def leftovers(self) -> dict[str, list[str]]:
         """The sandbox markers and snapshots this node's state directory holds."""
         from sandfleet.sandbox.state import SNAPSHOTS, list_sandboxes, state_root

@@ -178,13 +178,18 @@ class LocalCluster:
                 continue
         return out
 
-    def _end_stragglers(self, wait_s: float = 10.0) -> None:
+    def _end_stragglers(self, wait_s: float = 5.0) -> None:
         """Wait for the workers to notice their raylet is gone; SIGKILL what is left then."""
         deadline = time.monotonic() + wait_s
         while (left := self.processes()) and time.monotonic() < deadline:
             time.sleep(0.1)
         for pid in left:
-            log.warning("killing a process of the local cluster that outlived it: %d", pid)
+            try:
+                name = Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            log.info("killing a process of the local cluster still there %g s after its node: %d %s", wait_s, pid,
+                     name)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 

@@ -2,6 +2,9 @@
 
     python -m sandfleet.cluster.measure --tasks examples/tasks --rounds 3 --out cluster-figures.json
 
+Both sides' sandboxes run under cgroup parents of their own (the nodes', and one for the
+local side), so that neither shares a parent's CPU weight with other sandboxes on the host.
+
 - **Scheduling overhead per rollout**: each group runs both locally
   (:func:`~sandfleet.rollout.suite.run_suite`, this process) and through the pool, rounds
   alternating. Through Ray, a group's driver-side wall time minus the node's own time for
@@ -16,7 +19,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import statistics
 import tempfile
 import time
@@ -150,7 +155,20 @@ async def _recovery(pool: Any, load_task: Any, scripted: Any, n: int, sleep_s: f
 def main(tasks_dir: Path, names: tuple[str, ...], nodes: int, n: int, rounds: int, backend: str,
          out: Path | None) -> None:
     """Measure the cluster figures of docs/cluster.md."""
-    result = asyncio.run(measure(tasks_dir, list(names), nodes, n, rounds, backend))
+    from sandfleet.sandbox import cgroups
+
+    # The local side's sandboxes get a cgroup parent of their own, as each node's do: under
+    # the shared default parent they would split one parent's CPU weight with every other
+    # sandbox on this host, and the comparison would measure that. (An entry point's own
+    # environment, set before any sandbox exists.)
+    parent = f"sandfleet-measure-{os.getpid()}"
+    os.environ["SANDFLEET_CGROUP_PARENT"] = parent
+    try:
+        result = asyncio.run(measure(tasks_dir, list(names), nodes, n, rounds, backend))
+    finally:
+        for root in set(cgroups.detect().mounts.values()):
+            with contextlib.suppress(FileNotFoundError):
+                (root / parent).rmdir()
     text = json.dumps(result, indent=2)
     if out is not None:
         out.write_text(text + "\n")

@@ -267,10 +267,13 @@ def _cell(rewards: list[float | None], want: float) -> str:
               "a per-arch table: valid on both, on only one, flaky n/R.")
 @click.option("--page-size", "page_size", default=None, metavar="64k",
               help="Also flag ELF files of each task image that a kernel with pages this large can't load.")
+@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
+              help="Run the repeats on a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N; "
+              "--concurrency is then per node.")
 def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
-    remote: str | None, arches: str | None = None, page_size: str | None = None,
+    remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
     from sandfleet.tasks.loader import load_tasks
@@ -278,6 +281,8 @@ def validate(
 
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
+    if ray_address is not None and (remote or arches or page_size or strict_bases):
+        raise click.UsageError("--ray excludes --remote, --arch, --page-size and --strict-bases")
     try:
         weights = parse_reward_weights(reward_weights) if reward_weights else None
         if reward_key and weights:
@@ -298,9 +303,15 @@ def validate(
                 network=network, strict_bases=strict_bases))), lambda why: Verdict("invalid", why))
         return
 
-    verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
-        tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user, network=network,
-        strict_bases=strict_bases)))
+    if ray_address is not None:
+        from sandfleet.cluster.validate import validate_on_ray
+
+        verdicts = asyncio.run(validate_on_ray(ray_address, tasks, repeats=repeats, concurrency=concurrency,
+                                               backend=backend, agent_user=agent_user, network=network))
+    else:
+        verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
+            tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
+            network=network, strict_bases=strict_bases)))
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")

@@ -1,0 +1,51 @@
+"""``sandfleet tasks validate --ray``: each task's oracle and no-op repeats on the cluster.
+
+The R oracle runs of a task go to one node, the R no-op runs to one node (each a group, so
+a task's repeats see one host), without retries; verdicts as a local validation's
+(:func:`sandfleet.rollout.validate.judge`). Unlike a local validation, a task whose oracle
+fails is not tried again as root (run it locally for that diagnosis).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
+from sandfleet.rollout.runner import RetryPolicy
+from sandfleet.rollout.validate import Verdict, fidelity, judge
+from sandfleet.tasks.model import Task
+
+
+async def validate_on_ray(
+    address: str,
+    tasks: Sequence[Task],
+    *,
+    repeats: int = 3,
+    concurrency: int | None = None,
+    backend: str = "auto",
+    agent_user: str | None = None,
+    network: bool = False,
+) -> dict[str, Verdict]:
+    """A verdict per task, its repeats run on the cluster at ``address`` (``concurrency``:
+    rollouts at once per node, default its CPU count, at least ``repeats``)."""
+    from sandfleet.cluster.pool import RolloutPool
+
+    pool = await RolloutPool.create(address, capacity=max(concurrency, repeats) if concurrency else None,
+                                    backend=backend, agent_user=agent_user, network=network,
+                                    retry=RetryPolicy(max_attempts=1))
+    try:
+        oracle, noop = OraclePolicy(), NoopPolicy()
+        runs = await asyncio.gather(*(pool.run_group(t, repeats, p, group=f"{t.name}/{p.name}")
+                                      for t in tasks for p in (oracle, noop)))
+    finally:
+        await asyncio.shield(pool.close())
+    verdicts = {}
+    for i, task in enumerate(tasks):
+        mine_o, mine_n = runs[2 * i].results, runs[2 * i + 1].results
+        v = judge(task, mine_o, mine_n)
+        fidelity(v, task, None, [*mine_o, *mine_n], network=network)
+        nodes = sorted({str(r.info.get("node", "?"))[:8] for r in [*mine_o, *mine_n]})
+        v.warnings.append(f"validated on Ray node(s) {', '.join(nodes)}")
+        verdicts[task.name] = v
+    return verdicts

@@ -140,3 +140,26 @@ def local_arch() -> str:
     from sandfleet.images import arch
 
     return arch()
+
+
+def test_run_cli_on_a_local_cluster_writes_nodes_and_leaves_nothing(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    for name in ("a", "b"):
+        make_task(tmp_path / "tasks", name)
+    out = tmp_path / "out"
+    res = subprocess.run([sys.executable, "-m", "sandfleet", "run", "--tasks", str(tmp_path / "tasks"), "--agent",
+                          "oracle", "-n", "2", "--concurrency", "2", "--image", "host", "--backend", "bwrap",
+                          "--ray", "local:2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["pass_rate"] == 1.0 and summary["n_rollouts"] == 4
+    nodes = summary["nodes"]
+    assert sorted(x["label"] for x in nodes.values()) == ["n0", "n1"]  # one group on each
+    assert all(x["n_rollouts"] == 2 and x["pass_rate"] == 1.0 and "verifier" in x["spans_mean_s"]
+               for x in nodes.values())
+    groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
+    assert sorted(g["node"] for g in groups) == sorted(nodes)
+    assert "node n0: 2 rollouts" in res.stdout and not cluster_processes()

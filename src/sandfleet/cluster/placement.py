@@ -78,10 +78,11 @@ class Placer:
         """Raise NoNodeError when no open node could ever take ``n`` of ``arches``."""
         live = [x for x in self.nodes.values() if not x.lost]
         match = [x for x in live if arches is None or x.arch in arches]
+        if not live:
+            raise NoNodeError("no node is left (every node of the pool was lost)")
         if not match:
             have = sorted({x.arch for x in live})
-            raise NoNodeError(f"no node runs {'/'.join(sorted(arches or []))} (the cluster's nodes: "
-                              f"{', '.join(have) or 'none left'})")
+            raise NoNodeError(f"no node runs {'/'.join(sorted(arches or []))} (the cluster's nodes: {', '.join(have)})")
         if all(x.capacity < n for x in match):
             raise NoNodeError(f"a group of {n} fits on no node (largest capacity: "
                               f"{max(x.capacity for x in match)}); a group runs whole on one node")

@@ -128,6 +128,9 @@ class RolloutPool:
         local: LocalCluster | None = None
         count = parse_local(address) if address else None
         if count is not None:
+            if ray_connected():
+                raise ConfigError("this process is connected to a Ray cluster already: a local:N cluster can't "
+                                  "be started beside it (close the pool that made it, or ray.shutdown())")
             local = LocalCluster(count)
             address = await asyncio.to_thread(local.start)
         elif address == "auto":

@@ -133,3 +133,21 @@ def test_run_resume_of_a_directory_that_is_no_run(env: dict[str, str], tmp_path:
                     "--out", str(out), "--resume", env=env)  # fmt: skip
     one_line_error(res, "--resume", "run.json")
     assert json.dumps(sorted(p.name for p in out.iterdir())) == '["notes.txt"]'
+
+
+@pytest.mark.parametrize(("field", "value", "needle"), [
+    ("writable_dirs", ("../../x",), "writable_dirs must be an absolute path"),
+    ("writable_dirs", ("/",), "writable_dirs must be an absolute path"),
+    ("workdir", "/a/../../etc", "workdir must be an absolute path"),
+    ("image", "", "image must be an image name"),
+    ("image", "../x", "image must be an image name"),
+])  # fmt: skip
+def test_sandbox_spec_refuses_paths_outside_the_sandbox(field: str, value: object, needle: str) -> None:
+    """A spec from a client (the service passes them through) can't name a directory outside
+    the sandbox, nor an empty or path-like image."""
+    from pydantic import ValidationError
+
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    with pytest.raises(ValidationError, match=needle):
+        SandboxSpec(**{field: value})

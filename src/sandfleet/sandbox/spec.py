@@ -162,8 +162,18 @@ class SandboxSpec(BaseModel):
     @field_validator("workdir")
     @classmethod
     def _abs_workdir(cls, v: str) -> str:
-        if not v.startswith("/") or "\x00" in v or "/../" in v + "/":
-            raise ValueError(f"workdir must be an absolute path without '..': {v!r}")
+        return _sandbox_dir("workdir", v, root_ok=True)
+
+    @field_validator("writable_dirs")
+    @classmethod
+    def _abs_writable(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(_sandbox_dir("writable_dirs", d) for d in v)
+
+    @field_validator("image")
+    @classmethod
+    def _image_name(cls, v: str) -> str:
+        if not v.strip() or "\x00" in v or "/" in v:
+            raise ValueError(f"image must be an image name or content hash (sandfleet image ls), not {v!r}")
         return v
 
     @field_validator("user")
@@ -177,6 +187,13 @@ class SandboxSpec(BaseModel):
         if v != "auto" and v not in BACKENDS:
             raise ValueError(f"unknown backend {v!r}; known: auto, {', '.join(BACKENDS)}")
         return v
+
+
+def _sandbox_dir(what: str, v: str, *, root_ok: bool = False) -> str:
+    """An absolute path inside the sandbox, without '..' or NUL (and not '/' unless ``root_ok``)."""
+    if not v.startswith("/") or "\x00" in v or "/../" in v + "/" or not (root_ok or v.strip("/")):
+        raise ValueError(f"{what} must be an absolute path without '..'{'' if root_ok else ' (not /)'}: {v!r}")
+    return v
 
 
 def check_user(v: str | int) -> str:

@@ -500,6 +500,10 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         service.delete_snapshot(owner, snap)
         return Response(status_code=204)
 
+    from sandfleet.server import e2b, swerex
+
+    e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
+    swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
     return Edge(app, service, metrics)
 
 

@@ -1,0 +1,666 @@
+"""The E2B wire protocol on ``sandfleet serve``: the unmodified ``e2b`` SDK drives sandfleet
+sandboxes through ``E2B_API_URL`` / ``E2B_SANDBOX_URL`` / ``E2B_API_KEY`` pointed at the service.
+
+Two route families, kept out of ``/openapi.json`` (only ``/v1`` is the service's contract):
+
+- the control plane, ``/sandboxes...`` and ``/v2/sandboxes...``: ``X-API-Key`` is a service
+  token; errors are ``{"code": <int>, "message"}`` with the status the SDK maps;
+- envd, ``/process.Process/*``, ``/filesystem.Filesystem/*``, ``/files``, ``/health``, with the
+  sandbox named by ``E2b-Sandbox-Id`` and authorised by the ``X-Access-Token`` that create (or
+  connect) returned. Connect protocol v1 with the JSON codec; a process outlives its stream
+  (envd semantics: its output is buffered, a client that hangs up does not kill it). An unknown
+  or dead sandbox answers 502 "... was not found", which the SDK maps to SandboxNotRunning.
+
+Template ``base`` (or none) is the service's default image with ``/home/user`` as the working
+directory and home; the E2B user ``user`` is the sandbox's default user. Any other template is
+a sandfleet image name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import datetime as dt
+import gzip
+import hmac
+import json
+import logging
+import os
+import posixpath
+import secrets
+import stat
+import struct
+import time
+import zlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+
+from sandfleet.agent.client import ExecResult
+from sandfleet.errors import SandfleetError
+from sandfleet.sandbox.spec import Limits, SandboxSpec
+from sandfleet.server import api
+from sandfleet.server.api import Problem
+from sandfleet.server.auth import Tokens
+from sandfleet.server.service import Entry, SandboxService
+
+log = logging.getLogger(__name__)
+
+ENVD_VERSION = "0.5.7"
+HOME = "/home/user"
+DEFAULT_TIMEOUT_S = 300
+CONNECT_JSON = "application/connect+json"
+PROCESS_OUTPUT_CAP = 64 << 20
+"""Bytes of a process's output buffered for its stream (beyond, the oldest is not kept)."""
+SIGNALS = {9: "killed", 15: "terminated", 2: "interrupt", 1: "hangup"}
+CONNECT_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
+                  "already_exists": 409, "resource_exhausted": 429, "internal": 500, "unimplemented": 501,
+                  "unavailable": 503, "deadline_exceeded": 504, "failed_precondition": 400}
+
+
+class CPError(Exception):
+    """A control-plane error: ``{"code": status, "message"}``."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class EnvdError(Exception):
+    """An envd (Connect) error: a string code and a message."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class NotFound(Exception):
+    """The sandbox of an envd request is unknown or dead: 502 "... was not found"."""
+
+
+@dataclass(eq=False)
+class Proc:
+    pid: int
+    config: dict[str, Any]
+    events: list[bytes] = field(default_factory=list)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    done: bool = False
+    task: asyncio.Task[None] | None = None
+    kept: int = 0
+
+    def push(self, msg: dict[str, Any]) -> None:
+        self.events.append(envelope(0, {"event": msg}))
+        self.changed.set()
+
+    def output(self, name: str, data: bytes) -> None:
+        if self.kept > PROCESS_OUTPUT_CAP:
+            return
+        self.kept += len(data)
+        self.push({"data": {name: base64.b64encode(data).decode()}})
+
+
+@dataclass(eq=False)
+class Box:
+    """What E2B adds to a sandfleet sandbox: its access token, template and processes."""
+
+    token: str
+    template: str
+    metadata: dict[str, str]
+    procs: dict[int, Proc] = field(default_factory=dict)
+    next_pid: int = 1000
+
+
+def envelope(flags: int, msg: dict[str, Any]) -> bytes:
+    data = json.dumps(msg, separators=(",", ":")).encode()
+    return struct.pack(">BI", flags, len(data)) + data
+
+
+def _rfc3339(t: float) -> str:
+    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _cp_response(e: CPError) -> JSONResponse:
+    return JSONResponse({"code": e.status, "message": e.message}, status_code=e.status)
+
+
+def _cp_error(e: BaseException) -> CPError:
+    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    if p is None:
+        log.error("E2B control-plane call failed: %s: %s", type(e).__name__, e, exc_info=e)
+        return CPError(500, f"{type(e).__name__}: {e}")
+    status = 404 if p.status_code == 410 else p.status_code
+    return CPError(status, p.message)
+
+
+def _envd_response(e: EnvdError) -> JSONResponse:
+    return JSONResponse({"code": e.code, "message": e.message}, status_code=CONNECT_STATUS.get(e.code, 500))
+
+
+def _not_found(sid: str) -> JSONResponse:
+    return JSONResponse({"code": 502, "message": f"The sandbox {sid} was not found"}, status_code=502)
+
+
+def _guest_envd_error(e: BaseException) -> EnvdError:
+    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    if p is None:
+        log.error("E2B envd call failed: %s: %s", type(e).__name__, e, exc_info=e)
+        return EnvdError("internal", f"{type(e).__name__}: {e}")
+    errno = p.extra.get("errno")
+    if errno == 2:
+        return EnvdError("not_found", p.message)
+    if errno == 13:
+        return EnvdError("permission_denied", p.message)
+    if p.status_code == 410:
+        return EnvdError("unavailable", p.message)
+    if p.status_code == 429:
+        return EnvdError("resource_exhausted", p.message)
+    return EnvdError("invalid_argument", p.message)
+
+
+class E2B:
+    def __init__(self, service: SandboxService, tokens: Tokens):
+        self.service = service
+        self.tokens = tokens
+        self.boxes: dict[str, Box] = {}
+
+    # -- control plane
+
+    def owner(self, request: Request) -> str:
+        key = request.headers.get("x-api-key")
+        oid = self.tokens.owner(f"Bearer {key}") if key else None
+        if oid is None:
+            raise CPError(401, "Invalid API key: X-API-Key must be a token of this service")
+        return oid
+
+    def box(self, e: Entry) -> Box:
+        """The E2B side of a sandbox (made on first use for one created through /v1)."""
+        b = self.boxes.get(e.sb.id)
+        if b is None:
+            b = self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=e.spec.image,
+                                          metadata=dict(e.spec.labels))
+        return b
+
+    def sandbox_body(self, e: Entry) -> dict[str, Any]:
+        b = self.box(e)
+        return {"templateID": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet", "alias": b.template,
+                "envdVersion": ENVD_VERSION, "envdAccessToken": b.token, "trafficAccessToken": None, "domain": None}
+
+    def listed(self, e: Entry) -> dict[str, Any]:
+        b = self.box(e)
+        lim = e.spec.limits
+        end = time.time() + max(0.0, e.expires - time.monotonic())
+        return {"templateID": b.template, "alias": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet",
+                "startedAt": _rfc3339(e.created), "endAt": _rfc3339(end),
+                "cpuCount": max(1, round(lim.cpus or (os.cpu_count() or 1))),
+                "memoryMB": lim.memory_mib or 0, "diskSizeMB": lim.disk_mib, "state": "running",
+                "envdVersion": ENVD_VERSION, "metadata": b.metadata}
+
+    async def create(self, request: Request) -> dict[str, Any]:
+        owner = self.owner(request)
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise CPError(400, "the body is not JSON") from None
+        if not isinstance(body, dict):
+            raise CPError(400, "the body is not a JSON object")
+        template = str(body.get("templateID") or "base")
+        timeout = body.get("timeout") or DEFAULT_TIMEOUT_S
+        metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
+        envs = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        base = template == "base"
+        env = {"HOME": HOME, "USER": "user", **envs} if base else envs
+        try:
+            spec = SandboxSpec(image="host" if base else template, workdir=HOME, env=env, labels=metadata,
+                               limits=Limits(ttl_s=float(timeout), network=bool(body.get("allow_internet_access"))))
+        except ValueError as err:
+            raise CPError(400, f"invalid sandbox: {err}") from None
+        try:
+            e = await self.service.create(owner, spec, key=request.headers.get("idempotency-key"), deadline_ms=None)
+        except Exception as err:
+            raise _cp_error(err) from None
+        if e.sb.id not in self.boxes:
+            self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
+        return self.sandbox_body(e)
+
+    def entry(self, owner: str, sid: str) -> Entry:
+        try:
+            return self.service.entry(owner, sid)
+        except Problem as err:
+            raise _cp_error(err) from None
+
+    async def connect(self, request: Request, sid: str) -> dict[str, Any]:
+        owner = self.owner(request)
+        e = self.entry(owner, sid)
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError:
+            body = {}
+        if isinstance(body, dict) and body.get("timeout"):
+            self.set_timeout(owner, sid, body["timeout"])
+        return self.sandbox_body(e)
+
+    def set_timeout(self, owner: str, sid: str, timeout: Any) -> None:
+        try:
+            self.service.extend(owner, sid, float(timeout))
+        except Exception as err:
+            raise _cp_error(err) from None
+
+    def list_sandboxes(self, request: Request) -> Response:
+        owner = self.owner(request)
+        q = request.query_params
+        states = set((q.get("state") or "running").split(","))
+        want = dict(parse_qsl(q.get("metadata") or ""))
+        entries = [e for e in self.service.find(owner, {}) if e.sb.alive] if "running" in states else []
+        entries = [e for e in entries if all(self.box(e).metadata.get(k) == v for k, v in want.items())]
+        if q.get("template"):
+            entries = [e for e in entries if self.box(e).template == q["template"]]
+        if q.get("startedAfter"):
+            try:
+                after = dt.datetime.fromisoformat(q["startedAfter"].replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                raise CPError(400, "startedAfter is not an RFC3339 time") from None
+            entries = [e for e in entries if e.created > after]
+        entries.sort(key=lambda e: (e.created, e.sb.id), reverse=q.get("order") == "desc")
+        try:
+            limit = max(1, min(int(q.get("limit") or 100), 1000))
+            start = int(q.get("nextToken") or 0)
+        except ValueError:
+            raise CPError(400, "limit and nextToken are numbers") from None
+        page = entries[start:start + limit]
+        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(entries) else {}
+        return JSONResponse([self.listed(e) for e in page], headers=headers)
+
+    async def kill(self, request: Request, sid: str) -> Response:
+        owner = self.owner(request)
+        try:
+            await self.service.delete(owner, sid)
+        except Exception as err:
+            raise _cp_error(err) from None
+        self.forget(sid)
+        return Response(status_code=204)
+
+    def forget(self, sid: str) -> None:
+        b = self.boxes.pop(sid, None)
+        if b is not None:
+            for p in b.procs.values():
+                if p.task is not None:
+                    p.task.cancel()
+
+    # -- envd
+
+    def envd(self, request: Request) -> tuple[Entry, Box, str | None]:
+        """The sandbox an envd request names, checked against its access token; the user."""
+        sid = request.headers.get("e2b-sandbox-id") or ""
+        e = self.service.live.get(sid)
+        b = self.boxes.get(sid)
+        if e is None or b is None or not e.sb.alive:
+            raise NotFound(sid)
+        tok = request.headers.get("x-access-token") or ""
+        if not hmac.compare_digest(tok.encode(), b.token.encode()):
+            raise EnvdError("unauthenticated", "a valid X-Access-Token for this sandbox is needed")
+        user = request.query_params.get("username")
+        auth = request.headers.get("authorization") or ""
+        if user is None and auth.lower().startswith("basic "):
+            try:
+                user = base64.b64decode(auth[6:].strip()).decode().split(":", 1)[0] or None
+            except (binascii.Error, UnicodeDecodeError):
+                raise EnvdError("unauthenticated", "a malformed Authorization: Basic header") from None
+        if user == "user":
+            user = None  # E2B's default user is the sandbox's own user
+        return e, b, user
+
+    async def start(self, request: Request) -> Response:
+        e, b, user = self.envd(request)
+        if request.headers.get("content-type", "").split(";")[0].strip() != CONNECT_JSON:
+            raise EnvdError("invalid_argument", f"Process/Start is a server-streaming call: {CONNECT_JSON}")
+        raw = await request.body()
+        if len(raw) < 5:
+            raise EnvdError("invalid_argument", "an empty request stream")
+        flags, n = struct.unpack(">BI", raw[:5])
+        payload = raw[5:5 + n]
+        if flags & 1:
+            raise EnvdError("invalid_argument", "compressed messages are not accepted")
+        try:
+            req = json.loads(payload)
+            cfg = req.get("process") or {}
+            argv = [str(cfg["cmd"]), *[str(a) for a in cfg.get("args") or []]]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise EnvdError("invalid_argument", "a StartRequest with process.cmd is needed") from None
+        envs = {str(k): str(v) for k, v in (cfg.get("envs") or {}).items()}
+        cwd = cfg.get("cwd")
+        timeout_ms = request.headers.get("connect-timeout-ms")
+        timeout = int(timeout_ms) / 1000 if timeout_ms and timeout_ms.isdigit() and int(timeout_ms) > 0 else None
+        pid = b.next_pid
+        b.next_pid += 1
+        proc = Proc(pid=pid, config={"cmd": argv[0], "args": argv[1:], "envs": envs, **({"cwd": cwd} if cwd else {})})
+        proc.push({"start": {"pid": pid}})
+        b.procs[pid] = proc
+        proc.task = asyncio.create_task(self._run(e, b, proc, argv, envs, cwd, timeout, user))
+        return StreamingResponse(self._events(proc, 0), media_type=CONNECT_JSON)
+
+    async def _run(self, e: Entry, b: Box, proc: Proc, argv: list[str], envs: dict[str, str], cwd: str | None,
+                   timeout: float | None, user: str | None) -> None:
+        end: dict[str, Any] | None = None
+        error: dict[str, Any] | None = None
+        try:
+            async with self.service.busy(e.owner, None, e):
+                res: ExecResult = await e.sb.exec(argv, cwd=cwd, env=envs or None, timeout=timeout,
+                                                  on_output=proc.output, user=user, max_output=0)
+            if res.timed_out or res.signal:
+                sig = res.signal or 9
+                end = {"exitCode": -1, "exited": False, "status": f"signal: {SIGNALS.get(sig, str(sig))}"}
+            else:
+                end = {"exitCode": res.exit_code, "exited": True, "status": f"exit status {res.exit_code}"}
+        except asyncio.CancelledError:
+            end = {"exitCode": -1, "exited": False, "status": "signal: killed"}
+        except Exception as err:
+            ee = _guest_envd_error(err)
+            error = {"code": ee.code, "message": ee.message}
+        finally:
+            if end is not None:
+                proc.push({"end": end})
+            proc.events.append(envelope(2, {"error": error} if error else {}))
+            proc.done = True
+            proc.changed.set()
+            b.procs.pop(proc.pid, None)
+
+    @staticmethod
+    async def _events(proc: Proc, idx: int) -> AsyncIterator[bytes]:
+        while True:
+            while idx < len(proc.events):
+                yield proc.events[idx]
+                idx += 1
+            if proc.done:
+                return
+            proc.changed.clear()
+            if idx < len(proc.events) or proc.done:
+                continue
+            await proc.changed.wait()
+
+    async def connect_process(self, request: Request) -> Response:
+        _, b, _ = self.envd(request)
+        req = await self._unary_body(request)
+        proc = b.procs.get(int((req.get("process") or {}).get("pid") or -1))
+        if proc is None:
+            raise EnvdError("not_found", "no such process")
+
+        async def stream() -> AsyncIterator[bytes]:
+            yield envelope(0, {"event": {"start": {"pid": proc.pid}}})
+            async for chunk in self._events(proc, len(proc.events)):
+                yield chunk
+
+        return StreamingResponse(stream(), media_type=CONNECT_JSON)
+
+    @staticmethod
+    async def _unary_body(request: Request) -> dict[str, Any]:
+        try:
+            req = json.loads(await request.body() or b"{}")
+        except ValueError:
+            raise EnvdError("invalid_argument", "the body is not JSON") from None
+        if not isinstance(req, dict):
+            raise EnvdError("invalid_argument", "the body is not a JSON object")
+        return req
+
+    async def send_signal(self, request: Request) -> dict[str, Any]:
+        _, b, _ = self.envd(request)
+        req = await self._unary_body(request)
+        sel = req.get("process") or {}
+        try:
+            proc = b.procs.get(int(sel.get("pid") or -1))
+        except (TypeError, ValueError):
+            proc = None
+        if proc is None or proc.task is None or proc.done:
+            raise EnvdError("not_found", f"process {sel.get('pid')} not found")
+        proc.task.cancel()
+        await asyncio.wait({proc.task})
+        return {}
+
+    async def list_processes(self, request: Request) -> dict[str, Any]:
+        _, b, _ = self.envd(request)
+        return {"processes": [{"config": p.config, "pid": p.pid} for p in b.procs.values() if not p.done]}
+
+    async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
+        script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
+                  'if [ "$2" = 0 ]; then set -- "$1" -maxdepth 0; else set -- "$1" -mindepth 1 -maxdepth "$2"; fi; '
+                  "exec find \"$@\" -printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%p\\0'")
+        full = posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
+        try:
+            res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth)], cwd="/", user=user,
+                                  max_output=64 << 20)
+        except Exception as err:
+            raise _guest_envd_error(err) from None
+        if res.exit_code == 3:
+            raise EnvdError("not_found", f"path {full} does not exist")
+        if res.exit_code == 4:
+            raise EnvdError("invalid_argument", f"path {full} is not a directory")
+        out = []
+        for rec in res.stdout_bytes.split(b"\0"):
+            parts = rec.decode(errors="replace").split("\t", 7)
+            if len(parts) != 8:
+                continue
+            kind, size, mode, owner, group, mtime, target, p = parts
+            ftype = {"f": "FILE_TYPE_FILE", "d": "FILE_TYPE_DIRECTORY", "l": "FILE_TYPE_SYMLINK"}.get(kind)
+            if ftype is None:
+                continue
+            bits = int(mode, 8)
+            fmt = {"f": stat.S_IFREG, "d": stat.S_IFDIR, "l": stat.S_IFLNK}[kind]
+            ent: dict[str, Any] = {
+                "name": posixpath.basename(p) or p, "type": ftype, "path": p, "size": size, "mode": bits,
+                "permissions": stat.filemode(fmt | bits), "owner": owner, "group": group,
+                "modifiedTime": _rfc3339(float(mtime)), "isSymlink": kind == "l"}
+            if kind == "l":
+                ent["symlinkTarget"] = target
+            out.append(ent)
+        if res.exit_code != 0 and not out:
+            raise EnvdError("invalid_argument", res.stderr.strip() or f"listing {full} failed")
+        return out
+
+    async def list_dir(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        req = await self._unary_body(request)
+        depth = int(req.get("depth") or 1)
+        return {"entries": await self._entries(e, str(req.get("path") or HOME), max(1, depth), user)}
+
+    async def stat_(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        req = await self._unary_body(request)
+        ents = await self._entries(e, str(req.get("path") or HOME), 0, user)
+        if not ents:
+            raise EnvdError("not_found", "no such path")
+        return {"entry": ents[0]}
+
+    async def _sh(self, e: Entry, user: str | None, script: str, *args: str) -> ExecResult:
+        try:
+            return await e.sb.exec(["sh", "-c", script, "sh", *args], cwd="/", user=user)
+        except Exception as err:
+            raise _guest_envd_error(err) from None
+
+    def _abs(self, e: Entry, path: str) -> str:
+        return posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
+
+    async def make_dir(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        path = self._abs(e, str((await self._unary_body(request)).get("path") or ""))
+        res = await self._sh(e, user, '[ -e "$1" ] && exit 3; mkdir -p "$1"', path)
+        if res.exit_code == 3:
+            raise EnvdError("already_exists", f"{path} exists")
+        if res.exit_code != 0:
+            raise EnvdError("invalid_argument", res.stderr.strip())
+        return {}
+
+    async def remove(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        path = self._abs(e, str((await self._unary_body(request)).get("path") or ""))
+        res = await self._sh(e, user, '[ -e "$1" ] || [ -L "$1" ] || exit 3; rm -rf "$1"', path)
+        if res.exit_code == 3:
+            raise EnvdError("not_found", f"{path} does not exist")
+        return {}
+
+    async def read(self, request: Request) -> Response:
+        e, _, user = self.envd(request)
+        path = request.query_params.get("path")
+        if not path:
+            raise CPError(400, "path is needed")
+        try:
+            data = await e.sb.read_file(self._abs(e, path), user=user)
+        except Exception as err:
+            ee = _guest_envd_error(err)
+            raise CPError(CONNECT_STATUS.get(ee.code, 400) if ee.code != "permission_denied" else 401,
+                          ee.message) from None
+        return Response(data, media_type="application/octet-stream")
+
+    async def write(self, request: Request) -> list[dict[str, Any]]:
+        e, _, user = self.envd(request)
+        ctype = request.headers.get("content-type", "")
+        raw = await request.body()
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error):
+                raise CPError(400, "the body is not valid gzip") from None
+        qpath = request.query_params.get("path")
+        if ctype.startswith("multipart/form-data"):
+            files = [(qpath or name, data) for name, data in parse_multipart(ctype, raw)]
+            if qpath and len(files) > 1:
+                files = [(name, data) for name, data in parse_multipart(ctype, raw)]
+        else:
+            if not qpath:
+                raise CPError(400, "path is needed for an octet-stream upload")
+            files = [(qpath, raw)]
+        if not files:
+            raise CPError(400, "no file in the request")
+        out = []
+        for name, data in files:
+            path = self._abs(e, name)
+            try:
+                try:
+                    await e.sb.write_file(path, data, user=user)
+                except SandfleetError as err:
+                    if getattr(err, "errno", None) != 2:
+                        raise
+                    await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=user)
+                    await e.sb.write_file(path, data, user=user)
+            except Exception as err:
+                ee = _guest_envd_error(err)
+                raise CPError(401 if ee.code == "permission_denied" else 400, ee.message) from None
+            out.append({"name": posixpath.basename(path), "type": "file", "path": path})
+        return out
+
+
+def parse_multipart(ctype: str, body: bytes) -> list[tuple[str, bytes]]:
+    """(filename or field name, bytes) of each part of a multipart/form-data body."""
+    boundary = None
+    for part in ctype.split(";")[1:]:
+        k, _, v = part.strip().partition("=")
+        if k.lower() == "boundary":
+            boundary = v.strip('"')
+    if not boundary:
+        raise CPError(400, "multipart/form-data without a boundary")
+    out = []
+    for chunk in body.split(b"--" + boundary.encode())[1:]:
+        if chunk.startswith(b"--"):
+            break
+        head, sep, data = chunk.partition(b"\r\n\r\n")
+        if not sep:
+            continue
+        if data.endswith(b"\r\n"):
+            data = data[:-2]
+        name = ""
+        for line in head.decode(errors="replace").split("\r\n"):
+            if line.lower().startswith("content-disposition:"):
+                for item in line.split(";")[1:]:
+                    k, _, v = item.strip().partition("=")
+                    if k == "filename" or (k == "name" and not name):
+                        name = v.strip('"')
+        out.append((name, data))
+    return out
+
+
+def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
+    """Add the E2B routes to ``app`` (none of them in the schema)."""
+    e2b = E2B(service, tokens)
+
+    def cp(fn: Any, status: int = 200) -> Any:
+        async def route(request: Request) -> Response:
+            try:
+                out = await fn(request)
+            except CPError as err:
+                return _cp_response(err)
+            return out if isinstance(out, Response) else JSONResponse(out, status_code=status)
+        return route
+
+    async def create(request: Request) -> Any:
+        return await e2b.create(request)
+
+    async def list_(request: Request) -> Any:
+        return e2b.list_sandboxes(request)
+
+    async def info(request: Request) -> Any:
+        sid = request.path_params["sid"]
+        e = e2b.entry(e2b.owner(request), sid)
+        return {**e2b.listed(e), "envdAccessToken": e2b.box(e).token, "domain": None}
+
+    async def timeout(request: Request) -> Any:
+        sid = request.path_params["sid"]
+        owner = e2b.owner(request)
+        try:
+            body = json.loads(await request.body() or b"{}")
+            t = float(body["timeout"])
+        except (ValueError, KeyError, TypeError):
+            raise CPError(400, "a body {\"timeout\": seconds} is needed") from None
+        e2b.set_timeout(owner, sid, t)
+        return Response(status_code=204)
+
+    async def connect(request: Request) -> Any:
+        sid = request.path_params["sid"]
+        return await e2b.connect(request, sid)
+
+    async def kill(request: Request) -> Any:
+        sid = request.path_params["sid"]
+        return await e2b.kill(request, sid)
+
+    for prefix in ("", "/v2"):
+        app.add_api_route(f"{prefix}/sandboxes", cp(create, 201), methods=["POST"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/sandboxes", cp(list_), methods=["GET"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/sandboxes/{{sid}}", cp(info), methods=["GET"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/sandboxes/{{sid}}", cp(kill), methods=["DELETE"], include_in_schema=False)
+        app.add_api_route(f"{prefix}/sandboxes/{{sid}}/timeout", cp(timeout), methods=["POST"],
+                          include_in_schema=False)
+        app.add_api_route(f"{prefix}/sandboxes/{{sid}}/connect", cp(connect), methods=["POST"],
+                          include_in_schema=False)
+
+    def envd(fn: Any) -> Any:
+        async def route(request: Request) -> Response:
+            try:
+                out = await fn(request)
+            except NotFound as err:
+                return _not_found(str(err))
+            except EnvdError as err:
+                return _envd_response(err)
+            except CPError as err:
+                return _cp_response(err)
+            return out if isinstance(out, Response) else JSONResponse(out)
+        return route
+
+    rpcs = {"/process.Process/Start": e2b.start, "/process.Process/Connect": e2b.connect_process,
+            "/process.Process/SendSignal": e2b.send_signal, "/process.Process/List": e2b.list_processes,
+            "/filesystem.Filesystem/ListDir": e2b.list_dir, "/filesystem.Filesystem/Stat": e2b.stat_,
+            "/filesystem.Filesystem/MakeDir": e2b.make_dir, "/filesystem.Filesystem/Remove": e2b.remove}
+    for path, fn in rpcs.items():
+        app.add_api_route(path, envd(fn), methods=["POST"], include_in_schema=False)
+    app.add_api_route("/files", envd(e2b.read), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/files", envd(e2b.write), methods=["POST"], include_in_schema=False)
+
+    async def health(request: Request) -> Response:
+        e2b.envd(request)
+        return Response(status_code=204)
+
+    app.add_api_route("/health", envd(health), methods=["GET"], include_in_schema=False)
+    return e2b

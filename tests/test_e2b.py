@@ -1,0 +1,181 @@
+"""The real, unmodified ``e2b`` SDK (sync and async) against a real ``sandfleet serve`` on
+loopback, through E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
+                                reason="the service needs the server extra (pip install -e '.[server]')")
+
+if importlib.util.find_spec("fastapi") is not None:
+    from sandfleet.server.testing import RunningService, running_service
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    with running_service(tmp_path_factory.mktemp("e2b"), args=["--max-ttl", "900"]) as s:
+        yield s
+
+
+@pytest.fixture
+def e2b_env(svc: RunningService, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    monkeypatch.delenv("E2B_DOMAIN", raising=False)
+    return env
+
+
+def test_sync_sdk(e2b_env: dict[str, str], svc: RunningService) -> None:
+    from e2b import Sandbox
+    from e2b.exceptions import NotFoundException, SandboxException
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    sbx = Sandbox.create(envs={"GREETING": "hello"}, metadata={"suite": "sync"}, timeout=120)
+    try:
+        # foreground, envVars on every process, the base template's home and user
+        r = sbx.commands.run('echo "$GREETING"; echo err >&2; pwd; echo $HOME')
+        assert r.exit_code == 0
+        assert r.stdout.split() == ["hello", "/home/user", "/home/user"]
+        assert r.stderr == "err\n"
+        # non-zero exit
+        with pytest.raises(CommandExitException) as ei:
+            sbx.commands.run("echo out; exit 3")
+        assert ei.value.exit_code == 3 and ei.value.stdout == "out\n"
+        # streaming callbacks
+        seen: list[str] = []
+        sbx.commands.run("for i in 1 2 3; do echo line$i; done", on_stdout=seen.append)
+        assert "".join(seen) == "line1\nline2\nline3\n"
+        # background + kill
+        h = sbx.commands.run("echo started; sleep 60", background=True)
+        assert h.pid > 0
+        assert h.kill() is True
+        with pytest.raises(CommandExitException) as ei:
+            h.wait()
+        assert ei.value.exit_code == -1
+        assert sbx.commands.kill(h.pid) is False
+        # background output is buffered, read later
+        h = sbx.commands.run("echo bg-out; echo bg-err >&2", background=True)
+        res = h.wait()
+        assert (res.stdout, res.stderr, res.exit_code) == ("bg-out\n", "bg-err\n", 0)
+        # files
+        info = sbx.files.write("/home/user/dir/a.txt", "alpha")
+        assert info.path == "/home/user/dir/a.txt"
+        sbx.files.write("b.bin", b"\x00\x01\xff")
+        assert sbx.files.read("/home/user/dir/a.txt") == "alpha"
+        assert sbx.files.read("b.bin", format="bytes") == b"\x00\x01\xff"
+        sbx.files.write("big.txt", "x" * 100_000)
+        assert len(sbx.files.read("big.txt")) == 100_000
+        names = {e.name: e for e in sbx.files.list("/home/user")}
+        assert {"dir", "b.bin", "big.txt"} <= set(names)
+        assert names["dir"].type.value == "dir" and names["b.bin"].size == 3
+        with pytest.raises(NotFoundException):
+            sbx.files.read("/home/user/missing.txt")
+        with pytest.raises(NotFoundException):
+            sbx.files.list("/home/user/no-such-dir")
+        assert sbx.files.exists("b.bin") and not sbx.files.exists("nope")
+        # control plane
+        sbx.set_timeout(300)
+        gi = sbx.get_info()
+        assert gi.sandbox_id == sbx.sandbox_id and gi.metadata == {"suite": "sync"}
+        again = Sandbox.connect(sbx.sandbox_id)
+        assert again.commands.run("echo $GREETING").stdout == "hello\n"
+        listed = Sandbox.list()
+        ids = [s.sandbox_id for s in listed.next_items()]
+        assert sbx.sandbox_id in ids
+        assert sbx.is_running()
+    finally:
+        assert sbx.kill() is True
+    assert Sandbox.kill(sbx.sandbox_id) is False
+    with pytest.raises(SandboxException):
+        sbx.commands.run("true")
+    assert not sbx.is_running()
+
+
+def test_list_pages(e2b_env: dict[str, str]) -> None:
+    from e2b import Sandbox, SandboxQuery
+
+    boxes = [Sandbox.create(metadata={"suite": "pages"}, timeout=60) for _ in range(3)]
+    try:
+        pager = Sandbox.list(query=SandboxQuery(metadata={"suite": "pages"}), limit=2)
+        got: list[str] = []
+        pages = 0
+        while pager.has_next:
+            got += [s.sandbox_id for s in pager.next_items()]
+            pages += 1
+        assert pages == 2 and sorted(got) == sorted(b.sandbox_id for b in boxes)
+    finally:
+        for b in boxes:
+            b.kill()
+
+
+def test_async_sdk(e2b_env: dict[str, str]) -> None:
+    from e2b import AsyncSandbox
+    from e2b.exceptions import NotFoundException, SandboxException
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    async def main() -> None:
+        sbx = await AsyncSandbox.create(envs={"GREETING": "hi"}, timeout=120)
+        try:
+            r = await sbx.commands.run('echo "$GREETING"')
+            assert r.stdout == "hi\n"
+            with pytest.raises(CommandExitException) as ei:
+                await sbx.commands.run("exit 5")
+            assert ei.value.exit_code == 5
+            seen: list[str] = []
+            await sbx.commands.run("echo a; echo b", on_stdout=seen.append)
+            assert "".join(seen) == "a\nb\n"
+            h = await sbx.commands.run("sleep 60", background=True)
+            assert await h.kill() is True
+            with pytest.raises(CommandExitException):
+                await h.wait()
+            await sbx.files.write("/home/user/x.txt", "async")
+            assert await sbx.files.read("/home/user/x.txt") == "async"
+            assert "x.txt" in {e.name for e in await sbx.files.list("/home/user")}
+            with pytest.raises(NotFoundException):
+                await sbx.files.read("/home/user/missing")
+            await sbx.set_timeout(200)
+            assert (await sbx.get_info()).sandbox_id == sbx.sandbox_id
+            again = await AsyncSandbox.connect(sbx.sandbox_id)
+            assert (await again.commands.run("echo ok")).stdout == "ok\n"
+            pager = AsyncSandbox.list()
+            assert sbx.sandbox_id in [s.sandbox_id for s in await pager.next_items()]
+        finally:
+            assert await sbx.kill() is True
+        assert await AsyncSandbox.kill(sbx.sandbox_id) is False
+        with pytest.raises(SandboxException):
+            await sbx.commands.run("true")
+
+    asyncio.run(main())
+
+
+def test_errors_and_schema(svc: RunningService) -> None:
+    with httpx.Client(base_url=svc.url, timeout=30) as h:
+        r = h.post("/v2/sandboxes", json={"templateID": "base"})
+        assert r.status_code == 401 and r.json()["code"] == 401
+        r = h.post("/v2/sandboxes", json={"templateID": "no-such-image"}, headers={"X-API-Key": svc.token})
+        assert r.status_code == 400 and isinstance(r.json()["code"], int)
+        r = h.get("/sandboxes/nope", headers={"X-API-Key": svc.token})
+        assert r.status_code == 404 and r.json() == {"code": 404, "message": r.json()["message"]}
+        r = h.get("/health", headers={"E2b-Sandbox-Id": "nope"})
+        assert r.status_code == 502 and "was not found" in r.json()["message"]
+        r = h.post("/v2/sandboxes", json={}, headers={"X-API-Key": svc.token})
+        assert r.status_code == 201
+        body: dict[str, Any] = r.json()
+        assert body["envdVersion"] == "0.5.7"
+        hdr = {"E2b-Sandbox-Id": body["sandboxID"]}
+        assert h.get("/health", headers={**hdr, "X-Access-Token": "wrong"}).status_code == 401
+        assert h.get("/health", headers={**hdr, "X-Access-Token": body["envdAccessToken"]}).status_code == 204
+        # another token's sandbox is not reachable through the control plane
+        assert h.get(f"/sandboxes/{body['sandboxID']}", headers={"X-API-Key": svc.tokens[1]}).status_code == 404
+        assert h.delete(f"/sandboxes/{body['sandboxID']}", headers={"X-API-Key": svc.token}).status_code == 204
+        paths = h.get("/openapi.json").json()["paths"]
+        assert paths and all(p.startswith("/v1/") or p == "/healthz" for p in paths)

@@ -1,9 +1,326 @@
-"""Placeholder; filled in below."""
+"""SWE-ReX's ``swerex-remote`` API, per sandbox, under ``/swerex/<sandbox-id>/``.
+
+SWE-ReX's own ``RemoteRuntime`` (and SWE-agent's ``remote`` deployment) drive a sandfleet
+sandbox when its ``host`` is ``http://<service>/swerex/<sandbox-id>`` (``port`` unset) and its
+``auth_token`` is a service token (sent as ``X-API-Key``). The sandbox is made first (``/v1``,
+``sandfleet sandbox create --remote``, or E2B). Commands, sessions and files run as root, as in
+SWE-ReX's own containers. Errors are SWE-ReX's: a runtime exception is HTTP 511
+``{"swerexception": {"message", "class_path", "traceback", "extra_info"}}``, which the client
+raises again as the class it names (``swerex.exceptions.CommandTimeoutError``,
+``NonZeroExitCodeError``, ...); auth and unknown sandboxes are 401/404 ``{"detail"}``.
+
+Sessions are sandfleet sessions: each command runs in a fresh bash that loads the state the
+last one saved (cwd, variables, functions), so an interrupt has nothing to stop.
+"""
 
 from __future__ import annotations
 
+import io
+import json
+import posixpath
+import shlex
+import tarfile
+import zipfile
+from collections import OrderedDict
+from dataclasses import dataclass, field
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
 
-def install(app: Any, service: Any, tokens: Any) -> None:
-    return None
+from sandfleet.agent.client import ExecResult
+from sandfleet.errors import SandfleetError
+from sandfleet.sandbox.base import Session
+from sandfleet.server import api
+from sandfleet.server.api import Problem
+from sandfleet.server.auth import Tokens
+from sandfleet.server.e2b import parse_multipart
+from sandfleet.server.service import Entry, SandboxService
+
+USER = "root"
+EXC = "swerex.exceptions."
+REPLAYS_KEPT = 64
+
+
+class SwerexError(Exception):
+    def __init__(self, class_path: str, message: str):
+        super().__init__(message)
+        self.class_path = class_path
+        self.message = message
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, detail: str):
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+@dataclass(eq=False)
+class Runtime:
+    sessions: dict[str, Session] = field(default_factory=dict)
+    replies: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+
+
+def _guest(e: BaseException) -> SwerexError:
+    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    if p is not None and p.extra.get("errno") == 2:
+        return SwerexError("builtins.FileNotFoundError", p.message)
+    if p is not None and p.extra.get("errno") == 13:
+        return SwerexError("builtins.PermissionError", p.message)
+    if p is not None and p.status_code == 410:
+        return SwerexError(EXC + "SwerexException", p.message)
+    return SwerexError("builtins.RuntimeError", f"{type(e).__name__}: {e}")
+
+
+class SweRex:
+    def __init__(self, service: SandboxService, tokens: Tokens):
+        self.service = service
+        self.tokens = tokens
+        self.runtimes: dict[str, Runtime] = {}
+
+    def target(self, request: Request) -> tuple[Entry, Runtime]:
+        key = request.headers.get("x-api-key")
+        owner = self.tokens.owner(f"Bearer {key}") if key else None
+        if owner is None:
+            raise HTTPError(401, "Invalid API key: X-API-Key must be a token of this service")
+        sid = request.path_params["sid"]
+        try:
+            e = self.service.entry(owner, sid)
+        except Problem as err:
+            raise HTTPError(err.status_code, err.message) from None
+        rt = self.runtimes.get(sid)
+        if rt is None:
+            for gone in [k for k in self.runtimes if k not in self.service.live]:
+                del self.runtimes[gone]
+            rt = self.runtimes[sid] = Runtime()
+        return e, rt
+
+    async def _exec(self, e: Entry, argv: list[str], **kw: Any) -> ExecResult:
+        try:
+            return await e.sb.exec(argv, user=USER, **kw)
+        except Exception as err:
+            raise _guest(err) from None
+
+    async def is_alive(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        return {"is_alive": e.sb.alive, "message": "" if e.sb.alive else f"sandbox {e.sb.id} is not alive"}
+
+    async def create_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        name = str(body.get("session") or "default")
+        if body.get("session_type", "bash") != "bash":
+            raise SwerexError("builtins.ValueError", f"unknown session type: {body.get('session_type')!r}")
+        if name in rt.sessions:
+            raise SwerexError(EXC + "SessionExistsError", f"session {name} already exists")
+        s = e.sb.session(cwd="/", env={}, user=USER)
+        rt.sessions[name] = s
+        output = ""
+        for src in body.get("startup_source") or []:
+            res = await self._session_run(s, f"source {shlex.quote(str(src))}", None)
+            output += res.output
+        return {"output": output, "session_type": "bash"}
+
+    async def _session_run(self, s: Session, command: str, timeout: float | None) -> ExecResult:
+        try:
+            return await s.run("{\n" + command + "\n} 2>&1", timeout=timeout)
+        except Exception as err:
+            raise _guest(err) from None
+
+    async def run_in_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        name = str(body.get("session") or "default")
+        s = rt.sessions.get(name)
+        if s is None:
+            raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
+        if body.get("action_type") == "bash_interrupt":
+            return {"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}
+        if body.get("is_interactive_command") or body.get("is_interactive_quit") or body.get("expect"):
+            raise SwerexError("builtins.NotImplementedError",
+                              "interactive commands and expect are not supported by sandfleet sessions")
+        command = str(body.get("command") or "")
+        timeout = body.get("timeout")
+        res = await self._session_run(s, command, float(timeout) if timeout else None)
+        if res.timed_out:
+            raise SwerexError(EXC + "CommandTimeoutError",
+                              f"timeout after {timeout} seconds while running command {command!r}")
+        check = body.get("check", "raise")
+        output = res.stdout
+        if check == "raise" and res.exit_code != 0:
+            msg = f"Command {command!r} failed with exit code {res.exit_code}. Here is the output:\n{output!r}"
+            if body.get("error_msg"):
+                msg = f"{body['error_msg']}: {msg}"
+            raise SwerexError(EXC + "NonZeroExitCodeError", msg)
+        return {"output": output, "exit_code": None if check == "ignore" else res.exit_code,
+                "failure_reason": "", "expect_string": "", "session_type": "bash"}
+
+    async def close_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        name = str(body.get("session") or "default")
+        s = rt.sessions.pop(name, None)
+        if s is None:
+            raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
+        await s.close()
+        return {"session_type": "bash"}
+
+    async def execute(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        cmd = body.get("command")
+        if isinstance(cmd, list):
+            argv = [str(a) for a in cmd]
+            if body.get("shell"):
+                argv = ["bash", "-c", " ".join(argv)]
+        elif body.get("shell"):
+            argv = ["bash", "-c", str(cmd)]
+        else:
+            argv = shlex.split(str(cmd))
+        if not argv:
+            raise SwerexError("builtins.ValueError", "an empty command")
+        if body.get("merge_output_streams"):
+            argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv]
+        timeout = body.get("timeout")
+        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()} or None
+        res = await self._exec(e, argv, cwd=body.get("cwd") or "/", env=env,
+                               timeout=float(timeout) if timeout else None)
+        if res.timed_out:
+            raise SwerexError(EXC + "CommandTimeoutError", f"Timeout ({timeout}s) exceeded while running command")
+        if body.get("check") and res.exit_code != 0:
+            msg = (f"Command {cmd!r} failed with exit code {res.exit_code}. "
+                   f"Stdout:\n{res.stdout!r}\nStderr:\n{res.stderr!r}")
+            if body.get("error_msg"):
+                msg = f"{body['error_msg']}: {msg}"
+            raise SwerexError(EXC + "NonZeroExitCodeError", msg)
+        return {"stdout": res.stdout, "stderr": res.stderr, "exit_code": res.exit_code}
+
+    async def read_file(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            data = await e.sb.read_file(str(body.get("path")), user=USER)
+        except Exception as err:
+            raise _guest(err) from None
+        try:
+            return {"content": data.decode(body.get("encoding") or "utf-8", body.get("errors") or "strict")}
+        except (UnicodeDecodeError, LookupError) as err:
+            raise SwerexError("builtins.ValueError", str(err)) from None
+
+    async def _write(self, e: Entry, path: str, data: bytes) -> None:
+        try:
+            try:
+                await e.sb.write_file(path, data, user=USER)
+            except SandfleetError as err:
+                if getattr(err, "errno", None) != 2:
+                    raise
+                await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=USER)
+                await e.sb.write_file(path, data, user=USER)
+        except Exception as err:
+            raise _guest(err) from None
+
+    async def write_file(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        await self._write(e, str(body.get("path")), str(body.get("content") or "").encode())
+        return {}
+
+    async def upload(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        parts = dict(parse_multipart_fields(request.headers.get("content-type", ""), await request.body()))
+        target = parts.get("target_path", b"").decode()
+        data = parts.get("file")
+        if not target or data is None:
+            raise HTTPError(422, "upload needs the form fields file and target_path")
+        if parts.get("unzip", b"false").decode().lower() != "true":
+            await self._write(e, target, data)
+            return {}
+        tar = zip_to_tar(data)
+        from sandfleet.server.app import check_tar
+
+        check_tar(tar)
+        res = await self._exec(e, ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", target],
+                               stdin=tar, cwd="/")
+        if res.exit_code != 0:
+            raise SwerexError("builtins.OSError", f"unpacking into {target} failed: {res.stderr.strip()}")
+        return {}
+
+    async def close(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        sessions = list(rt.sessions.values())
+        rt.sessions.clear()
+        for s in sessions:
+            await s.close()
+        return {}
+
+
+def parse_multipart_fields(ctype: str, body: bytes) -> list[tuple[str, bytes]]:
+    """(field name, bytes) of each part (the e2b parser names parts by filename first)."""
+    out = []
+    boundary = next((v.strip().partition("=")[2].strip('"') for v in ctype.split(";")[1:]
+                     if v.strip().lower().startswith("boundary=")), "")
+    for chunk in body.split(b"--" + boundary.encode())[1:] if boundary else []:
+        if chunk.startswith(b"--"):
+            break
+        head, _, data = chunk.partition(b"\r\n\r\n")
+        head_text = head.decode(errors="replace")
+        name = ""
+        for item in head_text.replace("\r\n", ";").split(";"):
+            k, _, v = item.strip().partition("=")
+            if k == "name":
+                name = v.strip('"')
+        out.append((name, data[:-2] if data.endswith(b"\r\n") else data))
+    if not out and not boundary:
+        return [(n, d) for n, d in parse_multipart(ctype, body)]
+    return out
+
+
+def zip_to_tar(data: bytes) -> bytes:
+    """A zip archive (what SWE-ReX sends for a directory) as an uncompressed tar stream."""
+    buf = io.BytesIO()
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z, tarfile.open(fileobj=buf, mode="w") as tar:
+            for info in z.infolist():
+                ti = tarfile.TarInfo(info.filename.rstrip("/") or ".")
+                mode = (info.external_attr >> 16) & 0o7777
+                if info.is_dir():
+                    ti.type = tarfile.DIRTYPE
+                    ti.mode = mode or 0o755
+                    tar.addfile(ti)
+                else:
+                    content = z.read(info)
+                    ti.size = len(content)
+                    ti.mode = mode or 0o644
+                    tar.addfile(ti, io.BytesIO(content))
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise SwerexError("zipfile.BadZipFile", f"upload: not a zip archive: {err}") from None
+    return buf.getvalue()
+
+
+def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> SweRex:
+    rex = SweRex(service, tokens)
+
+    def route(fn: Any, replayable: bool = True) -> Any:
+        async def handler(request: Request) -> Response:
+            try:
+                e, rt = rex.target(request)
+                rid = request.headers.get("x-request-id")
+                if replayable and rid and rid in rt.replies:
+                    return JSONResponse(rt.replies[rid])
+                body: dict[str, Any] = {}
+                if request.method == "POST" and not request.headers.get("content-type", "").startswith("multipart/"):
+                    raw = await request.body()
+                    if raw:
+                        loaded = json.loads(raw)
+                        body = loaded if isinstance(loaded, dict) else {}
+                out = await fn(request, e, rt, body)
+                if replayable and rid:
+                    rt.replies[rid] = out
+                    while len(rt.replies) > REPLAYS_KEPT:
+                        rt.replies.popitem(last=False)
+                return JSONResponse(out)
+            except HTTPError as err:
+                return JSONResponse({"detail": err.detail}, status_code=err.status)
+            except ValueError as err:
+                return JSONResponse({"detail": f"malformed body: {err}"}, status_code=422)
+            except SwerexError as err:
+                return JSONResponse({"swerexception": {"message": err.message, "class_path": err.class_path,
+                                                       "traceback": "", "extra_info": {}}}, status_code=511)
+        return handler
+
+    async def hello(request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+        return {"message": "hello world"}
+
+    app.add_api_route("/swerex/{sid}/", route(hello, False), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/swerex/{sid}/is_alive", route(rex.is_alive, False), methods=["GET"], include_in_schema=False)
+    for name in ("create_session", "run_in_session", "close_session", "execute", "read_file", "write_file",
+                 "upload", "close"):
+        app.add_api_route(f"/swerex/{{sid}}/{name}", route(getattr(rex, name)), methods=["POST"],
+                          include_in_schema=False)
+    return rex

@@ -8,7 +8,14 @@ Figures (keys of the JSON), each the p50 unless named otherwise:
   + 3 ms;
 - ``exec_rtt_p50_ms_remote`` / ``_local``: ``true`` in a warm sandbox, request to exit
   record; ``exec_rtt_goal_met``: remote <= 3 ms;
-- ``execs_per_s_64_remote`` / ``_local``: ``true`` execs per second, 64 sandboxes at once.
+- ``execs_per_s_64_remote`` / ``_local``: ``true`` execs per second, 64 sandboxes at once;
+- ``e2b_create_run_kill_p50_ms``: through the real ``e2b`` SDK (async) pointed at the service,
+  ``AsyncSandbox.create()``, ``commands.run("true")``, ``kill()``; ``e2b_create_run_kill_goal_met``:
+  at most 30 ms (E2B's cloud create alone is about 150 ms); ``e2b_create_p50_ms``,
+  ``e2b_run_p50_ms`` and ``e2b_kill_p50_ms`` split it by phase;
+- ``e2b_exec_rtt_p50_ms``: ``commands.run("true")`` in a warm sandbox through envd (the SDK
+  runs it as ``/bin/bash -l -c true``), beside ``v1_bash_login_rtt_p50_ms``, the same argv
+  through ``/v1`` exec, in alternating blocks. Skipped (None) without the ``e2b`` package.
 
 Remote and local rounds alternate, so a change in the host's load falls on both sides alike.
 The service is a real ``sandfleet serve`` started on 127.0.0.1 for the run (same backend),
@@ -127,8 +134,73 @@ async def measure(url: str, token: str, *, backend: str = "auto", n: int = 30, r
     out["create_exec_close_goal_met"] = rem <= 1.5 * loc + 3
     out["exec_rtt_goal_ms"] = 3.0
     out["exec_rtt_goal_met"] = out["exec_rtt_p50_ms_remote"] <= 3.0
+    out.update(await measure_e2b(url, token, svc_spec=spec, n=n, rtt_n=rtt_n, say=say))
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return out
+
+
+async def measure_e2b(url: str, token: str, *, svc_spec: Any, n: int, rtt_n: int,
+                      say: Callable[[str], None]) -> dict[str, Any]:
+    """The E2B figures of the module docstring (None where the e2b SDK is not installed)."""
+    keys = ("e2b_create_run_kill_p50_ms", "e2b_create_run_kill_p99_ms", "e2b_exec_rtt_p50_ms",
+            "e2b_exec_rtt_p99_ms", "v1_bash_login_rtt_p50_ms", "e2b_create_p50_ms", "e2b_run_p50_ms",
+            "e2b_kill_p50_ms", "e2b_create_run_kill_goal_met")
+    try:
+        from e2b import AsyncSandbox
+    except ImportError:
+        return dict.fromkeys(keys)
+    from sandfleet.client import connect
+
+    conn = {"api_key": token, "api_url": url, "sandbox_url": url}
+    say(f"e2b SDK: create+run+kill x{n}")
+
+    phases: dict[str, list[float]] = {"create": [], "run": [], "kill": []}
+
+    async def crk() -> float:
+        t0 = time.perf_counter()
+        sbx = await AsyncSandbox.create(timeout=600, **conn)  # type: ignore[arg-type]
+        t1 = time.perf_counter()
+        try:
+            await sbx.commands.run("true")
+        finally:
+            t2 = time.perf_counter()
+            await sbx.kill()
+        t3 = time.perf_counter()
+        for k, a, b in (("create", t0, t1), ("run", t1, t2), ("kill", t2, t3)):
+            phases[k].append((b - a) * 1e3)
+        return (t3 - t0) * 1e3
+
+    await crk()  # connections open, caches warm
+    for v in phases.values():
+        v.clear()
+    times = [await crk() for _ in range(n)]
+    say(f"e2b SDK: exec round trip x{rtt_n} through envd, alternating with /v1")
+    e2b_rtt: list[float] = []
+    v1_rtt: list[float] = []
+    sbx = await AsyncSandbox.create(timeout=600, **conn)  # type: ignore[arg-type]
+    async with await connect(url, token, deadline_s=600) as svc:
+        sb = await svc.create_sandbox(svc_spec)
+        try:
+            await sbx.commands.run("true")
+            await sb.exec(["/bin/bash", "-l", "-c", "true"])
+            for _ in range(10):
+                for _ in range(rtt_n // 10):
+                    t = time.perf_counter()
+                    await sbx.commands.run("true")
+                    e2b_rtt.append((time.perf_counter() - t) * 1e3)
+                for _ in range(rtt_n // 10):
+                    t = time.perf_counter()
+                    await sb.exec(["/bin/bash", "-l", "-c", "true"])
+                    v1_rtt.append((time.perf_counter() - t) * 1e3)
+        finally:
+            await sb.close()
+            await sbx.kill()
+    p50 = _p(times, 50)
+    return {"e2b_create_run_kill_p50_ms": p50, "e2b_create_run_kill_p99_ms": _p(times, 99),
+            "e2b_exec_rtt_p50_ms": _p(e2b_rtt, 50), "e2b_exec_rtt_p99_ms": _p(e2b_rtt, 99),
+            "v1_bash_login_rtt_p50_ms": _p(v1_rtt, 50),
+            **{f"e2b_{k}_p50_ms": _p(v, 50) for k, v in phases.items()}, "e2b_create_run_kill_goal_ms": 30.0,
+            "e2b_create_run_kill_goal_met": p50 <= 30.0}
 
 
 @click.command("service")

@@ -279,11 +279,12 @@ class E2B:
 
     async def kill(self, request: Request, sid: str) -> Response:
         owner = self.owner(request)
-        try:
-            await self.service.delete(owner, sid)
-        except Exception as err:
-            raise _cp_error(err) from None
+        e = self.entry(owner, sid)
         self.forget(sid)
+        # answered once the sandbox is unregistered: its processes are killed and its files
+        # removed in the background (service.close() still waits for that on shutdown)
+        self.service._close_soon(e, "sandbox_closed", f"sandbox {sid} was deleted")
+        await asyncio.sleep(0)  # the close starts (and unregisters the sandbox) before the answer
         return Response(status_code=204)
 
     def forget(self, sid: str) -> None:

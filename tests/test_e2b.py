@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -179,3 +180,60 @@ def test_errors_and_schema(svc: RunningService) -> None:
         assert h.delete(f"/sandboxes/{body['sandboxID']}", headers={"X-API-Key": svc.token}).status_code == 204
         paths = h.get("/openapi.json").json()["paths"]
         assert paths and all(p.startswith("/v1/") or p == "/healthz" for p in paths)
+
+
+def test_sdk_details(e2b_env: dict[str, str], svc: RunningService) -> None:
+    """Uploads of every encoding, command timeouts, users, unread background output, a /v1
+    sandbox reached through connect, and nothing left on the host after kill."""
+    import io
+
+    from e2b import Sandbox
+    from e2b.exceptions import TimeoutException
+    from e2b.sandbox.commands.command_handle import CommandExitException
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    from sandfleet.server.testing import leftovers
+
+    sbx = Sandbox.create(timeout=120)
+    sid = sbx.sandbox_id
+    try:
+        sbx.files.write("/home/user/gz.txt", "zipped " * 1000, gzip=True)
+        assert sbx.files.read("/home/user/gz.txt") == "zipped " * 1000
+        sbx.files.write("/home/user/stream.bin", io.BytesIO(b"\x01" * 70_000))
+        assert sbx.files.read("/home/user/stream.bin", format="bytes") == b"\x01" * 70_000
+        sbx.files.write("/home/user/oct.txt", "octet", use_octet_stream=True)
+        assert sbx.files.read("/home/user/oct.txt") == "octet"
+        infos = sbx.files.write_files([WriteEntry(path="/home/user/m/one.txt", data="1"),
+                                       WriteEntry(path="/home/user/m/sub/two.txt", data=b"2")])
+        assert sorted(i.path for i in infos) == ["/home/user/m/one.txt", "/home/user/m/sub/two.txt"]
+        assert sbx.files.read("/home/user/m/sub/two.txt") == "2"
+        # the E2B user is the sandbox's user; root is root
+        assert sbx.commands.run("id -u").stdout.strip() != "0"
+        assert sbx.commands.run("id -u", user="root").stdout.strip() == "0"
+        assert sbx.commands.run("pwd", cwd="/tmp").stdout == "/tmp\n"
+        assert sbx.commands.run("echo $X", envs={"X": "per-command"}).stdout == "per-command\n"
+        # the command's timeout (Connect-Timeout-Ms) kills it
+        t = time.monotonic()
+        with pytest.raises((TimeoutException, CommandExitException)):
+            sbx.commands.run("sleep 30", timeout=1)
+        assert time.monotonic() - t < 15
+        # a background command nobody reads is not blocked by its output
+        h = sbx.commands.run("head -c 3000000 /dev/zero | tr '\\0' a; echo done > /tmp/bg-done", background=True)
+        deadline = time.monotonic() + 30
+        while sbx.commands.run("cat /tmp/bg-done 2>/dev/null || true").stdout != "done\n":
+            assert time.monotonic() < deadline, "the background command was blocked by its unread output"
+            time.sleep(0.2)
+        assert len(h.wait().stdout) == 3_000_000
+    finally:
+        sbx.kill()
+    deadline = time.monotonic() + 20
+    while leftovers([sid]):
+        assert time.monotonic() < deadline, leftovers([sid])
+        time.sleep(0.2)
+    # a sandbox made through /v1 is reachable through E2B's connect
+    r = httpx.post(f"{svc.url}/v1/sandboxes", json={"limits": {"ttl_s": 120}},
+                   headers={"Authorization": f"Bearer {svc.token}"}, timeout=60)
+    assert r.status_code == 201
+    v1 = Sandbox.connect(r.json()["id"])
+    assert v1.commands.run("echo via-v1").stdout == "via-v1\n"
+    assert v1.kill() is True

@@ -115,3 +115,23 @@ def test_auth_and_unknown(svc: RunningService) -> None:
         assert h.get(f"/swerex/{sid}/is_alive", headers={"X-API-Key": "x" * 20}).status_code == 401
         assert h.get(f"/swerex/{sid}/is_alive", headers={"X-API-Key": svc.tokens[1]}).status_code == 404
         assert h.get("/swerex/nope/is_alive", headers={"X-API-Key": svc.token}).status_code == 404
+
+
+def test_remote_deployment(svc: RunningService) -> None:
+    """SWE-agent's `remote` deployment: RemoteDeploymentConfig -> start, a command, stop."""
+    from swerex.deployment.config import RemoteDeploymentConfig
+    from swerex.runtime.abstract import BashAction, Command, CreateBashSessionRequest
+
+    sid = make_sandbox(svc)
+    cfg = RemoteDeploymentConfig(host=f"{svc.url}/swerex/{sid}", port=None, auth_token=svc.token, timeout=10)
+
+    async def main() -> None:
+        dep = cfg.get_deployment()
+        await dep.start()
+        assert (await dep.is_alive()).is_alive
+        assert (await dep.runtime.execute(Command(command="echo $0", shell=True))).stdout.strip() == "bash"
+        await dep.runtime.create_session(CreateBashSessionRequest(startup_source=["/etc/profile"]))
+        assert (await dep.runtime.run_in_session(BashAction(command="whoami"))).output.strip() == "root"
+        await dep.stop()
+
+    asyncio.run(main())

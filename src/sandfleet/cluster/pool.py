@@ -88,6 +88,7 @@ class RolloutPool:
         self._bundles: dict[Path, Bundle] = {}
         self._closed = False
         self._seq = 0
+        self._active: set[asyncio.Task[Any]] = set()
 
     @classmethod
     async def create(
@@ -212,6 +213,17 @@ class RolloutPool:
             raise ConfigError("the pool is closed")
         if not 1 <= n <= 100_000:
             raise ConfigError(f"n must be between 1 and 100000, not {n}")
+        me = asyncio.current_task()
+        if me is not None:
+            self._active.add(me)
+        try:
+            return await self._run_group(task, n, policy, group, on_result, image)
+        finally:
+            if me is not None:
+                self._active.discard(me)
+
+    async def _run_group(self, task: Task, n: int, policy: Policy, group: str | None,
+                         on_result: Callable[[RolloutResult], None] | None, image: str | None) -> GroupRun:
         name = group or task.name
         bundle = await asyncio.to_thread(self._bundle, task)
         arches = task_arches(task.metadata, self.arch)
@@ -410,6 +422,12 @@ class RolloutPool:
         self._closed = True
         reaped: list[str] = []
         t0 = time.perf_counter()
+        me = asyncio.current_task()
+        running = [t for t in self._active if t is not me]
+        for t in running:  # groups still running: cancelled on their nodes, sandboxes closed
+            t.cancel()
+        if running:
+            await asyncio.wait(running, timeout=CANCEL_WAIT_S)
         try:
             live = [x for x in self.nodes if not x.lost]
             results = await asyncio.gather(*(x.actor.shutdown.remote() for x in live), return_exceptions=True)

@@ -225,6 +225,8 @@ class E2B:
             e = await self.service.create(owner, spec, key=request.headers.get("idempotency-key"), deadline_ms=None)
         except Exception as err:
             raise _cp_error(err) from None
+        for gone in [k for k in self.boxes if k not in self.service.live]:  # expired, deleted through /v1
+            self.forget(gone)
         if e.sb.id not in self.boxes:
             self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
         return self.sandbox_body(e)
@@ -302,6 +304,8 @@ class E2B:
         e = self.service.live.get(sid)
         b = self.boxes.get(sid)
         if e is None or b is None or not e.sb.alive:
+            if e is None:
+                self.forget(sid)
             raise NotFound(sid)
         tok = request.headers.get("x-access-token") or ""
         if not hmac.compare_digest(tok.encode(), b.token.encode()):

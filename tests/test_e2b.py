@@ -237,3 +237,47 @@ def test_sdk_details(e2b_env: dict[str, str], svc: RunningService) -> None:
     v1 = Sandbox.connect(r.json()["id"])
     assert v1.commands.run("echo via-v1").stdout == "via-v1\n"
     assert v1.kill() is True
+
+
+def test_raw_envd_stream_and_disconnect(svc: RunningService) -> None:
+    """The wire format of Process/Start (exact content type, 5-byte envelopes, end of stream),
+    and a client that hangs up after the start event does not kill the process."""
+    import json
+    import struct
+
+    def frame(msg: dict[str, Any]) -> bytes:
+        data = json.dumps(msg).encode()
+        return struct.pack(">BI", 0, len(data)) + data
+
+    with httpx.Client(base_url=svc.url, timeout=30) as h:
+        body = h.post("/v2/sandboxes", json={"templateID": "base", "envVars": {"V": "1"}},
+                      headers={"X-API-Key": svc.token}).json()
+        hdr = {"E2b-Sandbox-Id": body["sandboxID"], "X-Access-Token": body["envdAccessToken"],
+               "Content-Type": "application/connect+json", "Connect-Protocol-Version": "1"}
+        req = frame({"process": {"cmd": "/bin/bash", "args": ["-l", "-c", "echo $V; exit 7"]}, "stdin": False})
+        r = h.post("/process.Process/Start", content=req, headers=hdr)
+        assert r.status_code == 200 and r.headers["content-type"] == "application/connect+json"
+        raw, msgs = r.content, []
+        while raw:
+            flags, n = struct.unpack(">BI", raw[:5])
+            msgs.append((flags, json.loads(raw[5:5 + n])))
+            raw = raw[5 + n:]
+        assert "start" in msgs[0][1]["event"]
+        assert base64_out(msgs) == "1\n"
+        assert msgs[-2][1]["event"]["end"] == {"exitCode": 7, "exited": True, "status": "exit status 7"}
+        assert msgs[-1] == (2, {})
+        # hang up after the start event: the process runs on
+        req = frame({"process": {"cmd": "/bin/bash", "args": ["-c", "sleep 1; echo survived > /tmp/flag"]}})
+        with h.stream("POST", "/process.Process/Start", content=req, headers=hdr) as s:
+            next(s.iter_raw())
+        time.sleep(2.5)
+        got = h.get("/files", params={"path": "/tmp/flag"}, headers=hdr)
+        assert got.status_code == 200 and got.text == "survived\n"
+        h.delete(f"/sandboxes/{body['sandboxID']}", headers={"X-API-Key": svc.token})
+
+
+def base64_out(msgs: list[tuple[int, dict[str, Any]]]) -> str:
+    import base64
+
+    return "".join(base64.b64decode(m["event"]["data"]["stdout"]).decode()
+                   for f, m in msgs if f == 0 and "data" in m.get("event", {}) and "stdout" in m["event"]["data"])

@@ -163,3 +163,21 @@ def test_run_cli_on_a_local_cluster_writes_nodes_and_leaves_nothing(tmp_path: Pa
     groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
     assert sorted(g["node"] for g in groups) == sorted(nodes)
     assert "node n0: 2 rollouts" in res.stdout and not cluster_processes()
+
+
+def test_a_local_cluster_whose_driver_lost_track_of_it_still_leaves_nothing() -> None:
+    """stop() ends every process naming the cluster's directory, also when Ray's Cluster
+    object is gone (a start that failed half-way: its head runs, no Cluster to stop it)."""
+    from sandfleet.cluster.local import LocalCluster
+
+    c = LocalCluster(2, seed=False)
+    c.start()
+    root = c.root
+    assert len(c.processes()) >= 4  # two raylets and their agents, the GCS, ...
+    kept, c.cluster = c.cluster, None  # kept: Ray's process handles are dropped only once their processes ended
+    c.stop()
+    assert c.processes() == [] and not root.exists()
+    for node in kept.list_all_nodes():  # collect their exit statuses, as Ray's own shutdown would
+        for infos in node.all_processes.values():
+            for info in infos:
+                info.process.wait(5)

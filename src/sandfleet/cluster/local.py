@@ -79,10 +79,18 @@ class LocalCluster:
         self.seed = seed
         self.token = uuid.uuid4().hex[:6]
         # short: Ray's unix sockets live under it (108 bytes at most)
-        self.root = root or Path(tempfile.mkdtemp(prefix=f"sfray-{self.token}-", dir="/tmp"))
+        self._root = root
+        self._made: Path | None = None
         self.nodes: list[SimNode] = []
         self.cluster: Any = None
         self.removed: list[SimNode] = []
+
+    @property
+    def root(self) -> Path:
+        """The directory holding the nodes' directories and Ray's session (made by start)."""
+        if self._root is None:
+            self._root = Path(tempfile.mkdtemp(prefix=f"sfray-{self.token}-", dir="/tmp"))
+        return self._root
 
     @property
     def address(self) -> str:
@@ -101,16 +109,22 @@ class LocalCluster:
 
         t0 = time.monotonic()
         envs = [self.node_env(i) for i in range(self.n)]
-        self.root.chmod(0o711)  # the sandboxes' mapped uids traverse to their state directories
-        for env in envs:
-            state = Path(env["SANDFLEET_STATE"])
-            state.parent.mkdir(mode=0o711, exist_ok=True)
-            state.mkdir(mode=0o711)
-            if self.seed:
-                seed_cache(Path(env["SANDFLEET_CACHE"]))
         common = {"num_cpus": self.cpus, "node_ip_address": "127.0.0.1", "include_dashboard": False,
                   "object_store_memory": 80 << 20}
         try:
+            # Cluster() writes the head's address to <Ray's default temp dir>/ray_current_cluster
+            # (removed at shutdown) and fails where that directory does not exist yet
+            ray_tmp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+            if not ray_tmp.exists():
+                ray_tmp.mkdir()
+                self._made = ray_tmp
+            self.root.chmod(0o711)  # the sandboxes' mapped uids traverse to their state directories
+            for env in envs:
+                state = Path(env["SANDFLEET_STATE"])
+                state.parent.mkdir(mode=0o711, exist_ok=True)
+                state.mkdir(mode=0o711)
+                if self.seed:
+                    seed_cache(Path(env["SANDFLEET_CACHE"]))
             self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
                 **common, "env_vars": envs[0], "resources": {"sandfleet_n0": 1},
                 "temp_dir": str(self.root / "ray")})
@@ -153,20 +167,26 @@ class LocalCluster:
                 self.cluster.shutdown()  # no node left: resets Ray's cached addresses
             finally:
                 self.cluster = None
-                self._end_stragglers()
+        self._end_stragglers()  # also after a start that failed half-way (a head without a Cluster)
         t1 = time.monotonic()
-        reaped = reap_nodes([node.env for node in [*self.nodes, *self.removed]])
+        reaped = reap_nodes([self.node_env(i) for i in range(self.n)] if self._root is not None else [])
         log.info("local cluster: nodes stopped in %.1f s, leftovers reaped in %.1f s", t1 - t0,
                  time.monotonic() - t1)
         self.nodes, self.removed = [], []
-        shutil.rmtree(self.root, ignore_errors=True)
+        if self._root is not None:
+            shutil.rmtree(self._root, ignore_errors=True)
+        if self._made is not None:  # the Ray temp directory start() made, if Ray left it empty
+            with contextlib.suppress(OSError):
+                self._made.rmdir()
         return reaped
 
 
     def processes(self) -> list[int]:
         """Pids of the processes of this cluster still running (their command line names its
         directory: Ray's session directory is under it)."""
-        mark = str(self.root)
+        if self._root is None:
+            return []
+        mark = str(self._root)
         out = []
         for d in Path("/proc").iterdir():
             if not d.name.isdigit() or int(d.name) == os.getpid():
@@ -178,20 +198,25 @@ class LocalCluster:
                 continue
         return out
 
-    def _end_stragglers(self, wait_s: float = 5.0) -> None:
-        """Wait for the workers to notice their raylet is gone; SIGKILL what is left then."""
-        deadline = time.monotonic() + wait_s
-        while (left := self.processes()) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        for pid in left:
-            try:
-                name = Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ").decode(errors="replace")
-            except OSError:
-                continue
-            log.info("killing a process of the local cluster still there %g s after its node: %d %s", wait_s, pid,
-                     name)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+    def _end_stragglers(self, wait_s: float = 3.0) -> None:
+        """End what is left of the cluster once its nodes are gone (Ray's agents notice a dead
+        raylet only after a while): SIGTERM, then SIGKILL for what is still there ``wait_s``
+        later. Only processes naming this cluster's own directory are touched."""
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            deadline = time.monotonic() + (0.5 if sig == signal.SIGTERM else wait_s)
+            while (left := self.processes()) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for pid in left:
+                try:
+                    name = Path(f"/proc/{pid}/cmdline").read_bytes()[:80].replace(b"\0", b" ")
+                except OSError:
+                    continue
+                log.info("sending %s to a process of the local cluster left after its node: %d %s", sig.name, pid,
+                         name.decode(errors="replace"))
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+        while self.processes() and time.monotonic() < deadline + 2:
+            time.sleep(0.05)
 
 
 def reap_nodes(envs: list[dict[str, str]]) -> list[str]:

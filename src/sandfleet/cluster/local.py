@@ -81,6 +81,8 @@ class LocalCluster:
         # short: Ray's unix sockets live under it (108 bytes at most)
         self._root = root
         self._made: Path | None = None
+        self._ray_tmp: Path | None = None
+        self._address: str | None = None
         self.nodes: list[SimNode] = []
         self.cluster: Any = None
         self.removed: list[SimNode] = []
@@ -115,6 +117,7 @@ class LocalCluster:
             # Cluster() writes the head's address to <Ray's default temp dir>/ray_current_cluster
             # (removed at shutdown) and fails where that directory does not exist yet
             ray_tmp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+            self._ray_tmp = ray_tmp
             if not ray_tmp.exists():
                 ray_tmp.mkdir()
                 self._made = ray_tmp
@@ -128,6 +131,7 @@ class LocalCluster:
             self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
                 **common, "env_vars": envs[0], "resources": {"sandfleet_n0": 1},
                 "temp_dir": str(self.root / "ray")})
+            self._address = str(self.cluster.address)
             self.nodes.append(SimNode(0, self.cluster.head_node, envs[0]))
             for i in range(1, self.n):
                 node = self.cluster.add_node(**common, env_vars=envs[i], resources={f"sandfleet_n{i}": 1})
@@ -175,6 +179,10 @@ class LocalCluster:
         self.nodes, self.removed = [], []
         if self._root is not None:
             shutil.rmtree(self._root, ignore_errors=True)
+        current = self._ray_tmp / "ray_current_cluster" if self._ray_tmp is not None else None
+        with contextlib.suppress(OSError):  # Ray's pointer to this cluster, if its shutdown did not run
+            if current is not None and self._address and current.read_text().strip() == self._address:
+                current.unlink()
         if self._made is not None:  # the Ray temp directory start() made, if Ray left it empty
             with contextlib.suppress(OSError):
                 self._made.rmdir()

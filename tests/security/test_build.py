@@ -19,7 +19,9 @@ import pytest
 
 from sandfleet.errors import ImageBuildError
 from sandfleet.images import Image, arch, images_dir, save_image
+from sandfleet.images.bases import resolve_base
 from sandfleet.images.build import build_task_image
+from sandfleet.images.debootstrap import _packages, base_digest
 from sandfleet.sandbox.spec import BwrapConfig
 from sandfleet.tasks import load_task
 
@@ -164,10 +166,12 @@ def test_copy_refuses_a_context_symlink_that_leads_out(tmp_path: Path, cache: Pa
         build_task_image(load_task(task))
 
 
-def test_run_can_not_change_the_host_base(tmp_path: Path, cache: Path) -> None:
-    """Over the host's own / a step can't write the host's files (they are nobody's inside);
+def test_run_can_not_change_the_host_base(tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the host's own / (what stands in for a base where debootstrap can't run: here, no
+    debootstrap on PATH) a step can't write the host's files (they are nobody's inside);
     installing into system directories fails with an error that names the line and says
     what to do instead."""
+    monkeypatch.setenv("PATH", "/usr/local/bin:/usr/bin:/bin")  # debootstrap is in /usr/sbin
     task = make_task(tmp_path, "FROM python:3.11-slim-bookworm\nWORKDIR /app\nRUN touch /usr/local/made-by-run\n")
     with pytest.raises(ImageBuildError, match=r"Dockerfile:3: RUN exited with 1 .*Debian base.*sandfleet image build"):
         build_task_image(load_task(task))
@@ -201,9 +205,12 @@ def _mini_debian(cache: Path) -> Image:
     (rootfs / "var/lib/misc").mkdir()
     (rootfs / "var/lib/misc/data").write_text("")
     (rootfs / "etc/motd").write_text("base\n")
+    # registered under the hash a debian:bookworm-slim base is looked up by
+    ref = resolve_base("debian:bookworm-slim")
+    digest = base_digest(ref.suite, _packages(ref.packages, ref.flavour), arch(), flavour=ref.flavour)
     image = Image(name="debian-bookworm-mini", lowers=[rootfs], arch=arch(), page_size=os.sysconf("SC_PAGE_SIZE"),
-                  hash="mini-bookworm", base="debootstrap",
-                  meta={"kind": "debian-base", "suite": "bookworm", "packages": []})
+                  hash=digest, base="debootstrap",
+                  meta={"kind": "debian-base", "suite": "bookworm", "packages": list(ref.packages)})
     save_image(image)
     return image
 

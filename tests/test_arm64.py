@@ -145,6 +145,18 @@ def test_emulation_registers_with_the_f_flag_and_removes_what_it_added(binaries:
 
 @on_x86
 @needs_emulation
+def test_a_run_with_another_cache_leaving_keeps_the_registration(tmp_path: Path) -> None:
+    import sys
+
+    code = "from sandfleet.images import emulation\nwith emulation.emulation('arm64'): pass\n"
+    with emulation.emulation("arm64"):
+        subprocess.run([sys.executable, "-c", code], env={**os.environ, "SANDFLEET_CACHE": str(tmp_path)},
+                       check=True)
+        assert emulation.registration_for("arm64") is not None  # binfmt is system-wide: so are the locks
+
+
+@on_x86
+@needs_emulation
 def test_the_cross_compiled_agent_runs_under_emulation() -> None:
     if not shutil.which("aarch64-linux-gnu-gcc"):
         pytest.skip("no aarch64 cross compiler (apt-get install gcc-aarch64-linux-gnu)")

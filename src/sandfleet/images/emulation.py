@@ -205,8 +205,9 @@ def remove_ours() -> list[str]:
 def emulation(arch: str) -> Iterator[Registration | None]:
     """While the block runs, ``arch``'s binaries run on this host: natively (None), through a
     registration already there, or through one registered now. Every user holds a shared lock
-    (``<cache>/binfmt-<arch>.lock``); whoever leaves last removes sandfleet's registration, so
-    two runs at once never pull it from under each other, and none outlives them."""
+    (``/run/sandfleet/binfmt-<arch>.users.lock``, whatever the run's cache); whoever leaves last
+    removes sandfleet's registration, so two runs at once never pull it from under each other, and
+    none outlives them."""
     from sandfleet.agent.build import cache_dir
 
     arch = normalize(arch)
@@ -214,7 +215,7 @@ def emulation(arch: str) -> Iterator[Registration | None]:
         yield None
         return
     qemu_static(arch)
-    locks = cache_dir()
+    locks = LOCK_DIR if _writable(LOCK_DIR) else cache_dir()  # one place for the host: binfmt is system-wide
     reg_fd = os.open(locks / f"binfmt-{arch}.register.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     use_fd = os.open(locks / f"binfmt-{arch}.users.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
@@ -238,6 +239,18 @@ def emulation(arch: str) -> Iterator[Registration | None]:
     finally:
         os.close(use_fd)
         os.close(reg_fd)
+
+
+LOCK_DIR = Path("/run/sandfleet")
+"""Where the binfmt locks live: the same for every run on the host, whatever its cache."""
+
+
+def _writable(d: Path) -> bool:
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return False
+    return os.access(d, os.W_OK)
 
 
 @contextlib.contextmanager

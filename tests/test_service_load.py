@@ -86,7 +86,9 @@ async def test_fuzz_openapi_no_5xx_and_nothing_left(tmp_path: Path) -> None:
                 [st, "--config-file", str(config), "run", f"{svc.url}/openapi.json",
                  "-H", f"Authorization: Bearer {svc.token}", "--checks", "not_a_server_error",
                  "--max-time", str(FUZZ_S), "--workers", "2", "--request-timeout", "60", "--seed", "7",
-                 "--suppress-health-check", "all", "--phases", "examples,coverage,fuzzing"],
+                 # not the coverage phase: on CPython 3.11.7 it can hit the interpreter's "AST
+                 # constructor recursion depth mismatch" SystemError (a CPython bug, not ours)
+                 "--suppress-health-check", "all", "--phases", "examples,fuzzing"],
                 capture_output=True, text=True, timeout=FUZZ_S + 240, cwd=tmp_path,  # its cache goes there
             )
             report = proc.stdout[-4000:] + proc.stderr[-2000:]

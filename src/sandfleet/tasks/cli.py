@@ -110,3 +110,24 @@ def import_(suite: str, paths: tuple[Path, ...], repos: Path | None) -> None:
         f"(see {out / 'IMPORT_REPORT.md'})"
     )
 
+
+
+@tasks.command("generate")
+@click.argument("family", type=click.Choice(["bash-basics"]))
+@click.option("--n", "n", type=int, default=8, show_default=True, help="Instances per template.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="A new (or empty) folder.")
+@click.option("--template", "templates", multiple=True, help="Only this template (repeatable).")
+def generate_(family: str, n: int, seed: int, out: Path, templates: tuple[str, ...]) -> None:
+    """Generate FAMILY's Harbor tasks from templates into OUT/train and OUT/eval (split by
+    instance; each template's last paraphrase is held out for eval), with OUT/manifest.jsonl."""
+    from sandfleet.errors import ConfigError
+    from sandfleet.tasks.generate import generate
+
+    try:
+        made = generate(family, out, n=n, seed=seed, templates=templates)
+    except ConfigError as e:
+        raise click.ClickException(str(e)) from None
+    n_train = sum(g.split == "train" for g in made)
+    click.echo(f"wrote {len(made)} tasks to {out} ({n_train} train, {len(made) - n_train} eval); "
+               f"{out / 'manifest.jsonl'}")

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from sandfleet.cluster.local import parse_local, seed_cache
 from sandfleet.cluster.placement import Node, NoNodeError, Placer, task_arches
-from sandfleet.cluster.shipping import content_hash, pack, relocate, unpack
 from sandfleet.errors import ConfigError
 from sandfleet.tasks import load_task
+from sandfleet.tasks.bundle import content_hash, pack, relocate, unpack
 from sandfleet.tasks.reward import with_reward_selection
 from test_rollout_support import make_task
 

@@ -9,7 +9,7 @@
 One host actor per node (:mod:`sandfleet.cluster.host`) owns that node's sandboxes, image
 cache and admission limit; :mod:`sandfleet.cluster.placement` puts each group whole on the
 node with the most free capacity of the task's arch; task folders travel by content hash
-(:mod:`sandfleet.cluster.shipping`); ``local:N`` starts N loopback-only nodes here
+(:mod:`sandfleet.tasks.bundle`); ``local:N`` starts N loopback-only nodes here
 (:mod:`sandfleet.cluster.local`). Ray (the ``ray`` extra) is imported only when a pool is
 made. docs/cluster.md has the figures and the CLI.
 """

@@ -4,7 +4,7 @@ It runs on its node (pinned there by node affinity, never restarted elsewhere) a
 what is the node's own: the admission limit (``capacity`` busy rollouts, a group admitted
 whole: :class:`~sandfleet.rollout.admission.Slots`), the image cache (task images are built
 there, in the node's ``SANDFLEET_CACHE``), the task folders shipped to it by content hash
-(:mod:`sandfleet.cluster.shipping`), a warm pool of sandboxes where asked
+(:mod:`sandfleet.tasks.bundle`), a warm pool of sandboxes where asked
 (:mod:`sandfleet.cluster.warm`), and its sandbox markers (``SANDFLEET_STATE``).
 
 Every sandbox is created on one long-lived thread running the actor's own event loop,
@@ -51,7 +51,7 @@ class GroupJob:
     task: Task
     """The task as loaded on the driver (its host paths are the driver's)."""
     digest: str
-    """Content hash of the task folder (:func:`sandfleet.cluster.shipping.pack`)."""
+    """Content hash of the task folder (:func:`sandfleet.tasks.bundle.pack`)."""
     n: int
     policy: Policy
     config: RunConfig
@@ -187,8 +187,8 @@ class HostActor:
 
     async def _run(self, job: GroupJob, data: bytes | None, emit: Callable[[tuple[str, Any]], None],
                    t0: float, start: float) -> dict[str, Any]:
-        from sandfleet.cluster.shipping import relocate, unpack
         from sandfleet.rollout.suite import default_image_for, run_suite
+        from sandfleet.tasks.bundle import relocate, unpack
 
         folder = self._tasks_root() / job.digest
         if not folder.is_dir():

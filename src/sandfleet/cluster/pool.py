@@ -29,13 +29,13 @@ from sandfleet.cluster._ray import import_ray, is_node_loss
 from sandfleet.cluster.host import GroupJob, HostActor, NodeStatus
 from sandfleet.cluster.local import LocalCluster, parse_local
 from sandfleet.cluster.placement import Node, NoNodeError, Placer, task_arches
-from sandfleet.cluster.shipping import Bundle, pack
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, failure_reason
 from sandfleet.rollout.suite import RunConfig, new_run_id
 from sandfleet.rollout.trace import now
+from sandfleet.tasks.bundle import Bundle, pack
 from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)

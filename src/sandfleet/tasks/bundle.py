@@ -1,9 +1,10 @@
-"""Task folders shipped to nodes by content hash.
+"""Task folders shipped to other hosts by content hash (Ray nodes, sandbox services).
 
-A task is a folder on the driver's host (its tests, solution, Dockerfile). A node gets it
-once, as a tar of the folder named by the SHA-256 of its contents (paths, modes, bytes,
-link targets), unpacks it under ``<node cache>/cluster/tasks/<hash>`` (checked against the
-hash, renamed into place, so a half-written one is never used) and loads the same
+A task is a folder on the driver's host (its tests, solution, Dockerfile). A Ray node, or a
+``sandfleet serve`` that builds the task's image, gets it once, as a tar of the folder named
+by the SHA-256 of its contents (paths, modes, bytes, link targets), unpacks it under its
+cache (``cluster/tasks/<hash>``, ``service/tasks/<hash>``; checked against the hash,
+renamed into place, so a half-written one is never used) and loads the same
 :class:`~sandfleet.tasks.model.Task` with every host path moved there. The same folder on
 two runs is one upload; a changed file is a new hash.
 """

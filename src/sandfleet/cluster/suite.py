@@ -10,8 +10,6 @@ then). ``summary.json`` gains ``nodes``: node id -> ``label``, ``n_rollouts``, `
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +18,7 @@ from typing import Any
 from sandfleet.cluster.pool import RolloutPool
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.suite import RunConfig, RunReport, _Writer
+from sandfleet.rollout.suite import RunConfig, RunReport, _Writer, run_groups
 from sandfleet.tasks.model import Task
 from sandfleet.traceschema import SPAN_NAMES
 
@@ -90,21 +88,6 @@ async def run_suite_on_pool(
         infos[task.name] = info
         writer.group(task.name, run.stats, run.results, info)
 
-    t0 = time.perf_counter()
-    interrupted = True
-    done = set(prev.groups)
-    try:
-        async with asyncio.TaskGroup() as tg:
-            for task in tasks:
-                if task.name not in done:
-                    tg.create_task(group(task), name=f"group-{task.name}")
-        interrupted = False
-    finally:
-        writer.close()
-        order = {t.name: i for i, t in enumerate(tasks)}
-        finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
-        report = ClusterRunReport(cfg, finals, attempts, groups, prev.wall_s + time.perf_counter() - t0,
-                                  interrupted=interrupted, resumed=len(prev.results),
-                                  labels={x.node_id: x.label for x in pool.nodes}, group_info=infos)
-        writer.summary(report.summary())
-    return report
+    return await run_groups(tasks, group, writer, finals, lambda wall_s, interrupted: ClusterRunReport(
+        cfg, finals, attempts, groups, wall_s, interrupted=interrupted, resumed=len(prev.results),
+        labels={x.node_id: x.label for x in pool.nodes}, group_info=infos))

@@ -26,10 +26,10 @@ import shutil
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from sandfleet.analysis.figures import platform_overhead_summary
 from sandfleet.errors import ConfigError
@@ -452,21 +452,33 @@ async def run_suite(
         info["attempts"] = sum(r.attempt for r in results)
         writer.group(task.name, stats, results, info)
 
+    return await run_groups(tasks, group, writer, finals, lambda wall_s, interrupted: RunReport(
+        cfg, finals, attempts, groups, wall_s, interrupted=interrupted, resumed=len(prev.results),
+        snapshot_errors=len(snapshot_errors)))
+
+
+R = TypeVar("R", bound=RunReport)
+
+
+async def run_groups(tasks: Sequence[Task], group: Callable[[Task], Coroutine[Any, Any, None]], writer: _Writer,
+                     finals: list[RolloutResult], report: Callable[[float, bool], R]) -> R:
+    """Run ``group`` for every task whose group the writer's previous run did not finish, all
+    at once. However that ends (done, failed, cancelled), put the final results in task
+    order, build the report from the wall time (the previous run's included) and whether it
+    was interrupted, and write its summary: an interrupted run keeps what is done so far."""
+    prev = writer.previous
     t0 = time.perf_counter()
     interrupted = True
-    done = set(prev.groups)
     try:
         async with asyncio.TaskGroup() as tg:
             for task in tasks:
-                if task.name not in done:
+                if task.name not in prev.groups:
                     tg.create_task(group(task), name=f"group-{task.name}")
         interrupted = False
     finally:
         writer.close()
         order = {t.name: i for i, t in enumerate(tasks)}
         finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
-        report = RunReport(cfg, finals, attempts, groups, prev.wall_s + time.perf_counter() - t0,
-                           interrupted=interrupted, resumed=len(prev.results),
-                           snapshot_errors=len(snapshot_errors))
-        writer.summary(report.summary())  # also when interrupted: what is done so far
-    return report
+        done = report(prev.wall_s + time.perf_counter() - t0, interrupted)
+        writer.summary(done.summary())
+    return done

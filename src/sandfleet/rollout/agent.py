@@ -103,6 +103,7 @@ class OpenAIPolicy:
         config: AgentConfig | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         request_timeout_s: float = 120.0,
+        extra_body: dict[str, Any] | None = None,
     ):
         if not base_url:
             raise ConfigError("the openai agent needs a model server URL (--model-url)")
@@ -112,20 +113,32 @@ class OpenAIPolicy:
         self.config = config or AgentConfig()
         self.transport = transport
         self.request_timeout_s = request_timeout_s
+        self.extra_body = dict(extra_body or {})
+        """Fields sent with every request, over ``max_tokens`` and ``temperature`` (a
+        trainer's sampling settings)."""
         warm_up()
 
-    def _messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
+    # -- hooks (a subclass changes how the conversation starts and grows; the loop is one)
+    def initial_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
+        """The conversation's first messages: the system prompt and the task's instruction.
+        The loop appends to the list returned."""
         system = self.config.system_prompt.format(how=HOW[self.config.tool_mode])
         return [
             {"role": "system", "content": system},
             {"role": "user", "content": ctx.task.instruction},
         ]
 
+    def add_reply(
+        self, ctx: AgentContext, messages: list[dict[str, Any]], reply: ChatReply, use_tools: bool
+    ) -> None:
+        """Append the assistant's reply to the conversation (its role, content and tool calls)."""
+        messages.append(reply.raw_message or {"role": "assistant", "content": reply.content})
+
     async def act(self, ctx: AgentContext) -> str:
         cfg = self.config
         ctx.command_timeout_s = cfg.command_timeout_s
         ctx.info.update(model=self.model, tool_mode=cfg.tool_mode)
-        messages = self._messages(ctx)
+        messages = self.initial_messages(ctx)
         use_tools = cfg.tool_mode != "text"
         async with ChatClient(
             self.base_url,
@@ -143,10 +156,8 @@ class OpenAIPolicy:
                 if reply is None:  # the server refused tools: fall back to text
                     use_tools = False
                     continue
+                self.add_reply(ctx, messages, reply, use_tools)
                 ctx.turns += 1
-                messages.append(
-                    reply.raw_message or {"role": "assistant", "content": reply.content}
-                )
                 if not await self._run_reply(ctx, reply, messages):
                     return "done"
 
@@ -160,6 +171,7 @@ class OpenAIPolicy:
                     tools=[BASH_TOOL] if use_tools else None,
                     max_tokens=self.config.max_tokens_per_turn,
                     temperature=self.config.temperature,
+                    extra=self.extra_body,
                 )
             except ModelError as e:
                 span["error"] = e.reason

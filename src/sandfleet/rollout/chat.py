@@ -40,6 +40,9 @@ class ChatReply:
     completion_tokens: int | None = None
     raw_message: dict[str, Any] = field(default_factory=dict)
     """The assistant message as returned, to append to the conversation."""
+    raw_choice: dict[str, Any] = field(default_factory=dict)
+    """The whole choice as the server sent it (its message verbatim, ``finish_reason``,
+    ``logprobs``, any token ids)."""
 
 
 def parse_completion(data: Any) -> ChatReply:
@@ -76,6 +79,7 @@ def parse_completion(data: Any) -> ChatReply:
         prompt_tokens=prompt if isinstance(prompt, int) else None,
         completion_tokens=completion if isinstance(completion, int) else None,
         raw_message={k: v for k, v in message.items() if k in ("role", "content", "tool_calls")},
+        raw_choice=choice,
     )
 
 
@@ -132,14 +136,18 @@ class ChatClient:
         tools: list[dict[str, Any]] | None = None,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        extra: dict[str, Any] | None = None,
     ) -> ChatReply:
+        """One completion. ``extra`` fields go into the body over ``max_tokens`` and
+        ``temperature`` (a trainer's sampling settings win); ``tools`` are set last."""
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.extra_body}
-        if tools:
-            body["tools"] = tools
         if max_tokens is not None:
             body["max_tokens"] = max_tokens
         if temperature is not None:
             body["temperature"] = temperature
+        body.update(extra or {})
+        if tools:
+            body["tools"] = tools
         try:
             resp = await self._http.post("/chat/completions", json=body)
         except httpx.TimeoutException as e:

@@ -16,6 +16,9 @@ from typing import Any
 
 import click
 
+from sandfleet.analysis.fmt import interval as _interval
+from sandfleet.analysis.fmt import num as _f
+from sandfleet.analysis.fmt import pct as _pct
 from sandfleet.errors import SandfleetError
 
 EXIT_BAD_INPUT = 2
@@ -33,24 +36,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
         ).rstrip()
 
     return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
-
-
-def _f(v: Any, digits: int = 1, suffix: str = "") -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}{suffix}"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
-
-
-def _interval(ci: Sequence[float] | None) -> str:
-    """``[lo, hi]`` to one decimal (never ``-0.0``)."""
-
-    def one(x: float) -> str:
-        text = f"{x:.1f}"
-        return "0.0" if text == "-0.0" else text
-
-    return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"
 
 
 def _parse_ks(text: str) -> list[float]:

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sandfleet.analysis.breakdown import COLUMNS
+from sandfleet.analysis.fmt import interval as _interval
+from sandfleet.analysis.fmt import num as _f
+from sandfleet.analysis.fmt import pct as _pct
 from sandfleet.analysis.report import LABELS
 from sandfleet.analysis.trace import Run
 from sandfleet.traceschema import SPAN_NAMES
@@ -43,24 +46,6 @@ table{border-collapse:collapse;margin:1em 0}td,th{padding:3px 10px;border-bottom
 td{text-align:right}td:first-child,th:first-child{text-align:left}.note{color:#666}
 figure.chart{margin:1em 0}figure.chart svg{display:block;max-width:100%;height:auto}
 figcaption{color:#444;font-size:90%}pre{background:#f6f6f6;padding:.5em;overflow:auto}"""
-
-
-def _f(v: Any, suffix: str = "", digits: int = 1) -> str:
-    return "n/a" if v is None else f"{v:.{digits}f}{suffix}"
-
-
-def _pct(v: float | None) -> str:
-    return "n/a" if v is None else f"{100 * v:.1f} %"
-
-
-def _interval(ci: Sequence[float] | None) -> str:
-    """``[lo, hi]`` to one decimal (never ``-0.0``)."""
-
-    def one(x: float) -> str:
-        text = f"{x:.1f}"
-        return "0.0" if text == "-0.0" else text
-
-    return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -214,7 +199,7 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
                 ["span", "A mean s", "B mean s", "B - A s", "interval s", "B - A %", "interval %"],
                 [
                     [col, _f(d["a"]), _f(d["b"]), _f(d["delta_s"]), _interval(d["delta_s_ci90"]),
-                     _f(d["delta_pct"], " %"), _interval(d["delta_pct_ci90"])]
+                     _f(d["delta_pct"], suffix=" %"), _interval(d["delta_pct_ci90"])]
                     for col, d in c["spans"].items()
                 ],
             )

@@ -1,0 +1,26 @@
+"""How figures read in the text and HTML reports (light: the CLI imports it at start)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+
+def num(v: Any, digits: int = 1, suffix: str = "") -> str:
+    """A figure for a table: ``digits`` decimals and ``suffix``, or ``n/a`` when missing."""
+    return "n/a" if v is None else f"{v:.{digits}f}{suffix}"
+
+
+def pct(v: float | None) -> str:
+    """A fraction as a percentage to one decimal, or ``n/a``."""
+    return "n/a" if v is None else f"{100 * v:.1f} %"
+
+
+def interval(ci: Sequence[float] | None) -> str:
+    """``[lo, hi]`` to one decimal (never ``-0.0``), or ``n/a``."""
+
+    def one(x: float) -> str:
+        text = f"{x:.1f}"
+        return "0.0" if text == "-0.0" else text
+
+    return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"

@@ -833,7 +833,14 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
 
 
 async def ensure_task_image(task: Task, *, strict: bool = False) -> str:
-    """The name to put in a SandboxSpec for this task's environment, building it if needed."""
+    """The name to put in a SandboxSpec for this task's environment, building it if needed:
+    here, or on the sandbox service in force (``--remote``: :func:`sandfleet.sandbox.image_builder`),
+    which builds it on its own host from the uploaded task folder."""
+    from sandfleet.sandbox import image_builder
+
+    remote = image_builder()
+    if remote is not None:
+        return await remote.task_image(task, strict=strict)
     image = await asyncio.to_thread(build_task_image, task, strict=strict)
     return "host" if image.is_host else image.hash
 

@@ -57,6 +57,7 @@ from sandfleet.errors import (
     SandboxClosedError,
     SandboxDiedError,
     SandboxPathError,
+    TaskError,
 )
 from sandfleet.images import Image
 from sandfleet.rollout.policy import stage_uploads
@@ -430,9 +431,7 @@ async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanReco
         limits = {"cpus": venv.cpus, "memory_mib": venv.memory_mib, "disk_mib": venv.storage_mib}
         if venv.dockerfile is not None:
             with recorder.span("other_sandbox", what="verifier image"):
-                image = await ensure_verifier_image(task)
-            updates["image"] = image.hash
-            updates["env"] = {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]
+                updates["image"], updates["env"] = await verifier_image(task)
             updates["writable_dirs"] = tuple(d for d in spec.writable_dirs if d != "/tests")  # the tests are baked in
     if task.verifier.network is False:
         limits["network"] = False
@@ -444,16 +443,33 @@ async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanReco
     return await run_verifier_separately(task, sandbox, recorder, start)
 
 
-async def ensure_verifier_image(task: Task) -> Image:
-    """The image of a task's ``tests/Dockerfile`` (built and cached like a task image)."""
-    from sandfleet.images.build import build_task_image
-
+def verifier_build(task: Task) -> Task:
+    """The task whose image is the verifier's: its ``tests/Dockerfile`` and context."""
     venv = task.verifier.environment
-    assert venv is not None and venv.dockerfile is not None
-    verifier_task = task.model_copy(update={
+    if venv is None or venv.dockerfile is None:
+        raise TaskError("declares no verifier image (tests/Dockerfile)", file=str(task.path))
+    return task.model_copy(update={
         "name": f"{task.name}.verifier", "dockerfile": venv.dockerfile, "context_dir": venv.context_dir,
         "build_timeout_s": venv.build_timeout_s})
-    return await asyncio.to_thread(build_task_image, verifier_task)
+
+
+async def ensure_verifier_image(task: Task) -> Image:
+    """The image of a task's ``tests/Dockerfile`` (built and cached like a task image), here."""
+    from sandfleet.images.build import build_task_image
+
+    return await asyncio.to_thread(build_task_image, verifier_build(task))
+
+
+async def verifier_image(task: Task) -> tuple[str, dict[str, str]]:
+    """(image name, its environment) of a task's ``tests/Dockerfile``: built here, or on the
+    sandbox service in force (``--remote``), where the verifier's sandbox will run."""
+    from sandfleet.sandbox import image_builder
+
+    remote = image_builder()
+    if remote is not None:
+        return await remote.verifier_image(task)
+    image = await ensure_verifier_image(task)
+    return image.hash, {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]
 
 
 async def run_verifier_separately(

@@ -52,7 +52,8 @@ class ErrorBody(BaseModel):
     """Machine-readable: invalid_request, unknown_image, bad_path, unsupported, too_large,
     unauthorized, sandbox_not_found, snapshot_not_found, session_not_found, sandbox_lost,
     sandbox_expired, sandbox_closed, sandbox_died, agent_unresponsive, guest_error,
-    quota_exceeded, busy, draining, idempotency_conflict."""
+    quota_exceeded, busy, draining, idempotency_conflict, task_image_not_found,
+    digest_mismatch, not_a_task, build_failed."""
     message: str
     guest_type: str | None = None
     errno: int | None = None

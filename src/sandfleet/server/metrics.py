@@ -33,6 +33,13 @@ class Metrics:
         self.bytes_out = Counter("sandfleet_bytes_out", "Response body bytes sent.", registry=r)
         self.requests = Counter("sandfleet_http_requests", "HTTP requests answered, by status class.", ["status"],
                                 registry=r)
+        self.task_uploads = Counter("sandfleet_task_image_uploads", "Task folders uploaded (PUT /v1/task-images).",
+                                    registry=r)
+        self.task_builds = Counter("sandfleet_task_image_builds",
+                                   "Task image builds for uploaded folders: built, cached (found built), failed.",
+                                   ["result"], registry=r)
+        for result in ("built", "cached", "failed"):
+            self.task_builds.labels(result)
         for gate in ("sandboxes", "busy", "quota"):
             self.queued.labels(gate)
             self.rejected.labels(gate)

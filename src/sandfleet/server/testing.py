@@ -135,6 +135,34 @@ def leftovers(ids: Iterable[str]) -> list[str]:
     return found
 
 
+def own_cache(dir: Path, src: Path | None = None) -> dict[str, str]:
+    """The environment of a service with a cache of its own (``dir``), so that what it builds
+    is not what this process built: it starts with a symbolic link to each base image and
+    guest agent build of this host's cache (complete ones: never changed after), so no Debian
+    base is debootstrapped again, and with no task image."""
+    import json
+
+    from sandfleet.agent.build import cache_dir
+
+    src = src or cache_dir()
+    for name in ("agent", "images"):
+        (dir / name).mkdir(parents=True, exist_ok=True)
+        if not (src / name).is_dir():
+            continue
+        for entry in (src / name).iterdir():
+            if entry.name.startswith(".") or not entry.is_dir():
+                continue
+            if name == "images":
+                try:
+                    meta = json.loads((entry / "image.json").read_text()).get("meta") or {}
+                except (OSError, ValueError):
+                    continue  # incomplete
+                if "task" in meta:
+                    continue  # a task image: the service must build its own
+            (dir / name / entry.name).symlink_to(entry)
+    return {"SANDFLEET_CACHE": str(dir)}
+
+
 @contextlib.contextmanager
 def running_service(dir: Path, **kw: object) -> Iterator[RunningService]:
     """A service for the ``with`` block; stopped with SIGTERM (a drain) after it."""

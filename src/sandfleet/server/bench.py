@@ -66,23 +66,12 @@ async def _rtts(sb: Sandbox, n: int) -> list[float]:
 
 
 async def _rate(make: Make, conc: int, seconds: float) -> float:
-    from sandfleet.bench.micro import close_all
+    from sandfleet.bench.micro import close_all, exec_rate
     from sandfleet.sandbox.base import create_many
 
     boxes = await create_many([make] * conc)
     try:
-        count = 0
-        stop = time.perf_counter() + seconds
-
-        async def loop(b: Sandbox) -> None:
-            nonlocal count
-            while time.perf_counter() < stop:
-                await b.exec(["true"])
-                count += 1
-
-        t = time.perf_counter()
-        await asyncio.gather(*(loop(b) for b in boxes))
-        return round(count / (time.perf_counter() - t), 1)
+        return await exec_rate(boxes, seconds)
     finally:
         await close_all(boxes)
 

@@ -16,6 +16,7 @@ made. docs/cluster.md has the figures and the CLI.
 
 from __future__ import annotations
 
-from sandfleet.cluster.pool import GroupRun, RolloutPool
+from sandfleet.cluster.groups import GroupRun
+from sandfleet.cluster.pool import RolloutPool
 
 __all__ = ["GroupRun", "RolloutPool"]

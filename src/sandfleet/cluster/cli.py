@@ -41,3 +41,35 @@ async def run_on_ray(
                                        out_mode=out_mode)
     finally:
         await asyncio.shield(pool.close())
+
+
+async def run_on_services(
+    urls: str,
+    tasks: Sequence[Task],
+    policy: Policy,
+    config: RunConfig,
+    *,
+    out_dir: Path | None,
+    on_result: Callable[[RolloutResult], None] | None = None,
+    out_mode: str = "new",
+    image: str | None = None,
+) -> ClusterRunReport:
+    """A suite over the sandbox services ``URL,URL,...`` (``--remote``), every host admitting
+    ``config.concurrency`` at most (and at most its own ``max_busy``)."""
+    from sandfleet.cluster.services import ServicePool
+    from sandfleet.cluster.suite import run_suite_on_pool
+
+    pool = await ServicePool.create(
+        urls, capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
+        verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image, run_id=config.run_id,
+    )  # fmt: skip
+    try:
+        return await run_suite_on_pool(tasks, policy, pool, config.n, out_dir=out_dir, on_result=on_result,
+                                       out_mode=out_mode)
+    finally:
+        await asyncio.shield(pool.close())
+
+
+def several(remote: str | None) -> bool:
+    """Whether ``--remote`` names several services (``URL,URL,...``)."""
+    return remote is not None and "," in remote

@@ -20,75 +20,37 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from sandfleet.cluster._ray import import_ray, is_node_loss
+from sandfleet.cluster.groups import CANCEL_WAIT_S, GroupPool, _Lost
+from sandfleet.cluster.groups import NODE_LOST as NODE_LOST  # noqa: F401 (its home before groups.py)
+from sandfleet.cluster.groups import GroupRun as GroupRun  # noqa: F401
 from sandfleet.cluster.host import GroupJob, HostActor, NodeStatus
 from sandfleet.cluster.local import LocalCluster, parse_local
-from sandfleet.cluster.placement import Node, NoNodeError, Placer, task_arches
+from sandfleet.cluster.placement import Node, Placer
 from sandfleet.errors import ConfigError
-from sandfleet.rollout.policy import Policy
-from sandfleet.rollout.result import RolloutResult, group_advantages
-from sandfleet.rollout.runner import RetryPolicy, failure_reason
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.suite import RunConfig, new_run_id
-from sandfleet.rollout.trace import now
 from sandfleet.tasks.bundle import Bundle, pack
 from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
 
-NODE_LOST = "node_lost"
-CANCEL_WAIT_S = 60.0
 
-
-@dataclass
-class GroupRun:
-    """One group's outcome: its rollouts' final attempts (sample order, advantages set),
-    every attempt, its statistics, and where and how it ran."""
-
-    group: str
-    results: list[RolloutResult]
-    attempts: list[RolloutResult]
-    stats: dict[str, Any]
-    info: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def rewards(self) -> list[float | None]:
-        return [r.reward for r in self.results]
-
-    @property
-    def node(self) -> str | None:
-        return self.info.get("node")
-
-
-class _Lost(Exception):
-    def __init__(self, attempts: list[RolloutResult], cause: BaseException):
-        super().__init__(str(cause))
-        self.attempts = attempts
-        self.cause = cause
-
-
-class RolloutPool:
+class RolloutPool(GroupPool):
     """GRPO groups on a Ray cluster; make one with :meth:`create`."""
 
     def __init__(self, ray: Any, placer: Placer, config: RunConfig, *, placements: int, arch: str | None,
                  image: str | None, owns_ray: bool, local: LocalCluster | None) -> None:
+        super().__init__(placer, config, placements=placements, arch=arch, image=image)
         self.ray = ray
-        self.placer = placer
-        self.config = config
-        self.placements = placements
-        self.arch = arch
-        self.image = image
         self.owns_ray = owns_ray
         self.local = local
-        self.runs: list[GroupRun] = []
         self._bundles: dict[Path, Bundle] = {}
-        self._closed = False
-        self._seq = 0
-        self._active: set[asyncio.Task[Any]] = set()
 
     @classmethod
     async def create(
@@ -193,109 +155,9 @@ class RolloutPool:
             b = self._bundles[task.path] = pack(task)
         return b
 
-    async def run_group(
-        self,
-        task: Task,
-        n: int,
-        policy: Policy,
-        *,
-        group: str | None = None,
-        on_result: Callable[[RolloutResult], None] | None = None,
-        image: str | None = None,
-    ) -> GroupRun:
-        """Run ``n`` rollouts of ``task`` as one group on one node; their results once the
-        group ends (every attempt also goes to ``on_result`` then, in order). A group whose
-        node dies is placed whole again, up to ``placements`` times; it never raises for a
-        failed rollout (their ``reason`` says why), only for cancellation. ``group`` names it
-        (default: the task's name); ``image`` runs it in that image instead of the task's own
-        (default: the pool's ``image``)."""
-        if self._closed:
-            raise ConfigError("the pool is closed")
-        if not 1 <= n <= 100_000:
-            raise ConfigError(f"n must be between 1 and 100000, not {n}")
-        me = asyncio.current_task()
-        if me is not None:
-            self._active.add(me)
-        try:
-            return await self._run_group(task, n, policy, group, on_result, image)
-        finally:
-            if me is not None:
-                self._active.discard(me)
-
-    async def _run_group(self, task: Task, n: int, policy: Policy, group: str | None,
-                         on_result: Callable[[RolloutResult], None] | None, image: str | None) -> GroupRun:
-        name = group or task.name
+    async def _prepare(self, task: Task) -> tuple[str, Bundle]:
         bundle = await asyncio.to_thread(self._bundle, task)
-        arches = task_arches(task.metadata, self.arch)
-        cfg = RunConfig(**{**self.config.__dict__, "n": n, "concurrency": n})
-        attempts: list[RolloutResult] = []
-        used: dict[int, int] = {}  # sample -> attempts recorded so far
-        info: dict[str, Any] = {"placements": []}
-        t_first = time.perf_counter()
-        final: list[RolloutResult] | None = None
-        stats: dict[str, Any] = {}
-        for k in range(1, self.placements + 1):
-            try:
-                node = await self.placer.place(n, arches)
-            except NoNodeError as e:
-                final = self._failed(task, policy, name, n, used, attempts, "no_node", str(e))
-                break
-            self._seq += 1
-            job = GroupJob(key=f"{name}@{self._seq}", task=task, digest=bundle.digest, n=n, policy=policy,
-                           config=cfg, image=image or self.image)
-            where: dict[str, Any] = {"node": node.node_id, "label": node.label, "admitted": time.time()}
-            info["placements"].append(where)
-            info.setdefault("admitted", where["admitted"])
-            t0 = time.perf_counter()
-            try:
-                end = await self._run_on(node, job, bundle)
-            except _Lost as lost:
-                where.update(lost=True, lost_at=time.time(), error=str(lost.cause)[:300],
-                             seconds=time.perf_counter() - t0)
-                log.warning("node %s lost with group %s (placement %d of %d): %s", node.label, name, k,
-                            self.placements, str(lost.cause)[:200])
-                self._renumber(lost.attempts, name, used, final=False)
-                attempts += lost.attempts
-                done = {r.sample for r in lost.attempts if r.final}
-                last = k == self.placements
-                for i in range(n):
-                    if i not in done or last:
-                        attempts.append(self._lost(task, policy, name, i, used, node, where, lost.cause, last))
-                if last:
-                    final = [max((r for r in attempts if r.sample == i), key=lambda r: r.attempt)
-                             for i in range(n)]
-                continue
-            except Exception as e:  # an error of ours on the node (not a rollout failure)
-                where.update(error=f"{type(e).__name__}: {e}"[:300])
-                final = self._failed(task, policy, name, n, used, attempts, failure_reason(e), str(e))
-                break
-            finally:
-                self.placer.release(node, n)
-            where.update(seconds=time.perf_counter() - t0, node_s=end["node_s"], received_s=end["received"])
-            got = sorted(end["attempts"], key=lambda r: (r.end, r.sample))
-            self._renumber(got, name, used, final=None)
-            finals = {r.sample: r for r in got if r.final}
-            for r in end["results"]:  # the same attempts, with advantages
-                mine = finals.get(r.sample)
-                if mine is not None:
-                    mine.advantage = r.advantage
-            attempts += got
-            final = [finals[i] for i in sorted(finals)]
-            stats = end["stats"]
-            info.update(node=node.node_id, label=node.label, node_s=end["node_s"])
-            break
-        assert final is not None
-        if not stats:
-            stats = group_advantages(final)
-        info["driver_s"] = time.perf_counter() - t_first
-        info["end"] = max((r.end for r in final), default=None)
-        info["attempts"] = len(attempts)
-        run = GroupRun(name, final, attempts, stats, info)
-        self.runs.append(run)
-        if on_result is not None:
-            for r in attempts:
-                on_result(r)
-        return run
+        return bundle.digest, bundle
 
     async def _run_on(self, node: Node, job: GroupJob, bundle: Bundle) -> dict[str, Any]:
         """Run the job on the node; the end record, with the attempts streamed meanwhile.
@@ -337,52 +199,7 @@ class RolloutPool:
         except Exception as e:
             log.error("cancelling group %s on node %s failed: %s", key, node.label, e)
 
-    def _renumber(self, got: list[RolloutResult], name: str, used: dict[int, int], final: bool | None) -> None:
-        """Number a placement's attempts after those before it; ids ``name#i`` / ``name#i~k``."""
-        base = dict(used)
-        for r in got:
-            r.attempt += base.get(r.sample, 0)
-            used[r.sample] = max(used.get(r.sample, 0), r.attempt)
-            r.group = name
-            r.rollout_id = f"{name}#{r.sample}" + (f"~{r.attempt}" if r.attempt > 1 else "")
-            r.run_id = self.config.run_id
-            if final is not None:
-                r.final = final
-
-    def _lost(self, task: Task, policy: Policy, name: str, i: int, used: dict[int, int], node: Node,
-              where: dict[str, Any], cause: BaseException, last: bool) -> RolloutResult:
-        attempt = used.get(i, 0) + 1
-        used[i] = attempt
-        start, end = float(where["admitted"]), now()
-        return RolloutResult(
-            rollout_id=f"{name}#{i}" + (f"~{attempt}" if attempt > 1 else ""), task=task.name, group=name,
-            sample=i, agent=policy.name, backend=self.config.backend, start=start, end=end, status="failed",
-            spans=[{"name": "other_sandbox", "what": "lost with its node", "start": start, "end": end}],
-            run_id=self.config.run_id, attempt=attempt, final=last, reason=NODE_LOST,
-            error=f"node {node.label} ({node.node_id}) was lost: {str(cause)[:300]}",
-            info={"node": node.node_id},
-        )  # fmt: skip
-
-    def _failed(self, task: Task, policy: Policy, name: str, n: int, used: dict[int, int],
-                attempts: list[RolloutResult], reason: str, error: str) -> list[RolloutResult]:
-        out = []
-        for i in range(n):
-            attempt = used.get(i, 0) + 1
-            t = now()
-            r = RolloutResult(
-                rollout_id=f"{name}#{i}" + (f"~{attempt}" if attempt > 1 else ""), task=task.name, group=name,
-                sample=i, agent=policy.name, backend=self.config.backend, start=t, end=t, status="failed",
-                spans=[], run_id=self.config.run_id, attempt=attempt, reason=reason, error=error,
-            )  # fmt: skip
-            attempts.append(r)
-            out.append(r)
-        return out
-
     # -- nodes -------------------------------------------------------------------------------
-
-    @property
-    def nodes(self) -> list[Node]:
-        return list(self.placer.nodes.values())
 
     async def status(self) -> list[NodeStatus]:
         """What every live node's host actor reports (capacity, free, arch, ...)."""
@@ -422,12 +239,7 @@ class RolloutPool:
         self._closed = True
         reaped: list[str] = []
         t0 = time.perf_counter()
-        me = asyncio.current_task()
-        running = [t for t in self._active if t is not me]
-        for t in running:  # groups still running: cancelled on their nodes, sandboxes closed
-            t.cancel()
-        if running:
-            await asyncio.wait(running, timeout=CANCEL_WAIT_S)
+        await self._cancel_groups()  # groups still running: cancelled on their nodes, sandboxes closed
         try:
             live = [x for x in self.nodes if not x.lost]
             results = await asyncio.gather(*(x.actor.shutdown.remote() for x in live), return_exceptions=True)

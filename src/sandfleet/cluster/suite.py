@@ -1,4 +1,5 @@
-"""A suite on a :class:`~sandfleet.cluster.pool.RolloutPool`: ``sandfleet run --ray``.
+"""A suite on a pool of hosts: ``sandfleet run --ray`` (:class:`~sandfleet.cluster.pool.RolloutPool`)
+and ``sandfleet run --remote URL,URL,...`` (:class:`~sandfleet.cluster.services.ServicePool`).
 
 The same run directory as a local run (:mod:`sandfleet.rollout.suite`'s writer: run.json,
 trace.jsonl, rollouts.jsonl, groups.jsonl, summary.json; resume and overwrite alike), with
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sandfleet.cluster.pool import RolloutPool
+from sandfleet.cluster.groups import GroupPool
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.suite import RunConfig, RunReport, _Writer, run_groups
@@ -54,7 +55,7 @@ class ClusterRunReport(RunReport):
 async def run_suite_on_pool(
     tasks: Sequence[Task],
     policy: Policy,
-    pool: RolloutPool,
+    pool: GroupPool,
     n: int,
     *,
     out_dir: Path | None = None,

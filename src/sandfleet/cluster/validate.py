@@ -1,4 +1,5 @@
-"""``sandfleet tasks validate --ray``: each task's oracle and no-op repeats on the cluster.
+"""``sandfleet tasks validate --ray`` (or ``--remote URL,URL,...``): each task's oracle and no-op
+repeats on the cluster (or the services).
 
 The R oracle runs of a task go to one node, the R no-op runs to one node (each a group, so
 a task's repeats see one host), without retries; verdicts as a local validation's
@@ -9,8 +10,9 @@ fails is not tried again as root (run it locally for that diagnosis).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
+from sandfleet.cluster.groups import GroupPool
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.validate import Verdict, fidelity, judge
@@ -34,18 +36,45 @@ async def validate_on_ray(
     pool = await RolloutPool.create(address, capacity=max(concurrency, repeats) if concurrency else None,
                                     backend=backend, agent_user=agent_user, network=network,
                                     retry=RetryPolicy(max_attempts=1))
+    return await _validate(pool, tasks, repeats, network, "Ray node(s)", pool.close)
+
+
+async def validate_on_services(
+    urls: str,
+    tasks: Sequence[Task],
+    *,
+    repeats: int = 3,
+    concurrency: int | None = None,
+    backend: str = "auto",
+    agent_user: str | None = None,
+    network: bool = False,
+) -> dict[str, Verdict]:
+    """The same over the sandbox services ``URL,URL,...`` (``--remote``); ``concurrency``:
+    rollouts at once per host (default and ceiling: the service's ``max_busy``)."""
+    from sandfleet.cluster.services import ServicePool
+
+    pool = await ServicePool.create(urls, capacity=max(concurrency, repeats) if concurrency else None,
+                                    backend=backend, agent_user=agent_user, network=network,
+                                    retry=RetryPolicy(max_attempts=1))
+    return await _validate(pool, tasks, repeats, network, "service(s)", pool.close)
+
+
+async def _validate(pool: GroupPool, tasks: Sequence[Task], repeats: int, network: bool, where: str,
+                    close: Callable[[], Awaitable[object]]) -> dict[str, Verdict]:
+    labels = {x.node_id: x.label for x in pool.nodes}
     try:
         oracle, noop = OraclePolicy(), NoopPolicy()
         runs = await asyncio.gather(*(pool.run_group(t, repeats, p, group=f"{t.name}/{p.name}")
                                       for t in tasks for p in (oracle, noop)))
     finally:
-        await asyncio.shield(pool.close())
+        await asyncio.shield(close())
     verdicts = {}
     for i, task in enumerate(tasks):
         mine_o, mine_n = runs[2 * i].results, runs[2 * i + 1].results
         v = judge(task, mine_o, mine_n)
         fidelity(v, task, None, [*mine_o, *mine_n], network=network)
-        nodes = sorted({str(r.info.get("node", "?"))[:8] for r in [*mine_o, *mine_n]})
-        v.warnings.append(f"validated on Ray node(s) {', '.join(nodes)}")
+        nodes = sorted({labels.get(str(r.info.get("node")), str(r.info.get("node", "?"))[:8])
+                        for r in [*mine_o, *mine_n]})
+        v.warnings.append(f"validated on {where} {', '.join(nodes)}")
         verdicts[task.name] = v
     return verdicts

@@ -130,8 +130,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     show_default=True,
     help="Commands via tool calls, fenced blocks, or both.",
 )
-@click.option("--remote", metavar="URL", default=None,
-              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
+@click.option("--remote", metavar="URL[,URL...]", default=None,
+              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs "
+              "spread the groups over them (docs/cluster.md), --concurrency then per host.")
 @click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
               help="Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or "
               "local:N (N loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
@@ -279,6 +280,11 @@ def run(
 
                     report = asyncio.run(run_on_ray(ray_address, tasks, policy, config, out_dir=out_dir,
                                                     on_result=progress, out_mode=mode, image=image))
+                elif remote is not None and "," in remote:  # several services: docs/cluster.md
+                    from sandfleet.cluster.cli import run_on_services
+
+                    report = asyncio.run(run_on_services(remote, tasks, policy, config, out_dir=out_dir,
+                                                         on_result=progress, out_mode=mode, image=image))
                 else:
                     report = asyncio.run(on_remote(remote, lambda: run_suite(
                         tasks, policy, config, out_dir=out_dir, on_result=progress, out_mode=mode, **kwargs)))
@@ -286,7 +292,7 @@ def run(
                 raise click.UsageError(str(e)) from None
     summary = report.summary()
     click.echo(summary_table(summary))
-    for node in (summary.get("nodes") or {}).values():  # --ray
+    for node in (summary.get("nodes") or {}).values():  # --ray, --remote URL,URL
         click.echo(f"node {node['label']}: {node['n_rollouts']} rollouts, pass rate {node['pass_rate']:.1%}")
     if report.resumed:
         click.echo(f"resumed: {report.resumed} rollouts of finished groups kept from the earlier run")

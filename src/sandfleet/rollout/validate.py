@@ -260,8 +260,9 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--reward-key", default=None,
               help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
 @click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
-@click.option("--remote", metavar="URL", default=None,
-              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN).")
+@click.option("--remote", metavar="URL[,URL...]", default=None,
+              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs "
+              "spread the tasks' repeats over them (docs/cluster.md).")
 @click.option("--arch", "arches", default=None, metavar="ARCH[,ARCH]",
               help="Validate for these architectures (a foreign one under qemu-user emulation), e.g. amd64,arm64; "
               "a per-arch table: valid on both, on only one, flaky n/R.")
@@ -283,6 +284,8 @@ def validate(
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
     if ray_address is not None and (remote or arches or page_size or strict_bases):
         raise click.UsageError("--ray excludes --remote, --arch, --page-size and --strict-bases")
+    if remote is not None and "," in remote and (arches or page_size or strict_bases):
+        raise click.UsageError("--remote with several URLs excludes --arch, --page-size and --strict-bases")
     try:
         weights = parse_reward_weights(reward_weights) if reward_weights else None
         if reward_key and weights:
@@ -308,6 +311,11 @@ def validate(
 
         verdicts = asyncio.run(validate_on_ray(ray_address, tasks, repeats=repeats, concurrency=concurrency,
                                                backend=backend, agent_user=agent_user, network=network))
+    elif remote is not None and "," in remote:  # several services: docs/cluster.md
+        from sandfleet.cluster.validate import validate_on_services
+
+        verdicts = asyncio.run(validate_on_services(remote, tasks, repeats=repeats, concurrency=concurrency,
+                                                    backend=backend, agent_user=agent_user, network=network))
     else:
         verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
             tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,

@@ -194,6 +194,14 @@ class ServiceInfo(BaseModel):
     sandboxes: int
     busy: int
     draining: bool
+    arch: str = Field(default_factory=lambda: _arch())
+    """The architecture its sandboxes run (Debian's name: amd64, arm64), for placement."""
+
+
+def _arch() -> str:
+    from sandfleet.images import arch
+
+    return arch()
 
 
 class Health(BaseModel):

@@ -24,7 +24,6 @@ from sandfleet.tasks.loader import load_task
 from test_rollout_support import make_task, needs_bwrap
 
 pytestmark = [
-    pytest.mark.slow,
     pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                        reason="the service needs the server extra (pip install -e '.[server]')"),
     needs_bwrap(),
@@ -90,8 +89,13 @@ def test_parse_urls() -> None:
                      ("http://a:1,http://a:1/", "more than once")):
         with pytest.raises(ConfigError, match=why):
             parse_urls(bad)
+    # the commands that do not spread say so, naming the ones that do
+    r = CliRunner().invoke(cli, ["sandbox", "run", "--remote", "http://127.0.0.1:1,http://127.0.0.1:2", "--", "true"],
+                           env={"SANDFLEET_TOKEN": "t" * 24})
+    assert r.exit_code != 0 and "tasks validate" in r.output and "one URL" in r.output
 
 
+@pytest.mark.slow
 async def test_groups_land_on_both_with_a_local_runs_rewards(two: tuple[RunningService, RunningService],
                                                               tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     a, b = two
@@ -142,6 +146,7 @@ async def test_groups_land_on_both_with_a_local_runs_rewards(two: tuple[RunningS
                                                              "wrong": "invalid"}, r.output
 
 
+@pytest.mark.slow
 async def test_a_killed_host_fails_its_group_node_lost_and_the_group_runs_whole_elsewhere(
         two: tuple[RunningService, RunningService], tmp_path: Path) -> None:
     a, b = two

@@ -33,6 +33,9 @@ async def remote(url: str, token: str | None = None, **kw: Any) -> AsyncIterator
     """Connect to the service and make it the backend of every sandbox made in the block."""
     from sandfleet.sandbox import use_backend
 
+    if "," in url:
+        raise ConfigError(f"--remote {url}: several services spread only `sandfleet run` and `sandfleet tasks "
+                          "validate` (docs/cluster.md, Without Ray); give this command one URL")
     async with await connect(url, token or token_from_env(), **kw) as client:
         with use_backend(client):
             yield client

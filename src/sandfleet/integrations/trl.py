@@ -1,0 +1,436 @@
+"""TRL: sandfleet rewards and a sandfleet bash environment for ``trl.GRPOTrainer``.
+
+Single turn (the path a small model learns on)::
+
+    reward = SandfleetReward()            # or the module-level `sandfleet_reward`
+    GRPOTrainer(model=..., reward_funcs=[reward], train_dataset=ds, ...)
+
+Each dataset row carries ``sandfleet_task`` (a task folder, or a name under
+``$SANDFLEET_TASKS``). For every completion, the bash it holds (the last fenced block, else the
+whole text) runs once under ``bash -c`` in a **fresh sandbox** of that task, the task's own
+verifier scores it, and its reward is returned -- partial credit included, where the task's
+``reward.json`` gives a fraction. Rollouts run concurrently (``concurrency`` at once) on TRL's
+reward event loop; a failed rollout scores 0.
+
+Multi-turn, with ``environment_factory=SandfleetBashEnv`` (modelled on TRL's
+``trl/experimental/harbor/_env.py``): ``reset(**row)`` starts a sandbox for
+``row["sandfleet_task"]`` and returns the instruction, ``bash(command)`` is the model's tool,
+and ``get_reward()`` runs the verifier and closes the sandbox. The whole episode is one
+sandfleet rollout (spans, verifier, trace), driven command by command.
+
+Every rollout is one :class:`~sandfleet.rollout.result.RolloutResult`; pass ``on_result`` to
+keep them (``result.to_trace()`` is a ``trace.jsonl`` line that ``sandfleet analyze`` reads).
+Every sandbox is closed by sandfleet's runner, whatever happens. Process-wide settings
+(backend, network, remote service) come from the environment, as for the other integrations
+(:mod:`sandfleet.integrations._common`); ``cpus`` overrides the tasks' CPU quota, because
+sandboxes and the trainer share the host's cores.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import resource
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from sandfleet.integrations._common import LIVE, Settings, resolve_task, sandboxes_on, task_image
+from sandfleet.rollout.policy import AgentContext, Policy
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
+from sandfleet.tasks import Task
+
+TASK_KEY = "sandfleet_task"
+"""The dataset column naming the task."""
+COMMAND_TIMEOUT_S = 20.0
+"""Longest a completion's script (or one ``bash`` tool call) may run."""
+OUTPUT_CHARS = 4000
+"""How much of a command's output the ``bash`` tool returns."""
+
+_FENCE = re.compile(r"```[ \t]*(?:bash|sh|shell|console)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a TRL completion: a string, or a conversational list of messages (the
+    assistant contents, joined)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content") or "")
+    if isinstance(completion, Sequence):
+        return "\n".join(completion_text(m) for m in completion if not isinstance(m, dict)
+                         or m.get("role", "assistant") == "assistant")  # fmt: skip
+    raise TypeError(f"a completion must be a string or a list of messages, not {type(completion).__name__}")
+
+
+def extract_script(text: str) -> str:
+    """The bash a completion holds: its fenced code blocks (```bash, ```sh or bare ```),
+    joined; else the whole text. A ``$ `` prompt at the start of a line is dropped."""
+    blocks = [b for b in _FENCE.findall(text) if b.strip()]
+    script = "\n".join(b.strip("\n") for b in blocks) if blocks else text
+    return "\n".join(line[2:] if line.startswith("$ ") else line for line in script.strip().splitlines())
+
+
+class ScriptPolicy:
+    """Runs one bash script under ``bash -c`` in the task's workdir, then stops."""
+
+    name = "trl-script"
+
+    def __init__(self, script: str, timeout_s: float = COMMAND_TIMEOUT_S):
+        self.script = script
+        self.timeout_s = timeout_s
+
+    async def act(self, ctx: AgentContext) -> str:
+        ctx.turns = 1
+        if self.script.strip():
+            res = await ctx.run(self.script, shell=False, timeout=self.timeout_s)
+            ctx.info["script_exit_code"] = res.exit_code
+        return "done"
+
+
+@dataclass
+class Runner:
+    """How rollouts are made: settings from the environment, the sandboxes' CPU quota, and
+    where finished rollouts go."""
+
+    settings: Settings = field(default_factory=Settings.from_env)
+    cpus: float | None = None
+    """Each sandbox's CPU quota (None: the task's own ``cpus``)."""
+    on_result: Callable[[RolloutResult], None] | None = None
+    run_id: str = "trl"
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    async def rollout(self, task: Task, policy: Policy, *, group: str | None = None, sample: int = 0,
+                      info: dict[str, Any] | None = None) -> RolloutResult:
+        """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends)."""
+        async with sandboxes_on(self.settings.remote):
+            image = await task_image(task)
+            spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
+                             agent_user=self.settings.agent_user)  # fmt: skip
+            if self.cpus is not None:
+                spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
+            n = next(self._ids)
+            req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group or task.name,
+                                 run_id=self.run_id, rollout_id=f"{task.name}#{n}")  # fmt: skip
+            result = await LIVE.track(run_rollout(req))
+        result.info.update(info or {})
+        if self.on_result is not None:
+            self.on_result(result)
+        return result
+
+
+def reward_of(result: RolloutResult) -> float:
+    """A rollout's reward for training: the verifier's, 0 for a failed rollout."""
+    return float(result.reward or 0.0) if result.status == "completed" else 0.0
+
+
+@dataclass
+class RewardStats:
+    """The last reward call's cost: wall seconds, and CPU seconds of this process and its
+    reaped children (the sandboxes' processes) while it ran."""
+
+    wall_s: float = 0.0
+    cpu_s: float = 0.0
+    rollouts: int = 0
+
+
+def _cpu_now() -> float:
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class SandfleetReward:
+    """An async TRL reward function: each completion's bash runs in a fresh sandbox of its
+    row's task and the task's verifier scores it.
+
+    Args:
+        concurrency: sandboxes at once (keep it at about the host's cores).
+        runner: how sandboxes are made (:class:`Runner`); by default from the environment.
+        timeout_s: the longest a completion's script may run.
+    """
+
+    def __init__(self, *, concurrency: int = 2, runner: Runner | None = None, timeout_s: float = COMMAND_TIMEOUT_S,
+                 tasks_root: str | None = None):
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.__name__ = "sandfleet"  # TRL names the reward's metrics after it
+        self.concurrency = concurrency
+        self.runner = runner or Runner()
+        self.timeout_s = timeout_s
+        self.tasks_root = tasks_root
+        self.last = RewardStats()
+        self.results: list[RolloutResult] = []
+        """The last call's rollouts, in completion order."""
+
+    async def __call__(self, prompts: list[Any] | None = None, completions: list[Any] | None = None,
+                       sandfleet_task: list[str] | None = None, **kwargs: Any) -> list[float | None]:
+        if completions is None:
+            raise TypeError("the reward needs `completions`")
+        if sandfleet_task is None:
+            raise KeyError(f"the dataset has no {TASK_KEY!r} column (a task folder or a name under $SANDFLEET_TASKS)")
+        if len(sandfleet_task) != len(completions):
+            raise ValueError(f"{len(completions)} completions but {len(sandfleet_task)} {TASK_KEY} values")
+        step = getattr(kwargs.get("trainer_state"), "global_step", None)
+        wall0, cpu0 = time.perf_counter(), _cpu_now()
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(i: int, completion: Any, ref: str) -> RolloutResult:
+            task = resolve_task(ref, self.tasks_root)
+            script = extract_script(completion_text(completion))
+            async with gate:
+                return await self.runner.rollout(task, ScriptPolicy(script, self.timeout_s), sample=i,
+                                                 info={"trl_step": step, "script": script[:2000]})  # fmt: skip
+
+        results = await asyncio.gather(*(one(i, c, t) for i, (c, t) in enumerate(zip(completions, sandfleet_task,
+                                                                                       strict=True))))  # fmt: skip
+        self.results = list(results)
+        self.last = RewardStats(time.perf_counter() - wall0, _cpu_now() - cpu0, len(results))
+        log_metric = kwargs.get("log_metric")
+        if callable(log_metric):
+            log_metric("sandfleet/reward_wall_s", self.last.wall_s)
+            log_metric("sandfleet/reward_cpu_s", self.last.cpu_s)
+            log_metric("sandfleet/failed_rollouts", float(sum(r.status != "completed" for r in results)))
+        return [reward_of(r) for r in results]
+
+
+sandfleet_reward = SandfleetReward()
+"""A ready :class:`SandfleetReward` (two sandboxes at once, settings from the environment)."""
+
+
+class _Episode:
+    """The policy of one multi-turn episode: runs the commands the env hands it, one at a
+    time, in one shell session, until told to stop."""
+
+    name = "trl-bash-env"
+
+    def __init__(self) -> None:
+        self.commands: asyncio.Queue[str | None] = asyncio.Queue()
+        self.outputs: asyncio.Queue[str] = asyncio.Queue()
+        self.started = asyncio.get_running_loop().create_future()
+
+    async def act(self, ctx: AgentContext) -> str:
+        if not self.started.done():
+            self.started.set_result(None)
+        while True:
+            command = await self.commands.get()
+            if command is None:
+                return "done"
+            ctx.turns += 1
+            try:
+                res = await ctx.run(command, timeout=COMMAND_TIMEOUT_S)
+                out = res.stdout + res.stderr
+                if res.timed_out:
+                    out += f"\n[timed out after {COMMAND_TIMEOUT_S:.0f} s]"
+                text = out[-OUTPUT_CHARS:] if out.strip() else f"(no output, exit code {res.exit_code})"
+            except TimeoutError:
+                await self.outputs.put("[the episode's time is up]")
+                return "agent_timeout"
+            except Exception as e:
+                text = f"[error: {type(e).__name__}: {e}]"
+            await self.outputs.put(text)
+
+
+_ENVS: weakref.WeakSet[SandfleetBashEnv] = weakref.WeakSet()
+
+
+class SandfleetBashEnv:
+    """A TRL ``environment_factory`` environment: one sandfleet sandbox per episode, one
+    ``bash`` tool.
+
+    TRL calls ``reset(**row)`` (synchronously) with each dataset row, exposes every other
+    public method as a tool, and adds ``get_reward`` as a reward function. The sandbox lives
+    on this environment's own event loop, on a thread, because TRL's tool loop is synchronous.
+    """
+
+    runner: Runner | None = None
+    """Class-wide :class:`Runner` (settings, CPU quota, ``on_result``); set it before training."""
+    PROMPT_SUFFIX = "\n\nUse the bash tool to run commands in the sandbox; stop when the task is done."
+
+    def __init__(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="sandfleet-bash-env")
+        self._thread.start()
+        self._episode: _Episode | None = None
+        self._job: asyncio.Future[RolloutResult] | None = None
+        self._reward: float | None = None
+        self.result: RolloutResult | None = None
+        """The last finished episode's rollout."""
+        _ENVS.add(self)
+
+    def _run(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def reset(self, **row: Any) -> str:
+        """Start a sandbox for ``row["sandfleet_task"]``; the task's instruction."""
+        if TASK_KEY not in row:
+            raise KeyError(f"the dataset row has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
+        self._finish()  # a pooled instance: end the previous episode (scored or not)
+        task = resolve_task(str(row[TASK_KEY]))
+        self._reward = None
+        self._run(self._start(task))
+        return task.instruction + self.PROMPT_SUFFIX
+
+    async def _start(self, task: Task) -> None:
+        runner = type(self).runner or Runner()
+        self._episode = episode = _Episode()
+        self._job = asyncio.ensure_future(runner.rollout(task, episode))
+        waits: list[asyncio.Future[Any]] = [self._job, episode.started]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        # if the rollout ended before the agent's turn (it failed to start), the tool says so
+        # and get_reward() scores 0
+
+    def bash(self, command: str) -> str:
+        """Run a bash command in the task's sandbox and return its output.
+
+        Args:
+            command: The bash command to run (in the task's working directory; the shell session persists).
+
+        Returns:
+            The command's standard output and error.
+        """
+        if self._episode is None or self._job is None or self._job.done():
+            return "[no running sandbox: the episode has ended]"
+        return str(self._run(self._bash(command)))
+
+    async def _bash(self, command: str) -> str:
+        assert self._episode is not None and self._job is not None
+        await self._episode.commands.put(command)
+        got = asyncio.ensure_future(self._episode.outputs.get())
+        waits: list[asyncio.Future[Any]] = [got, self._job]
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        if got.done():
+            return got.result()
+        got.cancel()
+        return "[the sandbox stopped]"
+
+    def get_reward(self) -> float:
+        """Run the task's verifier on the sandbox, close it; the reward (0 if it failed)."""
+        if self._reward is None:
+            result = self._finish()
+            self._reward = reward_of(result) if result is not None else 0.0
+        return self._reward
+
+    def _finish(self) -> RolloutResult | None:
+        if self._job is None:
+            return None
+        job, episode = self._job, self._episode
+        self._job = self._episode = None
+
+        async def stop() -> RolloutResult:
+            if episode is not None:
+                await episode.commands.put(None)
+            return await job
+
+        self.result = self._run(stop())
+        return self.result
+
+    # not public methods: TRL makes every public method of an environment a tool
+    def _close(self) -> None:
+        """End the episode (its sandbox closed) and this environment's loop."""
+        self._finish()
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
+        _ENVS.discard(self)
+
+    @classmethod
+    def close_all(cls) -> int:
+        """End every live environment's episode (each sandbox closed) and loop; how many."""
+        envs = list(_ENVS)
+        for env in envs:
+            env._close()
+        return len(envs)
+
+    def __del__(self) -> None:  # a TRL pool drops instances without closing them
+        try:
+            if self._job is not None and not self._loop.is_closed() and self._thread.is_alive():
+                self._finish()
+        except Exception:
+            pass
+
+
+_DIGEST = ('for p in "$@"; do if [ -d "$p" ]; then echo "d $p"; elif [ -f "$p" ]; then '
+           'echo "f $p $(sha256sum < "$p" | cut -c1-16)"; else echo "- $p"; fi; done')
+
+
+class _ThenDigest:
+    """Runs ``policy``, then records a digest of ``paths`` (relative to the workdir) in
+    ``info["digest"]``: what the task's outputs are after the agent, before the verifier."""
+
+    def __init__(self, policy: Policy, paths: Sequence[str]):
+        self.policy, self.paths = policy, list(paths)
+        self.name = f"{policy.name}+digest"
+
+    async def act(self, ctx: AgentContext) -> str:
+        stop = await self.policy.act(ctx)
+        if self.paths:
+            res = await ctx.sandbox.exec(["bash", "-c", _DIGEST, "digest", *self.paths], cwd=ctx.task.workdir,
+                                         timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+            ctx.info["digest"] = res.stdout
+        return stop
+
+
+def task_outputs(task: Task) -> list[str]:
+    """The paths a task is about, from ``tests/expected.json`` ``outputs`` (generated tasks,
+    :mod:`sandfleet.tasks.generate`); empty for other tasks."""
+    import json
+
+    spec = task.path / "tests" / "expected.json"
+    try:
+        outputs = json.loads(spec.read_text()).get("outputs", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [str(p) for p in outputs] if isinstance(outputs, list) else []
+
+
+class HackMonitor:
+    """Flags rewarded completions the reward may be wrong about.
+
+    For a completion that earned a reward, it re-runs the script in a fresh sandbox and
+    compares: a re-run that scores lower than the training reward (``rerun_lower``: the
+    reward depended on luck or state, not the script), and, for reward 1, the task's outputs
+    against those the oracle (the reference solution) leaves (``oracle_disagrees``: the
+    verifier accepted something the oracle would not produce). Each flag is a dict; the
+    rollouts of the re-runs go to the runner's ``on_result`` like any other."""
+
+    def __init__(self, runner: Runner, *, timeout_s: float = COMMAND_TIMEOUT_S):
+        self.runner = runner
+        self.timeout_s = timeout_s
+        self._oracle: dict[str, str] = {}
+
+    async def oracle_digest(self, task: Task) -> str:
+        if task.name not in self._oracle:
+            from sandfleet.rollout.policy import OraclePolicy
+
+            done = await self.runner.rollout(task, _ThenDigest(OraclePolicy(), task_outputs(task)),
+                                             info={"monitor": "oracle"})  # fmt: skip
+            self._oracle[task.name] = str(done.info.get("digest", ""))
+        return self._oracle[task.name]
+
+    async def check(self, task: Task, script: str, reward: float) -> dict[str, Any] | None:
+        """A flag for this completion, or None when nothing disagrees (or it earned nothing)."""
+        if reward <= 0:
+            return None
+        outputs = task_outputs(task)
+        rerun = await self.runner.rollout(task, _ThenDigest(ScriptPolicy(script, self.timeout_s), outputs),
+                                          info={"monitor": "rerun"})  # fmt: skip
+        flags: list[str] = []
+        again = reward_of(rerun)
+        if again < reward:
+            flags.append("rerun_lower")
+        oracle = None
+        if reward >= 1 and outputs:
+            oracle = await self.oracle_digest(task)
+            if rerun.status == "completed" and rerun.info.get("digest") != oracle:
+                flags.append("oracle_disagrees")
+        if not flags:
+            return None
+        return {"task": task.name, "flags": flags, "reward": reward, "rerun_reward": again, "script": script[:2000],
+                "digest": rerun.info.get("digest"), "oracle_digest": oracle}

@@ -1,0 +1,126 @@
+"""sandfleet.integrations.trl without TRL or torch: the reward function and SandfleetBashEnv
+drive real sandboxes over generated tasks, and close every one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from sandfleet.integrations._common import Settings
+from sandfleet.integrations.trl import HackMonitor, Runner, SandfleetBashEnv, SandfleetReward, extract_script
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.sandbox.state import list_sandboxes
+from sandfleet.tasks.generate import generate
+from test_rollout_support import needs_bwrap
+
+BWRAP = Settings(backend="bwrap")
+
+
+def mine() -> list[dict[str, object]]:
+    return [m for m in list_sandboxes() if m.get("owner_pid") == os.getpid()]
+
+
+@pytest.fixture(scope="module")
+def tasks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("bb") / "g"
+    made = generate("bash-basics", out, n=2, seed=5, templates=("make-dirs", "count-lines", "write-text"))
+    return {g.template: g.path for g in made if g.split == "train"}
+
+
+def test_extract_script_takes_the_fenced_blocks_else_the_text() -> None:
+    assert extract_script("Sure!\n```bash\nls -l\n```\nand\n```\necho hi\n```") == "ls -l\necho hi"
+    assert extract_script("```sh\n$ mkdir a\n") == "mkdir a"  # unterminated fence, prompt sign dropped
+    assert extract_script("  echo plain  \n") == "echo plain"
+
+
+@needs_bwrap()
+async def test_reward_runs_each_completion_in_its_own_sandbox(tasks: dict[str, Path]) -> None:
+    got: list[RolloutResult] = []
+    reward = SandfleetReward(runner=Runner(settings=BWRAP, cpus=0.5, on_result=got.append))
+    dirs = [line for line in (tasks["make-dirs"] / "solution" / "solve.sh").read_text().splitlines()
+            if line.startswith("mkdir")][0].split()[2:]  # fmt: skip
+    completions = [
+        [{"role": "assistant", "content": "```bash\nwc -l < notes.txt > count.txt\n```"}],  # right
+        [{"role": "assistant", "content": "```bash\necho 0 > count.txt\n```"}],  # wrong
+        "```bash\nmkdir -p " + dirs[0] + "\n```",  # one directory of several: partial credit
+        "exit 3",
+    ]
+    refs = [str(tasks["count-lines"])] * 2 + [str(tasks["make-dirs"])] * 2
+    values = await reward(completions=completions, sandfleet_task=refs)
+    assert values[:2] == [1.0, 0.0], [(r.status, r.error, r.verifier_output, r.info) for r in got]
+    assert values[2] == pytest.approx(1 / len(dirs)) and 0 < values[2] < 1
+    assert values[3] == 0.0
+    assert len(got) == 4 and len({r.sandbox_id for r in got}) == 4  # a fresh sandbox each
+    assert all(r.status == "completed" and r.to_trace()["spans"] for r in got)
+    assert reward.last.rollouts == 4 and reward.last.wall_s > 0
+    assert {r.info["script"] for r in got} >= {"wc -l < notes.txt > count.txt", "exit 3"}
+    for r in got:
+        assert r.spans and all(s["name"] != "model" for s in r.spans)
+    assert mine() == []
+    with pytest.raises(KeyError, match="sandfleet_task"):
+        await reward(completions=["ls"])
+
+
+@needs_bwrap()
+async def test_monitor_flags_a_reward_the_oracle_disagrees_with(tasks: dict[str, Path]) -> None:
+    from sandfleet.integrations._common import resolve_task
+
+    task = resolve_task(str(tasks["count-lines"]))
+    monitor = HackMonitor(Runner(settings=BWRAP))
+    assert await monitor.check(task, "wc -l < notes.txt > count.txt", 1.0) is None  # agrees, reruns the same
+    flag = await monitor.check(task, "n=$(wc -l < notes.txt); echo \"  $n\" > count.txt", 1.0)
+    assert flag is not None and flag["flags"] == ["oracle_disagrees"]  # the verifier forgives the spaces
+    flag = await monitor.check(task, "echo 0 > count.txt", 1.0)  # a reward the re-run does not give
+    assert flag is not None and "rerun_lower" in flag["flags"]
+    assert await monitor.check(task, "true", 0.0) is None
+    assert mine() == []
+
+
+@needs_bwrap()
+def test_bash_env_scores_a_correct_command_and_closes_its_sandbox(tasks: dict[str, Path]) -> None:
+    got: list[RolloutResult] = []
+    SandfleetBashEnv.runner = Runner(settings=BWRAP, on_result=got.append)
+    try:
+        env = SandfleetBashEnv()
+        path = tasks["write-text"]
+        instruction = env.reset(sandfleet_task=str(path), prompt=[])
+        assert instruction.startswith((path / "instruction.md").read_text().strip())
+        live = mine()
+        assert len(live) == 1
+        solve = (path / "solution" / "solve.sh").read_text().split("cd /app\n")[1].strip()
+        assert env.bash("pwd").strip() == "/app"
+        assert "(no output, exit code 0)" in env.bash(solve)
+        assert env.get_reward() == 1.0
+        assert env.get_reward() == 1.0  # once: the verifier ran once
+        assert mine() == []
+        assert "episode has ended" in env.bash("ls")
+        # a pooled instance is reset for the next row; an unscored episode is ended first
+        env.reset(sandfleet_task=str(path))
+        env.bash("echo wrong > " + solve.split("> ")[-1])
+        env.reset(sandfleet_task=str(path))
+        assert env.get_reward() == 0.0
+        assert len(got) == 3 and [r.reward for r in got] == [1.0, 0.0, 0.0]
+        assert got[0].commands == 2 and got[0].agent == "trl-bash-env"
+        with pytest.raises(KeyError, match="sandfleet_task"):
+            env.reset(prompt=[])
+        env.reset(sandfleet_task=str(path))
+        assert len(mine()) == 1
+    finally:
+        assert SandfleetBashEnv.close_all() >= 1
+        SandfleetBashEnv.runner = None
+    assert mine() == []
+    assert not [t for t in threading.enumerate() if t.name == "sandfleet-bash-env"]
+
+
+def test_bash_tool_has_the_google_docstring_trl_renders() -> None:
+    import inspect
+
+    doc = inspect.getdoc(SandfleetBashEnv.bash) or ""
+    assert "Args:\n    command:" in doc and "Returns:" in doc
+    public = [n for n, _ in inspect.getmembers(SandfleetBashEnv, predicate=inspect.isfunction) if not n.startswith("_")]
+    assert sorted(public) == ["bash", "get_reward", "reset"]  # TRL makes every other public method a tool
+    assert asyncio.iscoroutinefunction(SandfleetReward.__call__)

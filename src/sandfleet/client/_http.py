@@ -8,7 +8,6 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-import httpcore
 import httpx
 
 from sandfleet.errors import (
@@ -97,66 +96,3 @@ async def ndjson(resp: httpx.Response) -> AsyncIterator[dict[str, Any]]:
         if not isinstance(rec, dict):
             raise ProtocolError(f"the service sent a non-object NDJSON line: {line[:120]!r}")
         yield rec
-
-
-class _CorkedStream(httpcore.AsyncNetworkStream):
-    """Holds writes until the next read (or 64 KiB): a request's headers and body leave in
-    one segment, so the service wakes once per request instead of twice."""
-
-    def __init__(self, inner: httpcore.AsyncNetworkStream):
-        self._inner = inner
-        self._buf = bytearray()
-
-    async def _flush(self, timeout: float | None) -> None:
-        if self._buf:
-            data = bytes(self._buf)
-            self._buf.clear()
-            await self._inner.write(data, timeout)
-
-    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
-        self._buf += buffer
-        if len(self._buf) >= 1 << 16:
-            await self._flush(timeout)
-
-    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        await self._flush(timeout)
-        return await self._inner.read(max_bytes, timeout)
-
-    async def aclose(self) -> None:
-        self._buf.clear()
-        await self._inner.aclose()
-
-    async def start_tls(self, ssl_context: Any, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
-        await self._flush(timeout)
-        return _CorkedStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
-
-    def get_extra_info(self, info: str) -> Any:
-        return self._inner.get_extra_info(info)
-
-
-class _CorkedBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, inner: httpcore.AsyncNetworkBackend):
-        self._inner = inner
-
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None, socket_options: Any = None) -> httpcore.AsyncNetworkStream:
-        return _CorkedStream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
-
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Any = None) -> httpcore.AsyncNetworkStream:
-        return _CorkedStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
-
-    async def sleep(self, seconds: float) -> None:
-        await self._inner.sleep(seconds)
-
-
-def corked_transport(**kw: Any) -> httpx.AsyncHTTPTransport:
-    """httpx's transport, its connections corked (see _CorkedStream) where this httpx
-    version lets the network backend be wrapped; plain otherwise."""
-    transport = httpx.AsyncHTTPTransport(**kw)
-    pool = getattr(transport, "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if isinstance(backend, httpcore.AsyncNetworkBackend):
-        pool._network_backend = _CorkedBackend(backend)  # type: ignore[union-attr]
-    return transport

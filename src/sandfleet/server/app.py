@@ -108,13 +108,14 @@ async def command_lines(run: Callable[[OutputCallback | None], Coroutine[Any, An
             task.exception()  # retrieved (it was reported, or nobody is left to tell)
 
 
-async def buffered_command(request: Request, run: Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]],
+async def buffered_command(receive: Receive, run: Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]],
                            metrics: Metrics) -> Response:
     """Run a command whose output is not streamed and answer its one record. The client
-    hanging up (``http.disconnect``) cancels it: the agent client kills the command."""
+    hanging up (``http.disconnect`` from ``receive``) cancels it: the agent client kills
+    the command."""
     t0 = time.perf_counter()
     task = asyncio.create_task(run(None))
-    gone = asyncio.create_task(_disconnect(request.receive))
+    gone = asyncio.create_task(_disconnect(receive))
     stopped = False
     try:
         await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -144,6 +145,104 @@ async def buffered_command(request: Request, run: Callable[[OutputCallback | Non
         metrics.exec_seconds.observe(time.perf_counter() - t0)
         line = _line(exit_record(res, False))
     return Response(line, media_type=NDJSON_TYPE)
+
+
+def exec_runner(e: Entry, body: api.ExecRequest) -> Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]]:
+    """The command of an exec request, checked (a Problem names what is wrong), ready to run."""
+    stdin = _b64(body.stdin_b64, "stdin_b64")
+    check_argv(body.cmd)
+    check_env(body.env)
+    if body.cwd is not None and "\x00" in body.cwd:
+        raise Problem(400, "bad_path", "cwd holds a NUL byte")
+
+    def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
+        return e.sb.exec(body.cmd, cwd=body.cwd, env=body.env, stdin=stdin, timeout=body.timeout,
+                         max_output=body.max_output, on_output=on_output, user=body.user)
+
+    return run
+
+
+class FastExec:
+    """Pure ASGI: a well-formed, authorised, non-streamed ``POST /v1/sandboxes/{sid}/exec``
+    (the hot path of a rollout) is answered here, without FastAPI's layers (routing,
+    dependencies, exception middleware: about a third of the service's time per exec).
+    Everything else, and every request this path would refuse (bad token, a body FastAPI
+    would not parse as this, a streamed command), goes to the FastAPI app with its body
+    replayed: refusals, the schema and /openapi.json stay FastAPI's. What it does answer is
+    what the FastAPI route answers: the same checks, admission, record and disconnect kill."""
+
+    PREFIX = "/v1/sandboxes/"
+    SUFFIX = "/exec"
+
+    def __init__(self, app: Any, service: SandboxService, tokens: Tokens, metrics: Metrics):
+        self.app = app
+        self.service = service
+        self.tokens = tokens
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope.get("path", "")
+        if (scope["type"] != "http" or scope["method"] != "POST" or not path.startswith(self.PREFIX)
+                or not path.endswith(self.SUFFIX)):
+            await self.app(scope, receive, send)
+            return
+        sid = path[len(self.PREFIX):-len(self.SUFFIX)]
+        auth = deadline = ctype = None
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                auth = auth if auth is not None else value
+            elif name == b"x-deadline-ms":
+                deadline = deadline if deadline is not None else value
+            elif name == b"content-type":
+                ctype = ctype if ctype is not None else value
+        chunks = []
+        try:
+            while True:
+                msg = await receive()
+                if msg["type"] != "http.request":  # gone before the body was in
+                    return
+                chunks.append(msg.get("body", b""))
+                if not msg.get("more_body", False):
+                    break
+        except Problem as p:  # over the body cap (Edge)
+            await _problem_response(p)(scope, receive, send)
+            return
+        data = b"".join(chunks)
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": data, "more_body": False}
+            return await receive()
+
+        owner = self.tokens.owner(auth.decode("latin-1")) if auth is not None else None
+        body = None
+        if owner is not None and ctype == b"application/json" and sid and "/" not in sid:
+            try:
+                body = api.ExecRequest.model_validate_json(data)
+            except ValueError:
+                body = None
+        if owner is None or body is None or body.stream:
+            await self.app(scope, replay, send)
+            return
+        try:
+            e = self.service.entry(owner, sid)
+            run = exec_runner(e, body)
+            async with self.service.busy(owner, deadline.decode("latin-1") if deadline is not None else None, e):
+                resp = await buffered_command(receive, run, self.metrics)
+        except Problem as p:
+            resp = _problem_response(p)
+        except SandfleetError as err:
+            prob = api.problem_for(err)
+            if prob is None:
+                raise
+            resp = _problem_response(prob)
+        except Exception as err:  # as FastAPI's handler of last resort (_bug) answers
+            log.error("POST %s failed: %s: %s", path, type(err).__name__, err, exc_info=err)
+            resp = _problem_response(Problem(500, "internal", f"{type(err).__name__}: {err}"))
+        await resp(scope, receive, send)
 
 
 async def _disconnect(receive: Receive) -> None:
@@ -358,7 +457,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
                         request: Request) -> Response:
         if not stream:  # one record: a plain response, fewer writes than a stream
             async with service.busy(owner, deadline, e):
-                return await buffered_command(request, run, metrics)
+                return await buffered_command(request.receive, run, metrics)
         stack = AsyncExitStack()
         await stack.enter_async_context(service.busy(owner, deadline, e))
         try:
@@ -373,17 +472,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
                     deadline: Deadline = None) -> Response:
         """Run a command; the answer streams NDJSON (see ExecRequest)."""
         e = service.entry(owner, sid)
-        stdin = _b64(body.stdin_b64, "stdin_b64")
-        check_argv(body.cmd)
-        check_env(body.env)
-        if body.cwd is not None and "\x00" in body.cwd:
-            raise Problem(400, "bad_path", "cwd holds a NUL byte")
-
-        def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
-            return e.sb.exec(body.cmd, cwd=body.cwd, env=body.env, stdin=stdin, timeout=body.timeout,
-                             max_output=body.max_output, on_output=on_output, user=body.user)
-
-        return await _streamed(e, owner, deadline, body.stream, run, request)
+        return await _streamed(e, owner, deadline, body.stream, exec_runner(e, body), request)
 
     @app.post("/v1/sandboxes/{sid}/kill", status_code=204, tags=["commands"], responses=ERRORS)
     async def kill(sid: str, body: api.KillRequest, owner: Owner) -> Response:
@@ -500,13 +589,11 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         service.delete_snapshot(owner, snap)
         return Response(status_code=204)
 
-    from sandfleet.server import e2b, swerex, taskimages
-
-    taskimages.install(app, service, metrics)  # task images built here from uploaded folders
+    from sandfleet.server import e2b, swerex
 
     e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
-    return Edge(app, service, metrics)
+    return Edge(FastExec(app, service, tokens, metrics), service, metrics)
 
 
 def _b64(text: str | None, name: str) -> bytes | None:

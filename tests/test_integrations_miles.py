@@ -15,7 +15,7 @@ from sandfleet.integrations import miles
 from sandfleet.integrations._common import LIVE, Settings
 from sandfleet.testing.fake_server import FakeModelServer
 from sandfleet.traceschema import SPAN_NAMES
-from test_rollout_model import model_server  # noqa: F401  (the opt-in real-model fixture)
+from test_rollout_model import ModelEndpoint, model_server  # noqa: F401  (the opt-in real-model fixture)
 from test_rollout_support import make_task, needs_bwrap
 
 BWRAP = Settings(backend="bwrap")
@@ -110,13 +110,35 @@ async def test_abort_ends_the_rollouts_in_flight(tmp_path: Path) -> None:
 @pytest.mark.skipif(os.environ.get("SANDFLEET_MODEL_TESTS") != "1", reason="real-model tests are opt-in: "
                     "SANDFLEET_MODEL_TESTS=1 (docs/rollouts.md, 'A real model')")
 @needs_bwrap()
-async def test_run_against_a_real_model(tmp_path: Path, model_server: tuple[str, str]) -> None:  # noqa: F811
-    url, name = model_server
-    task = make_task(tmp_path)
-    out = await miles.run(url.removesuffix("/v1"), PROMPT, {"max_tokens": 128, "temperature": 0.0},
-                          {"sandfleet_task": str(task.path), "model": name, "sandfleet_max_turns": 4}, settings=BWRAP)
+async def test_run_against_a_real_model(tmp_path: Path, model_server: ModelEndpoint) -> None:  # noqa: F811
+    """Miles' ``run`` against a real small model: on the in-process server, through a session
+    URL held to the strict-session rules (its replies are the model's own, tool calls or text)."""
+    local = model_server.local
+    base = local.session_url("miles-real") if local else model_server.url.removesuffix("/v1")
+    task = make_task(tmp_path, agent_timeout=240)
+    seen, rejected = (len(local.requests), len(local.rejections)) if local else (0, 0)
+    out = await miles.run(base, PROMPT, {"max_tokens": 128, "temperature": 0.0},
+                          {"sandfleet_task": str(task.path), "model": model_server.name, "sandfleet_max_turns": 4},
+                          settings=BWRAP)  # fmt: skip
     assert out["eval_report"]["status"] == "completed", out["eval_report"]
-    assert out["agent_metrics"]["turns"] >= 1 and out["agent_metrics"]["completion_tokens"] > 0
+    assert out["exit_status"] in ("done", "max_turns", "max_tokens") and out["reward"] in (0.0, 1.0)
+    m = out["agent_metrics"]
+    assert m["turns"] >= 1 and m["completion_tokens"] > 0 and m["prompt_tokens"] > 0
+    spans = out["sandfleet_spans"]
+    assert {s["name"] for s in spans} <= set(SPAN_NAMES)
+    models = [s for s in spans if s["name"] == "model"]
+    assert len(models) == m["turns"] and all(s["prompt_tokens"] > 0 for s in models)  # the server's usage
+    assert sum(s["completion_tokens"] for s in models) == m["completion_tokens"]
+    replies = []
+    if local:
+        assert local.rejections[rejected:] == []
+        bodies = local.requests[seen:]
+        assert len(bodies) == m["turns"] and bodies[0]["messages"] == PROMPT
+        assert all(b["max_tokens"] == 128 and b["temperature"] == 0.0 for b in bodies)
+        replies = [json.dumps(msg)[:160] for msg in bodies[-1]["messages"][len(PROMPT):] if msg["role"] == "assistant"]
+    assert json.dumps(out)
+    print(f"miles run: {out['exit_status']}, reward {out['reward']}, {m['turns']} turns, {m['commands']} commands, "
+          f"{m['prompt_tokens']}+{m['completion_tokens']} tokens, {m['wall_time']:.1f} s; replies echoed: {replies}")
 
 
 def test_settings_and_task_lookup_errors(tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import click
 
@@ -49,7 +49,101 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-class FakeModelServer:
+class SessionRules:
+    """Strict-session bookkeeping (Miles' ``--use-session-server``): each conversation's
+    history must extend its previous request plus the reply sent, message for message."""
+
+    def __init__(self) -> None:
+        self.histories: dict[str, list[dict[str, Any]]] = {}
+        """Conversation key -> its last history, the reply included."""
+        self.rejections: list[str] = []
+        """Why each refused request was refused."""
+        self._lock = threading.Lock()
+
+    def refusal(self, session: str, messages: list[Any]) -> str | None:
+        """Why ``messages`` does not extend the session's last history (recorded in
+        :attr:`rejections`), or None if it does."""
+        why = self._diverges(session, messages)
+        if why is not None:
+            with self._lock:
+                self.rejections.append(why)
+        return why
+
+    def record(self, session: str, messages: list[Any], reply: dict[str, Any]) -> None:
+        """The history the session's next request must extend: ``messages`` and the reply."""
+        with self._lock:
+            self.histories[session] = [*map(_echoed, messages), _echoed(reply)]
+
+    def _diverges(self, session: str, messages: list[Any]) -> str | None:
+        with self._lock:
+            previous = self.histories.get(session)
+        if previous is None:
+            return None
+        if len(messages) < len(previous):
+            return (f"session {session!r}: the history has {len(messages)} messages, fewer than the "
+                    f"{len(previous)} of the previous turn (with its reply)")
+        for i, (want, got) in enumerate(zip(previous, messages, strict=False)):
+            if _echoed(got) != want:
+                return (f"session {session!r}: message {i} differs from the previous turn's: "
+                        f"sent {json.dumps(got)[:300]}, expected {json.dumps(want)[:300]}")
+        return None
+
+
+class ChatHTTPServer:
+    """An OpenAI-compatible HTTP server on a thread of its own: ``/v1/chat/completions`` and
+    ``/v1/models``, also under a session prefix (``/sessions/<id>/v1/...``). A subclass
+    answers :meth:`reply_for`."""
+
+    model: str
+
+    def __init__(self, *, host: str = "127.0.0.1", port: int = 0):
+        self._stop = threading.Event()
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL to give a client (``http://127.0.0.1:PORT/v1``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def session_url(self, session: str) -> str:
+        """A Miles-style session base URL (``http://127.0.0.1:PORT/sessions/<session>``);
+        a client appends ``/v1``."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/sessions/{session}"
+
+    def reply_for(self, body: dict[str, Any], *, session: str = "") -> tuple[int, bytes]:
+        """The HTTP status and JSON body answering one chat request."""
+        raise NotImplementedError
+
+    def serve_forever(self) -> None:
+        """Serve on the calling thread until interrupted (the command-line servers)."""
+        self._httpd.serve_forever()
+
+    def start(self) -> Self:
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, daemon=True, name=f"sandfleet-{type(self).__name__}"
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class FakeModelServer(ChatHTTPServer):
     """Serves ``/v1/chat/completions`` and ``/v1/models`` from a script, on a thread."""
 
     def __init__(
@@ -77,49 +171,15 @@ class FakeModelServer:
         self.strict_sessions = strict_sessions
         """Refuse (HTTP 400) a history that is not an exact extension of the conversation's
         previous request and reply."""
-        self.histories: dict[str, list[dict[str, Any]]] = {}
+        self.sessions = SessionRules()
+        self.histories = self.sessions.histories
         """Conversation key -> its last history, the reply included (``strict_sessions``)."""
-        self.rejections: list[str] = []
+        self.rejections = self.sessions.rejections
         """Why each refused request was refused (``strict_sessions``)."""
         self.requests: list[dict[str, Any]] = []
         """Every request body received, in order."""
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        """The base URL to give a client (``http://127.0.0.1:PORT/v1``)."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def session_url(self, session: str) -> str:
-        """A Miles-style session base URL (``http://127.0.0.1:PORT/sessions/<session>``);
-        a client appends ``/v1``."""
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host!s}:{port}/sessions/{session}"
-
-    def start(self) -> FakeModelServer:
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, daemon=True, name="sandfleet-fake-model"
-        )
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeModelServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+        super().__init__(host=host, port=port)
 
     # -- replies
     def reply_for(self, body: dict[str, Any], *, session: str = "") -> tuple[int, bytes]:
@@ -132,10 +192,8 @@ class FakeModelServer:
             return 400, b'{"error": {"message": "tools are not supported by this server"}}'
         messages = body.get("messages") or []
         if self.strict_sessions:
-            why = self._diverges(session, messages)
+            why = self.sessions.refusal(session, messages)
             if why is not None:
-                with self._lock:
-                    self.rejections.append(why)
                 return 400, json.dumps({"error": {"message": why}}).encode()
         turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
         entry: Any = self.script[turn] if turn < len(self.script) else DONE_TEXT
@@ -157,24 +215,8 @@ class FakeModelServer:
             return 200, json.dumps({"id": "x", "object": "chat.completion"}).encode()
         completion = self._completion(entry, messages, turn)
         if self.strict_sessions:
-            with self._lock:
-                self.histories[session] = [*map(_echoed, messages), _echoed(completion["choices"][0]["message"])]
+            self.sessions.record(session, messages, completion["choices"][0]["message"])
         return 200, json.dumps(completion).encode()
-
-    def _diverges(self, session: str, messages: list[Any]) -> str | None:
-        """Why ``messages`` does not extend the session's last history, or None if it does."""
-        with self._lock:
-            previous = self.histories.get(session)
-        if previous is None:
-            return None
-        if len(messages) < len(previous):
-            return (f"session {session!r}: the history has {len(messages)} messages, fewer than the "
-                    f"{len(previous)} of the previous turn (with its reply)")
-        for i, (want, got) in enumerate(zip(previous, messages, strict=False)):
-            if _echoed(got) != want:
-                return (f"session {session!r}: message {i} differs from the previous turn's: "
-                        f"sent {json.dumps(got)[:300]}, expected {json.dumps(want)[:300]}")
-        return None
 
     def _completion(self, entry: Any, messages: list[Any], turn: int) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": None}
@@ -218,7 +260,7 @@ def _split_path(path: str) -> tuple[str, str]:
     return "", path
 
 
-def _handler(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
+def _handler(server: ChatHTTPServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -289,7 +331,7 @@ def cli(script_path: Path | None, host: str, port: int, model: str, delay_s: flo
                              host=host, port=port)
     click.echo(f"serving {len(script)} scripted replies as {model!r} at {server.url}")
     try:
-        server._httpd.serve_forever()
+        server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:

@@ -74,6 +74,9 @@ async def test_stops_at_max_turns_max_tokens_and_agent_timeout(tmp_path: Path) -
 def test_fenced_blocks_and_truncation() -> None:
     text = "a\n```bash\nls -la\n```\nthen\n```\necho 1\n```\n```python\nprint(1)\n```"
     assert fenced_commands(text) == ["ls -la", "echo 1"]
+    # the prose between two python blocks is not a command (SmolLM2's replies had that shape)
+    prose = "Here:\n```python\nprint(1)\n```\nThis prints one.\n```Python\nx = 2\n```\n```sh\npwd\n```"
+    assert fenced_commands(prose) == ["pwd"]
     assert truncate("x" * 10, 20) == "x" * 10
     cut = truncate("a" * 50 + "b" * 50, 30)
     assert cut.startswith("a" * 20) and cut.endswith("b" * 10) and "70 characters" in cut

@@ -47,12 +47,14 @@ HOW = {
     "text": "by writing each one in a ```bash fenced block",
 }
 
-_FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```([\w+-]*)[ \t]*\n(.*?)```", re.DOTALL)
+_SHELL = {"", "bash", "sh", "shell", "console"}
 
 
 def fenced_commands(text: str) -> list[str]:
-    """Shell commands from fenced blocks (```bash, ```sh or bare ```)."""
-    return [block.strip() for block in _FENCE.findall(text) if block.strip()]
+    """Shell commands from fenced blocks (```bash, ```sh or bare ```). Blocks in another
+    language are passed over whole (the closing fence of a ```python block does not open one)."""
+    return [block.strip() for lang, block in _FENCE.findall(text) if lang.lower() in _SHELL and block.strip()]
 
 
 def truncate(text: str, cap: int) -> str:

@@ -14,23 +14,9 @@ from sandfleet.images import Image, images_dir, list_images
 from sandfleet.images.build import build_task_image
 from sandfleet.sandbox import create_sandbox
 from sandfleet.tasks import load_task
+from support import dockerfile_task
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="image builds run steps in bwrap as root")
-
-
-def make_task(root: Path, dockerfile: str, files: dict[str, str] | None = None) -> Path:
-    task = root / "t1"
-    (task / "environment").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "instruction.md").write_text("do it\n")
-    (task / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n')
-    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    (task / "environment" / "Dockerfile").write_text(dockerfile)
-    for name, text in (files or {}).items():
-        p = task / "environment" / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return task
 
 
 @pytest.fixture(scope="session")
@@ -59,7 +45,7 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @needs_root
 async def test_task_image_layers_cache_and_runs(tmp_path: Path, python_base: Image, cache: Path) -> None:
-    task = make_task(tmp_path, (
+    task = dockerfile_task(tmp_path, (
         "FROM python:3.11-slim-bookworm\nARG GREETING=hi\nWORKDIR /app\nCOPY app/ /app/\n"
         "ENV MODE=test\nRUN echo $GREETING > made.txt && rm -f remove-me.txt && mkdir -p /tool\n"
         "COPY --chown=1000:1000 data/ /data/\n"
@@ -85,13 +71,13 @@ async def test_task_image_layers_cache_and_runs(tmp_path: Path, python_base: Ima
 
 @needs_root
 def test_failing_run_names_the_line(tmp_path: Path, python_base: Image, cache: Path) -> None:
-    task = make_task(tmp_path, "FROM python:3.11-slim\nWORKDIR /app\n\nRUN echo building && false\n")
+    task = dockerfile_task(tmp_path, "FROM python:3.11-slim\nWORKDIR /app\n\nRUN echo building && false\n")
     with pytest.raises(ImageBuildError, match=r"Dockerfile:4: RUN exited with 1"):
         build_task_image(load_task(task))
 
 
 def test_registry_only_base_is_refused(tmp_path: Path, cache: Path) -> None:
-    task = make_task(tmp_path, "FROM ghcr.io/someone/private-image:3\nRUN true\n")
+    task = dockerfile_task(tmp_path, "FROM ghcr.io/someone/private-image:3\nRUN true\n")
     with pytest.raises(Exception, match=r"Dockerfile:1"):
         build_task_image(load_task(task))
 
@@ -109,7 +95,7 @@ async def test_debootstrap_base_and_a_task_over_it(tmp_path: Path, cache: Path) 
         assert r.stdout.splitlines()[1] == "42"
     finally:
         await sb.close()
-    task = make_task(tmp_path, "FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo ok > built.txt\n")
+    task = dockerfile_task(tmp_path, "FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo ok > built.txt\n")
     img = build_task_image(load_task(task))
     assert img.base == base.name
     assert img.meta["layer_bytes"] < 1 << 20  # a thin layer: the base is shared

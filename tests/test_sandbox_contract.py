@@ -17,6 +17,7 @@ from sandfleet.errors import GuestError, GuestFileNotFoundError, SandboxClosedEr
 from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.state import state_root
+from support import running
 
 REMOTE = "remote"
 
@@ -188,20 +189,6 @@ async def test_snapshot_and_fork(sb: Sandbox) -> None:
         snap.delete()
 
 
-def _running(tag: str) -> list[int]:
-    """Host pids of processes whose command line holds ``tag`` (sandbox processes of the
-    bwrap and process backends are host processes)."""
-    found = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if tag.encode() in (p / "cmdline").read_bytes():
-                    found.append(int(p.name))
-            except OSError:
-                pass
-    return found
-
-
 async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None, remote: Any = None) -> None:
     box = await _create(backend, remote)
     tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
@@ -214,15 +201,15 @@ async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None,
         assert (cg is not None) == expect_cgroup
     assert d.exists() and all(x.is_dir() for x in dirs)
     if backend != "microvm":
-        assert len(_running(tag)) == 2  # both are alive before close (so the check below can fail)
+        assert len(running(tag)) == 2  # both are alive before close (so the check below can fail)
     await box.close()
     assert not d.exists()
     assert not [x for x in dirs if x.exists()]  # the sandbox's own cgroups, wherever they are
     if backend != "microvm":
         deadline = asyncio.get_running_loop().time() + 2
-        while _running(tag) and asyncio.get_running_loop().time() < deadline:
+        while running(tag) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.02)  # killed ones may linger a moment as zombies of init
-        assert _running(tag) == [], "background children outlived close()"
+        assert running(tag) == [], "background children outlived close()"
     with pytest.raises(SandboxClosedError):
         await box.exec("true")
 

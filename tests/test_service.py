@@ -23,6 +23,7 @@ import httpx
 import pytest
 
 from sandfleet.errors import AuthError, ConfigError, SandboxClosedError, ServiceError
+from support import running, until
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
@@ -60,26 +61,6 @@ async def gauge(h: httpx.AsyncClient, name: str) -> float:
         if line.startswith(name + " ") or line.startswith(name + "{"):
             return float(line.rsplit(" ", 1)[1])
     raise AssertionError(f"no metric {name}")
-
-
-def running(tag: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if tag.encode() in (p / "cmdline").read_bytes():
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
-
-
-async def until(cond: Any, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.05)
 
 
 # -- auth and ownership

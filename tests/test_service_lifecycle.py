@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from sandfleet.errors import SandboxDiedError, ServiceBusyError, ServiceError
+from support import running, until
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
@@ -28,26 +29,6 @@ if importlib.util.find_spec("fastapi") is not None:
 
 def bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def running(tag: str) -> list[int]:
-    out = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                if tag.encode() in (p / "cmdline").read_bytes():
-                    out.append(int(p.name))
-            except OSError:
-                pass
-    return out
-
-
-async def until(cond: object, timeout: float = 10.0) -> None:
-    end = time.monotonic() + timeout
-    while not cond():  # type: ignore[operator]
-        if time.monotonic() > end:
-            raise AssertionError("timed out waiting")
-        await asyncio.sleep(0.05)
 
 
 def metric(text: str, name: str) -> float:

@@ -3,7 +3,6 @@ selection, test-time downloads, COPY --from refusals."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,18 +12,17 @@ from sandfleet.images.tools import tool_path, uv_requirement
 from sandfleet.tasks import load_task, reward_from
 from sandfleet.tasks.reward import Reward, parse_reward_weights, select_reward, with_reward_selection
 from sandfleet.tasks.scan import downloads_at_test_time
-
-FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
+from support import FIXTURES, fixture_task
 
 
 @pytest.fixture
 def harbor(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(FIXTURES / "harbor-hello", tmp_path / "harbor-hello"))
+    return fixture_task(tmp_path, "harbor-hello")
 
 
 @pytest.fixture
 def tb1(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(FIXTURES / "tb1-hello", tmp_path / "tb1-hello"))
+    return fixture_task(tmp_path, "tb1-hello")
 
 
 def edit(path: Path, old: str, new: str) -> None:

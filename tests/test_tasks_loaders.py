@@ -9,18 +9,17 @@ import pytest
 
 from sandfleet.errors import ImageBuildError, TaskError
 from sandfleet.tasks import load_task, load_tasks
-
-FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
+from support import FIXTURES, fixture_task
 
 
 @pytest.fixture
 def harbor(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(FIXTURES / "harbor-hello", tmp_path / "harbor-hello"))
+    return fixture_task(tmp_path, "harbor-hello")
 
 
 @pytest.fixture
 def tb1(tmp_path: Path) -> Path:
-    return Path(shutil.copytree(FIXTURES / "tb1-hello", tmp_path / "tb1-hello"))
+    return fixture_task(tmp_path, "tb1-hello")
 
 
 def set_toml(folder: Path, old: str, new: str) -> None:

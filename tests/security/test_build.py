@@ -24,27 +24,13 @@ from sandfleet.images.build import build_task_image
 from sandfleet.images.debootstrap import _packages, base_digest
 from sandfleet.sandbox.spec import BwrapConfig
 from sandfleet.tasks import load_task
+from support import dockerfile_task as make_task
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"),
                                 reason="image builds need root and bubblewrap")
 # (getattr: on 490e57a, which had no uid range, these tests fail by their assertions)
 BASE: int = getattr(BwrapConfig(), "uid_base", 1_800_000_000)
 AGENT = BASE + 1000
-
-
-def make_task(root: Path, dockerfile: str, files: dict[str, str] | None = None) -> Path:
-    task = root / "task"
-    (task / "environment").mkdir(parents=True)
-    (task / "tests").mkdir()
-    (task / "instruction.md").write_text("do it\n")
-    (task / "task.toml").write_text('version = "1.0"\n[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n')
-    (task / "tests" / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
-    (task / "environment" / "Dockerfile").write_text(dockerfile)
-    for name, text in (files or {}).items():
-        p = task / "environment" / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(text)
-    return task
 
 
 @pytest.fixture

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import os
 import shutil
 import signal
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sandfleet.agent.client import AgentClient
@@ -94,11 +95,34 @@ class LocalSandbox(AgentSandbox):
         try:
             await self.agent.stop()
         finally:
-            # Synchronous on purpose: when the whole program is being cancelled (asyncio.run
-            # cancels every task, shielded ones too) this part must still run to the end.
             if self.agent.proc.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(self.agent.proc.pid, signal.SIGKILL)
-            if self.cgroup is not None:
-                self.cgroup.remove()
-            shutil.rmtree(self.dir, ignore_errors=True)
+            await _off_loop(self._remove)
+
+    def _remove(self) -> None:
+        """Remove the cgroups and the marker directory (blocking: rmdir, kill loops)."""
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_CLEANUP = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandfleet-cleanup")
+
+
+async def _off_loop(fn: Callable[[], None]) -> None:
+    """Run ``fn`` in a worker thread so the event loop (a service answering other requests)
+    is not held while the filesystem and cgroups take their time. It runs to the end
+    whatever happens: cancelled (asyncio.run cancels every task at exit, shielded ones too),
+    this waits for it synchronously, as a plain call would; with no thread to be had (the
+    interpreter is shutting down), it runs here."""
+    try:
+        fut = _CLEANUP.submit(fn)
+    except RuntimeError:
+        fn()
+        return
+    try:
+        await asyncio.shield(asyncio.wrap_future(fut))  # (shielded: a cancel must not drop it from the queue)
+    except asyncio.CancelledError:
+        fut.result()
+        raise

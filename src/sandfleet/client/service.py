@@ -5,16 +5,19 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from sandfleet.client._http import raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
-from sandfleet.errors import ConfigError
+from sandfleet.errors import ConfigError, ImageBuildError, ServiceError, TaskError
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec, make_spec
+
+if TYPE_CHECKING:
+    from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
 POOLS = 16
@@ -70,6 +73,10 @@ class ServiceClient:
         """For calls about the service as a whole; a sandbox's calls go through :meth:`pool`."""
         self._next = 0
         self._later: set[asyncio.Task[Any]] = set()
+        self._images: dict[tuple[str, bool, bool], dict[str, Any]] = {}
+        self._image_locks: dict[tuple[str, bool, bool], asyncio.Lock] = {}
+        self.uploads = 0
+        """Task folders this client uploaded (their images were not on the service yet)."""
 
     def pool(self, key: str | None = None) -> httpx.AsyncClient:
         """The HTTP client for a sandbox's calls (by its id), or the next one in turn.
@@ -145,6 +152,52 @@ class ServiceClient:
                                 headers=self.deadline_header())
         return [RemoteSandbox(self, info) for info in resp.json()["sandboxes"]]
 
+    # -- task images
+
+    async def task_image(self, task: Task, *, strict: bool = False) -> str:
+        """The name of ``task``'s image on the service (what a SandboxSpec's ``image`` takes),
+        built there from the task folder: the folder is hashed here, the service asked whether
+        it has that digest's image, and the folder uploaded only when it has not (and the
+        service builds it, once per digest). Remembered per digest for this client."""
+        return str((await self._task_image(task, strict=strict, verifier=False))["image"])
+
+    async def verifier_image(self, task: Task) -> tuple[str, dict[str, str]]:
+        """The image of the task's ``tests/Dockerfile`` on the service, and its environment."""
+        info = await self._task_image(task, strict=False, verifier=True)
+        return str(info["image"]), {str(k): str(v) for k, v in dict(info.get("env") or {}).items()}
+
+    async def _task_image(self, task: Task, *, strict: bool, verifier: bool) -> dict[str, Any]:
+        from sandfleet.tasks.bundle import content_hash, pack
+
+        digest = await asyncio.to_thread(content_hash, task.path)
+        key = (digest, strict, verifier)
+        if key in self._images:
+            return self._images[key]
+        lock = self._image_locks.setdefault(key, asyncio.Lock())
+        async with lock:  # one look-up and upload per digest, however many rollouts ask at once
+            if key in self._images:
+                return self._images[key]
+            params = {"strict": str(strict).lower(), "verifier": str(verifier).lower()}
+            try:
+                info = await self.get_json(f"/v1/task-images/{digest}", params=params)
+            except ServiceError as e:
+                if e.status != 404:
+                    raise
+                bundle = await asyncio.to_thread(pack, task)
+                if bundle.digest != digest:
+                    raise ConfigError(f"task {task.name}: its folder changed while it was being packed") from None
+                try:
+                    resp = await self._call("PUT", f"/v1/task-images/{digest}", content=bundle.data,
+                                            params={**params, "name": task.name},
+                                            headers={"content-type": "application/octet-stream",
+                                                     **self.deadline_header()}, timeout=None)
+                except ServiceError as err:
+                    raise _image_error(task, err) from None
+                info = resp.json()
+                self.uploads += 1
+            self._images[key] = info
+            return info
+
     async def metrics(self) -> str:
         return (await self._call("GET", "/metrics")).text
 
@@ -172,3 +225,12 @@ class ServiceClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _image_error(task: Task, e: ServiceError) -> Exception:
+    """The exception the same failure raises when the image is built locally."""
+    if e.code == "build_failed":
+        return ImageBuildError(f"task {task.name} (built on the service): {e}")
+    if e.code == "not_a_task":
+        return TaskError(str(e), file=str(task.path))
+    return e

@@ -589,7 +589,9 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         service.delete_snapshot(owner, snap)
         return Response(status_code=204)
 
-    from sandfleet.server import e2b, swerex
+    from sandfleet.server import e2b, swerex, taskimages
+
+    taskimages.install(app, service, metrics)  # task images built here from uploaded folders
 
     e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/

@@ -14,6 +14,8 @@ from typing import Any
 import httpx
 import pytest
 
+from sandfleet.errors import ConfigError
+
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
 
@@ -102,3 +104,33 @@ async def test_fast_path_answers_as_the_route(svc: RunningService) -> None:
         op = doc["paths"]["/v1/sandboxes/{sid}/exec"]["post"]
         assert op["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith("/ExecRequest")
         assert (await h.delete(f"/v1/sandboxes/{sid}")).status_code == 204
+
+
+async def test_client_paths(svc: RunningService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The client's commands go straight to its own transport; through httpx's whole client
+    with an injected transport, or where a proxy is configured; all three work alike."""
+    from sandfleet.client import connect
+    from sandfleet.client._transport import FastTransport
+
+    async def check(client: Any) -> Any:
+        async with await client.create_sandbox(ttl_s=120) as sb:
+            r = await sb.exec(["sh", "-c", "echo out; echo err >&2; exit 4"])
+            assert (r.exit_code, r.stdout, r.stderr) == (4, "out\n", "err\n")
+            chunks: list[tuple[str, bytes]] = []
+            r = await sb.exec("echo a; echo b >&2", on_output=lambda k, b: chunks.append((k, b)))
+            assert r.exit_code == 0 and sorted(chunks) == [("stderr", b"b\n"), ("stdout", b"a\n")]
+            with pytest.raises(ConfigError, match="timeout"):  # an error answer maps as on every path
+                await sb.exec("true", timeout=1e9)
+            return sb.runtime._direct
+
+    for var in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    async with await connect(svc.url, svc.token) as c:
+        assert isinstance(await check(c), FastTransport)
+    async with await connect(svc.url, svc.token, transport=httpx.AsyncHTTPTransport()) as c:
+        assert await check(c) is None
+    # a proxy in the environment (not for loopback): httpx's client decides, as it always did
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    async with await connect(svc.url, svc.token) as c:
+        assert await check(c) is None

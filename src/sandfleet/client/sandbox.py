@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import io
+import json
 import logging
 import tarfile
 import time
-from collections.abc import Sequence
+import urllib.request
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
@@ -23,6 +26,7 @@ import httpx
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
 from sandfleet.client._http import error_for, ndjson, raise_for_status, transport_error
+from sandfleet.client._transport import FastTransport
 from sandfleet.errors import (
     ProtocolError,
     SandboxClosedError,
@@ -51,6 +55,13 @@ class RemoteRuntime:
         self.path = f"/v1/sandboxes/{sid}"
         self.http = service.pool(sid)
         self.exec_url = httpx.URL(f"{service.url}{self.path}/exec")  # parsed once: not on every exec
+        # Commands go straight to the transport when it is the client's own FastTransport and
+        # no proxy is configured (so httpx would mount none): httpx's client adds nothing a
+        # command needs (auth is a header, the service never redirects or sets cookies) and
+        # costs ~0.35 ms of CPU per request. An injected transport keeps the whole client.
+        transport = getattr(self.http, "_transport", None)
+        self._direct = transport if isinstance(transport, FastTransport) and not urllib.request.getproxies() else None
+        self._headers = {**self.http.headers, "content-type": "application/json", **service.deadline_header()}
         self.expires = time.monotonic() + expires_in_s
         self._dead: BaseException | None = None
 
@@ -120,8 +131,7 @@ class RemoteRuntime:
         seen = {"stdout": 0, "stderr": 0}
         timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
         try:
-            async with self.http.stream("POST", url, json=body, timeout=timeout,
-                                                headers=self.service.deadline_header()) as resp:
+            async with self._post(url, body, timeout) as resp:
                 try:
                     await raise_for_status(resp)
                 except (SandboxError, ServiceError) as e:
@@ -154,6 +164,24 @@ class RemoteRuntime:
                 raise SandboxDiedError(f"sandbox {self.sid}: the service closed the connection during a command "
                                        f"({type(e).__name__}); the sandbox may be lost") from None
             raise transport_error(e, self.service.url) from None
+
+    @contextlib.asynccontextmanager
+    async def _post(self, url: httpx.URL, body: dict[str, Any],
+                    timeout: httpx.Timeout) -> AsyncIterator[httpx.Response]:
+        """POST ``body`` as JSON; the response's stream, closed after the block."""
+        if self._direct is None:
+            async with self.http.stream("POST", url, json=body, timeout=timeout,
+                                        headers=self.service.deadline_header()) as resp:
+                yield resp
+            return
+        req = httpx.Request("POST", url, content=json.dumps(body, separators=(",", ":")).encode(),
+                            headers=self._headers, extensions={"timeout": timeout.as_dict()})
+        resp = await self._direct.handle_async_request(req)
+        resp.request = req
+        try:
+            yield resp
+        finally:
+            await resp.aclose()
 
     @staticmethod
     def _result(rec: dict[str, Any], kept: dict[str, bytearray], seen: dict[str, int], streamed: bool) -> ExecResult:

@@ -206,7 +206,7 @@ async def test_failing_build_answers_its_log_tail(svc: RunningService, http: htt
     before = await counters(http)
     r = await http.put(f"/v1/task-images/{content_hash(task.path)}", content=pack(task).data,
                        params={"name": "broken"})
-    assert (r.status_code, r.json()["code"]) == (422, "build_failed")
+    assert (r.status_code, r.json()["code"]) == (422, "build_failed"), r.text
     assert "the-reason-it-broke" in r.json()["message"] and "exited with 3" in r.json()["message"]
     assert str(svc.dir) not in r.json()["message"]  # the service's own paths stay there
     async with await connect(svc.url, svc.token) as c:

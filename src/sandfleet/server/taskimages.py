@@ -26,7 +26,7 @@ from typing import Annotated
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel
 
-from sandfleet.errors import ConfigError, ImageError, TaskError
+from sandfleet.errors import ConfigError, ImageError, SandfleetError, TaskError
 from sandfleet.server.api import Problem
 from sandfleet.server.app import ERRORS, Deadline, Owner
 from sandfleet.server.metrics import Metrics
@@ -161,10 +161,12 @@ class TaskImages:
         t0 = time.time()
         try:
             image = build_task_image(task, strict=strict)
-        except ImageError as e:
+        except SandfleetError as e:  # an ImageBuildError with the step's output; or the host failed a step
             self.metrics.task_builds.labels("failed").inc()
-            log.warning("image build of task folder %s (%s) failed: %s", digest[:12], task.name, e)
-            raise Problem(422, "build_failed", f"the image build failed: {_relative(e, folder)}") from None
+            log.warning("image build of task folder %s (%s) failed: %s: %s", digest[:12], task.name,
+                        type(e).__name__, e)
+            what = "" if isinstance(e, ImageError) else f" ({type(e).__name__})"
+            raise Problem(422, "build_failed", f"the image build failed{what}: {_relative(e, folder)}") from None
         built = not image.is_host and _saved_since(images_dir() / image.hash, t0)
         self.metrics.task_builds.labels("built" if built else "cached").inc()
         env = {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]

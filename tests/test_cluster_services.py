@@ -178,6 +178,7 @@ async def test_a_killed_host_fails_its_group_node_lost_and_the_group_runs_whole_
     assert sorted(r.sample for r in lost) == [0, 1] and not any(r.final for r in lost)
     assert all(r.info["node"] == a.url for r in lost)
     assert [(r.status, r.reward, r.info["node"]) for r in run.results] == [("completed", 1.0, b.url)] * 2
+    assert [r.rollout_id for r in run.results] == ["slow#0~2", "slow#1~2"]  # numbered after the lost attempts
     assert all(r.final for r in run.results) and len({r.rollout_id for r in run.attempts}) == len(run.attempts)
     assert [(r.status, r.reward, r.info["node"]) for r in quick_run.results] == [("completed", 1.0, b.url)] * 2
     assert seen_lost and recovered < 90

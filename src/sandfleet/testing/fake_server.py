@@ -118,9 +118,14 @@ class ChatHTTPServer:
         """The HTTP status and JSON body answering one chat request."""
         raise NotImplementedError
 
-    def serve_forever(self) -> None:
-        """Serve on the calling thread until interrupted (the command-line servers)."""
-        self._httpd.serve_forever()
+    def serve_until_interrupted(self) -> None:
+        """Serve on the calling thread until Ctrl-C, then close (the command-line servers)."""
+        try:
+            self._httpd.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.close()
 
     def start(self) -> Self:
         self._thread = threading.Thread(
@@ -330,9 +335,4 @@ def cli(script_path: Path | None, host: str, port: int, model: str, delay_s: flo
     server = FakeModelServer(script, model=model, delay_s=delay_s, strict_sessions=strict_sessions,
                              host=host, port=port)
     click.echo(f"serving {len(script)} scripted replies as {model!r} at {server.url}")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    server.serve_until_interrupted()

@@ -322,12 +322,7 @@ def cli(model_path: Path | None, host: str, port: int, model: str, threads: int,
         raise click.ClickException(f"missing: {', '.join(missing)}")
     server = TransformersModelServer(model_path, model=model, threads=threads or None, seed=seed, host=host, port=port)
     click.echo(f"serving {model!r} at {server.url} (loaded in {server.load_s:.1f} s)")
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.close()
+    server.serve_until_interrupted()
 
 
 if __name__ == "__main__":

@@ -247,3 +247,29 @@ async def test_download_checks_size_and_leaves_no_partial_result(sb: Sandbox, tm
     assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["big"]
 
 
+
+
+async def test_a_failed_batch_raises_its_first_error_and_closes_what_it_made() -> None:
+    """create_many (behind fork): the first creation error itself (its type is what the
+    service maps to an HTTP answer; a TaskGroup's ExceptionGroup was a 500), and every
+    sandbox the batch did make is closed."""
+    from sandfleet.errors import SandboxDiedError
+    from sandfleet.sandbox.base import create_many
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    made: list[Sandbox] = []
+
+    async def good() -> Sandbox:
+        sb = await create_sandbox(SandboxSpec(backend="process"))
+        made.append(sb)
+        return sb
+
+    async def bad() -> Sandbox:
+        await asyncio.sleep(0.2)  # after the good ones exist: they must be closed
+        raise SandboxDiedError("no room")
+
+    with pytest.raises(SandboxDiedError, match="no room"):
+        await create_many([good, good, bad, bad])
+    assert len(made) == 2 and not any(sb.alive for sb in made)
+    with pytest.raises(SandboxClosedError):
+        await made[0].exec("true")

@@ -378,17 +378,27 @@ async def wait_process(proc: asyncio.subprocess.Process, timeout: float) -> int 
 
 async def create_many(factories: Sequence[Any]) -> list[Any]:
     """Run sandbox factories concurrently; if one fails, close every one that was made (a
-    failed close is logged with the sandbox id) and raise the first error."""
+    failed close is logged with the sandbox id) and raise the first error (itself, not the
+    TaskGroup's ExceptionGroup: callers map sandfleet's errors by type, and a host out of
+    some resource fails many creations at once)."""
     tasks: list[asyncio.Task[Any]] = []
     try:
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(f()) for f in factories]
-    except BaseException:
+    except BaseException as e:
         made = [t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None]
         closes = await asyncio.gather(*(sb.close() for sb in made), return_exceptions=True)
         for sb, err in zip(made, closes, strict=True):
             if isinstance(err, BaseException):
                 logging.getLogger(__name__).error(
                     "closing sandbox %s of a failed batch failed: %s: %s", sb.id, type(err).__name__, err)
+        if isinstance(e, BaseExceptionGroup):
+            first: BaseException = e
+            while isinstance(first, BaseExceptionGroup):
+                first = first.exceptions[0]
+            if len(e.exceptions) > 1:
+                logging.getLogger(__name__).warning("%d of %d sandbox creations failed; the first: %s: %s",
+                                                    len(e.exceptions), len(factories), type(first).__name__, first)
+            raise first from None
         raise
     return [t.result() for t in tasks]

@@ -435,6 +435,12 @@ class SandboxService:
             t0 = time.perf_counter()
             kids = await asyncio.shield(fork(s.snap, n))
             self.metrics.create_seconds.observe((time.perf_counter() - t0) / n)
+        except OSError as e:  # the host, not the request (as in _create): out of files, loop devices, ...
+            self._give_quota(owner, n)
+            self.sandbox_gate.release(n)
+            log.error("forking %d sandboxes failed on the host: %s", n, e)
+            raise Problem(503, "host_error", f"the service's host could not fork {n} sandboxes: {e}",
+                          headers={"Retry-After": "1"}) from None
         except BaseException:
             self._give_quota(owner, n)
             self.sandbox_gate.release(n)

@@ -98,7 +98,8 @@ async def test_run_remote_builds_the_image_on_the_service_once(svc: RunningServi
     assert await counters(http) == after
     # tasks validate --remote: the same image (the oracle and the no-op agent), nothing uploaded
     code, out = await asyncio.to_thread(sandfleet, svc, "tasks", "validate", "--remote", svc.url,
-                                        str(tmp_path / "suite"), "-r", "1", "--json")
+                                        str(tmp_path / "suite"), "-r", "1", "--json", "--report",
+                                        str(tmp_path / "validation.json"))
     assert code == 0, out
     assert json.loads(out[out.index("{"):])["built-there"]["status"] == "valid"
     assert await counters(http) == after

@@ -31,6 +31,7 @@ URLs are ``.../sessions/<id>``; :meth:`FakeModelServer.session_url`), else the
 from __future__ import annotations
 
 import json
+import signal
 import threading
 import time
 from collections import deque
@@ -119,7 +120,10 @@ class ChatHTTPServer:
         raise NotImplementedError
 
     def serve_until_interrupted(self) -> None:
-        """Serve on the calling thread until Ctrl-C, then close (the command-line servers)."""
+        """Serve on the calling thread until Ctrl-C, then close (the command-line servers);
+        also when started in the background, where the shell leaves SIGINT ignored."""
+        if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         try:
             self._httpd.serve_forever()
         except KeyboardInterrupt:

@@ -431,6 +431,12 @@ static int become(uid_t uid, gid_t gid) {
 }
 
 /* ---------- a cgroup per command (when the launcher delegated one to us) ---------- */
+/* A (single-threaded) process joins a cgroup by writing "0" (itself). On cgroup v1 it
+ * writes to `tasks`, not `cgroup.procs`: a thread moving itself is the one migration the
+ * kernel makes without write-locking the global cgroup_threadgroup_rwsem, whose first
+ * writer after a quiet spell waits out an RCU grace period (0.5-18 ms on a loaded host, on
+ * every command's first start). With one thread, moving the thread moves the process, and
+ * everything it starts after is born inside. The launcher's --cgroup does the same. */
 static char cg_dir[256];     /* the sandbox's cgroup as we see it; empty = none */
 static int cg_v2 = 0;
 /* Groups are made once and reused: "e<slot>" is free again once its processes are gone
@@ -528,9 +534,9 @@ static void start_exec(const req_t *r) {
     }
     g = group_new(r->id, uid);
     char procs[340] = "";
-    if (g >= 0) {
+    if (g >= 0) { /* the child joins through join_file(): see there */
         group_path(g, procs, sizeof procs - 16);
-        strcat(procs, "/cgroup.procs");
+        strcat(procs, cg_v2 ? "/cgroup.procs" : "/tasks");
     }
     pid_t pid = fork();
     if (pid < 0) {
@@ -545,9 +551,7 @@ static void start_exec(const req_t *r) {
         char m[600];
         if (oom_protected) write_str("/proc/self/oom_score_adj", "0");
         if (procs[0]) {
-            char me[24];
-            snprintf(me, sizeof me, "%d", (int)getpid());
-            if (write_str(procs, me) < 0) {
+            if (write_str(procs, "0") < 0) {
                 int e = errno;
                 snprintf(m, sizeof m, "%d join the command's cgroup: %s", e, strerror(e));
                 if (write(pst[1], m, strlen(m)) < 0) {}
@@ -1353,11 +1357,9 @@ static int launch(int argc, char **argv) {
         }
         if (strcmp(a, "--opaque") && strcmp(a, "--whiteout")) parent_cache_drop();
         if (!strcmp(a, "--cgroup") && i + 1 < argc) {
-            int fd = open(argv[++i], O_WRONLY | O_CLOEXEC);
-            char s[32];
-            int n = snprintf(s, sizeof s, "%d", getpid());
-            if (fd < 0 || write(fd, s, n) != n) return die("join cgroup", argv[i]);
-            close(fd);
+            /* FILE: cgroup.procs, or on v1 the cheaper `tasks` (we are single-threaded: see
+             * the per-command cgroups above); "0" is this process */
+            if (write_str(argv[++i], "0") < 0) return die("join cgroup", argv[i]);
         } else if (!strcmp(a, "--disk-fd") && i + 2 < argc) {
             /* FD DIR: the disk limit, an ext4 filesystem on a loop device, mounted ahead by the
              * caller (fsmount in sandbox/disk.py, off the sandbox's start path) and handed over
@@ -1372,6 +1374,16 @@ static int launch(int argc, char **argv) {
                 return die("attach the disk", argv[i + 2]);
             close((int)fd);
             i += 2;
+        } else if (!strcmp(a, "--scratch") && i + 1 < argc) {
+            /* DIR: a small tmpfs over DIR in our private mount namespace, for the mount
+             * points below it (the writable layer, the root): made and gone with the
+             * namespace, never directories on the host's disk to create and remove (an ext4
+             * rmdir waits on its journal, milliseconds on a busy disk) */
+            if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
+            in_ns = 1;
+            if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, "size=64k,mode=0755") < 0)
+                return die("mount scratch tmpfs", argv[i + 1]);
+            i += 1;
         } else if (!strcmp(a, "--tmpfs") && i + 2 < argc) {
             if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
             in_ns = 1;

@@ -182,7 +182,8 @@ class BwrapBackend:
                          whiteouts=hidden_other)
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
-              cg: cgroups.Cgroup | None, loop: disk.Loop | None = None) -> list[str]:
+              cg: cgroups.Cgroup | None, loop: disk.Loop | None = None,
+              seed: disk.Seed | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
         then bwrap runs as root of the sandbox's user namespace P, and the guest agent
         makes the commands' namespace S and drops to a uid no command has."""
@@ -193,8 +194,11 @@ class BwrapBackend:
         rw, root = sdir / "rw", sdir / "root"
         agent_dir = _agent_dir()
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
-        for f in cg.procs_files if cg else []:
+        for f in cg.join_files if cg else []:
             a += ["--cgroup", str(f)]
+        # rw/ and root/ (and base/) are mount points on a tmpfs private to the launcher's
+        # mount namespace: the host's state directory holds only the marker and the log
+        a += ["--scratch", str(sdir), "--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755"]
         if loop is not None:  # the disk limit, mounted ahead (disk.py); the launcher inherits it
             a += ["--disk-fd", str(loop.mnt_fd), str(rw)]
         else:
@@ -211,7 +215,7 @@ class BwrapBackend:
             # change them.
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
-            seed = self._seed()
+            seed = seed or self._seed()  # (read once per start: create() passes the one it read)
             made = loop.seed if loop is not None and loop.seed is not None else None
             for path, mode in seed.opaque:  # what the disk was not made with (disk.Seed)
                 if made is None or (path, mode) not in made.opaque:
@@ -255,8 +259,7 @@ class BwrapBackend:
         lowers = [*(layers or []), *image.lowers]
         sid = new_id("bwrap")
         sdir = state_root() / sid
-        (sdir / "rw").mkdir(parents=True)
-        (sdir / "root").mkdir()
+        sdir.mkdir(parents=True)  # (rw/ and root/ are made by the launcher: see _argv)
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
         loop: disk.Loop | None = None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
@@ -265,11 +268,11 @@ class BwrapBackend:
         try:
             if cg is not None:
                 cg.create(spec.limits)
+            seed = self._seed() if lowers[-1] == Path("/") else None
             if self.config.disk == "ext4" and disk.available():
-                seed = self._seed() if lowers[-1] == Path("/") else None
                 loop = disk.take_loop_nowait(spec.limits.disk_mib, seed) or await asyncio.to_thread(
                     disk.take_loop, spec.limits.disk_mib, seed)
-            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop)
+            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed)
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,

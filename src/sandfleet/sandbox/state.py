@@ -208,6 +208,21 @@ def read_meta_file(path: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
+def _abandoned(cg: cgroups.Cgroup) -> bool:
+    """Whether a sandbox cgroup that no marker here names is a leftover: only when it holds
+    no process and was made longer ago than the grace period. A sandbox's processes die with
+    its owner, so a group with processes in it is a live sandbox of another state root under
+    the same parent (another SANDFLEET_STATE), or one that is being made; sweeping it killed
+    a live sandbox of a concurrent process (seen: 'the guest agent closed its stream')."""
+    if cg.pids():
+        return False
+    try:
+        made = min(d.stat().st_mtime for d in cg.dirs)
+    except (OSError, ValueError):
+        return True  # gone already (or no hierarchy): remove() does nothing harmful
+    return time.time() - made >= INCOMPLETE_GRACE_S
+
+
 def reap_leftovers(*, include_live: bool = False) -> list[str]:
     """Reap sandboxes whose owner died or whose TTL passed, and snapshots whose owner died;
     return their ids."""
@@ -224,7 +239,10 @@ def reap_leftovers(*, include_live: bool = False) -> list[str]:
         # one): under another parent it may belong to a live owner of another state root
         # (e.g. the simulated nodes of a local Ray cluster, each with its own parent).
         if name not in known and (parent == mine or parent.startswith("sandfleet-slowhost-")):
-            cgroups.Cgroup(name, parent=parent).remove()
+            cg = cgroups.Cgroup(name, parent=parent)
+            if not _abandoned(cg):
+                continue
+            cg.remove()
             reaped.append(name)
     reaped += reap_snapshots()
     return reaped

@@ -3,7 +3,9 @@
 # checkout, alternately, N rounds each, in one sitting (same machine state for both sides).
 #   scripts/bench-ab.sh [BASE_REV=490e57a] [ROUNDS=3]    -> prints one line per run
 # The base runs from a temporary git worktree with this venv (PYTHONPATH puts its src/ first);
-# each side gets its own state and cache directory. HEAD also runs with SANDFLEET_DISK=tmpfs.
+# each side gets its own state and cache directory and its own cgroup parent (another state
+# root's reaper, on older code, sweeps markerless cgroups under its parent: live sandboxes).
+# HEAD also runs with SANDFLEET_DISK=tmpfs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 base=${1:-490e57a}; rounds=${2:-3}
@@ -15,7 +17,7 @@ for i in $(seq "$rounds"); do
     if [ "$side" = base ]; then pp=$wt/base/src; else pp=$PWD/src; fi
     st=${side%-tmpfs}
     env SANDFLEET_DISK=$([ "$side" = head-tmpfs ] && echo tmpfs || echo ext4) \
-      SANDFLEET_STATE=/run/sf-ab-$st SANDFLEET_CACHE=/var/tmp/sf-ab-cache-$st PYTHONPATH=$pp \
+      SANDFLEET_STATE=/run/sf-ab-$st SANDFLEET_CGROUP_PARENT=sf-ab-$st SANDFLEET_CACHE=/var/tmp/sf-ab-cache-$st PYTHONPATH=$pp \
       .venv/bin/python -c "from sandfleet.cli import main; main()" bench micro --backend bwrap --json \
       > "$out/$side-$i.json"
   done

@@ -181,7 +181,17 @@ class LocalSandbox(AgentSandbox):
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-_CLEANUP = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="sandfleet-cleanup")
+_cleanup: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+
+
+def _cleanup_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's cleanup threads (a forked child gets its own: the parent's threads
+    are not there, and an executor copied with them would never run anything)."""
+    global _cleanup
+    if _cleanup is None or _cleanup[0] != os.getpid():
+        _cleanup = (os.getpid(), concurrent.futures.ThreadPoolExecutor(max_workers=4,
+                                                                          thread_name_prefix="sandfleet-cleanup"))
+    return _cleanup[1]
 
 
 async def _off_loop(fn: Callable[[], None]) -> None:
@@ -191,7 +201,7 @@ async def _off_loop(fn: Callable[[], None]) -> None:
     this waits for it synchronously, as a plain call would; with no thread to be had (the
     interpreter is shutting down), it runs here."""
     try:
-        fut = _CLEANUP.submit(fn)
+        fut = _cleanup_threads().submit(fn)
     except RuntimeError:
         fn()
         return

@@ -115,9 +115,13 @@ async def test_agent_killed_mid_command(isb: Sandbox) -> None:
         r = await isb.exec("kill -9 $PPID", user="root")
         assert r.exit_code != 0 and "not permitted" in r.stderr and isb.alive
         isb.agent.proc.kill()  # type: ignore[attr-defined]  # ... so the host kills it
-    with pytest.raises(SandboxDiedError, match="died|closed"):
+    with pytest.raises(SandboxDiedError, match="died|closed") as died:
         await cmd
     assert not isb.alive
+    if isb.backend != "microvm":  # the error says how it died, then and on every later call
+        assert "its process was killed by SIGKILL" in str(died.value), died.value
+        with pytest.raises(SandboxDiedError, match="killed by SIGKILL"):
+            await isb.exec("true")
     other = await create_sandbox(backend=isb.backend)  # the host carries on
     try:
         assert (await other.exec("echo ok")).stdout == "ok\n"

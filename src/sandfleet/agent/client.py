@@ -9,7 +9,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from sandfleet.agent.protocol import (
@@ -77,6 +77,8 @@ DEFAULT_CALL_TIMEOUT = 60.0
 EXEC_GRACE = 10.0
 """Seconds past a command's own timeout (or the sandbox's TTL) before the guest agent
 counts as unresponsive: the guest kills the command at its timeout and reports at once."""
+DEATH_DETAIL_S = 1.0
+"""Seconds a stream that ended unasked waits for its owner's account of the death."""
 
 ReplyQueue = asyncio.Queue[Frame | BaseException]
 
@@ -130,6 +132,10 @@ class AgentClient:
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"agent-reader-{name}")
         self.guest_pid: int | None = None
         self.clock_set = False
+        self.describe_death: Callable[[], Awaitable[str]] | None = None
+        """What the owner can add when the stream ends unasked (a local sandbox: how its
+        process ended, its memory cgroup's OOM kills, its log's tail), so that a death
+        under load names its cause; awaited for at most DEATH_DETAIL_S."""
 
     @property
     def alive(self) -> bool:
@@ -172,8 +178,9 @@ class AgentClient:
                     elif frame.type == T.R_ERROR:
                         why = f"guest agent error: {frame.text(F.MESSAGE)}"
                 del buf[:off]
+            why += await self._death_detail()
         except (ConnectionError, OSError):
-            pass
+            why += await self._death_detail()
         except ProtocolError as e:
             why = f"protocol error: {e}"
         except asyncio.CancelledError:
@@ -183,6 +190,16 @@ class AgentClient:
             why = f"reading from the guest agent failed: {type(e).__name__}: {e}"
         finally:
             self.mark_dead(why)
+
+    async def _death_detail(self) -> str:
+        if self.describe_death is None:
+            return ""
+        try:
+            async with asyncio.timeout(DEATH_DETAIL_S):
+                detail = await self.describe_death()
+        except Exception:  # a diagnosis must never be what fails
+            return ""
+        return f"; {detail}" if detail else ""
 
     def _send(self, frame: bytes) -> None:
         if self._dead is not None:

@@ -30,6 +30,8 @@ def _pidfd_works() -> bool:
 
 
 _PIDFD = _pidfd_works()
+LOG_TAIL = 600
+"""Bytes of a dead sandbox's agent.log put in its error."""
 
 
 class Child:
@@ -161,6 +163,37 @@ class LocalSandbox(AgentSandbox):
         self.agent = agent
         self.dir = sdir
         self.cgroup = cg
+        agent.client.describe_death = self._death_detail
+
+    async def _death_detail(self) -> str:
+        """How the sandbox's process ended (waited for a moment: the stream ends first), its
+        memory cgroup's OOM kills and its log's tail: the cause of a death, in its error."""
+        proc = self.agent.proc
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await proc.wait()
+        rc = proc.returncode
+        if rc is None:
+            parts = ["its process is still running"]
+        elif rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = f"signal {-rc}"
+            parts = [f"its process was killed by {name}"]
+        else:
+            parts = [f"its process exited with status {rc}"]
+        if self.cgroup is not None:
+            kills = self.cgroup.memory_events().get("oom_kill", 0)
+            if kills:
+                parts.append(f"{kills} OOM kill(s) in its memory cgroup")
+        if not self.dir.exists():
+            parts.append("its state directory is gone (reaped by another process?)")
+        with contextlib.suppress(OSError):
+            tail = self.agent.log.read_bytes()[-LOG_TAIL:].decode(errors="replace").strip()
+            if tail:
+                parts.append(f"its log ends: {tail}")
+        return "; ".join(parts)
 
     async def close(self) -> None:
         if self._closed:

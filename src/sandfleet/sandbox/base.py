@@ -159,7 +159,7 @@ class AgentSandbox:
             err = self.client.error
             if isinstance(err, SandboxUnresponsiveError):  # keep the reason: agent_unresponsive
                 raise SandboxUnresponsiveError(f"sandbox {self.id} is dead: {err}")
-            raise SandboxDiedError(f"sandbox {self.id} died")
+            raise SandboxDiedError(str(err) if err is not None else f"sandbox {self.id} died")
 
     def _path(self, path: str) -> str:
         """Translate a sandbox path for the guest (the process backend maps it to the host)."""

@@ -48,15 +48,18 @@ async def test_reward_runs_each_completion_in_its_own_sandbox(tasks: dict[str, P
         [{"role": "assistant", "content": "```bash\necho 0 > count.txt\n```"}],  # wrong
         "```bash\nmkdir -p " + dirs[0] + "\n```",  # one directory of several: partial credit
         "exit 3",
+        "```python\nprint(1)\n```",  # run as bash: starts python, which must see EOF, not wait for input
     ]
-    refs = [str(tasks["count-lines"])] * 2 + [str(tasks["make-dirs"])] * 2
+    refs = [str(tasks["count-lines"])] * 2 + [str(tasks["make-dirs"])] * 3
     values = await reward(completions=completions, sandfleet_task=refs)
     assert values[:2] == [1.0, 0.0], [(r.status, r.error, r.verifier_output, r.info) for r in got]
     assert values[2] == pytest.approx(1 / len(dirs)) and 0 < values[2] < 1
-    assert values[3] == 0.0
-    assert len(got) == 4 and len({r.sandbox_id for r in got}) == 4  # a fresh sandbox each
+    assert values[3:] == [0.0, 0.0]
+    assert len(got) == 5 and len({r.sandbox_id for r in got}) == 5  # a fresh sandbox each
+    py = next(r for r in got if "print(1)" in r.info["script"])
+    assert py.duration < 10 and not any(s.get("timed_out") for s in py.spans)
     assert all(r.status == "completed" and r.to_trace()["spans"] for r in got)
-    assert reward.last.rollouts == 4 and reward.last.wall_s > 0
+    assert reward.last.rollouts == 5 and reward.last.wall_s > 0
     assert {r.info["script"] for r in got} >= {"wc -l < notes.txt > count.txt", "exit 3"}
     for r in got:
         assert r.spans and all(s["name"] != "model" for s in r.spans)
@@ -77,6 +80,10 @@ async def test_monitor_flags_a_reward_the_oracle_disagrees_with(tasks: dict[str,
     flag = await monitor.check(task, "echo 0 > count.txt", 1.0)  # a reward the re-run does not give
     assert flag is not None and "rerun_lower" in flag["flags"]
     assert await monitor.check(task, "true", 0.0) is None
+    oracles = []
+    monitor = HackMonitor(Runner(settings=BWRAP, on_result=oracles.append))
+    await asyncio.gather(*(monitor.check(task, "wc -l < notes.txt > count.txt", 1.0) for _ in range(3)))
+    assert sum(r.info.get("monitor") == "oracle" for r in oracles) == 1  # one oracle run, shared
     assert mine() == []
 
 

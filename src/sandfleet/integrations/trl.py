@@ -88,7 +88,9 @@ class ScriptPolicy:
     async def act(self, ctx: AgentContext) -> str:
         ctx.turns = 1
         if self.script.strip():
-            res = await ctx.run(self.script, shell=False, timeout=self.timeout_s)
+            # stdin at EOF: a completion that starts an interpreter (a ```python fence run as
+            # bash) ends at once instead of holding its sandbox until the timeout
+            res = await ctx.run("exec < /dev/null\n" + self.script, shell=False, timeout=self.timeout_s)
             ctx.info["script_exit_code"] = res.exit_code
         return "done"
 
@@ -403,16 +405,21 @@ class HackMonitor:
     def __init__(self, runner: Runner, *, timeout_s: float = COMMAND_TIMEOUT_S):
         self.runner = runner
         self.timeout_s = timeout_s
-        self._oracle: dict[str, str] = {}
+        self._oracle: dict[str, asyncio.Future[str]] = {}
 
     async def oracle_digest(self, task: Task) -> str:
+        """The digest of the task's outputs after the oracle: one run per task, shared by
+        concurrent checks."""
         if task.name not in self._oracle:
-            from sandfleet.rollout.policy import OraclePolicy
+            self._oracle[task.name] = asyncio.ensure_future(self._run_oracle(task))
+        return await asyncio.shield(self._oracle[task.name])
 
-            done = await self.runner.rollout(task, _ThenDigest(OraclePolicy(), task_outputs(task)),
-                                             info={"monitor": "oracle"})  # fmt: skip
-            self._oracle[task.name] = str(done.info.get("digest", ""))
-        return self._oracle[task.name]
+    async def _run_oracle(self, task: Task) -> str:
+        from sandfleet.rollout.policy import OraclePolicy
+
+        done = await self.runner.rollout(task, _ThenDigest(OraclePolicy(), task_outputs(task)),
+                                         info={"monitor": "oracle"})  # fmt: skip
+        return str(done.info.get("digest", ""))
 
     async def check(self, task: Task, script: str, reward: float) -> dict[str, Any] | None:
         """A flag for this completion, or None when nothing disagrees (or it earned nothing)."""

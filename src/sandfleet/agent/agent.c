@@ -439,6 +439,7 @@ static int become(uid_t uid, gid_t gid) {
  * everything it starts after is born inside. The launcher's --cgroup does the same. */
 static char cg_dir[256];     /* the sandbox's cgroup as we see it; empty = none */
 static int cg_v2 = 0;
+static int cg_tasks = 0;     /* v1: the group has a `tasks` file (v2 has none, with or without cgroup.kill) */
 /* Groups are made once and reused: "e<slot>" is free again once its processes are gone
  * (a mkdir and rmdir per command would cost more than the command's own start). */
 typedef struct { uint32_t id; uid_t uid; int used, made, capped; } group_t;
@@ -536,7 +537,7 @@ static void start_exec(const req_t *r) {
     char procs[340] = "";
     if (g >= 0) { /* the child joins through join_file(): see there */
         group_path(g, procs, sizeof procs - 16);
-        strcat(procs, cg_v2 ? "/cgroup.procs" : "/tasks");
+        strcat(procs, cg_tasks ? "/tasks" : "/cgroup.procs");
     }
     pid_t pid = fork();
     if (pid < 0) {
@@ -1476,6 +1477,8 @@ int main(int argc, char **argv) {
         char f[300];
         snprintf(f, sizeof f, "%s/cgroup.kill", cg_dir);
         cg_v2 = access(f, F_OK) == 0;
+        snprintf(f, sizeof f, "%s/tasks", cg_dir);
+        cg_tasks = !cg_v2 && access(f, F_OK) == 0;
         if (access(cg_dir, W_OK) < 0) cg_dir[0] = 0; /* not delegated to us: kill by process tree */
     }
     char adj[16] = "";

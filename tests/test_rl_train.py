@@ -78,3 +78,17 @@ def test_smoke_run_trains_two_steps_on_sandfleet_rewards(tmp_path: Path) -> None
     finally:
         SandfleetBashEnv.close_all()
         SandfleetBashEnv.runner = None
+
+
+def test_multi_turn_smoke_step_goes_through_the_bash_env(tmp_path: Path) -> None:
+    generate("bash-basics", tmp_path / "tasks", n=2, seed=0, templates=("write-text",))
+    out = tmp_path / "mt"
+    env = {**os.environ, "SANDFLEET_BACKEND": "bwrap"}
+    done = subprocess.run([sys.executable, str(TRAIN), "--tasks", str(tmp_path / "tasks" / "train"), "--steps", "1",
+                           "--out", str(out), "--smoke", "--multi-turn"],
+                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = rows(out / "metrics.jsonl")
+    assert step["completions"] == 2 and step["pass_rate"] == 0.0 and step["reward_wall_s"] > 0
+    episodes = rows(out / "trace.jsonl")
+    assert [t["agent"] for t in episodes] == ["trl-bash-env"] * 2 and all(t["status"] == "completed" for t in episodes)

@@ -98,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         SandfleetBashEnv,
         SandfleetReward,
         completion_text,
+        cpu_seconds,
         extract_script,
         resolve_task,
     )
@@ -118,10 +119,17 @@ def main(argv: list[str] | None = None) -> int:
 
     traces, completions_log, hacks, metrics = (JsonlSink(a.out / n) for n in
                                                ("trace.jsonl", "completions.jsonl", "hacks.jsonl", "metrics.jsonl"))
-    runner = Runner(cpus=a.sandbox_cpus, on_result=lambda r: traces.write(r.to_trace()), run_id=a.out.name)
+    step_info: dict[str, float] = {}
+
+    def keep(result: Any) -> None:
+        traces.write(result.to_trace())
+        if result.agent == "trl-bash-env":  # a multi-turn episode: its reward is get_reward()'s
+            step_info["n"] = step_info.get("n", 0) + 1
+            step_info["passed"] = step_info.get("passed", 0) + float((result.reward or 0) >= 1)
+
+    runner = Runner(cpus=a.sandbox_cpus, on_result=keep, run_id=a.out.name)
     monitor = None if a.no_monitor else HackMonitor(runner)
     reward = SandfleetReward(concurrency=a.concurrency, runner=runner)
-    step_info: dict[str, float] = {}
 
     async def scored(prompts: Any = None, completions: Any = None, sandfleet_task: Any = None, **kw: Any) -> Any:
         values = await reward(prompts=prompts, completions=completions, sandfleet_task=sandfleet_task, **kw)
@@ -153,6 +161,18 @@ def main(argv: list[str] | None = None) -> int:
                 return super()._generate(*args, **kwargs)
             finally:
                 step_info["generation_s"] = step_info.get("generation_s", 0.0) + time.perf_counter() - t0
+
+        def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
+            if not a.multi_turn:  # single turn: the reward function times itself
+                return super()._calculate_rewards(*args, **kwargs)
+            # multi-turn: the bash tool's sandbox time is inside generation; the verifier
+            # and close (get_reward) are here
+            t0, cpu0 = time.perf_counter(), cpu_seconds()
+            try:
+                return super()._calculate_rewards(*args, **kwargs)
+            finally:
+                step_info["reward_wall_s"] = step_info.get("reward_wall_s", 0.0) + time.perf_counter() - t0
+                step_info["reward_cpu_s"] = step_info.get("reward_cpu_s", 0.0) + cpu_seconds() - cpu0
 
     class Record(TrainerCallback):  # type: ignore[misc]
         t0 = 0.0

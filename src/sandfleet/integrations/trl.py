@@ -141,7 +141,8 @@ class RewardStats:
     rollouts: int = 0
 
 
-def _cpu_now() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds of this process and its reaped children (the sandboxes' processes) so far."""
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
@@ -178,7 +179,7 @@ class SandfleetReward:
         if len(sandfleet_task) != len(completions):
             raise ValueError(f"{len(completions)} completions but {len(sandfleet_task)} {TASK_KEY} values")
         step = getattr(kwargs.get("trainer_state"), "global_step", None)
-        wall0, cpu0 = time.perf_counter(), _cpu_now()
+        wall0, cpu0 = time.perf_counter(), cpu_seconds()
         gate = asyncio.Semaphore(self.concurrency)
 
         async def one(i: int, completion: Any, ref: str) -> RolloutResult:
@@ -191,7 +192,7 @@ class SandfleetReward:
         results = await asyncio.gather(*(one(i, c, t) for i, (c, t) in enumerate(zip(completions, sandfleet_task,
                                                                                        strict=True))))  # fmt: skip
         self.results = list(results)
-        self.last = RewardStats(time.perf_counter() - wall0, _cpu_now() - cpu0, len(results))
+        self.last = RewardStats(time.perf_counter() - wall0, cpu_seconds() - cpu0, len(results))
         log_metric = kwargs.get("log_metric")
         if callable(log_metric):
             log_metric("sandfleet/reward_wall_s", self.last.wall_s)

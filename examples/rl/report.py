@@ -95,7 +95,11 @@ def main(argv: list[str] | None = None) -> int:
     passes = [float(s["pass_rate"] or 0.0) for s in steps]
 
     fig, ax = new_figure()
-    ax.plot(xs, rewards, ".", alpha=0.5, label="reward (mean over the step's completions)")
+    template_of = {int(c["step"]): str(c["task"]).rsplit("-s", 1)[0] for c in read_jsonl(a.run / "completions.jsonl")}
+    for template in sorted(set(template_of.values())) or [None]:
+        mine = [(x, r) for x, r in zip(xs, rewards, strict=True) if template is None or template_of.get(x) == template]
+        ax.plot([x for x, _ in mine], [r for _, r in mine], "o", alpha=0.6, markersize=4,
+                label=f"reward of a {template} step" if template else "reward (mean over the step's completions)")
     ax.plot(xs, moving_average(rewards, a.window), "-", label=f"reward, moving average of {a.window}")
     ax.plot(xs, moving_average(passes, a.window), "--", label=f"pass rate, moving average of {a.window}")
     ax.set_xlabel("step")

@@ -110,7 +110,7 @@ async def test_run_remote_builds_the_image_on_the_service_once(svc: RunningServi
         assert c.uploads == 1
     final = await counters(http)
     assert final["uploads"] - after["uploads"] == 1
-    assert final['builds{result="cached"}'] > after['builds{result="cached"}']
+    assert final['builds{result="cached"}'] > after['builds{result="cached"}'], (after, final)
 
 
 @pytest.mark.slow

@@ -185,9 +185,11 @@ class TaskImages:
 
 def _saved_since(image_dir: Path, t0: float) -> bool:
     """Whether the image was saved at or after ``t0`` (built by this call), rather than found
-    complete in the cache."""
+    complete in the cache. The slack covers the file clock's coarseness (a tick, ms), not
+    more: a second's slack counted an image built a moment before by another upload as
+    built again (a flaky test)."""
     try:
-        return (image_dir / "image.json").stat().st_mtime >= t0 - 1.0
+        return (image_dir / "image.json").stat().st_mtime >= t0 - 0.05
     except OSError:
         return False
 

@@ -157,10 +157,12 @@ async def test_a_killed_host_fails_its_group_node_lost_and_the_group_runs_whole_
     lost_at = 0.0
     try:
         running = asyncio.create_task(pool.run_group(task, 2, sleeper))  # equally free: the first host, a
-        other = asyncio.create_task(pool.run_group(quick, 2, OraclePolicy()))  # then b
         async with asyncio.timeout(120):  # both members' sandboxes are up on a: the agent sleeps there
             while len((await pool.leftovers())[a.url]) < 2:
                 await asyncio.sleep(0.1)
+        # then b (a is full); started only now: started together, the quick group could reach
+        # the placer first (the sleeper's run_group awaits before it places) and take a
+        other = asyncio.create_task(pool.run_group(quick, 2, OraclePolicy()))
         await asyncio.sleep(1.0)
         lost_at = time.time()
         a.kill()

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 from sandfleet.cluster.suite import ClusterRunReport
 from sandfleet.rollout.policy import Policy
@@ -30,17 +31,9 @@ async def run_on_ray(
 ) -> ClusterRunReport:
     """A suite on the cluster at ``address``, every node admitting ``config.concurrency``."""
     from sandfleet.cluster.pool import RolloutPool
-    from sandfleet.cluster.suite import run_suite_on_pool
 
-    pool = await RolloutPool.create(
-        address, capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
-        verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image, run_id=config.run_id,
-    )  # fmt: skip
-    try:
-        return await run_suite_on_pool(tasks, policy, pool, config.n, out_dir=out_dir, on_result=on_result,
-                                       out_mode=out_mode)
-    finally:
-        await asyncio.shield(pool.close())
+    return await _run_on(RolloutPool.create, address, tasks, policy, config, out_dir=out_dir,
+                         on_result=on_result, out_mode=out_mode, image=image)
 
 
 async def run_on_services(
@@ -57,10 +50,19 @@ async def run_on_services(
     """A suite over the sandbox services ``URL,URL,...`` (``--remote``), every host admitting
     ``config.concurrency`` at most (and at most its own ``max_busy``)."""
     from sandfleet.cluster.services import ServicePool
+
+    return await _run_on(ServicePool.create, urls, tasks, policy, config, out_dir=out_dir,
+                         on_result=on_result, out_mode=out_mode, image=image)
+
+
+async def _run_on(create: Callable[..., Awaitable[Any]], where: str, tasks: Sequence[Task], policy: Policy,
+                  config: RunConfig, *, out_dir: Path | None, on_result: Callable[[RolloutResult], None] | None,
+                  out_mode: str, image: str | None) -> ClusterRunReport:
+    """The suite on the pool ``create(where, ...)`` makes (Ray's or the services'), closed after."""
     from sandfleet.cluster.suite import run_suite_on_pool
 
-    pool = await ServicePool.create(
-        urls, capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
+    pool = await create(
+        where, capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
         verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image, run_id=config.run_id,
     )  # fmt: skip
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from sandfleet.cluster.groups import GroupPool
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
@@ -33,9 +34,7 @@ async def validate_on_ray(
     rollouts at once per node, default its CPU count, at least ``repeats``)."""
     from sandfleet.cluster.pool import RolloutPool
 
-    pool = await RolloutPool.create(address, capacity=max(concurrency, repeats) if concurrency else None,
-                                    backend=backend, agent_user=agent_user, network=network,
-                                    retry=RetryPolicy(max_attempts=1))
+    pool = await RolloutPool.create(address, **_pool_options(repeats, concurrency, backend, agent_user, network))
     return await _validate(pool, tasks, repeats, network, "Ray node(s)", pool.close)
 
 
@@ -53,10 +52,16 @@ async def validate_on_services(
     rollouts at once per host (default and ceiling: the service's ``max_busy``)."""
     from sandfleet.cluster.services import ServicePool
 
-    pool = await ServicePool.create(urls, capacity=max(concurrency, repeats) if concurrency else None,
-                                    backend=backend, agent_user=agent_user, network=network,
-                                    retry=RetryPolicy(max_attempts=1))
+    pool = await ServicePool.create(urls, **_pool_options(repeats, concurrency, backend, agent_user, network))
     return await _validate(pool, tasks, repeats, network, "service(s)", pool.close)
+
+
+def _pool_options(repeats: int, concurrency: int | None, backend: str, agent_user: str | None,
+                  network: bool) -> dict[str, Any]:
+    """A validation pool's options, Ray's or the services': at least ``repeats`` at once per
+    host (a task's repeats are one group), no retries (a verdict counts every run)."""
+    return {"capacity": max(concurrency, repeats) if concurrency else None, "backend": backend,
+            "agent_user": agent_user, "network": network, "retry": RetryPolicy(max_attempts=1)}
 
 
 async def _validate(pool: GroupPool, tasks: Sequence[Task], repeats: int, network: bool, where: str,

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
 #include <sys/prctl.h>
@@ -36,6 +37,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <sys/xattr.h>
+#include <termios.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,7 +51,8 @@
 #define GUEST_UID 65536
 #define SANDBOX_UIDS 65536
 
-enum { T_HELLO = 1, T_EXEC = 2, T_STDIN = 3, T_KILL = 4, T_READ = 5, T_WRITE = 6, T_SHUTDOWN = 7 };
+enum { T_HELLO = 1, T_EXEC = 2, T_STDIN = 3, T_KILL = 4, T_READ = 5, T_WRITE = 6, T_SHUTDOWN = 7,
+       T_RESIZE = 8 };
 enum { R_HELLO = 0x81, R_STARTED = 0x82, R_OUTPUT = 0x83, R_EXIT = 0x84, R_DATA = 0x85,
        R_DONE = 0x86, R_ERROR = 0xEE };
 enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_STREAM = 6,
@@ -57,7 +60,7 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
        F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28,
-       F_USER = 29, F_NOFOLLOW = 30 };
+       F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31 };
 
 static int in_fd = 0, out_fd = 1;
 static int sig_pipe[2];
@@ -214,6 +217,7 @@ typedef struct {
     int close_in;     /* close stdin once pending_in is written */
     int stream, exited, status, timed_out;
     int group;        /* index in groups[] of the command's own cgroup, or -1 */
+    int pty;          /* the pseudo-terminal's master (EXEC with PTY), or -1 */
     double start, deadline, exit_time;
 } job_t;
 
@@ -508,13 +512,70 @@ static void groups_sweep(void) {
 
 static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
+/* ---------- pseudo-terminals (EXEC with PTY "cols rows") ---------- */
+static int parse_winsize(const char *spec, struct winsize *ws) {
+    unsigned cols = 0, rows = 0;
+    if (!spec || sscanf(spec, "%u %u", &cols, &rows) != 2 || !cols || !rows || cols > 65535 || rows > 65535)
+        return -1;
+    memset(ws, 0, sizeof *ws);
+    ws->ws_col = (unsigned short)cols;
+    ws->ws_row = (unsigned short)rows;
+    return 0;
+}
+
+/* A new pty pair: the master (ours) and its peer (the command's terminal), both opened here,
+ * by the agent, so the command needs no right to /dev/pts whatever user it runs as. */
+static int open_pty(const struct winsize *ws, int *master, int *peer) {
+    int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+    if (m < 0) return -1;
+    int unlock = 0;
+    if (ioctl(m, TIOCSPTLCK, &unlock) < 0) { int e = errno; close(m); errno = e; return -1; }
+    int s = -1;
+#ifdef TIOCGPTPEER
+    s = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC);
+#endif
+    if (s < 0) {
+        int n = 0;
+        char path[64];
+        if (ioctl(m, TIOCGPTN, &n) < 0) { int e = errno; close(m); errno = e; return -1; }
+        snprintf(path, sizeof path, "/dev/pts/%d", n);
+        s = open(path, O_RDWR | O_NOCTTY | O_CLOEXEC);
+        if (s < 0) { int e = errno; close(m); errno = e; return -1; }
+    }
+    ioctl(m, TIOCSWINSZ, ws);
+    *master = m;
+    *peer = s;
+    return 0;
+}
+
+static void set_nonblock(int fd);
+
+static job_t *find_job(uint32_t id);
+
+static void do_resize(const req_t *r) {
+    job_t *j = find_job((uint32_t)get_int(r, F_TARGET, 0));
+    char *spec = get_str(r, F_PTY);
+    struct winsize ws;
+    if (parse_winsize(spec, &ws) < 0) send_error(r->id, "ProtocolError", 0, "RESIZE needs PTY \"cols rows\"");
+    else if (!j || j->exited) send_error(r->id, "ProcessLookupError", ESRCH, "no such running command");
+    else if (j->pty < 0) send_error(r->id, "ExecError", ENOTTY, "the command has no terminal");
+    else if (ioctl(j->pty, TIOCSWINSZ, &ws) < 0)
+        send_error(r->id, errno_type(errno), errno, "resize: %s", strerror(errno));
+    else { frame_begin(R_DONE, r->id); frame_send(); }
+    free(spec);
+}
+
+
 static void start_exec(const req_t *r) {
     char **argv = get_list(r, F_ARGV);
     char **envp = get_list(r, F_ENV);
     char *cwd = get_str(r, F_CWD);
     char *stdin_mode = get_str(r, F_STDIN_MODE);
     char *user = get_str(r, F_USER);
+    char *pty_spec = get_str(r, F_PTY);
     const fld_t *stdin_data = get(r, F_DATA);
+    int pty_m = -1, pty_s = -1;
+    struct winsize ws;
     uid_t uid = 0;
     gid_t gid = 0;
     int g = -1;
@@ -527,10 +588,19 @@ static void start_exec(const req_t *r) {
         send_error(r->id, "ExecError", 0, "no such user in the sandbox: %s", user);
         goto out;
     }
+    if (pty_spec) {
+        int e = parse_winsize(pty_spec, &ws) < 0 ? EINVAL : open_pty(&ws, &pty_m, &pty_s) < 0 ? errno : 0;
+        if (e) {
+            send_error(r->id, "ExecError", e, "can't open a terminal (PTY \"%s\"): %s", pty_spec, strerror(e));
+            goto out;
+        }
+    }
     int pin[2], pout[2], perr[2], pst[2];
     if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC) ||
         pipe2(pst, O_CLOEXEC)) {
-        send_error(r->id, "ExecError", errno, "pipe: %s", strerror(errno));
+        int e = errno;
+        if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
+        send_error(r->id, "ExecError", e, "pipe: %s", strerror(e));
         goto out;
     }
     g = group_new(r->id, uid);
@@ -545,6 +615,7 @@ static void start_exec(const req_t *r) {
         close(pin[0]); close(pin[1]); close(pout[0]); close(pout[1]);
         close(perr[0]); close(perr[1]); close(pst[0]); close(pst[1]);
         group_release(g);
+        if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
         send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
         goto out;
     }
@@ -570,7 +641,12 @@ static void start_exec(const req_t *r) {
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
         signal(SIGPIPE, SIG_DFL);
-        dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
+        if (pty_s >= 0) { /* the terminal is the command's stdin, stdout, stderr and controlling tty */
+            ioctl(pty_s, TIOCSCTTY, 0);
+            dup2(pty_s, 0); dup2(pty_s, 1); dup2(pty_s, 2);
+        } else {
+            dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
+        }
         if (cwd && chdir(cwd) < 0) {
             int e = errno;
             snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
@@ -586,6 +662,7 @@ static void start_exec(const req_t *r) {
         _exit(127);
     }
     close(pin[0]); close(pout[1]); close(perr[1]); close(pst[1]);
+    if (pty_s >= 0) { close(pty_s); pty_s = -1; }
     char m[700];
     ssize_t k;
     while ((k = read(pst[0], m, sizeof m - 1)) < 0 && errno == EINTR) {}
@@ -596,6 +673,7 @@ static void start_exec(const req_t *r) {
         char *msg = strchr(m, ' ');
         waitpid(pid, NULL, 0);
         close(pin[1]); close(pout[0]); close(perr[0]);
+        if (pty_m >= 0) { close(pty_m); pty_m = -1; }
         group_release(g);
         send_error(r->id, e == ENOENT || e == ENOTDIR ? "ExecError" : errno_type(e), e,
                    "can't start command: %s", msg ? msg + 1 : m);
@@ -606,7 +684,16 @@ static void start_exec(const req_t *r) {
     j->pid = pid;
     j->group = g;
     j->fd[0] = pin[1]; j->fd[1] = pout[0]; j->fd[2] = perr[0];
-    for (int i = 0; i < 3; i++) set_nonblock(j->fd[i]);
+    j->pty = -1;
+    if (pty_m >= 0) { /* input and output go through the master: fd[0] a dup of it, fd[2] unused */
+        close(pin[1]); close(pout[0]); close(perr[0]);
+        j->pty = pty_m;
+        j->fd[1] = pty_m;
+        j->fd[0] = fcntl(pty_m, F_DUPFD_CLOEXEC, 0);
+        j->fd[2] = -1;
+        pty_m = -1;
+    }
+    for (int i = 0; i < 3; i++) if (j->fd[i] >= 0) set_nonblock(j->fd[i]);
     j->max_output = get_int(r, F_MAX_OUTPUT, 1 << 20);
     if (j->max_output < 0) j->max_output = 0;
     if (j->max_output > MAX_CAPTURE) j->max_output = MAX_CAPTURE;
@@ -621,7 +708,7 @@ static void start_exec(const req_t *r) {
     field_i(F_PID, pid);
     frame_send();
 out:
-    free_list(argv); free_list(envp); free(cwd); free(stdin_mode); free(user);
+    free_list(argv); free_list(envp); free(cwd); free(stdin_mode); free(user); free(pty_spec);
 }
 
 /* Kill everything a command started: its cgroup (orphans and setsid escapees included),
@@ -664,7 +751,10 @@ static void drain(job_t *j, int s) { /* s = 1 stdout, 2 stderr */
         ssize_t k = read(j->fd[s], tmp, sizeof tmp);
         if (k < 0 && errno == EINTR) continue;
         if (k < 0 && errno == EAGAIN) return;
-        if (k <= 0) { close(j->fd[s]); j->fd[s] = -1; return; }
+        if (k <= 0) { /* EOF; EIO on a terminal whose command and children are gone */
+            if (j->fd[s] == j->pty) j->pty = -1;
+            close(j->fd[s]); j->fd[s] = -1; return;
+        }
         buf_t *c = &j->cap[s - 1];
         long long room = j->max_output - (long long)c->n;
         long long keep = room > 0 ? (k < room ? k : room) : 0;
@@ -990,6 +1080,7 @@ static int handle(const req_t *r) {
         break;
     }
     case T_READ: do_read(r); break;
+    case T_RESIZE: do_resize(r); break;
     case T_WRITE: do_write(r); break;
     case T_SHUTDOWN:
         kill_all();

@@ -34,6 +34,49 @@ from sandfleet.errors import (
 
 OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", chunk) as output arrives, when streaming."""
+StartCallback = Callable[["RunningCommand"], None]
+"""Called once a command has started, with its handle (input, signals, terminal size)."""
+
+
+class RunningCommand:
+    """A command while it runs: feed its stdin (``exec(..., stdin=True)``), signal it,
+    resize its terminal (``exec(..., pty=(cols, rows))``). Valid until its exec returns;
+    after that, input and signals are dropped (the command is gone)."""
+
+    def __init__(self, client: AgentClient, rid: int, pid: int, pty: bool):
+        self._client = client
+        self.rid = rid
+        self.pid = pid
+        """The command's pid inside the sandbox."""
+        self.pty = pty
+        self.done = False
+
+    def send_stdin(self, data: bytes) -> None:
+        """Queue ``data`` for the command's stdin (its terminal, with a pty)."""
+        if data and not self.done:
+            self._client._send(encode(T.STDIN, next(self._client._ids), [(F.TARGET, self.rid), (F.DATA, data)]))
+
+    def close_stdin(self) -> None:
+        """Close the command's stdin once what was sent is written (EOF for the command);
+        with a pty, send the terminal's end-of-file character instead."""
+        if self.done:
+            return
+        if self.pty:
+            self.send_stdin(b"\x04")
+            return
+        self._client._send(encode(T.STDIN, next(self._client._ids), [(F.TARGET, self.rid), (F.DATA, b"")]))
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the command's process group (SIGKILL: the whole tree, background too)."""
+        if not self.done:
+            self._client._send(encode(T.KILL, next(self._client._ids), [(F.TARGET, self.rid), (F.SIGNAL, int(sig))]))
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (the command gets SIGWINCH); an error without a pty."""
+        if not (0 < cols < 65536 and 0 < rows < 65536):
+            raise ConfigError(f"a terminal size is 1..65535 columns and rows, not {cols}x{rows}")
+        await self._client.call(T.RESIZE, [(F.TARGET, self.rid), (F.PTY, f"{cols} {rows}")], expect=T.R_OK,
+                                what="RESIZE")
 
 
 @dataclass
@@ -295,12 +338,20 @@ class AgentClient:
         max_output: int = 1 << 20,
         on_output: OutputCallback | None = None,
         user: str | int | None = None,
+        keep_stdin: bool = False,
+        pty: tuple[int, int] | None = None,
+        on_start: StartCallback | None = None,
     ) -> ExecResult:
         """Run argv to completion, as ``user`` (a name or uid in the sandbox; the guest's
         default when None). The guest kills the whole tree at ``timeout``; the host waits
         ``exec_grace`` more (or, without a timeout, until the sandbox's TTL plus the grace),
         then raises :class:`SandboxUnresponsiveError`. However the wait ends early
-        (cancelled, an ``on_output`` error), the command is killed."""
+        (cancelled, an ``on_output`` error), the command is killed.
+
+        ``keep_stdin`` leaves stdin open after ``stdin`` is written, ``pty=(cols, rows)``
+        runs the command on a new pseudo-terminal (its stdin, stdout and stderr; output comes
+        as "stdout"), and ``on_start`` gets the :class:`RunningCommand` to feed it, signal it
+        or resize it."""
         if not argv:
             raise ConfigError("exec: empty command")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]
@@ -317,6 +368,13 @@ class AgentClient:
             fields.append((F.USER, user))
         if stdin:
             fields.append((F.DATA, stdin))
+        if keep_stdin or pty is not None:
+            fields.append((F.STDIN_MODE, "pipe"))
+        if pty is not None:
+            cols, rows = pty
+            if not (0 < cols < 65536 and 0 < rows < 65536):
+                raise ConfigError(f"a terminal size is 1..65535 columns and rows, not {cols}x{rows}")
+            fields.append((F.PTY, f"{cols} {rows}"))
         if timeout is not None:
             limit: float | None = timeout + self.exec_grace
             what = f"the end of {argv[0]!r} (timeout {timeout:g}s + {self.exec_grace:g}s grace)"
@@ -330,6 +388,7 @@ class AgentClient:
         self._waiters[rid] = q
         t0 = time.monotonic()
         sent = started = finished = False
+        handle: RunningCommand | None = None
         try:
             self._send(encode(T.EXEC, rid, fields))
             sent = True
@@ -340,6 +399,9 @@ class AgentClient:
                     if frame.type != T.R_STARTED:
                         raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
                     started = True
+                    if on_start is not None:
+                        handle = RunningCommand(self, rid, frame.int(F.PID), pty is not None)
+                        on_start(handle)
                     while True:
                         frame = await self._next(q)
                         if frame.type == T.R_OUTPUT:
@@ -364,6 +426,8 @@ class AgentClient:
                 raise
         finally:
             del self._waiters[rid]
+            if handle is not None:
+                handle.done = True
             if sent and not finished:
                 # Cancelled (even before STARTED), or the wait failed: kill the command. The
                 # guest handles frames in order, so this KILL finds the job EXEC created.

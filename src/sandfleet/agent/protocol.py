@@ -38,6 +38,7 @@ class T(IntEnum):
     READ = 5
     WRITE = 6
     SHUTDOWN = 7
+    RESIZE = 8
     R_HELLO = 0x81
     R_STARTED = 0x82
     R_OUTPUT = 0x83
@@ -80,6 +81,7 @@ class F(IntEnum):
     TIME = 28
     USER = 29
     NOFOLLOW = 30
+    PTY = 31
 
 
 FieldValue = bytes | str | int

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback
+from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, StartCallback
 from sandfleet.errors import (
     ConfigError,
     SandboxClosedError,
@@ -58,11 +58,13 @@ class Sandbox(Protocol):
         *,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
-        stdin: bytes | str | None = None,
+        stdin: bytes | str | bool | None = None,
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         on_output: OutputCallback | None = None,
         user: str | int | None = None,
+        pty: tuple[int, int] | None = None,
+        on_start: StartCallback | None = None,
     ) -> ExecResult: ...
 
     async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
@@ -172,19 +174,34 @@ class AgentSandbox:
         *,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
-        stdin: bytes | str | None = None,
+        stdin: bytes | str | bool | None = None,
         timeout: float | None = None,
         max_output: int = DEFAULT_MAX_OUTPUT,
         on_output: OutputCallback | None = None,
         user: str | int | None = None,
+        pty: tuple[int, int] | None = None,
+        on_start: StartCallback | None = None,
     ) -> ExecResult:
         """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it, as ``user``
-        (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``)."""
+        (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``).
+
+        ``stdin`` is bytes to feed (then EOF), or True to keep stdin open: ``on_start`` gets
+        the command's :class:`~sandfleet.agent.client.RunningCommand`, which sends input,
+        closes it and signals the command. ``pty=(cols, rows)`` runs it on a new
+        pseudo-terminal (stdin, stdout and stderr; all output comes as "stdout"), resizable
+        through the same handle."""
         self._check()
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise SandboxPathError("empty command")
-        data = stdin.encode() if isinstance(stdin, str) else stdin
+        keep = stdin is True
+        data = stdin.encode() if isinstance(stdin, str) else (None if isinstance(stdin, bool) else stdin)
+        extra: dict[str, Any] = {}
+        if keep or pty is not None or on_start is not None:
+            if not isinstance(self.client, AgentClient):
+                raise ConfigError("stdin=True, pty and on_start need the sandbox's own guest agent "
+                                  f"({type(self.client).__name__} can't carry them)")
+            extra = {"keep_stdin": keep, "pty": pty, "on_start": on_start}
         return await self.client.exec(
             argv,
             env={**self.env, **(env or {})},
@@ -194,6 +211,7 @@ class AgentSandbox:
             max_output=max_output,
             on_output=on_output,
             user=self._user(user),
+            **extra,
         )
 
     def _user(self, user: str | int | None) -> str:

@@ -1,0 +1,79 @@
+"""The sandbox contract's live input: ``exec(..., stdin=True)`` (a pipe fed while the
+command runs), ``exec(..., pty=(cols, rows))`` (a real pseudo-terminal in the guest agent,
+resizable), and signals to a running command, on every local backend."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+
+import pytest
+
+from sandfleet.agent.client import RunningCommand
+from sandfleet.errors import SandfleetError
+from sandfleet.sandbox.base import Sandbox
+
+
+async def _started(box: dict[str, RunningCommand]) -> RunningCommand:
+    async with asyncio.timeout(30):
+        while "p" not in box:
+            await asyncio.sleep(0.01)
+    return box["p"]
+
+
+async def test_stdin_pipe_fed_while_running(sb: Sandbox) -> None:
+    box: dict[str, RunningCommand] = {}
+    seen: list[bytes] = []
+    task = asyncio.create_task(sb.exec(["sh", "-c", "read x; echo got:$x; cat; echo end"], stdin=True,
+                                       on_start=lambda p: box.setdefault("p", p),
+                                       on_output=lambda _, d: seen.append(d), timeout=60))
+    p = await _started(box)
+    assert p.pid > 0 and not p.pty
+    p.send_stdin(b"one\n")
+    async with asyncio.timeout(30):  # the first line is answered before stdin closes
+        while b"got:one" not in b"".join(seen):
+            await asyncio.sleep(0.01)
+    p.send_stdin(b"two\n")
+    p.close_stdin()
+    res = await task
+    assert (res.exit_code, res.stdout) == (0, "got:one\ntwo\nend\n")
+    assert p.done
+    p.send_stdin(b"late")  # the command is gone: dropped, not an error
+
+
+async def test_pty_is_a_terminal_and_resizes(sb: Sandbox) -> None:
+    box: dict[str, RunningCommand] = {}
+    out: list[bytes] = []
+    task = asyncio.create_task(sb.exec(["sh", "-c", 'read line; tty; stty size; read x; stty size; exit 4'],
+                                       pty=(100, 30), on_start=lambda p: box.setdefault("p", p),
+                                       on_output=lambda _, d: out.append(d), timeout=60))
+    p = await _started(box)
+    assert p.pty
+    p.send_stdin(b"go\n")
+    async with asyncio.timeout(30):
+        while b"30 100" not in b"".join(out):
+            await asyncio.sleep(0.01)
+    await p.resize(120, 40)
+    p.send_stdin(b"\n")
+    res = await task
+    text = res.stdout
+    assert res.exit_code == 4
+    assert "go\r\n" in text  # the terminal echoes what was typed
+    assert "/dev/pts/" in text and "30 100" in text and "40 120" in text
+    assert res.stderr == ""  # a terminal has one stream
+
+
+async def test_resize_without_a_pty_is_refused(sb: Sandbox) -> None:
+    box: dict[str, RunningCommand] = {}
+    task = asyncio.create_task(sb.exec(["sleep", "30"], on_start=lambda p: box.setdefault("p", p), timeout=60))
+    p = await _started(box)
+    with pytest.raises(SandfleetError, match="no terminal"):
+        await p.resize(80, 24)
+    p.signal(signal.SIGINT)
+    res = await task
+    assert res.signal == signal.SIGINT and res.exit_code == 128 + signal.SIGINT
+
+
+async def test_bad_terminal_size_is_refused(sb: Sandbox) -> None:
+    with pytest.raises(SandfleetError, match="terminal size"):
+        await sb.exec(["true"], pty=(0, 24))

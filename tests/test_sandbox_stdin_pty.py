@@ -77,3 +77,29 @@ async def test_resize_without_a_pty_is_refused(sb: Sandbox) -> None:
 async def test_bad_terminal_size_is_refused(sb: Sandbox) -> None:
     with pytest.raises(SandfleetError, match="terminal size"):
         await sb.exec(["true"], pty=(0, 24))
+
+
+async def test_files_api_checks_the_users_own_permissions() -> None:
+    """A READ or WRITE as a user is checked as that user's shell would be (the agent's
+    helper drops the capabilities that entering the sandbox's user namespace gave it)."""
+    from conftest import backend_skip
+    from sandfleet.errors import GuestError
+    from sandfleet.sandbox import create_sandbox
+
+    why = backend_skip("bwrap")
+    if why:
+        pytest.skip(why)
+    sb = await create_sandbox(backend="bwrap", ttl_s=120)
+    try:
+        shell = await sb.exec("touch /root/by-shell", user="agent")
+        assert shell.exit_code != 0 and "Permission denied" in shell.stderr
+        with pytest.raises(GuestError, match="Permission denied"):
+            await sb.write_file("/root/by-files-api", "x", user="agent")
+        await sb.write_file("/root/secret", "s", user="root", mode=0o600)
+        with pytest.raises(GuestError, match="Permission denied"):
+            await sb.read_file("/root/secret", user="agent")
+        await sb.write_file("mine.txt", "ok", user="agent")  # its own directory still works
+        assert await sb.read_file("mine.txt", user="agent") == b"ok"
+        assert (await sb.exec("ls /root", user="root")).stdout.split() == ["secret"]
+    finally:
+        await sb.close()

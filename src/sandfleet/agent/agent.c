@@ -431,6 +431,17 @@ static int become(uid_t uid, gid_t gid) {
     }
     if (setns(s_userns, CLONE_NEWUSER) < 0) return -1;
     if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) return -1;
+    if (uid != 0) {
+        /* Entering S gave us every capability in it, and setresuid keeps them: our old uid
+         * (GUEST_UID) is not 0 in S, so the kernel's "leaving root clears capabilities" rule
+         * does not apply. A command loses them at execve, but a file opened here for READ or
+         * WRITE (open_as) would be opened with CAP_DAC_OVERRIDE: drop them all, so the
+         * user's own permissions decide (a write as a user into /root is denied). */
+        struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+        struct __user_cap_data_struct d[2];
+        memset(d, 0, sizeof d);
+        if (syscall(SYS_capset, &h, d) < 0) return -1;
+    }
     return 0;
 }
 

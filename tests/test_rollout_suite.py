@@ -40,15 +40,19 @@ def test_span_recorder_tiles_with_overhead_gaps() -> None:
 
 
 def test_group_advantages() -> None:
-    def r(reward: float | None, status: str = "completed") -> RolloutResult:
-        return RolloutResult("x", "t", "t", 0, "a", "b", 0.0, 1.0, status, [], reward=reward)  # type: ignore[arg-type]
+    def r(reward: float | None, status: str = "completed", reason: str | None = None) -> RolloutResult:
+        return RolloutResult("x", "t", "t", 0, "a", "b", 0.0, 1.0, status, [], reward=reward,  # type: ignore[arg-type]
+                             reason=reason)
 
-    group = [r(1.0), r(0.0), r(1.0), r(None, "failed")]
+    group = [r(1.0), r(0.0), r(1.0), r(None, "failed", "node_lost")]  # the lost one is masked
     stats = group_advantages(group)
     assert stats["n"] == 3 and abs(stats["mean"] - 2 / 3) < 1e-12
     assert group[0].advantage is not None and group[0].advantage > 0 > group[1].advantage  # type: ignore[operator]
-    assert group[3].advantage is None
-    assert group_advantages([r(None, "failed")]) == {"n": 0, "mean": None, "std": None}
+    assert group[3].advantage is None and group[3].reward is None
+    assert group_advantages([r(None, "failed", "node_lost")]) == {"n": 0, "mean": None, "std": None, "masked": 1,
+                                                                  "complete": False}
+    policy = [r(1.0), r(None, "failed", "reward_missing")]  # a policy fault counts, as 0
+    assert group_advantages(policy)["n"] == 2 and policy[1].reward == 0.0 and policy[1].advantage is not None
 
 
 @needs_bwrap()
@@ -59,7 +63,7 @@ async def test_groups_fresh_and_forked(tmp_path: Path) -> None:
         report = await run([task], policy, n=3, concurrency=3, fork=fork)
         assert [r.reward for r in report.results] == [1.0, 1.0, 1.0]
         assert len({r.sandbox_id for r in report.results}) == 3  # a sandbox of its own each
-        assert report.groups["hello"] == {"n": 3, "mean": 1.0, "std": 0.0}
+        assert report.groups["hello"] == {"n": 3, "mean": 1.0, "std": 0.0, "masked": 0, "complete": True}
         assert all(("prepared_from" in r.info) == fork for r in report.results)
 
 

@@ -47,7 +47,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     rows = [
         ("rollouts", f"{summary['n_rollouts']} ({summary['n_completed']} completed, "
                      f"{summary['n_failed']} failed, {summary['n_cancelled']} cancelled)"),
-        ("pass rate", f"{summary['pass_rate']:.1%}"),
+        ("verdicts", ", ".join(f"{v} {k}" for k, v in summary["verdicts"].items())),
+        ("pass rate", f"{summary['pass_rate']:.1%} (of scored and policy_fault)"),
+        ("mask rate", f"{summary['mask_rate']:.1%} (infra_fault, reward null)"),
         ("mean reward", "-" if mean_reward is None else f"{mean_reward:.3f}"),
         ("wall time", f"{summary['wall_s']:.1f} s"),
         ("rollouts/min", f"{summary['rollouts_per_min'] or 0:.1f}"),
@@ -59,6 +61,8 @@ def summary_table(summary: dict[str, Any]) -> str:
         rows.append(("overhead fraction", f"{summary['overhead_fraction']:.3%}"))
     for reason, count in sorted(summary["failures"].items()):
         rows.append((f"failed: {reason}", str(count)))
+    for cause, count in sorted(summary["masked_causes"].items()):
+        rows.append((f"masked: {cause}", str(count)))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

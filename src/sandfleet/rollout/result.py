@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from sandfleet.rollout.verdict import Verdict, counted, settle
 from sandfleet.traceschema import SCHEMA
 
 Status = Literal["completed", "failed", "cancelled"]
@@ -47,6 +48,16 @@ class RolloutResult:
     verifier_exit_code: int | None = None
     verifier_output: str = ""
     info: dict[str, Any] = field(default_factory=dict)
+    verdict: Verdict | None = None
+    """``scored``, ``policy_fault`` (reward 0) or ``infra_fault`` (masked: reward None), given
+    by :func:`sandfleet.rollout.verdict.settle` when the attempt ends (docs/rollouts.md)."""
+    fault: dict[str, Any] | None = None
+    """A fault's evidence: ``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``."""
+
+    @property
+    def masked(self) -> bool:
+        """An infra fault: left out of pass rates and GRPO statistics, reward None."""
+        return settle(self) == "infra_fault"
 
     @property
     def duration(self) -> float:
@@ -68,16 +79,17 @@ class RolloutResult:
             "task": self.task, "group": self.group, "sample": self.sample,
             "attempt": self.attempt, "final": self.final, "sandbox_id": self.sandbox_id, "backend": self.backend,
             "agent": self.agent, "start": self.start, "end": self.end, "status": self.status,
-            "error": self.error, "reason": self.reason, "reward": self.reward,
-            "spans": self.spans,
+            "error": self.error, "reason": self.reason, "verdict": settle(self), "reward": self.reward,
+            **({"fault": self.fault} if self.fault else {}), "spans": self.spans,
         }  # fmt: skip
 
     def to_record(self) -> dict[str, Any]:
         return {
             "rollout_id": self.rollout_id, "task": self.task, "group": self.group,
             "sample": self.sample, "attempt": self.attempt, "final": self.final, "agent": self.agent,
-            "status": self.status, "reason": self.reason, "error": self.error,
-            "reward": self.reward, "reward_details": self.reward_details,
+            "status": self.status, "verdict": settle(self), "reason": self.reason, "error": self.error,
+            **({"fault": self.fault} if self.fault else {}), "reward": self.reward,
+            "reward_details": self.reward_details,
             "advantage": self.advantage, "passed": self.passed, "stop_reason": self.stop_reason,
             "turns": self.turns, "commands": self.commands, "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens, "duration_s": self.duration,
@@ -88,15 +100,19 @@ class RolloutResult:
 
 
 def group_advantages(results: list[RolloutResult], eps: float = 1e-6) -> dict[str, Any]:
-    """GRPO statistics of one group: (r - mean) / (std + eps) over completed rollouts.
+    """GRPO statistics of one group: (r - mean) / (std + eps) over its scored and policy-fault
+    rollouts (a policy fault counts as reward 0); masked ones (infra faults) are left out and
+    get no advantage.
 
-    Sets ``advantage`` on each completed result; returns ``{"n", "mean", "std"}``."""
-    rewards = [r.reward for r in results if r.status == "completed" and r.reward is not None]
-    if not rewards:
-        return {"n": 0, "mean": None, "std": None}
+    Sets ``advantage`` on each counted result; returns ``{"n", "mean", "std", "masked",
+    "complete"}`` (``complete``: no member masked)."""
+    kept = [r for r in counted(results) if r.reward is not None]
+    masked = len(results) - len(kept)
+    if not kept:
+        return {"n": 0, "mean": None, "std": None, "masked": masked, "complete": masked == 0}
+    rewards = [float(r.reward) for r in kept if r.reward is not None]
     mean = sum(rewards) / len(rewards)
     std = math.sqrt(sum((x - mean) ** 2 for x in rewards) / len(rewards))
-    for r in results:
-        if r.status == "completed" and r.reward is not None:
-            r.advantage = (r.reward - mean) / (std + eps)
-    return {"n": len(rewards), "mean": mean, "std": std}
+    for r, x in zip(kept, rewards, strict=True):
+        r.advantage = (x - mean) / (std + eps)
+    return {"n": len(rewards), "mean": mean, "std": std, "masked": masked, "complete": masked == 0}

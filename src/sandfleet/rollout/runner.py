@@ -25,6 +25,7 @@ from sandfleet.rollout.prepare import close_logged as close_sandbox
 from sandfleet.rollout.prepare import run_prepare, start_sandbox
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.rollout.verdict import INFRA, settle
 from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
 from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -38,25 +39,23 @@ TTL_MARGIN_S = 300.0
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Which failures are tried again (in a fresh sandbox), and how often."""
+    """Which attempts are run again (in a fresh sandbox, same task, group, sample and
+    sampling settings: a refill in place), and how often: an ``infra_fault`` (the agent can't
+    have caused it: :mod:`sandfleet.rollout.verdict`), never a policy fault, which would let a
+    policy redraw its own failures."""
 
     max_attempts: int = 2
     """Attempts per rollout, the first included."""
-    retry_on: frozenset[str] = frozenset({
-        "model_unreachable", "model_timeout", "model_malformed", "model_http_429",
-        "model_http_5xx", "sandbox_died", "sandbox_timeout", "sandbox_start",
-    })  # fmt: skip
-    """Failure reasons worth another attempt (``model_http_5xx`` stands for any 5xx)."""
+    never: frozenset[str] = frozenset({"image_build", "prepare_failed", "prepare_timeout", "cancelled"})
+    """Failure reasons not worth another attempt even though masked: the task is broken, not
+    the host (the same build or prepare step fails again)."""
     backoff_s: float = 1.0
     """Wait before attempt k+1: ``backoff_s * 2**(k-1)``."""
 
     def should_retry(self, result: RolloutResult) -> bool:
         if result.status != "failed" or result.attempt >= self.max_attempts:
             return False
-        reason = result.reason or ""
-        if reason.startswith("model_http_5"):
-            reason = "model_http_5xx"
-        return reason in self.retry_on
+        return settle(result) == INFRA and (result.reason or "") not in self.never
 
 
 def task_spec(
@@ -148,6 +147,7 @@ async def run_rollout(
         status="failed", spans=rec.spans, run_id=req.run_id, attempt=req.attempt,
     )  # fmt: skip
     sandbox: Sandbox | None = None
+    phase = "start"  # nothing of the agent's has run: a failure now is infra (rollout/verdict.py)
     try:
         with rec.span("sandbox_start"):
             sandbox = await _start(req)
@@ -164,6 +164,7 @@ async def run_rollout(
         ctx = AgentContext(
             task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
         )
+        phase = "agent"
         try:
             async with asyncio.timeout(task.agent_timeout_s):
                 result.stop_reason = await req.policy.act(ctx)
@@ -178,10 +179,14 @@ async def run_rollout(
                 ctx.completion_tokens,
             )
             result.info.update(ctx.info)
+        phase = "verifier"
         if req.verify == "separate":
             outcome = await run_verifier_separately(task, sandbox, rec, lambda: _start(req))
         else:
             outcome = await run_verifier(task, sandbox, rec)
+        if outcome.reason is None and outcome.timed_out and outcome.reward == 0.0 and not outcome.details:
+            outcome.reason = "verifier_timeout"  # no reward came before the limit: a policy fault
+            outcome.error = f"the tests outlived their {task.verifier.timeout_s:g} s limit"
         if outcome.reason is not None:  # scored 0 whatever the tests said (bad_reward_file)
             result.reason, result.info["reward_error"] = outcome.reason, outcome.error
         result.reward, result.reward_details = outcome.reward, outcome.details
@@ -194,11 +199,13 @@ async def run_rollout(
         raise
     except Exception as e:  # a failed rollout is a result, never a crash of the run
         result.reason, result.error = failure_reason(e), str(e) or type(e).__name__
+        result.info["phase"] = phase
     finally:
         if sandbox is not None:
             with rec.span("other_sandbox", what="close"):
                 await asyncio.shield(_close(sandbox, result))
         result.end = rec.finish()
+        settle(result)
         if on_result is not None:
             on_result(result)
     return result

@@ -40,6 +40,7 @@ from sandfleet.rollout.prepare import Prepared, delete_snapshot, prepared_snapsh
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, failure_reason, run_with_retries, task_spec
 from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.rollout.verdict import INFRA, counted, settle, verdict_counts
 from sandfleet.sandbox.bwrap import raw_bwrap_true_ms
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
@@ -143,13 +144,18 @@ class RunReport:
                 spans[name] += seconds
         n = len(self.results)
         total = sum(r.duration for r in self.results)
-        rewards = [r.reward for r in done if r.reward is not None]
+        verdicts = verdict_counts(self.results)
+        kept = counted(self.results)  # scored and policy faults: what trains
+        rewards = [r.reward for r in kept if r.reward is not None]
         return {
             "run_id": self.config.run_id, "n_rollouts": n, "n_completed": len(done),
             "n_failed": sum(r.status == "failed" for r in self.results),
             "n_cancelled": sum(r.status == "cancelled" for r in self.results),
             "n_attempts": len(self.attempts),
-            "pass_rate": sum(r.passed for r in self.results) / n if n else 0.0,
+            "verdicts": verdicts, "mask_rate": verdicts[INFRA] / n if n else 0.0,
+            "masked_causes": dict(Counter(str((r.fault or {}).get("cause")) for r in self.results if r.masked)),
+            "refilled": sum(1 for r in self.attempts if r.masked and not r.final),
+            "pass_rate": sum(r.passed for r in kept) / len(kept) if kept else 0.0,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "spans_mean_s": {k: v / n for k, v in spans.items()} if n else spans,
             "mean_rollout_s": total / n if n else None,
@@ -164,6 +170,7 @@ class RunReport:
             "close_failures": sum(bool(r.info.get("close_error")) for r in self.attempts)
             + self.snapshot_errors,
             "interrupted": self.interrupted, "resumed_rollouts": self.resumed,
+            "groups_incomplete": sum(g.get("complete") is False for g in self.groups.values()),
             "groups": self.groups,
         }  # fmt: skip
 
@@ -211,7 +218,8 @@ def _result_from(trace: dict[str, Any], record: dict[str, Any] | None) -> Rollou
         commands=int(rec.get("commands", 0)), prompt_tokens=int(rec.get("prompt_tokens", 0)),
         completion_tokens=int(rec.get("completion_tokens", 0)),
         verifier_exit_code=rec.get("verifier_exit_code"), verifier_output=rec.get("verifier_output") or "",
-        info=rec.get("info") or {},
+        info=rec.get("info") or {}, verdict=trace.get("verdict") or rec.get("verdict"),
+        fault=trace.get("fault") or rec.get("fault"),
     )  # fmt: skip
 
 
@@ -280,7 +288,8 @@ class _Writer:
         traces = [t for t in _json_lines(out / "trace.jsonl") if t.get("group") in groups]
         by_id = {str(r["rollout_id"]): r for r in records}
         prev = self.previous
-        prev.groups = {name: {k: g[k] for k in ("n", "mean", "std")} for name, g in groups.items()}
+        prev.groups = {name: {k: g[k] for k in ("n", "mean", "std", "masked", "complete") if k in g}
+                       for name, g in groups.items()}
         for t in traces:
             try:
                 result = _result_from(t, by_id.get(str(t["rollout_id"])))
@@ -334,11 +343,14 @@ def image_failure(
     not be built, or the forked group's prepare step failed): no sandbox, no time."""
     rec = SpanRecorder()
     end = rec.finish()
-    return RolloutResult(
+    result = RolloutResult(
         rollout_id=f"{task.name}#{sample}", task=task.name, group=task.name, sample=sample,
         agent=policy.name, backend=cfg.backend, start=rec.start, end=end, status="failed",
         spans=rec.spans, run_id=cfg.run_id, reason=failure_reason(error), error=str(error),
+        info={"phase": "start"},
     )  # fmt: skip
+    settle(result)
+    return result
 
 
 async def run_suite(

@@ -11,7 +11,8 @@ A script entry is one of::
     {"tool_calls": ["make", "make test"]}   several
     {"text": "```bash\\nls\\n```"}      plain text (fenced blocks for tool-less models)
     "Done."                             plain text
-    {"fault": "500" | "malformed" | "bad_shape" | "hang"}   a failure
+    {"fault": "500" | "429" | "400" | "malformed" | "bad_shape" | "hang"}   a failure
+                                        (400: the conversation is refused, as for one too long)
 
 and may carry ``"delay_s"``. ``faults`` (a list of fault names) are served first, one per
 request, whatever the turn, then the script plays normally: that is how retries are tested.
@@ -43,7 +44,7 @@ from typing import Any, Self
 import click
 
 DONE_TEXT = "The task is complete."
-FAULTS = ("500", "malformed", "bad_shape", "hang")
+FAULTS = ("500", "429", "400", "malformed", "bad_shape", "hang")
 
 
 def _tokens(text: str) -> int:
@@ -218,6 +219,10 @@ class FakeModelServer(ChatHTTPServer):
             return 503, b'{"error": "server shut down"}'
         if fault == "500":
             return 500, b'{"error": {"message": "scripted internal error"}}'
+        if fault == "429":
+            return 429, b'{"error": {"message": "scripted rate limit"}}'
+        if fault == "400":
+            return 400, b'{"error": {"message": "scripted: the prompt is longer than the context window"}}'
         if fault == "malformed":
             return 200, b'{"id": "x", "choices": [{"message": {"content": "trunc'
         if fault == "bad_shape":

@@ -1,0 +1,223 @@
+"""The verdict of a rollout: ``scored``, ``policy_fault`` or ``infra_fault`` (docs/rollouts.md).
+
+Every rollout ends with exactly one verdict, decided here and nowhere else:
+
+- ``scored``: the verifier ran and gave its reward;
+- ``policy_fault``: reward 0, for something the agent or its commands could have caused;
+- ``infra_fault``: masked (reward None, never 0), for something the agent can't cause.
+
+The rule is one table, :data:`RULES` (cause -> verdict), and :func:`classify`, which maps
+what a rollout ended with (status, reason, error text, the phase it failed in) to a cause of
+the table. When in doubt it is a ``policy_fault``: an agent must never be able to turn its
+own failure into a mask. A rollout that fails before its agent ran (the sandbox could not
+be made or prepared) is an ``infra_fault`` whatever the cause: the agent had not acted yet.
+
+A faulted rollout carries the evidence, ``fault``: the ``cause``, how its sandbox ended
+(``sandbox_end``: exit status, signal, OOM kills in its memory cgroup, its state directory
+gone, as :class:`~sandfleet.errors.SandboxDiedError`'s text says) and the ``log_tail``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+if TYPE_CHECKING:
+    from sandfleet.rollout.result import RolloutResult
+
+Verdict = Literal["scored", "policy_fault", "infra_fault"]
+SCORED: Final = "scored"
+POLICY: Final = "policy_fault"
+INFRA: Final = "infra_fault"
+VERDICTS: tuple[Verdict, ...] = (SCORED, POLICY, INFRA)
+
+Phase = Literal["start", "agent", "verifier"]
+"""Where a rollout was when it failed: making its sandbox (nothing of the agent's ran yet),
+the agent acting, or the verifier."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One row of the table: a cause, its verdict, and why."""
+
+    cause: str
+    verdict: Verdict
+    why: str
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("scored", SCORED, "the verifier ran and gave its reward (max turns and agent timeouts included)"),
+    # -- policy faults: reward 0
+    Rule("verifier_timeout", POLICY, "the tests outlived their limit (the agent can leave work that hangs them)"),
+    Rule("no_reward_file", POLICY, "the tests wrote no reward (the agent can delete or break them)"),
+    Rule("bad_reward_file", POLICY, "the reward file is a link, a device, a folder, too large or unreadable"),
+    Rule("bad_reward_value", POLICY, "the reward is not a finite number, or the reward output can't be parsed"),
+    Rule("reward_conflict", POLICY, "reward.txt and reward.json disagree"),
+    Rule("verifier_setup_failed", POLICY, "the tests could not be set up (e.g. a disk the agent filled)"),
+    Rule("tests_killed", POLICY, "the tests' processes were killed (the agent's processes can do it)"),
+    Rule("transfer_too_large", POLICY, "the workdir to verify separately is over its cap or malformed"),
+    Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "
+         "413, 422: too long, malformed tool calls), or model content that can't be parsed into an action"),
+    Rule("sandbox_oom", POLICY, "the sandbox died with OOM kills in its own memory cgroup (the agent's memory)"),
+    Rule("agent_unresponsive", POLICY, "the guest agent stopped answering (the agent's processes can starve it)"),
+    Rule("sandbox_timeout", POLICY, "a sandbox operation outlived its deadline after the agent started"),
+    Rule("no_solution", POLICY, "the oracle agent has no reference solution"),
+    Rule("unlisted", POLICY, "anything not in this table, our own bugs included: when in doubt, policy"),
+    # -- infra faults: masked
+    Rule("sandbox_start", INFRA, "the sandbox could not be made or prepared: the agent had not acted yet"),
+    Rule("image_build", INFRA, "the task's image could not be built"),
+    Rule("sandbox_died", INFRA, "the sandbox or its host died, killed from outside (a signal or exit with no "
+         "OOM kill in its own memory cgroup: the host's OOM killer, a kill, a lost state directory, a TTL, a "
+         "service that lost it)"),
+    Rule("node_lost", INFRA, "the node or service host running it was lost"),
+    Rule("no_node", INFRA, "no node of the task's arch was left to run it"),
+    Rule("model_unreachable", INFRA, "the model server refused or dropped connections, after retries"),
+    Rule("model_timeout", INFRA, "the model server did not answer in time"),
+    Rule("model_overloaded", INFRA, "the model server answered 5xx, 429 or 408, after retries"),
+    Rule("model_refused_auth", INFRA, "the model server refused the client (401, 403, 404: key, model name, URL)"),
+    Rule("model_malformed", INFRA, "the model server's answer was not a chat completion, after retries"),
+    Rule("service_unreachable", INFRA, "the sandbox service failed, was busy past retries, or can't be reached"),
+    Rule("task_grader", INFRA, "the task's grader is missing on this host, or names a parser that does not exist"),
+    Rule("cancelled", INFRA, "the run was stopped (Ctrl-C, SIGTERM) before the rollout ended"),
+)
+"""The whole rule, cause -> verdict. docs/rollouts.md lists it; tests cover each row."""
+
+CAUSES: dict[str, Rule] = {r.cause: r for r in RULES}
+
+# Failure reasons (RolloutResult.reason) -> cause. Reasons absent here are 'unlisted'
+# (policy), unless the rollout failed before its agent started.
+_REASONS: dict[str, str] = {
+    # the verifier's outcome reasons (rollout completed, reward 0) and the errors it raises
+    "verifier_timeout": "verifier_timeout", "no_reward_file": "no_reward_file", "reward_missing": "no_reward_file",
+    "bad_reward_file": "bad_reward_file", "bad_reward_value": "bad_reward_value",
+    "reward_malformed": "bad_reward_value", "reward_key_missing": "bad_reward_value",
+    "reward_conflict": "reward_conflict", "verifier_setup_failed": "verifier_setup_failed",
+    "verifier_setup": "verifier_setup_failed", "tests_killed": "tests_killed",
+    "transfer_too_large": "transfer_too_large", "verifier_transfer": "transfer_too_large",
+    "model_content": "model_content", "agent_unresponsive": "agent_unresponsive",
+    "sandbox_timeout": "sandbox_timeout", "no_solution": "no_solution",
+    # infra
+    "image_build": "image_build", "node_lost": "node_lost", "no_node": "no_node",
+    "model_unreachable": "model_unreachable", "model_timeout": "model_timeout",
+    "model_malformed": "model_malformed", "sandbox_start": "sandbox_start",
+    "prepare_failed": "sandbox_start", "prepare_timeout": "sandbox_start", "sandbox_setup": "sandbox_start",
+    "grader_missing": "task_grader", "parser": "task_grader", "cancelled": "cancelled",
+    # the sandbox service's errors (runner.failure_reason names them by class)
+    "ServiceError": "service_unreachable", "ServiceBusyError": "service_unreachable",
+    "AuthError": "service_unreachable", "HostLostError": "service_unreachable", "PoolError": "service_unreachable",
+    "HostUnsupportedError": "sandbox_start",
+}  # fmt: skip
+
+_OOM = re.compile(r"(\d+) OOM kill\(s\) in its memory cgroup")
+_SIGNAL = re.compile(r"killed by (SIG[A-Z0-9]+|signal \d+)")
+_STATUS = re.compile(r"exited with status (-?\d+)")
+_LOG = re.compile(r"its log ends: (.*)\Z", re.DOTALL)
+LOG_TAIL_CHARS = 600
+
+
+def model_http_cause(status: int) -> str:
+    """A model server's HTTP error status as a cause."""
+    if status >= 500 or status in (408, 429):
+        return "model_overloaded"
+    if status in (401, 403, 404):
+        return "model_refused_auth"
+    return "model_content"  # 400, 413, 422 ...: the request the policy's conversation made
+
+
+def cause_of(status: str, reason: str | None, error: str | None = None, phase: str | None = None) -> str:
+    """The cause, a key of :data:`CAUSES`, of a rollout that ended with ``status``
+    (completed, failed, cancelled), ``reason``, the ``error`` text and the ``phase`` it failed in."""
+    if status == "cancelled":
+        return "cancelled"
+    r = reason or ""
+    cause = _REASONS.get(r, "unlisted")
+    if r.startswith("model_http_"):
+        try:
+            cause = model_http_cause(int(r.removeprefix("model_http_")))
+        except ValueError:
+            cause = "unlisted"
+    if status == "completed":  # the verifier ran: scored, or 0 for a reason the agent could cause
+        if reason is None:
+            return "scored"
+        return cause if CAUSES[cause].verdict == POLICY else "unlisted"
+    if phase == "start":  # nothing of the agent's had run
+        return cause if CAUSES[cause].verdict == INFRA else "sandbox_start"
+    if r == "sandbox_died":
+        return "sandbox_oom" if _oom_kills(error or "") else "sandbox_died"
+    return cause
+
+
+def verdict_of_cause(cause: str) -> Verdict:
+    return CAUSES[cause].verdict
+
+
+def _oom_kills(text: str) -> int:
+    m = _OOM.search(text)
+    return int(m.group(1)) if m else 0
+
+
+def sandbox_end(error: str | None) -> dict[str, Any] | None:
+    """How a sandbox ended, read from a :class:`~sandfleet.errors.SandboxDiedError` text:
+    ``exit_status``, ``signal``, ``oom_kills``, ``state_dir_gone``, ``text`` (None: no such text)."""
+    text = error or ""
+    sig, status = _SIGNAL.search(text), _STATUS.search(text)
+    died = ("died" in text or "its process" in text or "expired" in text or "may be lost" in text
+            or "closed the connection" in text or "state directory" in text)
+    if not (sig or status or died):
+        return None
+    head = _LOG.split(text)[0].rstrip("; ")
+    return {
+        "exit_status": int(status.group(1)) if status else None,
+        "signal": sig.group(1) if sig else None,
+        "oom_kills": _oom_kills(text),
+        "state_dir_gone": "state directory is gone" in text,
+        "text": head[:LOG_TAIL_CHARS],
+    }
+
+
+def log_tail(error: str | None, output: str = "") -> str:
+    """The sandbox log's tail where the error quotes it, else the error's or output's tail."""
+    text = error or ""
+    m = _LOG.search(text)
+    if m:
+        return m.group(1).strip()[-LOG_TAIL_CHARS:]
+    return (text or output)[-LOG_TAIL_CHARS:]
+
+
+def settle(result: RolloutResult) -> Verdict:
+    """Give ``result`` its verdict (once): sets ``verdict``, ``fault`` (the evidence, on a
+    fault) and the reward (0.0 for a policy fault, None for an infra fault)."""
+    if result.verdict is not None:
+        return result.verdict
+    phase = result.info.get("phase")
+    cause = cause_of(result.status, result.reason, result.error, phase)
+    verdict = verdict_of_cause(cause)
+    result.verdict = verdict
+    if verdict == SCORED:
+        result.fault = None
+        return verdict
+    result.fault = {
+        "cause": cause, "phase": phase, "reason": result.reason,
+        "sandbox_end": sandbox_end(result.error),
+        "log_tail": log_tail(result.error or result.info.get("reward_error"), result.verifier_output),
+    }  # fmt: skip
+    if verdict == INFRA:
+        result.reward, result.reward_details, result.advantage = None, {}, None
+    elif result.reward is None:
+        result.reward = 0.0
+    return verdict
+
+
+def counted(results: Any) -> list[RolloutResult]:
+    """The results that train (scored and policy-fault ones): what pass rates and GRPO
+    statistics are computed over."""
+    return [r for r in results if settle(r) != INFRA]
+
+
+def verdict_counts(results: Any) -> dict[str, int]:
+    """How many results got each verdict (every verdict present, 0 included)."""
+    out: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+    for r in results:
+        out[settle(r)] += 1
+    return out

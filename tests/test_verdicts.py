@@ -1,0 +1,280 @@
+"""Verdicts: every rollout ends scored, policy_fault (reward 0) or infra_fault (masked, reward
+null), by the one rule of sandfleet/rollout/verdict.py; one test per cause of its table
+(docs/rollouts.md), real rollouts where the cause can be made here, and refill in place."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from sandfleet.rollout import OpenAIPolicy, OraclePolicy, RetryPolicy, RunConfig
+from sandfleet.rollout.policy import AgentContext
+from sandfleet.rollout.result import RolloutResult, group_advantages
+from sandfleet.rollout.suite import run_suite
+from sandfleet.rollout.verdict import CAUSES, INFRA, POLICY, RULES, SCORED, cause_of, sandbox_end, settle
+from sandfleet.sandbox.state import state_root
+from sandfleet.tasks import load_task
+from sandfleet.testing.fake_server import FakeModelServer
+from test_rollout_support import make_task, run
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "rollouts.md"
+SOLVE = [{"bash": "echo hello > /app/out.txt"}, "Done."]
+KILLED = ("sandbox sb-1: the guest agent's stream ended; its process was killed by SIGKILL; "
+          "its log ends: agent: serving")
+OOM = ("sandbox sb-1: the guest agent's stream ended; its process was killed by SIGKILL; "
+       "2 OOM kill(s) in its memory cgroup; its log ends: agent: serving")
+
+
+def _needs_bwrap() -> pytest.MarkDecorator:
+    from test_rollout_support import needs_bwrap
+
+    return needs_bwrap()
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def reaped(sandbox_id: str | None) -> bool:
+    return sandbox_id is None or not (state_root() / sandbox_id).exists()
+
+
+def test_the_rule_is_written_down_cause_by_cause() -> None:
+    """docs/rollouts.md's table holds every cause of RULES with its verdict, and nothing else."""
+    text = DOCS.read_text()
+    rows = dict(re.findall(r"^\| `([a-z_0-9]+)` \| `(scored|policy_fault|infra_fault)` \|", text, re.M))
+    assert rows == {r.cause: r.verdict for r in RULES}
+
+
+# (status, reason, error, phase) -> cause, for each cause of the table; the ones made by real
+# rollouts below are checked there too.
+CASES = [
+    ("completed", None, None, "verifier", "scored"),
+    ("completed", "verifier_timeout", "the tests outlived their 2 s limit", "verifier", "verifier_timeout"),
+    ("failed", "reward_missing", "no reward file", "verifier", "no_reward_file"),
+    ("completed", "no_reward_file", "no reward file", "verifier", "no_reward_file"),
+    ("completed", "bad_reward_file", "/logs/verifier/reward.txt: a link", "verifier", "bad_reward_file"),
+    ("failed", "reward_malformed", "reward 'abc' is not a number", "verifier", "bad_reward_value"),
+    ("completed", "bad_reward_value", "nan", "verifier", "bad_reward_value"),
+    ("completed", "reward_conflict", "1 in reward.txt, 0 in reward.json", "verifier", "reward_conflict"),
+    ("failed", "verifier_setup", "No space left on device", "verifier", "verifier_setup_failed"),
+    ("completed", "verifier_setup_failed", "No space left on device", "verifier", "verifier_setup_failed"),
+    ("completed", "tests_killed", "the tests' processes were killed", "verifier", "tests_killed"),
+    ("completed", "transfer_too_large", "workdir over 1 GiB", "verifier", "transfer_too_large"),
+    ("failed", "model_http_400", "context window", "agent", "model_content"),
+    ("failed", "model_http_413", "too large", "agent", "model_content"),
+    ("failed", "model_content", "no action in the reply", "agent", "model_content"),
+    ("failed", "sandbox_died", OOM, "agent", "sandbox_oom"),
+    ("failed", "agent_unresponsive", "the guest agent did not answer", "agent", "agent_unresponsive"),
+    ("failed", "sandbox_timeout", "read_file outlived 30 s", "agent", "sandbox_timeout"),
+    ("failed", "no_solution", "task t has no reference solution", "agent", "no_solution"),
+    ("failed", "internal_KeyError", "'x'", "agent", "unlisted"),
+    ("failed", "GuestExecError", "no such program", "agent", "unlisted"),
+    ("completed", "image_build", "an infra reason on a verified rollout is still the policy's", "verifier",
+     "unlisted"),
+    ("failed", "GuestError", "prepare.sh: no such file", "start", "sandbox_start"),
+    ("failed", "prepare_failed", "prepare.sh exited with 3", "start", "sandbox_start"),
+    ("failed", "image_build", "Dockerfile:3: RUN false", "start", "image_build"),
+    ("failed", "sandbox_died", KILLED, "agent", "sandbox_died"),
+    ("failed", "sandbox_died", "sandbox sb-1 expired (its TTL passed)", "verifier", "sandbox_died"),
+    ("failed", "sandbox_died", OOM, "start", "sandbox_start"),  # the prepare step's OOM: the agent had not acted
+    ("failed", "node_lost", "node n1 was lost", None, "node_lost"),
+    ("failed", "no_node", "no node of arch arm64", None, "no_node"),
+    ("failed", "model_unreachable", "ConnectError", "agent", "model_unreachable"),
+    ("failed", "model_timeout", "ReadTimeout", "agent", "model_timeout"),
+    ("failed", "model_http_503", "overloaded", "agent", "model_overloaded"),
+    ("failed", "model_http_429", "rate limited", "agent", "model_overloaded"),
+    ("failed", "model_http_401", "bad key", "agent", "model_refused_auth"),
+    ("failed", "model_malformed", "not a chat completion", "agent", "model_malformed"),
+    ("failed", "ServiceError", "cannot reach the service at http://h:1", "agent", "service_unreachable"),
+    ("failed", "HostLostError", "host lost", "verifier", "service_unreachable"),
+    ("failed", "grader_missing", "needs the swebench package", "verifier", "task_grader"),
+    ("cancelled", "cancelled", "rollout cancelled", "agent", "cancelled"),
+]
+
+
+@pytest.mark.parametrize(("status", "reason", "error", "phase", "cause"), CASES,
+                         ids=[f"{c[4]}-{c[1]}-{c[3]}" for c in CASES])
+def test_cause_of_each_ending(status: str, reason: str | None, error: str | None, phase: str | None,
+                              cause: str) -> None:
+    assert cause_of(status, reason, error, phase) == cause
+
+
+def test_every_cause_of_the_table_has_a_case() -> None:
+    assert {c[4] for c in CASES} == set(CAUSES)
+
+
+def _result(status: str, reason: str | None, reward: float | None, error: str | None = None,
+            phase: str | None = None, sample: int = 0) -> RolloutResult:
+    return RolloutResult(f"t#{sample}", "t", "t", sample, "a", "bwrap", 0.0, 1.0, status, [], reason=reason,  # type: ignore[arg-type]
+                         reward=reward, error=error, info={"phase": phase} if phase else {})
+
+
+def test_settle_sets_reward_and_evidence() -> None:
+    masked = _result("failed", "sandbox_died", None, KILLED, "agent")
+    assert settle(masked) == INFRA and masked.reward is None and masked.masked
+    assert masked.fault is not None and masked.fault["cause"] == "sandbox_died"
+    assert masked.fault["sandbox_end"]["signal"] == "SIGKILL" and masked.fault["sandbox_end"]["oom_kills"] == 0
+    assert masked.fault["log_tail"] == "agent: serving"
+    oom = _result("failed", "sandbox_died", None, OOM, "agent")
+    assert settle(oom) == POLICY and oom.reward == 0.0 and oom.fault and oom.fault["sandbox_end"]["oom_kills"] == 2
+    scored = _result("completed", None, 0.0)
+    assert settle(scored) == SCORED and scored.fault is None and scored.reward == 0.0
+    # a masked row's reward is null in both files, never 0; a policy fault's is 0
+    assert masked.to_record()["reward"] is None and masked.to_trace()["verdict"] == INFRA
+    assert oom.to_record()["reward"] == 0.0 and oom.to_record()["verdict"] == POLICY
+    assert sandbox_end("model server answered HTTP 500") is None
+
+
+def test_group_statistics_leave_masked_members_out() -> None:
+    rs = [_result("completed", None, 1.0, sample=0), _result("completed", None, 0.0, sample=1),
+          _result("failed", "reward_missing", None, "no reward", "verifier", sample=2),
+          _result("failed", "sandbox_died", None, KILLED, "agent", sample=3)]
+    stats = group_advantages(rs)
+    assert stats["n"] == 3 and stats["masked"] == 1 and stats["complete"] is False
+    assert stats["mean"] == pytest.approx(1 / 3)  # the policy fault counts as 0, the masked one not at all
+    assert rs[3].advantage is None and rs[2].advantage is not None and rs[2].advantage < 0
+
+
+def test_retry_refills_infra_faults_only() -> None:
+    policy = RetryPolicy(max_attempts=3)
+    assert policy.should_retry(_result("failed", "sandbox_died", None, KILLED, "agent"))
+    assert policy.should_retry(_result("failed", "node_lost", None, "lost"))
+    assert not policy.should_retry(_result("failed", "sandbox_died", None, OOM, "agent"))  # its own OOM
+    assert not policy.should_retry(_result("failed", "reward_missing", None, "none", "verifier"))
+    assert not policy.should_retry(_result("failed", "model_http_400", None, "too long", "agent"))
+
+
+# -- real rollouts (bwrap) -------------------------------------------------------------------
+
+SLEEPY_TESTS = "#!/bin/bash\nsleep 30\n"
+NO_REWARD = "#!/bin/bash\necho 'tests ran, wrote nothing'\n"
+BAD_VALUE = "#!/bin/bash\nmkdir -p /logs/verifier; echo abc > /logs/verifier/reward.txt\n"
+LINKED = "#!/bin/bash\nmkdir -p /logs/verifier; ln -sf /etc/hostname /logs/verifier/reward.txt\n"
+
+
+@_needs_bwrap()
+async def test_verdicts_of_real_rollouts(tmp_path: Path) -> None:
+    """One run with a task per cause that a task folder can make: each row's verdict, cause
+    and reward, in the result and in both files; the summary counts them."""
+    tasks = [
+        make_task(tmp_path, "hello"),
+        make_task(tmp_path, "wrong", solve="echo nope > /app/out.txt"),
+        make_task(tmp_path, "slow-agent", solve="sleep 30", agent_timeout=2),
+        make_task(tmp_path, "slow-tests", test_sh=SLEEPY_TESTS, verifier_timeout=2),
+        make_task(tmp_path, "no-reward", test_sh=NO_REWARD),
+        make_task(tmp_path, "bad-value", test_sh=BAD_VALUE),
+        make_task(tmp_path, "linked", test_sh=LINKED),
+        make_task(tmp_path, "prep-fails", prepare="#!/bin/bash\necho broken prepare; exit 3\n"),
+    ]
+    nosol = make_task(tmp_path, "no-solution")
+    shutil.rmtree(nosol.path / "solution")
+    tasks.append(load_task(nosol.path))
+    out = tmp_path / "out"
+    report = await run(tasks, OraclePolicy(), out, concurrency=4, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+    by = {r.task: r for r in report.results}
+    want = {"hello": (SCORED, None, 1.0), "wrong": (SCORED, None, 0.0), "slow-agent": (SCORED, None, 0.0),
+            "slow-tests": (POLICY, "verifier_timeout", 0.0), "no-reward": (POLICY, "no_reward_file", 0.0),
+            "bad-value": (POLICY, "bad_reward_value", 0.0), "linked": (POLICY, "bad_reward_file", 0.0),
+            "prep-fails": (INFRA, "sandbox_start", None), "no-solution": (POLICY, "no_solution", 0.0)}
+    got = {t: (r.verdict, (r.fault or {}).get("cause"), r.reward) for t, r in by.items()}
+    assert got == want
+    assert by["slow-agent"].stop_reason == "agent_timeout"  # still verified and scored
+    assert "broken prepare" in (by["prep-fails"].fault or {}).get("log_tail", "")
+    assert all(r.attempt == 1 for r in report.results)  # policy faults never retried, nor a broken prepare
+    assert all(reaped(a.sandbox_id) for a in report.attempts)
+    rows = {json.loads(x)["task"]: json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()}
+    assert {t: (r["verdict"], r["reward"]) for t, r in rows.items()} == {t: (v, w) for t, (v, _, w) in want.items()}
+    assert rows["prep-fails"]["fault"]["phase"] == "start" and "fault" not in rows["hello"]
+    traces = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]
+    assert all(t["verdict"] in (SCORED, POLICY, INFRA) for t in traces) and len(traces) == len(tasks)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdicts"] == {SCORED: 3, POLICY: 5, INFRA: 1}
+    assert summary["mask_rate"] == pytest.approx(1 / 9)
+    assert summary["pass_rate"] == pytest.approx(1 / 8)  # over scored and policy faults
+    assert summary["masked_causes"] == {"sandbox_start": 1} and summary["refilled"] == 0
+
+
+@_needs_bwrap()
+async def test_model_server_faults(tmp_path: Path) -> None:
+    """500s and answers that are not chat completions, after the retry: masked. A request the
+    server refuses for the conversation the policy built (400): the policy's fault."""
+    task = make_task(tmp_path)
+    retry = RetryPolicy(max_attempts=2, backoff_s=0.01)
+    for fault, verdict, cause in (("500", INFRA, "model_overloaded"), ("429", INFRA, "model_overloaded"),
+                                  ("malformed", INFRA, "model_malformed")):
+        with FakeModelServer(SOLVE, faults=[fault] * 2) as server:
+            report = await run([task], OpenAIPolicy(server.url, "m"), retry=retry)
+        r = report.results[0]
+        assert (r.verdict, (r.fault or {}).get("cause"), r.reward, r.attempt) == (verdict, cause, None, 2), fault
+    with FakeModelServer([{"fault": "400"}]) as server:  # every request of the first turn: 400
+        report = await run([task], OpenAIPolicy(server.url, "m"), retry=retry)
+    r = report.results[0]
+    assert (r.verdict, (r.fault or {}).get("cause"), r.reward, r.attempt) == (POLICY, "model_content", 0.0, 1)
+
+
+@_needs_bwrap()
+async def test_refused_model_server_is_masked_within_60_s_with_default_flags(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    policy = OpenAIPolicy(f"http://127.0.0.1:{closed_port()}/v1", "m", api_key="")
+    t0 = time.monotonic()
+    report = await run_suite([task], policy, RunConfig(backend="bwrap"), out_dir=None)  # sandfleet run's defaults
+    seconds = time.monotonic() - t0
+    r = report.results[0]
+    assert (r.verdict, (r.fault or {}).get("cause"), r.reward) == (INFRA, "model_unreachable", None)
+    assert r.attempt == RunConfig().retry.max_attempts and seconds < 60, seconds
+
+
+class KillFromHost:
+    """Solves the hello task, but SIGKILLs its sandbox's process from the host first, in the
+    first ``kills`` rollouts it acts in (the sandbox dies under the agent: not its doing)."""
+
+    name = "kill-from-host"
+
+    def __init__(self, kills: int):
+        self.kills = kills
+
+    async def act(self, ctx: AgentContext) -> str:
+        if self.kills > 0:
+            self.kills -= 1
+            ctx.sandbox.agent.proc.kill()  # type: ignore[attr-defined]
+        ctx.turns += 1
+        await ctx.run("echo hello > /app/out.txt")
+        return "done"
+
+
+@_needs_bwrap()
+async def test_a_killed_member_is_refilled_in_place(tmp_path: Path) -> None:
+    """n=3, one member's sandbox killed from the host: that member alone runs again (same
+    task, group and sample) and the group ends whole; with no attempt left it is masked
+    instead, the group incomplete, its statistics over the other two."""
+    task = make_task(tmp_path)
+    out = tmp_path / "refill"
+    report = await run([task], KillFromHost(1), out, n=3, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+    assert [r.verdict for r in report.results] == [SCORED] * 3 and [r.reward for r in report.results] == [1.0] * 3
+    killed = [a for a in report.attempts if a.verdict == INFRA]
+    assert len(killed) == 1 and not killed[0].final and killed[0].fault
+    assert killed[0].fault["cause"] == "sandbox_died" and killed[0].fault["sandbox_end"]["signal"] == "SIGKILL"
+    again = [a for a in report.attempts if a.sample == killed[0].sample]
+    assert [a.attempt for a in again] == [1, 2] and len(report.attempts) == 4  # nobody else ran again
+    group = json.loads((out / "groups.jsonl").read_text())
+    assert group["complete"] is True and group["masked"] == 0 and group["n"] == 3
+    assert all(reaped(a.sandbox_id) for a in report.attempts)
+
+    out = tmp_path / "masked"
+    report = await run([task], KillFromHost(1), out, n=3, retry=RetryPolicy(max_attempts=1))
+    masked = [r for r in report.results if r.verdict == INFRA]
+    assert len(masked) == 1 and masked[0].reward is None and masked[0].advantage is None
+    group = json.loads((out / "groups.jsonl").read_text())
+    assert group["complete"] is False and group["masked"] == 1 and group["n"] == 2
+    assert group["advantages"][masked[0].rollout_id] is None
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdicts"][INFRA] == 1 and summary["pass_rate"] == 1.0 and summary["groups_incomplete"] == 1

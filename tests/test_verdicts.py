@@ -278,3 +278,24 @@ async def test_a_killed_member_is_refilled_in_place(tmp_path: Path) -> None:
     assert group["advantages"][masked[0].rollout_id] is None
     summary = json.loads((out / "summary.json").read_text())
     assert summary["verdicts"][INFRA] == 1 and summary["pass_rate"] == 1.0 and summary["groups_incomplete"] == 1
+    check_analyze_counts_verdicts(out, tmp_path / "report.html")
+
+
+def check_analyze_counts_verdicts(run_dir: Path, html: Path) -> None:
+    """``sandfleet analyze`` of a run with one masked member of 3: text, JSON and HTML."""
+    from click.testing import CliRunner
+
+    from sandfleet.analysis.cli import analyze
+
+    res = CliRunner().invoke(analyze, [str(run_dir), "--json"])
+    assert res.exit_code == 0, res.output
+    runs = json.loads(res.output)["runs"]["A"]
+    assert runs["verdicts"] == {SCORED: 2, POLICY: 0, INFRA: 1}
+    assert runs["mask_rate"] == pytest.approx(1 / 3) and runs["pass_rate"] == 1.0 and runs["refilled"] == 0
+    res = CliRunner().invoke(analyze, [str(run_dir)])
+    assert res.exit_code == 0, res.output
+    line = next(x for x in res.output.splitlines() if x.startswith("A ") and "33.3 %" in x)
+    assert line.split()[1:4] == ["2", "0", "1"], res.output
+    res = CliRunner().invoke(analyze, [str(run_dir), "--html", str(html)])
+    assert res.exit_code == 0, res.output
+    assert "<h2>Verdicts</h2>" in html.read_text() and "33.3 %" in html.read_text()

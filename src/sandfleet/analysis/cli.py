@@ -67,6 +67,12 @@ def render_text(a: dict[str, Any]) -> str:
             ],
         )
     ]
+    out.append("\nVerdicts (final attempts; pass rate over scored + policy_fault, masked apart)")
+    out.append(table(
+        ["run", "scored", "policy_fault", "infra_fault", "mask rate", "pass rate", "refilled"],
+        [[lab, *(str(r["verdicts"][v]) for v in ("scored", "policy_fault", "infra_fault")), _pct(r["mask_rate"]),
+          _pct(r["pass_rate"]), str(r["refilled"])] for lab, r in a["runs"].items()],
+    ))
     if not all(r["model_time_known"] for r in a["runs"].values()):
         out.append("note: model time unknown in some traces (converted); it is in agent_command")
     heads = [f"{lab} {m}" for lab in labs for m in ("mean", "median", "p90")]

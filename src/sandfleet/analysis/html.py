@@ -160,6 +160,19 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
             ],
         )
     )
+    parts.append("<h2>Verdicts</h2><p class='note'>Final attempts. The pass rate is over scored and "
+                 "policy_fault rollouts; infra_fault ones are masked (reward null) and counted apart.</p>")
+    parts.append(
+        _table(
+            ["run", "scored", "policy_fault", "infra_fault", "mask rate", "pass rate", "refilled"],
+            [
+                [lab, *(str(a["runs"][lab]["verdicts"][v]) for v in ("scored", "policy_fault", "infra_fault")),
+                 _pct(a["runs"][lab]["mask_rate"]), _pct(a["runs"][lab]["pass_rate"]),
+                 str(a["runs"][lab]["refilled"])]
+                for lab in labs
+            ],
+        )
+    )
     if not all(a["runs"][lab]["model_time_known"] for lab in labs):
         parts.append(
             "<p class='note'>Some traces do not know the model's time (converted "

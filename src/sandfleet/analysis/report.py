@@ -6,7 +6,10 @@ in ``docs/figures.md``) has:
 - ``provenance``: ``analysis`` (the analysing host, sandfleet version and commit, time and
   the analysis options) and ``runs``: label to the ``provenance`` its ``run.json`` recorded
   (null when the run directory has none).
-- ``runs``: label (``A``, ``B``) to name, path and rollout counts per status.
+- ``runs``: label (``A``, ``B``) to name, path and rollout counts per status (every
+  attempt), and the verdicts of final attempts: ``verdicts`` (``scored``, ``policy_fault``,
+  ``infra_fault`` to counts), ``mask_rate``, ``pass_rate`` (reward >= 1 over scored and
+  policy-fault rollouts) and ``refilled`` (masked attempts that were run again).
 - ``spans``: label to span (and ``total``) to ``{mean, median, p90}`` seconds.
 - ``spans_mean_s``: label to span (and ``total``) to mean seconds.
 - ``raw_bwrap_true_ms``: label to a bare ``bwrap true`` timed when the run started (its
@@ -37,7 +40,7 @@ from typing import Any
 
 from sandfleet.analysis import breakdown as bd
 from sandfleet.analysis import figures as fg
-from sandfleet.analysis.trace import STATUSES, Run
+from sandfleet.analysis.trace import STATUSES, VERDICTS, Run, final_attempts
 from sandfleet.errors import ConfigError
 from sandfleet.provenance import provenance
 
@@ -73,6 +76,18 @@ def _run_json(run: Run, key: str) -> Any:
     except (OSError, ValueError) as e:
         return {"unreadable": f"{path}: {e}"}
     return info.get(key) if isinstance(info, dict) else None
+
+
+def verdict_figures(run: Run) -> dict[str, Any]:
+    """Verdicts of a run's final attempts, its mask rate and its pass rate over the rollouts
+    that train (scored and policy faults), and how many masked attempts were run again."""
+    finals = final_attempts(run.rollouts)
+    counts = {v: sum(r.verdict == v for r in finals) for v in VERDICTS}
+    kept = [r for r in finals if not r.masked]
+    passed = sum(r.reward is not None and r.reward >= 1.0 - 1e-9 for r in kept)
+    return {"verdicts": counts, "mask_rate": counts["infra_fault"] / len(finals) if finals else None,
+            "pass_rate": passed / len(kept) if kept else None,
+            "refilled": sum(r.masked for r in run.rollouts) - counts["infra_fault"]}
 
 
 def run_provenance(run: Run) -> Any:
@@ -118,6 +133,7 @@ def analyze(
             "path": str(run.path),
             "rollouts": len(run.rollouts),
             **{st: sum(r.status == st for r in run.rollouts) for st in STATUSES},
+            **verdict_figures(run),
             "model_time_known": run.model_time_known,
         }
         for lab, run in zip(labels, runs, strict=True)

@@ -20,6 +20,7 @@ from sandfleet.errors import ConfigError
 from sandfleet.traceschema import SCHEMA, SPAN_NAMES
 
 STATUSES = ("completed", "failed", "cancelled")
+VERDICTS = ("scored", "policy_fault", "infra_fault")
 _ATTEMPT_SUFFIX = re.compile(r"~\d+$")
 TILE_TOLERANCE_S = 1e-3
 """Largest gap or overlap between consecutive spans that is still read as tiling."""
@@ -67,6 +68,13 @@ class Rollout:
     """Index inside the group (``None`` when the trace does not say)."""
     attempt: int = 1
     """Which attempt of the rollout this is (a retried rollout has attempts 1, 2, ...)."""
+    verdict: str = "scored"
+    """``scored``, ``policy_fault`` or ``infra_fault`` (masked); a trace without the key is
+    read as ``scored`` when completed, else ``policy_fault``."""
+
+    @property
+    def masked(self) -> bool:
+        return self.verdict == "infra_fault"
 
     @property
     def duration(self) -> float:
@@ -185,6 +193,11 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
     attempt = 1 if obj.get("attempt") is None else obj["attempt"]
     if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 1:
         raise ValueError(f"rollout: 'attempt' must be an integer >= 1, got {attempt!r}")
+    verdict = obj.get("verdict")
+    if verdict is None:
+        verdict = "scored" if status == "completed" else "policy_fault"
+    if verdict not in VERDICTS:
+        raise ValueError(f"unknown verdict {verdict!r} (expected one of {VERDICTS})")
     rid = str(obj.get("rollout_id") or default_id)
     task = str(obj.get("task") or rid)
     return Rollout(
@@ -200,6 +213,7 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
         model_time_known=bool(obj.get("model_time_known", True)),
         sample=sample,
         attempt=attempt,
+        verdict=verdict,
     )
 
 

@@ -131,6 +131,43 @@ async def test_a_lost_node_fails_its_group_node_lost_and_the_group_runs_whole_el
     assert n2.lost and not cluster_processes_of(pool)
 
 
+
+async def test_a_lost_node_keeps_the_members_it_finished_and_refills_the_rest(tmp_path: Path) -> None:
+    """Refill in place on Ray: of a group of 2 on one node, one member finishes, then the
+    node is removed; only the other member runs again, on another node, and the group ends whole."""
+    from sandfleet.cluster import RolloutPool
+    from sandfleet.testing.faultpolicies import Staggered
+
+    task = make_task(tmp_path)
+    half = Staggered(["echo hello > /app/out.txt"], ["sleep 8; echo hello > /app/out.txt"])
+    pool = await RolloutPool.create("local:3", capacity=2, backend="bwrap", image="host")
+    n0, n1, n2 = sorted(pool.nodes, key=lambda x: x.label)
+    try:
+        await pool.drain(n0.node_id)  # the head (the driver's node) can't be removed
+        await pool.drain(n1.node_id)
+        running = asyncio.create_task(pool.run_group(task, 2, half))
+        async with asyncio.timeout(60):  # both up on n2, then the quick one done and closed
+            while len((await pool.leftovers())[n2.node_id]["sandboxes"]) < 2:
+                await asyncio.sleep(0.1)
+            while len((await pool.leftovers())[n2.node_id]["sandboxes"]) > 1:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the finished member's attempt streams back to the driver
+        await pool.undrain(n1.node_id)
+        pool.remove_local_node(n2.node_id)
+        run = await asyncio.wait_for(running, 120)
+    finally:
+        await pool.close()
+    first, second = run.info["placements"]
+    assert first["node"] == n2.node_id and first["lost"] is True and second["node"] == n1.node_id
+    done = [r for r in run.results if r.info["node"] == n2.node_id]
+    assert len(done) == 1 and done[0].attempt == 1 and done[0].verdict == "scored"  # kept, not run again
+    again = [r for r in run.results if r.info["node"] == n1.node_id]
+    assert len(again) == 1 and second["samples"] == [again[0].sample] and again[0].attempt == 2
+    lost = [r for r in run.attempts if r.reason == "node_lost"]
+    assert [r.sample for r in lost] == [again[0].sample] and lost[0].verdict == "infra_fault" and not lost[0].final
+    assert [r.reward for r in run.results] == [1.0, 1.0] and run.stats["complete"] is True
+    assert not cluster_processes_of(pool)
+
 def cluster_processes_of(pool: object) -> list[str]:
     local = getattr(pool, "local", None)
     return [] if local is None else [str(p) for p in local.processes()]

@@ -5,6 +5,7 @@ as a local run, and a host killed (SIGKILL) mid-group whose group is placed agai
 from __future__ import annotations
 
 import asyncio
+import copy
 import importlib.util
 import json
 import shutil
@@ -21,6 +22,7 @@ from sandfleet.errors import ConfigError
 from sandfleet.rollout import NoopPolicy, OraclePolicy, RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.tasks.loader import load_task
+from sandfleet.testing.faultpolicies import Staggered
 from test_rollout_support import make_task, needs_bwrap
 
 pytestmark = [
@@ -186,3 +188,38 @@ async def test_a_killed_host_fails_its_group_node_lost_and_the_group_runs_whole_
     assert seen_lost and recovered < 90
     assert leftovers == {b.url: []}  # nothing of the lost group stays on the survivor
     assert metric(b, "sandfleet_sandboxes ") == 0
+
+
+HALF = Staggered(["echo hello > /app/out.txt"], ["sleep 8; echo hello > /app/out.txt"])
+"""The first member it runs is done at once; the others sleep 8 s first."""
+
+
+async def test_a_killed_host_keeps_the_members_it_finished_and_refills_the_rest(
+        two: tuple[RunningService, RunningService], tmp_path: Path) -> None:
+    """Refill in place over several services: of a group of 2 on host a, one member finishes,
+    then a is killed; only the other member runs again, on b, and the group ends whole."""
+    a, b = two
+    task = make_task(tmp_path, "half")
+    pool = await ServicePool.create([a.url, b.url], a.token, capacity=2)
+    try:
+        running = asyncio.create_task(pool.run_group(task, 2, copy.deepcopy(HALF)))
+        async with asyncio.timeout(120):  # both up on a, then the quick one done and closed
+            while len((await pool.leftovers())[a.url]) < 2:
+                await asyncio.sleep(0.1)
+            while len((await pool.leftovers())[a.url]) > 1:
+                await asyncio.sleep(0.1)
+        a.kill()
+        run = await asyncio.wait_for(running, 180)
+    finally:
+        await pool.close()
+    first, second = run.info["placements"]
+    assert first["node"] == a.url and first["lost"] is True and second["node"] == b.url
+    done = [r for r in run.results if r.info["node"] == a.url]
+    assert len(done) == 1 and done[0].attempt == 1 and done[0].verdict == "scored"  # kept, not run again
+    again = [r for r in run.results if r.info["node"] == b.url]
+    assert len(again) == 1 and second["samples"] == [again[0].sample] and again[0].verdict == "scored"
+    lost = [r for r in run.attempts if r.reason == "node_lost"]
+    assert [r.sample for r in lost] == [again[0].sample] and lost[0].verdict == "infra_fault" and not lost[0].final
+    assert [r.reward for r in run.results] == [1.0, 1.0] and run.stats["complete"] is True and run.stats["n"] == 2
+    assert sum(r.sample == done[0].sample for r in run.attempts) == 1
+    assert run.info["refilled"] == [again[0].sample]

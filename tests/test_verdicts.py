@@ -4,7 +4,9 @@ null), by the one rule of sandfleet/rollout/verdict.py; one test per cause of it
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import shutil
 import socket
@@ -14,13 +16,13 @@ from pathlib import Path
 import pytest
 
 from sandfleet.rollout import OpenAIPolicy, OraclePolicy, RetryPolicy, RunConfig
-from sandfleet.rollout.policy import AgentContext
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.suite import run_suite
 from sandfleet.rollout.verdict import CAUSES, INFRA, POLICY, RULES, SCORED, cause_of, sandbox_end, settle
 from sandfleet.sandbox.state import state_root
 from sandfleet.tasks import load_task
 from sandfleet.testing.fake_server import FakeModelServer
+from sandfleet.testing.faultpolicies import KillFromHost
 from test_rollout_support import make_task, run
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "rollouts.md"
@@ -233,24 +235,6 @@ async def test_refused_model_server_is_masked_within_60_s_with_default_flags(tmp
     assert r.attempt == RunConfig().retry.max_attempts and seconds < 60, seconds
 
 
-class KillFromHost:
-    """Solves the hello task, but SIGKILLs its sandbox's process from the host first, in the
-    first ``kills`` rollouts it acts in (the sandbox dies under the agent: not its doing)."""
-
-    name = "kill-from-host"
-
-    def __init__(self, kills: int):
-        self.kills = kills
-
-    async def act(self, ctx: AgentContext) -> str:
-        if self.kills > 0:
-            self.kills -= 1
-            ctx.sandbox.agent.proc.kill()  # type: ignore[attr-defined]
-        ctx.turns += 1
-        await ctx.run("echo hello > /app/out.txt")
-        return "done"
-
-
 @_needs_bwrap()
 async def test_a_killed_member_is_refilled_in_place(tmp_path: Path) -> None:
     """n=3, one member's sandbox killed from the host: that member alone runs again (same
@@ -299,3 +283,26 @@ def check_analyze_counts_verdicts(run_dir: Path, html: Path) -> None:
     res = CliRunner().invoke(analyze, [str(run_dir), "--html", str(html)])
     assert res.exit_code == 0, res.output
     assert "<h2>Verdicts</h2>" in html.read_text() and "33.3 %" in html.read_text()
+
+
+@_needs_bwrap()
+@pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="the service needs the server extra")
+async def test_a_killed_member_is_refilled_in_place_with_remote(tmp_path: Path) -> None:
+    """The same with ``--remote``: the sandbox dies on the service, that member alone runs again."""
+    from sandfleet.client.remote import on_remote
+    from sandfleet.server.testing import running_service
+
+    task = make_task(tmp_path)
+    with running_service(tmp_path / "svc") as svc:
+        os.environ["SANDFLEET_TOKEN"] = svc.token
+        try:
+            report = await on_remote(svc.url, lambda: run([task], KillFromHost(1), tmp_path / "out", n=2,
+                                                          retry=RetryPolicy(max_attempts=2, backoff_s=0.01)))
+        finally:
+            del os.environ["SANDFLEET_TOKEN"]
+    assert [(r.verdict, r.reward) for r in report.results] == [(SCORED, 1.0)] * 2
+    killed = [a for a in report.attempts if a.verdict == INFRA]
+    assert len(killed) == 1 and not killed[0].final and len(report.attempts) == 3, \
+        [(a.rollout_id, a.reason, a.error) for a in report.attempts]
+    assert killed[0].fault and killed[0].fault["cause"] == "sandbox_died", killed[0].fault
+    assert killed[0].fault["sandbox_end"]["signal"] == "SIGKILL"  # the service relays how it died

@@ -1,6 +1,6 @@
-"""GRPO groups placed whole on hosts, and placed again when a host is lost: what the Ray pool
-(:mod:`sandfleet.cluster.pool`, host actors) and the service pool (:mod:`sandfleet.cluster.services`,
-``sandfleet serve`` hosts) share. A subclass says how a group runs on one host
+"""GRPO groups placed whole on hosts, and their unfinished members refilled in place when a host
+is lost: what the Ray pool (:mod:`sandfleet.cluster.pool`, host actors) and the service pool
+(:mod:`sandfleet.cluster.services`, ``sandfleet serve`` hosts) share. A subclass says how a group runs on one host
 (:meth:`GroupPool._run_on`) and how a task is made ready for hosts (:meth:`GroupPool._prepare`).
 """
 
@@ -98,8 +98,11 @@ class GroupPool:
         image: str | None = None,
     ) -> GroupRun:
         """Run ``n`` rollouts of ``task`` as one group on one node; their results once the
-        group ends (every attempt also goes to ``on_result`` then, in order). A group whose
-        node dies is placed whole again, up to ``placements`` times; it never raises for a
+        group ends (every attempt also goes to ``on_result`` then, in order). When its node
+        dies, the members it had not finished are refilled in place: placed again together
+        (same task, group, samples and sampling settings; the finished members are kept, not
+        run again), up to ``placements`` times, after which the ones left are masked
+        (``node_lost``, an infra fault) and the group is incomplete. It never raises for a
         failed rollout (their ``reason`` says why), only for cancellation. ``group`` names it
         (default: the task's name); ``image`` runs it in that image instead of the task's own
         (default: the pool's ``image``)."""
@@ -124,20 +127,23 @@ class GroupPool:
         cfg = RunConfig(**{**self.config.__dict__, "n": n, "concurrency": n})
         attempts: list[RolloutResult] = []
         used: dict[int, int] = {}  # sample -> attempts recorded so far
+        kept: dict[int, RolloutResult] = {}  # sample -> its final result, from a placement that was lost
         info: dict[str, Any] = {"placements": []}
         t_first = time.perf_counter()
         final: list[RolloutResult] | None = None
-        stats: dict[str, Any] = {}
         for k in range(1, self.placements + 1):
+            todo = [i for i in range(n) if i not in kept]  # a refill runs only the members not finished
             try:
-                node = await self.placer.place(n, arches)
+                node = await self.placer.place(len(todo), arches)
             except NoNodeError as e:
-                final = self._failed(task, policy, name, n, used, attempts, "no_node", str(e))
+                final = self._merge(kept, self._failed(task, policy, name, todo, used, attempts, "no_node", str(e)))
                 break
             self._seq += 1
             job = GroupJob(key=f"{name}@{self._seq}", task=task, digest=digest, n=n, policy=policy,
-                           config=cfg, image=image or self.image)
+                           config=cfg, image=image or self.image, samples=tuple(todo) if kept else None)
             where: dict[str, Any] = {"node": node.node_id, "label": node.label, "admitted": time.time()}
+            if kept:
+                where["samples"] = todo
             info["placements"].append(where)
             info.setdefault("admitted", where["admitted"])
             t0 = time.perf_counter()
@@ -148,48 +154,54 @@ class GroupPool:
                              seconds=time.perf_counter() - t0)
                 log.warning("node %s lost with group %s (placement %d of %d): %s", node.label, name, k,
                             self.placements, str(lost.cause)[:200])
-                self._renumber(lost.attempts, name, used, final=False)
+                self._renumber(lost.attempts, name, used, final=None)
                 attempts += lost.attempts
-                done = {r.sample for r in lost.attempts if r.final}
+                for r in lost.attempts:  # members the node finished keep their result: no rerun
+                    if r.final and r.masked:
+                        r.final = False  # an infra fault as the node went: refilled on the next placement
+                    elif r.final and r.sample in todo:
+                        kept[r.sample] = r
                 last = k == self.placements
-                for i in range(n):
-                    if i not in done or last:
-                        attempts.append(self._lost(task, policy, name, i, used, node, where, lost.cause, last))
+                lost_now = [self._lost(task, policy, name, i, used, node, where, lost.cause, last)
+                            for i in todo if i not in kept]
+                attempts += lost_now
                 if last:
-                    final = [max((r for r in attempts if r.sample == i), key=lambda r: r.attempt)
-                             for i in range(n)]
+                    final = self._merge(kept, lost_now)
                 continue
             except Exception as e:  # an error of ours on the node (not a rollout failure)
                 where.update(error=f"{type(e).__name__}: {e}"[:300])
-                final = self._failed(task, policy, name, n, used, attempts, failure_reason(e), str(e))
+                final = self._merge(kept, self._failed(task, policy, name, todo, used, attempts, failure_reason(e),
+                                                       str(e)))
                 break
             finally:
-                self.placer.release(node, n)
+                self.placer.release(node, len(todo))
             where.update(seconds=time.perf_counter() - t0, node_s=end["node_s"], received_s=end["received"])
             got = sorted(end["attempts"], key=lambda r: (r.end, r.sample))
             self._renumber(got, name, used, final=None)
-            finals = {r.sample: r for r in got if r.final}
-            for r in end["results"]:  # the same attempts, with advantages
-                mine = finals.get(r.sample)
-                if mine is not None:
-                    mine.advantage = r.advantage
             attempts += got
-            final = [finals[i] for i in sorted(finals)]
-            stats = end["stats"]
+            final = self._merge(kept, [r for r in got if r.final])
             info.update(node=node.node_id, label=node.label, node_s=end["node_s"])
             break
         assert final is not None
-        if not stats:
-            stats = group_advantages(final)
+        stats = group_advantages(final)  # over the whole group, members kept from a lost placement included
         info["driver_s"] = time.perf_counter() - t_first
         info["end"] = max((r.end for r in final), default=None)
         info["attempts"] = len(attempts)
+        info["refilled"] = sorted({r.sample for r in attempts if not r.final and r.masked})
         run = GroupRun(name, final, attempts, stats, info)
         self.runs.append(run)
         if on_result is not None:
             for r in attempts:
                 on_result(r)
         return run
+
+    @staticmethod
+    def _merge(kept: dict[int, RolloutResult], new: list[RolloutResult]) -> list[RolloutResult]:
+        """The group's final results in sample order: those kept from lost placements and the new ones."""
+        out = dict(kept)
+        for r in new:
+            out[r.sample] = r
+        return [out[i] for i in sorted(out)]
 
     def _renumber(self, got: list[RolloutResult], name: str, used: dict[int, int], final: bool | None) -> None:
         """Number a placement's attempts after those before it; ids ``name#i`` / ``name#i~k``."""
@@ -217,10 +229,10 @@ class GroupPool:
             info={"node": node.node_id},
         )  # fmt: skip
 
-    def _failed(self, task: Task, policy: Policy, name: str, n: int, used: dict[int, int],
+    def _failed(self, task: Task, policy: Policy, name: str, samples: list[int], used: dict[int, int],
                 attempts: list[RolloutResult], reason: str, error: str) -> list[RolloutResult]:
         out = []
-        for i in range(n):
+        for i in samples:
             attempt = used.get(i, 0) + 1
             t = now()
             r = RolloutResult(

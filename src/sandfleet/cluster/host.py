@@ -57,6 +57,8 @@ class GroupJob:
     config: RunConfig
     image: str | None = None
     """Run in this image instead of the task's own (built on the node)."""
+    samples: tuple[int, ...] | None = None
+    """Run only these members (a refill of those a lost node did not finish); None: all n."""
     sent: float = field(default_factory=time.time)
 
 
@@ -210,10 +212,10 @@ class HostActor:
 
             with use_backend(self.warm):
                 report = await run_suite([task], job.policy, job.config, image_for=image_for,
-                                         on_result=on_result, slots=self.slots)
+                                         on_result=on_result, slots=self.slots, samples=job.samples)
         else:
             report = await run_suite([task], job.policy, job.config, image_for=image_for, on_result=on_result,
-                                     slots=self.slots)
+                                     slots=self.slots, samples=job.samples)
         for r in report.results:
             r.info["node"] = self.node_id
         return {"results": report.results, "stats": report.groups.get(task.name, {}), "node_s":

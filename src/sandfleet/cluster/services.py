@@ -176,7 +176,8 @@ class ServicePool(GroupPool):
 
         async def body() -> Any:
             with use_backend(node.actor):
-                return await run_suite([job.task], job.policy, job.config, on_result=on_result, **kw)
+                return await run_suite([job.task], job.policy, job.config, on_result=on_result, samples=job.samples,
+                                       **kw)
 
         started = time.time()
         task = asyncio.create_task(body())

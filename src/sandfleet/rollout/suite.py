@@ -363,14 +363,20 @@ async def run_suite(
     on_result: Callable[[RolloutResult], None] | None = None,
     slots: Slots | None = None,
     out_mode: str = "new",
+    samples: Sequence[int] | None = None,
 ) -> RunReport:
     """Run ``config.n`` rollouts of every task; returns when all are done (or cancelled).
 
     ``out_mode`` says what to do with an ``out_dir`` that is not empty: "new" refuses it
     (ConfigError), "resume" keeps the groups it finished and runs the others whole,
     "overwrite" replaces it. ``slots`` shares one concurrency limit between runs (default:
-    ``config.concurrency``); with group admission it must hold a whole group."""
+    ``config.concurrency``); with group admission it must hold a whole group. ``samples``
+    runs only these members of each group (a refill of the members a lost node did not
+    finish: :mod:`sandfleet.cluster.groups`); default all ``config.n``."""
     cfg = config or RunConfig()
+    members_of = list(range(cfg.n)) if samples is None else sorted(set(samples))
+    if not members_of or not all(0 <= i < cfg.n for i in members_of):
+        raise ConfigError(f"samples must be distinct members 0..{cfg.n - 1} of the group, not {samples!r}")
     slots = slots or Slots(cfg.concurrency)
     if cfg.admission == "group" and slots.capacity < cfg.n:
         raise ConfigError(group_too_big(cfg.n, slots.capacity))
@@ -389,7 +395,7 @@ async def run_suite(
             on_result(r)
 
     def failed(task: Task, error: BaseException) -> list[RolloutResult]:
-        results = [image_failure(task, policy, cfg, i, error) for i in range(cfg.n)]
+        results = [image_failure(task, policy, cfg, i, error) for i in members_of]
         for r in results:
             record(r)
             finals.append(r)
@@ -436,7 +442,7 @@ async def run_suite(
             reqs = [
                 RolloutRequest(task=task, policy=policy, spec=spec, sample=i, run_id=cfg.run_id,
                                snapshot=prepared.snapshot if prepared else None, verify=cfg.verify)
-                for i in range(cfg.n)
+                for i in members_of
             ]
             return list(await asyncio.gather(*(one(r, admission) for r in reqs)))
         finally:
@@ -454,7 +460,7 @@ async def run_suite(
             results = failed(task, e)
         else:
             if cfg.admission == "group":
-                async with slots.admit(cfg.n) as admission:  # the whole group, never part of it
+                async with slots.admit(len(members_of)) as admission:  # the whole group, never part of it
                     results = await members(task, spec, admission, info)
             else:
                 results = await members(task, spec, None, info)

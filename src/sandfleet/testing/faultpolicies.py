@@ -1,0 +1,71 @@
+"""Policies that make faults happen in real rollouts (tests, chaos runs, demos).
+
+:class:`KillFromHost` kills its sandbox's process from the host (the sandbox dies under the
+agent: an infra fault, not its doing); :class:`Staggered` runs one command list in the first
+rollout it acts in and another in the rest (one member of a group finishes early while the
+others are still running: how a node lost mid-group is shown to keep its finished members).
+Both are plain policies (:class:`~sandfleet.rollout.policy.Policy`), picklable for Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+from sandfleet.rollout.policy import AgentContext
+
+
+class KillFromHost:
+    """In the first ``kills`` rollouts it acts in, SIGKILL the sandbox's process (bwrap's, or
+    the microvm's QEMU) from the host, then run ``commands``; in the others just run them."""
+
+    name = "kill-from-host"
+
+    def __init__(self, kills: int, commands: Sequence[str] = ("echo hello > /app/out.txt",)):
+        self.kills = kills
+        self.commands = list(commands)
+
+    async def act(self, ctx: AgentContext) -> str:
+        if self.kills > 0:
+            self.kills -= 1
+            kill_from_host(ctx.sandbox)
+        for command in self.commands:
+            ctx.turns += 1
+            await ctx.run(command)
+        return "done"
+
+
+def kill_from_host(sb: Any) -> None:
+    """SIGKILL a sandbox's process on this host: its own (bwrap's launcher, the microvm's
+    QEMU), or, for a sandbox of a service on this host sharing its state directory, the one
+    its marker names."""
+    proc = getattr(getattr(sb, "vm", None), "proc", None) or getattr(getattr(sb, "agent", None), "proc", None)
+    if proc is not None:
+        proc.kill()
+        return
+    from sandfleet.sandbox.state import read_meta, state_root
+
+    meta = read_meta(state_root() / str(sb.id)) or {}
+    pids = meta.get("pids") or []
+    if not pids:
+        raise TypeError(f"{type(sb).__name__} {sb.id}: no host process to kill here (no marker under {state_root()})")
+    os.kill(int(pids[0]), signal.SIGKILL)
+
+
+class Staggered:
+    """Runs ``first`` in the first rollout it acts in and ``rest`` in every later one."""
+
+    name = "staggered"
+
+    def __init__(self, first: Sequence[str], rest: Sequence[str]):
+        self.first, self.rest = list(first), list(rest)
+        self.calls = 0
+
+    async def act(self, ctx: AgentContext) -> str:
+        self.calls += 1
+        for command in self.first if self.calls == 1 else self.rest:
+            ctx.turns += 1
+            await ctx.run(command)
+        return "done"

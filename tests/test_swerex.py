@@ -92,20 +92,22 @@ def test_remote_runtime(svc: RunningService, tmp_path: Path) -> None:
         await rt.close_session(CloseBashSessionRequest())
         with pytest.raises(SessionDoesNotExistError):
             await rt.run_in_session(BashAction(command="true"))
-        await rt.close()
+        # each sandbox keeps its own files: the other's path is not here
+        assert (await rt.read_file(ReadFileRequest(path=f"/tmp/f{n}/deep/a.txt"))).content == f"content {n}\n"
+        with pytest.raises(FileNotFoundError):
+            await rt.read_file(ReadFileRequest(path=f"/tmp/f{1 - n}/deep/a.txt"))
+        await rt.close()  # ends the sandbox (SWE-agent's remote deployment stops this way)
 
     async def main() -> None:
         await asyncio.gather(*(drive(rt, n) for n, rt in enumerate(rts)))
 
     asyncio.run(main())
-    # each sandbox kept its own files
-    for n, i in enumerate(ids):
-        r = httpx.post(f"{svc.url}/swerex/{i}/read_file", json={"path": f"/tmp/f{n}/deep/a.txt"},
-                       headers={"X-API-Key": svc.token})
-        assert r.json() == {"content": f"content {n}\n"}
-        r = httpx.post(f"{svc.url}/swerex/{i}/read_file", json={"path": f"/tmp/f{1 - n}/deep/a.txt"},
-                       headers={"X-API-Key": svc.token})
-        assert r.status_code == 511 and r.json()["swerexception"]["class_path"] == "builtins.FileNotFoundError"
+    # close ended both sandboxes: their ids answer as deleted, on SWE-ReX's routes and on /v1
+    for i in ids:
+        r = httpx.get(f"{svc.url}/swerex/{i}/is_alive", headers={"X-API-Key": svc.token})
+        assert r.status_code in (404, 410) and "deleted" in r.json()["detail"]
+        r = httpx.get(f"{svc.url}/v1/sandboxes/{i}", headers={"Authorization": f"Bearer {svc.token}"})
+        assert r.status_code in (404, 410)
 
 
 def test_auth_and_unknown(svc: RunningService) -> None:

@@ -368,7 +368,8 @@ class Session:
         return self.sandbox.alive
 
     async def run(self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT,
-                  on_output: OutputCallback | None = None) -> ExecResult:
+                  on_output: OutputCallback | None = None, on_start: StartCallback | None = None) -> ExecResult:
+        """Run ``command`` in the session; ``on_start`` gets its RunningCommand (to interrupt it)."""
         if not self._started:
             init = f"cd {shlex.quote(self.sandbox._path(self.cwd))}\n" + "".join(
                 f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items()
@@ -377,7 +378,7 @@ class Session:
             self._started = True
         return await self.sandbox.exec(
             ["bash", "-c", _SESSION_SCRIPT, "sandfleet-session", self.sandbox._path(self.state_file), command],
-            timeout=timeout, max_output=max_output, on_output=on_output, user=self.user,
+            timeout=timeout, max_output=max_output, on_output=on_output, user=self.user, on_start=on_start,
         )
 
     async def close(self) -> None:

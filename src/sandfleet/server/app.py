@@ -593,9 +593,11 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     taskimages.install(app, service, metrics)  # task images built here from uploaded folders
 
-    e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
+    dialect = e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
-    return Edge(FastExec(app, service, tokens, metrics), service, metrics)
+    from sandfleet.server.e2b_ports import PortProxy
+
+    return Edge(FastExec(PortProxy(app, dialect), service, tokens, metrics), service, metrics)
 
 
 def _b64(text: str | None, name: str) -> bytes | None:

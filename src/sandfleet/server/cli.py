@@ -66,12 +66,14 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--ssl-keyfile", default=None, help="TLS private key (PEM).")
 @click.option("--ssl-keyfile-password", default=None, envvar="SANDFLEET_SSL_KEYFILE_PASSWORD")
 @click.option("--ssl-ca-certs", default=None, help="CA bundle to verify client certificates with.")
+@click.option("--swerex-max-output", "swerex_max_output_kib", type=int, default=1024, show_default=True,
+              help="KiB of a SWE-ReX command's output returned; beyond, it is cut and the response says so.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: int | None, max_busy: int | None,
           capacity_from: Path | None, quota: int | None, max_ttl_s: float, deadline_s: float, max_body_mib: float,
           drain_grace_s: float, state_dir: Path | None, allow_forward: str, ssl_certfile: str | None,
           ssl_keyfile: str | None, ssl_keyfile_password: str | None, ssl_ca_certs: str | None,
-          access_log: bool) -> None:
+          swerex_max_output_kib: int, access_log: bool) -> None:
     """Serve sandboxes over HTTP to trainers on other machines (docs/service.md)."""
     try:
         import uvicorn
@@ -98,9 +100,13 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
                         ("--drain-grace", drain_grace_s)):
             if not 0 < v < float("inf"):
                 raise click.BadParameter(f"must be a positive number, not {v}", param_hint=name)
+        if swerex_max_output_kib < 1:
+            raise click.BadParameter(f"must be at least 1, not {swerex_max_output_kib}",
+                                     param_hint="--swerex-max-output")
         config = ServiceConfig(backend=backend, quota=quota, max_ttl_s=max_ttl_s, deadline_s=deadline_s,
                                max_body_bytes=int(max_body_mib * (1 << 20)), state_dir=state_dir,
-                               drain_grace_s=drain_grace_s, allow_forward=forwards)
+                               drain_grace_s=drain_grace_s, allow_forward=forwards,
+                               swerex_max_output=swerex_max_output_kib << 10)
         metrics = Metrics()
         service = SandboxService(config, limits, metrics)
     except (SandfleetError, ValueError) as e:

@@ -23,6 +23,7 @@ import base64
 import binascii
 import datetime as dt
 import gzip
+import hashlib
 import hmac
 import json
 import logging
@@ -30,23 +31,38 @@ import os
 import posixpath
 import secrets
 import stat
-import struct
 import time
 import zlib
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, Response
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import api
+from sandfleet.server import e2b_control
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
+from sandfleet.server.e2b_fs import FsRPC, Watcher
+from sandfleet.server.e2b_image import base_image
+from sandfleet.server.e2b_process import Proc, ProcessRPC
+from sandfleet.server.e2b_wire import (
+    CONNECT_STATUS,
+    UNSUPPORTED,
+    CPError,
+    EnvdError,
+    NotFound,
+    cp_error,
+    cp_response,
+    envd_response,
+    guest_envd_error,
+    not_found,
+    request_message,
+    rfc3339,
+)
 from sandfleet.server.service import Entry, SandboxService
 
 log = logging.getLogger(__name__)
@@ -54,56 +70,6 @@ log = logging.getLogger(__name__)
 ENVD_VERSION = "0.5.7"
 HOME = "/home/user"
 DEFAULT_TIMEOUT_S = 300
-CONNECT_JSON = "application/connect+json"
-PROCESS_OUTPUT_CAP = 64 << 20
-"""Bytes of a process's output buffered for its stream (beyond, the oldest is not kept)."""
-SIGNALS = {9: "killed", 15: "terminated", 2: "interrupt", 1: "hangup"}
-CONNECT_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,
-                  "already_exists": 409, "resource_exhausted": 429, "internal": 500, "unimplemented": 501,
-                  "unavailable": 503, "deadline_exceeded": 504, "failed_precondition": 400}
-
-
-class CPError(Exception):
-    """A control-plane error: ``{"code": status, "message"}``."""
-
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
-class EnvdError(Exception):
-    """An envd (Connect) error: a string code and a message."""
-
-    def __init__(self, code: str, message: str):
-        super().__init__(message)
-        self.code = code
-        self.message = message
-
-
-class NotFound(Exception):
-    """The sandbox of an envd request is unknown or dead: 502 "... was not found"."""
-
-
-@dataclass(eq=False)
-class Proc:
-    pid: int
-    config: dict[str, Any]
-    events: list[bytes] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    done: bool = False
-    task: asyncio.Task[None] | None = None
-    kept: int = 0
-
-    def push(self, msg: dict[str, Any]) -> None:
-        self.events.append(envelope(0, {"event": msg}))
-        self.changed.set()
-
-    def output(self, name: str, data: bytes) -> None:
-        if self.kept > PROCESS_OUTPUT_CAP:
-            return
-        self.kept += len(data)
-        self.push({"data": {name: base64.b64encode(data).decode()}})
 
 
 @dataclass(eq=False)
@@ -113,71 +79,43 @@ class Box:
     token: str
     template: str
     metadata: dict[str, str]
+    traffic_token: str = field(default_factory=lambda: secrets.token_urlsafe(18))
     procs: dict[int, Proc] = field(default_factory=dict)
     next_pid: int = 1000
+    watchers: dict[str, Watcher] = field(default_factory=dict)
 
 
-def envelope(flags: int, msg: dict[str, Any]) -> bytes:
-    data = json.dumps(msg, separators=(",", ":")).encode()
-    return struct.pack(">BI", flags, len(data)) + data
-
-
-def _rfc3339(t: float) -> str:
-    return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _cp_response(e: CPError) -> JSONResponse:
-    return JSONResponse({"code": e.status, "message": e.message}, status_code=e.status)
-
-
-def _cp_error(e: BaseException) -> CPError:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
-    if p is None:
-        log.error("E2B control-plane call failed: %s: %s", type(e).__name__, e, exc_info=e)
-        return CPError(500, f"{type(e).__name__}: {e}")
-    status = 404 if p.status_code == 410 else p.status_code
-    return CPError(status, p.message)
-
-
-def _envd_response(e: EnvdError) -> JSONResponse:
-    return JSONResponse({"code": e.code, "message": e.message}, status_code=CONNECT_STATUS.get(e.code, 500))
-
-
-def _not_found(sid: str) -> JSONResponse:
-    return JSONResponse({"code": 502, "message": f"The sandbox {sid} was not found"}, status_code=502)
-
-
-def _guest_envd_error(e: BaseException) -> EnvdError:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
-    if p is None:
-        log.error("E2B envd call failed: %s: %s", type(e).__name__, e, exc_info=e)
-        return EnvdError("internal", f"{type(e).__name__}: {e}")
-    errno = p.extra.get("errno")
-    if errno == 2:
-        return EnvdError("not_found", p.message)
-    if errno == 13:
-        return EnvdError("permission_denied", p.message)
-    if p.status_code == 410:
-        return EnvdError("unavailable", p.message)
-    if p.status_code == 429:
-        return EnvdError("resource_exhausted", p.message)
-    return EnvdError("invalid_argument", p.message)
-
-
-class E2B:
+class E2B(ProcessRPC, FsRPC):
     def __init__(self, service: SandboxService, tokens: Tokens):
         self.service = service
         self.tokens = tokens
         self.boxes: dict[str, Box] = {}
+        self.snapshot_names: dict[str, str] = {}
+        self.host = "127.0.0.1"
+        """The service's address as clients reach it (the Host of their last control-plane call)."""
 
     # -- control plane
+
+    def adopt(self, e: Entry, template: str, metadata: dict[str, str]) -> Entry:
+        """Give a sandbox made here (create, fork) its E2B side: an access token."""
+        for gone in [k for k in self.boxes if k not in self.service.live]:  # expired, deleted through /v1
+            self.forget(gone)
+        if e.sb.id not in self.boxes:
+            self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
+        return e
 
     def owner(self, request: Request) -> str:
         key = request.headers.get("x-api-key")
         oid = self.tokens.owner(f"Bearer {key}") if key else None
         if oid is None:
             raise CPError(401, "Invalid API key: X-API-Key must be a token of this service")
+        self.host = request.headers.get("host") or self.host
         return oid
+
+    def domain(self, b: Box) -> str:
+        """What the SDK's get_host(port) appends to "<port>-<id>.": the token as URL userinfo
+        at the service's own address (e2b_ports)."""
+        return f":{b.traffic_token}@{self.host}"
 
     def box(self, e: Entry) -> Box:
         """The E2B side of a sandbox (made on first use for one created through /v1)."""
@@ -190,14 +128,15 @@ class E2B:
     def sandbox_body(self, e: Entry) -> dict[str, Any]:
         b = self.box(e)
         return {"templateID": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet", "alias": b.template,
-                "envdVersion": ENVD_VERSION, "envdAccessToken": b.token, "trafficAccessToken": None, "domain": None}
+                "envdVersion": ENVD_VERSION, "envdAccessToken": b.token, "trafficAccessToken": b.traffic_token,
+                "domain": self.domain(b)}
 
     def listed(self, e: Entry) -> dict[str, Any]:
         b = self.box(e)
         lim = e.spec.limits
         end = time.time() + max(0.0, e.expires - time.monotonic())
         return {"templateID": b.template, "alias": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet",
-                "startedAt": _rfc3339(e.created), "endAt": _rfc3339(end),
+                "startedAt": rfc3339(e.created), "endAt": rfc3339(end),
                 "cpuCount": max(1, round(lim.cpus or (os.cpu_count() or 1))),
                 "memoryMB": lim.memory_mib or 0, "diskSizeMB": lim.disk_mib, "state": "running",
                 "envdVersion": ENVD_VERSION, "metadata": b.metadata}
@@ -210,32 +149,45 @@ class E2B:
             raise CPError(400, "the body is not JSON") from None
         if not isinstance(body, dict):
             raise CPError(400, "the body is not a JSON object")
+        for feature, key in (("MCP", "mcp"), ("volume mounts", "volumeMounts"), ("auto-pause", "autoPause"),
+                             ("IAM", "iam")):
+            if body.get(key):
+                raise CPError(501, f"{feature} ({key}) is {UNSUPPORTED}")
         template = str(body.get("templateID") or "base")
         timeout = body.get("timeout") or DEFAULT_TIMEOUT_S
         metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
         envs = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        snap = self.service.snapshots.get(template)
+        if snap is not None and snap.owner == owner:  # a snapshot's id is a template (create_snapshot)
+            try:
+                kids = await self.service.fork(owner, template, 1, ttl_s=float(timeout), labels=metadata,
+                                               deadline_ms=None)
+            except Exception as err:
+                raise cp_error(err) from None
+            return self.sandbox_body(self.adopt(kids[0], template, metadata))
         base = template == "base"
-        env = {"HOME": HOME, "USER": "user", **envs} if base else envs
+        env = {"HOME": HOME, "USER": "user", "LOGNAME": "user", **envs} if base else envs
         try:
-            spec = SandboxSpec(image="host" if base else template, workdir=HOME, env=env, labels=metadata,
-                               limits=Limits(ttl_s=float(timeout), network=bool(body.get("allow_internet_access"))))
+            image = await asyncio.to_thread(base_image) if base else template
+        except OSError as err:
+            raise CPError(503, f"the E2B base image could not be made on this host: {err}") from None
+        try:
+            spec = SandboxSpec(image=image, workdir=HOME, env=env, labels=metadata,
+                               limits=Limits(ttl_s=float(timeout), network=bool(body.get("allow_internet_access"))),
+                               **({"user": "user"} if base else {}))
         except ValueError as err:
             raise CPError(400, f"invalid sandbox: {err}") from None
         try:
             e = await self.service.create(owner, spec, key=request.headers.get("idempotency-key"), deadline_ms=None)
         except Exception as err:
-            raise _cp_error(err) from None
-        for gone in [k for k in self.boxes if k not in self.service.live]:  # expired, deleted through /v1
-            self.forget(gone)
-        if e.sb.id not in self.boxes:
-            self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
-        return self.sandbox_body(e)
+            raise cp_error(err) from None
+        return self.sandbox_body(self.adopt(e, template, metadata))
 
     def entry(self, owner: str, sid: str) -> Entry:
         try:
             return self.service.entry(owner, sid)
         except Problem as err:
-            raise _cp_error(err) from None
+            raise cp_error(err) from None
 
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:
         owner = self.owner(request)
@@ -252,7 +204,7 @@ class E2B:
         try:
             self.service.extend(owner, sid, float(timeout))
         except Exception as err:
-            raise _cp_error(err) from None
+            raise cp_error(err) from None
 
     def list_sandboxes(self, request: Request) -> Response:
         owner = self.owner(request)
@@ -295,12 +247,43 @@ class E2B:
             for p in b.procs.values():
                 if p.task is not None:
                     p.task.cancel()
+            for w in b.watchers.values():
+                if w.task is not None:
+                    w.task.cancel()
 
     # -- envd
+
+    def signed_sandbox(self, request: Request) -> str:
+        """The sandbox whose access token signed a ``download_url`` / ``upload_url`` (E2B's v1
+        signature: sha256 of path, operation, user, token and expiry); 401 for none, or an
+        expired one. The URL is the service's own ``/files``: no other address is involved."""
+        q = request.query_params
+        op = "read" if request.method == "GET" else "write"
+        exp = q.get("signature_expiration")
+        if exp is not None:
+            if not exp.isdigit():
+                raise CPError(400, "signature_expiration is a Unix time")
+            if int(exp) < time.time():
+                raise CPError(401, "this file URL's signature has expired")
+        for sid, b in list(self.boxes.items()):
+            raw = f"{q.get('path') or ''}:{op}:{q.get('username') or ''}:{b.token}" + (f":{exp}" if exp else "")
+            want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
+            if hmac.compare_digest(want.encode(), (q.get("signature") or "").encode()):
+                return sid
+        raise CPError(401, f"the signature does not match this file URL's path, user and operation ({op})")
+
+    def user_env(self, e: Entry, user: str | None) -> dict[str, str]:
+        """What envd sets per user: root's HOME is /root (the sandbox's env names the default user's)."""
+        if user in ("root", "0"):
+            return {"HOME": "/root", "USER": "root", "LOGNAME": "root"}
+        return {}
 
     def envd(self, request: Request) -> tuple[Entry, Box, str | None]:
         """The sandbox an envd request names, checked against its access token; the user."""
         sid = request.headers.get("e2b-sandbox-id") or ""
+        signed = not sid and request.url.path == "/files" and bool(request.query_params.get("signature"))
+        if signed:
+            sid = self.signed_sandbox(request)
         e = self.service.live.get(sid)
         b = self.boxes.get(sid)
         if e is None or b is None or not e.sb.alive:
@@ -308,7 +291,7 @@ class E2B:
                 self.forget(sid)
             raise NotFound(sid)
         tok = request.headers.get("x-access-token") or ""
-        if not hmac.compare_digest(tok.encode(), b.token.encode()):
+        if not signed and not hmac.compare_digest(tok.encode(), b.token.encode()):
             raise EnvdError("unauthenticated", "a valid X-Access-Token for this sandbox is needed")
         user = request.query_params.get("username")
         auth = request.headers.get("authorization") or ""
@@ -321,116 +304,6 @@ class E2B:
             user = None  # E2B's default user is the sandbox's own user
         return e, b, user
 
-    async def start(self, request: Request) -> Response:
-        e, b, user = self.envd(request)
-        if request.headers.get("content-type", "").split(";")[0].strip() != CONNECT_JSON:
-            raise EnvdError("invalid_argument", f"Process/Start is a server-streaming call: {CONNECT_JSON}")
-        raw = await request.body()
-        if len(raw) < 5:
-            raise EnvdError("invalid_argument", "an empty request stream")
-        flags, n = struct.unpack(">BI", raw[:5])
-        payload = raw[5:5 + n]
-        if flags & 1:
-            raise EnvdError("invalid_argument", "compressed messages are not accepted")
-        try:
-            req = json.loads(payload)
-            cfg = req.get("process") or {}
-            argv = [str(cfg["cmd"]), *[str(a) for a in cfg.get("args") or []]]
-        except (ValueError, KeyError, TypeError, AttributeError):
-            raise EnvdError("invalid_argument", "a StartRequest with process.cmd is needed") from None
-        envs = {str(k): str(v) for k, v in (cfg.get("envs") or {}).items()}
-        cwd = cfg.get("cwd")
-        timeout_ms = request.headers.get("connect-timeout-ms")
-        timeout = int(timeout_ms) / 1000 if timeout_ms and timeout_ms.isdigit() and int(timeout_ms) > 0 else None
-        pid = b.next_pid
-        b.next_pid += 1
-        proc = Proc(pid=pid, config={"cmd": argv[0], "args": argv[1:], "envs": envs, **({"cwd": cwd} if cwd else {})})
-        proc.push({"start": {"pid": pid}})
-        b.procs[pid] = proc
-        proc.task = asyncio.create_task(self._run(e, b, proc, argv, envs, cwd, timeout, user))
-        return StreamingResponse(self._events(proc, 0), media_type=CONNECT_JSON)
-
-    async def _run(self, e: Entry, b: Box, proc: Proc, argv: list[str], envs: dict[str, str], cwd: str | None,
-                   timeout: float | None, user: str | None) -> None:
-        end: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        try:
-            async with self.service.busy(e.owner, None, e):
-                res: ExecResult = await e.sb.exec(argv, cwd=cwd, env=envs or None, timeout=timeout,
-                                                  on_output=proc.output, user=user, max_output=0)
-            if res.timed_out or res.signal:
-                sig = res.signal or 9
-                end = {"exitCode": -1, "exited": False, "status": f"signal: {SIGNALS.get(sig, str(sig))}"}
-            else:
-                end = {"exitCode": res.exit_code, "exited": True, "status": f"exit status {res.exit_code}"}
-        except asyncio.CancelledError:
-            end = {"exitCode": -1, "exited": False, "status": "signal: killed"}
-        except Exception as err:
-            ee = _guest_envd_error(err)
-            error = {"code": ee.code, "message": ee.message}
-        finally:
-            if end is not None:
-                proc.push({"end": end})
-            proc.events.append(envelope(2, {"error": error} if error else {}))
-            proc.done = True
-            proc.changed.set()
-            b.procs.pop(proc.pid, None)
-
-    @staticmethod
-    async def _events(proc: Proc, idx: int) -> AsyncIterator[bytes]:
-        while True:
-            while idx < len(proc.events):
-                yield proc.events[idx]
-                idx += 1
-            if proc.done:
-                return
-            proc.changed.clear()
-            if idx < len(proc.events) or proc.done:
-                continue
-            await proc.changed.wait()
-
-    async def connect_process(self, request: Request) -> Response:
-        _, b, _ = self.envd(request)
-        req = await self._unary_body(request)
-        proc = b.procs.get(int((req.get("process") or {}).get("pid") or -1))
-        if proc is None:
-            raise EnvdError("not_found", "no such process")
-
-        async def stream() -> AsyncIterator[bytes]:
-            yield envelope(0, {"event": {"start": {"pid": proc.pid}}})
-            async for chunk in self._events(proc, len(proc.events)):
-                yield chunk
-
-        return StreamingResponse(stream(), media_type=CONNECT_JSON)
-
-    @staticmethod
-    async def _unary_body(request: Request) -> dict[str, Any]:
-        try:
-            req = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise EnvdError("invalid_argument", "the body is not JSON") from None
-        if not isinstance(req, dict):
-            raise EnvdError("invalid_argument", "the body is not a JSON object")
-        return req
-
-    async def send_signal(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
-        req = await self._unary_body(request)
-        sel = req.get("process") or {}
-        try:
-            proc = b.procs.get(int(sel.get("pid") or -1))
-        except (TypeError, ValueError):
-            proc = None
-        if proc is None or proc.task is None or proc.done:
-            raise EnvdError("not_found", f"process {sel.get('pid')} not found")
-        proc.task.cancel()
-        await asyncio.wait({proc.task})
-        return {}
-
-    async def list_processes(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
-        return {"processes": [{"config": p.config, "pid": p.pid} for p in b.procs.values() if not p.done]}
-
     async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
         script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
                   'if [ "$2" = 0 ]; then set -- "$1" -maxdepth 0; else set -- "$1" -mindepth 1 -maxdepth "$2"; fi; '
@@ -440,7 +313,7 @@ class E2B:
             res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth)], cwd="/", user=user,
                                   max_output=64 << 20)
         except Exception as err:
-            raise _guest_envd_error(err) from None
+            raise guest_envd_error(err) from None
         if res.exit_code == 3:
             raise EnvdError("not_found", f"path {full} does not exist")
         if res.exit_code == 4:
@@ -459,7 +332,7 @@ class E2B:
             ent: dict[str, Any] = {
                 "name": posixpath.basename(p) or p, "type": ftype, "path": p, "size": size, "mode": bits,
                 "permissions": stat.filemode(fmt | bits), "owner": owner, "group": group,
-                "modifiedTime": _rfc3339(float(mtime)), "isSymlink": kind == "l"}
+                "modifiedTime": rfc3339(float(mtime)), "isSymlink": kind == "l"}
             if kind == "l":
                 ent["symlinkTarget"] = target
             out.append(ent)
@@ -469,13 +342,13 @@ class E2B:
 
     async def list_dir(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)
-        req = await self._unary_body(request)
+        req = await request_message(request)
         depth = int(req.get("depth") or 1)
         return {"entries": await self._entries(e, str(req.get("path") or HOME), max(1, depth), user)}
 
     async def stat_(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)
-        req = await self._unary_body(request)
+        req = await request_message(request)
         ents = await self._entries(e, str(req.get("path") or HOME), 0, user)
         if not ents:
             raise EnvdError("not_found", "no such path")
@@ -485,14 +358,14 @@ class E2B:
         try:
             return await e.sb.exec(["sh", "-c", script, "sh", *args], cwd="/", user=user)
         except Exception as err:
-            raise _guest_envd_error(err) from None
+            raise guest_envd_error(err) from None
 
     def _abs(self, e: Entry, path: str) -> str:
         return posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
 
     async def make_dir(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)
-        path = self._abs(e, str((await self._unary_body(request)).get("path") or ""))
+        path = self._abs(e, str((await request_message(request)).get("path") or ""))
         res = await self._sh(e, user, '[ -e "$1" ] && exit 3; mkdir -p "$1"', path)
         if res.exit_code == 3:
             raise EnvdError("already_exists", f"{path} exists")
@@ -502,7 +375,7 @@ class E2B:
 
     async def remove(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)
-        path = self._abs(e, str((await self._unary_body(request)).get("path") or ""))
+        path = self._abs(e, str((await request_message(request)).get("path") or ""))
         res = await self._sh(e, user, '[ -e "$1" ] || [ -L "$1" ] || exit 3; rm -rf "$1"', path)
         if res.exit_code == 3:
             raise EnvdError("not_found", f"{path} does not exist")
@@ -516,7 +389,7 @@ class E2B:
         try:
             data = await e.sb.read_file(self._abs(e, path), user=user)
         except Exception as err:
-            ee = _guest_envd_error(err)
+            ee = guest_envd_error(err)
             raise CPError(CONNECT_STATUS.get(ee.code, 400) if ee.code != "permission_denied" else 401,
                           ee.message) from None
         return Response(data, media_type="application/octet-stream")
@@ -553,7 +426,7 @@ class E2B:
                     await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=user)
                     await e.sb.write_file(path, data, user=user)
             except Exception as err:
-                ee = _guest_envd_error(err)
+                ee = guest_envd_error(err)
                 raise CPError(401 if ee.code == "permission_denied" else 400, ee.message) from None
             out.append({"name": posixpath.basename(path), "type": "file", "path": path})
         return out
@@ -597,7 +470,7 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
             try:
                 out = await fn(request)
             except CPError as err:
-                return _cp_response(err)
+                return cp_response(err)
             return out if isinstance(out, Response) else JSONResponse(out, status_code=status)
         return route
 
@@ -610,7 +483,7 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
     async def info(request: Request) -> Any:
         sid = request.path_params["sid"]
         e = e2b.entry(e2b.owner(request), sid)
-        return {**e2b.listed(e), "envdAccessToken": e2b.box(e).token, "domain": None}
+        return {**e2b.listed(e), "envdAccessToken": e2b.box(e).token, "domain": e2b.domain(e2b.box(e))}
 
     async def timeout(request: Request) -> Any:
         sid = request.path_params["sid"]
@@ -631,6 +504,7 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
         sid = request.path_params["sid"]
         return await e2b.kill(request, sid)
 
+    e2b_control.install(app, e2b, cp)
     for prefix in ("", "/v2"):
         app.add_api_route(f"{prefix}/sandboxes", cp(create, 201), methods=["POST"], include_in_schema=False)
         app.add_api_route(f"{prefix}/sandboxes", cp(list_), methods=["GET"], include_in_schema=False)
@@ -646,18 +520,24 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
             try:
                 out = await fn(request)
             except NotFound as err:
-                return _not_found(str(err))
+                return not_found(str(err))
             except EnvdError as err:
-                return _envd_response(err)
+                return envd_response(err)
             except CPError as err:
-                return _cp_response(err)
+                return cp_response(err)
             return out if isinstance(out, Response) else JSONResponse(out)
         return route
 
     rpcs = {"/process.Process/Start": e2b.start, "/process.Process/Connect": e2b.connect_process,
             "/process.Process/SendSignal": e2b.send_signal, "/process.Process/List": e2b.list_processes,
+            "/process.Process/SendInput": e2b.send_input, "/process.Process/StreamInput": e2b.stream_input,
+            "/process.Process/CloseStdin": e2b.close_stdin, "/process.Process/Update": e2b.update,
             "/filesystem.Filesystem/ListDir": e2b.list_dir, "/filesystem.Filesystem/Stat": e2b.stat_,
-            "/filesystem.Filesystem/MakeDir": e2b.make_dir, "/filesystem.Filesystem/Remove": e2b.remove}
+            "/filesystem.Filesystem/MakeDir": e2b.make_dir, "/filesystem.Filesystem/Remove": e2b.remove,
+            "/filesystem.Filesystem/Move": e2b.move, "/filesystem.Filesystem/WatchDir": e2b.watch_dir,
+            "/filesystem.Filesystem/CreateWatcher": e2b.create_watcher,
+            "/filesystem.Filesystem/GetWatcherEvents": e2b.get_watcher_events,
+            "/filesystem.Filesystem/RemoveWatcher": e2b.remove_watcher}
     for path, fn in rpcs.items():
         app.add_api_route(path, envd(fn), methods=["POST"], include_in_schema=False)
     app.add_api_route("/files", envd(e2b.read), methods=["GET"], include_in_schema=False)

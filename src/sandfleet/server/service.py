@@ -20,7 +20,7 @@ import os
 import time
 import uuid
 from collections import Counter, OrderedDict
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -62,6 +62,8 @@ class ServiceConfig:
     allow_forward: tuple[int, ...] = ()
     """Host-loopback ports a client may forward into its sandboxes (none by default)."""
     reap_interval_s: float = 0.2
+    swerex_max_output: int = 1 << 20
+    """Bytes of a SWE-ReX command's output returned (``--swerex-max-output``); beyond, cut."""
 
 
 @dataclass(eq=False)
@@ -246,6 +248,25 @@ class SandboxService:
         if self.draining:
             gate.release(k)
             raise Problem(503, "draining", "the service is shutting down; no new work is taken")
+
+    async def admit_start(self, owner: str, deadline_ms: str | None, e: Entry) -> Callable[[], None]:
+        """One command slot (--max-busy) for a process's start; the returned release (safe to
+        call twice) gives it back once the process runs. A process that lives on (a server, a
+        watcher, a sleep) holds no slot: admission bounds starts, which compete for the host,
+        and the sandbox's cgroup bounds what the process then uses (cpus, memory, pids)."""
+        await self._admit(self.busy_gate, owner, deadline_ms)
+        t0 = time.monotonic()
+        e.busy += 1
+        held = True
+
+        def release() -> None:
+            nonlocal held
+            if held:
+                held = False
+                e.busy -= 1
+                self.busy_gate.release(1, time.monotonic() - t0)
+
+        return release
 
     @contextlib.asynccontextmanager
     async def busy(self, owner: str, deadline_ms: str | None, e: Entry) -> AsyncIterator[None]:

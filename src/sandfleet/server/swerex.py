@@ -10,15 +10,20 @@ raises again as the class it names (``swerex.exceptions.CommandTimeoutError``,
 ``NonZeroExitCodeError``, ...); auth and unknown sandboxes are 401/404 ``{"detail"}``.
 
 Sessions are sandfleet sessions: each command runs in a fresh bash that loads the state the
-last one saved (cwd, variables, functions), so an interrupt has nothing to stop.
+last one saved (cwd, variables, functions). ``BashInterruptAction`` sends SIGINT to the
+session's running command (SIGKILL if it ignores it for ``n_retry`` x ``timeout``);
+``close`` ends the sandbox. Output over ``--swerex-max-output`` (1 MiB) is cut: the output
+ends with "[... N more bytes truncated by sandfleet]" and ``failure_reason`` says so.
 """
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import posixpath
 import shlex
+import signal
 import tarfile
 import zipfile
 from collections import OrderedDict
@@ -28,7 +33,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from sandfleet.agent.client import ExecResult
+from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.base import Session
 from sandfleet.server import api
@@ -60,6 +65,8 @@ class HTTPError(Exception):
 class Runtime:
     sessions: dict[str, Session] = field(default_factory=dict)
     replies: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
+    running: dict[str, tuple[RunningCommand, asyncio.Event]] = field(default_factory=dict)
+    """Per session: the command running now, and an event set when it ends."""
 
 
 def _guest(e: BaseException) -> SwerexError:
@@ -119,11 +126,45 @@ class SweRex:
             output += res.output
         return {"output": output, "session_type": "bash"}
 
-    async def _session_run(self, s: Session, command: str, timeout: float | None) -> ExecResult:
+    async def _session_run(self, s: Session, command: str, timeout: float | None, rt: Runtime | None = None,
+                           name: str = "") -> ExecResult:
+        ended = asyncio.Event()
+
+        def on_start(h: RunningCommand) -> None:
+            if rt is not None:
+                rt.running[name] = (h, ended)
+
         try:
-            return await s.run("{\n" + command + "\n} 2>&1", timeout=timeout)
+            return await s.run("{\n" + command + "\n} 2>&1", timeout=timeout, on_start=on_start,
+                               max_output=self.service.config.swerex_max_output)
         except Exception as err:
             raise _guest(err) from None
+        finally:
+            ended.set()
+            if rt is not None and rt.running.get(name, (None, None))[1] is ended:
+                del rt.running[name]
+
+    async def _interrupt(self, rt: Runtime, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """SIGINT to the session's foreground command (its process group), as a terminal's ^C;
+        after ``n_retry`` x ``timeout`` seconds without it ending, SIGKILL to its whole tree."""
+        obs = {"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}
+        cur = rt.running.get(name)
+        if cur is None:
+            return {**obs, "failure_reason": "no command was running in the session"}
+        h, ended = cur
+        try:
+            wait = max(0.05, float(body.get("timeout") or 0.2)) * max(1, int(body.get("n_retry") or 3))
+        except (TypeError, ValueError):
+            raise SwerexError("builtins.ValueError", "timeout and n_retry are numbers") from None
+        h.signal(signal.SIGINT)
+        try:
+            async with asyncio.timeout(wait):
+                await ended.wait()
+        except TimeoutError:
+            h.signal(signal.SIGKILL)
+            await ended.wait()
+            return {**obs, "failure_reason": f"the command ignored SIGINT for {wait:g}s and was killed"}
+        return obs
 
     async def run_in_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
         name = str(body.get("session") or "default")
@@ -131,13 +172,13 @@ class SweRex:
         if s is None:
             raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
         if body.get("action_type") == "bash_interrupt":
-            return {"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}
+            return await self._interrupt(rt, name, body)
         if body.get("is_interactive_command") or body.get("is_interactive_quit") or body.get("expect"):
             raise SwerexError("builtins.NotImplementedError",
                               "interactive commands and expect are not supported by sandfleet sessions")
         command = str(body.get("command") or "")
         timeout = body.get("timeout")
-        res = await self._session_run(s, command, float(timeout) if timeout else None)
+        res = await self._session_run(s, command, float(timeout) if timeout else None, rt, name)
         if res.timed_out:
             raise SwerexError(EXC + "CommandTimeoutError",
                               f"timeout after {timeout} seconds while running command {command!r}")
@@ -149,7 +190,16 @@ class SweRex:
                 msg = f"{body['error_msg']}: {msg}"
             raise SwerexError(EXC + "NonZeroExitCodeError", msg)
         return {"output": output, "exit_code": None if check == "ignore" else res.exit_code,
-                "failure_reason": "", "expect_string": "", "session_type": "bash"}
+                "failure_reason": self._cut(res), "expect_string": "", "session_type": "bash"}
+
+    def _cut(self, res: ExecResult) -> str:
+        """What the response says when output was over --swerex-max-output (the output itself
+        ends with "[... N more bytes truncated by sandfleet]")."""
+        if not res.truncated:
+            return ""
+        return (f"output truncated: {res.stdout_dropped + res.stderr_dropped} bytes over the "
+                f"{self.service.config.swerex_max_output}-byte limit were not returned "
+                "(sandfleet serve --swerex-max-output)")
 
     async def close_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
         name = str(body.get("session") or "default")
@@ -176,7 +226,8 @@ class SweRex:
         timeout = body.get("timeout")
         env = {str(k): str(v) for k, v in (body.get("env") or {}).items()} or None
         res = await self._exec(e, argv, cwd=body.get("cwd") or "/", env=env,
-                               timeout=float(timeout) if timeout else None)
+                               timeout=float(timeout) if timeout else None,
+                               max_output=self.service.config.swerex_max_output)
         if res.timed_out:
             raise SwerexError(EXC + "CommandTimeoutError", f"Timeout ({timeout}s) exceeded while running command")
         if body.get("check") and res.exit_code != 0:
@@ -233,10 +284,14 @@ class SweRex:
         return {}
 
     async def close(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        sessions = list(rt.sessions.values())
+        """The runtime's end is the sandbox's (SWE-agent's remote deployment stops by closing)."""
         rt.sessions.clear()
-        for s in sessions:
-            await s.close()
+        rt.running.clear()
+        self.runtimes.pop(e.sb.id, None)
+        try:
+            await self.service.delete(e.owner, e.sb.id)
+        except Problem:
+            pass  # gone already (its TTL, a delete through /v1): closed either way
         return {}
 
 

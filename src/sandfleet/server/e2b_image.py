@@ -1,0 +1,87 @@
+"""The image behind E2B's ``base`` template: the service's host image with E2B's users.
+
+E2B templates have a login user ``user`` (uid 1000, HOME /home/user) and root with HOME
+/root. The host's own uid-1000 account (whatever its name) would otherwise be who the
+sandbox's commands run as, so this image is the host plus one small layer: /etc/passwd and
+/etc/group with uid and gid 1000 renamed ``user`` (home /home/user, bash) and root's home
+/root. It is made once per host image and passwd, on first use, and registered in the image
+cache as ``e2b-base`` (``sandfleet image ls`` shows it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from pathlib import Path
+
+from sandfleet.images import Image, host_image, images_dir, resolve_image, save_image
+
+NAME = "e2b-base"
+USER_LINE = "user:x:1000:1000:E2B user:/home/user:/bin/bash"
+GROUP_LINE = "user:x:1000:"
+_lock = threading.Lock()
+
+
+def _passwd(text: str) -> str:
+    out = []
+    for line in text.splitlines():
+        f = line.split(":")
+        if len(f) >= 7 and (f[0] == "user" or f[2] == "1000"):
+            continue
+        if len(f) >= 7 and f[2] == "0":
+            f[5] = "/root"
+            line = ":".join(f)
+        out.append(line)
+    return "\n".join([*out, USER_LINE]) + "\n"
+
+
+def _group(text: str) -> str:
+    out = [line for line in text.splitlines()
+           if not (len(f := line.split(":")) >= 3 and (f[0] == "user" or f[2] == "1000"))]
+    return "\n".join([*out, GROUP_LINE]) + "\n"
+
+
+def _write(path: Path, text: str, owner: int | None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
+    tmp.write_text(text)
+    tmp.chmod(0o644)
+    if owner is not None:
+        os.chown(tmp, owner, owner)
+    tmp.replace(path)
+
+
+def _root_uid() -> int | None:
+    """The host uid of a bwrap sandbox's root: a layer over the host's root is copied into the
+    sandbox's writable layer with its owners (``cp -a``), so the layer's directories must be
+    the sandbox root's, as a snapshot's are (None where we may not chown: not root)."""
+    if os.geteuid() != 0:
+        return None
+    from sandfleet.sandbox.spec import BwrapConfig
+
+    return BwrapConfig().host_uid(0)
+
+
+def base_image() -> str:
+    """The name of the E2B base image, made if this host (or its passwd) has none yet."""
+    host = host_image()
+    passwd = _passwd(Path("/etc/passwd").read_text())
+    group = _group(Path("/etc/group").read_text())
+    owner = _root_uid()
+    digest = hashlib.sha256(f"e2b-base:{host.hash}:{owner}\0{passwd}\0{group}".encode()).hexdigest()[:16]
+    d = images_dir() / digest
+    with _lock:
+        if not (d / "image.json").is_file():
+            layer = d / "layer"
+            _write(layer / "etc" / "passwd", passwd, owner)
+            _write(layer / "etc" / "group", group, owner)
+            for sub in (layer, layer / "etc"):
+                sub.chmod(0o755)
+                if owner is not None:
+                    os.chown(sub, owner, owner)
+            save_image(Image(name=NAME, lowers=[layer, Path("/")], arch=host.arch, page_size=host.page_size,
+                             hash=digest, base="host", meta={"made_by": "sandfleet serve (E2B base template)"}))
+    if resolve_image(NAME).hash != digest:  # an older one (another passwd) would win by age: renew it
+        os.utime(d / "image.json")
+    return NAME

@@ -127,3 +127,24 @@ async def test_separate_verifier_image_keeps_its_baked_tests(tmp_path: Path) -> 
         assert await box.exec(run) == (0, "Dockerfile\ntest.sh\n1\n", "")
     finally:
         await box.stop()
+
+
+@needs_bwrap()
+async def test_a_sandbox_killed_from_outside_is_an_infra_error_harbor_records(tmp_path: Path) -> None:
+    """Harbor's trial exception info gets SandfleetInfraError (cause, how the sandbox ended);
+    a command that merely fails is still the agent's."""
+    from sandfleet.integrations.harbor import SandfleetInfraError
+    from sandfleet.testing.faultpolicies import kill_from_host
+
+    box = HarborSandbox(env_dir(tmp_path), "t", Options(backend="bwrap"), memory_mib=512, disk_mib=256)
+    await box.start()
+    try:
+        assert (await box.exec("exit 3"))[0] == 3
+        kill_from_host(box.sandbox)
+        with pytest.raises(SandfleetInfraError, match=r"^infra_fault \(sandbox_died\)") as info:
+            await box.exec("echo again")
+        assert info.value.fault["sandbox_end"]["signal"] == "SIGKILL" and info.value.fault["phase"] == "agent"
+        with pytest.raises(SandfleetInfraError):
+            await box.download_file("/etc/hostname", tmp_path / "h")
+    finally:
+        await box.stop()

@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import httpx
 import pytest
@@ -88,6 +91,43 @@ async def test_task_by_name_text_mode_and_the_reward_hook(tmp_path: Path, monkey
         await miles.run("http://127.0.0.1:9", PROMPT, {}, {})
 
 
+@dataclass
+class MilesSample:
+    """The fields of Miles' Sample the reward hook and the sample filter touch (its Status enum's names)."""
+
+    class Status(Enum):
+        PENDING = "pending"
+        COMPLETED = "completed"
+        TRUNCATED = "truncated"
+        ABORTED = "aborted"
+        FAILED = "failed"
+
+    metadata: dict[str, Any] = field(default_factory=dict)
+    status: Status = Status.COMPLETED
+    remove_sample: bool = False
+
+
+@needs_bwrap()
+async def test_a_masked_rollout_reaches_miles_as_an_aborted_sample(tmp_path: Path) -> None:
+    """A model server that answers 500: the rollout is an infra fault, reward None in the
+    metadata; custom_rm sets the sample ABORTED (Miles' aborted-group filter then drops the
+    group); a policy fault keeps reward 0 and its status."""
+    task = make_task(tmp_path)
+    with FakeModelServer([{"fault": "500"}], strict_sessions=True) as server:
+        out = await miles.run(server.session_url("m1"), PROMPT, {}, {"sandfleet_task": str(task.path)}, settings=BWRAP)
+    assert out["verdict"] == "infra_fault" and out["reward"] is None and out["fault"]["cause"] == "model_overloaded"
+    assert json.dumps(out)
+    masked = MilesSample(metadata=out)
+    policy = MilesSample(metadata={"verdict": "policy_fault", "reward": 0.0})
+    scored = MilesSample(metadata={"verdict": "scored", "reward": 1.0})
+    assert await miles.custom_rm(None, [masked, policy, scored]) == [0.0, 0.0, 1.0]
+    assert masked.status is MilesSample.Status.ABORTED
+    assert policy.status is scored.status is MilesSample.Status.COMPLETED
+    other = MilesSample(metadata=out)
+    miles.mask_infra_faults(None, [[other, MilesSample(metadata={"verdict": "scored"})]])
+    assert other.remove_sample is True
+
+
 @needs_bwrap()
 async def test_abort_ends_the_rollouts_in_flight(tmp_path: Path) -> None:
     task = make_task(tmp_path)
@@ -103,6 +143,7 @@ async def test_abort_ends_the_rollouts_in_flight(tmp_path: Path) -> None:
         outs = await asyncio.gather(*runs)
     assert asyncio.get_running_loop().time() - t0 < 10
     assert [o["exit_status"] for o in outs] == ["aborted", "aborted"]
+    assert [(o["verdict"], o["reward"]) for o in outs] == [("infra_fault", None)] * 2
     assert not LIVE.jobs
 
 

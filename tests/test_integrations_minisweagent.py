@@ -60,3 +60,24 @@ def test_task_environment_and_use_from_worker_threads(tmp_path: Path) -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="extra"):
         SandfleetEnvironment(imagee="host")
+
+
+def test_a_sandbox_killed_from_outside_ends_the_run_as_an_infra_fault() -> None:
+    """mini's own end of a run (an exit message), with exit status InfraFault, the verdict and
+    the evidence; a failure the agent can cause stays a returncode -1 it sees."""
+    from sandfleet.integrations.minisweagent import infra_fault_class
+    from sandfleet.testing.faultpolicies import kill_from_host
+
+    env = SandfleetEnvironment(backend="bwrap", timeout=10, memory_mib=256)
+    try:
+        assert env.execute({"command": "echo up"})["output"] == "up\n"
+        kill_from_host(env.sandbox)
+        with pytest.raises(infra_fault_class()) as info:
+            env.execute({"command": "echo again"})
+        message = info.value.messages[0]  # type: ignore[attr-defined]
+        assert message["role"] == "exit" and message["extra"]["exit_status"] == "InfraFault"
+        assert message["extra"]["verdict"] == "infra_fault"
+        fault = message["extra"]["fault"]
+        assert fault["cause"] == "sandbox_died" and fault["sandbox_end"]["signal"] == "SIGKILL"
+    finally:
+        env.close()

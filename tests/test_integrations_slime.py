@@ -150,14 +150,21 @@ async def test_generate_runs_a_whole_rollout(tmp_path: Path, monkeypatch: pytest
 
 
 @needs_bwrap()
-async def test_generate_failed_rollout_is_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_masked_rollout_is_an_aborted_sample(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model server answering 500 is an infra fault: slime gets ABORTED with nothing in the
+    loss, and the group filter drops its group; a group without one is kept."""
     monkeypatch.setenv("SANDFLEET_BACKEND", "bwrap")
     task = make_task(tmp_path)
     with FakeModelServer([{"fault": "500"}]) as server:
         sample = Sample(prompt=PROMPT, metadata={"sandfleet_task": str(task.path)})
         out = await slime.generate(router_args(server), sample, {})
-    assert out.status is Sample.Status.FAILED and out.reward == 0.0
+    assert out.status is Sample.Status.ABORTED and not any(out.loss_mask or [])
     assert out.metadata["sandfleet"]["reason"] == "model_http_500"
+    assert out.metadata["sandfleet"]["verdict"] == "infra_fault"
+    assert out.metadata["sandfleet"]["fault"]["cause"] == "model_overloaded"
+    done = Sample(status=Sample.Status.COMPLETED, reward=1.0)
+    assert slime.drop_masked_groups(None, [done, out]).keep is False
+    assert slime.drop_masked_groups(None, [[done], [Sample(status=Sample.Status.COMPLETED)]]).keep is True
 
 
 def test_trajectory_masks_and_logprobs() -> None:

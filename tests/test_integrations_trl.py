@@ -131,3 +131,26 @@ def test_bash_tool_has_the_google_docstring_trl_renders() -> None:
     public = [n for n, _ in inspect.getmembers(SandfleetBashEnv, predicate=inspect.isfunction) if not n.startswith("_")]
     assert sorted(public) == ["bash", "get_reward", "reset"]  # TRL makes every other public method a tool
     assert asyncio.iscoroutinefunction(SandfleetReward.__call__)
+
+
+@needs_bwrap()
+async def test_an_infra_fault_is_refilled_then_masked_as_none(tasks: dict[str, Path]) -> None:
+    """A completion's sandbox killed from the host: run again in a fresh sandbox (same task and
+    script) and scored; killed on every attempt: masked, and the reward function's value is
+    None, TRL's own "can't score this completion"."""
+    from sandfleet.integrations.trl import reward_of
+    from sandfleet.rollout.runner import RetryPolicy
+    from sandfleet.tasks import load_task
+    from sandfleet.testing.faultpolicies import KillFromHost
+
+    got: list[RolloutResult] = []
+    runner = Runner(settings=BWRAP, on_result=got.append, retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+    task = load_task(tasks["count-lines"])
+    solve = KillFromHost(1, ["wc -l < notes.txt > count.txt"])
+    result = await runner.rollout(task, solve)
+    assert (result.verdict, result.attempt, reward_of(result)) == ("scored", 2, 1.0)
+    assert [r.verdict for r in got] == ["infra_fault", "scored"]
+    result = await runner.rollout(task, KillFromHost(2, ["wc -l < notes.txt > count.txt"]))
+    assert (result.verdict, result.attempt, result.reward, reward_of(result)) == ("infra_fault", 2, None, None)
+    assert result.fault and result.fault["cause"] == "sandbox_died"
+    assert mine() == []

@@ -199,3 +199,18 @@ def agent_metrics(result: RolloutResult) -> dict[str, Any]:
         "wall_time": result.duration,
         "spans_s": spans,
     }
+
+
+def infra_fault_of(error: BaseException, phase: str = "agent") -> dict[str, Any] | None:
+    """The evidence (``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``) when
+    ``error``, raised in ``phase``, is an infra fault by the verdict rule
+    (:mod:`sandfleet.rollout.verdict`); None when it is the policy's (or in doubt)."""
+    from sandfleet.rollout.runner import failure_reason
+    from sandfleet.rollout.verdict import INFRA, cause_of, log_tail, sandbox_end, verdict_of_cause
+
+    reason, text = failure_reason(error), str(error) or type(error).__name__
+    cause = cause_of("failed", reason, text, phase)
+    if verdict_of_cause(cause) != INFRA:
+        return None
+    return {"cause": cause, "phase": phase, "reason": reason, "sandbox_end": sandbox_end(text),
+            "log_tail": log_tail(text)}

@@ -26,6 +26,16 @@ What Harbor asks of an environment, and what this one does:
   ``disk_mib``, ``pids``, ``ttl_s``, ``network`` (true/false, over the policy),
   ``agent_user``. Unset limits come from the task (Harbor's ``--override-*`` included).
 
+**The mask.** A call that fails for a reason the agent can't cause (an ``infra_fault`` by
+sandfleet's verdict rule, docs/rollouts.md: the sandbox killed from outside, the sandbox
+service unreachable, a sandbox that could not be made) raises :class:`SandfleetInfraError`,
+which Harbor records as the trial's exception info (``exception_info.exception_type ==
+"SandfleetInfraError"``; its message starts ``infra_fault (<cause>)``), the trial gets no
+reward, and a Harbor job retries it where its config says so (``retry.include_exceptions:
+[SandfleetInfraError]``). A failed image build stays Harbor's own ``SandboxBuildFailedError``.
+Everything else (a command that fails, a sandbox OOM-killed by the agent's memory) is as
+before: the agent's.
+
 :class:`HarborSandbox` is all of that without Harbor (tested on its own);
 ``SandfleetEnvironment``, the ``BaseEnvironment`` subclass, is made on first access, so this
 module imports without Harbor installed.
@@ -34,16 +44,19 @@ module imports without Harbor installed.
 from __future__ import annotations
 
 import asyncio
+import functools
 import posixpath
 import shlex
 import shutil
 import stat
 import tempfile
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from sandfleet.errors import GuestFileNotFoundError
+from sandfleet.errors import GuestFileNotFoundError, ImageError
+from sandfleet.integrations._common import infra_fault_of
 from sandfleet.rollout.verifier import stop_everything_of
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
@@ -98,6 +111,40 @@ def image_task(environment_dir: Path, name: str, build_timeout_s: float) -> Task
                 verifier=VerifierPlan(uploads=(), command=("true",), timeout_s=1, reward="reward-file"))
 
 
+class SandfleetInfraError(RuntimeError):
+    """The sandbox failed for a reason the agent can't cause (an infra fault); ``fault`` is
+    the evidence (``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``)."""
+
+    def __init__(self, fault: dict[str, Any], error: BaseException):
+        super().__init__(f"infra_fault ({fault['cause']}): {error}")
+        self.fault = fault
+
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+def infra_guard(phase: str) -> Callable[[F], F]:
+    """Re-raise an infra fault of the wrapped call as :class:`SandfleetInfraError` (a failed
+    image build stays an ImageError: Harbor has its own exception for it)."""
+
+    def wrap(fn: F) -> F:
+        @functools.wraps(fn)
+        async def guarded(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await fn(*args, **kwargs)
+            except ImageError:
+                raise
+            except Exception as e:
+                fault = infra_fault_of(e, phase)
+                if fault is None:
+                    raise
+                raise SandfleetInfraError(fault, e) from e
+
+        return guarded  # type: ignore[return-value]
+
+    return wrap
+
+
 class HarborSandbox:
     """One sandfleet sandbox with Harbor's environment semantics (no Harbor import)."""
 
@@ -124,6 +171,7 @@ class HarborSandbox:
             raise RuntimeError("the environment is not started")
         return self._sandbox
 
+    @infra_guard("start")
     async def start(self) -> None:
         """Build (or find) the image, then make the sandbox. Only ``/logs`` is made for the
         agent's user; ``/tests`` and ``/solution`` are made by root when Harbor uploads them
@@ -145,6 +193,7 @@ class HarborSandbox:
                          labels={"harbor": self.label or self.name}, **limits)
         self._sandbox = await create_sandbox(spec)
 
+    @infra_guard("agent")
     async def exec(self, command: str, *, cwd: str | None = None, env: dict[str, str] | None = None,
                    timeout_sec: float | None = None, user: str | int | None = None,
                    phase_user: bool = True) -> tuple[int, str, str]:
@@ -161,6 +210,7 @@ class HarborSandbox:
             raise RuntimeError(f"Command timed out after {timeout_sec} seconds")
         return res.exit_code, res.stdout, res.stderr
 
+    @infra_guard("agent")
     async def upload_file(self, source: Path | str, target: str) -> None:
         source = Path(source)
         data = await asyncio.to_thread(source.read_bytes)
@@ -171,6 +221,7 @@ class HarborSandbox:
             await self._root(f"mkdir -p -- {shlex.quote(posixpath.dirname(target) or '/')}")
             await self.sandbox.write_file(target, data, mode=mode, user="root")
 
+    @infra_guard("agent")
     async def upload_dir(self, source: Path | str, target: str) -> None:
         """The folder's contents into ``target`` (made if missing), as root. Uploading the
         tests first ends everything the agent started and empties ``/tests``."""
@@ -182,12 +233,14 @@ class HarborSandbox:
                              'chown 0:0 "$d"; chmod 0755 "$d"')
         await self.sandbox.upload(source, target, user="root")
 
+    @infra_guard("agent")
     async def download_file(self, source: str, target: Path | str) -> None:
         data = await self.sandbox.read_file(source, user="root")
         target = Path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(target.write_bytes, data)
 
+    @infra_guard("agent")
     async def download_dir(self, source: str, target: Path | str) -> None:
         """The contents of ``source`` into ``target`` (made if missing; files there overwritten)."""
         target = Path(target)
@@ -228,8 +281,6 @@ def _make_environment_class() -> type:
     except ImportError as e:
         raise ImportError("sandfleet.integrations.harbor:SandfleetEnvironment needs Harbor 0.25 on Python 3.12 or "
                           f"later: pip install 'sandfleet[harbor]' ({e})") from e
-    from sandfleet.errors import ImageError
-
     class SandfleetEnvironment(BaseEnvironment):
         """A Harbor environment whose sandbox is sandfleet's (see the module docstring)."""
 

@@ -13,6 +13,16 @@ task's verifier, and the reward. The returned dict is merged into the sample's m
 :func:`custom_rm` reads the reward back, and :func:`abort` ends every rollout and sandbox
 of the process when Miles aborts oversampled work. No Miles import is needed: its call
 shapes are plain Python.
+
+**The mask.** A rollout's ``verdict`` (docs/rollouts.md) goes into the metadata. An
+``infra_fault`` (masked: the agent could not have caused it) is passed to Miles in its own
+mechanism, the sample status: :func:`custom_rm` sets the sample ``ABORTED``, and Miles'
+aborted-group filter (``--dynamic-sampling-filter-path
+miles.rollout.filter_hub.dynamic_sampling_filters.check_no_aborted``) drops the group and
+samples it again, as for its own aborts, so the masked rollout enters neither the loss nor its
+group's statistics. :func:`mask_infra_faults` (``--rollout-sample-filter-path``) is the
+lighter alternative: ``remove_sample`` keeps the group but Miles still counts the removed
+sample in the group's reward normalisation (at reward 0).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metric
 from sandfleet.integrations._session import SessionPolicy
 from sandfleet.rollout.agent import AgentConfig
 from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.verdict import INFRA, settle
 
 TASK_KEY = "sandfleet_task"
 """The sample-metadata key naming the task."""
@@ -43,8 +54,10 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
     Python callers may pass ``agent_config`` (an :class:`AgentConfig`), ``settings`` (a
     ``Settings``) and ``transport`` (an ``httpx`` transport).
 
-    Returns ``reward`` (the verifier's; 0.0 for a failed or aborted rollout), ``exit_status``
-    (why the agent stopped, or ``failed`` / ``aborted``), ``reward_details``, ``eval_report``,
+    Returns ``reward`` (the verifier's; 0.0 for a policy fault; None for a masked rollout:
+    an infra fault, or one Miles aborted), ``verdict`` (``scored``, ``policy_fault``,
+    ``infra_fault``) and on a fault ``fault`` (its evidence), ``exit_status`` (why the agent
+    stopped, or ``failed`` / ``aborted``), ``reward_details``, ``eval_report``,
     ``agent_metrics`` (``total_tool_time``, which Miles makes the sample's
     ``non_generation_time``; ``turns``, ``commands``, tokens, seconds per span) and
     ``sandfleet_spans`` (the rollout's trace spans, docs/trace-schema.md).
@@ -64,15 +77,18 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
     try:
         result = await run_task(task, policy, settings, group=task.name)
     except Aborted:
-        return {"reward": 0.0, "exit_status": "aborted", "agent_metrics": {"turns": len(policy.turns)}}
+        return {"reward": None, "exit_status": "aborted", "verdict": INFRA,
+                "fault": {"cause": "cancelled", "reason": "aborted"}, "agent_metrics": {"turns": len(policy.turns)}}
     return outcome(result)
 
 
 def outcome(result: RolloutResult) -> dict[str, Any]:
     """What :func:`run` returns for a finished rollout."""
     completed = result.status == "completed"
+    verdict = settle(result)
     return {
-        "reward": float(result.reward or 0.0) if completed else 0.0,
+        "reward": None if verdict == INFRA else float(result.reward or 0.0),
+        "verdict": verdict, **({"fault": result.fault} if result.fault else {}),
         "exit_status": result.stop_reason if completed else "failed",
         "reward_details": result.reward_details,
         "eval_report": {
@@ -95,12 +111,38 @@ async def abort(args: Any = None) -> None:
 
 async def custom_rm(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:
     """``--custom-rm-path``: the reward :func:`run` put in the sample's metadata (0.0 if
-    none); a list of samples (``--group-rm``) gives a list."""
+    none); a list of samples (``--group-rm``) gives a list. A masked sample (its ``verdict``
+    ``infra_fault``) is set ``ABORTED`` here, Miles' own status for a rollout that must not
+    train (its slot gets 0.0, which the aborted-group filter discards with the group)."""
     if isinstance(samples, list):
         return [_reward(s) for s in samples]
     return _reward(samples)
 
 
 def _reward(sample: Any) -> float:
-    reward = (getattr(sample, "metadata", None) or {}).get("reward")
+    metadata = getattr(sample, "metadata", None) or {}
+    if metadata.get("verdict") == INFRA:
+        mark_aborted(sample)
+        return 0.0
+    reward = metadata.get("reward")
     return float(reward) if reward is not None else 0.0
+
+
+def mark_aborted(sample: Any) -> None:
+    """Set a Miles (or slime) ``Sample`` ``ABORTED`` through its own ``Status`` enum."""
+    status = getattr(type(sample), "Status", None)
+    if status is not None and hasattr(status, "ABORTED"):
+        sample.status = status.ABORTED
+
+
+def mask_infra_faults(args: Any, data: Any) -> None:
+    """``--rollout-sample-filter-path``: leave masked samples out of the loss
+    (``remove_sample = True``). Miles still counts removed samples in their group's reward
+    normalisation; prefer :func:`custom_rm` with the aborted-group filter (module docs)."""
+    stack = list(data)
+    while stack:
+        item = stack.pop()
+        if isinstance(item, list):
+            stack.extend(item)
+        elif (getattr(item, "metadata", None) or {}).get("verdict") == INFRA:
+            item.remove_sample = True

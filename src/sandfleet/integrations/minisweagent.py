@@ -14,6 +14,15 @@ background event loop (sandfleet's guest connections belong to the loop that mad
 and each call waits for its result there. The sandbox is made at the first command and
 closed by :meth:`SandfleetEnvironment.close`, when the environment is collected, or at
 interpreter exit, whichever comes first (mini never calls a cleanup method itself).
+
+**The mask.** A command that fails for a reason the agent can't cause (the sandbox killed
+from outside, the sandbox service unreachable: an ``infra_fault`` by sandfleet's verdict
+rule, docs/rollouts.md) ends the run in mini's own way, an exit message: the trajectory's
+``info.exit_status`` is ``InfraFault`` (the message's ``extra`` carries ``verdict`` and
+``fault``), so a trainer or a batch run can tell it from the agent's own ends (``Submitted``,
+``LimitsExceeded``, ...) and leave it out. Other failures (the sandbox OOM-killed by the
+agent's own memory, ...) are shown to the agent as mini's environments do (returncode -1,
+``exception_info``).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from sandfleet.integrations._common import resolve_task, task_image
+from sandfleet.integrations._common import infra_fault_of, resolve_task, task_image
 from sandfleet.rollout.runner import task_spec
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
@@ -45,6 +54,27 @@ class SubmittedStandIn(Exception):
     def __init__(self, *messages: dict[str, Any]):
         self.messages = messages
         super().__init__()
+
+
+INFRA_EXIT_STATUS = "InfraFault"
+
+
+class InfraFaultStandIn(Exception):
+    """Raised in place of mini's ``InterruptAgentFlow`` (an :func:`infra_fault_class`) without mini."""
+
+    def __init__(self, *messages: dict[str, Any]):
+        self.messages = messages
+        super().__init__()
+
+
+def infra_fault_class() -> type[Exception]:
+    """An ``InterruptAgentFlow`` subclass (mini's agent ends its run on the exit message it
+    carries), or the stand-in without mini."""
+    try:
+        from minisweagent.exceptions import InterruptAgentFlow
+    except ImportError:
+        return InfraFaultStandIn
+    return type("InfraFault", (InterruptAgentFlow,), {"__doc__": "The sandbox failed from outside (infra_fault)."})
 
 
 def submitted_class() -> type[Exception]:
@@ -185,6 +215,13 @@ class SandfleetEnvironment:
             else:
                 output = {"output": res.stdout, "returncode": res.exit_code, "exception_info": ""}
         except Exception as e:
+            fault = infra_fault_of(e, "agent")
+            if fault is not None:  # not the agent's doing: end the run, saying so
+                raise infra_fault_class()({
+                    "role": "exit", "content": f"{INFRA_EXIT_STATUS}: {fault['cause']}: {e}",
+                    "extra": {"exit_status": INFRA_EXIT_STATUS, "submission": "", "verdict": "infra_fault",
+                              "fault": fault},
+                }) from e
             output = {"output": "", "returncode": -1,
                       "exception_info": f"An error occurred while executing the command: {e}",
                       "extra": {"exception_type": type(e).__name__, "exception": str(e)}}

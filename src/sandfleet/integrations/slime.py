@@ -14,6 +14,14 @@ tokens with the model's chat template: the prompt, each reply (``loss_mask`` 1) 
 command output and template glue (``loss_mask`` 0), with ``rollout_log_probs`` where the
 server sent per-token logprobs. The reward is pre-filled, so slime's reward model is
 skipped. slime itself is never imported (the registry's ``slime`` package is unrelated).
+
+**The mask.** The rollout's ``verdict`` (docs/rollouts.md) is in ``metadata["sandfleet"]``.
+An ``infra_fault`` (masked: the agent could not have caused it) comes back in slime's own
+status for a rollout that must not train, ``ABORTED``, with every ``loss_mask`` entry 0 (as
+slime's own ``_abort_result`` does); slime skips its reward model for it. Pass
+``--dynamic-sampling-filter-path sandfleet.integrations.slime.drop_masked_groups`` so that
+its group is dropped and sampled again, out of the group statistics too. A policy fault is a
+finished rollout at reward 0 (``COMPLETED``): it trains.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from sandfleet.errors import GuestFileNotFoundError, SandboxClosedError
 from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy, Turn
 from sandfleet.rollout.agent import BASH_TOOL, AgentConfig
+from sandfleet.rollout.verdict import INFRA, settle
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
 
@@ -261,10 +270,10 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     ``response``, ``response_length``, ``loss_mask``, ``rollout_log_probs`` (where the server
     sent logprobs), ``reward`` (the verifier's), ``status`` and ``metadata["sandfleet"]``.
 
-    Status: ``COMPLETED``; ``TRUNCATED`` when the last reply hit its token limit or the
-    rollout its token budget; ``FAILED`` (reward 0.0) when the rollout failed (model server,
-    sandbox); ``ABORTED`` when :func:`sandfleet.integrations.miles.abort`-style abort ended it
-    or its trajectory can't be tokenized. Options on ``args``: ``sandfleet_max_turns``,
+    Status: ``COMPLETED`` (scored, or a policy fault at reward 0); ``TRUNCATED`` when the last
+    reply hit its token limit or the rollout its token budget; ``ABORTED`` (masked, every
+    ``loss_mask`` entry 0) for an infra fault (model server, sandbox, host), when an abort
+    ended it, or when its trajectory can't be tokenized. Options on ``args``: ``sandfleet_max_turns``,
     ``sandfleet_tool_mode``, ``sandfleet_tokenizer``, ``sandfleet_model``."""
     status = type(sample).Status
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
@@ -280,15 +289,15 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     try:
         result = await run_task(task, policy, Settings.from_env(), group=task.name)
     except Aborted:
-        sample.status, sample.reward = status.ABORTED, 0.0
-        return sample
+        metadata["sandfleet"] = {"verdict": INFRA, "fault": {"cause": "cancelled", "reason": "aborted"}}
+        return _masked(sample, status)
+    verdict = settle(result)
     tokenizer = await tokenizer_for(args)
     try:
         traj = trajectory(tokenizer, policy.messages, policy.turns)
     except TokenizationError as e:
-        metadata["sandfleet"] = {"error": str(e)}
-        sample.status, sample.reward = status.ABORTED, 0.0
-        return sample
+        metadata["sandfleet"] = {"error": str(e), "verdict": INFRA, "fault": {"cause": "tokenization", "error": str(e)}}
+        return _masked(sample, status)
     sample.tokens = traj.prompt_ids + traj.response_ids
     sample.response = tokenizer.decode(traj.response_ids)
     sample.response_length = len(traj.response_ids)
@@ -298,18 +307,49 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     if hasattr(sample, "non_generation_time"):
         sample.non_generation_time = metrics["total_tool_time"]
     metadata["sandfleet"] = {
-        "status": result.status, "reason": result.reason, "error": result.error, "stop_reason": result.stop_reason,
-        "reward_details": result.reward_details, "agent_metrics": metrics, "spans": result.spans,
-        "sandbox_id": result.sandbox_id,
+        "status": result.status, "verdict": verdict, "fault": result.fault, "reason": result.reason,
+        "error": result.error, "stop_reason": result.stop_reason, "reward_details": result.reward_details,
+        "agent_metrics": metrics, "spans": result.spans, "sandbox_id": result.sandbox_id,
     }  # fmt: skip
-    if result.status != "completed":
-        sample.status, sample.reward = status.FAILED, 0.0
-        return sample
-    sample.reward = float(result.reward or 0.0)
+    if verdict == INFRA:
+        return _masked(sample, status)
+    sample.reward = float(result.reward or 0.0)  # a policy fault: 0, and it trains
     last = policy.turns[-1].choice.get("finish_reason") if policy.turns else None
     truncated = last == "length" or result.stop_reason == "max_tokens"
     sample.status = status.TRUNCATED if truncated else status.COMPLETED
     return sample
+
+
+def _masked(sample: Any, status: Any) -> Any:
+    """slime's abort result: ``ABORTED``, nothing of it in the loss (its reward slot 0.0:
+    slime's Sample holds a number; the status is the mask)."""
+    sample.status, sample.reward = status.ABORTED, 0.0
+    sample.loss_mask = [0] * sample.response_length if sample.response_length else [0]
+    return sample
+
+
+@dataclass
+class FilterOutput:
+    """slime's ``DynamicFilterOutput`` fields (used where slime is not importable)."""
+
+    keep: bool
+    reason: str | None = None
+
+
+def drop_masked_groups(args: Any, samples: Any, **kwargs: Any) -> Any:
+    """``--dynamic-sampling-filter-path``: drop a group with a masked (``ABORTED``) member, so
+    that slime samples it again and the masked rollout weighs in no group statistic."""
+    flat: list[Any] = []
+    for s in samples:
+        flat.extend(s if isinstance(s, list) else [s])
+    masked = any(getattr(getattr(s, "status", None), "name", "") == "ABORTED"
+                 or ((getattr(s, "metadata", None) or {}).get("sandfleet") or {}).get("verdict") == INFRA
+                 for s in flat)
+    try:
+        from slime.rollout.filter_hub.base_types import DynamicFilterOutput  # slime's own type, where installed
+    except ImportError:
+        return FilterOutput(keep=not masked, reason="group_has_masked" if masked else None)
+    return DynamicFilterOutput(keep=not masked, reason="group_has_masked" if masked else None)
 
 
 async def reward_func(args: Any, samples: Any, **kwargs: Any) -> float | list[float]:

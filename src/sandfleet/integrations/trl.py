@@ -10,7 +10,12 @@ Each dataset row carries ``sandfleet_task`` (a task folder, or a name under
 whole text) runs once under ``bash -c`` in a **fresh sandbox** of that task, the task's own
 verifier scores it, and its reward is returned -- partial credit included, where the task's
 ``reward.json`` gives a fraction. Rollouts run concurrently (``concurrency`` at once) on TRL's
-reward event loop; a failed rollout scores 0.
+reward event loop. A rollout's verdict (docs/rollouts.md) decides what TRL gets: ``scored``
+its reward, ``policy_fault`` 0, ``infra_fault`` ``None`` -- TRL's own way to say a reward
+function can't score a completion. An infra fault is first refilled in place (the same script
+in a fresh sandbox, ``Runner.retry``); only when the attempts run out is ``None`` returned.
+What TRL then does with it (no advantage, no weight in the group's mean and std, but a share
+of the loss normalisation and of the KL term): docs/integrations.md.
 
 Multi-turn, with ``environment_factory=SandfleetBashEnv`` (modelled on TRL's
 ``trl/experimental/harbor/_env.py``): ``reset(**row)`` starts a sandbox for
@@ -42,7 +47,8 @@ from typing import Any
 from sandfleet.integrations._common import LIVE, Settings, resolve_task, sandboxes_on, task_image
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
+from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
+from sandfleet.rollout.verdict import INFRA, settle
 from sandfleet.tasks import Task
 
 TASK_KEY = "sandfleet_task"
@@ -104,12 +110,16 @@ class Runner:
     cpus: float | None = None
     """Each sandbox's CPU quota (None: the task's own ``cpus``)."""
     on_result: Callable[[RolloutResult], None] | None = None
+    """Gets every attempt (a refilled infra fault's first attempt too)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Infra faults are run again in a fresh sandbox (same task and script) this many attempts."""
     run_id: str = "trl"
     _ids: itertools.count[int] = field(default_factory=itertools.count)
 
     async def rollout(self, task: Task, policy: Policy, *, group: str | None = None, sample: int = 0,
-                      info: dict[str, Any] | None = None) -> RolloutResult:
-        """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends)."""
+                      info: dict[str, Any] | None = None, retry: RetryPolicy | None = None) -> RolloutResult:
+        """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends); an
+        infra fault is run again per ``retry`` (default :attr:`retry`), the final attempt returned."""
         async with sandboxes_on(self.settings.remote):
             image = await task_image(task)
             spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
@@ -119,16 +129,21 @@ class Runner:
             n = next(self._ids)
             req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group or task.name,
                                  run_id=self.run_id, rollout_id=f"{task.name}#{n}")  # fmt: skip
-            result = await LIVE.track(run_rollout(req))
-        result.info.update(info or {})
-        if self.on_result is not None:
-            self.on_result(result)
-        return result
+
+            def record(r: RolloutResult) -> None:
+                r.info.update(info or {})
+                if self.on_result is not None:
+                    self.on_result(r)
+
+            return await LIVE.track(run_with_retries(req, retry or self.retry, record))
 
 
-def reward_of(result: RolloutResult) -> float:
-    """A rollout's reward for training: the verifier's, 0 for a failed rollout."""
-    return float(result.reward or 0.0) if result.status == "completed" else 0.0
+def reward_of(result: RolloutResult) -> float | None:
+    """A rollout's reward for training, by its verdict: the verifier's (scored), 0.0 (a policy
+    fault), None (an infra fault: masked, TRL's "can't score this completion")."""
+    if settle(result) == INFRA:
+        return None
+    return float(result.reward or 0.0)
 
 
 @dataclass
@@ -198,6 +213,7 @@ class SandfleetReward:
             log_metric("sandfleet/reward_wall_s", self.last.wall_s)
             log_metric("sandfleet/reward_cpu_s", self.last.cpu_s)
             log_metric("sandfleet/failed_rollouts", float(sum(r.status != "completed" for r in results)))
+            log_metric("sandfleet/masked_rollouts", float(sum(r.masked for r in results)))
         return [reward_of(r) for r in results]
 
 
@@ -261,6 +277,7 @@ class SandfleetBashEnv:
         self._episode: _Episode | None = None
         self._job: asyncio.Future[RolloutResult] | None = None
         self._reward: float | None = None
+        self._rewarded = False
         self.result: RolloutResult | None = None
         """The last finished episode's rollout."""
         _ENVS.add(self)
@@ -274,14 +291,15 @@ class SandfleetBashEnv:
             raise KeyError(f"the dataset row has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
         self._finish()  # a pooled instance: end the previous episode (scored or not)
         task = resolve_task(str(row[TASK_KEY]))
-        self._reward = None
+        self._reward, self._rewarded = None, False
         self._run(self._start(task))
         return task.instruction + self.PROMPT_SUFFIX
 
     async def _start(self, task: Task) -> None:
         runner = type(self).runner or Runner()
         self._episode = episode = _Episode()
-        self._job = asyncio.ensure_future(runner.rollout(task, episode))
+        # one attempt: the episode's commands are the model's, they can't be replayed
+        self._job = asyncio.ensure_future(runner.rollout(task, episode, retry=RetryPolicy(max_attempts=1)))
         waits: list[asyncio.Future[Any]] = [self._job, episode.started]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         # if the rollout ended before the agent's turn (it failed to start), the tool says so
@@ -311,11 +329,14 @@ class SandfleetBashEnv:
         got.cancel()
         return "[the sandbox stopped]"
 
-    def get_reward(self) -> float:
-        """Run the task's verifier on the sandbox, close it; the reward (0 if it failed)."""
-        if self._reward is None:
+    def get_reward(self) -> float | None:
+        """Run the task's verifier on the sandbox, close it; the reward by the episode's verdict
+        (0.0 for a policy fault; None, masked, for an infra fault: the episode can't be run
+        again, its commands were the model's)."""
+        if not self._rewarded:
             result = self._finish()
             self._reward = reward_of(result) if result is not None else 0.0
+            self._rewarded = True
         return self._reward
 
     def _finish(self) -> RolloutResult | None:
@@ -431,7 +452,7 @@ class HackMonitor:
                                           info={"monitor": "rerun"})  # fmt: skip
         flags: list[str] = []
         again = reward_of(rerun)
-        if again < reward:
+        if again is not None and again < reward:  # a masked rerun says nothing
             flags.append("rerun_lower")
         oracle = None
         if reward >= 1 and outputs:

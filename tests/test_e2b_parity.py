@@ -11,9 +11,11 @@ from the run instead). A row is recorded only after its assertions passed.
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -204,9 +206,413 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
     row(S, "Sandbox.kill", "works", "instance and class method; False for a gone sandbox")
 
 
+def _pty_reader(handle: Any, out: list[bytes]) -> threading.Thread:
+    def run() -> None:
+        try:
+            handle.wait(on_pty=out.append)
+        except Exception:
+            pass  # ended by disconnect, kill or a non-zero exit: the test checks what it needs
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    return th
+
+
 def _get(url: str) -> httpx.Response | None:
     try:
         r = httpx.get(url, timeout=30)
     except httpx.HTTPError:
         return None
     return r if r.status_code == 200 else None
+
+
+def test_sync_commands_and_pty(e2b_env: dict[str, str]) -> None:
+    from e2b import CommandExitException, PtySize, Sandbox
+
+    sbx = Sandbox.create(timeout=300)
+    try:
+        seen: list[str] = []
+        r = sbx.commands.run("echo out; echo err >&2", on_stdout=seen.append)
+        assert (r.stdout, r.stderr, r.exit_code, seen) == ("out\n", "err\n", 0, ["out\n"])
+        with pytest.raises(CommandExitException) as ei:
+            sbx.commands.run("exit 3")
+        assert ei.value.exit_code == 3
+        row(S, "commands.run", "works", "foreground, streaming callbacks, non-zero exit raises")
+        # stdin for a command started with stdin=True
+        h = sbx.commands.run("read a; echo got:$a; cat", background=True, stdin=True)
+        sbx.commands.send_stdin(h.pid, "one\n")
+        h.send_stdin("two\n")
+        row(S, "commands.send_stdin", "works", "while the command runs (commands. and handle.)")
+        sbx.commands.close_stdin(h.pid)
+        res = h.wait()
+        assert res.stdout == "got:one\ntwo\n", res.stdout
+        row(S, "commands.close_stdin", "works", "EOF: `cat` ends")
+        h = sbx.commands.run("cat", background=True, stdin=True)
+        sbx.commands.stream_input(h.pid, ["a", "b\n"])
+        h.close_stdin()
+        assert h.wait().stdout == "ab\n"
+        row(S, "commands.stream_input", "works", "a client stream of chunks")
+        # list, connect to a running process, kill
+        h = sbx.commands.run("for i in $(seq 1 200); do echo tick$i; sleep 0.05; done", background=True)
+        procs = sbx.commands.list()
+        assert h.pid in [p.pid for p in procs]
+        row(S, "commands.list", "works", "running processes with their cmd and args")
+        h.disconnect()
+        again = sbx.commands.connect(h.pid)
+        got: list[str] = []
+        errors: list[BaseException] = []
+
+        def reader() -> None:
+            try:
+                again.wait(on_stdout=got.append)
+            except BaseException as err:  # the kill below ends it with CommandExitException
+                errors.append(err)
+
+        th = threading.Thread(target=reader)
+        th.start()
+        _until(lambda: any(x.startswith("tick") for x in "".join(got).split()), "new output on the connected stream")
+        assert sbx.commands.kill(h.pid) is True
+        th.join(30)
+        assert not th.is_alive() and isinstance(errors[0], CommandExitException)
+        assert sbx.commands.kill(h.pid) is False
+        row(S, "commands.connect", "works", "a Connect stream of a running process's new output")
+        row(S, "commands.kill", "works", "True, then False once it is gone")
+        # a pseudo-terminal
+        out: list[bytes] = []
+        t = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
+        first = _pty_reader(t, out)
+        sbx.pty.send_stdin(t.pid, b"tty; stty size\n")
+        _until(lambda: b"24 80" in b"".join(out), "stty size in the pty")
+        assert b"/dev/pts/" in b"".join(out)
+        row(S, "pty.create", "works", "a real terminal (tty: /dev/pts/N), bash -i -l as the SDK starts it")
+        row(S, "pty.send_stdin", "works", "keystrokes reach the shell")
+        sbx.pty.resize(t.pid, PtySize(rows=40, cols=120))
+        sbx.pty.send_stdin(t.pid, b"stty size\n")
+        _until(lambda: b"40 120" in b"".join(out), "the new size")
+        row(S, "pty.resize", "works", "stty size sees the new size")
+        sbx.pty.stream_input(t.pid, [b"echo stre", b"amed\n"])
+        _until(lambda: b"streamed" in b"".join(out).replace(b"echo stre", b""), "streamed input")
+        row(S, "pty.stream_input", "works", "a client stream of keystrokes")
+        t2 = sbx.pty.connect(t.pid)  # a second stream of the same terminal
+        sbx.pty.send_stdin(t.pid, b"exit 5\n")
+        with pytest.raises(CommandExitException) as ei:
+            t2.wait()
+        assert ei.value.exit_code == 5
+        first.join(30)
+        assert not first.is_alive()
+        row(S, "pty.connect", "works", "attach another stream; it sees the shell's exit code")
+        t = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
+        assert sbx.pty.kill(t.pid) is True and sbx.pty.kill(t.pid) is False
+        row(S, "pty.kill", "works", "True, then False")
+    finally:
+        sbx.kill()
+
+
+def test_sync_files(e2b_env: dict[str, str]) -> None:
+    from e2b import FileType, Sandbox
+    from e2b.exceptions import NotFoundException, SandboxException
+
+    sbx = Sandbox.create(timeout=300)
+    try:
+        info = sbx.files.write("/home/user/a/b.txt", "alpha")
+        assert info.path == "/home/user/a/b.txt"
+        row(S, "files.write", "works", "str, bytes; parents made; as the given user")
+        infos = sbx.files.write_files([{"path": "x.txt", "data": "x"}, {"path": "/home/user/y.bin", "data": b"\0y"}])
+        assert len(infos) == 2
+        row(S, "files.write_files", "works", "several files in one request")
+        assert sbx.files.read("/home/user/a/b.txt") == "alpha"
+        assert sbx.files.read("y.bin", format="bytes") == b"\0y"
+        assert b"".join(sbx.files.read("x.txt", format="stream")) == b"x"
+        row(S, "files.read", "works", "text, bytes, stream; missing: FileNotFoundException")
+        names = {e.name for e in sbx.files.list("/home/user")}
+        assert {"a", "x.txt", "y.bin"} <= names
+        row(S, "files.list", "works", "entries with type, size, mode, owner")
+        assert sbx.files.exists("x.txt") and not sbx.files.exists("nope")
+        row(S, "files.exists", "works", "Stat")
+        gi = sbx.files.get_info("/home/user/a")
+        assert gi.type == FileType.DIR and gi.owner == "user"
+        row(S, "files.get_info", "works", "type, owner `user`")
+        assert sbx.files.make_dir("/home/user/d") is True and sbx.files.make_dir("/home/user/d") is False
+        row(S, "files.make_dir", "works", "True, then False when it exists")
+        moved = sbx.files.rename("/home/user/a/b.txt", "/home/user/d/c.txt")
+        assert moved.path == "/home/user/d/c.txt" and sbx.files.read("/home/user/d/c.txt") == "alpha"
+        with pytest.raises(NotFoundException):
+            sbx.files.rename("/home/user/a/b.txt", "/home/user/d/e.txt")
+        row(S, "files.rename", "works", "Move; a missing source is FileNotFoundException")
+        sbx.files.remove("/home/user/d")
+        assert not sbx.files.exists("/home/user/d")
+        row(S, "files.remove", "works", "files and directories")
+        w = sbx.files.watch_dir("/home/user")
+        sbx.files.write("/home/user/new.txt", "n")
+        events = _until(lambda: [e for e in w.get_new_events() if e.name == "new.txt"], "a watch event")
+        assert events[0].type.name in ("CREATE", "WRITE")
+        w.stop()
+        row(S, "files.watch_dir", "works", "CreateWatcher + GetWatcherEvents (polled listings)")
+        # permissions are the user's: the default user can't write into /root; root can
+        with pytest.raises(SandboxException):
+            sbx.files.write("/root/nope.txt", "x")
+        sbx.files.write("/root/ok.txt", "x", user="root")
+        sbx.commands.run("chmod 600 /root/ok.txt", user="root")
+        with pytest.raises(SandboxException):
+            sbx.files.read("/root/ok.txt")
+        assert sbx.files.read("/root/ok.txt", user="root") == "x"
+        row(S, "files (permissions)", "works", "checked as the user: `user` is denied in /root, `root` is not")
+    finally:
+        sbx.kill()
+
+
+A = "e2b async"
+
+
+def test_async_sdk(e2b_env: dict[str, str], svc: RunningService) -> None:
+    from e2b import AsyncSandbox, CommandExitException, PtySize
+    from e2b.exceptions import NotFoundException, SandboxException
+
+    async def until(pred: Any, what: str, timeout: float = 20.0) -> None:
+        t_end = time.monotonic() + timeout
+        while not pred():
+            if time.monotonic() > t_end:
+                raise AssertionError(f"timed out waiting for {what}")
+            await asyncio.sleep(0.05)
+
+    async def main() -> None:
+        sbx = await AsyncSandbox.create(envs={"K": "v"}, metadata={"suite": "async"}, timeout=300)
+        row(A, "AsyncSandbox.create", "works", "envs, metadata, timeout")
+        try:
+            assert await sbx.is_running()
+            row(A, "AsyncSandbox.is_running", "works", "True while alive, False after kill")
+            assert (await sbx.get_info()).metadata == {"suite": "async"}
+            row(A, "AsyncSandbox.get_info", "works", "id, metadata")
+            await sbx.set_timeout(600)
+            row(A, "AsyncSandbox.set_timeout", "works", "the TTL moves")
+            other = await AsyncSandbox.connect(sbx.sandbox_id)
+            assert (await other.commands.run("echo $K")).stdout == "v\n"
+            row(A, "AsyncSandbox.connect", "works", "by id")
+            pager = AsyncSandbox.list()
+            assert sbx.sandbox_id in [s.sandbox_id for s in await pager.next_items()]
+            row(A, "AsyncSandbox.list", "works", "a paginator")
+            m = await sbx.get_metrics()
+            assert m and m[0].mem_used > 0
+            row(A, "AsyncSandbox.get_metrics", "works", "cgroups and df")
+            for name in ("pause", "beta_pause"):
+                with pytest.raises(SandboxException) as ei:
+                    await getattr(sbx, name)()
+                refused(ei.value, "pause")
+                row(A, f"AsyncSandbox.{name}", "refused", "501 naming the feature")
+            with pytest.raises(SandboxException) as ei:
+                await sbx.update_network({"deny_out": ["0.0.0.0/0"]})
+            refused(ei.value, "update_network")
+            row(A, "AsyncSandbox.update_network", "refused", "501 naming the feature")
+            await sbx.files.write("/home/user/k.txt", "kept")
+            snap = await sbx.create_snapshot()
+            row(A, "AsyncSandbox.create_snapshot", "works", "its id is a template")
+            assert snap.snapshot_id in [s.snapshot_id for s in await AsyncSandbox.list_snapshots().next_items()]
+            row(A, "AsyncSandbox.list_snapshots", "works", "this token's snapshots")
+            kids = await sbx.fork(count=1)
+            assert isinstance(kids[0], AsyncSandbox)
+            assert await kids[0].files.read("/home/user/k.txt") == "kept"
+            await kids[0].kill()
+            row(A, "AsyncSandbox.fork", "works", "a child with the parent's files")
+            assert await AsyncSandbox.delete_snapshot(snap.snapshot_id) is True
+            row(A, "AsyncSandbox.delete_snapshot", "works", "True")
+            # commands
+            got: list[str] = []
+            r = await sbx.commands.run("echo a; echo b >&2", on_stdout=got.append)
+            assert (r.stdout, r.stderr, got) == ("a\n", "b\n", ["a\n"])
+            row(A, "commands.run", "works", "foreground and background, callbacks")
+            h = await sbx.commands.run("read x; echo got:$x", background=True, stdin=True)
+            await sbx.commands.send_stdin(h.pid, "in\n")
+            row(A, "commands.send_stdin", "works", "while it runs")
+            await sbx.commands.close_stdin(h.pid)
+            assert (await h.wait()).stdout == "got:in\n"
+            row(A, "commands.close_stdin", "works", "EOF")
+            h = await sbx.commands.run("cat", background=True, stdin=True)
+            ih = sbx.commands.stream_input(h.pid)
+            await ih.send("x")
+            await ih.send("y\n")
+            await ih.close()
+            await h.close_stdin()
+            assert (await h.wait()).stdout == "xy\n"
+            row(A, "commands.stream_input", "works", "a client stream")
+            h = await sbx.commands.run("while :; do echo tick; sleep 0.05; done", background=True)
+            assert h.pid in [p.pid for p in await sbx.commands.list()]
+            row(A, "commands.list", "works", "running processes")
+            seen: list[str] = []
+            again = await sbx.commands.connect(h.pid, on_stdout=seen.append)
+            await until(lambda: "tick" in "".join(seen), "output on the connected stream")
+            row(A, "commands.connect", "works", "a Connect stream with callbacks")
+            assert await sbx.commands.kill(h.pid) is True and await sbx.commands.kill(h.pid) is False
+            with pytest.raises(CommandExitException):
+                await again.wait()
+            row(A, "commands.kill", "works", "True, then False")
+            # pty
+            out: list[bytes] = []
+            t = await sbx.pty.create(PtySize(rows=24, cols=80), on_data=out.append, timeout=60)
+            await sbx.pty.send_stdin(t.pid, b"stty size\n")
+            await until(lambda: b"24 80" in b"".join(out), "the pty's size")
+            row(A, "pty.create", "works", "a real terminal, output through on_data")
+            row(A, "pty.send_stdin", "works", "keystrokes reach the shell")
+            await sbx.pty.resize(t.pid, PtySize(rows=30, cols=100))
+            await sbx.pty.send_stdin(t.pid, b"stty size\n")
+            await until(lambda: b"30 100" in b"".join(out), "the new size")
+            row(A, "pty.resize", "works", "stty size sees it")
+            async with sbx.pty.stream_input(t.pid) as keys:
+                await keys.send(b"echo str")
+                await keys.send(b"eam\n")
+            await until(lambda: b"stream" in b"".join(out).replace(b"echo str", b""), "streamed keystrokes")
+            row(A, "pty.stream_input", "works", "a client stream")
+            more: list[bytes] = []
+            t2 = await sbx.pty.connect(t.pid, on_data=more.append)
+            await sbx.pty.send_stdin(t.pid, b"echo again\n")
+            await until(lambda: b"again" in b"".join(more), "output on the second stream")
+            row(A, "pty.connect", "works", "a second stream of the terminal")
+            assert await sbx.pty.kill(t.pid) is True and await sbx.pty.kill(t.pid) is False
+            for handle in (t, t2):
+                with pytest.raises(CommandExitException):
+                    await handle.wait()
+            row(A, "pty.kill", "works", "True, then False")
+            # files
+            await sbx.files.write("/home/user/f/a.txt", "A")
+            row(A, "files.write", "works", "parents made")
+            await sbx.files.write_files([{"path": "/home/user/f/b.txt", "data": "B"}])
+            row(A, "files.write_files", "works", "several files")
+            assert await sbx.files.read("/home/user/f/a.txt") == "A"
+            row(A, "files.read", "works", "text")
+            assert {e.name for e in await sbx.files.list("/home/user/f")} == {"a.txt", "b.txt"}
+            row(A, "files.list", "works", "entries")
+            assert await sbx.files.exists("/home/user/f/a.txt")
+            row(A, "files.exists", "works", "Stat")
+            assert (await sbx.files.get_info("/home/user/f/a.txt")).size == 1
+            row(A, "files.get_info", "works", "size, type")
+            assert await sbx.files.make_dir("/home/user/g") is True
+            row(A, "files.make_dir", "works", "True for a new directory")
+            assert (await sbx.files.rename("/home/user/f/b.txt", "/home/user/g/b.txt")).path == "/home/user/g/b.txt"
+            with pytest.raises(NotFoundException):
+                await sbx.files.rename("/home/user/f/b.txt", "/home/user/g/c.txt")
+            row(A, "files.rename", "works", "Move")
+            await sbx.files.remove("/home/user/g")
+            assert not await sbx.files.exists("/home/user/g")
+            row(A, "files.remove", "works", "a directory")
+            events: list[Any] = []
+            w = await sbx.files.watch_dir("/home/user/f", on_event=events.append)
+            await sbx.files.write("/home/user/f/new.txt", "n")
+            await until(lambda: any(e.name == "new.txt" for e in events), "a WatchDir event")
+            await w.stop()
+            row(A, "files.watch_dir", "works", "a WatchDir stream (polled listings)")
+            with pytest.raises(SandboxException):
+                await sbx.files.write("/root/nope.txt", "x")
+            row(A, "files (permissions)", "works", "as the user: `user` is denied in /root")
+        finally:
+            assert await sbx.kill() is True
+        assert not await sbx.is_running()
+        row(A, "AsyncSandbox.kill", "works", "True")
+
+    asyncio.run(main())
+
+
+R = "swe-rex"
+
+
+def test_swerex_runtime(svc: RunningService, tmp_path: Path) -> None:
+    from swerex.exceptions import CommandTimeoutError, NonZeroExitCodeError
+    from swerex.runtime.abstract import (
+        BashAction,
+        BashInterruptAction,
+        CloseBashSessionRequest,
+        Command,
+        CreateBashSessionRequest,
+        ReadFileRequest,
+        UploadRequest,
+        WriteFileRequest,
+    )
+    from swerex.runtime.remote import RemoteRuntime
+
+    r = httpx.post(f"{svc.url}/v1/sandboxes", json={"limits": {"ttl_s": 300}},
+                   headers={"Authorization": f"Bearer {svc.token}"}, timeout=60)
+    assert r.status_code == 201, r.text
+    sid = r.json()["id"]
+    (tmp_path / "up.txt").write_text("uploaded\n")
+
+    async def main() -> None:
+        rt = RemoteRuntime(host=f"{svc.url}/swerex/{sid}", port=None, auth_token=svc.token)
+        assert (await rt.is_alive()).is_alive
+        row(R, "RemoteRuntime.is_alive", "works", "True while the sandbox lives")
+        await rt.create_session(CreateBashSessionRequest())
+        row(R, "RemoteRuntime.create_session", "works", "a bash session (startup_source too)")
+        obs = await rt.run_in_session(BashAction(command="cd /tmp && export X=1"))
+        obs = await rt.run_in_session(BashAction(command="pwd; echo $X"))
+        assert obs.output.split() == ["/tmp", "1"]
+        with pytest.raises(NonZeroExitCodeError):
+            await rt.run_in_session(BashAction(command="false", check="raise"))
+        with pytest.raises(CommandTimeoutError):
+            await rt.run_in_session(BashAction(command="sleep 30", timeout=1))
+        row(R, "RemoteRuntime.run_in_session", "works", "cwd and variables persist; check; timeout")
+        # an interrupt reaches the session's running command
+        long = asyncio.create_task(rt.run_in_session(BashAction(
+            command="trap 'echo caught-int; exit 130' INT; echo ready; while :; do sleep 0.1; done",
+            timeout=60, check="ignore")))
+        await asyncio.sleep(1.0)
+        t0 = time.monotonic()
+        iobs = await rt.run_in_session(BashInterruptAction())
+        done = await asyncio.wait_for(long, 30)
+        assert "caught-int" in done.output and iobs.failure_reason == "", (done.output, iobs)
+        assert time.monotonic() - t0 < 10
+        row(R, "RemoteRuntime.run_in_session (BashInterruptAction)", "works",
+            "SIGINT to the running command (its trap runs)")
+        # output over --swerex-max-output (64 KiB here) is cut, and the response says so
+        big = await rt.run_in_session(BashAction(command="head -c 200000 /dev/zero | tr '\\0' x", check="ignore"))
+        assert len(big.output) < 70_000 and "truncated by sandfleet" in big.output
+        assert "output truncated" in big.failure_reason and "--swerex-max-output" in big.failure_reason
+        row(R, "RemoteRuntime.run_in_session (long output)", "works",
+            "cut at --swerex-max-output; failure_reason and the output's last line say so")
+        with pytest.raises(NotImplementedError) as ei:
+            await rt.run_in_session(BashAction(command="python3", is_interactive_command=True, expect=[">>> "]))
+        assert "not supported by sandfleet" in str(ei.value)
+        row(R, "RemoteRuntime.run_in_session (interactive, expect)", "refused",
+            "NotImplementedError: each command runs in a fresh bash")
+        await rt.close_session(CloseBashSessionRequest())
+        row(R, "RemoteRuntime.close_session", "works", "the session is gone")
+        res = await rt.execute(Command(command=["sh", "-c", "echo o; echo e >&2; exit 2"]))
+        assert (res.stdout, res.stderr, res.exit_code) == ("o\n", "e\n", 2)
+        row(R, "RemoteRuntime.execute", "works", "stdout, stderr, exit code")
+        await rt.write_file(WriteFileRequest(path="/tmp/w/f.txt", content="hello"))
+        row(R, "RemoteRuntime.write_file", "works", "parents made")
+        assert (await rt.read_file(ReadFileRequest(path="/tmp/w/f.txt"))).content == "hello"
+        row(R, "RemoteRuntime.read_file", "works", "text")
+        await rt.upload(UploadRequest(source_path=str(tmp_path / "up.txt"), target_path="/tmp/up.txt"))
+        assert (await rt.read_file(ReadFileRequest(path="/tmp/up.txt"))).content == "uploaded\n"
+        row(R, "RemoteRuntime.upload", "works", "a file, or a directory as a zip")
+        await rt.close()
+        async with httpx.AsyncClient(timeout=30) as h:
+            r = await h.get(f"{svc.url}/v1/sandboxes/{sid}", headers={"Authorization": f"Bearer {svc.token}"})
+        assert r.status_code in (404, 410)
+        row(R, "RemoteRuntime.close", "works", "ends the sandbox (SWE-agent's remote deployment stops so)")
+
+    asyncio.run(main())
+
+
+def test_background_processes_hold_no_busy_slot(e2b_env: dict[str, str], svc: RunningService) -> None:
+    """--max-busy 2 here: 8 background processes (sleeping, listening) in 4 sandboxes hold no
+    slot, and a foreground command in another sandbox runs (before: it waited, then 429)."""
+    from e2b import Sandbox
+
+    boxes = [Sandbox.create(timeout=120) for _ in range(4)]
+    probe = Sandbox.create(timeout=120)
+    try:
+        for i, sb in enumerate(boxes):
+            sb.commands.run("sleep 300", background=True)
+            sb.commands.run(f"python3 -m http.server {9000 + i} --bind 127.0.0.1", background=True)
+        _until(lambda: all(len(sb.commands.list()) == 2 for sb in boxes), "8 running background processes")
+
+        def info() -> dict[str, Any]:
+            r = httpx.get(f"{svc.url}/v1/info", headers={"Authorization": f"Bearer {svc.token}"}, timeout=30)
+            return dict(r.json())
+
+        # each start takes a slot for a moment; once all 8 run, none is held
+        _until(lambda: info()["busy"] == 0, "no busy slot held by the 8 running background processes")
+        assert info()["max_busy"] == 2 and all(len(sb.commands.list()) == 2 for sb in boxes)
+        for _ in range(5):
+            assert probe.commands.run("echo ok", timeout=30).stdout == "ok\n"
+    finally:
+        for sb in [*boxes, probe]:
+            sb.kill()

@@ -15,7 +15,12 @@ Figures (keys of the JSON), each the p50 unless named otherwise:
   ``e2b_run_p50_ms`` and ``e2b_kill_p50_ms`` split it by phase;
 - ``e2b_exec_rtt_p50_ms``: ``commands.run("true")`` in a warm sandbox through envd (the SDK
   runs it as ``/bin/bash -l -c true``), beside ``v1_bash_login_rtt_p50_ms``, the same argv
-  through ``/v1`` exec, in alternating blocks. Skipped (None) without the ``e2b`` package.
+  through ``/v1`` exec, in alternating blocks. Skipped (None) without the ``e2b`` package;
+- ``e2b_bg8_fg_p50_ms`` / ``_idle``: ``commands.run("true")`` in one sandbox while 8 background
+  processes (4 ``sleep``, 4 listening web servers) run in 8 others, and on an idle service, in
+  alternating blocks; ``e2b_bg8_ratio`` and ``e2b_bg8_goal_met`` (at most 1.5x);
+  ``e2b_bg8_busy_slots_held``: the service's busy slots in use while they run (0: a
+  background process holds none).
 
 Remote and local rounds alternate, so a change in the host's load falls on both sides alike.
 The service is a real ``sandfleet serve`` started on 127.0.0.1 for the run (same backend),
@@ -124,6 +129,7 @@ async def measure(url: str, token: str, *, backend: str = "auto", n: int = 30, r
     out["exec_rtt_goal_ms"] = 3.0
     out["exec_rtt_goal_met"] = out["exec_rtt_p50_ms_remote"] <= 3.0
     out.update(await measure_e2b(url, token, svc_spec=spec, n=n, rtt_n=rtt_n, say=say))
+    out.update(await measure_e2b_background(url, token, n=max(n, 30), say=say))
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
@@ -190,6 +196,64 @@ async def measure_e2b(url: str, token: str, *, svc_spec: Any, n: int, rtt_n: int
             "v1_bash_login_rtt_p50_ms": _p(v1_rtt, 50),
             **{f"e2b_{k}_p50_ms": _p(v, 50) for k, v in phases.items()}, "e2b_create_run_kill_goal_ms": 30.0,
             "e2b_create_run_kill_goal_met": p50 <= 30.0}
+
+
+BACKGROUND = 8
+"""Background processes (half sleep, half listen on a port) in other sandboxes."""
+SETTLE_S = 3.0
+"""Seconds the background processes get to start before the loaded block (a web server's
+start is work; the figure is about what they cost once they sleep or listen)."""
+
+
+async def measure_e2b_background(url: str, token: str, *, n: int, say: Callable[[str], None],
+                                 rounds: int = 3) -> dict[str, Any]:
+    """A foreground ``commands.run("true")``'s latency in one sandbox, on an idle service and
+    while BACKGROUND processes sleep or listen in others (started with ``background=True``,
+    the E2B pattern for dev servers and watchers), in alternating blocks; the goal is at most
+    1.5x. Admission takes a busy slot only for a process's start, so they hold none."""
+    keys = ("e2b_bg8_fg_p50_ms_idle", "e2b_bg8_fg_p50_ms", "e2b_bg8_ratio", "e2b_bg8_goal_met",
+            "e2b_bg8_busy_slots_held")
+    try:
+        from e2b import AsyncSandbox
+    except ImportError:
+        return dict.fromkeys(keys)
+    import httpx
+
+    conn = {"api_key": token, "api_url": url, "sandbox_url": url}
+    say(f"e2b SDK: foreground run x{n}, idle and beside {BACKGROUND} background processes")
+    probe = await AsyncSandbox.create(timeout=600, **conn)  # type: ignore[arg-type]
+    others = [await AsyncSandbox.create(timeout=600, **conn) for _ in range(BACKGROUND)]  # type: ignore[arg-type]
+    times: dict[str, list[float]] = {"idle": [], "loaded": []}
+    held: list[int] = []
+    try:
+        await probe.commands.run("true")
+
+        async def block(side: str, k: int) -> None:
+            for _ in range(k):
+                t = time.perf_counter()
+                await probe.commands.run("true")
+                times[side].append((time.perf_counter() - t) * 1e3)
+
+        for _ in range(rounds):
+            await block("idle", n // rounds)
+            handles = []
+            for i, sb in enumerate(others):
+                cmd = "sleep 600" if i % 2 == 0 else f"python3 -m http.server {8000 + i} --bind 127.0.0.1"
+                handles.append((sb, await sb.commands.run(cmd, background=True)))
+            await asyncio.sleep(SETTLE_S)  # started (python's imports done): sleeping or listening
+            async with httpx.AsyncClient(timeout=30) as client:
+                info = (await client.get(f"{url}/v1/info", headers={"Authorization": f"Bearer {token}"})).json()
+            held.append(int(info["busy"]))
+            await block("loaded", n // rounds)
+            for sb, handle in handles:
+                await sb.commands.kill(handle.pid)
+    finally:
+        for sb in [probe, *others]:
+            await sb.kill()
+    idle, loaded = _p(times["idle"], 50), _p(times["loaded"], 50)
+    ratio = round(loaded / idle, 3) if idle else None
+    return {"e2b_bg8_fg_p50_ms_idle": idle, "e2b_bg8_fg_p50_ms": loaded, "e2b_bg8_ratio": ratio,
+            "e2b_bg8_goal_met": ratio is not None and ratio <= 1.5, "e2b_bg8_busy_slots_held": max(held)}
 
 
 @click.command("service")

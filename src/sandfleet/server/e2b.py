@@ -390,7 +390,7 @@ class E2B(ProcessRPC, FsRPC):
             data = await e.sb.read_file(self._abs(e, path), user=user)
         except Exception as err:
             ee = guest_envd_error(err)
-            raise CPError(CONNECT_STATUS.get(ee.code, 400) if ee.code != "permission_denied" else 401,
+            raise CPError(CONNECT_STATUS.get(ee.code, 400),  # permission_denied: 403 (401 would say "credentials")
                           ee.message) from None
         return Response(data, media_type="application/octet-stream")
 
@@ -427,7 +427,7 @@ class E2B(ProcessRPC, FsRPC):
                     await e.sb.write_file(path, data, user=user)
             except Exception as err:
                 ee = guest_envd_error(err)
-                raise CPError(401 if ee.code == "permission_denied" else 400, ee.message) from None
+                raise CPError(403 if ee.code == "permission_denied" else 400, ee.message) from None
             out.append({"name": posixpath.basename(path), "type": "file", "path": path})
         return out
 

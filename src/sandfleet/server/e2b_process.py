@@ -92,6 +92,23 @@ def _b64(text: Any, what: str) -> bytes:
         raise EnvdError("invalid_argument", f"{what} is not base64") from None
 
 
+async def _stream_messages(request: Request) -> AsyncIterator[dict[str, Any]]:
+    """The messages of a client stream, as they arrive (a chunked body read as it comes)."""
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        while len(buf) >= 5:
+            n = int.from_bytes(buf[1:5], "big")
+            if len(buf) < 5 + n:
+                break
+            msgs = parse_envelopes(bytes(buf[:5 + n]))
+            del buf[:5 + n]
+            for msg in msgs:
+                yield msg
+    if buf:
+        raise EnvdError("invalid_argument", "a torn Connect envelope at the end of the stream")
+
+
 class ProcessRPC:
     """The process half of envd, mixed into :class:`sandfleet.server.e2b.E2B`."""
 
@@ -254,11 +271,11 @@ class ProcessRPC:
         return {}
 
     async def stream_input(self, request: Request) -> Response:
-        """Client-streaming: a start event naming the process, then data events."""
+        """Client-streaming: a start event naming the process, then data events (and
+        keepalives), each fed as it arrives; the stream stays open as long as the client's."""
         _, b, _ = self.envd(request)
-        msgs = parse_envelopes(await request.body())
         proc: Proc | None = None
-        for msg in msgs:
+        async for msg in _stream_messages(request):
             if "start" in msg:
                 proc = self._select(b, msg["start"] or {})
             elif "data" in msg:

@@ -29,6 +29,10 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -60,7 +64,7 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
        F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28,
-       F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31 };
+       F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31, F_SECCOMP = 32, F_NETWORK = 33 };
 
 static int in_fd = 0, out_fd = 1;
 static int sig_pipe[2];
@@ -420,16 +424,19 @@ static int resolve_user(const char *name, uid_t *uid, gid_t *gid) {
     return rc;
 }
 
-/* In a forked child: enter S as uid/gid (root of S keeps its capabilities there, and only
- * there; any other user has none). */
-static int become(uid_t uid, gid_t gid) {
+/* In a forked child: enter S (with every capability there, and only there), then take
+ * uid/gid in it (root of S keeps its capabilities; any other user loses them at exec). */
+static int enter_s(void) {
     if (!isolated) {
         /* A microVM's agent is the guest's PID 1 and root, and so are its commands (no user
          * switching there yet): at least they can't ptrace it, or read its memory. */
         if (getppid() == 1 && geteuid() == 0) prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
         return 0;
     }
-    if (setns(s_userns, CLONE_NEWUSER) < 0) return -1;
+    return setns(s_userns, CLONE_NEWUSER);
+}
+static int take_user(uid_t uid, gid_t gid) {
+    if (!isolated) return 0;
     if (setgroups(0, NULL) < 0 || setresgid(gid, gid, gid) < 0 || setresuid(uid, uid, uid) < 0) return -1;
     if (uid != 0) {
         /* Entering S gave us every capability in it, and setresuid keeps them: our old uid
@@ -441,6 +448,49 @@ static int become(uid_t uid, gid_t gid) {
         struct __user_cap_data_struct d[2];
         memset(d, 0, sizeof d);
         if (syscall(SYS_capset, &h, d) < 0) return -1;
+    }
+    return 0;
+}
+static int become(uid_t uid, gid_t gid) { return enter_s() < 0 ? -1 : take_user(uid, gid); }
+
+/* ---------- the commands' confinement (docs/security.md, "Syscall filter") ---------- */
+/* The seccomp program the host sent in HELLO (compiled by libseccomp on the host from
+ * sandfleet/sandbox/seccomp.py's profile); none: commands run unfiltered. */
+static struct sock_filter *filter;
+static unsigned short filter_len;
+
+static const char *set_filter(const fld_t *f) {
+    if (!f->len || f->len % sizeof *filter || f->len / sizeof *filter > BPF_MAXINSNS) return "not a BPF program";
+    if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) < 0) return "this kernel has no seccomp (CONFIG_SECCOMP)";
+    free(filter);
+    filter = xmalloc(f->len);
+    memcpy(filter, f->data, f->len);
+    filter_len = (unsigned short)(f->len / sizeof *filter);
+    return NULL;
+}
+
+/* In a command's child, inside S and before it takes its user: a network namespace of its
+ * own when asked (only a loopback, up: the verifier's no-network), then the filter, which
+ * forbids both steps to what runs after. Loading it needs CAP_SYS_ADMIN in our namespace,
+ * which entering S gave (no no_new_privs: setuid programs in the image keep working). */
+static int confine(int no_network, const char **what) {
+    if (no_network) {
+        *what = "make a network namespace";
+        if (unshare(CLONE_NEWNET) < 0) return -1;
+        *what = "bring up the loopback";
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        struct ifreq ifr;
+        memset(&ifr, 0, sizeof ifr);
+        strcpy(ifr.ifr_name, "lo");
+        if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) return -1;
+        ifr.ifr_flags |= IFF_UP;
+        if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0) return -1;
+        close(fd);
+    }
+    if (filter_len) {
+        *what = "install the seccomp filter";
+        struct sock_fprog prog = {filter_len, filter};
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) return -1;
     }
     return 0;
 }
@@ -587,6 +637,7 @@ static void start_exec(const req_t *r) {
     const fld_t *stdin_data = get(r, F_DATA);
     int pty_m = -1, pty_s = -1;
     struct winsize ws;
+    int no_network = get_int(r, F_NETWORK, 1) == 0;
     uid_t uid = 0;
     gid_t gid = 0;
     int g = -1;
@@ -641,9 +692,11 @@ static void start_exec(const req_t *r) {
                 _exit(127);
             }
         }
-        if (become(uid, gid) < 0) {
+        const char *what = NULL;
+        if (enter_s() < 0 || confine(no_network, &what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
             int e = errno;
-            snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
+            if (what) snprintf(m, sizeof m, "%d %s: %s", e, what, strerror(e));
+            else snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
             if (write(pst[1], m, strlen(m)) < 0) {}
             _exit(127);
         }
@@ -1052,10 +1105,16 @@ static int handle(const req_t *r) {
             clock_set = clock_settime(CLOCK_REALTIME, &t) == 0;
             free(ts);
         }
+        /* optional SECCOMP: the program every later command runs under (the reply's SECCOMP
+           is its length in instructions once taken, else MESSAGE says why not) */
+        const fld_t *sf = get(r, F_SECCOMP);
+        const char *bad = sf ? set_filter(sf) : NULL;
         frame_begin(R_HELLO, r->id);
         field_s(F_VERSION, PROTO_VERSION);
         field_i(F_PID, getpid());
         if (clock_set) field_i(F_TIME, 1);
+        if (sf && !bad) field_i(F_SECCOMP, filter_len);
+        if (bad) field_s(F_MESSAGE, bad);
         frame_send();
         break;
     }

@@ -26,6 +26,7 @@ from sandfleet.agent.protocol import (
 from sandfleet.errors import (
     ConfigError,
     GuestError,
+    HostUnsupportedError,
     ProtocolError,
     SandboxDiedError,
     SandboxUnresponsiveError,
@@ -308,15 +309,24 @@ class AgentClient:
         finally:
             del self._waiters[rid]
 
-    async def hello(self, *, set_clock: bool = False, timeout: float | None = None) -> str:
+    async def hello(self, *, set_clock: bool = False, timeout: float | None = None,
+                    seccomp: bytes | None = None) -> str:
         """Check the guest speaks our protocol version. ``set_clock`` also sets the guest's
         clock to the host's (for VMs restored from a snapshot; needs CAP_SYS_TIME in the
-        guest, so a bwrap sandbox ignores it) and ``clock_set`` says whether it took."""
+        guest, so a bwrap sandbox ignores it) and ``clock_set`` says whether it took.
+        ``seccomp``: the filter program every later command runs under
+        (:func:`sandfleet.sandbox.seccomp.filter_program`); HostUnsupportedError when the
+        guest can't install it (a kernel without seccomp, or an agent too old to know it)."""
         fields: list[tuple[F, bytes | str | int]] = []
         if set_clock:
             ns = time.time_ns()
             fields.append((F.TIME, f"{ns // 1_000_000_000}.{ns % 1_000_000_000:09d}"))
+        if seccomp is not None:
+            fields.append((F.SECCOMP, seccomp))
         frame = await self.call(T.HELLO, fields, expect=T.R_HELLO, timeout=timeout, what="HELLO")
+        if seccomp is not None and (frame.get(F.SECCOMP) is None or frame.int(F.SECCOMP) * 8 != len(seccomp)):
+            why = frame.text(F.MESSAGE) or "an agent built before it knew one?"
+            raise HostUnsupportedError(f"sandbox {self._name}: the guest agent did not take the seccomp filter: {why}")
         try:
             self.clock_set = bool(frame.int(F.TIME))
             version = frame.text(F.VERSION)
@@ -341,6 +351,7 @@ class AgentClient:
         keep_stdin: bool = False,
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
+        network: bool = True,
     ) -> ExecResult:
         """Run argv to completion, as ``user`` (a name or uid in the sandbox; the guest's
         default when None). The guest kills the whole tree at ``timeout``; the host waits
@@ -351,7 +362,9 @@ class AgentClient:
         ``keep_stdin`` leaves stdin open after ``stdin`` is written, ``pty=(cols, rows)``
         runs the command on a new pseudo-terminal (its stdin, stdout and stderr; output comes
         as "stdout"), and ``on_start`` gets the :class:`RunningCommand` to feed it, signal it
-        or resize it."""
+        or resize it.
+        ``network=False`` runs it in a network namespace of its own (only a loopback) that the
+        guest makes before installing its seccomp filter."""
         if not argv:
             raise ConfigError("exec: empty command")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]
@@ -366,6 +379,8 @@ class AgentClient:
             fields.append((F.STREAM, 1))
         if user is not None:
             fields.append((F.USER, user))
+        if not network:
+            fields.append((F.NETWORK, 0))
         if stdin:
             fields.append((F.DATA, stdin))
         if keep_stdin or pty is not None:

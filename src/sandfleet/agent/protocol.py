@@ -82,6 +82,8 @@ class F(IntEnum):
     USER = 29
     NOFOLLOW = 30
     PTY = 31
+    SECCOMP = 32
+    NETWORK = 33
 
 
 FieldValue = bytes | str | int

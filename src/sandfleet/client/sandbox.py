@@ -107,6 +107,7 @@ class RemoteRuntime:
         max_output: int = 1 << 20,
         on_output: OutputCallback | None = None,
         user: str | int | None = None,
+        network: bool = True,
     ) -> ExecResult:
         cap = min(max(0, max_output), MAX_OUTPUT)
         body: dict[str, Any] = {"cmd": list(argv), "max_output": cap, "stream": on_output is not None}
@@ -120,6 +121,8 @@ class RemoteRuntime:
             body["timeout"] = timeout
         if user is not None:
             body["user"] = user
+        if not network:
+            body["network"] = False
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
         return await self._run(self.exec_url, body, on_output, cap, wait)
 

@@ -105,6 +105,9 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--verify", "verify", type=click.Choice(["shared", "separate"]), default="shared", show_default=True,
               help="Run the tests in the agent's sandbox, or in a fresh one that gets only the workdir and "
               "declared artifacts (full reward integrity even for a root agent).")
+@click.option("--seccomp-allow", "seccomp_allow", multiple=True, metavar="RULE[,RULE...]",
+              help="Opt every sandbox out of these rules of the default seccomp filter (docs/security.md), "
+              "besides each task's own seccomp_allow; 'unconfined' turns the filter off.")
 @click.option("--agent-user", "agent_user", default=None,
               help="Run the agent as this user in every task (root = Docker's behaviour); default: the "
               "task's declared user, else the non-root 'agent'.")
@@ -158,6 +161,7 @@ def run(
     fork: bool,
     network: bool,
     verify: str,
+    seccomp_allow: tuple[str, ...],
     agent_user: str | None,
     reward_key: str | None,
     reward_weights: str | None,
@@ -227,6 +231,7 @@ def run(
             network=network,
             verify=verify,
             agent_user=agent_user,
+            seccomp_allow=tuple(r for v in seccomp_allow for r in v.split(",") if r.strip()),
             fork=fork,
             retry=RetryPolicy(max_attempts=max(1, attempts)),
         )

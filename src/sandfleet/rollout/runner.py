@@ -59,17 +59,19 @@ class RetryPolicy:
 
 
 def task_spec(
-    task: Task, image: str, backend: str = "auto", *, network: bool = False, agent_user: str | None = None
+    task: Task, image: str, backend: str = "auto", *, network: bool = False, agent_user: str | None = None,
+    seccomp_allow: tuple[str, ...] = (),
 ) -> SandboxSpec:
     """The sandbox a task asks for: its image, workdir, env and limits; its user is the
     agent's (``agent_user``, e.g. ``root`` for Docker's behaviour, else the task's declared
-    user: :func:`~sandfleet.tasks.model.declared_agent_user`)."""
+    user: :func:`~sandfleet.tasks.model.declared_agent_user`); its seccomp opt-outs are the
+    task's and the run's (``seccomp_allow``)."""
     user = agent_user or declared_agent_user(task, image_user(image))
     return make_spec(
         image=image, backend=backend, workdir=task.workdir, env=task.env, cpus=task.cpus,
         memory_mib=task.memory_mib, disk_mib=task.storage_mib, network=network,
         ttl_s=task.agent_timeout_s + task.verifier_timeout_s + TTL_MARGIN_S,
-        labels={"task": task.name}, user=user,
+        labels={"task": task.name}, user=user, seccomp_allow=(*task.seccomp_allow, *seccomp_allow),
     )  # fmt: skip
 
 

@@ -88,6 +88,9 @@ class RunConfig:
     verify: str = "shared"
     """``shared``: tests run in the agent's sandbox; ``separate``: in a fresh sandbox of the
     same image carrying only the workdir and declared artifacts."""
+    seccomp_allow: tuple[str, ...] = ()
+    """Rules of the default seccomp filter every sandbox opts out of, besides each task's own
+    (``--seccomp-allow``; ``unconfined``: no filter)."""
 
     def __post_init__(self) -> None:
         from sandfleet.sandbox.spec import BACKENDS
@@ -104,6 +107,12 @@ class RunConfig:
             raise ConfigError(f"admission must be group or rollout, not {self.admission!r}")
         if self.admission == "group" and self.concurrency < self.n:
             raise ConfigError(group_too_big(self.n, self.concurrency))
+        from sandfleet.sandbox.seccomp import check_allow
+
+        try:
+            self.seccomp_allow = check_allow(self.seccomp_allow)
+        except ValueError as e:
+            raise ConfigError(f"--seccomp-allow: {e}") from None
         if self.agent_user is not None:
             from sandfleet.sandbox.spec import check_user
 
@@ -455,7 +464,8 @@ async def run_suite(
         try:
             async with builds:
                 image = await image_for(task)
-            spec = task_spec(task, image, cfg.backend, network=cfg.network, agent_user=cfg.agent_user)
+            spec = task_spec(task, image, cfg.backend, network=cfg.network, agent_user=cfg.agent_user,
+                             seccomp_allow=cfg.seccomp_allow)
         except Exception as e:
             results = failed(task, e)
         else:

@@ -115,7 +115,7 @@ class AgentProcess:
     async def start(
         cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: Mapping[str, object],
         cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
-        ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (),
+        ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (), seccomp: bytes | None = None,
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
         with open(log, "wb") as errf:
@@ -130,7 +130,7 @@ class AgentProcess:
         self = cls(proc, client, log)
         try:
             async with asyncio.timeout(ready_timeout):
-                await client.hello()
+                await client.hello(seccomp=seccomp)
         except BaseException as e:
             await self.stop()
             detail = log.read_text(errors="replace").strip()[-2000:] if log.exists() else ""

@@ -65,6 +65,7 @@ class Sandbox(Protocol):
         user: str | int | None = None,
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
+        network: bool = True,
     ) -> ExecResult: ...
 
     async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
@@ -181,6 +182,7 @@ class AgentSandbox:
         user: str | int | None = None,
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
+        network: bool = True,
     ) -> ExecResult:
         """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it, as ``user``
         (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``).
@@ -189,7 +191,9 @@ class AgentSandbox:
         the command's :class:`~sandfleet.agent.client.RunningCommand`, which sends input,
         closes it and signals the command. ``pty=(cols, rows)`` runs it on a new
         pseudo-terminal (stdin, stdout and stderr; all output comes as "stdout"), resizable
-        through the same handle."""
+        through the same handle.
+        ``network=False`` runs it in a network namespace of its own, with only a loopback (the
+        verifier's no-network policy); bwrap and microvm only (the process backend refuses)."""
         self._check()
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
@@ -202,6 +206,8 @@ class AgentSandbox:
                 raise ConfigError("stdin=True, pty and on_start need the sandbox's own guest agent "
                                   f"({type(self.client).__name__} can't carry them)")
             extra = {"keep_stdin": keep, "pty": pty, "on_start": on_start}
+        if not network:
+            extra["network"] = False
         return await self.client.exec(
             argv,
             env={**self.env, **(env or {})},

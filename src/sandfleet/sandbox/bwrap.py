@@ -32,7 +32,7 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
-from sandfleet.sandbox import cgroups, disk, network
+from sandfleet.sandbox import cgroups, disk, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
@@ -276,7 +276,8 @@ class BwrapBackend:
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,
-                                             pass_fds=(loop.mnt_fd,) if loop is not None else ())
+                                             pass_fds=(loop.mnt_fd,) if loop is not None else (),
+                                             seccomp=await seccomp.program_for(spec.seccomp_allow))
             if loop is not None:
                 loop.hold_mounts_of(agent.proc.pid)
             try:

@@ -31,6 +31,9 @@ def spec_options(f: Any) -> Any:
         click.option("--ttl", "ttl_s", type=float, default=3600.0, show_default=True, help="Lifetime, seconds."),
         click.option("--network/--no-network", default=False, help="Network access (off by default)."),
         click.option("--workdir", default="/work", show_default=True),
+        click.option("--seccomp-allow", "seccomp_allow", multiple=True, metavar="RULE[,RULE...]",
+                     help="Opt out of these rules of the default seccomp filter (docs/security.md, "
+                     "'Syscall filter'); 'unconfined' turns it off."),
         click.option("--no-limits", is_flag=True,
                      help="Run without cpu, memory and pids limits where cgroups are unusable (else refused)."),
     ]):
@@ -41,6 +44,7 @@ def spec_options(f: Any) -> Any:
 def _spec(kw: dict[str, Any]) -> SandboxSpec:
     if kw.pop("no_limits", False):
         os.environ["SANDFLEET_NO_LIMITS"] = "1"  # also for a detached sandbox's holder process
+    kw["seccomp_allow"] = tuple(r for v in kw.get("seccomp_allow", ()) for r in v.split(",") if r.strip())
     return make_spec(**kw)
 
 

@@ -158,6 +158,20 @@ class SandboxSpec(BaseModel):
     """Who commands and file operations run as by default: a name (``root``, ``agent``,
     ``verifier``, or one in the image's /etc/passwd) or a number. The task's declared user;
     the non-root ``agent`` when it declares none."""
+    seccomp_allow: tuple[str, ...] = ()
+    """Rules of the default seccomp filter to opt out of (names in
+    :data:`sandfleet.sandbox.seccomp.RULES`, e.g. ``namespaces``, ``mount``, ``io_uring``), or
+    ``unconfined`` for no filter. The filter applies on bwrap and microvm; the process
+    backend (development only) runs commands unfiltered (docs/security.md, "Syscall filter")."""
+
+    @field_validator("seccomp_allow", mode="before")
+    @classmethod
+    def _seccomp_rules(cls, v: Any) -> tuple[str, ...]:
+        from sandfleet.sandbox.seccomp import check_allow
+
+        if isinstance(v, str):
+            v = [p for p in v.split(",") if p.strip()]
+        return check_allow(v)
 
     @field_validator("workdir")
     @classmethod

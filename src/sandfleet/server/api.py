@@ -141,6 +141,8 @@ class ExecRequest(BaseModel):
     """Send output chunks as they come (the exit record then carries no output)."""
     user: str | int | None = None
     """Who runs it inside (name or uid); the sandbox's user by default."""
+    network: bool = True
+    """False: run it in a network namespace of its own, with only a loopback."""
 
 
 class SessionRequest(BaseModel):

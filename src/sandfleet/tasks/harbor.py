@@ -30,6 +30,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.errors import TaskError
+from sandfleet.sandbox.seccomp import check_allow
 from sandfleet.sandbox.spec import check_user
 from sandfleet.tasks._validate import validate
 from sandfleet.tasks.model import SolutionPlan, Upload, VerifierEnvironment, VerifierPlan
@@ -118,6 +119,9 @@ class HarborEnvironment(_Section):
     """A readiness command run after start; not supported."""
     workdir: str | None = None
     """The working directory of commands, overriding the Dockerfile's WORKDIR."""
+    seccomp_allow: list[str] = Field(default_factory=list)
+    """A sandfleet extension: rules of the default seccomp filter this task's sandboxes opt
+    out of (docs/security.md, "Syscall filter"), or ``["unconfined"]``."""
 
 
 class HarborSolution(_Section):
@@ -230,6 +234,13 @@ def _environment(raw: dict[str, Any], *, file: str, prefix: str) -> tuple[Harbor
     for refused, field, message in refusals:
         if refused:
             raise TaskError(message, file=file, field=prefix + field)
+    if env.seccomp_allow and prefix != "environment.":
+        raise TaskError("set seccomp_allow in [environment]: the verifier's sandbox takes the task's",
+                        file=file, field=prefix + "seccomp_allow")
+    try:
+        check_allow(env.seccomp_allow)
+    except ValueError as e:
+        raise TaskError(str(e), file=file, field=prefix + "seccomp_allow") from None
     _literal_env(env.env, file=file, field=prefix + "env")
     if env.workdir is not None and (not env.workdir.startswith("/") or ".." in env.workdir.split("/")):
         raise TaskError(f"must be an absolute path without '..', got {env.workdir!r}", file=file,
@@ -402,6 +413,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         "artifacts": artifacts,
         "tests_dir": tests,
         "metadata": metadata,
+        "seccomp_allow": check_allow(env.seccomp_allow),
     }
     if env.workdir is not None:
         fields["workdir_override"] = env.workdir

@@ -206,6 +206,9 @@ class Task(_Frozen):
     metadata: dict[str, Any] = Field(default_factory=dict)
     """Free-form metadata (Harbor ``[metadata]`` and ``[task]``; TB1 author, difficulty,
     category, tags, time estimates)."""
+    seccomp_allow: tuple[str, ...] = ()
+    """Rules of the default seccomp filter the task's sandboxes opt out of (Harbor
+    ``[environment] seccomp_allow``, a sandfleet extension; docs/security.md)."""
 
 
 DEFAULT_AGENT_USER = "agent"

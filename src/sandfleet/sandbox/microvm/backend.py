@@ -19,6 +19,7 @@ from sandfleet.agent.build import agent_binary
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import ConfigError
 from sandfleet.images import resolve_image
+from sandfleet.sandbox import seccomp
 from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.microvm import guest, host, rootfs
 from sandfleet.sandbox.microvm.template import Template, ensure_template, restore
@@ -143,7 +144,8 @@ class MicrovmBackend:
             "ttl_s": spec.limits.ttl_s,
             "labels": spec.labels,
         }
-        vm, client = await restore(tpl, sid, meta=meta, timeout=self.options.restore_timeout_s)
+        program = await seccomp.program_for(spec.seccomp_allow)
+        vm, client = await restore(tpl, sid, meta=meta, timeout=self.options.restore_timeout_s, seccomp=program)
         return MicrovmSandbox(sid, spec, vm, client, tpl)
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[MicrovmSandbox]:

@@ -119,9 +119,11 @@ async def _build(tpl: Template, prepare: Sequence[Sequence[str]], boot_timeout: 
 
 
 async def restore(
-    tpl: Template, sid: str, *, meta: dict[str, object] | None = None, timeout: float = 30.0
+    tpl: Template, sid: str, *, meta: dict[str, object] | None = None, timeout: float = 30.0,
+    seccomp: bytes | None = None,
 ) -> tuple[Vm, AgentClient]:
-    """Start a VM from ``tpl`` and return it with a connected, answering agent client."""
+    """Start a VM from ``tpl`` and return it with a connected, answering agent client, whose
+    later commands run under the ``seccomp`` filter program (None: unfiltered)."""
     vm = await Vm.start(sid, tpl.spec, tpl.mem, share=False, incoming=tpl.state, meta=meta)
     client: AgentClient | None = None
     try:
@@ -130,7 +132,7 @@ async def restore(
             assert vm.agent is not None
             client = AgentClient(*vm.agent, name=sid)
             # the guest clock stopped when the template was saved: hello sets it (to the ns)
-            await client.hello(set_clock=True)
+            await client.hello(set_clock=True, seccomp=seccomp)
             if not client.clock_set:
                 raise SandboxDiedError(f"restoring {sid}: the guest agent could not set its clock")
     except BaseException as exc:

@@ -265,3 +265,23 @@ async def test_a_guest_that_cannot_take_the_filter_is_refused() -> None:
     finally:
         await client.close()
         await proc.wait()
+
+
+async def test_each_isolated_backend_filters_and_opts_out(isolated_backend: str) -> None:
+    """bwrap and microvm (whose guest runs the same agent) both install the filter; the
+    process backend (development only) runs its commands unfiltered, as documented."""
+    check = "grep '^Seccomp:' /proc/self/status; unshare -n true && echo nested-netns"
+    for allow, want in (((), ["Seccomp:", "2"]), (("namespaces",), ["Seccomp:", "2", "nested-netns"])):
+        box = await create_sandbox(make_spec(backend=isolated_backend, ttl_s=300, memory_mib=256, **(
+            {"seccomp_allow": allow} if allow else {})))
+        try:
+            res = await box.exec(check, user="root", timeout=60)
+            assert res.stdout.split() == want, (isolated_backend, allow, res.output)
+        finally:
+            await box.close()
+    box = await create_sandbox(make_spec(backend="process", ttl_s=300, seccomp_allow=("keyring",)))
+    try:
+        res = await box.exec("grep '^Seccomp:' /proc/self/status", timeout=30)
+        assert res.stdout.split() == ["Seccomp:", "0"], res.output
+    finally:
+        await box.close()

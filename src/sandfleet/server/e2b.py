@@ -43,7 +43,7 @@ from fastapi.responses import JSONResponse, Response
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import e2b_control
+from sandfleet.server import e2b_control, e2b_metrics
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b_fs import FsRPC, Watcher
@@ -166,15 +166,19 @@ class E2B(ProcessRPC, FsRPC):
                 raise cp_error(err) from None
             return self.sandbox_body(self.adopt(kids[0], template, metadata))
         base = template == "base"
-        env = {"HOME": HOME, "USER": "user", "LOGNAME": "user", **envs} if base else envs
+        # E2B's users need the e2b-base layer, which bwrap copies over the host; another backend
+        # (process, microvm) runs template base on the host image, as its own default user
+        users = base and self.service.backend == "bwrap"
+        env = {"HOME": HOME, "USER": "user", "LOGNAME": "user", **envs} if users else (
+            {"HOME": HOME, **envs} if base else envs)
         try:
-            image = await asyncio.to_thread(base_image) if base else template
+            image = base_image() if users else ("host" if base else template)
         except OSError as err:
             raise CPError(503, f"the E2B base image could not be made on this host: {err}") from None
         try:
             spec = SandboxSpec(image=image, workdir=HOME, env=env, labels=metadata,
                                limits=Limits(ttl_s=float(timeout), network=bool(body.get("allow_internet_access"))),
-                               **({"user": "user"} if base else {}))
+                               **({"user": "user"} if users else {}))
         except ValueError as err:
             raise CPError(400, f"invalid sandbox: {err}") from None
         try:
@@ -250,6 +254,7 @@ class E2B(ProcessRPC, FsRPC):
             for w in b.watchers.values():
                 if w.task is not None:
                     w.task.cancel()
+        e2b_metrics.forget(sid)
 
     # -- envd
 

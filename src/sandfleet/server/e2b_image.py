@@ -14,6 +14,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 from sandfleet.images import Image, host_image, images_dir, resolve_image, save_image
 
@@ -63,8 +64,25 @@ def _root_uid() -> int | None:
     return BwrapConfig().host_uid(0)
 
 
+_made: dict[tuple[Any, ...], str] = {}
+
+
 def base_image() -> str:
-    """The name of the E2B base image, made if this host (or its passwd) has none yet."""
+    """The name of the E2B base image, made if this host (or its passwd) has none yet; a
+    create checks only the stat of /etc/passwd and /etc/group once it is made."""
+    try:
+        key = tuple((st.st_ino, st.st_size, st.st_mtime_ns) for st in map(os.stat, ("/etc/passwd", "/etc/group")))
+    except OSError:
+        key = ()
+    if key and key in _made and (images_dir() / _made[key] / "image.json").is_file():
+        return NAME
+    digest = _make()
+    if key:
+        _made[key] = digest
+    return NAME
+
+
+def _make() -> str:
     host = host_image()
     passwd = _passwd(Path("/etc/passwd").read_text())
     group = _group(Path("/etc/group").read_text())
@@ -84,4 +102,4 @@ def base_image() -> str:
                              hash=digest, base="host", meta={"made_by": "sandfleet serve (E2B base template)"}))
     if resolve_image(NAME).hash != digest:  # an older one (another passwd) would win by age: renew it
         os.utime(d / "image.json")
-    return NAME
+    return digest

@@ -23,6 +23,11 @@ _last: dict[str, tuple[float, int]] = {}
 """Per sandbox: (monotonic time, CPU ns) of its last sample."""
 
 
+def forget(sid: str) -> None:
+    """Drop a sandbox's last sample (it was killed)."""
+    _last.pop(sid, None)
+
+
 def _read_int(path: Path) -> int | None:
     with contextlib.suppress(OSError, ValueError):
         return int(path.read_text().split()[0])
@@ -104,8 +109,6 @@ async def metrics(e: Entry) -> list[dict[str, Any]]:
         now = time.monotonic()
         cpu = cgroup_figures(dirs)[0] or cpu
     _last[e.sb.id] = (now, cpu)
-    for sid in [k for k in _last if k != e.sb.id and len(_last) > 4096]:
-        del _last[sid]
     cpus = e.spec.limits.cpus or (os.cpu_count() or 1)
     pct = max(0.0, (cpu - last[1]) / 1e9 / max(now - last[0], 1e-6) / cpus * 100)
     total = limit if limit is not None and limit < (1 << 60) else _mem_total()

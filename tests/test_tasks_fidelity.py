@@ -191,8 +191,11 @@ def test_reward_selection(harbor: Path) -> None:
     chosen = with_reward_selection(task, "style")
     assert chosen.verifier.reward_key == "style"
     assert reward_from(chosen.verifier, reward_json='{"accuracy": 1, "style": 0.25}').value == 0.25
-    # the default: 'reward', else the only key, else the mean; reward.json wins over reward.txt (Harbor)
-    assert reward_from(task.verifier, reward_json='{"accuracy": 1, "style": 0}', reward_text="1").value == 0.5
+    # the default: 'reward', else the only key, else the mean; with reward.txt too, the two must agree
+    assert reward_from(task.verifier, reward_json='{"accuracy": 1, "style": 0}', reward_text="0.5").value == 0.5
+    with pytest.raises(RolloutError) as info:
+        reward_from(task.verifier, reward_json='{"accuracy": 1, "style": 0}', reward_text="1")
+    assert info.value.reason == "reward_conflict"
     with pytest.raises(ValueError, match="not both"):
         with_reward_selection(task, "a", {"b": 1.0})
     tb1 = load_task(FIXTURES / "tb1-hello")

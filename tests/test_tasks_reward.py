@@ -31,7 +31,7 @@ def test_reward_text() -> None:
     for bad in ("", "yes", "nan", "inf"):
         with pytest.raises(RolloutError) as info:
             parse_reward_text(bad)
-        assert info.value.reason == "reward_malformed"
+        assert info.value.reason == "bad_reward_value"
 
 
 def test_reward_json() -> None:
@@ -70,7 +70,49 @@ def test_reward_from_plans() -> None:
     assert reward_from(harbor, reward_json='{"reward": 0.0}').value == 0.0
     with pytest.raises(RolloutError) as info:
         reward_from(harbor, output="anything")
-    assert info.value.reason == "reward_missing"
+    assert info.value.reason == "no_reward_file"
+    # both files: they must agree (reward.json's value copied into reward.txt), else 0
+    assert reward_from(harbor, reward_json='{"reward": 0.5}', reward_text="0.5\n").value == 0.5
+    for txt, js, reason in (("0", '{"reward": 1}', "reward_conflict"), ("1", '{"reward": 0}', "reward_conflict"),
+                            (None, '{"reward": 1e300}', "bad_reward_value"), ("2", None, "bad_reward_value"),
+                            ("-0.5", None, "bad_reward_value"), ("x", '{"reward": 1}', "bad_reward_value")):
+        with pytest.raises(RolloutError) as info:
+            reward_from(harbor, reward_text=txt, reward_json=js)
+        assert info.value.reason == reason, (txt, js)
+    ranged = harbor.model_copy(update={"reward_range": (-1.0, 10.0)})
+    assert reward_from(ranged, reward_text="-0.5").value == -0.5 and reward_from(ranged, reward_text="10").value == 10
     tb1 = load_task(FIXTURES / "tb1-hello").verifier
     assert reward_from(tb1, output=PYTEST_RA).value == 0.0
     assert reward_from(tb1, output="= 2 passed in 1.0s =").value == 1.0
+
+
+def _harbor_copy(tmp_path: Path, verifier: str = "", test_sh: str | None = None) -> Path:
+    import shutil
+
+    folder = tmp_path / "hello"
+    shutil.copytree(FIXTURES / "harbor-hello", folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("[verifier]\n", f"[verifier]\n{verifier}"))
+    if test_sh is not None:
+        (folder / "tests" / "test.sh").write_text(test_sh)
+    return folder
+
+
+def test_reward_range_is_read_from_task_toml_and_checked(tmp_path: Path) -> None:
+    from sandfleet.errors import TaskError
+
+    assert load_task(FIXTURES / "harbor-hello").verifier.reward_range == (0.0, 1.0)
+    assert load_task(_harbor_copy(tmp_path / "a", "reward_range = [-1, 10.5]\n")).verifier.reward_range == (-1.0, 10.5)
+    for bad in ("[1]", "[2, 1]", '["a", 1]', "[0, inf]"):
+        with pytest.raises(TaskError, match="reward_range"):
+            load_task(_harbor_copy(tmp_path / f"b{abs(hash(bad))}", f"reward_range = {bad}\n"))
+
+
+def test_pytest_runs_that_may_load_a_workdir_conftest_are_flagged(tmp_path: Path) -> None:
+    from sandfleet.tasks.scan import workdir_conftest_risk
+
+    assert workdir_conftest_risk(load_task(FIXTURES / "harbor-hello")) == []  # pytest /tests/...
+    risky = ("#!/bin/bash\ncd /app\npytest -rA\npython3 -m pytest --confcutdir=/tests /app\n"
+             "cp /tests/t.py . && uvx pytest t.py  # in the workdir\npython3 -m pytest $TEST_DIR/t.py\n")
+    found = workdir_conftest_risk(load_task(_harbor_copy(tmp_path, test_sh=risky)))
+    assert [f.split(":")[1] for f in found] == ["3", "5"], found

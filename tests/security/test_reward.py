@@ -120,7 +120,8 @@ async def test_non_root_agent_cannot_write_tests_solution_or_system_dirs(tmp_pat
     assert "WROTE" not in out and out.count("DENIED") == 7, out
     assert "\n1000\n" in out  # the agent ran as the non-root 'agent'
     assert "OWNER /tests 0 755" in out and "OWNER /tests/test.sh 0 " in out
-    assert "OWNER /logs/verifier 1001 755" in out  # writable by the verifier only
+    # root's, writable by the tests, whose code can't change its mode (and so keep test.sh from writing)
+    assert "OWNER /logs/verifier 0 777" in out
 
 
 # -- hostile reward files
@@ -228,17 +229,20 @@ def _plant() -> list[str]:
 
 @needs_bwrap
 @pytest.mark.parametrize("verify", ["shared", "separate"])
-async def test_conftest_and_cwd_module_planted_in_the_workdir_do_run(tmp_path: Path, verify: str) -> None:
+async def test_conftest_in_the_workdir_still_runs_but_a_cwd_module_shadows_nothing(tmp_path: Path,
+                                                                                  verify: str) -> None:
     config: dict[str, Any] = {} if verify == "shared" else {"verify": verify}
     results = await rollouts(_planted_tasks(tmp_path), _plant(), **config)
     by = {r.task: r for r in results}
     for r in results:
         assert r.status == "completed", (r.task, r.error)
-        # the workdir is the agent's output, carried into a separate verifier too: a module
-        # there shadows the stdlib's for `python -m pytest` run from it
-        assert "SHADOW MODULE RAN" in r.verifier_output, r.verifier_output
+        # the workdir is the agent's output, carried into a separate verifier too; its colorsys.py
+        # does not replace the standard library's under `python -m pytest` run from it
+        assert "SHADOW MODULE RAN" not in r.verifier_output, r.verifier_output
+        risks = " ".join(r.info.get("verifier_risks", []))
+        assert "conftest.py" in risks and "'colorsys'" in risks, r.info  # flagged all the same
     # pytest anchors conftest.py on the test paths: one in the workdir loads only when the
-    # tests run from there -- and then it can make failing tests pass
+    # tests run from there -- and then it can make failing tests pass (the residual risk)
     assert "AGENT CONFTEST RAN" not in by["tests-dir"].verifier_output and by["tests-dir"].reward == 0.0
     assert "AGENT CONFTEST RAN" in by["in-workdir"].verifier_output and by["in-workdir"].reward == 1.0
 

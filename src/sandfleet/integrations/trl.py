@@ -421,7 +421,9 @@ class HackMonitor:
     compares: a re-run that scores lower than the training reward (``rerun_lower``: the
     reward depended on luck or state, not the script), and, for reward 1, the task's outputs
     against those the oracle (the reference solution) leaves (``oracle_disagrees``: the
-    verifier accepted something the oracle would not produce). Each flag is a dict; the
+    verifier accepted something the oracle would not produce), and a re-run whose workdir held a
+    ``conftest.py`` (``workdir_conftest``: pytest may have loaded the agent's code into the
+    tests, docs/security.md's residual risk). Each flag is a dict; the
     rollouts of the re-runs go to the runner's ``on_result`` like any other."""
 
     def __init__(self, runner: Runner, *, timeout_s: float = COMMAND_TIMEOUT_S):
@@ -455,6 +457,9 @@ class HackMonitor:
         if again is not None and again < reward:  # a masked rerun says nothing
             flags.append("rerun_lower")
         oracle = None
+        risks = [str(x) for x in rerun.info.get("verifier_risks", []) if str(x).startswith("conftest.py")]
+        if risks:  # the residual risk of docs/security.md: pytest may have run the agent's conftest.py
+            flags.append("workdir_conftest")
         if reward >= 1 and outputs:
             oracle = await self.oracle_digest(task)
             if rerun.status == "completed" and rerun.info.get("digest") != oracle:
@@ -462,4 +467,4 @@ class HackMonitor:
         if not flags:
             return None
         return {"task": task.name, "flags": flags, "reward": reward, "rerun_reward": again, "script": script[:2000],
-                "digest": rerun.info.get("digest"), "oracle_digest": oracle}
+                "digest": rerun.info.get("digest"), "oracle_digest": oracle, "risks": risks}

@@ -195,6 +195,8 @@ async def run_rollout(
         result.verifier_exit_code, result.verifier_output = outcome.exit_code, outcome.output
         if outcome.timed_out:
             result.info["verifier_timed_out"] = True
+        if outcome.risks:
+            result.info["verifier_risks"] = outcome.risks
         result.status = "completed"
     except asyncio.CancelledError:
         result.status, result.reason, result.error = "cancelled", "cancelled", "rollout cancelled"

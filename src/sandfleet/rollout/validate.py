@@ -73,7 +73,11 @@ def _tail(result: RolloutResult) -> str:
 
 
 def _why(r: RolloutResult) -> str:
-    return f"{r.reason}: {r.error}" if r.status != "completed" else f"scored {r.reward}"
+    if r.status != "completed":
+        return f"{r.reason}: {r.error}"
+    if r.reason:  # scored 0 whatever the tests said (verifier.py): say why
+        return f"scored {r.reward}, {r.reason}: {str(r.info.get('reward_error') or '').splitlines()[0][:300]}"
+    return f"scored {r.reward}"
 
 
 def judge(task: Task, oracle: Sequence[RolloutResult], noop: Sequence[RolloutResult]) -> Verdict:
@@ -185,7 +189,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     from sandfleet.errors import ImageError
     from sandfleet.images.bases import resolve_base
     from sandfleet.rollout.verifier import verifier_user
-    from sandfleet.tasks.scan import NEEDS_NETWORK, downloads_at_test_time
+    from sandfleet.tasks.scan import CONFTEST_RISK, NEEDS_NETWORK, downloads_at_test_time, workdir_conftest_risk
 
     meta: dict[str, Any] = {}
     if image is not None and image != "host":
@@ -212,6 +216,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.user = ", ".join(users) or None
     verdict.verifier_user = verdict.user if task.verifier.same_shell else verifier_user(task)
     verdict.needs_network = downloads_at_test_time(task)
+    verdict.warnings += [f"{CONFTEST_RISK}: {line}" for line in workdir_conftest_risk(task)]
     if verdict.needs_network and not network:
         what = f"{NEEDS_NETWORK}: " + "; ".join(verdict.needs_network) + " (run with --network)"
         verdict.warnings.append(what)

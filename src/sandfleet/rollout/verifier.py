@@ -42,6 +42,7 @@ What the task declares is carried out (docs/tasks.md):
 from __future__ import annotations
 
 import asyncio
+import copy
 import io
 import logging
 import posixpath
@@ -49,7 +50,9 @@ import shlex
 import tarfile
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from typing import IO, Any
 
+from sandfleet.agent.protocol import MAX_OUTPUT
 from sandfleet.errors import (
     GuestError,
     GuestFileNotFoundError,
@@ -60,6 +63,7 @@ from sandfleet.errors import (
     TaskError,
 )
 from sandfleet.images import Image
+from sandfleet.rollout import testguard
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
@@ -77,39 +81,51 @@ REWARD_MAX_BYTES = 64 * 1024
 """A reward file larger than this scores 0 (``bad_reward_file``)."""
 REWARD_READ_TIMEOUT_S = 30.0
 """A reward read that takes longer scores 0 (``bad_reward_file``)."""
-TRANSFER_MAX_BYTES = 1 << 30
-"""``--verify separate`` carries at most this much of the workdir and artifacts (as tar)."""
+TRANSFER_MAX_BYTES = min(1 << 30, MAX_OUTPUT - (1 << 20))
+"""``--verify separate`` carries at most this much of the workdir and artifacts: their allocated
+bytes, measured before any is read, and their archive (one command's output, ~127 MiB)."""
 VERIFIER_USER = "verifier"
 ISOLATED_BACKENDS = ("bwrap", "microvm", "firecracker")
 """Backends where users exist; elsewhere (``process``) owners are left alone."""
 
 # Empty each test folder ("t:PATH") and reward folder ("r:PATH") -- a link or file in its
-# place is replaced by a folder -- owned by root, mode 0755; a reward folder then goes to
-# the verifier's user ($1, empty = leave owners alone). The workdir ("w:PATH") is handed to
-# that user (the agent is gone by then), so tests that write there work as they do as root
-# in Docker. Prints a fresh HOME for that user.
+# place is replaced by a folder -- owned by root, mode 0755; a reward folder is then mode 0777
+# when the tests' user ($1, empty = leave owners alone) is not root (they write it; they can't
+# change its mode or owner). The workdir ("w:PATH") has its git repositories sanitized
+# (testguard.SANITIZE_GIT) and is handed to that user (the agent is gone by then), so tests that
+# write there work as they do as root in Docker. Prints "home=" a fresh HOME for that user,
+# "python=" a root-owned folder holding the Python guard ($PY_GUARD), and notes ("git: ...",
+# "conftest: PATH", "module: NAME" for the workdir's top-level Python modules).
 PREPARE = r"""
 set -e
 owner=$1; shift
 for a; do
   d=${a#?:}
   case $a in w:*)
-    if [ -n "$owner" ] && [ -d "$d" ] && [ ! -L "$d" ]; then chown -R -h "$owner" -- "$d"; fi
+    if [ -d "$d" ] && [ ! -L "$d" ]; then
+      if [ -n "$owner" ]; then sanitize_git "$(readlink -f -- "$d")" | sed 's/^/git: /'; fi
+      if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
+      find "$d" -maxdepth 3 -name conftest.py -type f 2>/dev/null | head -n 20 | sed 's/^/conftest: /'
+      for m in "$d"/*.py "$d"/*/__init__.py; do [ -e "$m" ] && echo "module: $m"; done | head -n 200
+    fi
     continue ;;
   esac
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
   mkdir -p -- "$d"
   find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  chmod 0755 -- "$d"
   if [ -n "$owner" ]; then
     chown 0:0 -- "$d"
-    case $a in r:*) chown "$owner" -- "$d" ;; esac
+    case $a in r:*) [ "$owner" = 0 ] || chmod 0777 -- "$d" ;; esac
   fi
-  chmod 0755 -- "$d"
 done
 home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX)
 if [ -n "$owner" ]; then chown "$owner" -- "$home"; fi
 chmod 0700 -- "$home"
-printf '%s' "$home"
+py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
+printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
+chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
+printf 'home=%s\npython=%s\n' "$home" "$py"
 """
 
 
@@ -127,6 +143,9 @@ class VerifierOutcome:
     """Why the reward is 0 whatever the tests said (``bad_reward_file``), else None."""
     error: str | None = None
     """What was wrong, with ``reason``."""
+    risks: list[str] = field(default_factory=list)
+    """What the workdir held that code under test could use (a ``conftest.py``, a module named
+    like the standard library's, git config that was removed): flags, not verdicts."""
 
 
 class BadRewardFile(Exception):
@@ -270,54 +289,149 @@ def _no_network(task: Task, sandbox: Sandbox) -> bool:
     return task.verifier.network is False and sandbox.spec.limits.network and sandbox.backend in ISOLATED_BACKENDS
 
 
+SETUP_FAILED = "verifier_setup_failed"
+"""The reason of a verifier that could not set up in a sandbox the agent used (a full disk)."""
+
+
+def _zero(reason: str, error: str, **kw: object) -> VerifierOutcome:
+    log.info("verifier scores 0: %s: %s", reason, error[:300])
+    return VerifierOutcome(0.0, reason=reason, error=error, **kw)  # type: ignore[arg-type]
+
+
+def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
+    """PREPARE's ``key=value`` lines and its notes, as risks worth flagging."""
+    import sys
+
+    values: dict[str, str] = {}
+    risks: list[str] = []
+    for line in stdout.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key in ("home", "python"):
+            values[key] = value
+            continue
+        kind, _, what = line.partition(": ")
+        if kind == "git":
+            risks.append(f"git: {what}")
+        elif kind == "conftest":
+            risks.append(f"conftest.py in the workdir (pytest loads it when the tests run from there): {what}")
+        elif kind == "module":
+            name = posixpath.basename(posixpath.dirname(what)) if what.endswith("/__init__.py") else \
+                posixpath.basename(what)[:-3]
+            if name in sys.stdlib_module_names:
+                risks.append(f"the workdir's {name!r} has a standard-library module's name (the tests import "
+                             "the standard library's)")
+    return values, risks
+
+
+async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, str], list[str]] | VerifierOutcome:
+    """Clear the test and reward folders, sanitize the workdir's git repositories, make the
+    tests' HOME and Python guard: (values, risks), or a 0 outcome when the sandbox the agent
+    left can't take them (``verifier_setup_failed``)."""
+    isolated = sandbox.backend in ISOLATED_BACKENDS
+    owner = uid_of(user) if isolated else ""
+    dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
+    dirs.append("w:" + _guest(sandbox, task.workdir))
+    script = testguard.sanitize_git_script() + PREPARE
+    res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
+                             env={"PY_GUARD": testguard.PY_GUARD})
+    values, risks = _notes(res.stdout)
+    if res.exit_code != 0 or "home" not in values or "python" not in values:
+        return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
+                     f"{res.output.strip()[-300:]}")
+    return values, risks
+
+
+async def _upload(task: Task, sandbox: Sandbox) -> VerifierOutcome | None:
+    """Upload the tests as root; a 0 outcome when the sandbox can't take them (a full disk)."""
+    try:
+        await stage_uploads(sandbox, task.verifier.uploads, user="root")
+    except (GuestError, OSError) as e:
+        if isinstance(e, SandboxDiedError | SandboxClosedError):
+            raise
+        return _zero(SETUP_FAILED, f"could not upload the tests: {type(e).__name__}: {e}")
+    return None
+
+
+def _guarded(argv: list[str], user: str) -> tuple[list[str], str]:
+    """The test command in :data:`testguard.GUARD` (run as root): when it exits, every
+    process of the tests' user is killed before the guard returns."""
+    if is_root(user):
+        return ["bash", "-c", testguard.GUARD, "guard", "", "", *argv], "root"
+    return ["bash", "-c", testguard.GUARD, "guard", uid_of(user), uid_of(user), *argv], "root"
+
+
+async def _reward_files_writable(sandbox: Sandbox, paths: Sequence[str]) -> str | None:
+    """Why a reward file can't be trusted (a file its owner made read-only, so that test.sh
+    could not write it), or None."""
+    script = 'for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c "%a %n" -- "$f"; fi; done'
+    res = await sandbox.exec(["sh", "-c", script, "stat", *paths], cwd="/", user="root", timeout=30)
+    for line in res.stdout.splitlines():
+        mode, _, name = line.partition(" ")
+        if mode.isdigit() and not int(mode, 8) & 0o200:
+            return f"{name} was made read-only (mode {mode}): the test script could not have written it"
+    return None
+
+
 async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
     plan = task.verifier
     user = sandbox.spec.user if plan.same_shell else verifier_user(task)
+    isolated = sandbox.backend in ISOLATED_BACKENDS
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="clear tests and rewards"):
-        owner = uid_of(user) if sandbox.backend in ISOLATED_BACKENDS else ""
-        dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
-        if owner and not is_root(user):
-            dirs.append("w:" + _guest(sandbox, task.workdir))
-        res = await sandbox.exec(["bash", "-c", PREPARE, "prepare", owner, *dirs], cwd="/", timeout=60, user="root")
-        if res.exit_code != 0 or not res.stdout.strip():
-            raise RolloutError(f"could not prepare the test and reward folders: "
-                               f"{res.output.strip()[-300:]}", reason="verifier_setup")
-        home = res.stdout.strip()
+        prepared = await _prepare(task, sandbox, user)
+    if isinstance(prepared, VerifierOutcome):
+        return prepared
+    values, risks = prepared
     with recorder.span("other_sandbox", what="upload tests"):
-        await stage_uploads(sandbox, plan.uploads, user="root")
-    env = dict(plan.env) if plan.same_shell else {**plan.env, "HOME": home, "PYTHONNOUSERSITE": "1"}
+        failed = await _upload(task, sandbox)
+    if failed is not None:
+        return failed
+    if plan.same_shell:  # the agent's shell session: its variables, by design (TB1)
+        env = dict(plan.env)
+    else:
+        env = {**plan.env, "HOME": values["home"], "PYTHONNOUSERSITE": "1"}
+        base = {**sandbox.spec.env, **env}
+        env.update(testguard.python_env(base, values["python"], _guest(sandbox, task.workdir)))
+        env.update(testguard.git_env(base))
     argv = await _test_command(task, sandbox, user)
+    run_as = user
+    if isolated:
+        argv, run_as = _guarded(argv, user)
     with recorder.span("verifier") as span:
-        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user,
+        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=run_as,
                                  network=not _no_network(task, sandbox))
         span["exit_code"] = res.exit_code
         if res.timed_out:
             span["timed_out"] = True
     output = res.output[-OUTPUT_KEEP_CHARS:]
-    outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output)
+    outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output, risks=risks)
     with recorder.span("other_sandbox", what="stop tests"):
         await stop_everything_of(sandbox, user)
+    if res.timed_out:  # whatever is on disk: the tests did not finish
+        outcome.reason, outcome.error = "verifier_timeout", f"the tests ran past their {plan.timeout_s:g} s limit"
+        return outcome
     with recorder.span("other_sandbox", what="read reward"):
         text = json_text = None
         try:
-            if plan.reward == "reward-file":  # reward.json first, as Harbor reads them
+            if plan.reward == "reward-file":
+                paths = [plan.reward_json_path, plan.reward_text_path]
+                why = await _reward_files_writable(sandbox, [_guest(sandbox, p) for p in paths]) if isolated else None
+                if why is not None:
+                    raise BadRewardFile(why)
                 json_text = await read_reward_file(sandbox, plan.reward_json_path)
-                if json_text is None:
-                    text = await read_reward_file(sandbox, plan.reward_text_path)
+                text = await read_reward_file(sandbox, plan.reward_text_path)
         except BadRewardFile as e:
             outcome.reason, outcome.error = "bad_reward_file", str(e)
             return outcome
     try:
         reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text)
     except RolloutError as e:
-        if res.timed_out:  # a test run that outlived its limit scores 0
-            return outcome
-        e.args = (
-            f"{e.args[0]}; verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}",
-        )
-        raise
+        if e.reason == "parser":  # the task's configuration, not the agent
+            raise
+        outcome.reason = e.reason
+        outcome.error = f"{e}; verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}"
+        return outcome
     outcome.reward, outcome.details = reward.value, reward.details
     return outcome
 
@@ -377,24 +491,100 @@ def clean_archive(data: bytes, paths: Sequence[str]) -> bytes:
                 elif not (m.isreg() or m.isdir()):
                     continue  # FIFOs and devices are not carried
                 m.name = name
-                dst.addfile(m, src.extractfile(m) if m.isreg() else None)
+                if m.sparse is not None:  # holes stay holes: only the data regions are copied
+                    _add_sparse(dst, src, m)
+                else:
+                    dst.addfile(m, src.extractfile(m) if m.isreg() else None)
     except tarfile.TarError as e:
         raise RolloutError(f"workdir archive is malformed: {e}", reason="verifier_transfer") from None
     return out.getvalue()
 
 
+class _SparseData(io.RawIOBase):
+    """A sparse member's data as GNU sparse 1.0 stores it: the map, padded, then each region."""
+
+    def __init__(self, head: bytes, src: IO[bytes], regions: Sequence[tuple[int, int]]):
+        self._parts: list[tuple[IO[bytes] | None, int, int]] = [(None, 0, len(head))]
+        self._head = head
+        self._parts += [(src, off, n) for off, n in regions]
+        self._at = 0  # within the current part
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._next(len(buffer))
+        buffer[:len(data)] = data
+        return len(data)
+
+    def _next(self, size: int) -> bytes:
+        while self._parts:
+            fileobj, off, n = self._parts[0]
+            if self._at >= n:
+                self._parts.pop(0)
+                self._at = 0
+                continue
+            want = min(size, n - self._at, 1 << 20)
+            if fileobj is None:
+                data = self._head[self._at:self._at + want]
+            else:
+                fileobj.seek(off + self._at)
+                data = fileobj.read(want)
+                if not data:
+                    raise tarfile.ReadError("a sparse member's data ends early")
+            self._at += len(data)
+            return data
+        return b""
+
+
+def _add_sparse(dst: tarfile.TarFile, src: tarfile.TarFile, m: tarfile.TarInfo) -> None:
+    """Write ``m`` (a sparse member of ``src``) to ``dst`` in GNU sparse format 1.0, which GNU
+    tar extracts with its holes: a 100 GiB file of holes is a few bytes here and there."""
+    sparse: list[tuple[int, int]] = list(m.sparse or [])  # type: ignore[arg-type]
+    regions = [(int(at), int(size)) for at, size in sparse if size]
+    ends = [*regions, (m.size, 0)]  # a last empty region at the real size, as GNU tar writes it
+    head = (f"{len(ends)}\n" + "".join(f"{at}\n{size}\n" for at, size in ends)).encode()
+    head += b"\0" * (-len(head) % tarfile.BLOCKSIZE)
+    out = copy.copy(m)
+    out.type = tarfile.REGTYPE
+    out.name = posixpath.join(posixpath.dirname(m.name), "GNUSparseFile.0", posixpath.basename(m.name))
+    out.size = len(head) + sum(size for _, size in regions)
+    out.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0", "GNU.sparse.name": m.name,
+                       "GNU.sparse.realsize": str(m.size)}
+    data = src.extractfile(m)
+    assert data is not None
+    dst.addfile(out, io.BufferedReader(_SparseData(head, data, regions)))
+
+
+# The allocated bytes of the paths (hard links once): what a transfer costs, known before
+# any data is read.
+ALLOCATED = 'du -s -c -B1 -- "$@" 2>/dev/null | tail -n 1 | cut -f1'
+
+
 async def pack_outputs(task: Task, sandbox: Sandbox) -> bytes:
-    """A tar, made as root, of the workdir and declared artifacts the agent left."""
+    """A tar, made as root, of the workdir and declared artifacts the agent left. Sparse
+    files stay sparse; more than ``TRANSFER_MAX_BYTES`` allocated raises ``RolloutError``
+    (``transfer_too_large``) before any data is read."""
     paths = carried_paths(task)
     root = _guest(sandbox, "/")
     rel = [posixpath.relpath(_guest(sandbox, p), root) for p in paths]
+    size = await sandbox.exec(["sh", "-c", f"cd \"$0\" && {ALLOCATED}", root, *rel], cwd="/", user="root",
+                              timeout=120)
+    allocated = size.stdout.strip()
+    if not allocated.isdigit():
+        raise RolloutError(f"could not measure the workdir: {size.output.strip()[-300:]}", reason="transfer_failed")
+    if int(allocated) > TRANSFER_MAX_BYTES:
+        raise RolloutError(f"the workdir and artifacts take {int(allocated)} bytes, over the "
+                           f"{TRANSFER_MAX_BYTES}-byte bound", reason="transfer_too_large")
     res = await sandbox.exec(
-        ["tar", "-c", "--ignore-failed-read", "--numeric-owner", "-C", root, "--", *rel],
+        ["tar", "-c", "--sparse", "--ignore-failed-read", "--numeric-owner", "-C", root, "--", *rel],
         cwd="/", user="root", timeout=600, max_output=TRANSFER_MAX_BYTES,
     )  # fmt: skip
-    if res.exit_code != 0 or res.truncated:
-        why = f"larger than {TRANSFER_MAX_BYTES} bytes" if res.truncated else res.stderr.strip()[-300:]
-        raise RolloutError(f"could not copy the workdir out: {why}", reason="verifier_transfer")
+    if res.truncated:
+        raise RolloutError(f"the workdir's archive is larger than {TRANSFER_MAX_BYTES} bytes",
+                           reason="transfer_too_large")
+    if res.exit_code != 0:
+        raise RolloutError(f"could not copy the workdir out: {res.stderr.strip()[-300:]}", reason="transfer_failed")
     return clean_archive(res.stdout_bytes, rel)
 
 
@@ -409,7 +599,7 @@ async def unpack_outputs(task: Task, sandbox: Sandbox, archive: bytes) -> None:
                              user="root", timeout=600)
     if res.exit_code != 0:
         raise RolloutError(f"could not copy the workdir in: {res.output.strip()[-300:]}",
-                           reason="verifier_transfer")
+                           reason="transfer_failed")
 
 
 async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
@@ -474,13 +664,19 @@ async def run_verifier_separately(
     the tests. (A task that declares its separate verifier carries Harbor's artifacts only.)"""
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
-    with recorder.span("other_sandbox", what="copy out workdir"):
-        archive = await pack_outputs(task, sandbox)
+    try:
+        with recorder.span("other_sandbox", what="copy out workdir"):
+            archive = await pack_outputs(task, sandbox)
+    except RolloutError as e:  # what the agent left can't be carried: a 0, not an abstention
+        return _zero(e.reason if e.reason.startswith("transfer_") else "transfer_refused", str(e))
     with recorder.span("sandbox_start", what="verifier sandbox"):
         fresh = await start()
     try:
         with recorder.span("other_sandbox", what="copy in workdir"):
-            await unpack_outputs(task, fresh, archive)
+            try:
+                await unpack_outputs(task, fresh, archive)
+            except RolloutError as e:
+                return _zero(e.reason, str(e))
         return await _run_tests(task, fresh, recorder)
     finally:
         await asyncio.shield(_close_quietly(fresh))

@@ -22,6 +22,7 @@ as Harbor's ``strip_canary`` does.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from pathlib import Path
@@ -65,6 +66,9 @@ class HarborVerifier(_Section):
     """Hosts of an allowlist policy; not supported."""
     collect: list[Any] = Field(default_factory=list)
     """Commands run in compose services before artifacts are collected; not supported."""
+    reward_range: list[float] | None = None
+    """sandfleet's extension: ``[lo, hi]``, the rewards test.sh may give (default [0, 1]); a
+    reward outside, or not finite, scores 0 (``bad_reward_value``)."""
 
 
 class HarborAgent(_Section):
@@ -281,6 +285,16 @@ def strip_canary(text: str) -> str:
     return "\n".join(lines[i:])
 
 
+def _reward_range(value: list[float] | None, *, file: str) -> tuple[float, float]:
+    """``[verifier] reward_range``: two finite numbers, low <= high; default (0, 1)."""
+    if value is None:
+        return (0.0, 1.0)
+    if len(value) != 2 or not all(math.isfinite(v) for v in value) or value[0] > value[1]:
+        raise TaskError(f"must be [low, high], two finite numbers with low <= high; got {value!r}",
+                        file=file, field="verifier.reward_range")
+    return (float(value[0]), float(value[1]))
+
+
 def _verifier_environment(folder: Path, verifier: HarborVerifier, env: HarborEnvironment, memory: int,
                           storage: int, *, file: str) -> tuple[VerifierEnvironment, bool]:
     """The separate verifier's environment, as Harbor resolves it: the image of
@@ -340,6 +354,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
     _literal_env(solution_cfg.env, file=file, field="solution.env")
     if verifier.collect:
         raise TaskError("collect hooks are not supported", file=file, field="verifier.collect")
+    reward_range = _reward_range(verifier.reward_range, file=file)
     if verifier.environment_mode == "shared" and verifier.environment is not None:
         raise TaskError("environment_mode = 'shared' conflicts with [verifier.environment] (as in Harbor)",
                         file=file, field="verifier.environment_mode")
@@ -392,6 +407,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         environment=environment,
         network=verifier_network if verifier_network is not None else baseline,
         carried=(*artifacts, ARTIFACTS_DIR) if mode == "separate" else (),
+        reward_range=reward_range,
     )
     metadata = dict(config.metadata)
     if config.task:

@@ -142,6 +142,9 @@ class VerifierPlan(_Frozen):
     reward_weights: dict[str, float] | None = None
     """Weights of named rewards whose sum trains (``--reward-weights``); exclusive with
     ``reward_key``."""
+    reward_range: tuple[float, float] = (0.0, 1.0)
+    """The rewards a test script may give (sandfleet's ``[verifier] reward_range = [lo, hi]``):
+    a reward outside, or not finite, scores 0 (``bad_reward_value``)."""
 
 
 class Task(_Frozen):

@@ -1,8 +1,13 @@
 """Reading a verifier's reward: Harbor's reward files and Terminal-Bench-1's pytest output.
 
 Harbor's ``tests/test.sh`` writes ``/logs/verifier/reward.txt`` (one number) or
-``/logs/verifier/reward.json`` (an object of numbers; read first when both exist, as Harbor
-does). Which of several named rewards trains is chosen by ``--reward-key NAME`` (that one) or
+``/logs/verifier/reward.json`` (an object of numbers), or both. When both exist they must
+agree: reward.txt's number must equal what reward.json gives by :data:`DEFAULT_RULE` (to
+:data:`AGREE_TOL`), else the reward is 0 (``reward_conflict``) -- code under test that writes
+the file test.sh did not write can't raise the reward (a common Harbor pattern writes
+reward.json, then copies its value into reward.txt: it agrees). The reward that trains must be
+finite and within the task's ``reward_range`` (default [0, 1]), else 0 (``bad_reward_value``).
+Which of several named rewards trains is chosen by ``--reward-key NAME`` (that one) or
 ``--reward-weights a=0.7,b=0.3`` (their weighted sum); by default it is the ``reward`` key,
 else the only key, else the mean of all keys (:data:`DEFAULT_RULE`). Every named reward is
 kept in ``Reward.details`` whatever trains. Terminal-Bench-1 parses the test
@@ -38,10 +43,10 @@ def parse_reward_text(text: str) -> Reward:
         value = float(text.strip())
     except ValueError:
         raise RolloutError(
-            f"reward.txt must hold one number, got {text.strip()[:80]!r}", reason="reward_malformed"
+            f"reward.txt must hold one number, got {text.strip()[:80]!r}", reason="bad_reward_value"
         ) from None
     if not math.isfinite(value):
-        raise RolloutError(f"reward.txt holds {value}", reason="reward_malformed")
+        raise RolloutError(f"reward.txt holds {value}", reason="bad_reward_value")
     return Reward(value, {"reward": value})
 
 
@@ -55,20 +60,20 @@ def parse_reward_json(text: str) -> Reward:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        raise RolloutError(f"reward.json is not JSON: {e}", reason="reward_malformed") from None
+        raise RolloutError(f"reward.json is not JSON: {e}", reason="bad_reward_value") from None
     if isinstance(data, bool) or not isinstance(data, dict | int | float):
-        raise RolloutError("reward.json must be an object of numbers", reason="reward_malformed")
+        raise RolloutError("reward.json must be an object of numbers", reason="bad_reward_value")
     if not isinstance(data, dict):
         data = {"reward": data}
     details: dict[str, float] = {}
     for key, value in data.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise RolloutError(f"reward.json: {key!r} is not a number", reason="reward_malformed")
+            raise RolloutError(f"reward.json: {key!r} is not a number", reason="bad_reward_value")
         if not math.isfinite(value):
-            raise RolloutError(f"reward.json: {key!r} is {value}", reason="reward_malformed")
+            raise RolloutError(f"reward.json: {key!r} is {value}", reason="bad_reward_value")
         details[str(key)] = float(value)
     if not details:
-        raise RolloutError("reward.json is empty", reason="reward_malformed")
+        raise RolloutError("reward.json is empty", reason="bad_reward_value")
     if "reward" in details:
         scalar = details["reward"]
     else:
@@ -160,6 +165,37 @@ def with_reward_selection(task: Task, key: str | None = None, weights: dict[str,
     return task.model_copy(update={"verifier": plan})
 
 
+AGREE_TOL = 1e-6
+"""How far reward.txt and reward.json may differ (absolute, or relative to the larger)."""
+
+
+def check_range(plan: VerifierPlan, reward: Reward) -> Reward:
+    """``reward`` when its value is finite and within the plan's ``reward_range``; else
+    :class:`RolloutError` (``reason="bad_reward_value"``)."""
+    lo, hi = plan.reward_range
+    if not math.isfinite(reward.value) or not lo <= reward.value <= hi:
+        raise RolloutError(f"the reward {reward.value!r} is outside the task's range [{lo:g}, {hi:g}]",
+                           reason="bad_reward_value")
+    return reward
+
+
+def file_reward(plan: VerifierPlan, reward_text: str | None, reward_json: str | None) -> Reward:
+    """The reward of Harbor's reward files: one of them, or both when they agree (module doc)."""
+    if reward_json is None and reward_text is None:
+        raise RolloutError(f"the verifier wrote neither {plan.reward_text_path} nor {plan.reward_json_path}",
+                           reason="no_reward_file")
+    if reward_json is None:
+        assert reward_text is not None
+        return select_reward(parse_reward_text(reward_text), plan.reward_key, plan.reward_weights)
+    parsed = parse_reward_json(reward_json)
+    if reward_text is not None:
+        text = parse_reward_text(reward_text).value
+        if not math.isclose(text, parsed.value, rel_tol=AGREE_TOL, abs_tol=AGREE_TOL):
+            raise RolloutError(f"reward.txt holds {text!r} but reward.json gives {parsed.value!r}: both files "
+                               "exist and disagree", reason="reward_conflict")
+    return select_reward(parsed, plan.reward_key, plan.reward_weights)
+
+
 def reward_from(
     plan: VerifierPlan,
     *,
@@ -170,9 +206,11 @@ def reward_from(
     """The reward of one verifier run, read the way the task's format reads it.
 
     ``output`` is the verifier command's stdout+stderr; ``reward_text`` / ``reward_json`` are
-    the contents of the plan's reward files (None when absent); reward.json wins when both
-    exist, as in Harbor. A Harbor verifier that wrote neither file raises
-    :class:`RolloutError` (``reason="reward_missing"``), as Harbor does. The plan's
+    the contents of the plan's reward files (None when absent); when both exist they must agree
+    (module doc). Whatever the agent could have caused raises :class:`RolloutError` with a
+    reason the verifier scores 0 with: ``no_reward_file`` (neither file), ``reward_conflict``,
+    ``bad_reward_value`` (not a number / an object of numbers, not finite, outside
+    ``reward_range``), ``reward_key_missing``. The plan's
     ``reward_key``/``reward_weights`` choose what trains (:func:`select_reward`).
     """
     if plan.reward == "swebench":  # graded by the swebench package (tasks/swebench.py)
@@ -183,11 +221,4 @@ def reward_from(
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")
         return parse_pytest_output(output)
-    if reward_json is not None:
-        return select_reward(parse_reward_json(reward_json), plan.reward_key, plan.reward_weights)
-    if reward_text is not None:
-        return select_reward(parse_reward_text(reward_text), plan.reward_key, plan.reward_weights)
-    raise RolloutError(
-        f"the verifier wrote neither {plan.reward_text_path} nor {plan.reward_json_path}",
-        reason="reward_missing",
-    )
+    return check_range(plan, file_reward(plan, reward_text, reward_json))

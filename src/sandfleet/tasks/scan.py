@@ -63,3 +63,33 @@ def downloads_at_test_time(task: Task) -> list[str]:
                     found.append(f"{rel}:{number}: {what}: {line.strip()[:160]}")
                     break
     return found
+
+
+CONFTEST_RISK = "pytest may load a conftest.py the agent leaves in the workdir"
+_PYTEST = re.compile(r"(^|[\s;&|(/])(py\.test|pytest)(\s|$)")
+
+
+def workdir_conftest_risk(task: Task) -> list[str]:
+    """``file:line: the command`` for each pytest run of the tests' scripts that names no test
+    path under the tests' folders and no ``--confcutdir``: run from the workdir, it collects
+    the workdir's ``conftest.py``, code of the agent that can make failing tests pass (the
+    residual risk of docs/security.md)."""
+    roots = tuple({up.target.rstrip("/") + "/" for up in task.verifier.uploads} | {"/tests/"})
+    found: list[str] = []
+    for script in _scripts(task):
+        try:
+            text = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            match = _PYTEST.search(code)
+            if match is None or "--confcutdir" in code:
+                continue
+            after = code[match.end():].split(";")[0].split("&&")[0].split("|")[0]
+            words = after.replace("$TEST_DIR", "/tests/").replace("${TEST_DIR}", "/tests/").split()
+            if any(w.startswith(roots) for w in words):
+                continue
+            rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
+            found.append(f"{rel}:{number}: {line.strip()[:160]}")
+    return found

@@ -1,0 +1,260 @@
+"""What the verifier puts around the tests so that the agent's workdir can't raise the reward
+(docs/security.md, "Reward integrity"). Each piece runs in the sandbox as its root:
+
+- :data:`SANITIZE_GIT`: every git repository under the workdir keeps only an allowlist of
+  config keys (no ``core.fsmonitor``, hooks path, pager, drivers, aliases, includes, credential
+  helpers, ...), its hooks folders are emptied, and a ``.git`` file, link or ``commondir``
+  that leads out of the workdir is removed. :func:`git_env` adds command-line config that
+  switches off what a repository could still ask for.
+- :data:`PY_GUARD`: a ``sitecustomize`` in a root-owned folder put first on the tests'
+  ``PYTHONPATH``. It installs a meta-path finder that resolves a top-level module found in
+  a trusted ``sys.path`` entry (the standard library, site-packages; not the workdir, not
+  the cwd) from there first, so a workdir ``json.py`` never replaces the standard library's,
+  while a workdir module no trusted entry has still imports. It then runs the image's own
+  ``sitecustomize``, if any.
+- :data:`GUARD`: runs the test command (as the tests' user) and, the moment it exits, kills
+  every process of that user (every process but the guest agent's, for root tests) before
+  it returns: nothing the tests started can write the reward folder after test.sh ends.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+
+GIT_ALLOWED = (
+    "core.repositoryformatversion core.filemode core.bare core.logallrefupdates core.ignorecase "
+    "core.precomposeunicode core.symlinks core.autocrlf core.eol core.safecrlf core.worktree "
+    "core.sharedrepository core.quotepath core.checkstat core.trustctime core.untrackedcache "
+    "core.splitindex core.commitgraph core.multipackindex core.sparsecheckout core.sparsecheckoutcone "
+    "core.abbrev core.compression core.bigfilethreshold extensions.objectformat extensions.worktreeconfig "
+    "extensions.refstorage extensions.partialclone extensions.preciousobjects extensions.noop "
+    "user.name user.email init.defaultbranch index.version index.sparse gc.auto "
+    "remote.*.url remote.*.pushurl remote.*.fetch remote.*.push remote.*.tagopt remote.*.promisor "
+    "remote.*.partialclonefilter branch.*.remote branch.*.merge branch.*.rebase branch.*.pushremote "
+    "submodule.*.url submodule.*.active submodule.*.branch"
+)
+"""The git config keys a repository of the agent keeps (``*``: any subsection): none runs a
+program."""
+
+GIT_OVERRIDES = (
+    ("core.fsmonitor", "false"),
+    ("core.hooksPath", "/dev/null"),
+    ("core.pager", "cat"),
+    ("protocol.ext.allow", "never"),
+    ("credential.helper", ""),
+)
+"""Command-line config (``GIT_CONFIG_COUNT``, git >= 2.31) of the tests: it wins over any
+repository's config."""
+
+# The git config filter: only allowlisted keys with plain values (no quotes, backslashes or
+# comments), each re-emitted under a header written here. What it can't parse is dropped, so
+# whatever the input, the output holds allowlisted keys only.
+_GIT_AWK = r"""
+BEGIN { n = split(allow, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
+{
+  t = $0; sub(/^[ \t]+/, "", t); sub(/[ \t\r]+$/, "", t)
+  if (t == "" || t ~ /^[#;]/) next
+  if (substr(t, 1, 1) == "[") {
+    sec = ""; name = ""
+    if (t ~ /^\[[A-Za-z0-9-]+\]$/) { sec = tolower(substr(t, 2, length(t) - 2)) }
+    else if (t ~ /^\[[A-Za-z0-9-]+ "[^"\\]*"\]$/) {
+      sp = index(t, " "); sec = tolower(substr(t, 2, sp - 2)); name = substr(t, sp + 2, length(t) - sp - 3)
+    }
+    next
+  }
+  if (sec == "") next
+  if (t !~ /^[A-Za-z][A-Za-z0-9-]*([ \t]*=[ \t]*[^"\\;#]*)?$/) next
+  eq = index(t, "=")
+  if (eq) { key = substr(t, 1, eq - 1); val = substr(t, eq + 1) } else { key = t; val = "true" }
+  sub(/[ \t]+$/, "", key); sub(/^[ \t]+/, "", val); key = tolower(key)
+  full = (name == "") ? sec "." key : sec ".*." key
+  if (!(full in ok)) next
+  if (name == "") print "[" sec "]"; else print "[" sec " \"" name "\"]"
+  print "\t" key " = " val
+}
+"""
+
+SANITIZE_GIT = r"""
+sanitize_git() {
+  w=$1
+  [ -d "$w" ] && [ ! -L "$w" ] || return 0
+  # pointers that lead out of the workdir: a .git file or link, a worktree's commondir
+  find "$w" \( -name .git -o -name commondir \) \( -type f -o -type l \) -print0 2>/dev/null |
+  while IFS= read -r -d '' f; do
+    if [ -L "$f" ]; then t=$(readlink -m -- "$f")
+    else
+      IFS= read -r t < "$f" || true
+      case ${f##*/} in .git) t=${t#gitdir: } ;; esac
+      case $t in /*) ;; *) t=${f%/*}/$t ;; esac
+      t=$(readlink -m -- "$t")
+    fi
+    case $t in "$w"|"$w"/*) ;; *) rm -f -- "$f"; echo "removed $f (leads to $t)" ;; esac
+  done
+  # every config of a git folder (one with HEAD) under the workdir: allowlisted keys only
+  find "$w" \( -name config -o -name config.worktree \) \( -type f -o -type l \) -print0 2>/dev/null |
+  while IFS= read -r -d '' f; do
+    d=${f%/*}
+    [ "${f##*/}" = config.worktree ] || [ -e "$d/HEAD" ] || continue
+    tmp=$(mktemp -- "$d/.sandfleet-config.XXXXXXXX") || continue
+    if [ -L "$f" ]; then printf '[core]\n\trepositoryformatversion = 0\n' > "$tmp"
+    else awk -v allow="$GIT_ALLOWED" "$GIT_AWK" < "$f" > "$tmp" || printf '' > "$tmp"; fi
+    cmp -s -- "$tmp" "$f" || echo "sanitized $f"
+    chmod 0644 -- "$tmp"; mv -f -T -- "$tmp" "$f"
+  done
+  # hooks folders of git folders: emptied (a link is replaced by an empty folder)
+  find "$w" -name hooks \( -type d -o -type l \) -print0 2>/dev/null |
+  while IFS= read -r -d '' h; do
+    [ -e "${h%/*}/HEAD" ] || continue
+    if [ -L "$h" ] || [ -n "$(find "$h" -mindepth 1 -maxdepth 1 ! -name '*.sample' -print -quit)" ]; then
+      echo "emptied $h"
+    fi
+    rm -rf -- "$h"; mkdir -m 0755 -- "$h"
+  done
+}
+"""
+
+
+def sanitize_git_script() -> str:
+    """The bash function :data:`SANITIZE_GIT` with its allowlist and filter bound."""
+    from shlex import quote
+
+    return f"GIT_ALLOWED={quote(GIT_ALLOWED)}\nGIT_AWK={quote(_GIT_AWK)}\n{SANITIZE_GIT}"
+
+
+def git_env(env: Mapping[str, str]) -> dict[str, str]:
+    """``GIT_CONFIG_COUNT``/``KEY_n``/``VALUE_n`` adding :data:`GIT_OVERRIDES` after any
+    command-line config ``env`` already has."""
+    try:
+        start = max(0, int(env.get("GIT_CONFIG_COUNT", "0")))
+    except ValueError:
+        start = 0
+    out = {"GIT_CONFIG_COUNT": str(start + len(GIT_OVERRIDES))}
+    for i, (key, value) in enumerate(GIT_OVERRIDES, start):
+        out[f"GIT_CONFIG_KEY_{i}"], out[f"GIT_CONFIG_VALUE_{i}"] = key, value
+    return out
+
+
+PY_GUARD = r'''"""sandfleet's verifier guard (docs/security.md): a module of the agent's workdir never
+replaces a standard-library or installed one. Made by root; read-only for the tests."""
+
+
+def _sandfleet_guard():
+    import os
+    import sys
+    from importlib.machinery import PathFinder
+
+    here = os.path.dirname(os.path.realpath(__file__))
+    untrusted = [p.rstrip("/") for p in os.environ.get("SANDFLEET_UNTRUSTED", "").split(":") if p]
+
+    def trusted(entry):
+        if not isinstance(entry, str) or entry in ("", "."):
+            return False
+        real = os.path.realpath(entry)
+        if real == here:
+            return False
+        return not any(real == u or real.startswith(u + "/") for u in untrusted)
+
+    # site runs before the cwd or script folder is put first on sys.path: none of them is here
+    paths = [p for p in sys.path if trusted(p)]
+    builtin = set(sys.builtin_module_names)
+    try:
+        from _imp import is_frozen
+    except ImportError:
+        def is_frozen(name):
+            return False
+
+    class SandfleetTrustedFirst:
+        """Top-level modules that a trusted sys.path entry has: from there, first."""
+
+        @classmethod
+        def find_spec(cls, name, path=None, target=None):
+            if path is not None or "." in name or name in builtin or is_frozen(name):
+                return None
+            spec = PathFinder.find_spec(name, paths)
+            if spec is None or spec.loader is None:  # not there, or only a namespace portion
+                return None
+            return spec
+
+        @classmethod
+        def invalidate_caches(cls):
+            return None
+
+    sys.meta_path.insert(0, SandfleetTrustedFirst)
+    spec = PathFinder.find_spec("sitecustomize", paths)  # the image's own, if any
+    if spec is not None and spec.loader is not None:
+        import importlib.util
+
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["sitecustomize"] = module
+        spec.loader.exec_module(module)
+
+
+try:
+    _sandfleet_guard()
+except Exception as e:  # never break the tests' Python
+    import sys
+
+    print("sandfleet sitecustomize: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+del _sandfleet_guard
+'''
+
+
+def python_env(env: Mapping[str, str], guard_dir: str, workdir: str) -> dict[str, str]:
+    """``PYTHONPATH`` with the guard folder first (then what ``env`` had), and the workdir
+    named untrusted."""
+    old = env.get("PYTHONPATH", "")
+    return {"PYTHONPATH": guard_dir + (":" + old if old else ""),
+            "SANDFLEET_UNTRUSTED": posixpath.normpath(workdir)}
+
+
+# Run argv ($3...) as the first process of a pid namespace of its own (when the sandbox
+# allows one): when it exits, the kernel kills every process in it -- setsid and double-forked
+# daemons included -- before this shell sees the exit. Then kill every process of uid $1
+# (empty, for root tests: every process in our own cgroup when the guest agent gave the command
+# one), but ours and our parents', and exit with argv's status. $2: a user to run argv as
+# (empty: as is, root). Returns once none is left (at most ~5 s).
+GUARD = r"""
+kill_uid=$1 as=$2; shift 2
+drop=()
+if [ -n "$as" ]; then
+  uid=$(id -u "$as" 2>/dev/null || echo "$as"); gid=$(id -g "$as" 2>/dev/null || echo "$as")
+  if getent passwd "$as" >/dev/null 2>&1; then groups=--init-groups; else groups=--clear-groups; fi
+  drop=(setpriv --reuid="$uid" --regid="$gid" "$groups" --)
+fi
+pidns=()
+if unshare --pid --fork --mount-proc -- true 2>/dev/null; then pidns=(unshare --pid --fork --mount-proc --); fi
+"${pidns[@]}" "${drop[@]}" "$@"
+rc=$?
+keep=" $$ "; p=$$
+while [ "$p" -gt 1 ] 2>/dev/null; do
+  p=$(while read -r k v _; do [ "$k" = PPid: ] && { echo "$v"; break; }; done < /proc/$p/status 2>/dev/null)
+  [ -n "$p" ] || break; keep="$keep$p "
+done
+mine=$(cat /proc/self/cgroup 2>/dev/null); init=$(cat /proc/1/cgroup 2>/dev/null)
+if [ -z "$kill_uid" ] && { [ -z "$mine" ] || [ "$mine" = "$init" ]; }; then exit $rc; fi
+for _ in $(seq 500); do
+  if [ -n "$kill_uid" ]; then
+    setpriv --reuid="$kill_uid" --regid="$kill_uid" --clear-groups -- sh -c 'kill -KILL -1' 2>/dev/null
+  fi
+  left=0
+  for f in /proc/[0-9]*/status; do
+    pid=${f#/proc/}; pid=${pid%/status}
+    case $keep in *" $pid "*) continue ;; esac
+    u= z=
+    while read -r k v _; do
+      case $k in State:) [ "$v" = Z ] && z=1 ;; Uid:) u=$v; break ;; esac
+    done < "$f" 2>/dev/null
+    [ -z "$z" ] && [ -n "$u" ] || continue
+    if [ -n "$kill_uid" ]; then [ "$u" = "$kill_uid" ] || continue
+    else
+      [ "$(cat /proc/$pid/cgroup 2>/dev/null)" = "$mine" ] || continue
+      kill -KILL "$pid" 2>/dev/null || continue
+    fi
+    left=1
+  done
+  [ "$left" = 0 ] && break
+  sleep 0.01
+done
+exit $rc
+"""

@@ -1,0 +1,312 @@
+"""Reward integrity II (issue 25, the verifier phase): nothing the agent leaves behind can raise
+the reward above what the task's own test script decided, and sabotage scores 0, not
+``failed``. One test per class; each runs the attack as a real Harbor task on bwrap, in shared
+and ``--verify separate`` mode, two rollouts at once, and asserts a reward of 0 (a number, a
+completed rollout, with its reason). docs/security.md, "Reward integrity", lists them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.runner import RetryPolicy
+from sandfleet.tasks import Task, load_task
+
+
+def _bwrap_skip() -> str | None:
+    if not shutil.which("bwrap"):
+        return "bubblewrap not installed (apt-get install bubblewrap)"
+    if os.geteuid() != 0:
+        return "the bwrap backend needs root"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+MODES = pytest.mark.parametrize("verify", ["shared", "separate"])
+REWARD = "/logs/verifier/reward.txt"
+# the task's own decision: 1 only when /app/out.txt says hello
+DECIDE = f'if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi > {REWARD}\n'
+
+
+def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", verifier_timeout: float = 30,
+                solve_sh: str | None = None) -> Task:
+    folder = root / name
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "task.toml").write_text(
+        f'version = "1.0"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = {verifier_timeout}\n{toml}'
+        "[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n")
+    (folder / "instruction.md").write_text("Write hello into /app/out.txt.\n")
+    (folder / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\n" + test_sh)
+    if solve_sh is not None:
+        (folder / "solution").mkdir()
+        (folder / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve_sh)
+    return load_task(folder)
+
+
+async def _host(task: Task) -> str:
+    return "host"
+
+
+async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str = "shared",
+                   **config: Any) -> list[RolloutResult]:
+    """Two rollouts of each task at once on bwrap, the agent replaying ``commands``."""
+    cfg = RunConfig(backend="bwrap", n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
+                    verify=verify, **config)  # type: ignore[arg-type]
+    report = await run_suite(list(tasks), ScriptedPolicy(commands), cfg, image_for=_host)
+    assert len(report.results) == 2 * len(tasks)
+    return report.results
+
+
+def write(path: str, text: str) -> str:
+    """An agent command that writes ``text`` to ``path``."""
+    return f"mkdir -p {posixpath.dirname(path)} && cat > {path} <<'SANDFLEET_EOF'\n{text}SANDFLEET_EOF"
+
+
+def assert_zero(results: Sequence[RolloutResult], reason: str | None = None) -> None:
+    for r in results:
+        assert r.status == "completed", (r.task, r.reason, r.error)
+        assert r.reward == 0.0 and isinstance(r.reward, float), (r.task, r.reward, r.info, r.verifier_output)
+        if reason is not None:
+            assert r.reason == reason, (r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
+# 1. Outlive the tests: a double-forked, setsid daemon started by the code under test waits for
+# test.sh to end, then rewrites the reward.
+OUTLIVE = '''import os, time
+def daemon(watch):
+    if os.fork():
+        return
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    while os.path.exists("/proc/%d" % watch):  # test.sh, still running
+        time.sleep(0.0005)
+    for _ in range(400):
+        try:
+            with open("/logs/verifier/reward.txt", "w") as f:
+                f.write("1")
+        except OSError:
+            pass
+        time.sleep(0.005)
+    os._exit(0)
+daemon(os.getppid())
+print("solution ran")
+'''
+
+
+@MODES
+async def test_daemon_of_the_code_under_test_cannot_rewrite_the_reward_after_the_tests(
+        tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "outlive", "cd /app && python3 solution.py\n" + DECIDE)
+    results = await rollouts([task], [write("/app/solution.py", OUTLIVE), "echo goodbye > /app/out.txt"], verify)
+    for r in results:
+        assert "solution ran" in r.verifier_output, r.verifier_output
+    assert_zero(results, None)
+
+
+# 2. Freeze the tests past their deadline: write 1, stop whatever can be stopped, hang.
+FREEZE = '''import os, signal, time
+open("/logs/verifier/reward.txt", "w").write("1")
+try:
+    os.kill(-1, signal.SIGSTOP)
+except OSError:
+    pass
+time.sleep(600)
+'''
+
+
+@MODES
+async def test_frozen_tests_time_out_to_zero_whatever_is_on_disk(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "freeze", "cd /app && python3 solution.py\n" + DECIDE, verifier_timeout=3)
+    results = await rollouts([task], [write("/app/solution.py", FREEZE)], verify)
+    assert_zero(results, "verifier_timeout")
+    for r in results:
+        assert r.info.get("verifier_timed_out") is True
+
+
+# 3. The other reward file: test.sh writes reward.txt = 0, the code writes reward.json = 1.
+OTHER_FILE = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1}\')\n'
+
+
+@MODES
+async def test_reward_file_test_sh_did_not_write_cannot_override_its_decision(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "other-file", "cd /app && python3 solution.py\n" + DECIDE)
+    results = await rollouts([task], [write("/app/solution.py", OTHER_FILE), "echo goodbye > /app/out.txt"], verify)
+    assert_zero(results, "reward_conflict")
+
+
+async def test_harbor_tests_writing_reward_json_then_copying_it_to_reward_txt_score_right(tmp_path: Path) -> None:
+    both = ('mkdir -p /logs/verifier\nr=0; [ "$(cat /app/out.txt 2>/dev/null)" = hello ] && r=1\n'
+            'python3 -c "import json,sys; json.dump({\'reward\': float(sys.argv[1]), \'style\': 0.5}, '
+            'open(\'/logs/verifier/reward.json\', \'w\'))" $r\n'
+            "python3 -c \"import json; print(json.load(open('/logs/verifier/reward.json'))['reward'])\" "
+            "> /logs/verifier/reward.txt\n")
+    task = harbor_task(tmp_path, "both-files", both)
+    good = await rollouts([task], ["echo hello > /app/out.txt"])
+    bad = await rollouts([task], ["echo goodbye > /app/out.txt"])
+    for r in good:
+        assert (r.status, r.reward, r.reason) == ("completed", 1.0, None), (r.info, r.verifier_output)
+        assert r.reward_details == {"reward": 1.0, "style": 0.5}
+    assert_zero(bad, None)
+    assert {r.reason for r in bad} == {None}  # a plain 0: the files agree
+
+
+# 4. Out-of-range values.
+HUGE = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1e300}\')\n'
+
+
+@MODES
+async def test_reward_out_of_the_tasks_range_or_not_finite_scores_zero(tmp_path: Path, verify: str) -> None:
+    code = harbor_task(tmp_path, "huge", "cd /app && python3 solution.py\n")
+    inf = harbor_task(tmp_path, "inf", f"echo inf > {REWARD}\n")
+    five = harbor_task(tmp_path, "five", f"echo 5 > {REWARD}\n")
+    ranged = harbor_task(tmp_path, "ranged", f"echo 5 > {REWARD}\n", toml="reward_range = [0, 10]\n")
+    results = await rollouts([code, inf, five, ranged], [write("/app/solution.py", HUGE)], verify)
+    assert_zero([r for r in results if r.task != "ranged"], "bad_reward_value")
+    for r in results:
+        if r.task == "ranged":  # the task declared 0..10: 5 is a reward
+            assert (r.status, r.reward, r.reason) == ("completed", 5.0, None), (r.info, r.verifier_output)
+
+
+async def test_validate_does_not_call_a_task_with_an_out_of_range_reward_valid(tmp_path: Path) -> None:
+    from sandfleet.rollout.validate import validate_tasks
+
+    task = harbor_task(tmp_path, "huge", 'echo \'{"reward": 1e300}\' > /logs/verifier/reward.json\n',
+                       solve_sh="echo hello > /app/out.txt\n")
+    verdicts = await validate_tasks([task], repeats=1, backend="bwrap", image_for=_host)
+    v = verdicts["huge"]
+    assert v.status == "invalid" and v.oracle_rewards == [0.0], v
+    assert "bad_reward_value" in v.reason, v.reason
+
+
+# 5. Repository config that a tool executes: each vector "fixes" the answer while the tests run.
+FIX = "echo hello > /app/out.txt; touch /tmp/vector-$1"
+GIT_ATTACK = (
+    "cd /app && git init -q . && echo goodbye > out.txt && git add -A && "
+    "git -c user.email=a@b -c user.name=a commit -qm start && "
+    f"printf '#!/bin/sh\\n{FIX.replace('$1', 'hook')}\\n' > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit && "
+    f"cp .git/hooks/pre-commit .git/hooks/post-index-change && "
+    f"git config core.fsmonitor '{FIX.replace('$1', 'fsmonitor')} #' && "
+    f"git config core.pager 'sh -c \"{FIX.replace('$1', 'pager')}\"; cat' && "
+    f"git config diff.external '/app/.x/ext.sh' && mkdir -p .x && "
+    f"printf '#!/bin/sh\\n{FIX.replace('$1', 'external')}\\n' > .x/ext.sh && chmod +x .x/ext.sh && "
+    "printf '[core]\\n\\tfsmonitor = /app/.x/ext.sh\\n' > .x/inc && git config include.path /app/.x/inc && "
+    "echo '* filter=evil' > .gitattributes && git config filter.evil.clean /app/.x/ext.sh"
+)
+GIT_TESTS = ("cd /app && git status --short; git diff | cat; git add -A; "
+             "git -c user.email=t@t -c user.name=t commit -qm tests; ls /tmp | grep vector; true\n" + DECIDE)
+
+
+@MODES
+async def test_git_config_and_hooks_of_the_agent_do_not_run_in_the_tests(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "git", GIT_TESTS)
+    results = await rollouts([task], [GIT_ATTACK, "cd /app && git config --list --local | sort"], verify)
+    for r in results:
+        assert "vector-" not in r.verifier_output, r.verifier_output
+        assert any("git: sanitized" in x for x in r.info.get("verifier_risks", [])), r.info
+    assert_zero(results, None)
+
+
+async def test_git_of_a_legitimate_repository_still_works_in_the_tests(tmp_path: Path) -> None:
+    setup = ("cd /app && git init -q . && git config user.email a@b && git config user.name a && "
+             "echo hello > out.txt && git add -A && git commit -qm answer && git remote add origin /nowhere && "
+             "git checkout -qb feature")
+    check = ("cd /app && git status --short && [ \"$(git log -1 --format=%s)\" = answer ] && "
+             "[ \"$(git rev-parse --abbrev-ref HEAD)\" = feature ] && git remote get-url origin && "
+             "git diff --quiet HEAD && echo GIT-OK\n" + DECIDE)
+    task = harbor_task(tmp_path, "legit-git", check)
+    for r in await rollouts([task], [setup]):
+        assert (r.status, r.reward) == ("completed", 1.0), (r.error, r.verifier_output)
+        assert "GIT-OK" in r.verifier_output and "/nowhere" in r.verifier_output
+
+
+# 6. Module shadowing from the working directory, for `python3 -c`, `-m` and scripts.
+SHADOW_JSON = "def loads(s, **kw):\n    return {'ok': True}\ndef load(f, **kw):\n    return {'ok': True}\n"
+SHADOW_TESTS = (
+    "cd /app\n"
+    "a=$(python3 -c 'import json; print(int(json.loads(open(\"/app/result.json\").read())[\"ok\"]))')\n"
+    "b=$(python3 -m check)\n"
+    "c=$(python3 /app/check.py)\n"
+    "d=$(python3 -c 'import solution; print(solution.answer())')\n"
+    'echo "a=$a b=$b c=$c d=$d"\n'
+    f'if [ "$a$b$c" = 111 ]; then echo 1; else echo 0; fi > {REWARD}\n'
+)
+CHECK = "import json\nprint(int(json.load(open('/app/result.json'))['ok']))\n"
+
+
+@MODES
+async def test_workdir_module_never_replaces_a_standard_library_one(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "shadow", SHADOW_TESTS)
+    commands = [write("/app/json.py", SHADOW_JSON), write("/app/check.py", CHECK),
+                "echo '{\"ok\": false}' > /app/result.json",
+                write("/app/solution.py", "def answer():\n    return 42\n")]
+    results = await rollouts([task], commands, verify)
+    for r in results:
+        # the stdlib's json read ok=false; the agent's own module still imports from the workdir
+        assert "a=0 b=0 c=0 d=42" in r.verifier_output, r.verifier_output
+        assert any("'json'" in x for x in r.info.get("verifier_risks", [])), r.info
+    assert_zero(results, None)
+
+
+# 11. Sabotage is a zero: a full disk, the tests' processes killed, a 100 GiB sparse file.
+@MODES
+@pytest.mark.parametrize("user", ["agent", "root"])
+async def test_agent_filling_the_disk_scores_zero_not_failed(tmp_path: Path, verify: str, user: str) -> None:
+    task = harbor_task(tmp_path, "full", DECIDE)
+    # root also takes the blocks a file system keeps for root, which the verifier's set-up needs
+    fill = ("echo hello > /app/out.txt; for d in /app /tmp /logs /tests; do "
+            "dd if=/dev/zero of=$d/fill bs=1M count=100000; dd if=/dev/zero of=$d/fill2 bs=4k; done 2>/dev/null; "
+            "for i in $(seq 2000); do : > /tmp/f$i || break; done 2>/dev/null; df -h /app | tail -n 1; true")
+    results = await rollouts([task], [fill], verify, agent_user=user)
+    assert_zero(results, None)
+    reasons = {r.reason for r in results}
+    assert reasons <= {"verifier_setup_failed", "no_reward_file", "transfer_too_large"}, reasons
+    if user == "root" and verify == "shared":
+        assert reasons == {"verifier_setup_failed"}, [r.info for r in results]
+
+
+KILL_ALL = "import os, signal\nos.kill(-1, signal.SIGKILL)\n"
+
+
+@MODES
+async def test_code_under_test_killing_the_tests_scores_zero_not_failed(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "killer", "cd /app && python3 solution.py; sleep 0.2\n" + DECIDE)
+    results = await rollouts([task], [write("/app/solution.py", KILL_ALL), "echo goodbye > /app/out.txt"], verify)
+    assert_zero(results, None)
+
+
+def _rss_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(field)
+
+
+async def test_100_gib_sparse_file_is_carried_sparse_quickly_in_little_memory(tmp_path: Path) -> None:
+    task = harbor_task(tmp_path, "sparse", 'stat -c "SIZE %s BLOCKS %b" /app/big\n' + DECIDE)
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here
+    before = _rss_kib("VmRSS")
+    t0 = time.monotonic()
+    results = await rollouts([task], ["truncate -s 100G /app/big && echo goodbye > /app/out.txt"], "separate")
+    took = time.monotonic() - t0
+    grew_mb = (_rss_kib("VmHWM") - before) / 1024
+    assert_zero(results, None)
+    for r in results:
+        assert "SIZE 107374182400 BLOCKS 0" in r.verifier_output, r.verifier_output  # carried, still sparse
+        copy = sum(s["end"] - s["start"] for s in r.spans if s.get("what") in ("copy out workdir", "copy in workdir"))
+        assert copy < 10, r.spans
+    assert grew_mb < 50, f"host memory grew {grew_mb:.0f} MB"
+    print(json.dumps({"sparse_two_rollouts_s": round(took, 2), "host_memory_growth_mb": round(grew_mb, 1)}))

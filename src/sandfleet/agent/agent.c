@@ -64,7 +64,8 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_TIMED_OUT = 12, F_STDOUT = 13, F_STDERR = 14, F_DROPPED_OUT = 15, F_DROPPED_ERR = 16,
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
        F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28,
-       F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31, F_SECCOMP = 32, F_NETWORK = 33 };
+       F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31, F_SECCOMP = 32, F_NETWORK = 33,
+       F_PIDNS = 34 };
 
 static int in_fd = 0, out_fd = 1;
 static int sig_pipe[2];
@@ -473,7 +474,11 @@ static const char *set_filter(const fld_t *f) {
  * own when asked (only a loopback, up: the verifier's no-network), then the filter, which
  * forbids both steps to what runs after. Loading it needs CAP_SYS_ADMIN in our namespace,
  * which entering S gave (no no_new_privs: setuid programs in the image keep working). */
-static int confine(int no_network, const char **what) {
+static int confine(int no_network, int own_pidns, const char **what) {
+    if (own_pidns) { /* our children's: the command runs as its first process (start_exec) */
+        *what = "make a pid namespace";
+        if (unshare(CLONE_NEWPID) < 0) return -1;
+    }
     if (no_network) {
         *what = "make a network namespace";
         if (unshare(CLONE_NEWNET) < 0) return -1;
@@ -638,6 +643,7 @@ static void start_exec(const req_t *r) {
     int pty_m = -1, pty_s = -1;
     struct winsize ws;
     int no_network = get_int(r, F_NETWORK, 1) == 0;
+    int own_pidns = isolated && get_int(r, F_PIDNS, 0) == 1;
     uid_t uid = 0;
     gid_t gid = 0;
     int g = -1;
@@ -693,7 +699,7 @@ static void start_exec(const req_t *r) {
             }
         }
         const char *what = NULL;
-        if (enter_s() < 0 || confine(no_network, &what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
+        if (enter_s() < 0 || confine(no_network, own_pidns, &what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
             int e = errno;
             if (what) snprintf(m, sizeof m, "%d %s: %s", e, what, strerror(e));
             else snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
@@ -716,6 +722,24 @@ static void start_exec(const req_t *r) {
             snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
             if (write(pst[1], m, strlen(m)) < 0) {}
             _exit(127);
+        }
+        if (own_pidns) { /* the command is the first process of its pid namespace: when it ends,
+                            the kernel kills every process left in it (daemons included) before
+                            this process, which relays how it ended, can return */
+            pid_t init = fork();
+            if (init < 0) {
+                int e = errno;
+                snprintf(m, sizeof m, "%d fork into a pid namespace: %s", e, strerror(e));
+                if (write(pst[1], m, strlen(m)) < 0) {}
+                _exit(127);
+            }
+            if (init > 0) {
+                close(pst[1]); close(0); close(1); close(2);
+                int st = 0;
+                while (waitpid(init, &st, 0) < 0 && errno == EINTR) {}
+                if (WIFSIGNALED(st)) { signal(WTERMSIG(st), SIG_DFL); raise(WTERMSIG(st)); }
+                _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
+            }
         }
         static char *no_env[] = {NULL};
         environ = envp ? envp : no_env;

@@ -352,6 +352,7 @@ class AgentClient:
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
         network: bool = True,
+        pid_namespace: bool = False,
     ) -> ExecResult:
         """Run argv to completion, as ``user`` (a name or uid in the sandbox; the guest's
         default when None). The guest kills the whole tree at ``timeout``; the host waits
@@ -364,7 +365,9 @@ class AgentClient:
         as "stdout"), and ``on_start`` gets the :class:`RunningCommand` to feed it, signal it
         or resize it.
         ``network=False`` runs it in a network namespace of its own (only a loopback) that the
-        guest makes before installing its seccomp filter."""
+        guest makes before installing its seccomp filter. ``pid_namespace=True`` runs it as the
+        first process of a pid namespace of its own: when it exits, the kernel kills every
+        process it left (the verifier's tests, docs/security.md)."""
         if not argv:
             raise ConfigError("exec: empty command")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]
@@ -381,6 +384,8 @@ class AgentClient:
             fields.append((F.USER, user))
         if not network:
             fields.append((F.NETWORK, 0))
+        if pid_namespace:
+            fields.append((F.PIDNS, 1))
         if stdin:
             fields.append((F.DATA, stdin))
         if keep_stdin or pty is not None:

@@ -84,6 +84,7 @@ class F(IntEnum):
     PTY = 31
     SECCOMP = 32
     NETWORK = 33
+    PIDNS = 34
 
 
 FieldValue = bytes | str | int

@@ -108,6 +108,7 @@ class RemoteRuntime:
         on_output: OutputCallback | None = None,
         user: str | int | None = None,
         network: bool = True,
+        pid_namespace: bool = False,
     ) -> ExecResult:
         cap = min(max(0, max_output), MAX_OUTPUT)
         body: dict[str, Any] = {"cmd": list(argv), "max_output": cap, "stream": on_output is not None}
@@ -123,6 +124,8 @@ class RemoteRuntime:
             body["user"] = user
         if not network:
             body["network"] = False
+        if pid_namespace:
+            body["pid_namespace"] = True
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
         return await self._run(self.exec_url, body, on_output, cap, wait)
 

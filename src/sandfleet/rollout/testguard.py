@@ -12,9 +12,10 @@
   the cwd) from there first, so a workdir ``json.py`` never replaces the standard library's,
   while a workdir module no trusted entry has still imports. It then runs the image's own
   ``sitecustomize``, if any.
-- :data:`GUARD`: runs the test command (as the tests' user) and, the moment it exits, kills
-  every process of that user (every process but the guest agent's, for root tests) before
-  it returns: nothing the tests started can write the reward folder after test.sh ends.
+
+(The test command itself runs as the first process of a pid namespace of its own, which the
+guest agent makes before its seccomp filter: when it exits, the kernel kills every process
+it left before the exec returns; ``Sandbox.exec(pid_namespace=True)``.)
 """
 
 from __future__ import annotations
@@ -206,55 +207,3 @@ def python_env(env: Mapping[str, str], guard_dir: str, workdir: str) -> dict[str
     old = env.get("PYTHONPATH", "")
     return {"PYTHONPATH": guard_dir + (":" + old if old else ""),
             "SANDFLEET_UNTRUSTED": posixpath.normpath(workdir)}
-
-
-# Run argv ($3...) as the first process of a pid namespace of its own (when the sandbox
-# allows one): when it exits, the kernel kills every process in it -- setsid and double-forked
-# daemons included -- before this shell sees the exit. Then kill every process of uid $1
-# (empty, for root tests: every process in our own cgroup when the guest agent gave the command
-# one), but ours and our parents', and exit with argv's status. $2: a user to run argv as
-# (empty: as is, root). Returns once none is left (at most ~5 s).
-GUARD = r"""
-kill_uid=$1 as=$2; shift 2
-drop=()
-if [ -n "$as" ]; then
-  uid=$(id -u "$as" 2>/dev/null || echo "$as"); gid=$(id -g "$as" 2>/dev/null || echo "$as")
-  if getent passwd "$as" >/dev/null 2>&1; then groups=--init-groups; else groups=--clear-groups; fi
-  drop=(setpriv --reuid="$uid" --regid="$gid" "$groups" --)
-fi
-pidns=()
-if unshare --pid --fork --mount-proc -- true 2>/dev/null; then pidns=(unshare --pid --fork --mount-proc --); fi
-"${pidns[@]}" "${drop[@]}" "$@"
-rc=$?
-keep=" $$ "; p=$$
-while [ "$p" -gt 1 ] 2>/dev/null; do
-  p=$(while read -r k v _; do [ "$k" = PPid: ] && { echo "$v"; break; }; done < /proc/$p/status 2>/dev/null)
-  [ -n "$p" ] || break; keep="$keep$p "
-done
-mine=$(cat /proc/self/cgroup 2>/dev/null); init=$(cat /proc/1/cgroup 2>/dev/null)
-if [ -z "$kill_uid" ] && { [ -z "$mine" ] || [ "$mine" = "$init" ]; }; then exit $rc; fi
-for _ in $(seq 500); do
-  if [ -n "$kill_uid" ]; then
-    setpriv --reuid="$kill_uid" --regid="$kill_uid" --clear-groups -- sh -c 'kill -KILL -1' 2>/dev/null
-  fi
-  left=0
-  for f in /proc/[0-9]*/status; do
-    pid=${f#/proc/}; pid=${pid%/status}
-    case $keep in *" $pid "*) continue ;; esac
-    u= z=
-    while read -r k v _; do
-      case $k in State:) [ "$v" = Z ] && z=1 ;; Uid:) u=$v; break ;; esac
-    done < "$f" 2>/dev/null
-    [ -z "$z" ] && [ -n "$u" ] || continue
-    if [ -n "$kill_uid" ]; then [ "$u" = "$kill_uid" ] || continue
-    else
-      [ "$(cat /proc/$pid/cgroup 2>/dev/null)" = "$mine" ] || continue
-      kill -KILL "$pid" 2>/dev/null || continue
-    fi
-    left=1
-  done
-  [ "$left" = 0 ] && break
-  sleep 0.01
-done
-exit $rc
-"""

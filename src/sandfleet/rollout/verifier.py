@@ -352,14 +352,6 @@ async def _upload(task: Task, sandbox: Sandbox) -> VerifierOutcome | None:
     return None
 
 
-def _guarded(argv: list[str], user: str) -> tuple[list[str], str]:
-    """The test command in :data:`testguard.GUARD` (run as root): when it exits, every
-    process of the tests' user is killed before the guard returns."""
-    if is_root(user):
-        return ["bash", "-c", testguard.GUARD, "guard", "", "", *argv], "root"
-    return ["bash", "-c", testguard.GUARD, "guard", uid_of(user), uid_of(user), *argv], "root"
-
-
 async def _reward_files_writable(sandbox: Sandbox, paths: Sequence[str]) -> str | None:
     """Why a reward file can't be trusted (a file its owner made read-only, so that test.sh
     could not write it), or None."""
@@ -395,12 +387,11 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         env.update(testguard.python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(testguard.git_env(base))
     argv = await _test_command(task, sandbox, user)
-    run_as = user
-    if isolated:
-        argv, run_as = _guarded(argv, user)
     with recorder.span("verifier") as span:
-        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=run_as,
-                                 network=not _no_network(task, sandbox))
+        # the first process of a pid namespace of its own: when it exits, the kernel kills
+        # every process it left (a daemon of the code under test) before the exec returns
+        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user,
+                                 network=not _no_network(task, sandbox), pid_namespace=isolated)
         span["exit_code"] = res.exit_code
         if res.timed_out:
             span["timed_out"] = True

@@ -66,6 +66,7 @@ class Sandbox(Protocol):
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
         network: bool = True,
+        pid_namespace: bool = False,
     ) -> ExecResult: ...
 
     async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
@@ -183,6 +184,7 @@ class AgentSandbox:
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
         network: bool = True,
+        pid_namespace: bool = False,
     ) -> ExecResult:
         """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it, as ``user``
         (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``).
@@ -193,7 +195,9 @@ class AgentSandbox:
         pseudo-terminal (stdin, stdout and stderr; all output comes as "stdout"), resizable
         through the same handle.
         ``network=False`` runs it in a network namespace of its own, with only a loopback (the
-        verifier's no-network policy); bwrap and microvm only (the process backend refuses)."""
+        verifier's no-network policy); bwrap and microvm only (the process backend refuses).
+        ``pid_namespace=True`` runs it as the first process of a pid namespace of its own: when
+        it exits, the kernel kills every process it left (bwrap and microvm; elsewhere ignored)."""
         self._check()
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
@@ -208,6 +212,8 @@ class AgentSandbox:
             extra = {"keep_stdin": keep, "pty": pty, "on_start": on_start}
         if not network:
             extra["network"] = False
+        if pid_namespace:
+            extra["pid_namespace"] = True
         return await self.client.exec(
             argv,
             env={**self.env, **(env or {})},

@@ -143,6 +143,8 @@ class ExecRequest(BaseModel):
     """Who runs it inside (name or uid); the sandbox's user by default."""
     network: bool = True
     """False: run it in a network namespace of its own, with only a loopback."""
+    pid_namespace: bool = False
+    """True: run it as the first process of a pid namespace of its own (what it leaves dies with it)."""
 
 
 class SessionRequest(BaseModel):

@@ -158,7 +158,7 @@ def exec_runner(e: Entry, body: api.ExecRequest) -> Callable[[OutputCallback | N
     def run(on_output: OutputCallback | None) -> Coroutine[Any, Any, ExecResult]:
         return e.sb.exec(body.cmd, cwd=body.cwd, env=body.env, stdin=stdin, timeout=body.timeout,
                          max_output=body.max_output, on_output=on_output, user=body.user,
-                         network=body.network)
+                         network=body.network, pid_namespace=body.pid_namespace)
 
     return run
 

@@ -32,6 +32,10 @@ KILLED = ("sandbox sb-1: the guest agent's stream ended; its process was killed 
 OOM = ("sandbox sb-1: the guest agent's stream ended; its process was killed by SIGKILL; "
        "2 OOM kill(s) in its memory cgroup; its log ends: agent: serving")
 
+HOST_OOM = ("sandbox sb-1: the guest agent's stream ended; its process was killed by SIGKILL; "
+            "1 OOM kill(s) in its memory cgroup; its own memory limit was never reached (killed by an OOM killer "
+            "outside its cgroup); its log ends: agent: serving")
+
 
 def _needs_bwrap() -> pytest.MarkDecorator:
     from test_rollout_support import needs_bwrap
@@ -86,6 +90,7 @@ CASES = [
     ("failed", "prepare_failed", "prepare.sh exited with 3", "start", "sandbox_start"),
     ("failed", "image_build", "Dockerfile:3: RUN false", "start", "image_build"),
     ("failed", "sandbox_died", KILLED, "agent", "sandbox_died"),
+    ("failed", "sandbox_died", HOST_OOM, "agent", "sandbox_died"),  # OOM-killed from outside its cgroup
     ("failed", "sandbox_died", "sandbox sb-1 expired (its TTL passed)", "verifier", "sandbox_died"),
     ("failed", "sandbox_died", OOM, "start", "sandbox_start"),  # the prepare step's OOM: the agent had not acted
     ("failed", "node_lost", "node n1 was lost", None, "node_lost"),

@@ -59,7 +59,7 @@ RULES: tuple[Rule, ...] = (
     Rule("transfer_too_large", POLICY, "the workdir to verify separately is over its cap or malformed"),
     Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "
          "413, 422: too long, malformed tool calls), or model content that can't be parsed into an action"),
-    Rule("sandbox_oom", POLICY, "the sandbox died with OOM kills in its own memory cgroup (the agent's memory)"),
+    Rule("sandbox_oom", POLICY, "the sandbox died with OOM kills its own memory limit caused (the agent's memory)"),
     Rule("agent_unresponsive", POLICY, "the guest agent stopped answering (the agent's processes can starve it)"),
     Rule("sandbox_timeout", POLICY, "a sandbox operation outlived its deadline after the agent started"),
     Rule("no_solution", POLICY, "the oracle agent has no reference solution"),
@@ -68,8 +68,8 @@ RULES: tuple[Rule, ...] = (
     Rule("sandbox_start", INFRA, "the sandbox could not be made or prepared: the agent had not acted yet"),
     Rule("image_build", INFRA, "the task's image could not be built"),
     Rule("sandbox_died", INFRA, "the sandbox or its host died, killed from outside (a signal or exit with no "
-         "OOM kill in its own memory cgroup: the host's OOM killer, a kill, a lost state directory, a TTL, a "
-         "service that lost it)"),
+         "OOM kill its own memory limit caused: a kill, the host's or a parent cgroup's OOM killer, a lost state "
+         "directory, a TTL, a service that lost it)"),
     Rule("node_lost", INFRA, "the node or service host running it was lost"),
     Rule("no_node", INFRA, "no node of the task's arch was left to run it"),
     Rule("model_unreachable", INFRA, "the model server refused or dropped connections, after retries"),
@@ -143,8 +143,10 @@ def cause_of(status: str, reason: str | None, error: str | None = None, phase: s
         return cause if CAUSES[cause].verdict == POLICY else "unlisted"
     if phase == "start":  # nothing of the agent's had run
         return cause if CAUSES[cause].verdict == INFRA else "sandbox_start"
-    if r == "sandbox_died":
-        return "sandbox_oom" if _oom_kills(error or "") else "sandbox_died"
+    if r == "sandbox_died":  # OOM kills its own limit caused are the agent's memory; others came from outside
+        text = error or ""
+        return "sandbox_oom" if _oom_kills(text) and "own memory limit was never reached" not in text \
+            else "sandbox_died"
     return cause
 
 
@@ -171,6 +173,7 @@ def sandbox_end(error: str | None) -> dict[str, Any] | None:
         "exit_status": int(status.group(1)) if status else None,
         "signal": sig.group(1) if sig else None,
         "oom_kills": _oom_kills(text),
+        "own_limit_reached": None if not _oom_kills(text) else "own memory limit was never reached" not in text,
         "state_dir_gone": "state directory is gone" in text,
         "text": head[:LOG_TAIL_CHARS],
     }

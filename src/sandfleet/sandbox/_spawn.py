@@ -30,6 +30,10 @@ def _pidfd_works() -> bool:
 
 
 _PIDFD = _pidfd_works()
+OOM_OUTSIDE = "its own memory limit was never reached (killed by an OOM killer outside its cgroup)"
+"""Said of a sandbox whose processes were OOM-killed while its own memory limit was never hit
+(cgroup v2 ``memory.events`` ``oom`` 0): the host's or a parent cgroup's OOM killer, not the
+sandbox's own memory (rollout/verdict.py: an infra fault)."""
 LOG_TAIL = 600
 """Bytes of a dead sandbox's agent.log put in its error."""
 
@@ -184,9 +188,12 @@ class LocalSandbox(AgentSandbox):
         else:
             parts = [f"its process exited with status {rc}"]
         if self.cgroup is not None:
-            kills = self.cgroup.memory_events().get("oom_kill", 0)
+            events = self.cgroup.memory_events()
+            kills = events.get("oom_kill", 0)
             if kills:
                 parts.append(f"{kills} OOM kill(s) in its memory cgroup")
+                if "oom" in events and not events["oom"]:  # v2: its own limit never hit
+                    parts.append(OOM_OUTSIDE)
         if not self.dir.exists():
             parts.append("its state directory is gone (reaped by another process?)")
         with contextlib.suppress(OSError):

@@ -75,6 +75,7 @@ CASES = [
     ("completed", "verifier_setup_failed", "No space left on device", "verifier", "verifier_setup_failed"),
     ("completed", "tests_killed", "the tests' processes were killed", "verifier", "tests_killed"),
     ("completed", "transfer_too_large", "workdir over 1 GiB", "verifier", "transfer_too_large"),
+    ("completed", "transfer_refused", "a link leads outside", "verifier", "transfer_too_large"),
     ("failed", "model_http_400", "context window", "agent", "model_content"),
     ("failed", "model_http_413", "too large", "agent", "model_content"),
     ("failed", "model_content", "no action in the reply", "agent", "model_content"),
@@ -181,6 +182,7 @@ async def test_verdicts_of_real_rollouts(tmp_path: Path) -> None:
         make_task(tmp_path, "bad-value", test_sh=BAD_VALUE),
         make_task(tmp_path, "linked", test_sh=LINKED),
         make_task(tmp_path, "prep-fails", prepare="#!/bin/bash\necho broken prepare; exit 3\n"),
+        make_task(tmp_path, "disk-full", solve="head -c 400000000 /dev/zero > /app/fill; df -h /app; true"),
     ]
     nosol = make_task(tmp_path, "no-solution")
     shutil.rmtree(nosol.path / "solution")
@@ -191,7 +193,8 @@ async def test_verdicts_of_real_rollouts(tmp_path: Path) -> None:
     want = {"hello": (SCORED, None, 1.0), "wrong": (SCORED, None, 0.0), "slow-agent": (SCORED, None, 0.0),
             "slow-tests": (POLICY, "verifier_timeout", 0.0), "no-reward": (POLICY, "no_reward_file", 0.0),
             "bad-value": (POLICY, "bad_reward_value", 0.0), "linked": (POLICY, "bad_reward_file", 0.0),
-            "prep-fails": (INFRA, "sandbox_start", None), "no-solution": (POLICY, "no_solution", 0.0)}
+            "prep-fails": (INFRA, "sandbox_start", None), "no-solution": (POLICY, "no_solution", 0.0),
+            "disk-full": (POLICY, "verifier_setup_failed", 0.0)}
     got = {t: (r.verdict, (r.fault or {}).get("cause"), r.reward) for t, r in by.items()}
     assert got == want
     assert by["slow-agent"].stop_reason == "agent_timeout"  # still verified and scored
@@ -204,9 +207,9 @@ async def test_verdicts_of_real_rollouts(tmp_path: Path) -> None:
     traces = [json.loads(x) for x in (out / "trace.jsonl").read_text().splitlines()]
     assert all(t["verdict"] in (SCORED, POLICY, INFRA) for t in traces) and len(traces) == len(tasks)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["verdicts"] == {SCORED: 3, POLICY: 5, INFRA: 1}
-    assert summary["mask_rate"] == pytest.approx(1 / 9)
-    assert summary["pass_rate"] == pytest.approx(1 / 8)  # over scored and policy faults
+    assert summary["verdicts"] == {SCORED: 3, POLICY: 6, INFRA: 1}
+    assert summary["mask_rate"] == pytest.approx(1 / 10)
+    assert summary["pass_rate"] == pytest.approx(1 / 9)  # over scored and policy faults
     assert summary["masked_causes"] == {"sandbox_start": 1} and summary["refilled"] == 0
 
 

@@ -56,7 +56,8 @@ RULES: tuple[Rule, ...] = (
     Rule("reward_conflict", POLICY, "reward.txt and reward.json disagree"),
     Rule("verifier_setup_failed", POLICY, "the tests could not be set up (e.g. a disk the agent filled)"),
     Rule("tests_killed", POLICY, "the tests' processes were killed (the agent's processes can do it)"),
-    Rule("transfer_too_large", POLICY, "the workdir to verify separately is over its cap or malformed"),
+    Rule("transfer_too_large", POLICY, "the workdir could not be carried to the separate verifier (over its cap, "
+         "malformed, refused)"),
     Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "
          "413, 422: too long, malformed tool calls), or model content that can't be parsed into an action"),
     Rule("sandbox_oom", POLICY, "the sandbox died with OOM kills its own memory limit caused (the agent's memory)"),
@@ -95,6 +96,7 @@ _REASONS: dict[str, str] = {
     "reward_conflict": "reward_conflict", "verifier_setup_failed": "verifier_setup_failed",
     "verifier_setup": "verifier_setup_failed", "tests_killed": "tests_killed",
     "transfer_too_large": "transfer_too_large", "verifier_transfer": "transfer_too_large",
+    "transfer_failed": "transfer_too_large", "transfer_refused": "transfer_too_large",
     "model_content": "model_content", "agent_unresponsive": "agent_unresponsive",
     "sandbox_timeout": "sandbox_timeout", "no_solution": "no_solution",
     # infra

@@ -6,5 +6,5 @@ scripts/setup.sh
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff"; ruff check src tests
 echo "== mypy"; mypy
-echo "== pytest (fast)"; pytest -q -m "not slow and not model and not rl" "$@"
-echo "== pytest (slow)"; pytest -q -m "slow and not model and not rl" "$@"
+echo "== pytest (fast)"; pytest -q -m "not slow and not chaos and not model and not rl" "$@"
+echo "== pytest (slow)"; pytest -q -m "(slow or chaos) and not model and not rl" "$@"

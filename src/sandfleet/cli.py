@@ -98,7 +98,10 @@ def _terminate(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> Any:
     from sandfleet.errors import SandfleetError
+    from sandfleet.reaping import become_subreaper, run_as_init
 
+    run_as_init()  # as PID 1: a small init stays PID 1, this goes on as its child
+    become_subreaper()  # what a sandbox leaves behind (bwrap's child) is reaped here, not by init
     # SIGTERM stops like Ctrl-C: running work is cancelled and every sandbox is closed,
     # also when started in the background (where the shell leaves SIGINT ignored).
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

@@ -1505,6 +1505,7 @@ static int enter_userns(int userns) {
 
 static int launch(int argc, char **argv) {
     int in_ns = 0, userns = -1, pdeath = 0;
+    pid_t owner = 0;
     const char *after_from = NULL, *after_to = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -1512,6 +1513,9 @@ static int launch(int argc, char **argv) {
             if (i + 1 >= argc) return die("nothing to exec", NULL);
             if (argv[i + 1][0] != '/') { errno = EINVAL; return die("not an absolute path", argv[i + 1]); }
             if (after_from) { /* run the command, then copy its writable layer out */
+                /* bwrap returns before its own child (the pid namespace's init) has ended:
+                 * that child comes back to us and is reaped below, not left to the caller */
+                prctl(PR_SET_CHILD_SUBREAPER, 1);
                 pid_t p = fork();
                 if (p == 0) {
                     if (userns >= 0 && enter_userns(userns) < 0) _exit(die("enter user namespace", NULL));
@@ -1521,6 +1525,7 @@ static int launch(int argc, char **argv) {
                 }
                 int st = 0;
                 if (p < 0 || waitpid(p, &st, 0) < 0) return die("run", argv[i + 1]);
+                while (waitpid(-1, NULL, 0) > 0 || errno == EINTR) {}
                 if (copy_tree(after_from, after_to) < 0) return die("copy layer out", after_from);
                 return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             }
@@ -1530,7 +1535,7 @@ static int launch(int argc, char **argv) {
             if (userns >= 0 && enter_userns(userns) < 0) return die("enter user namespace", NULL);
             if (pdeath) {
                 prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (getppid() == 1) return die("owner already gone", NULL);
+                if (getppid() != owner) return die("owner already gone", NULL);
             }
             execv(argv[i + 1], argv + i + 1);
             return die("exec", argv[i + 1]);
@@ -1621,10 +1626,17 @@ static int launch(int argc, char **argv) {
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
             if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;
-        } else if (!strcmp(a, "--pdeathsig")) {
+        } else if (!strcmp(a, "--pdeathsig") && i + 1 < argc) {
+            /* OWNER: our parent's pid, as it knows it. Die with it; gone already if our
+             * parent is someone else (not "is 1": the owner may be PID 1 of a container, and
+             * an orphan goes to a subreaper where there is one) */
+            char *end = NULL;
+            long o = strtol(argv[++i], &end, 10);
+            if (!*argv[i] || *end || o < 1 || o > INT_MAX) { errno = EINVAL; return die("bad --pdeathsig owner", argv[i]); }
+            owner = (pid_t)o;
             pdeath = 1;
             prctl(PR_SET_PDEATHSIG, SIGKILL);
-            if (getppid() == 1) return die("owner already gone", NULL);
+            if (getppid() != owner) return die("owner already gone", NULL);
         } else {
             errno = EINVAL;
             return die("bad option", a);

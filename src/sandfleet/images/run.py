@@ -97,7 +97,7 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
     a += ["--mkdir", str(upper), str(base), str(base), "0755", "--copy", str(layer), str(upper),
           "--copy-after", str(upper), str(after), "--mkdir", str(scratch / "work"), "0", "0", "0700",
           "--overlay", ":".join(shown), str(upper), str(scratch / "work"), str(root),
-          "--pdeathsig", "--",
+          "--pdeathsig", str(os.getpid()), "--",
           bwrap_path(config), "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",
           "--new-session", "--clearenv", *(network.bwrap_args if network else [])]

@@ -15,6 +15,7 @@ from typing import IO
 
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import SandboxDiedError
+from sandfleet.reaping import adopt_children, reap_adopted
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
@@ -114,6 +115,7 @@ class AgentProcess:
         self.proc = proc
         self.client = client
         self.log = log
+        self.adopted: list[int] = []  # pidfds of its children that may outlive it (bwrap's)
 
     @classmethod
     async def start(
@@ -135,6 +137,7 @@ class AgentProcess:
         try:
             async with asyncio.timeout(ready_timeout):
                 await client.hello(seccomp=seccomp)
+            self.adopted = adopt_children(proc.pid)  # (bwrap's child exists once the agent answered)
         except BaseException as e:
             await self.stop()
             detail = log.read_text(errors="replace").strip()[-2000:] if log.exists() else ""
@@ -156,6 +159,9 @@ class AgentProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
+        if self.adopted:  # bwrap's child ends after bwrap: reaped here, never left to init
+            fds, self.adopted = self.adopted, []
+            await _off_loop(lambda: reap_adopted(fds))
 
 
 class LocalSandbox(AgentSandbox):

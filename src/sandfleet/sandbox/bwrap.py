@@ -234,7 +234,7 @@ class BwrapBackend:
             a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", *agent_ids, "0755"]
-        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", "--"]
+        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", str(os.getpid()), "--"]
         a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
               "--ro-bind", str(agent_dir), "/.sandfleet"]
         delegated = cg.delegate(cfg.host_uid(GUEST_AGENT_UID)) if cg else None

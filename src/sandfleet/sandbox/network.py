@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError, SandboxError
+from sandfleet.reaping import reap_pid
 from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig, Limits
 from sandfleet.sandbox.state import list_sandboxes, proc_start_time, read_meta, state_root, write_meta
 
@@ -232,6 +233,8 @@ class Helper:
                 os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 2.0
         while self.alive() and time.monotonic() < deadline:
+            if reap_pid(self.pid, self.start):  # a daemon: where we are a subreaper, our child
+                break
             time.sleep(0.005)
         if self.forward:  # close the ports no live sandbox forwards any more
             with contextlib.suppress(SandboxError, HostUnsupportedError, OSError, ValueError):

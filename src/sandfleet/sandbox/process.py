@@ -151,7 +151,7 @@ class ProcessBackend:
                 launch = [str(agent_binary()), "launch"]
                 for f in cg.procs_files:
                     launch += ["--cgroup", str(f)]
-                argv = [*launch, "--pdeathsig", "--", *argv]
+                argv = [*launch, "--pdeathsig", str(os.getpid()), "--", *argv]
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,
                                              cwd=str(root / spec.workdir.lstrip("/")), new_session=True)
         except BaseException:

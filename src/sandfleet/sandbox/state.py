@@ -100,9 +100,18 @@ def self_identity() -> tuple[int, int | None]:
     return os.getpid(), proc_start_time(os.getpid())
 
 
+@functools.cache
+def pid_namespace() -> int | None:
+    """This process's pid namespace (its inode): a pid in a marker means something only there."""
+    try:
+        return Path("/proc/self/ns/pid").stat().st_ino
+    except OSError:
+        return None
+
+
 def write_meta(sandbox_dir: Path, meta: dict[str, Any]) -> None:
     pid, start = self_identity()
-    data = {"owner_pid": pid, "owner_start": start, "created": time.time(), **meta}
+    data = {"owner_pid": pid, "owner_start": start, "owner_pidns": pid_namespace(), "created": time.time(), **meta}
     tmp = sandbox_dir / "meta.json.tmp"
     tmp.write_text(json.dumps(data))
     tmp.replace(sandbox_dir / "meta.json")
@@ -113,6 +122,11 @@ def read_meta(sandbox_dir: Path) -> dict[str, Any] | None:
 
 
 def owner_alive(meta: dict[str, Any]) -> bool:
+    """The marker's owner is alive (or can't be told from here: its pid is of another pid
+    namespace, e.g. a service that is PID 1 of a container sharing the state directory)."""
+    ns = meta.get("owner_pidns")
+    if isinstance(ns, int) and ns != pid_namespace():
+        return True  # not ours to judge: that namespace's processes reap it
     pid = meta.get("owner_pid")
     if not isinstance(pid, int):
         return False
@@ -175,7 +189,8 @@ def new_snapshot_dir() -> Path:
     d = state_root() / SNAPSHOTS / new_id("snap")
     d.mkdir(parents=True)
     pid, start = self_identity()
-    (d / SNAPSHOT_MARKER).write_text(json.dumps({"owner_pid": pid, "owner_start": start, "created": time.time()}))
+    (d / SNAPSHOT_MARKER).write_text(json.dumps({"owner_pid": pid, "owner_start": start,
+                                                 "owner_pidns": pid_namespace(), "created": time.time()}))
     return d
 
 

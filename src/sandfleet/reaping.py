@@ -1,0 +1,135 @@
+"""Every process sandfleet starts is reaped by sandfleet, also as PID 1 of a pid namespace.
+
+Two mechanisms (docs/security.md, "Processes"):
+
+- The CLI is a *child subreaper*: a process a sandbox leaves behind when its parent dies
+  comes back to sandfleet, not to the machine's init. The one such process a sandbox
+  has is bwrap's own child (the init of the sandbox's pid namespace): bwrap returns as
+  soon as the guest agent exits, before that child has. :func:`adopt_children` pins it at
+  start (a pidfd: the identity holds even if the pid is reused) and :func:`reap_adopted`
+  waits for it at close, by that pidfd only: never ``waitpid(-1)``, which would take the
+  exit status of a child that asyncio or ``subprocess`` is waiting for.
+- As PID 1 (a container's command, ``unshare --pid --fork``), sandfleet forks at once:
+  PID 1 stays a small init that forwards the termination signals to the real process and
+  reaps every process that ends up as its child (anything orphaned in the namespace, as
+  tini does), and exits with the real process's status. PID 1 gets no default signal
+  action, so the worker (PID 2) keeps the ordinary SIGTERM/SIGINT handling of serve/run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import sys
+import time
+
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+             signal.SIGWINCH)
+
+
+def _prctl(option: int, arg: int) -> bool:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(option, arg, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def become_subreaper() -> bool:
+    """Orphaned descendants come back to this process (True if the kernel agreed)."""
+    return _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def adopt_children(pid: int) -> list[int]:
+    """pidfds of ``pid``'s children now (its own children may outlive it: bwrap's). Empty
+    where the kernel does not list children or pidfds are missing."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            kids = [int(x) for x in f.read().split()]
+    except (OSError, ValueError):
+        return []
+    fds = []
+    for k in kids:
+        with contextlib.suppress(OSError, AttributeError):
+            fds.append(os.pidfd_open(k))
+    return fds
+
+
+def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
+    """Wait (up to ``timeout`` in all) for each pinned process to exit and reap it if it is
+    our child by now (it is where this process is a subreaper or PID 1; else init reaps
+    it). Closes the pidfds. Blocking: call it off the event loop, after the parent died."""
+    end = time.monotonic() + timeout
+    for fd in pidfds:
+        try:
+            left = max(0.0, end - time.monotonic())
+            with contextlib.suppress(InterruptedError):
+                select.select([fd], [], [], left)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+        finally:
+            os.close(fd)
+
+
+def reap_pid(pid: int, start: int | None) -> bool:
+    """Reap ``pid`` if it is an exited child of ours and still the process that started at
+    ``start`` (a daemon a sandbox started, such as pasta, comes back to a subreaper).
+    True once it is gone (reaped here, or no longer ours to wait for)."""
+    from sandfleet.sandbox.state import proc_start_time
+
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return True
+    try:
+        if start is None or proc_start_time(pid) != start:
+            return True  # another process by now: not ours to touch
+        try:
+            info = os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+        except ChildProcessError:
+            return False  # not our child: its parent (init) reaps it
+        return info is not None
+    finally:
+        os.close(fd)
+
+
+def run_as_init() -> None:
+    """As PID 1: fork; this process becomes the namespace's init (reap all, forward
+    signals, exit with the worker's status) and never returns; the worker returns and
+    goes on as sandfleet. Elsewhere: returns at once. ``SANDFLEET_NO_INIT=1`` turns it off."""
+    if os.getpid() != 1 or os.environ.get("SANDFLEET_NO_INIT") == "1":
+        return
+    tty = sys.stdin.isatty()
+    child = os.fork()
+    if child == 0:
+        os.setpgid(0, 0)  # a group of its own: a terminal's ^C reaches it once, through init
+        if tty:
+            with contextlib.suppress(OSError):
+                old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+                os.tcsetpgrp(0, os.getpgrp())
+                signal.signal(signal.SIGTTOU, old)
+        return
+    _init_loop(child)
+
+
+def _init_loop(child: int) -> None:
+    def forward(signum: int, frame: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signum)
+
+    for s in FORWARDED:
+        signal.signal(s, forward)
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0)
+        except ChildProcessError:  # (cannot happen before the worker is reaped)
+            os._exit(0)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            # anything left in the namespace is killed by the kernel when PID 1 exits
+            os._exit(code if code >= 0 else 128 - code)

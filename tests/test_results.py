@@ -143,7 +143,8 @@ def test_sigkilled_run_resumes_losing_only_what_was_in_flight(
     assert res.returncode == 0, res.stderr  # (every rollout scores 0 on the process backend, none fails)
     records = _lines(out / "rollouts.jsonl")
     ids = [str(r["rollout_id"]) for r in records]
-    assert sorted(ids) == sorted(f"{n}#{i}" for n in names for i in range(2))  # none lost, none twice
+    keys = sorted((str(r["task"]), int(r["sample"])) for r in records)  # type: ignore[call-overload]
+    assert keys == sorted((n, i) for n in names for i in range(2))  # none lost, none twice
     for r in records:  # the finished groups' records are the very same ones
         if r["rollout_id"] in kept:
             assert r == kept[str(r["rollout_id"])]
@@ -155,7 +156,13 @@ def test_sigkilled_run_resumes_losing_only_what_was_in_flight(
     assert summary["resumed_rollouts"] == len(kept) and summary["interrupted"] is False
     assert summary["close_failures"] == 0
     traces = _lines(out / "trace.jsonl")
-    assert sorted(str(t["rollout_id"]) for t in traces) == sorted(ids)  # no attempt of a re-run group twice
+    finals = [t for t in traces if t["final"]]
+    assert sorted(str(t["rollout_id"]) for t in finals) == sorted(ids)  # one final attempt each
+    superseded = [t for t in traces if not t["final"]]  # attempts of re-run groups the kill cut short
+    assert all(t.get("superseded") == "resume" and str(t["group"]) not in finished for t in superseded)
+    for t in finals:  # a re-run member is numbered after its superseded attempts
+        before = [int(s["attempt"]) for s in superseded if (s["task"], s["sample"]) == (t["task"], t["sample"])]  # type: ignore[call-overload]
+        assert int(t["attempt"]) == max(before, default=0) + 1  # type: ignore[call-overload]
     # the killed run's sandboxes were reaped by the resumed one: no marker, no process left
     assert [p.name for p in (tmp_path / "state").glob("sf-*")] == []
 

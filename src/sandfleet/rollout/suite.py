@@ -188,6 +188,11 @@ RUN_FILES = ("run.json", "trace.jsonl", "rollouts.jsonl", "groups.jsonl", "summa
 """What a run directory holds (``--overwrite`` replaces only a directory holding one of these)."""
 
 
+def _is_tmp(name: str) -> bool:
+    """A temp file of :func:`write_atomic` (a run killed while writing)."""
+    return name.startswith(".") and ".tmp-" in name
+
+
 def _json_lines(path: Path) -> list[dict[str, Any]]:
     """The complete JSON lines of a file; a torn last line (a killed run) is dropped."""
     if not path.exists():
@@ -252,11 +257,18 @@ class _Writer:
         self.out = out
         self.files: dict[str, IO[str]] = {}
         self.previous = _Previous()
+        self.superseded: dict[tuple[str, int], int] = {}
+        """(group, sample) -> the last attempt number a killed run recorded for a group it did
+        not finish: the re-run's attempts are numbered after it (ids ``group#i~k``)."""
         if out is None:
             return
         if mode not in ("new", "resume", "overwrite"):
             raise ConfigError(f"unknown output mode {mode!r}")
         existing = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+        if mode == "resume" and existing and all(_is_tmp(n) for n in existing):
+            for n in existing:  # killed while writing run.json: the run never began
+                (out / n).unlink(missing_ok=True)
+            existing = []
         if out.exists() and not out.is_dir():
             raise ConfigError(f"--out {out} exists and is not a directory")
         if existing and mode == "new":
@@ -281,7 +293,9 @@ class _Writer:
             self.files[name] = open(out / name, "a", encoding="utf-8")  # noqa: SIM115
 
     def _load_previous(self, out: Path, cfg: RunConfig) -> None:
-        """Keep what finished groups recorded; drop the rest (those groups run again whole)."""
+        """Keep what finished groups recorded; their groups' other rows are superseded: those
+        groups run again whole, and what their attempts recorded stays in ``trace.jsonl``
+        with ``final: false`` (``superseded: "resume"``), never in ``rollouts.jsonl``."""
         try:
             info = json.loads((out / "run.json").read_text())
         except (OSError, ValueError):
@@ -294,7 +308,7 @@ class _Writer:
         cfg.run_id = info["run_id"]
         groups = {str(g["group"]): g for g in _json_lines(out / "groups.jsonl") if "group" in g}
         records = [r for r in _json_lines(out / "rollouts.jsonl") if r.get("group") in groups]
-        traces = [t for t in _json_lines(out / "trace.jsonl") if t.get("group") in groups]
+        traces = _json_lines(out / "trace.jsonl")
         by_id = {str(r["rollout_id"]): r for r in records}
         prev = self.previous
         prev.groups = {name: {k: g[k] for k in ("n", "mean", "std", "masked", "complete") if k in g}
@@ -304,7 +318,13 @@ class _Writer:
                 result = _result_from(t, by_id.get(str(t["rollout_id"])))
             except (KeyError, TypeError, ValueError) as e:
                 raise ConfigError(f"--resume: a malformed line in {out / 'trace.jsonl'}: {e}") from None
-            result.final = result.rollout_id in by_id  # rollouts.jsonl holds final attempts only
+            if result.group in groups:
+                result.final = result.rollout_id in by_id  # rollouts.jsonl holds final attempts only
+            else:  # a group the killed run did not finish: runs again whole, numbered after this
+                result.final = t["final"] = False
+                t["superseded"] = "resume"
+                key = (result.group, result.sample)
+                self.superseded[key] = max(self.superseded.get(key, 0), result.attempt)
             prev.attempts.append(result)
             if result.final:
                 prev.results.append(result)
@@ -324,6 +344,10 @@ class _Writer:
             f.flush()
 
     def attempt(self, r: RolloutResult) -> None:
+        base = self.superseded.get((r.group, r.sample), 0)
+        if base:  # after the superseded attempts of a resumed run: never two rows of one attempt
+            r.attempt += base
+            r.rollout_id = f"{r.group}#{r.sample}~{r.attempt}"
         self._append("trace.jsonl", [r.to_trace()])
 
     def rollout(self, r: RolloutResult) -> None:

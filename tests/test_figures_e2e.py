@@ -1,11 +1,15 @@
 """End to end: two real runs against the scripted model server, analysed, and the report
 opened in a real browser.
 
-A runs at this host's speed; B with ``--cpu-fraction 0.5`` (every sandbox's cores deliver
-half). The model replies after a fixed delay and every command is CPU-bound, so B must spend
-more time in agent_command and in the verifier, the what-if gap must grow as inference gets
-faster (model time, equal in both, shrinks; the CPU-bound difference stays), and the KV cache
-must sit idle for a larger share of B's window (longer tool turns between equal model turns).
+A runs at this host's speed; B with ``--cpu-fraction 0.1`` (every sandbox's cores deliver
+a tenth). A and B run at the same time, so both see the same load from whatever else the
+host runs: one after the other, a busier minute during A than during B (load 8-12 on 2
+cores) made A the slower, and a throttle to 0.5 of a core bound nothing where a sandbox's
+fair share was below it anyway; a tenth binds up to a load of about 20 per 2 cores. The
+model replies after a fixed delay and every command is CPU-bound, so B must spend more time
+in agent_command and in the verifier, the what-if gap must grow as inference gets faster
+(model time, equal in both, shrinks; the CPU-bound difference stays), and the KV cache must
+sit idle for a larger share of B's window (longer tool turns between equal model turns).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from test_rollout_support import make_task, needs_bwrap
 
 pytestmark = [pytest.mark.slow, needs_bwrap()]
 
-# ~0.2 s of one core here, whatever the sandbox's user; twice that at --cpu-fraction 0.5
+# ~0.2 s of one core here, whatever the sandbox's user; ten times that at --cpu-fraction 0.1
 CPU = "python3 -c 'sum(i * i for i in range(1500000))'"
 TEST_SH = f"""#!/bin/bash
 mkdir -p /logs/verifier
@@ -39,11 +43,21 @@ ANALYSIS_CHARTS = ["breakdown", "whatif", "kv-idle", "group-wait"]
 
 
 def _sandfleet(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run([sys.executable, "-m", "sandfleet.cli", *args], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"}, timeout=900)
-    if check:
-        assert proc.returncode == 0, f"sandfleet {' '.join(args)}: {proc.stdout[-2000:]}\n{proc.stderr[-4000:]}"
-    return proc
+    return _together([list(args)], check=check)[0]
+
+
+def _together(argvs: list[list[str]], check: bool = True) -> list[subprocess.CompletedProcess[str]]:
+    """Run several ``sandfleet`` commands at the same time; their results in order."""
+    procs = [subprocess.Popen([sys.executable, "-m", "sandfleet.cli", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+             for args in argvs]
+    done = []
+    for args, p in zip(argvs, procs, strict=True):
+        out, err = p.communicate(timeout=900)
+        done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        if check:
+            assert p.returncode == 0, f"sandfleet {' '.join(args)}: {out[-2000:]}\n{err[-4000:]}"
+    return done
 
 
 def test_slower_host_costs_cpu_time_not_model_time(tmp_path: Path, browser: Any) -> None:  # noqa: F811
@@ -53,8 +67,8 @@ def test_slower_host_costs_cpu_time_not_model_time(tmp_path: Path, browser: Any)
     with FakeModelServer(SCRIPT) as server:
         common = ["run", "--tasks", str(tasks), "--agent", "openai", "--model-url", server.url, "--model",
                   "fake-model", "-n", "2", "--concurrency", "2", "--backend", "bwrap"]
-        _sandfleet(*common, "--out", str(tmp_path / "A"))
-        _sandfleet(*common, "--out", str(tmp_path / "B"), "--cpu-fraction", "0.5")
+        _together([[*common, "--out", str(tmp_path / "A")],
+                   [*common, "--out", str(tmp_path / "B"), "--cpu-fraction", "0.1"]])
     for run in ("A", "B"):
         summary = json.loads((tmp_path / run / "summary.json").read_text())
         assert summary["n_completed"] == 4 and summary["mean_reward"] == 1.0, summary

@@ -2,8 +2,9 @@
 
 Two mechanisms (docs/security.md, "Processes"):
 
-- The CLI is a *child subreaper*: a process a sandbox leaves behind when its parent dies
-  comes back to sandfleet, not to the machine's init. The one such process a sandbox
+- The CLI, and any process that starts a local sandbox, is a *child subreaper*: a process
+  a sandbox leaves behind when its parent dies comes back to sandfleet, not to the
+  machine's init. The one such process a sandbox
   has is bwrap's own child (the init of the sandbox's pid namespace): bwrap returns as
   soon as the guest agent exits, before that child has. :func:`adopt_children` pins it at
   start (a pidfd: the identity holds even if the pid is reused) and :func:`reap_adopted`
@@ -45,6 +46,20 @@ def become_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
+_subreaper_of: int | None = None
+
+
+def ensure_subreaper() -> None:
+    """Become a subreaper once per process, before the first sandbox starts (library use
+    too: a trainer's process then reaps its sandboxes' leftovers itself, not init, which
+    here reaped them late or never). ``SANDFLEET_SUBREAPER=0`` leaves the process as it is
+    (its own daemons' orphans, which it never waits for, would be its zombies)."""
+    global _subreaper_of
+    if _subreaper_of != os.getpid() and os.environ.get("SANDFLEET_SUBREAPER") != "0":
+        _subreaper_of = os.getpid()
+        become_subreaper()
+
+
 def adopt_children(pid: int) -> list[int]:
     """pidfds of ``pid``'s children now (its own children may outlive it: bwrap's). Empty
     where the kernel does not list children or pidfds are missing."""
@@ -77,9 +92,9 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
 
 
 def reap_pid(pid: int, start: int | None) -> bool:
-    """Reap ``pid`` if it is an exited child of ours and still the process that started at
-    ``start`` (a daemon a sandbox started, such as pasta, comes back to a subreaper).
-    True once it is gone (reaped here, or no longer ours to wait for)."""
+    """True once the process ``pid`` that started at ``start`` has exited (or is another
+    process by now), reaping it if it is our child (a daemon a sandbox started, such as
+    pasta, comes back to a subreaper); False while it runs."""
     from sandfleet.sandbox.state import proc_start_time
 
     try:
@@ -90,12 +105,23 @@ def reap_pid(pid: int, start: int | None) -> bool:
         if start is None or proc_start_time(pid) != start:
             return True  # another process by now: not ours to touch
         try:
-            info = os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
-        except ChildProcessError:
-            return False  # not our child: its parent (init) reaps it
-        return info is not None
+            return os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is not None
+        except ChildProcessError:  # not our child: exited once its pidfd reads ready
+            return bool(select.select([fd], [], [], 0)[0])
     finally:
         os.close(fd)
+
+
+def reap_pids(pids: dict[int, int | None], timeout: float = 1.0) -> None:
+    """Wait up to ``timeout`` for killed processes (pid -> start time) to exit, reaping
+    those that are our children (a subreaper's zombies are never reaped by anyone else)."""
+    end = time.monotonic() + timeout
+    left = dict(pids)
+    while left:
+        left = {p: st for p, st in left.items() if not reap_pid(p, st)}
+        if not left or time.monotonic() > end:
+            return
+        time.sleep(0.01)
 
 
 def run_as_init() -> None:

@@ -753,11 +753,13 @@ def _du(path: Path) -> int:
     return total
 
 
-def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: bool = False) -> Image:
+def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: bool = False,
+                     report: dict[str, object] | None = None) -> Image:
     """Build (or find in the cache) the image of a task; blocking. Every stage the final one
     needs is built (BuildKit's order); the image is the final stage's layer over its base.
     ``strict``: a substituted base (``--strict-bases``) raises instead of being recorded in
-    the image's ``warnings``."""
+    the image's ``warnings``. ``report["built"]`` says whether this call built it (False:
+    found in the cache, also when another call built it while this one waited)."""
     if task.dockerfile is None:
         if task.docker_image:
             raise ImageBuildError(f"task {task.name} names only a registry image "
@@ -828,6 +830,8 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         image = Image(name=f"task-{task.name}", lowers=[image_dir / "layer", *base.lowers], arch=base.arch,
                       page_size=base.page_size, hash=digest, base=base.name, meta=meta)
         save_image(image)
+        if report is not None:
+            report["built"] = True
         log.info("built image %s for %s in %.1fs", digest[:12], task.name, meta["build_s"])
         return image
 

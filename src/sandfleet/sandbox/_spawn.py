@@ -15,7 +15,7 @@ from typing import IO
 
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import SandboxDiedError
-from sandfleet.reaping import adopt_children, reap_adopted
+from sandfleet.reaping import adopt_children, ensure_subreaper, reap_adopted
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
@@ -124,6 +124,7 @@ class AgentProcess:
         ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (), seccomp: bytes | None = None,
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
+        ensure_subreaper()  # what the sandbox leaves when its process ends is ours to reap
         with open(log, "wb") as errf:
             proc, stdout, stdin = await _spawn(
                 argv, stderr=errf, cwd=cwd,

@@ -164,12 +164,18 @@ def reap_one(meta: dict[str, Any]) -> None:
     if not sid.startswith("sf-") or "/" in sid:
         log.warning("not reaping a marker with a malformed id %r", sid)
         return
+    killed: dict[int, int | None] = {}
     for pid in meta.get("pids", []):
         if not isinstance(pid, int):
             continue
         if proc_start_time(pid) is not None and proc_start_time(pid) == meta.get("pid_starts", {}).get(str(pid)):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
+                killed[pid] = meta["pid_starts"][str(pid)]
+    if killed:  # where this process is a subreaper, what it killed may be its child to reap
+        from sandfleet.reaping import reap_pids
+
+        reap_pids(killed, timeout=0.5)
     if meta.get("cgroup"):
         for parent in cgroups.parents():  # wherever it is: throttled parents too
             cgroups.Cgroup(sid, parent=parent).remove()

@@ -129,7 +129,6 @@ class TaskImages:
             service.busy_gate.release(1, time.monotonic() - t0)
 
     def _build_blocking(self, digest: str, data: bytes, strict: bool, verifier: bool, name: str | None) -> TaskImage:
-        from sandfleet.images import images_dir
         from sandfleet.images.build import build_task_image
         from sandfleet.rollout.verifier import verifier_build
         from sandfleet.server.app import check_tar
@@ -158,16 +157,16 @@ class TaskImages:
                 task = verifier_build(task)
             except TaskError as e:
                 raise Problem(422, "not_a_task", _relative(e, folder)) from None
-        t0 = time.time()
+        report: dict[str, object] = {}
         try:
-            image = build_task_image(task, strict=strict)
+            image = build_task_image(task, strict=strict, report=report)
         except SandfleetError as e:  # an ImageBuildError with the step's output; or the host failed a step
             self.metrics.task_builds.labels("failed").inc()
             log.warning("image build of task folder %s (%s) failed: %s: %s", digest[:12], task.name,
                         type(e).__name__, e)
             what = "" if isinstance(e, ImageError) else f" ({type(e).__name__})"
             raise Problem(422, "build_failed", f"the image build failed{what}: {_relative(e, folder)}") from None
-        built = not image.is_host and _saved_since(images_dir() / image.hash, t0)
+        built = not image.is_host and report.get("built") is True
         self.metrics.task_builds.labels("built" if built else "cached").inc()
         env = {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]
         info = TaskImage(digest=digest, image="host" if image.is_host else image.hash, env=env, arch=image.arch,
@@ -181,17 +180,6 @@ class TaskImages:
         log.info("task folder %s (%s): image %s (%s)", digest[:12], task.name, info.image,
                  "built" if built else "from the cache")
         return info
-
-
-def _saved_since(image_dir: Path, t0: float) -> bool:
-    """Whether the image was saved at or after ``t0`` (built by this call), rather than found
-    complete in the cache. The slack covers the file clock's coarseness (a tick, ms), not
-    more: a second's slack counted an image built a moment before by another upload as
-    built again (a flaky test)."""
-    try:
-        return (image_dir / "image.json").stat().st_mtime >= t0 - 0.05
-    except OSError:
-        return False
 
 
 def _float(v: object) -> float | None:

@@ -211,6 +211,8 @@ async def test_verdicts_of_real_rollouts(tmp_path: Path) -> None:
     assert summary["mask_rate"] == pytest.approx(1 / 10)
     assert summary["pass_rate"] == pytest.approx(1 / 9)  # over scored and policy faults
     assert summary["masked_causes"] == {"sandbox_start": 1} and summary["refilled"] == 0
+    assert summary["policy_fault_causes"] == {"verifier_timeout": 1, "no_reward_file": 1, "bad_reward_value": 1,
+                                              "bad_reward_file": 1, "no_solution": 1, "verifier_setup_failed": 1}
 
 
 @_needs_bwrap()

@@ -4,9 +4,10 @@ and ``sandfleet run --remote URL,URL,...`` (:class:`~sandfleet.cluster.services.
 The same run directory as a local run (:mod:`sandfleet.rollout.suite`'s writer: run.json,
 trace.jsonl, rollouts.jsonl, groups.jsonl, summary.json; resume and overwrite alike), with
 every group placed whole on a node. A group's attempts are written when the group ends
-(a group lost with its node is placed again whole, so its attempts are numbered only
-then). ``summary.json`` gains ``nodes``: node id -> ``label``, ``n_rollouts``, ``pass_rate``,
-``spans_mean_s``; ``groups.jsonl`` lines carry ``node`` and ``placements``.
+(the unfinished members of a group lost with its node are refilled on another, so its
+attempts are numbered only then). ``summary.json`` gains ``nodes``: node id -> ``label``,
+``n_rollouts``, ``pass_rate``, ``mask_rate``, ``spans_mean_s``; ``groups.jsonl`` lines carry
+``node`` and ``placements``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from sandfleet.traceschema import SPAN_NAMES
 
 
 def node_summary(results: Sequence[RolloutResult], labels: dict[str, str] | None = None) -> dict[str, Any]:
-    """Per node (its id): ``label``, ``n_rollouts``, ``pass_rate``, ``spans_mean_s``."""
+    """Per node (its id): ``label``, ``n_rollouts``, ``pass_rate`` (over its scored and
+    policy-fault rollouts), ``mask_rate``, ``spans_mean_s``."""
     by: dict[str, list[RolloutResult]] = {}
     for r in results:
         by.setdefault(str(r.info.get("node") or "?"), []).append(r)
@@ -35,8 +37,10 @@ def node_summary(results: Sequence[RolloutResult], labels: dict[str, str] | None
         for r in rs:
             for name, seconds in r.span_seconds().items():
                 spans[name] = spans.get(name, 0.0) + seconds
+        kept = [r for r in rs if not r.masked]  # pass rate over scored and policy faults, masked apart
         out[node] = {"label": (labels or {}).get(node, node[:8]), "n_rollouts": len(rs),
-                     "pass_rate": sum(r.passed for r in rs) / len(rs),
+                     "pass_rate": sum(r.passed for r in kept) / len(kept) if kept else 0.0,
+                     "mask_rate": (len(rs) - len(kept)) / len(rs),
                      "spans_mean_s": {k: v / len(rs) for k, v in spans.items()}}
     return out
 

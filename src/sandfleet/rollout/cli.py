@@ -63,6 +63,8 @@ def summary_table(summary: dict[str, Any]) -> str:
         rows.append((f"failed: {reason}", str(count)))
     for cause, count in sorted(summary["masked_causes"].items()):
         rows.append((f"masked: {cause}", str(count)))
+    for cause, count in sorted(summary.get("policy_fault_causes", {}).items()):
+        rows.append((f"policy fault: {cause}", str(count)))
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
 

@@ -163,6 +163,8 @@ class RunReport:
             "n_attempts": len(self.attempts),
             "verdicts": verdicts, "mask_rate": verdicts[INFRA] / n if n else 0.0,
             "masked_causes": dict(Counter(str((r.fault or {}).get("cause")) for r in self.results if r.masked)),
+            "policy_fault_causes": dict(Counter(str((r.fault or {}).get("cause")) for r in self.results
+                                                if r.verdict == "policy_fault")),
             "refilled": sum(1 for r in self.attempts if r.masked and not r.final),
             "pass_rate": sum(r.passed for r in kept) / len(kept) if kept else 0.0,
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,

@@ -177,6 +177,8 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         assert resp.status_code == 200 and resp.text == "kept"
         bad = re.sub(r":[^@]+@", ":wrong@", host)
         assert httpx.get(f"http://{bad}/kept.txt", timeout=30).status_code == 401
+        by_host = {"Host": f"8000-{sbx.sandbox_id}.localhost", "e2b-traffic-access-token": sbx.traffic_access_token}
+        assert httpx.get(f"{svc.url}/kept.txt", headers=by_host, timeout=30).text == "kept"  # for *.localhost DNS
         ifaces = sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1").stdout.split()
         assert ifaces == ["lo"], ifaces  # the sandbox still has no network but its loopback
         row(S, "Sandbox.get_host", "works", "http://<get_host(port)> reaches the port through the service; "
@@ -420,7 +422,7 @@ def test_async_sdk(e2b_env: dict[str, str], svc: RunningService) -> None:
             r = await sbx.commands.run("echo a; echo b >&2", on_stdout=got.append)
             assert (r.stdout, r.stderr, got) == ("a\n", "b\n", ["a\n"])
             row(A, "commands.run", "works", "foreground and background, callbacks")
-            h = await sbx.commands.run("read x; echo got:$x", background=True, stdin=True)
+            h = await sbx.commands.run("read x; echo got:$x; cat", background=True, stdin=True)  # cat: until EOF
             await sbx.commands.send_stdin(h.pid, "in\n")
             row(A, "commands.send_stdin", "works", "while it runs")
             await sbx.commands.close_stdin(h.pid)
@@ -549,9 +551,12 @@ def test_swerex_runtime(svc: RunningService, tmp_path: Path) -> None:
         row(R, "RemoteRuntime.run_in_session", "works", "cwd and variables persist; check; timeout")
         # an interrupt reaches the session's running command
         long = asyncio.create_task(rt.run_in_session(BashAction(
-            command="trap 'echo caught-int; exit 130' INT; echo ready; while :; do sleep 0.1; done",
+            command="trap 'echo caught-int; exit 130' INT; touch /tmp/ready; while :; do sleep 0.1; done",
             timeout=60, check="ignore")))
-        await asyncio.sleep(1.0)
+        t_end = time.monotonic() + 30
+        while (await rt.execute(Command(command=["test", "-f", "/tmp/ready"]))).exit_code != 0:
+            assert time.monotonic() < t_end, "the session's command did not start"
+            await asyncio.sleep(0.05)
         t0 = time.monotonic()
         iobs = await rt.run_in_session(BashInterruptAction())
         done = await asyncio.wait_for(long, 30)

@@ -25,8 +25,9 @@ import posixpath
 import shlex
 import signal
 import tarfile
+import time
 import zipfile
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +68,8 @@ class Runtime:
     replies: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     running: dict[str, tuple[RunningCommand, asyncio.Event]] = field(default_factory=dict)
     """Per session: the command running now, and an event set when it ends."""
+    pending: Counter[str] = field(default_factory=Counter)
+    """Per session: commands sent and not yet ended (started or still starting)."""
 
 
 def _guest(e: BaseException) -> SwerexError:
@@ -134,6 +137,8 @@ class SweRex:
             if rt is not None:
                 rt.running[name] = (h, ended)
 
+        if rt is not None:
+            rt.pending[name] += 1
         try:
             return await s.run("{\n" + command + "\n} 2>&1", timeout=timeout, on_start=on_start,
                                max_output=self.service.config.swerex_max_output)
@@ -141,21 +146,28 @@ class SweRex:
             raise _guest(err) from None
         finally:
             ended.set()
-            if rt is not None and rt.running.get(name, (None, None))[1] is ended:
-                del rt.running[name]
+            if rt is not None:
+                rt.pending[name] -= 1
+                if rt.pending[name] <= 0:
+                    del rt.pending[name]
+                if rt.running.get(name, (None, None))[1] is ended:
+                    del rt.running[name]
 
     async def _interrupt(self, rt: Runtime, name: str, body: dict[str, Any]) -> dict[str, Any]:
         """SIGINT to the session's foreground command (its process group), as a terminal's ^C;
         after ``n_retry`` x ``timeout`` seconds without it ending, SIGKILL to its whole tree."""
         obs = {"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}
-        cur = rt.running.get(name)
-        if cur is None:
-            return {**obs, "failure_reason": "no command was running in the session"}
-        h, ended = cur
         try:
             wait = max(0.05, float(body.get("timeout") or 0.2)) * max(1, int(body.get("n_retry") or 3))
         except (TypeError, ValueError):
             raise SwerexError("builtins.ValueError", "timeout and n_retry are numbers") from None
+        t_end = time.monotonic() + wait
+        while name not in rt.running and name in rt.pending and time.monotonic() < t_end:
+            await asyncio.sleep(0.02)  # a command sent just before is still starting
+        cur = rt.running.get(name)
+        if cur is None:
+            return {**obs, "failure_reason": "no command was running in the session"}
+        h, ended = cur
         h.signal(signal.SIGINT)
         try:
             async with asyncio.timeout(wait):

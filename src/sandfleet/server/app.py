@@ -590,12 +590,13 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
         service.delete_snapshot(owner, snap)
         return Response(status_code=204)
 
-    from sandfleet.server import e2b, swerex, taskimages
+    from sandfleet.server import e2b, sandboxfusion, swerex, taskimages
 
     taskimages.install(app, service, metrics)  # task images built here from uploaded folders
 
     dialect = e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
+    sandboxfusion.install(app, service, tokens, metrics, service.config.fusion_image)  # /sandbox-fusion/<token>/
     from sandfleet.server.e2b_ports import PortProxy
 
     return Edge(FastExec(PortProxy(app, dialect), service, tokens, metrics), service, metrics)

@@ -68,12 +68,14 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--ssl-ca-certs", default=None, help="CA bundle to verify client certificates with.")
 @click.option("--swerex-max-output", "swerex_max_output_kib", type=int, default=1024, show_default=True,
               help="KiB of a SWE-ReX command's output returned; beyond, it is cut and the response says so.")
+@click.option("--fusion-image", default="host", show_default=True,
+              help="The image SandboxFusion run_code calls (/sandbox-fusion/<token>/run_code) run in.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: int | None, max_busy: int | None,
           capacity_from: Path | None, quota: int | None, max_ttl_s: float, deadline_s: float, max_body_mib: float,
           drain_grace_s: float, state_dir: Path | None, allow_forward: str, ssl_certfile: str | None,
           ssl_keyfile: str | None, ssl_keyfile_password: str | None, ssl_ca_certs: str | None,
-          swerex_max_output_kib: int, access_log: bool) -> None:
+          swerex_max_output_kib: int, fusion_image: str, access_log: bool) -> None:
     """Serve sandboxes over HTTP to trainers on other machines (docs/service.md)."""
     try:
         import uvicorn
@@ -106,7 +108,7 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
         config = ServiceConfig(backend=backend, quota=quota, max_ttl_s=max_ttl_s, deadline_s=deadline_s,
                                max_body_bytes=int(max_body_mib * (1 << 20)), state_dir=state_dir,
                                drain_grace_s=drain_grace_s, allow_forward=forwards,
-                               swerex_max_output=swerex_max_output_kib << 10)
+                               swerex_max_output=swerex_max_output_kib << 10, fusion_image=fusion_image)
         metrics = Metrics()
         service = SandboxService(config, limits, metrics)
     except (SandfleetError, ValueError) as e:

@@ -64,6 +64,8 @@ class ServiceConfig:
     reap_interval_s: float = 0.2
     swerex_max_output: int = 1 << 20
     """Bytes of a SWE-ReX command's output returned (``--swerex-max-output``); beyond, cut."""
+    fusion_image: str = "host"
+    """The image SandboxFusion ``run_code`` calls run in (``--fusion-image``)."""
 
 
 @dataclass(eq=False)

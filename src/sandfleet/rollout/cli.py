@@ -122,7 +122,8 @@ def summary_table(summary: dict[str, Any]) -> str:
     default=2,
     show_default=True,
     type=int,
-    help="Attempts per rollout for retryable failures (model or sandbox errors).",
+    help="Attempts per rollout: an infra_fault (the agent can't have caused it: model server or sandbox lost) "
+    "is refilled in place until they run out, then masked (docs/rollouts.md#verdicts).",
 )
 @click.option("--max-turns", default=30, show_default=True, type=int)
 @click.option(

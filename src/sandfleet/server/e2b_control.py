@@ -6,24 +6,22 @@ the clear refusals of what sandfleet does not serve.
   it). Its id is a template: ``Sandbox.create(template=<snapshot id>)`` starts a sandbox
   from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own.
 - ``Sandbox.fork``: a snapshot of the sandbox, then ``count`` sandboxes from it (the
-  snapshot is dropped at once where the children copied it, else kept and listed).
-- ``pause``, ``beta_pause``, resume and ``update_network`` answer 501 "<feature> is not
-  supported by sandfleet" with what to do instead; the SDK raises it as a SandboxException.
+  snapshot is kept, listed as ``fork-of-<id>``: the children's roots stack on its layer).
+- ``pause(mode="filesystem")`` and resume: ``e2b_pause``; a pause with memory and
+  ``update_network`` answer 501 "<feature> is not supported by sandfleet" with what to do
+  instead; the SDK raises it as a SandboxException.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sandfleet.errors import SandfleetError
-from sandfleet.images import resolve_image
-from sandfleet.sandbox.base import Snapshot
+from sandfleet.server import e2b_pause
 from sandfleet.server.e2b_metrics import metrics
 from sandfleet.server.e2b_wire import CPError, cp_error, unsupported
 
@@ -43,19 +41,6 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def _copied(snap: Snapshot) -> bool:
-    """Whether sandboxes forked from ``snap`` copied its layers (bwrap over a host-root
-    image: the launcher copies them into each writable layer), so it may go at once. Over a
-    built image its layer stays an overlay lower of the children, and a microVM's memory
-    file is theirs too: deleting it would pull files from under them."""
-    if snap.backend != "bwrap":
-        return False
-    try:
-        return resolve_image(snap.spec.image).lowers[-1] == Path("/")
-    except SandfleetError:
-        return False
-
-
 def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
     service = e2b.service
 
@@ -66,10 +51,10 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
     async def snapshot(request: Request) -> Any:
         owner = e2b.owner(request)
         sid = request.path_params["sid"]
-        e2b.entry(owner, sid)
+        real = e2b.entry(owner, sid).sb.id
         body = await _body(request)
         try:
-            snap_id, _ = await service.snapshot(owner, sid)
+            snap_id, _ = await service.snapshot(owner, real)
         except NotImplementedError as err:
             raise unsupported("create_snapshot", f"{err} (this service's backend has no snapshots)") from None
         except Exception as err:
@@ -82,8 +67,8 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
     async def list_snapshots(request: Request) -> Any:
         owner = e2b.owner(request)
         q = request.query_params
-        found = [(k, s) for k, s in service.snapshots.items() if s.owner == owner
-                 and (not q.get("sandboxID") or s.sandbox == q["sandboxID"])
+        found = [(k, s) for k, s in service.snapshots.items() if s.owner == owner and k not in e2b.pause_snaps
+                 and (not q.get("sandboxID") or s.sandbox == e2b.real(q["sandboxID"]))
                  and (not q.get("name") or e2b.snapshot_names.get(k) == q["name"])]
         names = e2b.snapshot_names
         return [{"snapshotID": k, "names": [names[k]] if k in names else []} for k, _ in found]
@@ -111,7 +96,7 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
         if not 1 <= count <= 64:
             raise CPError(400, f"count {count} is not 1..64")
         try:
-            snap_id, _ = await service.snapshot(owner, sid)
+            snap_id, _ = await service.snapshot(owner, e.sb.id)
         except NotImplementedError as err:
             raise unsupported("fork", f"{err} (this service's backend has no snapshots)") from None
         except Exception as err:
@@ -121,10 +106,9 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
         except Exception as err:
             service.delete_snapshot(owner, snap_id)
             raise cp_error(err) from None
-        if _copied(service.snapshots[snap_id].snap):
-            service.delete_snapshot(owner, snap_id)  # the children have their own copies of its layer
-        else:  # its layer is under the children's root: it lives until they are gone (list_snapshots shows it)
-            e2b.snapshot_names[snap_id] = f"fork-of-{sid}"
+        # kept: the children's root stacks on its layer (a snapshot of a child names it too);
+        # list_snapshots shows it, delete_snapshot drops it, the service's stop removes it
+        e2b.snapshot_names[snap_id] = f"fork-of-{sid}"
         parent = e2b.box(e)
         return [{"sandbox": e2b.sandbox_body(e2b.adopt(k, parent.template, dict(parent.metadata)))} for k in kids]
 
@@ -134,9 +118,13 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
             raise unsupported(feature, why)
         return route
 
-    pause = refuse("pause", "a sandfleet sandbox can't be paused and resumed under the same id; "
-                            "create_snapshot and Sandbox.create(template=<snapshot id>) keep its files")
-    resume = refuse("resume", "sandfleet sandboxes are never paused")
+    async def pause(request: Request) -> Any:
+        await e2b_pause.pause(e2b, e2b.owner(request), request.path_params["sid"], await _body(request))
+        return Response(status_code=204)
+
+    async def resume(request: Request) -> Any:  # older SDKs; 2.63 resumes through connect
+        return await e2b.connect(request, request.path_params["sid"])
+
     network = refuse("update_network", "a sandbox's network is chosen at create (allow_internet_access)")
     app.add_api_route("/sandboxes/{sid}/metrics", cp(get_metrics), methods=["GET"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/snapshots", cp(snapshot, 201), methods=["POST"], include_in_schema=False)
@@ -144,5 +132,5 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
     app.add_api_route("/templates/{tid}", cp(delete_snapshot), methods=["DELETE"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/fork", cp(fork, 201), methods=["POST"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/pause", cp(pause), methods=["POST"], include_in_schema=False)
-    app.add_api_route("/sandboxes/{sid}/resume", cp(resume), methods=["POST"], include_in_schema=False)
+    app.add_api_route("/sandboxes/{sid}/resume", cp(resume, 201), methods=["POST"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/network", cp(network), methods=["PUT"], include_in_schema=False)

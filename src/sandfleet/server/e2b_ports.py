@@ -80,6 +80,7 @@ class PortProxy:
             await self.app(scope, receive, send)
             return
         port, sid, token = t
+        sid = self.e2b.real(sid)
         e = self.e2b.service.live.get(sid)
         b = self.e2b.boxes.get(sid)
         if e is None or b is None or not e.sb.alive:

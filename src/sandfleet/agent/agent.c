@@ -292,11 +292,12 @@ static int write_str(const char *path, const char *v) {
     return w == n ? 0 : -1;
 }
 
-/* A new user namespace whose uids and gids 0..count-1 map onto base.. of ours, made by a
- * child that unshares (as `owner`, if >= 0: that uid owns it) and waits until we have
- * written its maps; returns an fd to it, or -1 with errno set. The child ends when we close
- * its pipe (after a uid change we may not be allowed to signal it). */
-static int new_userns(long base, long count, long owner) {
+/* A new user namespace whose uids and gids inner..inner+count-1 map onto base.. of ours,
+ * made by a child that unshares (as `owner`, if >= 0: that uid owns it, and the kernel
+ * charges the namespace and everything made inside it to that uid, not to us) and waits
+ * until we have written its maps; returns an fd to it, or -1 with errno set. The child ends
+ * when we close its pipe (after a uid change we may not be allowed to signal it). */
+static int new_userns_at(long inner, long base, long count, long owner, int keep_root) {
     int p[2], q[2]; /* p: the child says it unshared; q: closed by us when done with it */
     if (pipe2(p, O_CLOEXEC) < 0) return -1;
     if (pipe2(q, O_CLOEXEC) < 0) { int e = errno; close(p[0]); close(p[1]); errno = e; return -1; }
@@ -320,8 +321,8 @@ static int new_userns(long base, long count, long owner) {
     close(p[0]);
     int fd = -1, ok = k == 1 && x == 'x';
     if (ok) {
-        char path[64], map[64];
-        snprintf(map, sizeof map, "0 %ld %ld\n", base, count);
+        char path[64], map[96];
+        snprintf(map, sizeof map, "%s%ld %ld %ld\n", keep_root ? "0 0 1\n" : "", inner, base, count);
         snprintf(path, sizeof path, "/proc/%d/uid_map", (int)c);
         ok = write_str(path, map) == 0;
         snprintf(path, sizeof path, "/proc/%d/gid_map", (int)c);
@@ -337,6 +338,8 @@ static int new_userns(long base, long count, long owner) {
     errno = e;
     return fd;
 }
+
+static int new_userns(long base, long count, long owner) { return new_userns_at(0, base, count, owner, 0); }
 
 /* Make S (uids 0..65535 onto ours, owned by GUEST_UID), then become GUEST_UID: no
  * capability anywhere, not dumpable, owner of S (so the children we fork can enter it and
@@ -1474,10 +1477,10 @@ struct sf_mount_attr { uint64_t attr_set, attr_clr, propagation, userns_fd; };
 
 /* Mount a read-only clone of SRC at DST through which host uid i shows as uid i of the
  * user namespace (a base image owned by host root is then owned by the sandbox's root). */
-static int idmap_mount(const char *src, const char *dst, int userns) {
+static int idmap_mount(const char *src, const char *dst, int userns, int writable) {
     int t = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | O_CLOEXEC);
     if (t < 0) return -1;
-    struct sf_mount_attr a = {MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY, 0, 0, (uint64_t)userns};
+    struct sf_mount_attr a = {MOUNT_ATTR_IDMAP | (writable ? 0 : MOUNT_ATTR_RDONLY), 0, 0, (uint64_t)userns};
     if (syscall(SYS_mount_setattr, t, "", AT_EMPTY_PATH, &a, sizeof a) < 0 ||
         (mkdir(dst, 0755) < 0 && errno != EEXIST) ||
         syscall(SYS_move_mount, t, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0) {
@@ -1496,16 +1499,34 @@ static int private_mounts(void) {
     return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
 }
 
-/* Enter the sandbox's user namespace as its root: every capability there, none outside. */
+/* Per-namespace limits of P (--userns-max NAME VALUE): /proc/sys/user/max_NAME, which the
+ * kernel looks up in the writer's user namespace, so they are written once we are in P. */
+#define MAX_NS_LIMITS 16
+static const char *ns_limit_name[MAX_NS_LIMITS], *ns_limit_value[MAX_NS_LIMITS];
+static int n_ns_limits;
+
+/* Enter the sandbox's user namespace as its root: every capability there, none outside;
+ * then set P's per-namespace limits (every count made in P and below is held to them). */
 static int enter_userns(int userns) {
     if (setns(userns, CLONE_NEWUSER) < 0) return -1;
     if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) return -1;
+    for (int i = 0; i < n_ns_limits; i++) {
+        char path[96];
+        snprintf(path, sizeof path, "/proc/sys/user/max_%s", ns_limit_name[i]);
+        if (write_str(path, ns_limit_value[i]) < 0) {
+            fprintf(stderr, "sandfleet-agent launch: set %s: %s\n", path, strerror(errno));
+            return -1;
+        }
+    }
     return 0;
 }
 
+static int all_of(const char *s, const char *set) { return *s && strspn(s, set) == strlen(s); }
+
 static int launch(int argc, char **argv) {
-    int in_ns = 0, userns = -1, pdeath = 0;
+    int in_ns = 0, userns = -1, shiftns = -1, pdeath = 0;
     pid_t owner = 0;
+    long ns_owner = -1; /* who owns the user namespaces we make (-1: we do, host root) */
     const char *after_from = NULL, *after_to = NULL;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -1582,15 +1603,39 @@ static int launch(int argc, char **argv) {
             snprintf(opt, sizeof opt, "size=%s,mode=0755", argv[i + 2]);
             if (mount("tmpfs", argv[i + 1], "tmpfs", MS_NOSUID | MS_NODEV, opt) < 0) return die("mount tmpfs", argv[i + 1]);
             i += 2;
+        } else if (!strcmp(a, "--userns-owner") && i + 1 < argc) { /* UID: owns what --userns/--shift-ns make */
+            char *end = NULL;
+            ns_owner = strtol(argv[i + 1], &end, 10);
+            if (*end || ns_owner < 1 || ns_owner > 0xfffffffeL) { errno = EINVAL; return die("bad --userns-owner", argv[i + 1]); }
+            i += 1;
+        } else if (!strcmp(a, "--userns-max") && i + 2 < argc) { /* NAME VALUE: P's /proc/sys/user/max_NAME */
+            if (n_ns_limits == MAX_NS_LIMITS || !all_of(argv[i + 1], "abcdefghijklmnopqrstuvwxyz_") ||
+                !all_of(argv[i + 2], "0123456789")) { errno = EINVAL; return die("bad --userns-max", argv[i + 1]); }
+            ns_limit_name[n_ns_limits] = argv[i + 1];
+            ns_limit_value[n_ns_limits++] = argv[i + 2];
+            i += 2;
         } else if (!strcmp(a, "--userns") && i + 2 < argc) { /* BASE COUNT */
             long base = atol(argv[i + 1]), count = atol(argv[i + 2]);
             if (base < 1 || count < 1) { errno = EINVAL; return die("bad --userns range", argv[i + 1]); }
-            userns = new_userns(base, count, -1);
+            userns = new_userns(base, count, ns_owner);
             if (userns < 0) return die("make user namespace", argv[i + 1]);
             i += 2;
+        } else if (!strcmp(a, "--shift-ns") && i + 3 < argc) {
+            /* FROM TO COUNT: through --shift mounts host uid FROM+i shows as TO+i, and host
+             * root stays itself (overlayfs makes its work files as the mounter, host root) */
+            long from = atol(argv[i + 1]), to = atol(argv[i + 2]), count = atol(argv[i + 3]);
+            if (from < 1 || to < 1 || count < 1) { errno = EINVAL; return die("bad --shift-ns range", argv[i + 1]); }
+            if (shiftns >= 0) close(shiftns);
+            shiftns = new_userns_at(from, to, count, ns_owner, 1);
+            if (shiftns < 0) return die("make the shifting user namespace", argv[i + 1]);
+            i += 3;
         } else if (!strcmp(a, "--idmap") && i + 2 < argc) { /* SRC DST, through --userns */
             if (userns < 0) { errno = EINVAL; return die("--idmap needs --userns first", argv[i + 1]); }
-            if (idmap_mount(argv[i + 1], argv[i + 2], userns) < 0) return die("idmapped mount of", argv[i + 1]);
+            if (idmap_mount(argv[i + 1], argv[i + 2], userns, 0) < 0) return die("idmapped mount of", argv[i + 1]);
+            i += 2;
+        } else if ((!strcmp(a, "--shift") || !strcmp(a, "--shift-rw")) && i + 2 < argc) { /* SRC DST, through --shift-ns */
+            if (shiftns < 0) { errno = EINVAL; return die("--shift needs --shift-ns first", argv[i + 1]); }
+            if (idmap_mount(argv[i + 1], argv[i + 2], shiftns, a[7] == '-') < 0) return die("shifted mount of", argv[i + 1]);
             i += 2;
         } else if (!strcmp(a, "--overlay") && i + 4 < argc) {
             char opt[PATH_MAX * 3];

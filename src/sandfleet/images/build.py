@@ -42,6 +42,7 @@ from sandfleet.images.dockerfile import Copy, Dockerfile, Env, From, Run, Stage,
 from sandfleet.images.mirrors import build_env, build_files, install_failure
 from sandfleet.images.run import build_command, layer_next
 from sandfleet.images.tools import tool_path, tool_tree
+from sandfleet.sandbox import uids
 from sandfleet.sandbox.network import StepNetwork, availability, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
 from sandfleet.tasks.model import Task
@@ -624,12 +625,16 @@ class _Builder:
         if self.user and self.user.split(":", 1)[0] not in ("root", "0"):
             argv = ["/bin/sh", "-c", AS_USER, "as-user", self.user, *argv]  # Docker runs RUN as USER
         self.tree(step.line).mkdirs(self.workdir, self.owner(None, step.line))  # a step may have removed it
-        net = StepNetwork(self.out / "net", uid=helper_uid(self.config)) if self.network else None
-        cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir,
-                            config=self.config, network=net, tmp_files=build_files())
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             raise ImageBuildError("build timed out", file=self.dfname, line=step.line)
+        try:
+            slot = uids.take_slot(self.config)  # host uids of its own while the step runs
+        except SandboxError as e:
+            raise ImageBuildError(f"RUN: {e}", file=self.dfname, line=step.line) from None
+        net = StepNetwork(self.out / "net", uid=helper_uid(self.config, slot.base)) if self.network else None
+        cmd = build_command(self.out, self.layer, self.base.lowers, argv, env=env, cwd=self.workdir,
+                            config=self.config, network=net, tmp_files=build_files(), slot=slot)
         try:
             with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   pass_fds=net.pass_fds if net else ()) as popen:
@@ -649,6 +654,7 @@ class _Builder:
         finally:
             if net is not None:
                 net.close()
+            slot.release()  # the step's processes are gone: its launcher was reaped above
         after = layer_next(self.layer)
         if after.exists():  # the step ran over a copy of the layer: its result replaces the layer
             shutil.rmtree(self.layer)

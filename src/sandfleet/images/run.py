@@ -2,12 +2,14 @@
 
 The root launcher (``sandfleet-agent launch``) makes a private mount namespace, a tmpfs
 holding the step's writable upper layer (a copy of the task layer), and the overlay root;
-then it enters a fresh user namespace P that maps P-uid ``i`` to host uid ``uid_base + i``
-(``i`` < 65536) as P-uid 0, with every capability in P and none in the initial namespaces,
-and runs bubblewrap (as root *in P*: no ``--unshare-user``) over that root. So the step is
-root inside its image, like ``docker build``, but on the host it is the unprivileged uid
-``uid_base``: it can't mknod, write sysctls, load modules, or write any host file; what it
-creates is owned by the shifted range already, which is how sandfleet stores its layers.
+then it enters a fresh user namespace P that maps P-uid ``i`` to host uid ``base + i``
+(``i`` < 65536) of the step's own uid slot (sandbox/uids.py), owned by the slot's
+unprivileged owner uid, as P-uid 0, with every capability in P and none in the initial
+namespaces, and runs bubblewrap (as root *in P*: no ``--unshare-user``) over that root. So
+the step is root inside its image, like ``docker build``, but on the host it is an
+unprivileged uid: it can't mknod, write sysctls, load modules, or write any host file.
+The upper layer is stored in the canonical range (slot 0, ``uid_base + i``: how sandfleet
+stores its layers); in another slot the step sees it through a shifted idmapped mount.
 
 A debootstrap base (owned by host root on disk) is mounted through an idmapped clone
 (``--idmap``), so the step sees a root-owned Debian and ``apt-get install`` works. The host
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import ImageBuildError
+from sandfleet.sandbox import uids
 from sandfleet.sandbox.network import StepNetwork
 from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig
 
@@ -62,7 +65,7 @@ def layer_next(layer: Path) -> Path:
 
 def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *, env: dict[str, str],
                   cwd: str, config: BwrapConfig, network: StepNetwork | None = None,
-                  tmp_files: dict[str, Path] | None = None) -> list[str]:
+                  tmp_files: dict[str, Path] | None = None, slot: uids.Slot | None = None) -> list[str]:
     """argv that runs one image-build step as root of its own user namespace, over ``lowers``
     with ``layer`` on top; what the step leaves is written to :func:`layer_next` (``layer``
     itself is never written). ``lowers`` other than the host's ``/`` are host-root-owned
@@ -71,16 +74,21 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
     namespace of its own in any case; a :class:`~sandfleet.sandbox.network.StepNetwork`
     gives it the sandboxes' user-mode networking (start it with the process's pid).
     ``tmp_files``: host files bound read-only at ``/tmp/<name>`` (the step's private tmpfs,
-    never part of the layer), e.g. the host's CA bundle (:mod:`sandfleet.images.mirrors`)."""
+    never part of the layer), e.g. the host's CA bundle (:mod:`sandfleet.images.mirrors`).
+    ``slot``: the step's host uids (held by the caller until the step is reaped); the
+    canonical range when None."""
     base = config.uid_base
+    slot = slot or uids.Slot(index=0, base=base, canonical=base)
     root, scratch = mount_point(), out / "scratch"
     scratch.mkdir(exist_ok=True)
     upper = scratch / "upper"
     after = layer_next(layer)
     shutil.rmtree(after, ignore_errors=True)
     after.mkdir()
-    a = [str(agent_binary()), "launch", "--tmpfs", str(scratch), "64g",
-         "--userns", str(base), str(SANDBOX_UIDS)]
+    a = [str(agent_binary()), "launch", "--tmpfs", str(scratch), "64g", "--userns-owner", str(slot.owner)]
+    for name, value in uids.NS_LIMITS.items():
+        a += ["--userns-max", name, str(value)]
+    a += ["--userns", str(slot.base), str(SANDBOX_UIDS)]
     shown: list[str] = []
     for i, lower in enumerate(lowers):
         if lower == Path("/"):
@@ -95,8 +103,12 @@ def build_command(out: Path, layer: Path, lowers: list[Path], argv: list[str], *
     # task layer in first and the result out after (as host root, keeping the shifted owners
     # and overlay's whiteouts and opaque marks).
     a += ["--mkdir", str(upper), str(base), str(base), "0755", "--copy", str(layer), str(upper),
-          "--copy-after", str(upper), str(after), "--mkdir", str(scratch / "work"), "0", "0", "0700",
-          "--overlay", ":".join(shown), str(upper), str(scratch / "work"), str(root),
+          "--copy-after", str(upper), str(after), "--mkdir", str(scratch / "work"), "0", "0", "0700"]
+    seen = scratch
+    if slot.shifted:  # the step's uids are its slot's; the layer stays in the canonical range
+        seen = out / "scratch-shifted"
+        a += ["--shift-ns", str(base), str(slot.base), str(SANDBOX_UIDS + 1), "--shift-rw", str(scratch), str(seen)]
+    a += ["--overlay", ":".join(shown), str(seen / "upper"), str(seen / "work"), str(root),
           "--pdeathsig", str(os.getpid()), "--",
           bwrap_path(config), "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
           "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-net", "--die-with-parent",

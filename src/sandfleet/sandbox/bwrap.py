@@ -32,7 +32,7 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
-from sandfleet.sandbox import cgroups, disk, network, seccomp
+from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
@@ -144,15 +144,20 @@ class BwrapSandbox(LocalSandbox):
 
     net: network.Helper | None = None  # the user-mode network helper (network=True)
     loop: disk.Loop | None = None  # the disk limit's loop device, released once the agent is gone
+    slot: uids.Slot | None = None  # the host uids of this sandbox, free again once all of it is gone
 
     async def close(self) -> None:
         try:
             await super().close()
         finally:
-            if self.net is not None:
-                self.net.close()
-            if self.loop is not None:  # the mount is gone with the agent: let the device go
-                self.loop.release()
+            try:
+                if self.net is not None:
+                    self.net.close()
+                if self.loop is not None:  # the mount is gone with the agent: let the device go
+                    self.loop.release()
+            finally:
+                if self.slot is not None and self.agent.proc.returncode is not None:
+                    self.slot.release()
 
 
 class BwrapBackend:
@@ -183,13 +188,17 @@ class BwrapBackend:
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None, loop: disk.Loop | None = None,
-              seed: disk.Seed | None = None) -> list[str]:
+              seed: disk.Seed | None = None, slot: uids.Slot | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
-        then bwrap runs as root of the sandbox's user namespace P, and the guest agent
-        makes the commands' namespace S and drops to a uid no command has."""
+        then bwrap runs as root of the sandbox's user namespace P (owned by the slot's
+        unprivileged owner uid), and the guest agent makes the commands' namespace S and
+        drops to a uid no command has. Stored layers and the raw writable layer are owned by
+        the canonical range; in another slot they are seen through shifted idmapped mounts."""
         cfg, lim = self.config, spec.limits
-        root_ids = [str(cfg.host_uid(ROOT_UID))] * 2
-        agent_ids = [str(cfg.host_uid(AGENT_UID))] * 2
+        slot = slot or uids.Slot(index=0, base=cfg.uid_base, canonical=cfg.uid_base)
+        raw_root_ids = [str(cfg.host_uid(ROOT_UID))] * 2  # on the raw (canonical) writable layer
+        root_ids = [str(slot.host_uid(ROOT_UID))] * 2  # through the overlay: the slot's own
+        agent_ids = [str(slot.host_uid(AGENT_UID))] * 2
         sdir = sdir.resolve()  # the launcher refuses symlinks on any path it prepares
         rw, root = sdir / "rw", sdir / "root"
         agent_dir = _agent_dir()
@@ -204,9 +213,18 @@ class BwrapBackend:
         else:
             a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
         a += [
-              "--mkdir", str(rw / "upper"), *root_ids, "0755",
+              "--mkdir", str(rw / "upper"), *raw_root_ids, "0755",
               "--mkdir", str(rw / "work"), "0", "0", "0755",
-              "--userns", str(cfg.uid_base), str(SANDBOX_UIDS + 1)]
+              "--userns-owner", str(slot.owner)]
+        for name, value in uids.NS_LIMITS.items():
+            a += ["--userns-max", name, str(value)]
+        a += ["--userns", str(slot.base), str(SANDBOX_UIDS + 1)]
+        upper = rw
+        if slot.shifted:
+            # host uid 0 stays itself: overlayfs makes its work files as the mounter (host root)
+            a += ["--shift-ns", str(slot.canonical), str(slot.base), str(SANDBOX_UIDS + 1),
+                  "--shift-rw", str(rw), str(sdir / "rwmap")]
+            upper = sdir / "rwmap"
         if lowers[-1] == Path("/"):
             # Overlayfs refuses layers that live below another layer ("/" here), so layers
             # over the host's root are copied into the private upper layer instead; host
@@ -219,17 +237,24 @@ class BwrapBackend:
             made = loop.seed if loop is not None and loop.seed is not None else None
             for path, mode in seed.opaque:  # what the disk was not made with (disk.Seed)
                 if made is None or (path, mode) not in made.opaque:
-                    a += ["--opaque", f"{rw}/upper{path}", *root_ids, f"{mode:04o}"]
+                    a += ["--opaque", f"{rw}/upper{path}", *raw_root_ids, f"{mode:04o}"]
             for path in seed.whiteouts:
                 if made is None or path not in made.whiteouts:
                     a += ["--whiteout", f"{rw}/upper{path}"]
             lowers = lowers[-1:]
         else:
             # A base image is owned by host root on disk: mount it idmapped, so its files
-            # belong to the sandbox's root as in a container. Layers we wrote are shifted already.
+            # belong to the sandbox's root as in a container. Layers we wrote are in the
+            # canonical range: as they are in slot 0, shifted onto the slot's range in others.
             a += ["--idmap", str(lowers[-1]), str(sdir / "base")]
-            lowers = [*lowers[:-1], sdir / "base"]
-        a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
+            shown = []
+            for i, layer in enumerate(lowers[:-1]):
+                if slot.shifted:
+                    a += ["--shift", str(layer), str(sdir / f"l{i}")]
+                    layer = sdir / f"l{i}"
+                shown.append(layer)
+            lowers = [*shown, sdir / "base"]
+        a += ["--overlay", ":".join(str(p) for p in lowers), str(upper / "upper"), str(upper / "work"), str(root)]
         if lowers[-1] != Path("/"):
             a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
@@ -237,7 +262,7 @@ class BwrapBackend:
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", str(os.getpid()), "--"]
         a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
               "--ro-bind", str(agent_dir), "/.sandfleet"]
-        delegated = cg.delegate(cfg.host_uid(GUEST_AGENT_UID)) if cg else None
+        delegated = cg.delegate(slot.host_uid(GUEST_AGENT_UID)) if cg else None
         if delegated is not None:
             a += ["--bind", str(delegated), CGROUP_DIR]
         a += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
@@ -262,6 +287,7 @@ class BwrapBackend:
         sdir.mkdir(parents=True)  # (rw/ and root/ are made by the launcher: see _argv)
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
         loop: disk.Loop | None = None
+        slot: uids.Slot | None = None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
         write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
@@ -272,7 +298,9 @@ class BwrapBackend:
             if self.config.disk == "ext4" and disk.available():
                 loop = disk.take_loop_nowait(spec.limits.disk_mib, seed) or await asyncio.to_thread(
                     disk.take_loop, spec.limits.disk_mib, seed)
-            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed)
+            slot = uids.take_slot(self.config)
+            meta["uid_slot"] = slot.index
+            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot)
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,
@@ -281,7 +309,7 @@ class BwrapBackend:
             if loop is not None:
                 loop.hold_mounts_of(agent.proc.pid)
             try:
-                net = (await network.attach_sandbox(sdir, sid, agent.proc.pid, spec.limits, self.config)
+                net = (await network.attach_sandbox(sdir, sid, agent.proc.pid, spec.limits, self.config, slot)
                        if spec.limits.network else None)
             except BaseException:
                 await agent.stop()
@@ -291,11 +319,14 @@ class BwrapBackend:
                 cg.remove()
             if loop is not None:
                 loop.release()
+            if slot is not None:
+                slot.release()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
         box.net = net
         box.loop = loop
+        box.slot = slot
         return box
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[BwrapSandbox]:

@@ -5,10 +5,11 @@ Every bwrap sandbox has a network namespace of its own. Without network it holds
 in it and carries the sandbox's TCP/UDP flows over ordinary sockets on the host, so the
 sandbox never touches a host interface, route or firewall:
 
-- pasta runs as a dedicated host uid (:func:`helper_uid`, default ``uid_base + 65537``: no
-  sandbox process runs as it), with CAP_SYS_ADMIN/CAP_NET_ADMIN only long enough to join
-  the user namespace that owns the sandbox's network namespace; after that it has
-  capabilities in that namespace only, none on the host.
+- pasta runs as a dedicated host uid (:func:`helper_uid`, default the owner of the sandbox's
+  uid slot, ``base + 65537`` (sandbox/uids.py): no sandbox process runs as it), with
+  CAP_SYS_ADMIN/CAP_NET_ADMIN only long enough to join the user namespace that owns the
+  sandbox's network namespace; after that it has capabilities in that namespace only, none
+  on the host.
 - The nftables table ``inet sandfleet`` (made on first use, idempotently, and left in
   place) rejects that uid's traffic to every address of this host (``fib daddr type
   local``: 127/8, ::1, and the host's own addresses) and to link-local 169.254/16 and
@@ -38,14 +39,19 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
-from sandfleet.sandbox.spec import SANDBOX_UIDS, BwrapConfig, Limits
+from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, Limits
+
+if TYPE_CHECKING:
+    from sandfleet.sandbox.uids import Slot
 from sandfleet.sandbox.state import list_sandboxes, proc_start_time, read_meta, state_root, write_meta
 
-NET_UID_OFFSET = SANDBOX_UIDS + 1
-"""The helper's host uid is ``uid_base + NET_UID_OFFSET`` unless $SANDFLEET_NET_UID says otherwise."""
+NET_UID_OFFSET = UID_STRIDE - 1
+"""The helper's host uid is the slot's ``base + NET_UID_OFFSET`` (its owner), unless
+$SANDFLEET_NET_UID says otherwise."""
 TABLE = "sandfleet"
 ADDRESS, NETMASK, GATEWAY = "169.254.1.2", "24", "169.254.1.1"
 IFNAME = "eth0"
@@ -54,8 +60,9 @@ META_FORWARD = "net_forward"
 """meta.json key: host-loopback TCP ports a sandbox forwards (kept open in nftables while it lives)."""
 
 
-def helper_uid(config: BwrapConfig | None = None) -> int:
-    """The host uid that runs the network helper: $SANDFLEET_NET_UID, or ``uid_base + 65537``."""
+def helper_uid(config: BwrapConfig | None = None, slot_base: int | None = None) -> int:
+    """The host uid that runs the network helper: $SANDFLEET_NET_UID, or the owner of the
+    sandbox's uid slot, ``base + 65537`` (``uid_base + 65537`` for slot 0 and image builds)."""
     cfg = config or BwrapConfig()
     env = os.environ.get("SANDFLEET_NET_UID", "").strip()
     if env:
@@ -63,10 +70,11 @@ def helper_uid(config: BwrapConfig | None = None) -> int:
             raise HostUnsupportedError(f"SANDFLEET_NET_UID must be a host uid number, not {env!r}")
         uid = int(env)
     else:
-        uid = cfg.uid_base + NET_UID_OFFSET
-    if cfg.uid_base <= uid <= cfg.uid_base + SANDBOX_UIDS:
-        raise HostUnsupportedError(f"network helper uid {uid} is inside the sandbox uid range "
-                                   f"{cfg.uid_base}..{cfg.uid_base + SANDBOX_UIDS}")
+        return (cfg.uid_base if slot_base is None else slot_base) + NET_UID_OFFSET
+    end = cfg.uid_base + cfg.slots * UID_STRIDE
+    if cfg.uid_base <= uid < end:
+        raise HostUnsupportedError(f"network helper uid {uid} is inside the sandboxes' uid range "
+                                   f"{cfg.uid_base}..{end - 1}")
     return uid
 
 
@@ -296,9 +304,10 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner)
 
 
-async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, config: BwrapConfig) -> Helper:
-    """Give the bwrap sandbox ``sid`` (started as ``root_pid``) its network, and record the
-    helper in its meta.json (pid for the reaper, forwarded ports for the firewall)."""
+async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, config: BwrapConfig,
+                         slot: Slot | None = None) -> Helper:
+    """Give the bwrap sandbox ``sid`` (started as ``root_pid``, in uid ``slot``) its network,
+    and record the helper in its meta.json (pid for the reaper, forwarded ports for the firewall)."""
     check_available()
     meta = read_meta(sdir) or {"id": sid}
     write_meta(sdir, {**meta, META_FORWARD: list(limits.forward)})  # before the firewall reads it
@@ -306,7 +315,8 @@ async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, co
 
     def run() -> Helper:
         holder = netns_holder(root_pid)
-        return attach(holder, rundir=sdir / "net", uid=helper_uid(config), forward=limits.forward, owner=sid)
+        uid = helper_uid(config, slot.base if slot else None)
+        return attach(holder, rundir=sdir / "net", uid=uid, forward=limits.forward, owner=sid)
 
     fut = loop.run_in_executor(None, run)
     try:

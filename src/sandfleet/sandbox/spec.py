@@ -8,7 +8,16 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from sandfleet.errors import ConfigError
 
@@ -82,6 +91,9 @@ SANDBOX_UIDS = 65536
 GUEST_AGENT_UID = SANDBOX_UIDS
 """P-uid of the guest agent: not mapped in S."""
 DEFAULT_UID_BASE = 1_800_000_000
+UID_STRIDE = SANDBOX_UIDS + 2
+"""Host uids per slot (sandbox/uids.py): 65,536 sandbox uids, the guest agent, the slot's owner."""
+DEFAULT_SLOTS = 10_000
 
 
 class BwrapConfig(_Config):
@@ -90,10 +102,14 @@ class BwrapConfig(_Config):
     kind: Literal["bwrap"] = "bwrap"
     bwrap: str = "bwrap"
     """The bubblewrap binary (resolved to an absolute path once, at backend start)."""
-    uid_base: int = Field(DEFAULT_UID_BASE, ge=65536, le=2**32 - 2 * SANDBOX_UIDS)
-    """First host uid of the sandbox range: sandbox uid i is host uid ``uid_base + i``
-    (root is ``uid_base``); ``uid_base + 65536`` is the guest agent. No login user should
-    own a uid in that range."""
+    uid_base: int = Field(DEFAULT_UID_BASE, ge=65536, le=2**32 - 1 - UID_STRIDE)
+    """First host uid of the sandboxes' ranges. Each live sandbox takes a slot of
+    ``65,538`` host uids (sandbox/uids.py): in slot ``k``, sandbox uid i is host uid
+    ``uid_base + k * 65538 + i``; slot 0 (``uid_base + i``) is also how stored layers are
+    owned on disk. No login user should own a uid in ``uid_base .. uid_base + slots * 65538``."""
+    slots: int = Field(DEFAULT_SLOTS, ge=1, le=65535)
+    """How many sandboxes of this ``uid_base`` may live at once on this host (each has host
+    uids of its own)."""
     disk: Literal["ext4", "tmpfs"] = "ext4"
     """The writable layer: "ext4" (a filesystem of its own on a loop device: writing past
     ``disk_mib`` is ENOSPC and never charged to memory) or "tmpfs" (about 1 ms faster to
@@ -101,8 +117,16 @@ class BwrapConfig(_Config):
     Falls back to tmpfs, with a warning, where the host has no loop devices or mkfs.ext4."""
     target: ClassVar[str] = "sandfleet.sandbox.bwrap:BwrapBackend"
 
+    @model_validator(mode="after")
+    def _range_fits(self) -> BwrapConfig:
+        end = self.uid_base + self.slots * UID_STRIDE
+        if end > 2**32 - 1:
+            raise ValueError(f"uid_base {self.uid_base} + slots {self.slots} x {UID_STRIDE} uids ends at {end}, "
+                             f"past the last host uid {2**32 - 2}: lower uid_base or slots")
+        return self
+
     def host_uid(self, uid: int) -> int:
-        """The host uid that sandbox uid ``uid`` is."""
+        """The host uid that sandbox uid ``uid`` is on disk (the canonical range, slot 0)."""
         return self.uid_base + uid
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from sandfleet.errors import ConfigError, SandboxError
+from sandfleet.images.run import build_command, layer_next
+from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, backend_config
-from sandfleet.sandbox.uids import take_slot
+from sandfleet.sandbox.uids import Slot, take_slot
 
 
 def test_uid_slots_are_taken_once_across_processes_and_reused(tmp_path: Path,
@@ -52,3 +55,70 @@ def test_a_uid_range_past_the_last_host_uid_is_refused() -> None:
     with pytest.raises(ConfigError, match="past the last host uid"):
         backend_config({"kind": "bwrap", "uid_base": 4_000_000_000})
     assert backend_config({"kind": "bwrap", "uid_base": 4_000_000_000, "slots": 4}).slots == 4
+
+
+needs_bwrap = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"),
+                                 reason="the bwrap backend needs root and bubblewrap")
+
+
+def _shifted_slots(cfg: BwrapConfig) -> list[Slot]:
+    """Slots taken up to the first one that is not the canonical range."""
+    held = [take_slot(cfg)]
+    while not held[-1].shifted:
+        held.append(take_slot(cfg))
+    return held
+
+
+@needs_bwrap
+async def test_a_snapshot_taken_in_one_slot_forks_into_others() -> None:
+    """Layers are stored in the canonical range whatever slot wrote them, and every slot
+    sees them as its own uids: the agent's file stays the agent's, writable, in each fork."""
+    cfg = BwrapConfig()
+    sb = await create_sandbox(backend="bwrap", ttl_s=120)
+    try:
+        r = await sb.exec("mkdir -p /work/d && echo one > /work/d/note && stat -c %u /work/d/note")
+        assert r.stdout.strip() == "1000", r
+        snap = await sb.snapshot()
+        try:
+            assert snap.layer is not None and (snap.layer / "work/d/note").stat().st_uid == cfg.uid_base + 1000
+            forks = await fork(snap, 2)
+            try:
+                slots = [sb.slot, *(f.slot for f in forks)]  # type: ignore[attr-defined]
+                assert len({s.base for s in slots}) == 3 and any(s.shifted for s in slots), slots
+                for f in forks:
+                    r = await f.exec("stat -c %u /work/d/note && echo two >> /work/d/note && cat /work/d/note")
+                    assert r.exit_code == 0 and r.stdout.split() == ["1000", "one", "two"], r
+            finally:
+                for f in forks:
+                    await f.close()
+        finally:
+            snap.delete()
+    finally:
+        await sb.close()
+
+
+@needs_bwrap
+def test_a_build_step_in_another_slot_stores_its_layer_canonical(tmp_path: Path) -> None:
+    """An image-build RUN step runs as its own slot's uids; what it leaves is stored canonical."""
+    cfg = BwrapConfig()
+    held = _shifted_slots(cfg)
+    slot = held[-1]
+    try:
+        layer, out = tmp_path / "layer", tmp_path / "out"
+        layer.mkdir()
+        out.mkdir()
+        os.chown(layer, cfg.uid_base, cfg.uid_base)
+        step = "id -u > /id && cat /proc/self/uid_map > /map && mkdir /d && chown 1000:1000 /d && touch /d/f"
+        cmd = build_command(out, layer, [Path("/")], ["/bin/sh", "-c", step], env={"PATH": "/usr/bin:/bin"},
+                            cwd="/", config=cfg, slot=slot)
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        after = layer_next(layer)
+        assert (after / "id").read_text() == "0\n"
+        assert (after / "map").read_text().split()[:3] == ["0", str(slot.base), "65536"]
+        assert (after / "id").stat().st_uid == cfg.uid_base
+        assert (after / "d").stat().st_uid == cfg.uid_base + 1000
+        assert (after / "d/f").stat().st_uid == cfg.uid_base
+    finally:
+        for s in held:
+            s.release()

@@ -82,7 +82,26 @@ def report() -> dict[str, Any]:
                  "layer is a tmpfs charged to the memory limit (filling it can OOM-kill a sandbox)"},
         "default_backend": default,
         "binfmt": _binfmt(),
+        "uids": _uids(),
     }
+
+
+def _uids() -> dict[str, Any]:
+    """The bwrap sandboxes' host uid slots (docs/security.md, "The uid model")."""
+    import pwd
+
+    from sandfleet.sandbox import uids
+    from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig
+
+    cfg = BwrapConfig()
+    end = cfg.uid_base + cfg.slots * UID_STRIDE - 1
+    clash = sorted(f"{p.pw_name} ({p.pw_uid})" for p in pwd.getpwall() if cfg.uid_base <= p.pw_uid <= end)
+    try:
+        live: int | None = len(uids.live_slots(cfg)) if os.geteuid() == 0 else None
+    except OSError:
+        live = None
+    return {"uid_base": cfg.uid_base, "slots": cfg.slots, "per_slot": UID_STRIDE, "last_uid": end,
+            "live": live, "clashing_users": clash, "per_sandbox_limits": dict(uids.NS_LIMITS)}
 
 
 def _binfmt() -> list[dict[str, Any]]:
@@ -115,6 +134,10 @@ def doctor(as_json: bool) -> None:
     n = r["network"]
     click.echo(f"network     {'available' if n['available'] else 'not available'}: {n['reason']}"
                + ("" if n["available"] else " (network=True fails)"))
+    u = r["uids"]
+    click.echo(f"uids        {u['slots']} slots of {u['per_slot']} host uids from {u['uid_base']} to {u['last_uid']}"
+               + (f", {u['live']} live" if u["live"] is not None else "")
+               + (f" - login users inside the range: {', '.join(u['clashing_users'])}" if u["clashing_users"] else ""))
     click.echo("backends")
     for name, b in r["backends"].items():
         mark = "yes" if b["available"] else "no "

@@ -75,7 +75,8 @@ def test_reward_from_plans() -> None:
     assert reward_from(harbor, reward_json='{"reward": 0.5}', reward_text="0.5\n").value == 0.5
     for txt, js, reason in (("0", '{"reward": 1}', "reward_conflict"), ("1", '{"reward": 0}', "reward_conflict"),
                             (None, '{"reward": 1e300}', "bad_reward_value"), ("2", None, "bad_reward_value"),
-                            ("-0.5", None, "bad_reward_value"), ("x", '{"reward": 1}', "bad_reward_value")):
+                            ("-0.5", None, "bad_reward_value"), ("x", '{"reward": 1}', "bad_reward_value"),
+                            (None, '{"reward": 1' + "0" * 400 + "}", "bad_reward_value")):
         with pytest.raises(RolloutError) as info:
             reward_from(harbor, reward_text=txt, reward_json=js)
         assert info.value.reason == reason, (txt, js)

@@ -69,8 +69,8 @@ def parse_reward_json(text: str) -> Reward:
     for key, value in data.items():
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise RolloutError(f"reward.json: {key!r} is not a number", reason="bad_reward_value")
-        if not math.isfinite(value):
-            raise RolloutError(f"reward.json: {key!r} is {value}", reason="bad_reward_value")
+        if isinstance(value, int) and abs(value) > 2**53 or not math.isfinite(value):  # 10**400 overflows
+            raise RolloutError(f"reward.json: {key!r} is {str(value)[:40]}", reason="bad_reward_value")
         details[str(key)] = float(value)
     if not details:
         raise RolloutError("reward.json is empty", reason="bad_reward_value")

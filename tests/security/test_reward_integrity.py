@@ -310,3 +310,52 @@ async def test_100_gib_sparse_file_is_carried_sparse_quickly_in_little_memory(tm
         assert copy < 10, r.spans
     assert grew_mb < 50, f"host memory grew {grew_mb:.0f} MB"
     print(json.dumps({"sparse_two_rollouts_s": round(took, 2), "host_memory_growth_mb": round(grew_mb, 1)}))
+
+
+TRICKY_CONFIG = """[core]
+\trepositoryformatversion = 0
+\tfsmonitor = evil1
+\tbare = false
+[core] fsmonitor = evil2
+[Core]
+\tFsMonitor = evil3
+\teditor = a \\
+fsmonitor = evil4
+[include]
+\tpath = /tmp/evil-include
+[includeIf "gitdir:/"]
+\tpath = /tmp/evil-include
+[remote "origin"]
+\turl = https://example.invalid/r.git
+\tuploadpack = evil5
+[alias]
+\tst = !evil6
+[core]
+\thooksPath = /tmp/evil-hooks
+[diff "x"]
+\ttextconv = evil7
+[filter "lfs"]
+\tclean = evil8
+"""
+
+
+def test_git_config_filter_keeps_allowlisted_keys_only_whatever_the_syntax(tmp_path: Path) -> None:
+    import subprocess
+
+    from sandfleet.rollout.testguard import sanitize_git_script
+
+    repo = tmp_path / "w"
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / ".git" / "config").write_text(TRICKY_CONFIG)
+    (repo / ".git" / "hooks" / "pre-commit").write_text("#!/bin/sh\nevil9\n")
+    (repo / "sub").mkdir()
+    (repo / "sub" / ".git").write_text("gitdir: /etc\n")  # leads out of the workdir
+    res = subprocess.run(["bash", "-c", sanitize_git_script() + '\nsanitize_git "$1"', "x", str(repo)],
+                         capture_output=True, text=True, check=True)
+    assert "sanitized" in res.stdout and "emptied" in res.stdout and "removed" in res.stdout, res.stdout
+    listed = subprocess.run(["git", "config", "--file", str(repo / ".git" / "config"), "--list"],
+                            capture_output=True, text=True, check=True).stdout
+    assert sorted(listed.split()) == ["core.bare=false", "core.repositoryformatversion=0",
+                                      "remote.origin.url=https://example.invalid/r.git"], listed
+    assert list((repo / ".git" / "hooks").iterdir()) == [] and not (repo / "sub" / ".git").exists()
+    assert subprocess.run(["git", "-C", str(repo), "status", "--short"], capture_output=True).returncode == 0

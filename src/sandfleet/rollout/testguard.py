@@ -64,13 +64,13 @@ BEGIN { n = split(allow, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
     }
     next
   }
-  if (sec == "") next
-  if (t !~ /^[A-Za-z][A-Za-z0-9-]*([ \t]*=[ \t]*[^"\\;#]*)?$/) next
+  raw = t; sub(/[ \t]*=.*/, "", raw)
+  if (sec == "" || t !~ /^[A-Za-z][A-Za-z0-9-]*([ \t]*=[ \t]*[^"\\;#]*)?$/) { printf "%s ", raw > "/dev/stderr"; next }
   eq = index(t, "=")
   if (eq) { key = substr(t, 1, eq - 1); val = substr(t, eq + 1) } else { key = t; val = "true" }
   sub(/[ \t]+$/, "", key); sub(/^[ \t]+/, "", val); key = tolower(key)
   full = (name == "") ? sec "." key : sec ".*." key
-  if (!(full in ok)) next
+  if (!(full in ok)) { printf "%s.%s ", sec, key > "/dev/stderr"; next }
   if (name == "") print "[" sec "]"; else print "[" sec " \"" name "\"]"
   print "\t" key " = " val
 }
@@ -98,9 +98,9 @@ sanitize_git() {
     d=${f%/*}
     [ "${f##*/}" = config.worktree ] || [ -e "$d/HEAD" ] || continue
     tmp=$(mktemp -- "$d/.sandfleet-config.XXXXXXXX") || continue
-    if [ -L "$f" ]; then printf '[core]\n\trepositoryformatversion = 0\n' > "$tmp"
-    else awk -v allow="$GIT_ALLOWED" "$GIT_AWK" < "$f" > "$tmp" || printf '' > "$tmp"; fi
-    cmp -s -- "$tmp" "$f" || echo "sanitized $f"
+    if [ -L "$f" ]; then printf '[core]\n\trepositoryformatversion = 0\n' > "$tmp"; dropped="(a link)"
+    else dropped=$(awk -v allow="$GIT_ALLOWED" "$GIT_AWK" < "$f" 2>&1 > "$tmp") || { : > "$tmp"; dropped="(all)"; }; fi
+    [ -z "$dropped" ] || echo "sanitized $f, removed: $(printf '%s' "${dropped% }" | head -c 400)"
     chmod 0644 -- "$tmp"; mv -f -T -- "$tmp" "$f"
   done
   # hooks folders of git folders: emptied (a link is replaced by an empty folder)

@@ -7,6 +7,7 @@ completed rollout, with its reason). docs/security.md, "Reward integrity", lists
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import posixpath
@@ -173,12 +174,17 @@ async def test_reward_out_of_the_tasks_range_or_not_finite_scores_zero(tmp_path:
     code = harbor_task(tmp_path, "huge", "cd /app && python3 solution.py\n")
     inf = harbor_task(tmp_path, "inf", f"echo inf > {REWARD}\n")
     five = harbor_task(tmp_path, "five", f"echo 5 > {REWARD}\n")
-    ranged = harbor_task(tmp_path, "ranged", f"echo 5 > {REWARD}\n", toml="reward_range = [0, 10]\n")
-    results = await rollouts([code, inf, five, ranged], [write("/app/solution.py", HUGE)], verify)
-    assert_zero([r for r in results if r.task != "ranged"], "bad_reward_value")
-    for r in results:
-        if r.task == "ranged":  # the task declared 0..10: 5 is a reward
-            assert (r.status, r.reward, r.reason) == ("completed", 5.0, None), (r.info, r.verifier_output)
+    results = await rollouts([code, inf, five], [write("/app/solution.py", HUGE)], verify)
+    assert_zero(results, "bad_reward_value")
+
+
+async def test_task_declaring_a_reward_range_gets_rewards_within_it(tmp_path: Path) -> None:
+    ranged = harbor_task(tmp_path, "ranged", f"echo $(cat /app/score) > {REWARD}\n", toml="reward_range = [0, 10]\n")
+    five, eleven = await asyncio.gather(rollouts([ranged], ["echo 5 > /app/score"]),
+                                        rollouts([ranged], ["echo 11 > /app/score"]))
+    for r in five:  # the task declared 0..10: 5 is a reward
+        assert (r.status, r.reward, r.reason) == ("completed", 5.0, None), (r.info, r.verifier_output)
+    assert_zero(eleven, "bad_reward_value")
 
 
 async def test_validate_does_not_call_a_task_with_an_out_of_range_reward_valid(tmp_path: Path) -> None:

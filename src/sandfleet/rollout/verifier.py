@@ -421,7 +421,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     except RolloutError as e:
         if e.reason == "parser":  # the task's configuration, not the agent
             raise
-        outcome.reason = e.reason
+        killed = e.reason == "no_reward_file" and res.signal is not None  # test.sh itself was killed
+        outcome.reason = "tests_killed" if killed else e.reason
         outcome.error = f"{e}; verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}"
         return outcome
     outcome.reward, outcome.details = reward.value, reward.details

@@ -117,3 +117,12 @@ def test_pytest_runs_that_may_load_a_workdir_conftest_are_flagged(tmp_path: Path
              "cp /tests/t.py . && uvx pytest t.py  # in the workdir\npython3 -m pytest $TEST_DIR/t.py\n")
     found = workdir_conftest_risk(load_task(_harbor_copy(tmp_path, test_sh=risky)))
     assert [f.split(":")[1] for f in found] == ["3", "5"], found
+
+
+def test_reward_files_the_tests_name(tmp_path: Path) -> None:
+    from sandfleet.tasks.reward import named_reward_files
+
+    plan = load_task(FIXTURES / "harbor-hello").verifier  # its test.sh writes reward.txt only
+    assert named_reward_files(plan) == {plan.reward_text_path}
+    silent = load_task(_harbor_copy(tmp_path, test_sh="#!/bin/bash\npython3 /tests/grade.py\n")).verifier
+    assert named_reward_files(silent) is None  # nothing to go by: both are read as before

@@ -145,7 +145,12 @@ OTHER_FILE = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1}\')\n
 @MODES
 async def test_reward_file_test_sh_did_not_write_cannot_override_its_decision(tmp_path: Path, verify: str) -> None:
     task = harbor_task(tmp_path, "other-file", "cd /app && python3 solution.py\n" + DECIDE)
-    results = await rollouts([task], [write("/app/solution.py", OTHER_FILE), "echo goodbye > /app/out.txt"], verify)
+    # test.sh stops before it writes its reward.txt (set -e and a failing check): the code's
+    # reward.json, which no test file names, is not the tests' either
+    stopped = harbor_task(tmp_path, "stopped", "set -e\ncd /app && python3 solution.py\ngrep -q hello out.txt\n"
+                          + DECIDE)
+    results = await rollouts([task, stopped], [write("/app/solution.py", OTHER_FILE), "echo goodbye > /app/out.txt"],
+                             verify)
     assert_zero(results, "reward_conflict")
 
 

@@ -71,7 +71,7 @@ from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
-from sandfleet.tasks.reward import reward_from
+from sandfleet.tasks.reward import named_reward_files, reward_from
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +415,12 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
                 text = await read_reward_file(sandbox, plan.reward_text_path)
         except BadRewardFile as e:
             outcome.reason, outcome.error = "bad_reward_file", str(e)
+            return outcome
+    named = named_reward_files(plan) if plan.reward == "reward-file" else None
+    for path, content in ((plan.reward_json_path, json_text), (plan.reward_text_path, text)):
+        if named is not None and content is not None and path not in named:
+            outcome.reason = "reward_conflict"
+            outcome.error = f"{path} was written, but no test file names it: not by the tests"
             return outcome
     try:
         reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text)

@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from sandfleet.errors import RolloutError
 from sandfleet.tasks.model import Task, VerifierPlan
@@ -194,6 +196,35 @@ def file_reward(plan: VerifierPlan, reward_text: str | None, reward_json: str | 
             raise RolloutError(f"reward.txt holds {text!r} but reward.json gives {parsed.value!r}: both files "
                                "exist and disagree", reason="reward_conflict")
     return select_reward(parsed, plan.reward_key, plan.reward_weights)
+
+
+SCAN_MAX_BYTES = 1 << 20
+"""Test files larger than this are not searched for the reward files' names."""
+
+
+def named_reward_files(plan: VerifierPlan) -> set[str] | None:
+    """Which of the plan's reward files (their paths) the task's test files name; None when
+    they name neither (the name is made some other way, or the tests are baked into an
+    image) and nothing can be said. A reward file the tests never name, found beside one they
+    do, was written by something else: code under test."""
+    names = {plan.reward_text_path: posixpath.basename(plan.reward_text_path).encode(),
+             plan.reward_json_path: posixpath.basename(plan.reward_json_path).encode()}
+    found: set[str] = set()
+    files: list[Path] = []
+    for up in plan.uploads:
+        src = Path(up.source)
+        files += sorted(p for p in src.rglob("*") if p.is_file()) if src.is_dir() else [src]
+    for f in files[:5000]:
+        try:
+            if f.stat().st_size > SCAN_MAX_BYTES:
+                continue
+            data = f.read_bytes()
+        except OSError:
+            continue
+        found |= {path for path, name in names.items() if name in data}
+        if len(found) == len(names):
+            break
+    return found or None
 
 
 def reward_from(

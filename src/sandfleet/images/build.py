@@ -443,7 +443,8 @@ class _Builder:
     another starts from a copy of that one's layer)."""
 
     def __init__(self, task: Task, df: Dockerfile, stage: Stage, base: Image, out: Path, config: BwrapConfig,
-                 *, stages: dict[int, _Builder] | None = None, parent: _Builder | None = None):
+                 *, stages: dict[int, _Builder] | None = None, parent: _Builder | None = None,
+                 ref: BaseRef | None = None):
         assert task.dockerfile is not None
         self.task = task
         self.df = df
@@ -457,8 +458,11 @@ class _Builder:
         self.stages = stages if stages is not None else {}
         """The stages built so far, for ``COPY --from``."""
         self.parent = parent
-        self.env: dict[str, str] = dict(parent.env) if parent else {}
-        self.workdir: str = parent.workdir if parent else "/"
+        self.ref = ref
+        """What the stage's FROM resolved to: the named image's env, workdir, dirs and links
+        (a language image's conventions) start the stage."""
+        self.env: dict[str, str] = dict(parent.env) if parent else dict(ref.env if ref else ())
+        self.workdir: str = parent.workdir if parent else (ref.workdir if ref and ref.workdir else "/")
         self.user: str | None = parent.user if parent else None
         self.log: list[str] = []
         self.network = bool(availability()["available"])
@@ -469,6 +473,8 @@ class _Builder:
         h = hashlib.sha256(f"{BUILDER} {self.base.hash} uid_base={self.config.uid_base}".encode())
         if self.parent is not None:
             h.update(f" from {self.parent.digest()}".encode())
+        elif self.ref is not None and (self.ref.env or self.ref.dirs or self.ref.links or self.ref.workdir):
+            h.update(repr((self.ref.env, self.ref.dirs, self.ref.links, self.ref.workdir)).encode())
         for step in self.stage.steps:
             h.update(repr(step).encode())
             if isinstance(step, Copy) and step.stage is not None:
@@ -686,6 +692,7 @@ class _Builder:
         if self.parent is None:
             self.layer.mkdir(parents=True)
             os.chown(self.layer, *self.owner(None, 0))  # the image's / belongs to its root
+            self._conventions()
             return
         self.out.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(["cp", "-a", "--preserve=all", "--", str(self.parent.layer), str(self.layer)],
@@ -693,6 +700,24 @@ class _Builder:
         if proc.returncode != 0:
             raise ImageBuildError(f"could not start stage {self.stage.name or self.stage.index} from its parent: "
                                   f"{proc.stderr.strip()[-300:]}", file=self.dfname, line=self.stage.base.line)
+
+    def _conventions(self) -> None:
+        """The named image's directories (world-writable with the sticky bit, as ``$GOPATH``
+        is in the golang image) and its symlinks to where Debian's packages put things."""
+        if self.ref is None:
+            return
+        tree = self.tree(self.stage.base.line)
+        root = self.owner(None, 0)
+        for d in self.ref.dirs:
+            os.close(tree.dir_fd(tree.resolve(d), root, 0o1777))
+        for path, target in self.ref.links:
+            *parent, name = tree.resolve(path, follow_last=False)
+            fd = tree.dir_fd(parent, root)
+            try:
+                os.symlink(target.replace("{arch}", self.base.arch), name, dir_fd=fd)
+                os.chown(name, *root, dir_fd=fd, follow_symlinks=False)
+            finally:
+                os.close(fd)
 
     def build(self, deadline: float) -> dict[str, object]:
         self.start()
@@ -760,11 +785,13 @@ def _du(path: Path) -> int:
 
 
 def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: bool = False,
-                     report: dict[str, object] | None = None) -> Image:
+                     report: dict[str, object] | None = None, accept_older: bool = False) -> Image:
     """Build (or find in the cache) the image of a task; blocking. Every stage the final one
     needs is built (BuildKit's order); the image is the final stage's layer over its base.
     ``strict``: a substituted base (``--strict-bases``) raises instead of being recorded in
-    the image's ``warnings``. ``report["built"]`` says whether this call built it (False:
+    the image's ``warnings``. ``accept_older`` (``--accept-older-versions``): a language base
+    asking for a version newer than Debian ships is built with the newest there is.
+    ``report["built"]`` says whether this call built it (False:
     found in the cache, also when another call built it while this one waited)."""
     if task.dockerfile is None:
         if task.docker_image:
@@ -787,12 +814,14 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
             builders[i] = _Builder(task, df, stage, parent.base, tmp_out / f"stage-{i}", config,
                                    stages=builders, parent=parent)
             continue
-        refs[i] = resolve_base(stage.base.image, strict=strict, file=dfname, line=stage.base.line)
+        refs[i] = resolve_base(stage.base.image, strict=strict, accept_older=accept_older, file=dfname,
+                               line=stage.base.line)
         base = base_image_for(refs[i], file=dfname, line=stage.base.line)
         if strict and base.meta.get("warnings"):
             raise ImageBuildError(f"{'; '.join(map(str, base.meta['warnings']))}; refused by --strict-bases",  # type: ignore[call-overload]
                                   file=dfname, line=stage.base.line)
-        builders[i] = _Builder(task, df, stage, base, tmp_out / f"stage-{i}", config, stages=builders)
+        builders[i] = _Builder(task, df, stage, base, tmp_out / f"stage-{i}", config, stages=builders,
+                               ref=refs[i])
     last = len(df.stages) - 1
     final, ref = builders[last], refs[last]
     final.out, final.layer = tmp_out, tmp_out / "layer"
@@ -831,6 +860,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         warnings = [*([ref.note] if ref.substituted and ref.note else []), *map(str, base.meta.get("warnings") or [])]  # type: ignore[call-overload]
         meta.update(task=task.name, build_s=round(time.monotonic() - t0, 3), layer_bytes=_du(image_dir / "layer"),
                     base_ref=ref.image, base_used=ref.describe(), base_image=base.name, warnings=warnings,
+                    base_kind=ref.kind, base_asked=ref.asked, base_got=ref.got,
                     python=base.meta.get("python"), missing_packages=base.meta.get("missing_packages") or [],
                     stages=len(builders))
         image = Image(name=f"task-{task.name}", lowers=[image_dir / "layer", *base.lowers], arch=base.arch,
@@ -842,7 +872,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         return image
 
 
-async def ensure_task_image(task: Task, *, strict: bool = False) -> str:
+async def ensure_task_image(task: Task, *, strict: bool = False, accept_older: bool = False) -> str:
     """The name to put in a SandboxSpec for this task's environment, building it if needed:
     here, or on the sandbox service in force (``--remote``: :func:`sandfleet.sandbox.image_builder`),
     which builds it on its own host from the uploaded task folder."""
@@ -850,8 +880,11 @@ async def ensure_task_image(task: Task, *, strict: bool = False) -> str:
 
     remote = image_builder()
     if remote is not None:
+        if accept_older:
+            raise ImageBuildError("--accept-older-versions is not passed to a sandbox service (--remote): "
+                                  "build the image there with `sandfleet image build --accept-older-versions`")
         return await remote.task_image(task, strict=strict)
-    image = await asyncio.to_thread(build_task_image, task, strict=strict)
+    image = await asyncio.to_thread(build_task_image, task, strict=strict, accept_older=accept_older)
     return "host" if image.is_host else image.hash
 
 

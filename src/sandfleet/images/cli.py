@@ -25,10 +25,13 @@ def image() -> None:
 @click.option("--task", "task_dir", default=None, type=click.Path(exists=True, file_okay=False),
               help="Build the environment image of this task folder instead.")
 @click.option("--strict-bases", is_flag=True, help="With --task: refuse a substituted base instead of warning.")
+@click.option("--accept-older-versions", "accept_older", is_flag=True,
+              help="With --task: a language base asking for a version newer than Debian ships (golang:1.26) is "
+              "built with the newest Debian has instead of refused.")
 @click.option("--page-size", "page_size", default=None,
               help="Flag ELF files of the image that a kernel with pages this large (e.g. 64k) can't load.")
 def build(suite: str, target_arch: str | None, packages: str | None, mirror: str | None, python_flavour: bool,
-          task_dir: str | None, strict_bases: bool, page_size: str | None) -> None:
+          task_dir: str | None, strict_bases: bool, page_size: str | None, accept_older: bool = False) -> None:
     """Build a Debian base with debootstrap, or a task's environment image (--arch arm64: for
     arm64, under qemu-user emulation on this host)."""
     from sandfleet.images import emulation
@@ -47,7 +50,7 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
             from sandfleet.tasks import load_task
 
             with emulation.emulation(target_arch or emulation.host_arch()):  # RUN steps of a foreign arch
-                img = build_task_image(load_task(task_dir), strict=strict_bases)
+                img = build_task_image(load_task(task_dir), strict=strict_bases, accept_older=accept_older)
         else:
             from sandfleet.images.debootstrap import DEFAULT_PACKAGES, build_base
 

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 from sandfleet.errors import ImageBuildError
@@ -53,6 +54,27 @@ def host_mirror() -> str | None:
             if "security" not in m.group(1):
                 return m.group(1)
     return None
+
+
+@functools.cache
+def suite_available(suite: str, mirror: str | None = None) -> bool:
+    """Whether a base of Debian ``suite`` can be had here: one is cached, or this host can
+    debootstrap and the mirror (default: the host's) serves ``dists/<suite>/Release``."""
+    if any(img.meta.get("kind") == "debian-base" and img.meta.get("suite") == suite for img in list_images()):
+        return True
+    if mirror is None and why_no_build() is not None:
+        return False
+    mirror = mirror or host_mirror()
+    if not mirror:
+        return False
+    if not mirror.startswith(("http://", "https://")):
+        return Path(mirror.removeprefix("file://"), "dists", suite, "Release").is_file()
+    request = urllib.request.Request(f"{mirror.rstrip('/')}/dists/{suite}/Release", method="HEAD")
+    try:
+        with urllib.request.urlopen(request, timeout=15) as response:
+            return bool(response.status == 200)
+    except (OSError, ValueError):
+        return False
 
 
 def _installed_on_host() -> set[str]:

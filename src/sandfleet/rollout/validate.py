@@ -23,6 +23,7 @@ test time (:mod:`sandfleet.tasks.scan`) need ``--network``: without it they are 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import time
@@ -33,6 +34,7 @@ from typing import Any, Literal
 
 import click
 
+from sandfleet.images.coverage import coverage_report, format_coverage, task_coverage
 from sandfleet.rollout.admission import Slots
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
@@ -65,6 +67,12 @@ class Verdict:
     """The user the tests ran as."""
     needs_network: list[str] = field(default_factory=list)
     """Lines of the test scripts that download at test time (they need ``--network``)."""
+    coverage: str | None = None
+    """How the task's bases map (images/coverage.py): ``exact``, ``approximated``, ``refused``."""
+    base_asked: list[str] = field(default_factory=list)
+    """The language versions the task's bases asked for (``Go 1.22``)..."""
+    base_got: list[str] = field(default_factory=list)
+    """... and the versions they got from Debian (``Go 1.24``)."""
 
 
 def _tail(result: RolloutResult) -> str:
@@ -125,14 +133,16 @@ async def validate_tasks(
     agent_user: str | None = None,
     network: bool = False,
     strict_bases: bool = False,
+    accept_older: bool = False,
 ) -> dict[str, Verdict]:
     """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
     more as root, and one that passes so is invalid: "passes only as root". ``network`` gives
     the sandboxes network; ``strict_bases`` refuses substituted bases (the default
-    ``image_for`` only)."""
-    if strict_bases and image_for is default_image_for:
-        image_for = _strict_image_for
+    ``image_for`` only); ``accept_older`` (``--accept-older-versions``) builds a language base
+    asking for a newer version than Debian ships with the newest there is."""
+    if (strict_bases or accept_older) and image_for is default_image_for:
+        image_for = functools.partial(_image_for, strict=strict_bases, accept_older=accept_older)
     built: dict[str, str] = {}
 
     async def recording_image_for(task: Task) -> str:
@@ -158,6 +168,9 @@ async def validate_tasks(
         mine_n = [r for r in noop.results if r.task == task.name]
         verdicts[task.name] = judge(task, mine_o, mine_n)
         fidelity(verdicts[task.name], task, built.get(task.name), [*mine_o, *mine_n], network=network)
+        cov = task_coverage(task, strict=strict_bases, accept_older=accept_older)
+        verdicts[task.name].coverage, verdicts[task.name].base_asked = cov.coverage, cov.asked
+        verdicts[task.name].base_got = cov.got
     as_root = str(USERS.get(agent_user or "", agent_user)) == str(ROOT_UID)
     retry_root = [t for t in tasks if not as_root and t.solution is not None
                   and verdicts[t.name].status != "valid" and not any(
@@ -175,10 +188,10 @@ async def validate_tasks(
     return verdicts
 
 
-async def _strict_image_for(task: Task) -> str:
+async def _image_for(task: Task, *, strict: bool, accept_older: bool) -> str:
     from sandfleet.images.build import ensure_task_image
 
-    return await ensure_task_image(task, strict=True)
+    return await ensure_task_image(task, strict=strict, accept_older=accept_older)
 
 
 def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[RolloutResult], *,
@@ -262,6 +275,12 @@ def _cell(rewards: list[float | None], want: float) -> str:
               help="Network in the sandboxes (tests that download at test time need it).")
 @click.option("--strict-bases", is_flag=True,
               help="Refuse a substituted base (e.g. python:3.12, which no Debian ships) instead of warning.")
+@click.option("--accept-older-versions", "accept_older", is_flag=True,
+              help="Build a language base asking for a version newer than Debian ships (golang:1.26) with the "
+              "newest Debian has (a substitution, warned) instead of refusing it.")
+@click.option("--coverage", "coverage_only", is_flag=True,
+              help="Only report how the tasks' bases map (exact / approximated / refused, grouped), from their "
+              "Dockerfiles; runs nothing.")
 @click.option("--reward-key", default=None,
               help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
 @click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
@@ -280,8 +299,10 @@ def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
     remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
+    accept_older: bool = False, coverage_only: bool = False,
 ) -> None:
-    """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time."""
+    """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
+    the base coverage (exact / approximated / refused)."""
     from sandfleet.tasks.loader import load_tasks
     from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
 
@@ -297,8 +318,22 @@ def validate(
             raise ValueError("choose --reward-key or --reward-weights, not both")
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--reward-weights") from None
+    if accept_older and (ray_address is not None or remote is not None):
+        raise click.UsageError("--accept-older-versions builds here: it excludes --ray and --remote")
     tasks, failures = load_tasks(directory)
     tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
+    coverage = coverage_report(tasks, strict=strict_bases, accept_older=accept_older)
+    for failure in failures:
+        coverage["counts"]["refused"] += 1  # type: ignore[index]
+        coverage["tasks"] += 1  # type: ignore[operator]
+        coverage["refused"].setdefault("does not load", []).append(failure.path.name)  # type: ignore[attr-defined]
+    if coverage_only:
+        report_path.write_text(json.dumps(coverage, indent=2) + "\n")
+        if as_json:
+            click.echo(json.dumps(coverage, indent=2))
+        else:
+            click.echo("\n".join(format_coverage(coverage)))
+        return
     t0 = time.perf_counter()
     from sandfleet.client.remote import on_remote
 
@@ -308,7 +343,8 @@ def validate(
         validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, lambda: asyncio.run(
             on_remote(remote, lambda: validate_tasks(
                 tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-                network=network, strict_bases=strict_bases))), lambda why: Verdict("invalid", why))
+                network=network, strict_bases=strict_bases, accept_older=accept_older))),
+            lambda why: Verdict("invalid", why))
         return
 
     if ray_address is not None:
@@ -324,7 +360,7 @@ def validate(
     else:
         verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
             tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-            network=network, strict_bases=strict_bases)))
+            network=network, strict_bases=strict_bases, accept_older=accept_older)))
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")
@@ -347,6 +383,7 @@ def validate(
         for name, v in sorted(verdicts.items()):
             for warning in v.warnings:
                 click.echo(f"warning: {name}: {warning}", err=True)
+        click.echo("\n".join(format_coverage(coverage)), err=True)
         click.echo(
             f"\n{len(verdicts) - len(bad)}/{len(verdicts)} valid in {wall:.1f} s "
             f"(repeats {repeats}); report: {report_path}"

@@ -2,9 +2,11 @@
 
 Two mechanisms (docs/security.md, "Processes"):
 
-- The CLI, and any process that starts a local sandbox, is a *child subreaper*: a process
-  a sandbox leaves behind when its parent dies comes back to sandfleet, not to the
-  machine's init. The one such process a sandbox
+- The CLI is a *child subreaper*: a process a sandbox leaves behind when its parent dies
+  comes back to sandfleet, not to the machine's init. (A library user's process is left
+  as it is: as a subreaper it would also adopt the orphans of everything else it runs,
+  which sandfleet can't tell from its own children and must not wait for; it may call
+  :func:`become_subreaper` itself.) The one such process a sandbox
   has is bwrap's own child (the init of the sandbox's pid namespace): bwrap returns as
   soon as the guest agent exits, before that child has. :func:`adopt_children` pins it at
   start (a pidfd: the identity holds even if the pid is reused) and :func:`reap_adopted`
@@ -46,20 +48,6 @@ def become_subreaper() -> bool:
     return _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-_subreaper_of: int | None = None
-
-
-def ensure_subreaper() -> None:
-    """Become a subreaper once per process, before the first sandbox starts (library use
-    too: a trainer's process then reaps its sandboxes' leftovers itself, not init, which
-    here reaped them late or never). ``SANDFLEET_SUBREAPER=0`` leaves the process as it is
-    (its own daemons' orphans, which it never waits for, would be its zombies)."""
-    global _subreaper_of
-    if _subreaper_of != os.getpid() and os.environ.get("SANDFLEET_SUBREAPER") != "0":
-        _subreaper_of = os.getpid()
-        become_subreaper()
-
-
 def adopt_children(pid: int) -> list[int]:
     """pidfds of ``pid``'s children now (its own children may outlive it: bwrap's). Empty
     where the kernel does not list children or pidfds are missing."""
@@ -91,10 +79,11 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
             os.close(fd)
 
 
-def reap_pid(pid: int, start: int | None) -> bool:
-    """True once the process ``pid`` that started at ``start`` has exited (or is another
-    process by now), reaping it if it is our child (a daemon a sandbox started, such as
-    pasta, comes back to a subreaper); False while it runs."""
+def reap_pid(pid: int, start: int | None, *, exited_is_enough: bool = False) -> bool:
+    """True once the process ``pid`` that started at ``start`` is gone: reaped here if it
+    is our child (a daemon a sandbox started, such as pasta, comes back to a subreaper), or
+    no longer there (another process by now); with ``exited_is_enough``, also once it has
+    exited while another parent has yet to reap it. False while it runs."""
     from sandfleet.sandbox.state import proc_start_time
 
     try:
@@ -107,7 +96,7 @@ def reap_pid(pid: int, start: int | None) -> bool:
         try:
             return os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG) is not None
         except ChildProcessError:  # not our child: exited once its pidfd reads ready
-            return bool(select.select([fd], [], [], 0)[0])
+            return exited_is_enough and bool(select.select([fd], [], [], 0)[0])
     finally:
         os.close(fd)
 
@@ -118,10 +107,30 @@ def reap_pids(pids: dict[int, int | None], timeout: float = 1.0) -> None:
     end = time.monotonic() + timeout
     left = dict(pids)
     while left:
-        left = {p: st for p, st in left.items() if not reap_pid(p, st)}
+        left = {p: st for p, st in left.items() if not reap_pid(p, st, exited_is_enough=True)}
         if not left or time.monotonic() > end:
             return
         time.sleep(0.01)
+
+
+def reap_group(pgid: int, timeout: float = 2.0) -> None:
+    """Reap what is left of the process group ``pgid`` that comes back to us (bwrap's own
+    child, when the bwrap we started as the leader of a session of its own has exited
+    first). Only that group: a child of ours elsewhere is never touched. Call it once the
+    leader itself is reaped. Waits up to ``timeout`` for members still running; returns
+    at once where none is ours (not a subreaper)."""
+    end = time.monotonic() + timeout
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+        if pid == 0:  # members still running
+            if time.monotonic() > end:
+                return
+            time.sleep(0.01)
 
 
 def run_as_init() -> None:

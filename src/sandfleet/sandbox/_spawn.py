@@ -15,7 +15,7 @@ from typing import IO
 
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import SandboxDiedError
-from sandfleet.reaping import adopt_children, ensure_subreaper, reap_adopted
+from sandfleet.reaping import adopt_children, reap_adopted, reap_group
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
@@ -116,6 +116,7 @@ class AgentProcess:
         self.client = client
         self.log = log
         self.adopted: list[int] = []  # pidfds of its children that may outlive it (bwrap's)
+        self.group = 0  # its process group, when it leads a session of its own
 
     @classmethod
     async def start(
@@ -124,7 +125,6 @@ class AgentProcess:
         ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (), seccomp: bytes | None = None,
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
-        ensure_subreaper()  # what the sandbox leaves when its process ends is ours to reap
         with open(log, "wb") as errf:
             proc, stdout, stdin = await _spawn(
                 argv, stderr=errf, cwd=cwd,
@@ -135,6 +135,7 @@ class AgentProcess:
         ttl = meta.get("ttl_s")  # bounds the host's wait on an exec without a timeout
         client = AgentClient(stdout, stdin, name=sid, ttl=ttl if isinstance(ttl, int | float) else None)
         self = cls(proc, client, log)
+        self.group = proc.pid if new_session else 0
         try:
             async with asyncio.timeout(ready_timeout):
                 await client.hello(seccomp=seccomp)
@@ -163,6 +164,9 @@ class AgentProcess:
         if self.adopted:  # bwrap's child ends after bwrap: reaped here, never left to init
             fds, self.adopted = self.adopted, []
             await _off_loop(lambda: reap_adopted(fds))
+        if self.group:  # and whatever else of its session came back to us (a start that failed)
+            pgid, self.group = self.group, 0
+            await _off_loop(lambda: reap_group(pgid))
 
 
 class LocalSandbox(AgentSandbox):

@@ -32,6 +32,7 @@ from pathlib import Path
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
+from sandfleet.reaping import reap_group
 from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
@@ -104,8 +105,10 @@ def raw_bwrap_true_ms(n: int = 5) -> float | None:
     ts = []
     for _ in range(n):
         t = time.perf_counter()
-        subprocess.run([found, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
-                       check=False, capture_output=True)
+        with subprocess.Popen([found, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True) as p:
+            p.wait()
+        reap_group(p.pid)  # bwrap's own child ends after it: where it comes back to us, reaped here
         ts.append(time.perf_counter() - t)
     return percentile(ts, 50) * 1e3
 
@@ -290,7 +293,12 @@ class BwrapBackend:
         slot: uids.Slot | None = None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
-        write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
+        try:
+            write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
+        except OSError as e:  # (a full state directory): no marker, no directory left behind
+            shutil.rmtree(sdir, ignore_errors=True)
+            raise SandboxError(f"sandbox {sid} could not be created: its marker in {sdir.parent}: "
+                               f"{e.strerror or e}") from None
         try:
             if cg is not None:
                 cg.create(spec.limits)
@@ -303,7 +311,7 @@ class BwrapBackend:
             argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot)
             if spec.limits.network:
                 network.check_available()
-            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta,
+            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, new_session=True,
                                              pass_fds=(loop.mnt_fd,) if loop is not None else (),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow))
             if loop is not None:

@@ -241,7 +241,7 @@ class Helper:
                 os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 2.0
         while self.alive() and time.monotonic() < deadline:
-            if reap_pid(self.pid, self.start):  # exited (a daemon: where we are a subreaper, our child: reaped)
+            if reap_pid(self.pid, self.start):  # a daemon: where we are a subreaper, our child to reap
                 break
             time.sleep(0.005)
         if self.forward:  # close the ports no live sandbox forwards any more

@@ -11,8 +11,12 @@ A script entry is one of::
     {"tool_calls": ["make", "make test"]}   several
     {"text": "```bash\\nls\\n```"}      plain text (fenced blocks for tool-less models)
     "Done."                             plain text
-    {"fault": "500" | "429" | "400" | "malformed" | "bad_shape" | "hang"}   a failure
+    {"fault": "500" | "429" | "400" | "malformed" | "bad_shape" | "hang" | "cut" | "huge"}   a failure
                                         (400: the conversation is refused, as for one too long)
+
+(``cut``: the headers and half the body, then the connection closes, as a server or proxy
+that dies mid-answer; ``huge``: a valid completion of about ``huge_mib`` MiB, for memory
+faults on the client's side.)
 
 and may carry ``"delay_s"``. ``faults`` (a list of fault names) are served first, one per
 request, whatever the turn, then the script plays normally: that is how retries are tested.
@@ -31,8 +35,10 @@ URLs are ``.../sessions/<id>``; :meth:`FakeModelServer.session_url`), else the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
+import socket
 import threading
 import time
 from collections import deque
@@ -44,7 +50,9 @@ from typing import Any, Self
 import click
 
 DONE_TEXT = "The task is complete."
-FAULTS = ("500", "429", "400", "malformed", "bad_shape", "hang")
+FAULTS = ("500", "429", "400", "malformed", "bad_shape", "hang", "cut", "huge")
+CUT = -1
+"""The status :meth:`reply_for` gives a ``cut`` answer: the handler sends half of it, then closes."""
 
 
 def _tokens(text: str) -> int:
@@ -164,6 +172,7 @@ class FakeModelServer(ChatHTTPServer):
         faults: Sequence[str] = (),
         delay_s: float = 0.0,
         accept_tools: bool = True,
+        huge_mib: int = 256,
         strict_sessions: bool = False,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -174,6 +183,7 @@ class FakeModelServer(ChatHTTPServer):
         self.script = list(script)
         self.model = model
         self.delay_s = delay_s
+        self.huge_mib = huge_mib
         self.accept_tools = accept_tools
         """False answers requests offering ``tools`` with HTTP 400, as servers without tool
         support do (llama.cpp's server without ``--jinja``)."""
@@ -227,6 +237,10 @@ class FakeModelServer(ChatHTTPServer):
             return 200, b'{"id": "x", "choices": [{"message": {"content": "trunc'
         if fault == "bad_shape":
             return 200, json.dumps({"id": "x", "object": "chat.completion"}).encode()
+        if fault == "cut":
+            return CUT, json.dumps(self._completion(entry, messages, turn)).encode()
+        if fault == "huge":
+            return 200, json.dumps(self._completion({"text": "x" * (self.huge_mib << 20)}, messages, turn)).encode()
         completion = self._completion(entry, messages, turn)
         if self.strict_sessions:
             self.sessions.record(session, messages, completion["choices"][0]["message"])
@@ -288,6 +302,21 @@ def _handler(server: ChatHTTPServer) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(body)
 
+        def _cut(self, body: bytes) -> None:
+            """Promise the whole body, send half of it, close the connection."""
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: len(body) // 2])
+                self.wfile.flush()
+            except OSError:
+                pass
+            self.close_connection = True
+            with contextlib.suppress(OSError):
+                self.connection.shutdown(socket.SHUT_RDWR)
+
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             if _split_path(self.path)[1] in ("/v1/models", "/models"):
                 data = {"object": "list", "data": [{"id": server.model, "object": "model"}]}
@@ -309,6 +338,9 @@ def _handler(server: ChatHTTPServer) -> type[BaseHTTPRequestHandler]:
                 return
             session = prefix or self.headers.get("Authorization") or ""
             status, payload = server.reply_for(body, session=session)
+            if status == CUT:
+                self._cut(payload)
+                return
             try:
                 self._send(status, payload)
             except OSError:  # the client went away (a hang it gave up on)

@@ -265,6 +265,8 @@ class BwrapBackend:
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", str(os.getpid()), "--"]
         a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
               "--ro-bind", str(agent_dir), "/.sandfleet"]
+        if lim.network and lim.allow is not None:  # its own resolver (allowlist.py), reached through pasta
+            a += ["--ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]
         delegated = cg.delegate(slot.host_uid(GUEST_AGENT_UID)) if cg else None
         if delegated is not None:
             a += ["--bind", str(delegated), CGROUP_DIR]

@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING
 
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
+from sandfleet.sandbox.allowlist import Egress
 from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, Limits
 
 if TYPE_CHECKING:
@@ -126,12 +127,14 @@ def _ruleset(uid: int) -> str:
         f"add table {t}",
         f"add set {t} helpers {{ typeof meta skuid; }}",
         f"add set {t} forward {{ typeof tcp dport; }}",
+        f"add map {t} allowlisted {{ type uid : verdict; }}",  # helper uid -> its allowlist (allowlist.py)
         f"add chain {t} helper",
         f"add chain {t} output {{ type filter hook output priority 0; policy accept; }}",
         f"flush chain {t} output",
         f"flush chain {t} helper",
         # only sockets owned by a helper uid are judged; everything else passes untouched
         f"add rule {t} output meta skuid @helpers jump helper",
+        f"add rule {t} helper meta skuid vmap @allowlisted",
         f"add rule {t} helper ip daddr 127.0.0.1 tcp dport @forward accept",
         f"add rule {t} helper fib daddr type local counter reject",
         f"add rule {t} helper ip daddr 169.254.0.0/16 counter reject",
@@ -169,6 +172,19 @@ def ensure_firewall(uid: int, forward: Iterable[int] = (), *, exclude: str | Non
         if ports:
             script += f"add element inet {TABLE} forward {{ {', '.join(map(str, ports))} }}\n"
         _nft(script)
+
+
+def allowlist_resolv_conf() -> Path:
+    """The ``/etc/resolv.conf`` of every allowlisted sandbox: ``127.0.0.1``, whose port 53 its
+    pasta carries to that sandbox's own resolver (one file for all, in the state directory)."""
+    path = state_root() / ".allowlist-resolv.conf"
+    text = "nameserver 127.0.0.1\noptions attempts:2 timeout:2\n"
+    if not path.is_file() or path.read_text() != text:
+        tmp = path.with_name(f"{path.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.chmod(0o644)
+        tmp.replace(path)
+    return path
 
 
 # ---------------------------------------------------------------- the helper
@@ -223,6 +239,8 @@ class Helper:
     forward: tuple[int, ...] = ()
     owner: str | None = None
     closed: bool = field(default=False, repr=False)
+    egress: Egress | None = field(default=None, repr=False)
+    """The sandbox's allowlist (resolver, nftables chain), ended with the helper."""
 
     def meta(self) -> dict[str, object]:
         """What the sandbox's meta.json should add: the pid for the reaper, the open ports."""
@@ -247,21 +265,49 @@ class Helper:
         if self.forward:  # close the ports no live sandbox forwards any more
             with contextlib.suppress(SandboxError, HostUnsupportedError, OSError, ValueError):
                 ensure_firewall(self.uid, exclude=self.owner)
+        if self.egress is not None:
+            with _locked():
+                self.egress.close()
 
 
 def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: Iterable[int] = (),
-           owner: str | None = None) -> Helper:
+           owner: str | None = None, allow: Iterable[str] | None = None, hosts: dict[str, str] | None = None) -> Helper:
     """Start pasta for the network namespace of ``holder_pid`` (a process inside it).
 
     ``rundir``: a private directory for pasta's pid file and log (made if missing).
     ``forward``: host-loopback TCP ports reachable as 127.0.0.1:<port> inside.
     ``owner``: the sandbox id whose meta.json lists ``forward`` (so closing another sandbox
     keeps them open). Returns when the interface is configured; raises SandboxError (with
-    pasta's message) when it can't be, HostUnsupportedError when the host lacks the tools."""
+    pasta's message) when it can't be, HostUnsupportedError when the host lacks the tools.
+    ``allow``: egress only to these host names and IPv4 CIDRs, names resolved by a resolver of
+    the sandbox's own (sandbox/allowlist.py); ``hosts``: that resolver's static answers."""
     check_available()
     ports = _check_ports(forward)
+    if allow is not None and os.environ.get("SANDFLEET_NET_UID", "").strip():
+        raise HostUnsupportedError("allowlist networking needs a network helper uid per sandbox; "
+                                   "unset SANDFLEET_NET_UID")
     uid = helper_uid() if uid is None else uid
     ensure_firewall(uid, ports)
+    egress = None
+    if allow is not None:
+        egress = Egress(uid, allow, hosts or {}, table=TABLE, nft=_nft, nft_path=str(_tool("nft")))
+        try:
+            with _locked():
+                egress.install()
+        except BaseException:
+            egress.close()
+            raise
+    try:
+        return _start(holder_pid, rundir, uid, ports, owner, egress)
+    except BaseException:
+        if egress is not None:
+            with _locked():
+                egress.close()
+        raise
+
+
+def _start(holder_pid: int, rundir: Path, uid: int, ports: tuple[int, ...], owner: str | None,
+           egress: Egress | None) -> Helper:
     rundir.mkdir(mode=0o700, parents=True, exist_ok=True)
     pidfile = rundir / "pasta.pid"
     pidfile.unlink(missing_ok=True)
@@ -283,7 +329,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
                 str(_tool("pasta")), "--quiet", "-4", "--config-net", "-I", IFNAME,
                 "-a", ADDRESS, "-n", NETMASK, "-g", GATEWAY, "--no-map-gw",
                 "--no-dhcp", "--no-ndp", "--no-dhcpv6", "--no-ra",
-                "-t", "none", "-u", "none", "-U", "none",
+                "-t", "none", "-u", "none", "-U", f"53:{egress.resolver.port}" if egress else "none",
                 "-T", ",".join(map(str, ports)) if ports else "none",
                 "-P", f"/proc/self/fd/{pfd}",
                 "--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
@@ -301,7 +347,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
         pid = 0
     if p.returncode != 0 or not pid:
         raise SandboxError(f"network helper (pasta) failed: {detail or f'exit status {p.returncode}'}")
-    return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner)
+    return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner, egress=egress)
 
 
 async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, config: BwrapConfig,
@@ -316,7 +362,8 @@ async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, co
     def run() -> Helper:
         holder = netns_holder(root_pid)
         uid = helper_uid(config, slot.base if slot else None)
-        return attach(holder, rundir=sdir / "net", uid=uid, forward=limits.forward, owner=sid)
+        return attach(holder, rundir=sdir / "net", uid=uid, forward=limits.forward, owner=sid, allow=limits.allow,
+                      hosts=dict(limits.hosts))
 
     fut = loop.run_in_executor(None, run)
     try:

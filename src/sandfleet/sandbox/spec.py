@@ -48,6 +48,39 @@ class Limits(BaseModel):
     """Host-loopback TCP ports reachable inside as ``127.0.0.1:<port>`` (a model server);
     needs ``network=True``. Nothing of the host's loopback is reachable otherwise."""
 
+    allow: tuple[str, ...] | None = None
+    """Allowlist networking (with ``network=True``): egress only to these host names
+    (``*.example.com`` for its subdomains) and IPv4 addresses/CIDRs; DNS answers only for the
+    listed names, from a resolver sandfleet runs for the sandbox; host and link-local
+    addresses stay blocked (sandbox/allowlist.py). None: no allowlist."""
+    hosts: tuple[tuple[str, str], ...] = ()
+    """Static answers (name, IPv4 address) of an allowlisted sandbox's resolver, before the
+    host's resolver: a name still has to be listed in ``allow`` to be answered."""
+
+    @field_validator("allow")
+    @classmethod
+    def _allow(cls, v: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        if v is None:
+            return None
+        from sandfleet.sandbox.allowlist import parse_allow
+
+        parse_allow(v)  # ValueError naming a bad entry
+        if not info.data.get("network"):
+            raise ValueError("an allowlist needs network=True")
+        return tuple(dict.fromkeys(v))
+
+    @field_validator("hosts")
+    @classmethod
+    def _hosts(cls, v: tuple[tuple[str, str], ...], info: ValidationInfo) -> tuple[tuple[str, str], ...]:
+        import ipaddress
+
+        for name, addr in v:
+            if ipaddress.ip_address(addr).version != 4:
+                raise ValueError(f"hosts: {name} -> {addr} is not an IPv4 address")
+        if v and info.data.get("allow") is None:
+            raise ValueError("hosts (static DNS answers) need an allowlist (allow=...)")
+        return v
+
     @field_validator("forward")
     @classmethod
     def _ports(cls, v: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:

@@ -228,6 +228,16 @@ class _Fail:
         raise ImageBuildError(message, file=self.file, line=self.line or None)
 
 
+def _base_config(ref: str) -> tuple[dict[str, str], str | None]:
+    """The environment and working directory the image ``ref`` starts with (what
+    :func:`resolve_base` maps it to); nothing for a base it refuses (the build says why)."""
+    try:
+        base = resolve_base(ref, accept_older=True)
+    except ImageBuildError:
+        return {}, None
+    return dict(base.env), base.workdir
+
+
 def parse_dockerfile(
     path: Path, *, build_args: dict[str, str] | None = None, arch: str | None = None
 ) -> Dockerfile:
@@ -303,8 +313,8 @@ def parse_dockerfile(
             if parent is not None:  # a stage's image config carries over; its ARGs don't
                 env, workdir, user = dict(stages[parent].env), stages[parent].workdir, stages[parent].user
                 shell_argv = shells[parent]
-            else:
-                env, workdir, user, shell_argv = {}, None, None, None
+            else:  # the named image's own config: a language image's PATH, GOPATH, WORKDIR /go
+                (env, workdir), user, shell_argv = _base_config(words[0]), None, None
             scope = dict(env)
         elif keyword == "RUN":
             flags, rest = _flags(rest, set(), fail)

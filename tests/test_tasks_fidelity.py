@@ -89,13 +89,16 @@ def test_workdir_env_and_canary(harbor: Path) -> None:
         ("gpus = 0", 'gpus = 0\ngpu_types = ["H100"]', "environment.gpu_types", "GPU types"),
         ("gpus = 0", 'gpus = 0\ntpu = {type = "v6e", topology = "2x4"}', "environment.tpu", "TPUs"),
         ("gpus = 0", 'gpus = 0\nhealthcheck = {command = "true"}', "environment.healthcheck", "healthchecks"),
-        ("allow_internet = true", 'network_mode = "allowlist"', "environment.network_mode", "allowlist"),
-        ("allow_internet = true", 'allowed_hosts = ["example.com"]', "environment.allowed_hosts", "allowlist"),
+        ("allow_internet = true", 'network_mode = "allowlist"', "environment.allowed_hosts", "needs allowed_hosts"),
+        ("allow_internet = true", 'allowed_hosts = ["example.com"]', "environment.allowed_hosts",
+         'needs network_mode = "allowlist"'),
+        ("allow_internet = true", 'network_mode = "allowlist"\nallowed_hosts = ["x.org:443"]',
+         "environment.allowed_hosts", "ports are not part of an entry"),
         ("allow_internet = true", 'allow_internet = true\nnetwork_mode = "public"', "environment.allow_internet",
          "not both"),
         ("gpus = 0", 'gpus = 0\nos = "windows"', "environment.os", "must be 'linux'"),
-        ("[agent]\n", '[agent]\nnetwork_mode = "allowlist"\n', "agent.network_mode", "allowlist"),
-        ("[verifier]\n", '[verifier]\nallowed_hosts = ["x.org"]\n', "verifier.allowed_hosts", "allowlist"),
+        ("[agent]\n", '[agent]\nnetwork_mode = "allowlist"\n', "agent.allowed_hosts", "needs allowed_hosts"),
+        ("[verifier]\n", '[verifier]\nallowed_hosts = ["x.org"]\n', "verifier.allowed_hosts", "needs network_mode"),
         ("[verifier]\n", '[verifier]\ncollect = [{command = "true"}]\n', "verifier.collect", "collect hooks"),
         ("[verifier]\n", '[verifier]\nenvironment_mode = "shared"\nenvironment = {cpus = 2}\n',
          "verifier.environment_mode", "conflicts"),
@@ -118,6 +121,24 @@ def test_harbor_refusals_name_the_field(harbor: Path, old: str, new: str, field:
         load_task(harbor)
     assert info.value.field == field, str(info.value)
     assert message in str(info.value)
+
+
+def test_allowlist_policies_per_phase(harbor: Path) -> None:
+    """network_mode = "allowlist" for the environment, the agent and the verifier (issue 31):
+    each phase's list; a public or no-network phase beside an allowlisted one keeps the
+    machinery with everything or nothing listed, so the sandbox can switch between them."""
+    toml = harbor / "task.toml"
+    edit(toml, "allow_internet = true", 'network_mode = "allowlist"\nallowed_hosts = ["pypi.org", "10.0.0.0/8"]')
+    task = load_task(harbor)
+    assert task.allowed_hosts == ("pypi.org", "10.0.0.0/8") and task.allow_internet
+    assert task.verifier.allowed_hosts == ("pypi.org", "10.0.0.0/8") and task.verifier.network is True
+    edit(toml, "[verifier]\n", '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["astral.sh"]\n')
+    edit(toml, "[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
+    task = load_task(harbor)
+    assert task.allowed_hosts == () and not task.allow_internet  # nothing listed: no egress
+    assert task.verifier.allowed_hosts == ("astral.sh",)
+    edit(toml, 'network_mode = "no-network"', 'network_mode = "public"')
+    assert load_task(harbor).allowed_hosts == ("*", "0.0.0.0/0")
 
 
 def test_verifier_compose_is_refused(harbor: Path) -> None:

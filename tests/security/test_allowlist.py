@@ -139,3 +139,55 @@ def test_bad_allowlists_are_refused_by_name() -> None:
             Limits(network="needs" not in why, allow=allow)
     with pytest.raises(ValidationError, match="need an allowlist"):
         Limits(network=True, hosts=(("a.test", "198.18.5.10"),))
+
+
+FETCH = """\
+import socket, sys
+for target in sys.argv[2:]:
+    host, port = target.rsplit(":", 1)
+    try:
+        s = socket.create_connection((host, int(port)), timeout=3)
+        s.settimeout(3)
+        got = s.recv(64).decode(errors="replace").strip()
+    except OSError as e:
+        got = "ERR " + type(e).__name__
+    with open(sys.argv[1], "a") as f:
+        f.write(f"{target} {got}\\n")
+"""
+
+
+async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers: tuple[str, str]) -> None:
+    """A Harbor task whose agent may reach only GOOD's network and whose tests only EVIL's:
+    the oracle (agent phase) reaches GOOD and not EVIL; the tests, in the same sandbox after
+    the switch, reach EVIL and not GOOD. The no-op agent scores 0."""
+    from sandfleet.images.debootstrap import why_no_build
+    from sandfleet.rollout.validate import validate_tasks
+    from sandfleet.tasks import load_task
+
+    if why_no_build():
+        pytest.skip(f"the task's Debian base can't be built here: {why_no_build()}")
+    good, evil = servers
+    assert_contained(good, evil)
+    folder = tmp_path / "allow"
+    for sub in ("tests", "solution", "environment"):
+        (folder / sub).mkdir(parents=True)
+    (folder / "task.toml").write_text(
+        'schema_version = "1.4"\n[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["198.18.5.0/24"]\n'
+        '[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 120\nnetwork_mode = "allowlist"\n'
+        'allowed_hosts = ["198.18.6.0/24"]\n')
+    (folder / "instruction.md").write_text("Fetch.\n")
+    (folder / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (folder / "solution" / "fetch.py").write_text(FETCH)
+    (folder / "solution" / "solve.sh").write_text(f"python3 /solution/fetch.py /tmp/agent.txt {good} {evil}\n"
+                                                  "cp /tmp/agent.txt ./agent.txt\n")
+    (folder / "tests" / "fetch.py").write_text(FETCH)
+    (folder / "tests" / "test.sh").write_text(
+        f"python3 /tests/fetch.py /tmp/tests.txt {good} {evil}\n"
+        f'if grep -qx "{good} GOOD-OK" agent.txt && grep -q "^{evil} ERR" agent.txt '
+        f'&& grep -qx "{evil} EVIL-REACHED" /tmp/tests.txt && grep -q "^{good} ERR" /tmp/tests.txt; '
+        "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\ncat agent.txt /tmp/tests.txt\n")
+    task = load_task(folder)
+    assert task.allowed_hosts == ("198.18.5.0/24",) and task.verifier.allowed_hosts == ("198.18.6.0/24",)
+    verdict = (await validate_tasks([task], repeats=1, backend="bwrap", network=True))["allow"]
+    assert verdict.status == "valid", verdict.reason
+    assert verdict.oracle_rewards == [1.0] and verdict.noop_rewards == [0.0]

@@ -70,6 +70,7 @@ def task_spec(
     return make_spec(
         image=image, backend=backend, workdir=task.workdir, env=task.env, cpus=task.cpus,
         memory_mib=task.memory_mib, disk_mib=task.storage_mib, network=network,
+        allow=task.allowed_hosts if network else None,
         ttl_s=task.agent_timeout_s + task.verifier_timeout_s + TTL_MARGIN_S,
         labels={"task": task.name}, user=user, seccomp_allow=(*task.seccomp_allow, *seccomp_allow),
     )  # fmt: skip

@@ -282,6 +282,18 @@ async def _test_command(task: Task, sandbox: Sandbox, user: str) -> list[str]:
     return argv
 
 
+def _verifier_allowlist(task: Task, sandbox: Sandbox) -> None:
+    """The verifier phase's allowlist (Harbor ``network_mode = "allowlist"``) on the agent's
+    sandbox, when it differs from the agent phase's (sandbox/allowlist.py)."""
+    allow = task.verifier.allowed_hosts
+    if allow is None or task.verifier.network is False or not sandbox.spec.limits.network:
+        return
+    if allow != sandbox.spec.limits.allow:
+        from sandfleet.sandbox.network import switch_allowlist
+
+        switch_allowlist(sandbox, allow)
+
+
 def _no_network(task: Task, sandbox: Sandbox) -> bool:
     """Whether the tests run without network: the policy says so and the sandbox has one to
     cut (the guest agent runs them in a network namespace of its own, made before the
@@ -387,6 +399,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         env.update(testguard.python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(testguard.git_env(base))
     argv = await _test_command(task, sandbox, user)
+    _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:
         # the first process of a pid namespace of its own: when it exits, the kernel kills
         # every process it left (a daemon of the code under test) before the exec returns
@@ -617,6 +630,8 @@ async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanReco
             updates["writable_dirs"] = tuple(d for d in spec.writable_dirs if d != "/tests")  # the tests are baked in
     if task.verifier.network is False:
         limits["network"] = False
+    elif spec.limits.network and (task.verifier.allowed_hosts is not None or spec.limits.allow is not None):
+        limits["allow"] = task.verifier.allowed_hosts  # the verifier phase's allowlist, or none
     fresh_spec = spec.model_copy(update={**updates, "limits": spec.limits.model_copy(update=limits)})
 
     async def start() -> Sandbox:

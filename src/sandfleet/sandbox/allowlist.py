@@ -37,6 +37,9 @@ def parse_allow(entries: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...
     nets: list[str] = []
     for raw in entries:
         entry = str(raw).strip().lower().rstrip(".")
+        if entry == "*":  # every name (a public phase of a task whose other phase is allowlisted)
+            names.append(entry)
+            continue
         try:
             net = ipaddress.ip_network(entry, strict=False)
         except ValueError:
@@ -56,10 +59,15 @@ def parse_allow(entries: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...
     return tuple(dict.fromkeys(names)), tuple(dict.fromkeys(nets))
 
 
+EVERYWHERE = ("*", "0.0.0.0/0")
+"""An allowlist that lists everything: a public phase of a task whose other phase is
+allowlisted (the sandbox keeps its resolver and chain, so the phases can switch)."""
+
+
 def name_allowed(name: str, names: Iterable[str]) -> bool:
     name = name.lower().rstrip(".")
     for n in names:
-        if n.startswith("*.") and name.endswith(n[1:]) or n == name:
+        if n == "*" or n.startswith("*.") and name.endswith(n[1:]) or n == name:
             return True
     return False
 
@@ -215,6 +223,21 @@ class Egress:
         self._lock = threading.Lock()
         self.resolver = Resolver(self.names, hosts, self.admit)
         self.closed = False
+
+    def replace(self, allow: Iterable[str]) -> None:
+        """Another policy for the same sandbox (a task's verifier phase): the listed names and
+        CIDRs from now on, what the resolver answered before forgotten; established flows to
+        addresses no longer listed are cut too (every packet is judged)."""
+        names, nets = parse_allow(allow)
+        with self._lock:
+            script = f"flush set inet {self.table} al_{self.uid}\n"
+            if nets:
+                script += f"add element inet {self.table} al_{self.uid} {{ {', '.join(nets)} }}\n"
+            self._nft(script)
+            self.names, self.nets = names, nets
+            self._covered = [ipaddress.ip_network(n) for n in nets]
+            self._admitted = set()
+            self.resolver.names = names
 
     def install(self) -> None:
         """Put the helper uid behind the allowlist (the caller holds the firewall lock and has

@@ -378,6 +378,18 @@ async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, co
     return helper
 
 
+def switch_allowlist(sandbox: object, allow: Iterable[str]) -> None:
+    """Give a live allowlisted sandbox another allowlist (a task's verifier phase).
+    SandboxError where the sandbox has none to switch (another backend, or no allowlist)."""
+    helper = getattr(sandbox, "net", None)
+    egress = getattr(helper, "egress", None)
+    if not isinstance(egress, Egress):
+        raise SandboxError(f"{getattr(sandbox, 'backend', 'this')} sandbox {getattr(sandbox, 'id', '')} has no "
+                           "allowlist to switch (allowlisted phases need a bwrap sandbox made with allow=)")
+    with _locked():
+        egress.replace(allow)
+
+
 class StepNetwork:
     """Networking for one image-build step (a bwrap with ``--unshare-net`` run by a plain
     subprocess): bwrap reports its child once the namespaces exist and waits until the

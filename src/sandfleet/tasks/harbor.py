@@ -63,7 +63,7 @@ class HarborVerifier(_Section):
     network_mode: NetworkMode | None = None
     """The verifier phase's network policy (default: its environment's)."""
     allowed_hosts: list[str] | None = None
-    """Hosts of an allowlist policy; not supported."""
+    """Host names (``*.domain``) and IPv4 CIDRs of an allowlist policy."""
     collect: list[Any] = Field(default_factory=list)
     """Commands run in compose services before artifacts are collected; not supported."""
     reward_range: list[float] | None = None
@@ -81,7 +81,7 @@ class HarborAgent(_Section):
     network_mode: NetworkMode | None = None
     """The agent phase's network policy (default: the environment's)."""
     allowed_hosts: list[str] | None = None
-    """Hosts of an allowlist policy; not supported."""
+    """Host names (``*.domain``) and IPv4 CIDRs of an allowlist policy."""
 
 
 class HarborEnvironment(_Section):
@@ -112,7 +112,7 @@ class HarborEnvironment(_Section):
     network_mode: NetworkMode | None = None
     """The environment's network policy (default: public)."""
     allowed_hosts: list[str] | None = None
-    """Hosts of an allowlist policy; not supported."""
+    """Host names (``*.domain``) and IPv4 CIDRs of an allowlist policy."""
     mcp_servers: list[Any] = Field(default_factory=list)
     """MCP servers; sandfleet supports none."""
     env: dict[str, str] = Field(default_factory=dict)
@@ -230,8 +230,6 @@ def _environment(raw: dict[str, Any], *, file: str, prefix: str) -> tuple[Harbor
         (bool(env.mcp_servers), "mcp_servers", "MCP servers are not supported"),
         (bool(env.skills_dir), "skills_dir", "skills are not supported"),
         (env.healthcheck is not None, "healthcheck", "healthchecks are not supported"),
-        (env.network_mode == "allowlist", "network_mode", "allowlist network policies are not supported"),
-        (bool(env.allowed_hosts), "allowed_hosts", "allowlist network policies are not supported"),
         (env.network_mode is not None and env.allow_internet is not None, "allow_internet",
          "set either allow_internet (deprecated) or network_mode, not both"),
     ]
@@ -258,19 +256,48 @@ def _environment(raw: dict[str, Any], *, file: str, prefix: str) -> tuple[Harbor
     return env, memory, storage
 
 
-def _baseline(env: HarborEnvironment) -> bool:
-    """Whether an environment's network policy is public (Harbor's default) or no-network."""
-    if env.network_mode is not None:
-        return env.network_mode == "public"
+Policy = bool | tuple[str, ...]
+"""A phase's network policy: True public, False no-network, a tuple an allowlist."""
+
+
+def _baseline(env: HarborEnvironment, *, file: str = "", prefix: str = "environment.") -> Policy:
+    """An environment's network policy: public (Harbor's default), no-network or an allowlist."""
+    phase = _phase(env.network_mode, env.allowed_hosts, file=file, prefix=prefix)
+    if phase is not None:
+        return phase
     return env.allow_internet if env.allow_internet is not None else True
 
 
-def _phase(mode: NetworkMode | None, hosts: list[str] | None, *, file: str, prefix: str) -> bool | None:
-    """A phase's explicit network policy: True public, False no-network, None not set."""
-    if mode == "allowlist" or hosts:
-        raise TaskError("allowlist network policies are not supported", file=file,
-                        field=prefix + ("network_mode" if mode == "allowlist" else "allowed_hosts"))
+def _phase(mode: NetworkMode | None, hosts: list[str] | None, *, file: str, prefix: str) -> Policy | None:
+    """A phase's explicit network policy; None when not set."""
+    from sandfleet.sandbox.allowlist import parse_allow
+
+    if hosts is not None and mode != "allowlist":
+        raise TaskError('allowed_hosts needs network_mode = "allowlist"', file=file, field=prefix + "allowed_hosts")
+    if mode == "allowlist":
+        if hosts is None:
+            raise TaskError('network_mode = "allowlist" needs allowed_hosts (host names, *.domains, IPv4 CIDRs)',
+                            file=file, field=prefix + "allowed_hosts")
+        try:
+            parse_allow(hosts)
+        except ValueError as e:
+            raise TaskError(str(e), file=file, field=prefix + "allowed_hosts") from None
+        return tuple(hosts)
     return None if mode is None else mode == "public"
+
+
+def _allowlists(agent: Policy, verifier: Policy) -> tuple[tuple[str, ...] | None, tuple[str, ...] | None]:
+    """The allowlists of the agent's and the verifier's phases: where one phase is
+    allowlisted, the other keeps the same machinery (public: everything; no-network: nothing)
+    so the sandbox can switch between them."""
+    from sandfleet.sandbox.allowlist import EVERYWHERE
+
+    if not isinstance(agent, tuple) and not isinstance(verifier, tuple):
+        return None, None
+
+    def as_list(p: Policy) -> tuple[str, ...]:
+        return p if isinstance(p, tuple) else EVERYWHERE if p else ()
+    return as_list(agent), as_list(verifier)
 
 
 def strip_canary(text: str) -> str:
@@ -296,7 +323,7 @@ def _reward_range(value: list[float] | None, *, file: str) -> tuple[float, float
 
 
 def _verifier_environment(folder: Path, verifier: HarborVerifier, env: HarborEnvironment, memory: int,
-                          storage: int, *, file: str) -> tuple[VerifierEnvironment, bool]:
+                          storage: int, *, file: str) -> tuple[VerifierEnvironment, Policy]:
     """The separate verifier's environment, as Harbor resolves it: the image of
     ``[verifier.environment]``/``tests/Dockerfile`` (tests inside it), else a fresh copy of the
     task's own environment (tests uploaded); and its network baseline."""
@@ -327,7 +354,7 @@ def _verifier_environment(folder: Path, verifier: HarborVerifier, env: HarborEnv
         storage_mib=vstorage,
         build_timeout_s=venv.build_timeout_sec,
     )
-    return plan, _baseline(venv)
+    return plan, _baseline(venv, file=file, prefix="verifier.environment." if verifier.environment else "environment.")
 
 
 def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, VerifierPlan]:
@@ -380,13 +407,16 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         raise TaskError("is empty", file=str(instruction_file))
     tests = folder / "tests"
     environment = None
-    baseline = _baseline(env)
+    baseline: Policy = _baseline(env, file=file)
     if mode == "separate":
         environment, baseline = _verifier_environment(folder, verifier, env, memory, storage, file=file)
     if not (tests / "test.sh").is_file() and not (environment and environment.bundled_tests):
         raise TaskError("missing (the verifier's entry point)", file=str(tests / "test.sh"))
-    agent_network = _phase(agent.network_mode, agent.allowed_hosts, file=file, prefix="agent.")
-    verifier_network = _phase(verifier.network_mode, verifier.allowed_hosts, file=file, prefix="verifier.")
+    agent_phase = _phase(agent.network_mode, agent.allowed_hosts, file=file, prefix="agent.")
+    verifier_phase = _phase(verifier.network_mode, verifier.allowed_hosts, file=file, prefix="verifier.")
+    agent_network = agent_phase if agent_phase is not None else _baseline(env, file=file)
+    verifier_network = verifier_phase if verifier_phase is not None else baseline
+    agent_hosts, verifier_hosts = _allowlists(agent_network, verifier_network)
 
     solve = folder / "solution" / "solve.sh"
     solution = None
@@ -405,7 +435,8 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         reward="reward-file",
         mode=mode,
         environment=environment,
-        network=verifier_network if verifier_network is not None else baseline,
+        network=verifier_network is not False,
+        allowed_hosts=verifier_hosts,
         carried=(*artifacts, ARTIFACTS_DIR) if mode == "separate" else (),
         reward_range=reward_range,
     )
@@ -420,7 +451,8 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         "cpus": env.cpus,
         "memory_mib": memory,
         "storage_mib": storage,
-        "allow_internet": agent_network if agent_network is not None else _baseline(env),
+        "allow_internet": agent_network is not False,
+        "allowed_hosts": agent_hosts,
         "dockerfile": dockerfile if dockerfile.is_file() else None,
         "context_dir": env_dir if dockerfile.is_file() else None,
         "docker_image": env.docker_image,

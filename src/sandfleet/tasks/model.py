@@ -133,6 +133,10 @@ class VerifierPlan(_Frozen):
     """The tests' network policy: True public (they get network when the run gives the
     sandbox network), False none (cut for the tests even when the sandbox has network), None
     the sandbox's (TB1)."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """The tests' allowlist (Harbor ``network_mode = "allowlist"``, with ``network`` True):
+    host names and IPv4 CIDRs they reach when the run gives the sandbox network
+    (sandbox/allowlist.py); None: no allowlist of their own."""
     same_shell: bool = False
     """TB1 ``run_tests_in_same_shell``: the tests run in the agent's shell session (its user,
     cwd and variables), not in a fresh shell as root."""
@@ -175,6 +179,9 @@ class Task(_Frozen):
     allow_internet: bool = True
     """Whether the task *asks* for network (Harbor's default is true; TB1 tasks had it).
     The sandbox policy decides what it gets."""
+    allowed_hosts: tuple[str, ...] | None = None
+    """The agent phase's allowlist (Harbor ``network_mode = "allowlist"``): with network, the
+    sandbox reaches only these host names and IPv4 CIDRs (``Limits.allow``); None: none."""
     dockerfile: Path | None
     """The Dockerfile to build (Harbor ``environment/Dockerfile``; TB1 ``Dockerfile``)."""
     context_dir: Path | None

@@ -370,3 +370,31 @@ def test_git_config_filter_keeps_allowlisted_keys_only_whatever_the_syntax(tmp_p
                                       "remote.origin.url=https://example.invalid/r.git"], listed
     assert list((repo / ".git" / "hooks").iterdir()) == [] and not (repo / "sub" / ".git").exists()
     assert subprocess.run(["git", "-C", str(repo), "status", "--short"], capture_output=True).returncode == 0
+
+
+@MODES
+def test_sandfleet_run_rows_of_attack_rollouts_hold_reward_zero(tmp_path: Path, verify: str) -> None:
+    """`sandfleet run` -n 2 with the oracle replaying attacks: every row of rollouts.jsonl is
+    completed with a reward of 0.0, a number."""
+    import subprocess
+    import sys
+
+    root = tmp_path / "tasks"
+    attacks = {
+        "outlive": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OUTLIVE)),
+        "other-file": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OTHER_FILE)),
+        "huge": ("cd /app && python3 solution.py\n", write("/app/solution.py", HUGE)),
+        "shadow": (SHADOW_TESTS, "\n".join([write("/app/json.py", SHADOW_JSON), write("/app/check.py", CHECK),
+                                            "echo '{\"ok\": false}' > /app/result.json"])),
+    }
+    for name, (test_sh, solve) in attacks.items():
+        harbor_task(root, name, test_sh, solve_sh="echo goodbye > /app/out.txt\n" + solve + "\n")
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "sandfleet.cli", "run", "--tasks", str(root), "--agent", "oracle", "--backend",
+            "bwrap", "--image", "host", "-n", "2", "--concurrency", "4", "--attempts", "1", "--verify", verify,
+            "--out", str(out)]
+    res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 * len(attacks), res.stderr[-3000:]
+    for row in rows:
+        assert row["status"] == "completed" and row["reward"] == 0.0 and isinstance(row["reward"], float), row

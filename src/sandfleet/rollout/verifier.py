@@ -1,28 +1,38 @@
 """The verifier: after the agent stops, score what it left behind.
 
-What it guarantees (docs/security.md, "Reward integrity"), in this order:
+The property (docs/security.md, "Reward integrity"): nothing the agent leaves behind can raise
+the reward above what the task's own test script decided, and whatever the agent could have
+caused scores 0 -- a :class:`VerifierOutcome` with a ``reason``, never an exception (the
+rollout ends ``completed``; rollout/verdict.py makes it a ``policy_fault``). In this order:
 
 1. every process of the agent's user is gone (``Sandbox.kill_user``; for a root agent, which
    can take any uid, every process of every user) before anything of the tests exists;
-2. the test folders are emptied and made again by root, mode 0755 (no non-root user can write
-   them); the reward folder is made again writable by the verifier's user only; a fresh,
-   empty HOME is made for the verifier's user;
+2. the test folders are emptied and made again by root, mode 0755; the reward folder is made
+   again by root, mode 0777 for non-root tests (they can't change its mode); every git
+   repository under the workdir is sanitized (:mod:`sandfleet.rollout.testguard`); a fresh,
+   empty HOME and a root-owned Python guard are made. A sandbox that can't take them (a disk
+   the agent filled) scores 0, ``verifier_setup_failed``;
 3. the tests are uploaded, owned by root -- they never reach the sandbox before this point;
 4. the test command runs as the ``verifier`` user, or as root where the task says so (Harbor
    ``[verifier].user``; Terminal-Bench-1 runs its tests as root), with that HOME,
-   ``PYTHONNOUSERSITE=1`` and only the image's environment and the task's verifier
-   environment: nothing the agent exported or left in its HOME applies;
-5. every process the tests started is gone (``kill_user`` of the verifier's user), then the
-   reward file is read as root with ``O_NOFOLLOW|O_NONBLOCK`` and a size cap. A link, a FIFO,
-   a device, a folder, a file over the cap or one that can't be read scores 0 with reason
-   ``bad_reward_file``: never a hang, never a crash.
+   ``PYTHONNOUSERSITE=1``, the Python guard first on ``PYTHONPATH``, git's command-line
+   overrides, and only the image's environment and the task's verifier environment; as the
+   first process of a pid namespace of its own, so that when it exits the kernel kills every
+   process it left before the exec returns;
+5. a timed-out test command scores 0, ``verifier_timeout``, whatever is on disk; every
+   process of the tests' user is killed once more; the reward files are read as root with
+   ``O_NOFOLLOW|O_NONBLOCK`` and a size cap (a link, FIFO, device, folder, a file over the cap,
+   one made read-only or that can't be read: ``bad_reward_file``), and judged by
+   :func:`sandfleet.tasks.reward.reward_from` (``no_reward_file``, ``bad_reward_value``,
+   ``reward_conflict``; a file the tests never name: ``reward_conflict``).
 
-What it does not guarantee: the tests run over the workdir the agent left, so code there that
-the tests import runs in them (a ``conftest.py`` pytest collects, a module that shadows
-another from the cwd). In shared mode (the default) a *root* agent can also change whatever
-root can in the sandbox (the task image's own Python packages, say), as in Docker.
-``--verify separate`` (:func:`run_verifier_separately`) runs the tests in a fresh sandbox of
-the same image that receives only the workdir and the task's declared artifacts.
+What it does not guarantee: code under test runs inside the tests by design (a ``conftest.py``
+pytest collects from the workdir: flagged in ``VerifierOutcome.risks``). In shared mode (the
+default) a *root* agent can also change whatever root can in the sandbox (the task image's own
+Python packages, say), as in Docker. ``--verify separate`` (:func:`run_verifier_separately`)
+runs the tests in a fresh sandbox of the same image that receives only the workdir and the
+task's declared artifacts, carried by allocated size (``transfer_too_large`` over the bound,
+checked before any data is read; sparse files stay sparse).
 
 What the task declares is carried out (docs/tasks.md):
 
@@ -35,7 +45,7 @@ What the task declares is carried out (docs/tasks.md):
   sandbox's network, which the run decides (``--network``).
 - TB1 ``run_tests_in_same_shell``: the tests run in the agent's shell session (its user, cwd
   and variables); the agent's other processes are still stopped first.
-- The reward: ``reward.json`` is read first, then ``reward.txt`` (Harbor's order), and the
+- The reward: ``reward.json`` and ``reward.txt`` (both must agree when both exist), and the
   plan's ``--reward-key``/``--reward-weights`` choose what trains.
 """
 

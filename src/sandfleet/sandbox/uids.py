@@ -101,6 +101,9 @@ class Slot:
         if fd >= 0:
             with _held_lock:
                 _held.discard((self.canonical, self.index))
+            # unlock first: a forked child (or parent) sharing the open file would keep it locked
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
             os.close(fd)
 
 

@@ -224,3 +224,37 @@ def compare_cmd(a: str, b: str, html: str | None, as_json: bool) -> None:
     if html:
         Path(html).write_text(html_report(ra, rb, cmp, names=names))
         click.echo(f"report: {html}", err=True)
+
+
+@bench.command("soak")
+@click.option("--tasks", "task_refs", default="implement-roman-numerals", show_default=True,
+              help="Comma list of bundled task names or task folders.")
+@click.option("--backend", type=BACKEND_CHOICE, default="bwrap", show_default=True)
+@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(min=1))
+@click.option("--duration", "duration_s", default=120.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds of rollouts (the study's soak: 5400).")
+@click.option("--window", "window_s", default=30.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds per evals/min window (first vs last: the drift).")
+@click.option("--out", "out", type=click.Path(dir_okay=False), default=None, help="Also write the JSON here.")
+def soak_cmd(task_refs: str, backend: str, concurrency: int, duration_s: float, window_s: float,
+             out: str | None) -> None:
+    """Real rollouts at full load for a long while: evals/min over time and its drift, lost
+    results, infra faults inside sandfleet, host memory growth per hour, leaks at the end.
+    Exits 1 when a result was lost, an infra fault was ours, or something leaked."""
+    from pathlib import Path
+
+    from sandfleet.bench.soak import run_soak
+    from sandfleet.errors import SandfleetError
+
+    try:
+        r = asyncio.run(run_soak([t.strip() for t in task_refs.split(",") if t.strip()], backend=backend,
+                                 concurrency=concurrency, duration_s=duration_s, window_s=window_s,
+                                 say=lambda m: click.echo(m, err=True)))
+    except (SandfleetError, ValueError) as e:
+        raise click.ClickException(str(e)) from None
+    text = json.dumps(r, indent=1)
+    click.echo(text)
+    if out:
+        Path(out).write_text(text + "\n")
+    if r["lost"] or r["infra_faults_inside"] or r["leaks"]:
+        raise SystemExit(1)

@@ -1,0 +1,177 @@
+"""The soak: real rollouts of real tasks at full load for a long while, and what drifts.
+
+``sandfleet bench soak --duration 5400 --window 600`` (the study's 90 minutes) or
+``--duration 120 --window 30`` (CI). ``concurrency`` workers each loop: one whole rollout
+(a fresh sandbox of the task's image, the agent, the verifier, close) through the same code
+as ``sandfleet run``, each result kept. Reported:
+
+- evals/min in each window of ``window`` seconds (counted from the first rollout's end, so
+  the image build and first starts are not the first window), and the drift of the last
+  window against the first; and the same per CPU-second of the soak's own processes (this
+  one and every descendant it reaped), which the load of other work on the host moves far
+  less than wall time (on a shared 2-core host at load 10-30, wall-time windows moved by
+  half between neighbours);
+- lost results: rollouts started that gave no result;
+- verdicts, and the ``infra_fault`` rollouts whose cause is inside sandfleet (every infra
+  cause but the model server's: the oracle agent uses none) with their errors;
+- the host side's memory: this process's RSS after the first window and at the end, as
+  MiB per hour;
+- leaks at the end: markers, cgroups and processes of the soak's sandboxes, and zombies
+  among this process's children.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import resource
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from sandfleet.bench.load import Progress
+
+OUTSIDE_CAUSES = ("model_unreachable", "model_timeout", "model_overloaded", "model_refused_auth",
+                  "model_malformed", "cancelled")
+"""infra_fault causes outside sandfleet (the model server's, a stop): the rest are ours."""
+
+
+def rss_mib() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def zombie_children() -> list[str]:
+    """Zombies among this process's children (exited, not reaped)."""
+    me, out = os.getpid(), []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            st = (p / "stat").read_text()
+        except OSError:
+            continue
+        rest = st[st.rindex(")") + 2:].split()
+        if rest[0] == "Z" and int(rest[1]) == me:
+            out.append(f"{p.name} {st[st.index('(') + 1:st.rindex(')')]}")
+    return out
+
+
+def cpu_seconds() -> float:
+    """CPU time of this process and of every descendant it reaped (a sandbox's guest agent
+    and commands come back through bwrap's child, which the CLI reaps as a subreaper)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def at(samples: list[tuple[float, float]], t: float) -> float:
+    """The sampled value at the last sample not after ``t``."""
+    best = samples[0][1]
+    for ts, v in samples:
+        if ts > t:
+            break
+        best = v
+    return best
+
+
+def windows(ends: list[float], start: float, stop: float, window: float) -> list[float]:
+    """evals/min in each whole window of ``window`` seconds from ``start`` to ``stop``."""
+    n = int((stop - start) // window)
+    counts = [0] * n
+    for e in ends:
+        k = int((e - start) // window)
+        if 0 <= k < n:
+            counts[k] += 1
+    return [round(c * 60.0 / window, 2) for c in counts]
+
+
+async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency: int = 4,
+                   duration_s: float = 120.0, window_s: float = 30.0, say: Progress | None = None) -> dict[str, Any]:
+    from sandfleet.bench.evals import find_task
+    from sandfleet.rollout.policy import OraclePolicy
+    from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
+    from sandfleet.rollout.suite import default_image_for
+    from sandfleet.server.testing import leftovers
+
+    if duration_s < 2 * window_s:
+        raise ValueError(f"a soak of {duration_s} s has not two windows of {window_s} s")
+    tasks = [find_task(t) for t in task_refs]
+    specs = [task_spec(t, await default_image_for(t), backend) for t in tasks]  # built before the clock
+    policy = OraclePolicy()
+    retry = RetryPolicy(max_attempts=1)  # a soak counts every fault: none is refilled away
+    results: list[Any] = []
+    started = 0
+    ids: list[str | None] = []
+    t0 = time.monotonic()
+    deadline = t0 + duration_s
+    rss: dict[str, float] = {"start": rss_mib()}
+
+    async def worker(w: int) -> None:
+        nonlocal started
+        k = 0
+        while time.monotonic() < deadline:
+            i = (w + k * concurrency) % len(tasks)
+            req = RolloutRequest(task=tasks[i], policy=policy, spec=specs[i], sample=w, run_id="soak",
+                                 rollout_id=f"soak-{w}-{k}")
+            started += 1
+            k += 1
+            r = await run_with_retries(req, retry, lambda a: ids.append(a.sandbox_id))
+            r.info["soak_end"] = time.monotonic()
+            results.append(r)
+            if say is not None and len(results) % 50 == 0:
+                say(f"soak: {len(results)} rollouts, {time.monotonic() - t0:.0f} s")
+
+    cpu: list[tuple[float, float]] = [(t0, cpu_seconds())]
+
+    async def sample_rss() -> None:
+        while time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+            cpu.append((time.monotonic(), cpu_seconds()))
+            if results and "first_window" not in rss:
+                first_end = min(r.info["soak_end"] for r in results)
+                if time.monotonic() >= first_end + window_s:
+                    rss["first_window"] = rss_mib()
+
+    sampler = asyncio.create_task(sample_rss())
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    sampler.cancel()
+    t_end = time.monotonic()
+    rss["end"] = rss_mib()
+    ends = [r.info["soak_end"] for r in results]
+    first = min(ends) if ends else t0
+    per_window = windows(ends, first, min(t_end, deadline), window_s)
+    verdicts = Counter(r.verdict for r in results)
+    ours = [r for r in results if r.verdict == "infra_fault"
+            and (r.fault or {}).get("cause") not in OUTSIDE_CAUSES]
+    unlisted = [r for r in results if (r.fault or {}).get("cause") == "unlisted"]
+    hours_measured = (t_end - first - window_s) / 3600
+    base = rss.get("first_window", rss["start"])
+    await asyncio.sleep(0.5)  # (the last closes' processes reaped)
+    leaks = leftovers([i for i in ids if i]) + [f"zombie {z}" for z in zombie_children()]
+    drift = (per_window[-1] - per_window[0]) / per_window[0] if len(per_window) >= 2 and per_window[0] else None
+    cpu.append((time.monotonic(), cpu_seconds()))
+    per_cpu = []  # evals per CPU-second of the soak's own processes: what other load on the host does not move
+    for k, rate in enumerate(per_window):
+        a, b = first + k * window_s, first + (k + 1) * window_s
+        used = at(cpu, b) - at(cpu, a)
+        per_cpu.append(round(rate * window_s / 60.0 / used, 4) if used > 0 else None)
+    cpu_drift = ((per_cpu[-1] - per_cpu[0]) / per_cpu[0]
+                 if len(per_cpu) >= 2 and per_cpu[0] and per_cpu[-1] is not None else None)
+    return {
+        "tasks": [t.name for t in tasks], "backend": backend, "concurrency": concurrency,
+        "duration_s": duration_s, "window_s": window_s, "wall_s": round(t_end - t0, 1),
+        "rollouts": len(results), "started": started, "lost": started - len(results),
+        "evals_per_min": per_window, "drift": None if drift is None else round(drift, 4),
+        "evals_per_cpu_s": per_cpu, "cpu_drift": None if cpu_drift is None else round(cpu_drift, 4),
+        "load_avg": [round(x, 1) for x in os.getloadavg()],
+        "verdicts": dict(verdicts), "passed": sum(r.passed for r in results),
+        "infra_faults_inside": len(ours),
+        "infra_fault_examples": [f"{(r.fault or {}).get('cause')}: {(r.error or '')[:200]}" for r in ours[:5]],
+        "unlisted": len(unlisted),
+        "rss_mib": {k: round(v, 1) for k, v in rss.items()},
+        "rss_growth_mib_per_hour": round((rss["end"] - base) / hours_measured, 1) if hours_measured > 0 else None,
+        "leaks": leaks,
+    }

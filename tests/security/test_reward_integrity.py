@@ -398,3 +398,60 @@ def test_sandfleet_run_rows_of_attack_rollouts_hold_reward_zero(tmp_path: Path, 
     assert len(rows) == 2 * len(attacks), res.stderr[-3000:]
     for row in rows:
         assert row["status"] == "completed" and row["reward"] == 0.0 and isinstance(row["reward"], float), row
+
+
+LEAVE_DAEMON = ("setsid bash -c 'sleep 300' </dev/null >/dev/null 2>&1 & "
+                "echo PID=$$ NS=$(readlink /proc/self/ns/pid)")
+COUNT_SLEEPERS = ("echo SLEEPERS=$(grep -l '^sleep' /proc/[0-9]*/comm 2>/dev/null | wc -l) "
+                  "NS=$(readlink /proc/self/ns/pid)")
+
+
+async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
+    """Sandbox.exec(pid_namespace=True), what the verifier runs the tests with: the command is
+    pid 1 of a namespace of its own, and a setsid daemon it left is dead when exec returns."""
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    try:
+        own = await box.exec(["bash", "-c", LEAVE_DAEMON], cwd="/", pid_namespace=True, timeout=30)
+        after = await box.exec(["bash", "-c", COUNT_SLEEPERS], cwd="/", timeout=30)
+        plain = await box.exec(["bash", "-c", LEAVE_DAEMON], cwd="/", timeout=30)
+        left = await box.exec(["bash", "-c", COUNT_SLEEPERS], cwd="/", timeout=30)
+    finally:
+        await box.close()
+    assert "PID=1 " in own.stdout and "SLEEPERS=0" in after.stdout, (own.output, after.output)
+    assert own.stdout.split("NS=")[1] != after.stdout.split("NS=")[1]  # another pid namespace
+    assert "PID=1 " not in plain.stdout and "SLEEPERS=1" in left.stdout, (plain.output, left.output)
+
+
+async def test_the_service_carries_the_pid_namespace_exec(tmp_path: Path) -> None:
+    """On `sandfleet serve` (what `--remote` runs on) an exec's `"pid_namespace": true` gets there."""
+    import base64
+    import importlib.util
+
+    import httpx
+
+    if importlib.util.find_spec("fastapi") is None:
+        pytest.skip("the service needs the server extra")
+    from sandfleet.server.testing import running_service
+
+    def stdout(r: httpx.Response) -> str:
+        assert r.status_code == 200, r.text
+        last = json.loads(r.text.splitlines()[-1])
+        assert last["type"] == "exit", last
+        return base64.b64decode(last["stdout_b64"]).decode() if "stdout_b64" in last else str(last["stdout"])
+
+    with running_service(tmp_path / "svc") as svc:
+        async with httpx.AsyncClient(base_url=svc.url, headers={"Authorization": f"Bearer {svc.token}"},
+                                     timeout=120) as h:
+            r = await h.post("/v1/sandboxes", json={"limits": {"ttl_s": 120}})
+            assert r.status_code == 201, r.text
+            sid = r.json()["id"]
+            try:
+                ex = f"/v1/sandboxes/{sid}/exec"
+                own = stdout(await h.post(ex, json={"cmd": LEAVE_DAEMON, "pid_namespace": True}))
+                after = stdout(await h.post(ex, json={"cmd": COUNT_SLEEPERS}))
+            finally:
+                await h.delete(f"/v1/sandboxes/{sid}")
+    assert "PID=1 " in own and "SLEEPERS=0" in after, (own, after)

@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -333,8 +333,27 @@ section_verl() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- NeMo Gym: its own E2B sandbox provider, configured by its shipped e2b.yaml with E2B_API_URL,
+#    E2B_SANDBOX_URL and E2B_API_KEY pointed at a real sandfleet serve: tests/test_nemogym_e2b.py.
+#    nemo-gym 0.7.0 declares Python >= 3.13.14; its sandbox path runs on 3.11, so it is installed
+#    --ignore-requires-python --no-deps with what that path imports, and e2b 2.49.1 (NeMo Gym's
+#    patched transport factory fails on e2b 2.52+). Knob: NEMOGYM_VERSION (0.7.0).
+section_nemogym() {
+  local v=${NEMOGYM_VERSION:-0.7.0}
+  local dir="$WORK/nemogym-$v" out="$OUT/nemogym"
+  say "nemogym: nemo-gym $v (no deps) into $dir"
+  venv "$dir" "$ROOT/.venv/bin/python" -e "$ROOT[dev,server]" || return 1
+  "$dir/bin/pip" install -q --no-deps --ignore-requires-python "nemo-gym==$v" || return 1
+  "$dir/bin/pip" install -q pyyaml pydantic omegaconf hydra-core aiohttp orjson itsdangerous tenacity uvloop \
+    devtools rich psutil yappi pydot "openai==2.44.0" "ray>=2.58.0" "e2b==2.49.1" || return 1
+  mkdir -p "$out"
+  "$dir/bin/python" -m pytest -m nemogym tests/test_nemogym_e2b.py -x -q -rA -p no:cacheprovider 2>&1 \
+    | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

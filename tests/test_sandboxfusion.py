@@ -187,3 +187,44 @@ def test_nothing_left_after_the_service(tmp_path: Path) -> None:
                                                        "run_timeout": 30}, timeout=3)
         ids = live(s)
     assert leftovers(ids) == []
+
+
+def test_sandbox_lost_is_sandbox_error(svc: RunningService) -> None:
+    """A sandbox killed from the host mid-run is the host's fault: SandboxError with the cause,
+    which the client retries and then raises; never a Failed the code would be blamed for."""
+    import threading
+    from types import SimpleNamespace
+
+    from sandbox_fusion import RunCodeRequest, RunCodeResponse, RunStatus, run_code
+
+    from sandfleet.testing.faultpolicies import kill_from_host
+
+    got: dict[str, Any] = {}
+
+    def call() -> None:
+        got["r"] = httpx.post(f"{endpoint(svc)}/run_code", json={
+            "code": "import time\nprint('started', flush=True)\ntime.sleep(30)\n", "language": "python",
+            "run_timeout": 60}, timeout=120)
+
+    t = threading.Thread(target=call)
+    t.start()
+    try:
+        for _ in range(600):
+            ids = live(svc)
+            if ids:
+                break
+            t.join(0.05)
+        assert len(ids) == 1
+        t.join(1.0)  # the command is running by now
+        kill_from_host(SimpleNamespace(id=ids[0]))
+    finally:
+        t.join(120)
+    r = got["r"]
+    assert r.status_code == 200
+    body = r.json()
+    assert body["status"] == "SandboxError" and body["run_result"] is None, body
+    assert "the sandbox failed during the call" in body["message"]
+    assert RunCodeResponse(**body).status == RunStatus.SandboxError  # the client's model reads it so
+    assert run_code(RunCodeRequest(code="print(2)", language="python"), endpoint=endpoint(svc),
+                    max_attempts=1).status == "Success"  # the service goes on
+    assert live(svc) == []

@@ -120,6 +120,8 @@ def test_bench_service_reports_every_figure() -> None:
     assert r.exit_code == 0, r.output
     figures = json.loads(r.stdout)
     for key in ("create_exec_close_p50_ms_remote", "create_exec_close_p50_ms_local", "create_exec_close_ratio",
-                "exec_rtt_p50_ms_remote", "exec_rtt_p50_ms_local", "execs_per_s_4_remote", "execs_per_s_4_local"):
+                "exec_rtt_p50_ms_remote", "exec_rtt_p50_ms_local", "execs_per_s_4_remote", "execs_per_s_4_local",
+                "fusion_run_code_p50_ms_c1", "v1_oneshot_p50_ms_c1", "fusion_run_code_p50_ms_c4",
+                "v1_oneshot_p50_ms_c4"):
         assert figures[key] > 0, key
     assert isinstance(figures["exec_rtt_goal_met"], bool) and figures["provenance"]["config"]["bench"] == "service"

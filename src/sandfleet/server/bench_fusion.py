@@ -52,8 +52,10 @@ async def _timed(call: Callable[[], Awaitable[None]], conc: int, n: int) -> list
     return out
 
 
-async def measure_fusion(url: str, token: str, *, n: int = 30, rounds: int = 3,
+async def measure_fusion(url: str, token: str, *, n: int = 30, rounds: int = 6, levels: tuple[int, ...] = LEVELS,
                          say: Callable[[str], None] = lambda _m: None) -> dict[str, Any]:
+    """The figures of the module docstring: per level, ``min(rounds, n)`` blocks a side of
+    ``max(level, n // blocks)`` calls each."""
     import httpx
 
     from sandfleet.client import connect
@@ -82,12 +84,13 @@ async def measure_fusion(url: str, token: str, *, n: int = 30, rounds: int = 3,
 
         await fusion()
         await oneshot()  # connections open, caches warm
-        for conc in LEVELS:
+        blocks = max(1, min(rounds, n))
+        for conc in levels:
             say(f"sandbox-fusion run_code and /v1 one-shot, {n} each at concurrency {conc}, alternating blocks")
             times: dict[str, list[float]] = {"fusion": [], "v1": []}
-            for _ in range(rounds):
-                times["fusion"] += await _timed(fusion, conc, max(conc, n // rounds))
-                times["v1"] += await _timed(oneshot, conc, max(conc, n // rounds))
+            for _ in range(blocks):
+                times["fusion"] += await _timed(fusion, conc, max(conc, n // blocks))
+                times["v1"] += await _timed(oneshot, conc, max(conc, n // blocks))
             for side, name in (("fusion", "fusion_run_code"), ("v1", "v1_oneshot")):
                 out[f"{name}_p50_ms_c{conc}"] = _p(times[side], 50)
                 out[f"{name}_p99_ms_c{conc}"] = _p(times[side], 99)

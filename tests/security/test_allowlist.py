@@ -191,3 +191,63 @@ async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers
     verdict = (await validate_tasks([task], repeats=1, backend="bwrap", network=True))["allow"]
     assert verdict.status == "valid", verdict.reason
     assert verdict.oracle_rewards == [1.0] and verdict.noop_rewards == [0.0]
+
+
+async def test_a_denylist_passes_what_it_does_not_deny(servers: tuple[str, str]) -> None:
+    """E2B's denyOut with allowOut over it: denied CIDRs are refused unless listed, the rest
+    passes, and every name resolves."""
+    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=("good.test",),
+                              deny=("198.18.0.0/15",), hosts=HOSTS)
+    try:
+        out = await probe(sb, "good.test:8080", "evil.test:8080", f"{EVIL}:8080")
+    finally:
+        await sb.close()
+    assert out["good.test:8080"] == [GOOD, "GOT", "GOOD-OK"]  # listed: past the deny
+    assert out["evil.test:8080"][:2] == [EVIL, "ERR"]  # resolves (a denylist answers every name), denied
+    assert out[f"{EVIL}:8080"][:2] == [EVIL, "ERR"]
+
+
+def test_e2b_allow_and_deny_lists_through_a_real_service(servers: tuple[str, str], tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real e2b SDK's ``network={"allow_out": [...], "deny_out": [ALL_TRAFFIC]}`` against
+    ``sandfleet serve``: the same policy as Harbor's allowlist."""
+    pytest.importorskip("fastapi")
+    pytest.importorskip("e2b")
+    from e2b import Sandbox
+    from e2b.sandbox.network import ALL_TRAFFIC
+
+    from sandfleet.server.testing import running_service
+
+    probe_py = PROBE.replace("sys.argv[1:]", "%r" % [f"{GOOD}:8080", f"{EVIL}:8080"])
+    with running_service(tmp_path, args=["--max-ttl", "900"]) as svc:
+        for k, v in {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token}.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.delenv("E2B_DOMAIN", raising=False)
+        results = {}
+        for name, network in (("allow", {"allow_out": ["198.18.5.0/24"], "deny_out": [ALL_TRAFFIC]}),
+                              ("deny", {"deny_out": ["198.18.6.10"]}), ("open", {})):
+            sb = Sandbox.create(allow_internet_access=True, network=network, timeout=300)  # type: ignore[arg-type]
+            try:
+                sb.files.write("/tmp/probe.py", probe_py)
+                results[name] = sb.commands.run("python3 /tmp/probe.py", timeout=120).stdout
+            finally:
+                sb.kill()
+    assert f"{GOOD}:8080 {GOOD} GOT GOOD-OK" in results["allow"] and f"{EVIL}:8080 {EVIL} ERR" in results["allow"]
+    assert f"{GOOD}:8080 {GOOD} GOT GOOD-OK" in results["deny"] and f"{EVIL}:8080 {EVIL} ERR" in results["deny"]
+    assert f"{EVIL}:8080 {EVIL} GOT EVIL-REACHED" in results["open"], results
+
+
+def test_e2b_network_lists_map_onto_limits() -> None:
+    from sandfleet.server.e2b_network import network_limits
+
+    assert network_limits({}) == {"network": False}
+    assert network_limits({"allow_internet_access": True}) == {"network": True}
+    assert network_limits({"allow_internet_access": False, "network": {"allowOut": ["a.test"]}}) == {
+        "network": True, "allow": ("a.test",)}
+    assert network_limits({"allow_internet_access": True, "network": {"allowOut": ["a.test"],
+                                                                      "denyOut": ["0.0.0.0/0"]}}) == {
+        "network": True, "allow": ("a.test",)}
+    assert network_limits({"allow_internet_access": True, "network": {"denyOut": ["10.0.0.0/8"]}}) == {
+        "network": True, "allow": (), "deny": ("10.0.0.0/8",)}
+    with pytest.raises(ValueError, match="network.allowOut must be a list"):
+        network_limits({"network": {"allowOut": "a.test"}})

@@ -59,6 +59,14 @@ def parse_allow(entries: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...
     return tuple(dict.fromkeys(names)), tuple(dict.fromkeys(nets))
 
 
+def parse_deny(entries: Iterable[str]) -> tuple[str, ...]:
+    """The IPv4 networks of a denylist (E2B's denyOut: addresses only); ValueError naming a bad entry."""
+    names, nets = parse_allow(entries)
+    if names:
+        raise ValueError(f"deny entry {names[0]!r}: a denylist takes IPv4 addresses and CIDRs, not names")
+    return nets
+
+
 EVERYWHERE = ("*", "0.0.0.0/0")
 """An allowlist that lists everything: a public phase of a task whose other phase is
 allowlisted (the sandbox keeps its resolver and chain, so the phases can switch)."""
@@ -109,8 +117,11 @@ class Resolver:
     """The sandbox's DNS server on ``127.0.0.1:<port>`` of the host (UDP): answers for listed
     names only, and admits each answer's addresses (``admit``) before replying."""
 
-    def __init__(self, names: tuple[str, ...], hosts: dict[str, str], admit: Callable[[list[str]], None]):
+    def __init__(self, names: tuple[str, ...], hosts: dict[str, str], admit: Callable[[list[str]], None],
+                 *, answer_all: bool = False):
         self.names, self.hosts, self.admit = names, {k.lower().rstrip("."): v for k, v in hosts.items()}, admit
+        self.answer_all = answer_all
+        """A denylist (``deny``): every name is answered, only listed names' answers admitted."""
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
         self.sock.bind(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
@@ -134,14 +145,15 @@ class Resolver:
         except (ValueError, IndexError, struct.error):
             return None
         name = name.lower().rstrip(".")
-        if not name_allowed(name, self.names):
+        listed = name_allowed(name, self.names)
+        if not listed and not self.answer_all:
             self.queries.append((name, "NXDOMAIN (not listed)"))
             return _answer(data, end, qid, NXDOMAIN, [])
         addrs = self.lookup(name) if qtype in (1, 255) else []
         if qtype in (1, 255) and not addrs:
             self.queries.append((name, "NXDOMAIN"))
             return _answer(data, end, qid, NXDOMAIN, [])
-        if addrs:
+        if addrs and listed:
             self.admit(addrs)
         self.queries.append((name, " ".join(addrs) or "no A record asked"))
         return _answer(data, end, qid, 0, addrs)
@@ -172,10 +184,19 @@ class Resolver:
 # ---------------------------------------------------------------- nftables
 
 
-def ruleset(table: str, uid: int, nets: Iterable[str], dns_port: int) -> str:
-    """The nft script that puts helper ``uid`` behind its allowlist (idempotent)."""
+def ruleset(table: str, uid: int, nets: Iterable[str], dns_port: int, deny: Iterable[str] | None = None) -> str:
+    """The nft script that puts helper ``uid`` behind its allowlist (idempotent); with
+    ``deny`` (CIDRs), a denylist instead: what is listed passes, what is denied is rejected,
+    the rest passes (E2B's allowOut over denyOut)."""
     t, c = f"inet {table}", f"al_{uid}"
     elements = ", ".join(nets)
+    denied = ", ".join(deny or ())
+    tail = ([f"add set {t} dn_{uid} {{ type ipv4_addr; flags interval; }}", f"flush set {t} dn_{uid}",
+             *([f"add element {t} dn_{uid} {{ {denied} }}"] if denied else []),
+             f"add rule {t} {c} ip daddr @dn_{uid} meta l4proto tcp counter reject with tcp reset",
+             f"add rule {t} {c} ip daddr @dn_{uid} counter reject", f"add rule {t} {c} return"]
+            if deny is not None else
+            [f"add rule {t} {c} meta l4proto tcp counter reject with tcp reset", f"add rule {t} {c} counter reject"])
     return "\n".join([
         f"add chain {t} {c}",
         f"flush chain {t} {c}",
@@ -187,8 +208,7 @@ def ruleset(table: str, uid: int, nets: Iterable[str], dns_port: int) -> str:
         f"add rule {t} {c} fib daddr type local counter reject",  # the host, even when listed
         f"add rule {t} {c} ip daddr 169.254.0.0/16 counter reject",  # link-local, even when listed
         f"add rule {t} {c} ip daddr @{c} return",
-        f"add rule {t} {c} meta l4proto tcp counter reject with tcp reset",  # refused at once
-        f"add rule {t} {c} counter reject",
+        *tail,
         f"add element {t} allowlisted {{ {uid} : jump {c} }}",
         "",
     ])
@@ -202,7 +222,7 @@ def removal(table: str, uid: int) -> list[str]:
     """nft commands that take ``uid`` out of allowlisting (each may fail when absent)."""
     t, c = f"inet {table}", f"al_{uid}"
     return [f"delete element {t} allowlisted {{ {uid} }}", f"flush chain {t} {c}", f"delete chain {t} {c}",
-            f"delete set {t} {c}"]
+            f"delete set {t} {c}", f"delete set {t} dn_{uid}"]
 
 
 def run_quiet(nft: str, commands: list[str]) -> None:
@@ -215,13 +235,14 @@ class Egress:
     ``nft(script)`` runs an nft script (raising SandboxError); ``nft_path`` for the removal."""
 
     def __init__(self, uid: int, allow: Iterable[str], hosts: dict[str, str], *, table: str,
-                 nft: Callable[[str], None], nft_path: str):
+                 nft: Callable[[str], None], nft_path: str, deny: Iterable[str] | None = None):
         self.uid, self.table, self._nft, self._nft_path = uid, table, nft, nft_path
         self.names, self.nets = parse_allow(allow)
+        self.deny = parse_deny(deny) if deny is not None else None
         self._covered = [ipaddress.ip_network(n) for n in self.nets]
         self._admitted: set[str] = set()
         self._lock = threading.Lock()
-        self.resolver = Resolver(self.names, hosts, self.admit)
+        self.resolver = Resolver(self.names, hosts, self.admit, answer_all=self.deny is not None)
         self.closed = False
 
     def replace(self, allow: Iterable[str]) -> None:
@@ -242,7 +263,7 @@ class Egress:
     def install(self) -> None:
         """Put the helper uid behind the allowlist (the caller holds the firewall lock and has
         made the table)."""
-        self._nft(ruleset(self.table, self.uid, self.nets, self.resolver.port))
+        self._nft(ruleset(self.table, self.uid, self.nets, self.resolver.port, self.deny))
 
     def admit(self, addrs: list[str]) -> None:
         """Let the sandbox reach ``addrs`` (a listed name's answer)."""

@@ -271,7 +271,8 @@ class Helper:
 
 
 def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: Iterable[int] = (),
-           owner: str | None = None, allow: Iterable[str] | None = None, hosts: dict[str, str] | None = None) -> Helper:
+           owner: str | None = None, allow: Iterable[str] | None = None, hosts: dict[str, str] | None = None,
+           deny: Iterable[str] | None = None) -> Helper:
     """Start pasta for the network namespace of ``holder_pid`` (a process inside it).
 
     ``rundir``: a private directory for pasta's pid file and log (made if missing).
@@ -280,7 +281,8 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     keeps them open). Returns when the interface is configured; raises SandboxError (with
     pasta's message) when it can't be, HostUnsupportedError when the host lacks the tools.
     ``allow``: egress only to these host names and IPv4 CIDRs, names resolved by a resolver of
-    the sandbox's own (sandbox/allowlist.py); ``hosts``: that resolver's static answers."""
+    the sandbox's own (sandbox/allowlist.py); ``hosts``: that resolver's static answers;
+    ``deny``: a denylist instead (what ``allow`` lists passes it)."""
     check_available()
     ports = _check_ports(forward)
     if allow is not None and os.environ.get("SANDFLEET_NET_UID", "").strip():
@@ -290,7 +292,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     ensure_firewall(uid, ports)
     egress = None
     if allow is not None:
-        egress = Egress(uid, allow, hosts or {}, table=TABLE, nft=_nft, nft_path=str(_tool("nft")))
+        egress = Egress(uid, allow, hosts or {}, table=TABLE, nft=_nft, nft_path=str(_tool("nft")), deny=deny)
         try:
             with _locked():
                 egress.install()
@@ -363,7 +365,7 @@ async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, co
         holder = netns_holder(root_pid)
         uid = helper_uid(config, slot.base if slot else None)
         return attach(holder, rundir=sdir / "net", uid=uid, forward=limits.forward, owner=sid, allow=limits.allow,
-                      hosts=dict(limits.hosts))
+                      hosts=dict(limits.hosts), deny=limits.deny)
 
     fut = loop.run_in_executor(None, run)
     try:

@@ -53,6 +53,10 @@ class Limits(BaseModel):
     (``*.example.com`` for its subdomains) and IPv4 addresses/CIDRs; DNS answers only for the
     listed names, from a resolver sandfleet runs for the sandbox; host and link-local
     addresses stay blocked (sandbox/allowlist.py). None: no allowlist."""
+    deny: tuple[str, ...] | None = None
+    """A denylist instead (E2B's ``denyOut``, with ``allow`` as its ``allowOut``): IPv4
+    addresses/CIDRs rejected unless ``allow`` lists them; everything else is reachable and
+    every name resolves (only listed names' answers get past ``deny``). Needs ``allow``."""
     hosts: tuple[tuple[str, str], ...] = ()
     """Static answers (name, IPv4 address) of an allowlisted sandbox's resolver, before the
     host's resolver: a name still has to be listed in ``allow`` to be answered."""
@@ -67,6 +71,18 @@ class Limits(BaseModel):
         parse_allow(v)  # ValueError naming a bad entry
         if not info.data.get("network"):
             raise ValueError("an allowlist needs network=True")
+        return tuple(dict.fromkeys(v))
+
+    @field_validator("deny")
+    @classmethod
+    def _deny(cls, v: tuple[str, ...] | None, info: ValidationInfo) -> tuple[str, ...] | None:
+        if v is None:
+            return None
+        from sandfleet.sandbox.allowlist import parse_deny
+
+        parse_deny(v)
+        if info.data.get("allow") is None:
+            raise ValueError("a denylist needs allow=(...) (what passes it; () for nothing)")
         return tuple(dict.fromkeys(v))
 
     @field_validator("hosts")

@@ -48,6 +48,7 @@ from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b_fs import FsRPC, Watcher
 from sandfleet.server.e2b_image import base_image
+from sandfleet.server.e2b_network import network_limits
 from sandfleet.server.e2b_pause import Paused
 from sandfleet.server.e2b_process import Proc, ProcessRPC
 from sandfleet.server.e2b_wire import (
@@ -193,7 +194,7 @@ class E2B(ProcessRPC, FsRPC):
             raise CPError(503, f"the E2B base image could not be made on this host: {err}") from None
         try:
             spec = SandboxSpec(image=image, workdir=HOME, env=env, labels=metadata,
-                               limits=Limits(ttl_s=float(timeout), network=bool(body.get("allow_internet_access"))),
+                               limits=Limits(ttl_s=float(timeout), **network_limits(body)),  # allowOut/denyOut
                                **({"user": "user"} if users else {}))
         except ValueError as err:
             raise CPError(400, f"invalid sandbox: {err}") from None

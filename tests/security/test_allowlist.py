@@ -4,8 +4,9 @@ come from a resolver sandfleet runs for the sandbox, for listed names only; the 
 link-local stay blocked even when listed.
 
 Offline: the "internet" is two network namespaces this test makes (behind veth pairs, in
-198.18.0.0/15, the benchmarking range), and the names are given to the sandbox's resolver
-(``Limits.hosts``). Every target is checked to be routed into a namespace of ours first."""
+198.18.0.0/15, the benchmarking range, a /24 of each half picked by the test's pid), and the
+names are given to the sandbox's resolver (``Limits.hosts``). Every target is checked to be
+routed into a namespace of ours first."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ pytestmark = [
                        reason="network tests need root, bubblewrap and iproute2"),
     pytest.mark.skipif(not netmod.availability()["available"], reason=str(netmod.availability()["reason"])),
 ]
-GOOD, EVIL = "198.18.5.10", "198.18.6.10"
+NET = os.getpid() % 254 + 1  # two runs at once (two checkouts) must not route the same addresses
+GOOD_NET, EVIL_NET = f"198.18.{NET}.0/24", f"198.19.{NET}.0/24"
+GOOD, EVIL = f"198.18.{NET}.10", f"198.19.{NET}.10"
 
 PROBE = r"""
 import socket, sys
@@ -52,8 +55,8 @@ for target in sys.argv[1:]:
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[tuple[str, str]]:
-    with peer_namespace("ag", "198.18.5.1/24", f"{GOOD}/24", "GOOD-OK") as good, \
-            peer_namespace("ae", "198.18.6.1/24", f"{EVIL}/24", "EVIL-REACHED") as evil:
+    with peer_namespace("ag", f"198.18.{NET}.1/24", f"{GOOD}/24", "GOOD-OK") as good, \
+            peer_namespace("ae", f"198.19.{NET}.1/24", f"{EVIL}/24", "EVIL-REACHED") as evil:
         yield good, evil
 
 
@@ -105,7 +108,7 @@ async def test_the_same_servers_without_an_allowlist_and_with_a_cidr(servers: tu
         assert out[f"{EVIL}:8080"] == [EVIL, "GOT", "EVIL-REACHED"] and out[f"{GOOD}:8080"][1] == "GOT"
     finally:
         await sb.close()
-    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=("198.18.6.0/24",))
+    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=(EVIL_NET,))
     try:
         out = await probe(sb, f"{GOOD}:8080", f"{EVIL}:8080")
         assert out[f"{EVIL}:8080"] == [EVIL, "GOT", "EVIL-REACHED"]
@@ -172,9 +175,9 @@ async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers
     for sub in ("tests", "solution", "environment"):
         (folder / sub).mkdir(parents=True)
     (folder / "task.toml").write_text(
-        'schema_version = "1.4"\n[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["198.18.5.0/24"]\n'
+        f'schema_version = "1.4"\n[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["{GOOD_NET}"]\n'
         '[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 120\nnetwork_mode = "allowlist"\n'
-        'allowed_hosts = ["198.18.6.0/24"]\n')
+        f'allowed_hosts = ["{EVIL_NET}"]\n')
     (folder / "instruction.md").write_text("Fetch.\n")
     (folder / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
     (folder / "solution" / "fetch.py").write_text(FETCH)
@@ -187,7 +190,7 @@ async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers
         f'&& grep -qx "{evil} EVIL-REACHED" /tmp/tests.txt && grep -q "^{good} ERR" /tmp/tests.txt; '
         "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\ncat agent.txt /tmp/tests.txt\n")
     task = load_task(folder)
-    assert task.allowed_hosts == ("198.18.5.0/24",) and task.verifier.allowed_hosts == ("198.18.6.0/24",)
+    assert task.allowed_hosts == (GOOD_NET,) and task.verifier.allowed_hosts == (EVIL_NET,)
     verdict = (await validate_tasks([task], repeats=1, backend="bwrap", network=True))["allow"]
     assert verdict.status == "valid", verdict.reason
     assert verdict.oracle_rewards == [1.0] and verdict.noop_rewards == [0.0]
@@ -224,8 +227,8 @@ def test_e2b_allow_and_deny_lists_through_a_real_service(servers: tuple[str, str
             monkeypatch.setenv(k, v)
         monkeypatch.delenv("E2B_DOMAIN", raising=False)
         results = {}
-        for name, network in (("allow", {"allow_out": ["198.18.5.0/24"], "deny_out": [ALL_TRAFFIC]}),
-                              ("deny", {"deny_out": ["198.18.6.10"]}), ("open", {})):
+        for name, network in (("allow", {"allow_out": [GOOD_NET], "deny_out": [ALL_TRAFFIC]}),
+                              ("deny", {"deny_out": [EVIL]}), ("open", {})):
             sb = Sandbox.create(allow_internet_access=True, network=network, timeout=300)  # type: ignore[arg-type]
             try:
                 sb.files.write("/tmp/probe.py", probe_py)

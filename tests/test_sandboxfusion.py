@@ -181,7 +181,12 @@ def test_token_not_logged_and_metrics(svc: RunningService) -> None:
 
 def test_nothing_left_after_the_service(tmp_path: Path) -> None:
     """Sandboxes of calls cut short (the client gone mid-run) are closed; none outlive the service."""
-    with running_service(tmp_path / "svc") as s:
+    with running_service(tmp_path / "svc", args=["--max-body-mib", "1"]) as s:
+        r = httpx.post(f"{endpoint(s)}/run_code", json={"code": "#" * (2 << 20), "language": "python"}, timeout=60)
+        assert r.status_code == 413 and "cap" in r.text
+        chunked = httpx.post(f"{endpoint(s)}/run_code", content=iter([b"x" * (1 << 20)] * 3),
+                             headers={"content-type": "application/json"}, timeout=60)  # no length: read, then cut
+        assert chunked.status_code == 413 and "cap" in chunked.json()["detail"]
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{endpoint(s)}/run_code", json={"code": "import time; time.sleep(30)", "language": "python",
                                                        "run_timeout": 30}, timeout=3)

@@ -303,9 +303,10 @@ def redact(text: str) -> str:
 def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metrics, image: str = "host") -> None:
     """Add the SandboxFusion routes to ``app`` (none of them in the schema)."""
     fusion = SandboxFusion(service, tokens, metrics, image)
-    redactor = RedactToken()
     for name in ("uvicorn.access", "uvicorn.error"):
-        logging.getLogger(name).addFilter(redactor)
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactToken) for f in logger.filters):
+            logger.addFilter(RedactToken())
 
     def error(err: FusionError) -> JSONResponse:
         return JSONResponse({"detail": err.detail}, status_code=err.status, headers=err.headers)
@@ -316,6 +317,9 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metr
         except FusionError as err:
             fusion.runs.labels(_language(request), str(err.status)).inc()
             return error(err)
+        except Problem as p:  # the body over --max-body-mib, read in chunks (Edge)
+            fusion.runs.labels(_language(request), str(p.status_code)).inc()
+            return error(FusionError(p.status_code, p.message, dict(p.headers or {})))
         except Exception as err:  # logged without the path: it holds the token
             log.error("sandbox-fusion run_code failed: %s: %s", type(err).__name__, err, exc_info=err)
             fusion.runs.labels(_language(request), "500").inc()

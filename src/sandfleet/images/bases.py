@@ -191,7 +191,8 @@ def _python(ref: str, tag: str, refuse: _Refuse) -> BaseRef:
             note += f", and Debian {suite} for the {named} variant"
     slim = "slim" in words
     packages = PYTHON_PACKAGES + (() if slim else BUILDPACK_FULL)
-    kind = "exact" if note is None else f"python:{version or 'latest'} -> python {python} (Debian {suite})"
+    asked = f"python:{version or 'latest'}" + (f"-{named}" if named else "")
+    kind = "exact" if note is None else f"{asked} -> python {python} (Debian {suite})"
     return BaseRef(ref, suite, packages, note, note is not None, python, "python", kind=kind)
 
 

@@ -59,11 +59,13 @@ def host_mirror() -> str | None:
 @functools.cache
 def suite_available(suite: str, mirror: str | None = None) -> bool:
     """Whether a base of Debian ``suite`` can be had here: one is cached, or this host can
-    debootstrap and the mirror (default: the host's) serves ``dists/<suite>/Release``."""
-    if any(img.meta.get("kind") == "debian-base" and img.meta.get("suite") == suite for img in list_images()):
-        return True
-    if mirror is None and why_no_build() is not None:
-        return False
+    debootstrap and the mirror serves ``dists/<suite>/Release``. With ``mirror`` given: only
+    whether that mirror serves it."""
+    if mirror is None:
+        if any(img.meta.get("kind") == "debian-base" and img.meta.get("suite") == suite for img in list_images()):
+            return True
+        if why_no_build() is not None:
+            return False
     mirror = mirror or host_mirror()
     if not mirror:
         return False

@@ -254,3 +254,30 @@ def test_e2b_network_lists_map_onto_limits() -> None:
         "network": True, "allow": (), "deny": ("10.0.0.0/8",)}
     with pytest.raises(ValueError, match="network.allowOut must be a list"):
         network_limits({"network": {"allowOut": "a.test"}})
+
+
+async def test_a_stale_allowlist_of_a_dead_owner_does_not_bind_the_next_sandbox(servers: tuple[str, str]) -> None:
+    """An owner killed while its sandbox was allowlisted leaves the uid's map entry behind (its
+    close never ran): a later plain network=True sandbox in that uid slot is not held to it."""
+    _good, evil = servers
+    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=())
+    helper = sb.net  # type: ignore[attr-defined]
+    uid = helper.uid
+    egress, helper.egress = helper.egress, None  # what a SIGKILLed owner leaves: no cleanup
+    egress.resolver.close()
+    await sb.close()
+    assert f"{uid} : jump al_{uid}" in table()
+    boxes = []
+    try:
+        for _ in range(4):  # the freed slot is taken again (the lowest free one)
+            boxes.append(await create_sandbox(backend="bwrap", network=True, ttl_s=300))
+            if boxes[-1].net.uid == uid:  # type: ignore[attr-defined]
+                break
+        again = boxes[-1]
+        assert again.net.uid == uid, "the slot was not reused"  # type: ignore[attr-defined]
+        assert f"{uid} : jump al_{uid}" not in table()
+        out = await probe(again, evil)
+        assert out[evil] == [EVIL, "GOT", "EVIL-REACHED"]
+    finally:
+        for b in boxes:
+            await b.close()

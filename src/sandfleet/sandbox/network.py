@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
-from sandfleet.sandbox.allowlist import Egress
+from sandfleet.sandbox.allowlist import Egress, run_quiet
 from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, Limits
 
 if TYPE_CHECKING:
@@ -291,7 +291,10 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     uid = helper_uid() if uid is None else uid
     ensure_firewall(uid, ports)
     egress = None
-    if allow is not None:
+    if allow is None:  # an allowlisted sandbox of this uid whose owner was killed left its map entry
+        with _locked():
+            run_quiet(str(_tool("nft")), [f"delete element inet {TABLE} allowlisted {{ {uid} }}"])
+    else:
         egress = Egress(uid, allow, hosts or {}, table=TABLE, nft=_nft, nft_path=str(_tool("nft")), deny=deny)
         try:
             with _locked():

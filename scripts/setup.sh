@@ -16,6 +16,12 @@ MICROVM_PACKAGES=()
 if [ "${SANDFLEET_MICROVM:-1}" = "1" ] && [ "$(uname -m)" = x86_64 ]; then
   MICROVM_PACKAGES=(qemu-system-x86 linux-image-cloud-amd64 busybox-static e2fsprogs cpio lz4)
 fi
+# the gvisor backend (runsc) and the peers `sandfleet bench peers` measures (crun, podman).
+# Optional: without them the gvisor tests skip, and bench peers reports them missing.
+PEER_PACKAGES=()
+if [ "${SANDFLEET_GVISOR:-1}" = "1" ]; then
+  PEER_PACKAGES=(runsc crun podman)
+fi
 
 missing() {
   for p in "$@"; do
@@ -24,7 +30,8 @@ missing() {
 }
 need=$(missing "${APT_PACKAGES[@]}")
 want=$(missing "${MICROVM_PACKAGES[@]}")
-if [ -n "$need$want" ]; then
+peers=$(missing "${PEER_PACKAGES[@]}")
+if [ -n "$need$want$peers" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq >/dev/null || true
@@ -36,8 +43,12 @@ if [ -n "$need$want" ]; then
       echo "setup: installing (microvm)" $want
       apt-get install -y -qq $want >/dev/null || echo "setup: microvm packages not installed; its tests will skip" >&2
     fi
+    if [ -n "$peers" ]; then
+      echo "setup: installing (gvisor, bench peers)" $peers
+      apt-get install -y -qq $peers >/dev/null || echo "setup: runsc/crun/podman not installed; gvisor tests will skip" >&2
+    fi
   else
-    echo "setup: please install:" $need $want "(as root: apt-get install ...)" >&2
+    echo "setup: please install:" $need $want $peers "(as root: apt-get install ...)" >&2
   fi
 fi
 

@@ -26,6 +26,13 @@ def backend_skip(name: str) -> str | None:
             return "bubblewrap not installed (apt-get install bubblewrap)"
         if os.geteuid() != 0:
             return "the bwrap backend needs root"
+    if name == "gvisor":
+        if not shutil.which("runsc"):
+            return "gVisor not installed (apt-get install runsc)"
+        if os.geteuid() != 0:
+            return "the gvisor backend needs root"
+        if os.environ.get("SANDFLEET_TEST_GVISOR") == "0":
+            return "gvisor tests turned off (SANDFLEET_TEST_GVISOR=0)"
     if name == "microvm":
         if os.environ.get("SANDFLEET_TEST_MICROVM") == "0":
             return "microvm tests turned off (SANDFLEET_TEST_MICROVM=0)"
@@ -40,7 +47,7 @@ def backend_skip(name: str) -> str | None:
     return None
 
 
-BACKENDS = ["process", "bwrap", "microvm"]
+BACKENDS = ["process", "bwrap", "microvm", "gvisor"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -51,7 +58,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=["bwrap", "microvm"])
+@pytest.fixture(params=["bwrap", "microvm", "gvisor"])
 def isolated_backend(request: pytest.FixtureRequest) -> str:
     why = backend_skip(request.param)
     if why:

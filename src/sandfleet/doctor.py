@@ -24,6 +24,20 @@ def _kvm() -> dict[str, Any]:
                 "reason": "/dev/kvm exists (not probed)" if present else "no /dev/kvm"}
 
 
+def _gvisor(root: bool) -> dict[str, Any]:
+    """runsc's version and the platform the gvisor backend picks here (KVM probed once, cached)."""
+    from sandfleet.sandbox.gvisor import INSTALL, choose_platform, runsc_version
+    from sandfleet.sandbox.spec import GvisorConfig
+
+    version = runsc_version()
+    if not version:
+        return {"available": False, "reason": f"gVisor missing: {INSTALL}"}
+    if not root:
+        return {"available": False, "reason": f"runsc {version}; needs root (runsc, its overlay root and cgroups)"}
+    plat, why = choose_platform(GvisorConfig())
+    return {"available": True, "platform": plat, "reason": f"runsc {version}; platform {plat}: {why}; no network yet"}
+
+
 def report() -> dict[str, Any]:
     """Facts about the host and each backend's availability, as a dict."""
     from sandfleet.images import arch
@@ -54,6 +68,7 @@ def report() -> dict[str, Any]:
         micro = {"available": False, "reason": "microvm backend not installed in this build" if qemu
                  else "QEMU missing: apt-get install qemu-system-x86 linux-image-cloud-amd64"}
     backends["microvm"] = micro
+    backends["gvisor"] = _gvisor(root)
     default = "bwrap" if backends["bwrap"]["available"] else "process"
     from sandfleet.sandbox.disk import available as disk_available
     from sandfleet.sandbox.network import availability as network_availability

@@ -437,6 +437,7 @@ static int enter_s(void) {
         if (getppid() == 1 && geteuid() == 0) prctl(PR_CAPBSET_DROP, CAP_SYS_PTRACE, 0, 0, 0);
         return 0;
     }
+    if (s_userns < 0) return 0; /* --switch-users: the sandbox's kernel (gVisor) is the boundary */
     return setns(s_userns, CLONE_NEWUSER);
 }
 static int take_user(uid_t uid, gid_t gid) {
@@ -490,9 +491,14 @@ static int confine(int no_network, int own_pidns, const char **what) {
         struct ifreq ifr;
         memset(&ifr, 0, sizeof ifr);
         strcpy(ifr.ifr_name, "lo");
-        if (fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0) return -1;
-        ifr.ifr_flags |= IFF_UP;
-        if (ioctl(fd, SIOCSIFFLAGS, &ifr) < 0) return -1;
+        if (fd < 0) return -1;
+        int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
+        if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
+            ifr.ifr_flags |= IFF_UP;
+            rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+        }
+        /* gVisor (--switch-users) has no interface ioctls; its new namespace's loopback is up */
+        if (rc < 0 && !(errno == ENOTTY && s_userns < 0)) return -1;
         close(fd);
     }
     if (filter_len) {
@@ -1704,13 +1710,17 @@ int main(int argc, char **argv) {
             ttl = atof(argv[++i]);
         } else if (!strcmp(argv[i], "--isolate")) {
             isolate_wanted = 1;
+        } else if (!strcmp(argv[i], "--switch-users")) {
+            /* As root of a sandbox whose kernel is not the host's (gVisor's Sentry, which
+             * can't setns into a user namespace): commands take their users directly. */
+            isolate_wanted = 2;
         } else if (!strcmp(argv[i], "--cgroup-dir") && i + 1 < argc) {
             snprintf(cg_dir, sizeof cg_dir, "%s", argv[++i]);
         } else if (!strcmp(argv[i], "--version")) {
             printf("sandfleet-agent protocol %s\n", PROTO_VERSION);
             return 0;
         } else {
-            fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate] "
+            fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
                             "[--cgroup-dir DIR] | launch ...\n");
             return 64;
         }
@@ -1730,6 +1740,11 @@ int main(int argc, char **argv) {
         close(afd);
     }
     oom_protected = atoi(adj) < 0;
-    if (isolate_wanted && isolate() < 0) return 77;
+    if (isolate_wanted == 1 && isolate() < 0) return 77;
+    if (isolate_wanted == 2) {
+        prctl(PR_SET_DUMPABLE, 0);
+        clearenv();
+        isolated = 1;
+    }
     return serve(ttl);
 }

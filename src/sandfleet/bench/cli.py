@@ -13,7 +13,7 @@ def bench() -> None:
     """Benchmarks: micro (sandbox layer), run (capacity), report (one run), compare (two hosts)."""
 
 
-BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm"])
+BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"])
 
 
 @bench.command("micro")

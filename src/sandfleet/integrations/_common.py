@@ -4,7 +4,7 @@ process's live rollouts and sandboxes (which ``abort`` ends).
 Settings a trainer can't pass per call come from the environment:
 
 - ``SANDFLEET_TASKS``: the folder task names are looked up in;
-- ``SANDFLEET_BACKEND``: ``auto`` (default), ``bwrap``, ``process`` or ``microvm``;
+- ``SANDFLEET_BACKEND``: ``auto`` (default), ``bwrap``, ``process``, ``microvm`` or ``gvisor``;
 - ``SANDFLEET_NETWORK``: ``1`` gives sandboxes network access (default off);
 - ``SANDFLEET_AGENT_USER``: who the agent runs as (default: the task's declared user, else
   the non-root ``agent``);

@@ -90,7 +90,7 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--concurrency", default=8, show_default=True, type=int,
               help="Rollouts in flight at once; at least -n (a group's rollouts are admitted together).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
               show_default=True)
 @click.option("--no-limits", is_flag=True,
               help="Run sandboxes without cpu, memory and pids limits where cgroups are unusable (else refused).")

@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 SCRIPT_PATH = "/tmp/.sandfleet-prepare.sh"
 """Where the script is put for its run (removed when it ends, so the prepared state holds none)."""
-ISOLATED_BACKENDS = ("bwrap", "microvm", "firecracker")
+ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
 """Backends where users exist (the process backend has none: no root, no hand-over)."""
 OUTPUT_TAIL = 2000
 

@@ -95,7 +95,7 @@ TRANSFER_MAX_BYTES = min(1 << 30, MAX_OUTPUT - (1 << 20))
 """``--verify separate`` carries at most this much of the workdir and artifacts: their allocated
 bytes, measured before any is read, and their archive (one command's output, ~127 MiB)."""
 VERIFIER_USER = "verifier"
-ISOLATED_BACKENDS = ("bwrap", "microvm", "firecracker")
+ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
 """Backends where users exist; elsewhere (``process``) owners are left alone."""
 
 # Empty each test folder ("t:PATH") and reward folder ("r:PATH") -- a link or file in its

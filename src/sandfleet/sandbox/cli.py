@@ -21,7 +21,7 @@ from sandfleet.sandbox.spec import SandboxSpec
 
 def spec_options(f: Any) -> Any:
     for opt in reversed([
-        click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
+        click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
                      show_default=True),
         click.option("--image", default="host", show_default=True, help="Image name or hash."),
         click.option("--cpus", type=float, default=1.0, show_default=True, help="CPU quota."),

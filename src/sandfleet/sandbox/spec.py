@@ -188,18 +188,30 @@ class MicrovmConfig(_Config):
     target: ClassVar[str] = "sandfleet.sandbox.microvm:MicrovmBackend"
 
 
-BackendConfig = Annotated[ProcessConfig | BwrapConfig | MicrovmConfig, Field(discriminator="kind")]
-BACKENDS = ("process", "bwrap", "microvm")
+class GvisorConfig(_Config):
+    """gVisor (runsc): a kernel in user space per sandbox, over the same image layers (docs/security.md)."""
+
+    kind: Literal["gvisor"] = "gvisor"
+    runsc: str = "runsc"
+    """The runsc binary (resolved to an absolute path once, at backend start)."""
+    platform: Literal["auto", "ptrace", "kvm"] = "auto"
+    """runsc's platform: "auto" is KVM where runsc runs on it here (probed once), else ptrace."""
+    target: ClassVar[str] = "sandfleet.sandbox.gvisor:GvisorBackend"
+
+
+AnyConfig = ProcessConfig | BwrapConfig | MicrovmConfig | GvisorConfig
+BackendConfig = Annotated[AnyConfig, Field(discriminator="kind")]
+BACKENDS = ("process", "bwrap", "microvm", "gvisor")
 _adapter: TypeAdapter[Any] = TypeAdapter(BackendConfig)
 
 
-def backend_config(value: str | dict[str, Any] | BaseModel) -> ProcessConfig | BwrapConfig | MicrovmConfig:
+def backend_config(value: str | dict[str, Any] | BaseModel) -> AnyConfig:
     """Validate a backend name or config dict into its config model."""
-    if isinstance(value, ProcessConfig | BwrapConfig | MicrovmConfig):
+    if isinstance(value, AnyConfig):
         return value
     data = {"kind": value} if isinstance(value, str) else value
     try:
-        cfg: ProcessConfig | BwrapConfig | MicrovmConfig = _adapter.validate_python(data)
+        cfg: AnyConfig = _adapter.validate_python(data)
         return cfg
     except ValidationError as e:
         kind = data.get("kind") if isinstance(data, dict) else data
@@ -234,7 +246,7 @@ class SandboxSpec(BaseModel):
     seccomp_allow: tuple[str, ...] = ()
     """Rules of the default seccomp filter to opt out of (names in
     :data:`sandfleet.sandbox.seccomp.RULES`, e.g. ``namespaces``, ``mount``, ``io_uring``), or
-    ``unconfined`` for no filter. The filter applies on bwrap and microvm; the process
+    ``unconfined`` for no filter. The filter applies on bwrap, gvisor and microvm; the process
     backend (development only) runs commands unfiltered (docs/security.md, "Syscall filter")."""
 
     @field_validator("seccomp_allow", mode="before")

@@ -44,7 +44,7 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--port", default=8765, show_default=True, help="Port (0: any free one, printed when ready).")
 @click.option("--token-file", required=True, type=click.Path(path_type=Path),
               help="Bearer tokens, one per line; mode 600 (re-read on SIGHUP).")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm"]), default="auto",
+@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
               show_default=True)
 @click.option("--max-sandboxes", type=int, default=None, help="Live sandboxes at most (default: from memory).")
 @click.option("--max-busy", type=int, default=None, help="Commands running at once at most (default: threads).")

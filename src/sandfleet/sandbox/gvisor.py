@@ -1,0 +1,269 @@
+"""The ``gvisor`` backend: sandfleet's guest agent as the init of a gVisor (runsc) sandbox.
+
+gVisor is a kernel in user space: the sandbox's syscalls are served by runsc's Sentry, and
+none reaches the host kernel directly. Start-up of one sandbox (docs/security.md, "Backends"):
+
+1. ``sandfleet-agent launch`` (as root on the host) joins the sandbox's cgroups (runsc's
+   sandbox, gofer and, on ptrace, the stub processes are all born inside: the limits hold
+   for the whole of it), makes a private mount namespace, mounts a size-limited tmpfs for
+   the writable layer and an overlay of it over the read-only image root, prepares the
+   writable directories, sets PR_SET_PDEATHSIG, and
+2. execs ``runsc run`` on an OCI bundle whose root is that overlay, with no network
+   (``--network=none``: a loopback only), ``--ignore-cgroups`` (the launcher placed it), and
+3. the bundle's process is the guest agent (``--switch-users``: gVisor can't setns into a
+   user namespace, so commands take their users directly inside the Sentry), which serves
+   the host over runsc's stdin/stdout (``runsc run`` hands its stdio to the container's init).
+
+The mounts exist only in the launcher's namespace: they vanish with the sandbox. runsc's
+state directory is inside the sandbox's marker directory; close() and the reaper remove
+both, and the cgroup (``cgroup.kill``) ends anything runsc left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from sandfleet.agent.build import cache_dir
+from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxError
+from sandfleet.images import Image, resolve_image
+from sandfleet.reaping import reap_adopted
+from sandfleet.sandbox import cgroups, seccomp
+from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
+from sandfleet.sandbox.base import Snapshot, create_many, new_id
+from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
+from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, GvisorConfig, SandboxSpec
+from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
+
+INSTALL = "apt-get install runsc"
+KVM_PROBE_S = 8.0
+# what the agent needs: switch users, own files as any user, kill and trace its commands
+CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
+        "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
+        "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_AUDIT_WRITE", "CAP_MKNOD"]
+
+
+@functools.cache
+def runsc_version(binary: str = "runsc") -> str | None:
+    path = shutil.which(binary)
+    if not path:
+        return None
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    first = out.stdout.strip().splitlines()
+    return first[0].removeprefix("runsc version ").strip() if first else "unknown"
+
+
+def _kvm_usable() -> bool:
+    try:
+        fd = os.open("/dev/kvm", os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def probe_kvm(runsc: str) -> tuple[bool, str]:
+    """Whether runsc's KVM platform runs ``true`` here within KVM_PROBE_S (nested KVM on a
+    cloud VM often opens /dev/kvm and then hangs); cached per runsc version in the cache dir."""
+    if not _kvm_usable():
+        return False, "/dev/kvm is not usable"
+    version = runsc_version(runsc) or "unknown"
+    cache = cache_dir() / "gvisor-platform.json"
+    try:
+        known = json.loads(cache.read_text())
+        if known.get("version") == version:
+            return bool(known["kvm"]), str(known["why"])
+    except (OSError, ValueError, KeyError):
+        pass
+    with tempfile.TemporaryDirectory(prefix="sandfleet-kvm-probe-") as state:
+        argv = [runsc, "--root", state, "--network=none", "--platform=kvm", "do", "/bin/true"]
+        proc = subprocess.Popen(argv, cwd="/", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            rc = proc.wait(timeout=KVM_PROBE_S)
+            ok, why = rc == 0, f"runsc --platform=kvm do /bin/true exited {rc}"
+        except subprocess.TimeoutExpired:
+            ok, why = False, f"runsc --platform=kvm did not run /bin/true within {KVM_PROBE_S:g} s"
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            listed = subprocess.run([runsc, "--root", state, "list", "-q"], capture_output=True, text=True)
+            for cid in listed.stdout.split():  # its sandbox and gofer: ended by runsc itself
+                subprocess.run([runsc, "--root", state, "delete", "-force", cid], capture_output=True)
+    if ok:
+        why = "runsc --platform=kvm runs"
+    tmp = cache.with_suffix(f".{os.getpid()}")
+    tmp.write_text(json.dumps({"version": version, "kvm": ok, "why": why}))
+    tmp.replace(cache)
+    return ok, why
+
+
+def choose_platform(config: GvisorConfig) -> tuple[str, str]:
+    """(platform, why): what the config names, else KVM where runsc runs on it, else ptrace
+    (Debian's runsc 0.0~20221219 has no systrap)."""
+    if config.platform != "auto":
+        return config.platform, "chosen in the backend config"
+    ok, why = probe_kvm(config.runsc)
+    return ("kvm", why) if ok else ("ptrace", f"no KVM platform ({why})")
+
+
+class GvisorSandbox(LocalSandbox):
+    backend = "gvisor"
+
+    def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, sdir: Path,
+                 cg: cgroups.Cgroup | None, layers: list[Path]):
+        super().__init__(sid, spec, agent, sdir, cg)
+        self.layers = layers
+
+    @property
+    def upper(self) -> Path:
+        """The writable layer as the host sees it (through the launcher's mount namespace)."""
+        return Path(f"/proc/{self.agent.proc.pid}/root") / str(self.dir / "rw/upper").lstrip("/")
+
+    async def snapshot(self) -> Snapshot:
+        """Save the writable layer (after the Sentry wrote back what it caches: sync)."""
+        self._check()
+        res = await self.exec(["sync"], user="root", cwd="/", timeout=60)
+        if res.exit_code != 0:
+            raise SandboxError(f"snapshot of {self.id} failed: sync in the sandbox: {res.output.strip()}")
+        snap = new_snapshot_dir()
+        proc = await asyncio.create_subprocess_exec(
+            "cp", "-a", "--reflink=auto", f"{self.upper}/.", str(snap / "layer"), stderr=asyncio.subprocess.PIPE)
+        _, err = await proc.communicate()
+        if proc.returncode != 0:
+            shutil.rmtree(snap, ignore_errors=True)
+            raise SandboxError(f"snapshot of {self.id} failed: {err.decode(errors='replace')}")
+        return Snapshot(backend="gvisor", spec=self.spec, layer=snap / "layer", layers=[snap / "layer", *self.layers],
+                        cleanup=lambda: shutil.rmtree(snap, ignore_errors=True))
+
+    def memory_events(self) -> dict[str, int]:
+        return self.cgroup.memory_events() if self.cgroup else {}
+
+    async def close(self) -> None:
+        """Close as any local sandbox, then reap runsc's sandbox, gofer and stub processes: they
+        outlive ``runsc run`` for a moment and come back to this process (a subreaper)."""
+        if self._closed:
+            return
+        pinned: list[int] = []
+        for pid in self.cgroup.pids() if self.cgroup is not None else ():
+            with contextlib.suppress(OSError):
+                pinned.append(os.pidfd_open(pid))
+        try:
+            await super().close()
+        finally:
+            await _off_loop(lambda: reap_adopted(pinned))
+
+
+class GvisorBackend:
+    name = "gvisor"
+
+    def __init__(self, config: GvisorConfig | None = None):
+        self.config = config or GvisorConfig()
+        if runsc_version(self.config.runsc) is None:
+            raise HostUnsupportedError(f"gVisor ({self.config.runsc}) is not installed: {INSTALL}")
+        if os.geteuid() != 0:
+            raise HostUnsupportedError("the gvisor backend needs root on the host (runsc, its overlay root "
+                                       "and cgroups); run as root, or use --backend process for development")
+        found = shutil.which(self.config.runsc)
+        assert found is not None
+        self.runsc = str(Path(found).resolve())
+        self.platform, self.platform_why = choose_platform(self.config)
+
+    def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path) -> dict[str, Any]:
+        """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay)."""
+        args = ["/.sandfleet/sandfleet-agent", "--switch-users"]
+        if spec.limits.ttl_s:
+            args += ["--ttl", str(spec.limits.ttl_s)]
+        return {
+            "ociVersion": "1.0.0",
+            "process": {"user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
+                        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                        "capabilities": {k: CAPS for k in ("bounding", "effective", "permitted")},
+                        "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1 << 20, "soft": 1 << 20}]},
+            "root": {"path": str(root), "readonly": False},
+            "hostname": "sandbox",
+            "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
+                       {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                       {"destination": "/.sandfleet", "type": "bind", "source": str(agent_dir),
+                        "options": ["rbind", "ro"]}],
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
+        }
+
+    def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, lowers: list[Path], cg: cgroups.Cgroup | None,
+              agent_dir: Path) -> list[str]:
+        lim = spec.limits
+        sdir = sdir.resolve()
+        rw, root = sdir / "rw", sdir / "root"
+        a = [str(agent_dir / "sandfleet-agent"), "launch"]
+        for f in cg.join_files if cg else []:
+            a += ["--cgroup", str(f)]
+        a += ["--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755",
+              "--tmpfs", str(rw), f"{lim.disk_mib}m",
+              "--mkdir", str(rw / "upper"), "0", "0", "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
+        if lowers[-1] == Path("/"):  # the host's root: layers copied up, the hidden host made empty
+            for layer in reversed(lowers[:-1]):
+                a += ["--copy", str(layer), str(rw / "upper")]
+            hidden_dirs, hidden_other = _host_hidden()
+            for path in hidden_dirs:
+                a += ["--opaque", f"{rw}/upper{path}", "0", "0", FRESH_MODES.get(path, "0755")]
+            for path in hidden_other:
+                a += ["--whiteout", f"{rw}/upper{path}"]
+            lowers = lowers[-1:]
+        a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
+        if lowers[-1] != Path("/"):
+            a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
+        ids = [str(AGENT_UID)] * 2
+        for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
+            a += ["--mkdir", f"{root}{path}", *ids, "0755"]
+        a += ["--mkdir", f"{root}/.sandfleet", str(ROOT_UID), str(ROOT_UID), "0755",
+              "--pdeathsig", str(os.getpid()), "--"]
+        a += [self.runsc, "--root", str(sdir / "runsc"), "--network=none", f"--platform={self.platform}",
+              "--ignore-cgroups", "run", "--bundle", str(sdir / "bundle"), sid]
+        return a
+
+    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:
+        if spec.limits.network:
+            raise ConfigError("the gvisor backend has no network yet (network=True): runsc runs with "
+                              "--network=none here; use --backend bwrap or microvm for a sandbox with network")
+        image: Image = resolve_image(spec.image)
+        if not image.is_host and len(image.lowers) > 1:
+            raise ConfigError(f"the gvisor backend can't run built image {image.name!r} yet: its layers are stored "
+                              "shifted into the bwrap uid range (docs/security.md); use the host image or a base image")
+        lowers = [*(layers or []), *image.lowers]
+        sid = new_id("gvisor")
+        sdir = state_root() / sid
+        sdir.mkdir(parents=True)
+        cg = cgroups.sandbox_cgroup(sid, spec.limits)
+        meta = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,
+                "cgroup": cg is not None, "labels": spec.labels}
+        write_meta(sdir, meta)
+        try:
+            if cg is not None:
+                cg.create(spec.limits)
+            agent_dir = _agent_dir()
+            (sdir / "bundle").mkdir()
+            (sdir / "bundle/config.json").write_text(json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir)))
+            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir)
+            agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
+                                             seccomp=await seccomp.program_for(spec.seccomp_allow))
+        except BaseException:
+            if cg is not None:
+                cg.remove()
+            shutil.rmtree(sdir, ignore_errors=True)
+            raise
+        return GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+
+    async def fork(self, snapshot: Snapshot, n: int) -> list[GvisorSandbox]:
+        return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)

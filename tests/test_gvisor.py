@@ -1,0 +1,126 @@
+"""The gvisor backend's own behaviour: what differs from bwrap, and that it still holds.
+
+The contract suite (test_sandbox_contract.py), the faults (test_sandbox_faults.py) and the
+seccomp suite run on gvisor too, through the backend fixtures of conftest.py."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import platform
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import backend_skip
+from sandfleet.errors import ConfigError, SandboxDiedError
+from sandfleet.sandbox import cgroups, create_sandbox
+from sandfleet.sandbox.state import reap_leftovers, state_root
+
+pytestmark = pytest.mark.skipif(bool(backend_skip("gvisor")), reason=str(backend_skip("gvisor")))
+
+
+def _alive(pids: set[int]) -> list[int]:
+    return [p for p in pids if Path(f"/proc/{p}").exists()]
+
+
+async def test_commands_run_on_gvisors_kernel_as_their_users() -> None:
+    async with await create_sandbox(backend="gvisor", ttl_s=120) as sb:
+        r = await sb.exec("uname -r; id -u; id -u root 2>/dev/null; echo x > /etc/nope", timeout=30)
+        kernel, uid = r.stdout.split()[:2]
+        assert kernel != platform.release(), "the command saw the host's kernel"
+        assert uid == "1000" and "Permission denied" in r.stderr
+        root = await sb.exec("id -u; echo y > /etc/mine && cat /etc/mine", user="root", timeout=30)
+        assert root.stdout.split() == ["0", "y"]
+        no_net = await sb.exec("cat /proc/net/dev", network=False, timeout=30)  # the verifier's no-network
+        assert no_net.exit_code == 0 and "lo:" in no_net.stdout, no_net.output
+
+
+async def test_network_and_built_images_are_refused_clearly() -> None:
+    with pytest.raises(ConfigError, match="gvisor backend has no network yet"):
+        await create_sandbox(backend="gvisor", network=True)
+
+
+async def test_fork_bomb_ends_only_its_own_sandbox() -> None:
+    """The pids limit holds runsc's sandbox, gofer and ptrace stubs (every guest process needs
+    a host stub): a bomb that reaches it ends the sandbox with a clear error, the host and
+    other sandboxes carry on, and nothing is left."""
+    other = await create_sandbox(backend="gvisor", ttl_s=120)
+    sb = await create_sandbox(backend="gvisor", ttl_s=120, pids=128)
+    try:
+        assert sb.cgroup is not None  # type: ignore[attr-defined]
+        try:
+            r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 5", timeout=5)
+            assert r.timed_out or r.exit_code != 0
+        except SandboxDiedError as e:
+            assert "its process" in str(e), e
+        assert (await other.exec("echo alive", timeout=30)).stdout == "alive\n"
+    finally:
+        await sb.close()
+        await other.close()
+    assert not (state_root() / sb.id).exists()
+
+
+async def test_memory_hog_ends_only_its_own_sandbox() -> None:
+    sb = await create_sandbox(backend="gvisor", ttl_s=120, memory_mib=256)
+    hog = "mkfifo /tmp/hog; head -c 1200000000 /dev/zero > /tmp/hog & exec tail -c 1200000000 < /tmp/hog"
+    try:
+        try:
+            r = await sb.exec(hog, timeout=90)
+            assert r.exit_code != 0, "the hog outgrew its memory limit"
+        except SandboxDiedError as e:
+            assert "OOM kill" in str(e), e  # said how it died (rollout/verdict.py reads it)
+    finally:
+        await sb.close()
+
+
+def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
+    """runsc's processes all live in the sandbox's cgroup, and runsc run dies with its owner
+    (PR_SET_PDEATHSIG): the reaper finds nothing running, the cgroup and marker go."""
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio
+        from sandfleet.sandbox import create_sandbox
+        async def main():
+            sb = await create_sandbox(backend="gvisor")
+            await sb.exec("sleep 1000 > /dev/null 2>&1 &")
+            print(sb.id, sorted(sb.cgroup.pids()), flush=True)
+            await asyncio.sleep(1000)
+        asyncio.run(main())
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "SANDFLEET_SUBREAPER": "0"})
+    assert proc.stdout is not None
+    sid, *rest = proc.stdout.readline().replace("[", " ").replace("]", " ").replace(",", " ").split()
+    pids = {int(p) for p in rest}
+    assert pids and (state_root() / sid).exists()
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    time.sleep(0.3)
+    assert sid in reap_leftovers()
+    assert not (state_root() / sid).exists()
+    assert sid not in cgroups.leftover_names()
+    deadline = time.monotonic() + 5
+    while _alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [p for p in _alive(pids) if "Z" not in Path(f"/proc/{p}/stat").read_text().split(")")[-1][:3]]
+    assert not left, f"runsc processes outlived their owner: {left}"
+
+
+async def test_many_at_once_and_close_leaves_no_runsc() -> None:
+    boxes = await asyncio.gather(*(create_sandbox(backend="gvisor", ttl_s=120) for _ in range(4)))
+    pids: set[int] = set()
+    try:
+        outs = await asyncio.gather(*(b.exec("echo $((6*7))", timeout=30) for b in boxes))
+        assert [o.stdout for o in outs] == ["42\n"] * 4
+        for b in boxes:
+            pids |= b.cgroup.pids()  # type: ignore[attr-defined]
+    finally:
+        await asyncio.gather(*(b.close() for b in boxes))
+    assert pids and not _alive(pids)

@@ -189,6 +189,14 @@ async def test_snapshot_and_fork(sb: Sandbox) -> None:
         snap.delete()
 
 
+def _running(pid: int) -> bool:
+    """Whether host process ``pid`` runs (a zombie left to init, which reaps it, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
 async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None, remote: Any = None) -> None:
     box = await _create(backend, remote)
     tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
@@ -208,7 +216,7 @@ async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None,
     await box.close()
     assert not d.exists()
     assert not [x for x in dirs if x.exists()]  # the sandbox's own cgroups, wherever they are
-    assert not [p for p in host_procs if Path(f"/proc/{p}").exists()], "runsc's processes outlived close()"
+    assert not [p for p in host_procs if _running(p)], "runsc's processes outlived close()"
     if backend not in ("microvm", "gvisor"):
         deadline = asyncio.get_running_loop().time() + 2
         while running(tag) and asyncio.get_running_loop().time() < deadline:

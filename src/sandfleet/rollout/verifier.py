@@ -73,8 +73,8 @@ from sandfleet.errors import (
     TaskError,
 )
 from sandfleet.images import Image
-from sandfleet.rollout import testguard
 from sandfleet.rollout.policy import stage_uploads
+from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_git_script
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
@@ -353,9 +353,9 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     owner = uid_of(user) if isolated else ""
     dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
     dirs.append("w:" + _guest(sandbox, task.workdir))
-    script = testguard.sanitize_git_script() + PREPARE
+    script = sanitize_git_script() + PREPARE
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
-                             env={"PY_GUARD": testguard.PY_GUARD})
+                             env={"PY_GUARD": PY_GUARD})
     values, risks = _notes(res.stdout)
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
@@ -406,8 +406,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     else:
         env = {**plan.env, "HOME": values["home"], "PYTHONNOUSERSITE": "1"}
         base = {**sandbox.spec.env, **env}
-        env.update(testguard.python_env(base, values["python"], _guest(sandbox, task.workdir)))
-        env.update(testguard.git_env(base))
+        env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
+        env.update(git_env(base))
     argv = await _test_command(task, sandbox, user)
     _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:

@@ -3,7 +3,7 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym, skyrl)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -352,8 +352,25 @@ section_nemogym() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- SkyRL: the trial config SkyRL's HarborGenerator builds, with environment.import_path naming
+#    sandfleet's Harbor environment, run as a Harbor Trial (oracle 1, nop 0):
+#    tests/test_skyrl_harbor.py, in the harbor section's venv (Python 3.12+).
+section_skyrl() {
+  local py dir="$WORK/harbor" out="$OUT/skyrl"
+  if ! py=$(python312); then
+    say "skyrl: SKIPPED (Harbor 0.25 needs Python 3.12 or later, and none was found)"
+    return 0
+  fi
+  say "skyrl: ${HARBOR_SPEC:-harbor>=0.25,<0.26} with $py in $dir"
+  venv "$dir" "$py" "${HARBOR_SPEC:-harbor>=0.25,<0.26}" -e "$ROOT[dev]" || return 1
+  mkdir -p "$out"
+  BACKEND="$BACKEND" "$dir/bin/python" -m pytest -m skyrl tests/test_skyrl_harbor.py -x -q -rA -p no:cacheprovider \
+    2>&1 | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym skyrl)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

@@ -44,6 +44,13 @@ libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 kind, cap, hold = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "hold"
 held, extra = [], {}
+if hold:  # an attacker first tries to raise its namespace's limits (root of S may write S's own)
+    for f in os.listdir("/proc/sys/user"):
+        try:
+            with open("/proc/sys/user/" + f, "w") as out:
+                out.write("2147483647")
+        except OSError:
+            pass
 ARM = platform.machine() in ("aarch64", "arm64")
 ADD_KEY, KEYCTL = (217, 219) if ARM else (248, 250)
 NS = {"user": (0x10000000, "user"), "mnt": (0x20000, "mnt"), "pid": (0x20000000, "pid_for_children"),
@@ -129,8 +136,8 @@ if hold:
 # (resource, user in the sandbox, bound A must hit, how many B and host root must still get)
 RESOURCES = [
     ("inotify", "agent", 128, 5),
-    ("watches", "agent", 65536, 50),
-    ("fanotify", "agent", 128, 3),
+    ("watches", "root", 65536, 50),
+    ("fanotify", "root", 32, 3),
     ("keys", "agent", 200, 5),
     ("mqueue", "root", 64, 1),
     ("user", "agent", 64, 3),

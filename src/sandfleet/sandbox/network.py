@@ -99,7 +99,9 @@ def availability() -> dict[str, object]:
         return {"available": False, "reason": "missing " + ", ".join(missing)}
     if os.geteuid() != 0:
         return {"available": False, "reason": "needs root (the helper joins the sandbox's namespaces)"}
-    return {"available": True, "reason": f"pasta as host uid {helper_uid()}, nftables table inet {TABLE}"}
+    who = (f"host uid {helper_uid()}" if os.environ.get("SANDFLEET_NET_UID", "").strip()
+           else f"each uid slot's owner (slot 0: host uid {helper_uid()})")
+    return {"available": True, "reason": f"pasta as {who}, nftables table inet {TABLE}"}
 
 
 def check_available() -> None:

@@ -122,3 +122,18 @@ def test_a_build_step_in_another_slot_stores_its_layer_canonical(tmp_path: Path)
     finally:
         for s in held:
             s.release()
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--userns-owner", "0"], "bad --userns-owner"),
+    (["--userns-owner", "12x"], "bad --userns-owner"),
+    (["--userns-max", "../../kernel/x", "1"], "bad --userns-max"),
+    (["--userns-max", "inotify_instances", "-1"], "bad --userns-max"),
+    (["--shift-ns", "0", "5", "1"], "bad --shift-ns range"),
+    (["--shift", "/", "/tmp"], "--shift needs --shift-ns first"),
+])
+def test_the_launcher_names_a_bad_uid_option(args: list[str], message: str) -> None:
+    from sandfleet.agent.build import agent_binary
+
+    p = subprocess.run([str(agent_binary()), "launch", *args, "--", "/bin/true"], capture_output=True, text=True)
+    assert p.returncode == 125 and message in p.stderr, (p.returncode, p.stderr)

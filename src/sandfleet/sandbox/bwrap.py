@@ -48,6 +48,8 @@ HOST_HIDDEN_BELOW = ("/var/lib", "/var/cache", "/var/tmp", "/var/log", "/var/mai
                      "/var/backups", "/var/opt", "/var/local")
 FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
 CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest agent (a cgroup per command)
+SHM_BYTES = 64 << 20
+"""The size of /dev/shm, a tmpfs of its own (Docker's default); its pages count in the memory limit."""
 
 
 def _host_hidden() -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -263,7 +265,10 @@ class BwrapBackend:
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", *agent_ids, "0755"]
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--pdeathsig", str(os.getpid()), "--"]
-        a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--proc", "/proc",
+        # /dev/shm as in Docker: a tmpfs of its own, mode 1777, 64 MiB (bwrap's --dev leaves a
+        # root-owned 0755 folder: POSIX semaphores, so multiprocessing, failed for non-root users)
+        a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--perms", "1777",
+              "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
               "--ro-bind", str(agent_dir), "/.sandfleet"]
         if lim.network and lim.allow is not None:  # its own resolver (allowlist.py), reached through pasta
             a += ["--ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]

@@ -3,7 +3,8 @@
 # in scripts/test.sh; CI keeps the light call-shape tests, tests/test_integrations_*.py).
 #
 #   scripts/test-integrations.sh                  every section
-#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym, skyrl)
+#   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym, skyrl,
+#                                                 verifiers)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -369,8 +370,23 @@ section_skyrl() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- verifiers: a verifiers 0.4 task whose @vf.reward runs the answer's tests in the runtime it
+#    is given, SandfleetRuntime (sandfleet.integrations.verifiers), locally and on a real
+#    sandfleet serve: a right answer 1.0, a wrong one 0.0 (tests/test_verifiers_runtime.py).
+#    Knob: VERIFIERS_VERSION (0.4.0).
+section_verifiers() {
+  local v=${VERIFIERS_VERSION:-0.4.0}
+  local dir="$WORK/verifiers-$v" out="$OUT/verifiers"
+  say "verifiers: verifiers $v into $dir"
+  venv "$dir" "$ROOT/.venv/bin/python" "verifiers==$v" -e "$ROOT[dev,server]" || return 1
+  mkdir -p "$out"
+  "$dir/bin/python" -m pytest -m verifiers tests/test_verifiers_runtime.py -x -q -rA -p no:cacheprovider 2>&1 \
+    | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym skyrl)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym skyrl verifiers)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

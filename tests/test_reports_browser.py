@@ -48,3 +48,28 @@ def test_analysis_report_without_model_time(tmp_path: Path, browser: Any) -> Non
     page = check_report(browser, tmp_path / "conv.html", ["breakdown", "group-wait"])
     assert "whatif" not in page.charts
     assert "not applicable" in page.text.lower()
+
+
+def test_bench_peers_page(tmp_path: Path, browser: Any) -> None:  # noqa: F811
+    """The peers page of a real (short) run of the systems that need nothing but root."""
+    import os
+    import shutil
+
+    import pytest
+
+    from sandfleet.bench.peers import default_image
+    from sandfleet.bench.peers_report import expected_charts
+
+    if os.geteuid() != 0 or not shutil.which("bwrap") or not shutil.which("crun") or default_image() == "host":
+        pytest.skip("needs root, bubblewrap, crun and a base image (crun can't run on the host's root)")
+    out, html = tmp_path / "peers.json", tmp_path / "peers.html"
+    proc = subprocess.run([sys.executable, "-m", "sandfleet", "bench", "peers", "--only", "raw-bwrap,crun",
+                           "--image", default_image(), "--rounds", "2", "--rtt", "2", "--out", str(out),
+                           "--html", str(html)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    charts = expected_charts(json.loads(out.read_text()))
+    assert charts == ["peers-create", "peers-rtt", "peers-cpu", "peers-pss"]
+    page = check_report(browser, html, charts)
+    assert "raw-bwrap" in page.text and "crun" in page.text

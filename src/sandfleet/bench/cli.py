@@ -258,3 +258,49 @@ def soak_cmd(task_refs: str, backend: str, concurrency: int, duration_s: float, 
         Path(out).write_text(text + "\n")
     if r["lost"] or r["infra_faults_inside"] or r["leaks"]:
         raise SystemExit(1)
+
+
+@bench.command("peers")
+@click.option("--image", default=None, help="The root filesystem every system runs on: a base image (sandfleet "
+              "image ls) or 'host' [default: debian-bookworm-amd64 where built, else host].")
+@click.option("--rounds", default=15, show_default=True, type=click.IntRange(min=1),
+              help="create->exec->close samples per system (alternating).")
+@click.option("--rtt", default=30, show_default=True, type=click.IntRange(min=1),
+              help="exec round trips per live system (alternating).")
+@click.option("--only", default="", help="Comma list of systems (default all: raw-bwrap, sandfleet-bwrap, "
+              "sandfleet-gvisor, sandfleet-microvm, runsc-do, runsc-run, crun, podman).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option("--out", type=click.Path(dir_okay=False), default=None, help="Also write the results JSON here.")
+@click.option("--html", type=click.Path(dir_okay=False), default=None, help="Write an HTML page with charts.")
+def peers_cmd(image: str | None, rounds: int, rtt: int, only: str, as_json: bool, out: str | None,
+              html: str | None) -> None:
+    """sandfleet's backends and the runtimes users would pick instead, in one run, alternating:
+    create->exec->close, exec round trip, 16 CPU-bound commands, idle memory."""
+    from pathlib import Path
+
+    from sandfleet.bench.peers import SYSTEMS, run_peers, table_lines
+
+    names = _names(only)
+    bad = [n for n in names if n not in SYSTEMS]
+    if bad:
+        raise click.BadParameter(f"unknown system(s) {', '.join(bad)}; known: {', '.join(SYSTEMS)}",
+                                 param_hint="--only")
+    import signal
+
+    def stop(signum: int, frame: object) -> None:  # SIGTERM: unwind, so live containers are removed
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
+    result = asyncio.run(run_peers(image=image, rounds=rounds, rtt=rtt, only=names,
+                                   progress=None if as_json else lambda m: click.echo(f"... {m}", err=True)))
+    if out:
+        Path(out).write_text(json.dumps(result, indent=2))
+    if html:
+        from sandfleet.bench.peers_report import html_page
+
+        Path(html).write_text(html_page(result))
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for line in table_lines(result):
+        click.echo(line)

@@ -4,7 +4,7 @@
 #
 #   scripts/test-integrations.sh                  every section
 #   scripts/test-integrations.sh harbor           one section (minisweagent, harbor, harbor_parity, rl, model, verl, nemogym, skyrl,
-#                                                 verifiers)
+#                                                 verifiers, bases)
 #   scripts/test-integrations.sh arm64            arm64 under emulation (not in the default list: long)
 #
 # Each section installs its tool into a venv of its own under $SANDFLEET_INTEGRATIONS_DIR
@@ -385,8 +385,21 @@ section_verifiers() {
   return "${PIPESTATUS[0]}"
 }
 
+# -- bases: the official language images approximated from Debian's packages (rust, node, gcc,
+#    eclipse-temurin, buildpack-deps:jammy), each a debootstrap of its packages from the host's
+#    apt mirror, then a task on it validated (oracle 1, no-op 0): tests/test_bases_languages.py.
+#    Minutes per base the first time (cached after). Needs root, bwrap, debootstrap.
+section_bases() {
+  local out="$OUT/bases"
+  mkdir -p "$out"
+  say "bases: rust, node, gcc, eclipse-temurin, buildpack-deps:jammy from Debian's packages"
+  SANDFLEET_BASES_TESTS=1 "$ROOT/.venv/bin/python" -m pytest -m bases tests/test_bases_languages.py -q -rA \
+    -p no:cacheprovider --durations=10 2>&1 | tee "$out/pytest.log"
+  return "${PIPESTATUS[0]}"
+}
+
 sections=("$@")
-[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym skyrl verifiers)
+[ ${#sections[@]} -gt 0 ] || sections=(minisweagent harbor harbor_parity rl model verl nemogym skyrl verifiers bases)
 for s in "${sections[@]}"; do
   if ! declare -F "section_$s" > /dev/null; then echo "unknown section: $s" >&2; exit 2; fi
   if ! "section_$s"; then failed+=("$s"); fi

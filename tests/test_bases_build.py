@@ -42,7 +42,7 @@ def task(root: Path, name: str, base: str, solve: str, check: str) -> Path:
     (folder / "environment" / "Dockerfile").write_text(f"FROM {base}\nWORKDIR /app\n")
     (folder / "solution" / "solve.sh").write_text(textwrap.dedent(solve))
     (folder / "tests" / "test.sh").write_text(
-        f"if {check}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+        f"if {{ {check}; }} > /dev/null 2>&1; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
     return folder
 
 

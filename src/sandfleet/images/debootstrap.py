@@ -198,9 +198,10 @@ def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror
     rootfs = tmp / "rootfs"
     rootfs.mkdir(parents=True)
     foreign = target_arch != host_arch()
+    late = [p for p in packages if _LATE.match(p)] if not foreign else []
     cmd = ["debootstrap", f"--variant={variant}", f"--arch={target_arch}"]
     if packages:
-        cmd.append("--include=" + ",".join(packages))
+        cmd.append("--include=" + ",".join(p for p in packages if p not in late))
     if foreign:
         cmd.append("--foreign")
     cmd += [suite, str(rootfs), mirror]
@@ -218,6 +219,12 @@ def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror
                                   f"{missing.group(1).strip()} (asked for: {', '.join(packages)})",
                                   file=file, line=line)
         raise ImageBuildError(f"debootstrap {suite} failed: {log_tail}", file=file, line=line)
+    if late:
+        try:
+            _apt_install(rootfs, late, suite, file, line)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     meta: dict[str, object] = {"kind": "debian-base", "suite": suite, "packages": list(packages)}
     if flavour == "python":
         meta.update(flavour="python", python=_python_flavour(rootfs, file, line))
@@ -230,6 +237,29 @@ def _debootstrap(suite: str, packages: tuple[str, ...], target_arch: str, mirror
                   hash=digest, base="debootstrap", meta=meta)
     save_image(image)
     return image
+
+
+_LATE = re.compile(r"^(openjdk-\d+-jdk(-headless)?|npm)$")
+"""Packages whose dependency trees debootstrap's --include can't configure in one pass (the
+JDK's ca-certificates-java runs java; npm's ~300 node-* packages): apt-get installs them in
+the bootstrapped root instead, with /proc mounted."""
+
+
+def _apt_install(rootfs: Path, packages: list[str], suite: str, file: str | None, line: int | None) -> None:
+    env = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "DEBIAN_FRONTEND": "noninteractive", "LANG": "C.UTF-8"}
+    proc_dir = rootfs / "proc"
+    subprocess.run(["mount", "-t", "proc", "proc", str(proc_dir)], check=True, capture_output=True)
+    try:
+        for argv in (["apt-get", "update", "-q"],
+                     ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages]):
+            p = subprocess.run(["chroot", str(rootfs), *argv], capture_output=True, text=True, env=env)
+            if p.returncode != 0:
+                raise ImageBuildError(f"{' '.join(argv[:2])} in the Debian {suite} base failed: "
+                                      f"{(p.stdout + p.stderr)[-1200:]}", file=file, line=line)
+    finally:
+        subprocess.run(["umount", "-l", str(proc_dir)], capture_output=True)
+    shutil.rmtree(rootfs / "var/lib/apt/lists", ignore_errors=True)
+    (rootfs / "var/lib/apt/lists/partial").mkdir(parents=True, exist_ok=True)
 
 
 def _python_flavour(rootfs: Path, file: str | None, line: int | None) -> str:

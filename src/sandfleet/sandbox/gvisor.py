@@ -46,10 +46,15 @@ from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
 
 INSTALL = "apt-get install runsc"
 KVM_PROBE_S = 8.0
-# what the agent needs: switch users, own files as any user, kill and trace its commands
+GUEST_CGROUP = "/sys/fs/cgroup/cpu"
+"""A hierarchy of gVisor's cgroupfs (mounted by runsc --cgroupfs) the agent makes its
+per-command groups in."""
+# what the agent needs: switch users, own files as any user, kill its commands, load the
+# seccomp filter and make the verifier's network namespace (CAP_SYS_ADMIN). No CAP_SYS_PTRACE
+# (as in Docker's default): root's commands can't ptrace or read the (non-dumpable) agent.
 CAPS = ["CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_DAC_READ_SEARCH", "CAP_FOWNER", "CAP_FSETID", "CAP_KILL",
         "CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE", "CAP_SYS_CHROOT",
-        "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_AUDIT_WRITE", "CAP_MKNOD"]
+        "CAP_SYS_ADMIN", "CAP_AUDIT_WRITE", "CAP_MKNOD"]
 
 
 @functools.cache
@@ -183,13 +188,15 @@ class GvisorBackend:
 
     def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path) -> dict[str, Any]:
         """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay)."""
-        args = ["/.sandfleet/sandfleet-agent", "--switch-users"]
+        # a cgroup per command in gVisor's own cgroupfs (runsc --cgroupfs): the timeout's tree
+        # kill reaches orphans that called setsid(), as bwrap's delegated cgroup does
+        args = ["/.sandfleet/sandfleet-agent", "--switch-users", "--cgroup-dir", GUEST_CGROUP]
         if spec.limits.ttl_s:
             args += ["--ttl", str(spec.limits.ttl_s)]
         return {
             "ociVersion": "1.0.0",
             "process": {"user": {"uid": 0, "gid": 0}, "args": args, "cwd": "/",
-                        "env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"],
+                        "env": [],  # gVisor lets any command read a non-dumpable process's environ: keep it empty
                         "capabilities": {k: CAPS for k in ("bounding", "effective", "permitted")},
                         "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1 << 20, "soft": 1 << 20}]},
             "root": {"path": str(root), "readonly": False},
@@ -230,7 +237,7 @@ class GvisorBackend:
         a += ["--mkdir", f"{root}/.sandfleet", str(ROOT_UID), str(ROOT_UID), "0755",
               "--pdeathsig", str(os.getpid()), "--"]
         a += [self.runsc, "--root", str(sdir / "runsc"), "--network=none", f"--platform={self.platform}",
-              "--ignore-cgroups", "run", "--bundle", str(sdir / "bundle"), sid]
+              "--ignore-cgroups", "--cgroupfs", "run", "--bundle", str(sdir / "bundle"), sid]
         return a
 
     async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:

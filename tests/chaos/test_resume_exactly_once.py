@@ -64,6 +64,12 @@ def test_sigkilled_at_20_random_points_each_rollout_counts_once(tmp_path: Path) 
         _kill_and_resume(tmp_path, state, rng)
     finally:
         shutil.rmtree(state, ignore_errors=True)
+        from sandfleet.sandbox import cgroups
+
+        for root in set(cgroups.detect().mounts.values()):  # the runs' cgroup parent, empty by now
+            d = root / f"sf-test-eo-{os.getpid()}"
+            if d.is_dir():
+                d.rmdir()
 
 
 def _kill_and_resume(tmp_path: Path, state: Path, rng: random.Random) -> None:

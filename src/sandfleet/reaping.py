@@ -28,6 +28,7 @@ import select
 import signal
 import sys
 import time
+from pathlib import Path
 
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
@@ -78,13 +79,20 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
             os.close(fd)
 
 
+def proc_start_time(pid: int) -> int | None:
+    """Kernel start time of a process (to tell a live owner from a reused pid)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 def reap_pid(pid: int, start: int | None, *, exited_is_enough: bool = False) -> bool:
     """True once the process ``pid`` that started at ``start`` is gone: reaped here if it
     is our child (a daemon a sandbox started, such as pasta, comes back to a subreaper), or
     no longer there (another process by now); with ``exited_is_enough``, also once it has
     exited while another parent has yet to reap it. False while it runs."""
-    from sandfleet.sandbox.state import proc_start_time
-
     try:
         fd = os.pidfd_open(pid)
     except (OSError, AttributeError):

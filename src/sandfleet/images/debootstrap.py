@@ -18,10 +18,13 @@ import subprocess
 import time
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sandfleet.errors import ImageBuildError
 from sandfleet.images import Image, arch, host_arch, host_image, images_dir, list_images, save_image, scratch
-from sandfleet.images.bases import BaseRef
+
+if TYPE_CHECKING:
+    from sandfleet.images.bases import BaseRef
 
 DEFAULT_PACKAGES = ("python3", "python3-pytest", "git", "make", "gcc", "libc6-dev", "sqlite3", "jq",
                     "ca-certificates", "procps", "xz-utils", "bzip2", "patch", "bc", "file")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
+from sandfleet.reaping import proc_start_time, reap_pids
 from sandfleet.sandbox import cgroups
 
 log = logging.getLogger(__name__)
@@ -84,15 +85,6 @@ def private_dir(path: Path, mode: int, *, ours: bool = True) -> None:
     elif st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
         raise ConfigError(f"state directory {path} is writable by other users (mode {stat.S_IMODE(st.st_mode):o}): "
                           "use a directory only you can write")
-
-
-def proc_start_time(pid: int) -> int | None:
-    """Kernel start time of a process (to tell a live owner from a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[19])
 
 
 @functools.cache
@@ -173,7 +165,6 @@ def reap_one(meta: dict[str, Any]) -> None:
                 os.kill(pid, signal.SIGKILL)
                 killed[pid] = meta["pid_starts"][str(pid)]
     if killed:  # where this process is a subreaper, what it killed may be its child to reap
-        from sandfleet.reaping import reap_pids
 
         reap_pids(killed, timeout=0.5)
     if meta.get("cgroup"):

@@ -71,8 +71,10 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
     for fd in pidfds:
         try:
             left = max(0.0, end - time.monotonic())
+            poller = select.poll()  # not select(): a busy owner's pidfds are past FD_SETSIZE (1024)
+            poller.register(fd, select.POLLIN)
             with contextlib.suppress(InterruptedError):
-                select.select([fd], [], [], left)
+                poller.poll(left * 1000)
             with contextlib.suppress(ChildProcessError, OSError):
                 os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
         finally:

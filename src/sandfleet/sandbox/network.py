@@ -437,9 +437,11 @@ class StepNetwork:
         self._info_w = self._block_r = -1
         info = b""
         deadline = time.monotonic() + timeout
+        poller = select.poll()  # not select(): fds past FD_SETSIZE (1024) in a busy owner
+        poller.register(self._info_r, select.POLLIN)
         while b"}" not in info:  # bwrap writes {"child-pid": N} when the namespaces exist
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._info_r], [], [], left)[0]:
+            if left <= 0 or not poller.poll(left * 1000):
                 raise SandboxError("build step: bwrap did not report its namespace in time")
             chunk = os.read(self._info_r, 4096)
             if not chunk:

@@ -128,10 +128,10 @@ def test_allowlist_policies_per_phase(harbor: Path) -> None:
     each phase's list; a public or no-network phase beside an allowlisted one keeps the
     machinery with everything or nothing listed, so the sandbox can switch between them."""
     toml = harbor / "task.toml"
-    edit(toml, "allow_internet = true", 'network_mode = "allowlist"\nallowed_hosts = ["packages.example.org", "10.0.0.0/8"]')
+    edit(toml, "allow_internet = true", 'network_mode = "allowlist"\nallowed_hosts = ["pkg.example.org", "10.0.0.0/8"]')
     task = load_task(harbor)
-    assert task.allowed_hosts == ("packages.example.org", "10.0.0.0/8") and task.allow_internet
-    assert task.verifier.allowed_hosts == ("packages.example.org", "10.0.0.0/8") and task.verifier.network is True
+    assert task.allowed_hosts == ("pkg.example.org", "10.0.0.0/8") and task.allow_internet
+    assert task.verifier.allowed_hosts == ("pkg.example.org", "10.0.0.0/8") and task.verifier.network is True
     edit(toml, "[verifier]\n", '[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["astral.sh"]\n')
     edit(toml, "[agent]\n", '[agent]\nnetwork_mode = "no-network"\n')
     task = load_task(harbor)

@@ -277,15 +277,11 @@ class _OciLive(Live):
         await _run([*self.runtime, *self.remove, self.cid], check=False)
 
 
-class RunscRun(System):
-    name = "runsc-run"
-
-    def missing(self) -> str | None:
-        return None if shutil.which("runsc") else "runsc not found"
+class _OciRuntime(System):
+    """An OCI runtime run on a bundle over the same root: one-shot ``run``, or ``run --detach``."""
 
     def runtime(self) -> list[str]:
-        return ["runsc", "--root", str(self.state / "runsc"), "--network=none", f"--platform={_platform()}",
-                "--ignore-cgroups"]
+        raise NotImplementedError
 
     async def once(self, argv: Sequence[str]) -> None:
         cid = f"peer-{uuid.uuid4().hex[:10]}"
@@ -295,10 +291,25 @@ class RunscRun(System):
         finally:
             shutil.rmtree(b, ignore_errors=True)
 
-    async def live(self) -> Live:
+    async def _run_detached(self) -> str:
         cid = f"peer-{uuid.uuid4().hex[:10]}"
         b = bundle(self.root, self.state / "b" / cid, ["sleep", "infinity"])
         await _run([*self.runtime(), "run", "--detach", "--bundle", str(b), cid], detach=True)
+        return cid
+
+
+class RunscRun(_OciRuntime):
+    name = "runsc-run"
+
+    def missing(self) -> str | None:
+        return None if shutil.which("runsc") else "runsc not found"
+
+    def runtime(self) -> list[str]:
+        return ["runsc", "--root", str(self.state / "runsc"), "--network=none", f"--platform={_platform()}",
+                "--ignore-cgroups"]
+
+    async def live(self) -> Live:
+        cid = await self._run_detached()
         # the sandbox and gofer processes name the container in their command lines
         mine = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline_has(p, cid)]
         return _OciLive(self.runtime(), cid, mine, ["delete", "-force"])
@@ -311,7 +322,7 @@ def _cmdline_has(p: Path, text: str) -> bool:
         return False
 
 
-class Crun(System):
+class Crun(_OciRuntime):
     """crun on the same bundle. On a cgroup v1/v2 hybrid with a controller enabled in the v2
     tree (this host: hugetlb) crun 1.8.1 refuses to start ("cgroups in hybrid mode not
     supported"): it then runs under ``unshare -m`` with that tree unmounted, and its cgroup
@@ -329,18 +340,8 @@ class Crun(System):
             return ["unshare", "-m", "sh", "-c", 'umount -l /sys/fs/cgroup/unified && exec "$@"', "crun", *rt]
         return rt
 
-    async def once(self, argv: Sequence[str]) -> None:
-        cid = f"peer-{uuid.uuid4().hex[:10]}"
-        b = bundle(self.root, self.state / "b" / cid, argv)
-        try:
-            await _run([*self.runtime(), "run", "--bundle", str(b), cid])
-        finally:
-            shutil.rmtree(b, ignore_errors=True)
-
     async def live(self) -> Live:
-        cid = f"peer-{uuid.uuid4().hex[:10]}"
-        b = bundle(self.root, self.state / "b" / cid, ["sleep", "infinity"])
-        await _run([*self.runtime(), "run", "--detach", "--bundle", str(b), cid], detach=True)
+        cid = await self._run_detached()
         state = json.loads(await _run([*self.runtime(), "state", cid]))
         return _OciLive(self.runtime(), cid, [int(state["pid"])], ["delete", "-f"])
 

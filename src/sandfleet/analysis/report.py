@@ -38,8 +38,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from sandfleet.analysis import breakdown as bd
-from sandfleet.analysis import figures as fg
+import sandfleet.analysis.breakdown as bd
+import sandfleet.analysis.figures as fg
 from sandfleet.analysis.trace import STATUSES, VERDICTS, Run, final_attempts
 from sandfleet.errors import ConfigError
 from sandfleet.provenance import provenance

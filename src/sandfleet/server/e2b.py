@@ -18,7 +18,6 @@ a sandfleet image name.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import datetime as dt
@@ -66,6 +65,7 @@ from sandfleet.server.e2b_wire import (
     rfc3339,
 )
 from sandfleet.server.service import Entry, SandboxService
+from sandfleet.server.wire import FormError, form_parts
 
 log = logging.getLogger(__name__)
 
@@ -269,8 +269,7 @@ class E2B(ProcessRPC, FsRPC):
         self.forget(e.sb.id)
         # answered once the sandbox is unregistered: its processes are killed and its files
         # removed in the background (service.close() still waits for that on shutdown)
-        self.service._close_soon(e, "sandbox_closed", f"sandbox {sid} was deleted")
-        await asyncio.sleep(0)  # the close starts (and unregisters the sandbox) before the answer
+        await self.service.delete_soon(e)
         return Response(status_code=204)
 
     def forget(self, sid: str) -> None:
@@ -441,9 +440,12 @@ class E2B(ProcessRPC, FsRPC):
                 raise CPError(400, "the body is not valid gzip") from None
         qpath = request.query_params.get("path")
         if ctype.startswith("multipart/form-data"):
-            files = [(qpath or name, data) for name, data in parse_multipart(ctype, raw)]
-            if qpath and len(files) > 1:
-                files = [(name, data) for name, data in parse_multipart(ctype, raw)]
+            try:
+                parts = await form_parts(request.headers, raw, max_part_size=self.service.config.max_body_bytes)
+            except FormError as err:
+                raise CPError(400, f"the body is not a multipart form: {err}") from None
+            named = [(filename or field, data) for field, filename, data in parts]  # the file's name, else the field's
+            files = named if len(named) > 1 or not qpath else [(qpath, data) for _, data in named]
         else:
             if not qpath:
                 raise CPError(400, "path is needed for an octet-stream upload")
@@ -466,35 +468,6 @@ class E2B(ProcessRPC, FsRPC):
                 raise CPError(403 if ee.code == "permission_denied" else 400, ee.message) from None
             out.append({"name": posixpath.basename(path), "type": "file", "path": path})
         return out
-
-
-def parse_multipart(ctype: str, body: bytes) -> list[tuple[str, bytes]]:
-    """(filename or field name, bytes) of each part of a multipart/form-data body."""
-    boundary = None
-    for part in ctype.split(";")[1:]:
-        k, _, v = part.strip().partition("=")
-        if k.lower() == "boundary":
-            boundary = v.strip('"')
-    if not boundary:
-        raise CPError(400, "multipart/form-data without a boundary")
-    out = []
-    for chunk in body.split(b"--" + boundary.encode())[1:]:
-        if chunk.startswith(b"--"):
-            break
-        head, sep, data = chunk.partition(b"\r\n\r\n")
-        if not sep:
-            continue
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        name = ""
-        for line in head.decode(errors="replace").split("\r\n"):
-            if line.lower().startswith("content-disposition:"):
-                for item in line.split(";")[1:]:
-                    k, _, v = item.strip().partition("=")
-                    if k == "filename" or (k == "name" and not name):
-                        name = v.strip('"')
-        out.append((name, data))
-    return out
 
 
 def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:

@@ -273,15 +273,24 @@ class SandboxService:
     @contextlib.asynccontextmanager
     async def busy(self, owner: str, deadline_ms: str | None, e: Entry) -> AsyncIterator[None]:
         """One command slot (--max-busy), held while the command runs."""
+        async with self.slot(owner, deadline_ms):
+            e.busy += 1
+            try:
+                yield
+            finally:
+                e.busy -= 1
+
+    @contextlib.asynccontextmanager
+    async def slot(self, owner: str, deadline_ms: str | None) -> AsyncIterator[None]:
+        """One command slot (--max-busy) for CPU work of no one sandbox (a task image's
+        build), held while it runs."""
         await self._admit(self.busy_gate, owner, deadline_ms)
         t0 = time.monotonic()
-        e.busy += 1
         try:
             yield
         finally:
-            e.busy -= 1
             self.busy_gate.release(1, time.monotonic() - t0)
-    
+
     def _take_quota(self, owner: str, n: int) -> None:
         if self.owned[owner] + n > self.quota:
             self.metrics.rejected.labels("quota").inc()
@@ -396,6 +405,13 @@ class SandboxService:
         e = self.entry(owner, sid)
         await self._close(e, "sandbox_closed", f"sandbox {sid} was deleted")
 
+    async def delete_soon(self, e: Entry) -> None:
+        """Unregister ``e`` now (its id answers 410 ``sandbox_closed`` from here) and close
+        it in the background: its processes are killed and its files removed after the
+        caller has answered (:meth:`close` still waits for that)."""
+        self._close_soon(e, "sandbox_closed", f"sandbox {e.sb.id} was deleted")
+        await asyncio.sleep(0)  # the close starts, and unregisters the sandbox, before this returns
+
     async def delete_where(self, owner: str, labels: dict[str, str]) -> list[str]:
         entries = self.find(owner, labels)
         await asyncio.gather(*(self._close(e, "sandbox_closed", f"sandbox {e.sb.id} was deleted") for e in entries))
@@ -488,6 +504,11 @@ class SandboxService:
         if s is None:
             raise Problem(404, "session_not_found", f"no session {sid!r} in sandbox {e.sb.id}")
         return s
+
+    async def close_session(self, e: Entry, sid: str) -> None:
+        s = self.session(e, sid)
+        del e.sessions[sid]
+        await s.close()
 
     # -- the journal: <state_dir>/sandboxes/<id> while live, <state_dir>/lost/<id> after a restart
 

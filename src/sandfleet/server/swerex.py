@@ -42,8 +42,8 @@ from sandfleet.sandbox.base import Session
 from sandfleet.server import api, swerex_pty
 from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
-from sandfleet.server.e2b import parse_multipart
 from sandfleet.server.service import Entry, SandboxService
+from sandfleet.server.wire import FormError, check_tar, form_parts
 
 USER = "root"
 EXC = "swerex.exceptions."
@@ -333,7 +333,11 @@ class SweRex:
         return {}
 
     async def upload(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        parts = dict(parse_multipart_fields(request.headers.get("content-type", ""), await request.body()))
+        try:
+            form = await form_parts(request.headers, await request.body(), max_part_size=1 << 20)
+        except FormError as err:
+            raise HTTPError(422, f"upload needs a multipart form: {err}") from None
+        parts = {name: data for name, _, data in form}
         target = parts.get("target_path", b"").decode()
         data = parts.get("file")
         if not target or data is None:
@@ -342,8 +346,6 @@ class SweRex:
             await self._write(e, target, data)
             return {}
         tar = zip_to_tar(data)
-        from sandfleet.server.app import check_tar
-
         check_tar(tar)
         res = await self._exec(e, ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", target],
                                stdin=tar, cwd="/")
@@ -364,27 +366,6 @@ class SweRex:
         except Problem:
             pass  # gone already (its TTL, a delete through /v1): closed either way
         return {}
-
-
-def parse_multipart_fields(ctype: str, body: bytes) -> list[tuple[str, bytes]]:
-    """(field name, bytes) of each part (the e2b parser names parts by filename first)."""
-    out = []
-    boundary = next((v.strip().partition("=")[2].strip('"') for v in ctype.split(";")[1:]
-                     if v.strip().lower().startswith("boundary=")), "")
-    for chunk in body.split(b"--" + boundary.encode())[1:] if boundary else []:
-        if chunk.startswith(b"--"):
-            break
-        head, _, data = chunk.partition(b"\r\n\r\n")
-        head_text = head.decode(errors="replace")
-        name = ""
-        for item in head_text.replace("\r\n", ";").split(";"):
-            k, _, v = item.strip().partition("=")
-            if k == "name":
-                name = v.strip('"')
-        out.append((name, data[:-2] if data.endswith(b"\r\n") else data))
-    if not out and not boundary:
-        return [(n, d) for n, d in parse_multipart(ctype, body)]
-    return out
 
 
 def zip_to_tar(data: bytes) -> bytes:

@@ -18,7 +18,6 @@ import json
 import logging
 import re
 import tarfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -28,9 +27,10 @@ from pydantic import BaseModel
 
 from sandfleet.errors import ConfigError, ImageError, SandfleetError, TaskError
 from sandfleet.server.api import Problem
-from sandfleet.server.app import ERRORS, Deadline, Owner
+from sandfleet.server.deps import ERRORS, Deadline, Owner
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import SandboxService
+from sandfleet.server.wire import check_tar
 
 log = logging.getLogger(__name__)
 DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -119,19 +119,13 @@ class TaskImages:
 
     async def _build(self, owner: str, digest: str, data: bytes, strict: bool, verifier: bool, name: str | None,
                      deadline_ms: str | None) -> TaskImage:
-        service = self.service
-        await service._admit(service.busy_gate, owner, deadline_ms)  # a build is CPU work: one busy slot
-        t0 = time.monotonic()
-        try:
+        async with self.service.slot(owner, deadline_ms):  # a build is CPU work: one busy slot
             # the build goes on in its thread if the request is cancelled; the lock waits for it
             return await asyncio.shield(asyncio.to_thread(self._build_blocking, digest, data, strict, verifier, name))
-        finally:
-            service.busy_gate.release(1, time.monotonic() - t0)
 
     def _build_blocking(self, digest: str, data: bytes, strict: bool, verifier: bool, name: str | None) -> TaskImage:
         from sandfleet.images.build import build_task_image
         from sandfleet.rollout.verifier import verifier_build
-        from sandfleet.server.app import check_tar
         from sandfleet.tasks.bundle import unpack
         from sandfleet.tasks.loader import load_task
 

@@ -1,0 +1,58 @@
+"""Sandboxes: create (idempotent with a key), list and delete by labels, look up, delete,
+extend the TTL."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query
+from fastapi.responses import Response
+
+from sandfleet.server import api
+from sandfleet.server.api import Problem
+from sandfleet.server.deps import ERRORS, Deadline, IdempotencyKey, Labels, Owner, Service
+from sandfleet.server.service import parse_labels
+
+router = APIRouter()
+
+
+@router.post("/v1/sandboxes", status_code=201, tags=["sandboxes"], responses=ERRORS)
+async def create(service: Service, spec: api.SandboxSpec, owner: Owner, deadline: Deadline = None,
+                 key: IdempotencyKey = None) -> api.SandboxInfo:
+    """Create a sandbox. ``limits.ttl_s`` is its lifetime (the service closes it then),
+    ``limits.network`` its network. A retry with the same ``Idempotency-Key`` gets the
+    same sandbox."""
+    e = await service.create(owner, spec, key=key, deadline_ms=deadline)
+    return e.info()
+
+
+@router.get("/v1/sandboxes", tags=["sandboxes"], responses=ERRORS)
+async def list_(service: Service, owner: Owner, label: Labels = None) -> api.SandboxList:
+    return api.SandboxList(sandboxes=[e.info() for e in service.find(owner, parse_labels(label or []))])
+
+
+@router.delete("/v1/sandboxes", tags=["sandboxes"], responses=ERRORS)
+async def delete_where(service: Service, owner: Owner, label: Labels = None,
+                       all_: Annotated[bool, Query(alias="all")] = False) -> api.Deleted:
+    """Delete every sandbox of this token whose labels match (``all=true``: every one)."""
+    labels = parse_labels(label or [])
+    if not labels and not all_:
+        raise Problem(400, "invalid_request", "name labels to match (label=key=value), or pass all=true")
+    return api.Deleted(deleted=await service.delete_where(owner, labels))
+
+
+@router.get("/v1/sandboxes/{sid}", tags=["sandboxes"], responses=ERRORS)
+async def get(service: Service, sid: str, owner: Owner) -> api.SandboxInfo:
+    return service.entry(owner, sid).info()
+
+
+@router.delete("/v1/sandboxes/{sid}", status_code=204, tags=["sandboxes"], responses=ERRORS)
+async def delete(service: Service, sid: str, owner: Owner) -> Response:
+    await service.delete(owner, sid)
+    return Response(status_code=204)
+
+
+@router.post("/v1/sandboxes/{sid}/ttl", tags=["sandboxes"], responses=ERRORS)
+async def extend(service: Service, sid: str, body: api.TTLRequest, owner: Owner) -> api.SandboxInfo:
+    """Set the sandbox's remaining lifetime to ``ttl_s`` from now."""
+    return service.extend(owner, sid, body.ttl_s).info()

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from sandfleet.analysis.cli import analyze, table
 from sandfleet.analysis.trace import write_trace
 from sandfleet.cli import cli
+from sandfleet.cli.analyze import analyze, table
 from sandfleet.testing.synth import rollout_record, write_study
 
 
@@ -111,7 +111,7 @@ def test_html_report_has_the_four_charts(runs: tuple[Path, Path], tmp_path: Path
 
 def test_matplotlib_is_not_loaded_by_the_cli() -> None:
     code = (
-        "import sys, sandfleet.analysis, sandfleet.analysis.cli, sandfleet.analysis.html; "
+        "import sys, sandfleet.analysis, sandfleet.cli.analyze, sandfleet.analysis.html; "
         "sys.exit('matplotlib' in sys.modules)"
     )
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0

@@ -10,8 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from sandfleet.analysis import TraceError, analyze, load_run
-from sandfleet.analysis.cli import analyze as analyze_cmd
 from sandfleet.analysis.convert import convert, harbor_job
+from sandfleet.cli.analyze import analyze as analyze_cmd
 
 
 def timing(start: str | None, end: str | None) -> dict[str, Any]:

@@ -183,7 +183,7 @@ def test_validate_coverage_groups_a_folder_of_tasks(tmp_path: Path) -> None:
 
     from click.testing import CliRunner
 
-    from sandfleet.rollout.validate import validate
+    from sandfleet.cli.validate import validate
 
     bases = {"plain": "debian:bookworm-slim", "point": "debian:12.7", "py": "docker.io/library/python:3.11.9-slim",
              "ubuntu-a": "ubuntu:24.04", "ubuntu-b": "public.ecr.aws/docker/library/ubuntu:24.04",

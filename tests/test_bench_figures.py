@@ -285,7 +285,7 @@ def test_html_report_charts_single_and_compare() -> None:
 
 
 def test_report_modules_import_matplotlib_only_when_building() -> None:
-    code = ("import sys, sandfleet.bench.report, sandfleet.bench.cli, sandfleet.bench.compare; "
+    code = ("import sys, sandfleet.bench.report, sandfleet.cli.bench, sandfleet.bench.compare; "
             "print('matplotlib' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from sandfleet.cli.tasks import tasks as tasks_cli
 from sandfleet.tasks import load_task, load_tasks
-from sandfleet.tasks.cli import tasks as tasks_cli
 from sandfleet.tasks.importers import import_humaneval, import_intercode_bash
 from sandfleet.tasks.importers.intercode_bash import interpret_setup_fs
 

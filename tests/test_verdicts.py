@@ -279,7 +279,7 @@ def check_analyze_counts_verdicts(run_dir: Path, html: Path) -> None:
     """``sandfleet analyze`` of a run with one masked member of 3: text, JSON and HTML."""
     from click.testing import CliRunner
 
-    from sandfleet.analysis.cli import analyze
+    from sandfleet.cli.analyze import analyze
 
     res = CliRunner().invoke(analyze, [str(run_dir), "--json"])
     assert res.exit_code == 0, res.output

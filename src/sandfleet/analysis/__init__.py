@@ -10,7 +10,7 @@
 
 Every figure is defined in ``docs/figures.md``.
 - :mod:`~sandfleet.analysis.convert`: other systems' results (Harbor) into traces.
-- :mod:`~sandfleet.analysis.cli`: ``sandfleet analyze``.
+- ``sandfleet analyze`` is :mod:`sandfleet.cli.analyze`.
 
 Library functions return data; only the CLI prints.
 """

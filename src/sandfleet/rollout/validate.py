@@ -1,9 +1,9 @@
 """Task validation: the reference solution must score 1 and doing nothing must score 0,
 every time, in fresh sandboxes.
 
-``sandfleet tasks validate DIR [--repeats R] [--json]`` runs both R times per task, in
-parallel up to the host's limit (one busy sandbox per hardware thread), prints a table,
-writes a JSON report and exits non-zero when any task is not valid. Each verdict is
+``sandfleet tasks validate DIR [--repeats R] [--json]`` (:mod:`sandfleet.cli.validate`) runs
+both R times per task, in parallel up to the host's limit (one busy sandbox per hardware
+thread), prints a table, writes a JSON report and exits non-zero when any task is not valid. Each verdict is
 ``valid``, ``invalid`` (with why: the image build failed at a Dockerfile line, the oracle
 scored 0 with the tail of the test output, the no-op agent passed) or ``flaky`` (2/3).
 
@@ -24,17 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import os
-import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import click
-
-from sandfleet.images.coverage import coverage_report, format_coverage, task_coverage
+from sandfleet.images.coverage import task_coverage
 from sandfleet.rollout.admission import Slots
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
@@ -240,153 +235,3 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
 def _user_of(results: Sequence[RolloutResult], task: str) -> str:
     users = {r.info.get("agent_user") for r in results if r.task == task} - {None}
     return ", ".join(sorted(str(u) for u in users)) or "(declared)"
-
-
-def _cell(rewards: list[float | None], want: float) -> str:
-    good = sum(1 for r in rewards if r is not None and abs(r - want) < 1e-9)
-    return f"{good}/{len(rewards)}"
-
-
-@click.command("validate")
-@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--repeats",
-    "-r",
-    default=3,
-    show_default=True,
-    type=int,
-    help="Runs of the oracle and of the no-op agent per task.",
-)
-@click.option("--json", "as_json", is_flag=True, help="Print the JSON report instead of a table.")
-@click.option(
-    "--report",
-    "report_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=Path("validation.json"),
-    show_default=True,
-    help="Where to write the report.",
-)
-@click.option("--concurrency", type=int, help="Rollouts at once (default: one per CPU).")
-@click.option("--backend", default="auto", show_default=True)
-@click.option("--agent-user", "agent_user", default=None,
-              help="Run the oracle and the no-op agent as this user (root = Docker's behaviour); default: "
-              "each task's declared user, else the non-root 'agent'.")
-@click.option("--network/--no-network", default=False, show_default=True,
-              help="Network in the sandboxes (tests that download at test time need it).")
-@click.option("--strict-bases", is_flag=True,
-              help="Refuse a substituted base (e.g. python:3.12, which no Debian ships) instead of warning.")
-@click.option("--accept-older-versions", "accept_older", is_flag=True,
-              help="Build a language base asking for a version newer than Debian ships (golang:1.26) with the "
-              "newest Debian has (a substitution, warned) instead of refusing it.")
-@click.option("--coverage", "coverage_only", is_flag=True,
-              help="Only report how the tasks' bases map (exact / approximated / refused, grouped), from their "
-              "Dockerfiles; runs nothing.")
-@click.option("--reward-key", default=None,
-              help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
-@click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
-@click.option("--remote", metavar="URL[,URL...]", default=None,
-              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs "
-              "spread the tasks' repeats over them (docs/cluster.md).")
-@click.option("--arch", "arches", default=None, metavar="ARCH[,ARCH]",
-              help="Validate for these architectures (a foreign one under qemu-user emulation), e.g. amd64,arm64; "
-              "a per-arch table: valid on both, on only one, flaky n/R.")
-@click.option("--page-size", "page_size", default=None, metavar="64k",
-              help="Also flag ELF files of each task image that a kernel with pages this large can't load.")
-@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
-              help="Run the repeats on a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N; "
-              "--concurrency is then per node.")
-def validate(
-    directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
-    agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
-    remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
-    accept_older: bool = False, coverage_only: bool = False,
-) -> None:
-    """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
-    the base coverage (exact / approximated / refused)."""
-    from sandfleet.tasks.loader import load_tasks
-    from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
-
-    if repeats < 1:
-        raise click.BadParameter("must be at least 1", param_hint="--repeats")
-    if ray_address is not None and (remote or arches or page_size or strict_bases):
-        raise click.UsageError("--ray excludes --remote, --arch, --page-size and --strict-bases")
-    if remote is not None and "," in remote and (arches or page_size or strict_bases):
-        raise click.UsageError("--remote with several URLs excludes --arch, --page-size and --strict-bases")
-    try:
-        weights = parse_reward_weights(reward_weights) if reward_weights else None
-        if reward_key and weights:
-            raise ValueError("choose --reward-key or --reward-weights, not both")
-    except ValueError as e:
-        raise click.BadParameter(str(e), param_hint="--reward-weights") from None
-    if accept_older and (ray_address is not None or remote is not None):
-        raise click.UsageError("--accept-older-versions builds here: it excludes --ray and --remote")
-    tasks, failures = load_tasks(directory)
-    tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
-    coverage = coverage_report(tasks, strict=strict_bases, accept_older=accept_older)
-    for failure in failures:
-        coverage["counts"]["refused"] += 1  # type: ignore[index]
-        coverage["tasks"] += 1  # type: ignore[operator]
-        coverage["refused"].setdefault("does not load", []).append(failure.path.name)  # type: ignore[attr-defined]
-    if coverage_only:
-        report_path.write_text(json.dumps(coverage, indent=2) + "\n")
-        if as_json:
-            click.echo(json.dumps(coverage, indent=2))
-        else:
-            click.echo("\n".join(format_coverage(coverage)))
-        return
-    t0 = time.perf_counter()
-    from sandfleet.client.remote import on_remote
-
-    if arches or page_size:  # per architecture (images/archreport.py)
-        from sandfleet.images.archreport import validate_per_arch
-
-        validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, lambda: asyncio.run(
-            on_remote(remote, lambda: validate_tasks(
-                tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-                network=network, strict_bases=strict_bases, accept_older=accept_older))),
-            lambda why: Verdict("invalid", why))
-        return
-
-    if ray_address is not None:
-        from sandfleet.cluster.validate import validate_on_ray
-
-        verdicts = asyncio.run(validate_on_ray(ray_address, tasks, repeats=repeats, concurrency=concurrency,
-                                               backend=backend, agent_user=agent_user, network=network))
-    elif remote is not None and "," in remote:  # several services: docs/cluster.md
-        from sandfleet.cluster.validate import validate_on_services
-
-        verdicts = asyncio.run(validate_on_services(remote, tasks, repeats=repeats, concurrency=concurrency,
-                                                    backend=backend, agent_user=agent_user, network=network))
-    else:
-        verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
-            tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-            network=network, strict_bases=strict_bases, accept_older=accept_older)))
-    wall = time.perf_counter() - t0
-    for failure in failures:
-        verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")
-    report: dict[str, Any] = {name: asdict(v) for name, v in sorted(verdicts.items())}
-    report_path.write_text(json.dumps(report, indent=2) + "\n")
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
-    else:
-        rows = [("task", "status", "oracle=1", "noop=0", "reason")]
-        for name, v in sorted(verdicts.items()):
-            first = v.reason.splitlines()[0] if v.reason else ""
-            rows.append((name, v.status, _cell(v.oracle_rewards, 1.0), _cell(v.noop_rewards, 0.0),
-                         first[:100]))  # fmt: skip
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for row in rows:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
-        bad = {n: v for n, v in verdicts.items() if v.status != "valid"}
-        for name, v in sorted(bad.items()):
-            click.echo(f"\n{name}: {v.status}\n{v.reason}", err=True)
-        for name, v in sorted(verdicts.items()):
-            for warning in v.warnings:
-                click.echo(f"warning: {name}: {warning}", err=True)
-        click.echo("\n".join(format_coverage(coverage)), err=True)
-        click.echo(
-            f"\n{len(verdicts) - len(bad)}/{len(verdicts)} valid in {wall:.1f} s "
-            f"(repeats {repeats}); report: {report_path}"
-        )
-    if any(v.status != "valid" for v in verdicts.values()):
-        raise SystemExit(1)

@@ -288,12 +288,12 @@ def run(
 
                 report: RunReport
                 if ray_address is not None:
-                    from sandfleet.cluster.cli import run_on_ray
+                    from sandfleet.cli.where import run_on_ray
 
                     report = asyncio.run(run_on_ray(ray_address, tasks, policy, config, out_dir=out_dir,
                                                     on_result=progress, out_mode=mode, image=image))
                 elif remote is not None and "," in remote:  # several services: docs/cluster.md
-                    from sandfleet.cluster.cli import run_on_services
+                    from sandfleet.cli.where import run_on_services
 
                     report = asyncio.run(run_on_services(remote, tasks, policy, config, out_dir=out_dir,
                                                          on_result=progress, out_mode=mode, image=image))

@@ -1,4 +1,4 @@
-"""``sandfleet bench service``: the service's cost, side by side with in-process, in one run.
+"""The service's cost, side by side with in-process, in one run (``sandfleet bench service``).
 
 Figures (keys of the JSON), each the p50 unless named otherwise:
 
@@ -33,15 +33,10 @@ or the one given with ``--remote`` (its token in $SANDFLEET_TOKEN).
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Any
-
-import click
 
 from sandfleet.sandbox.base import Sandbox
 
@@ -260,49 +255,3 @@ async def measure_e2b_background(url: str, token: str, *, n: int, say: Callable[
     ratio = round(loaded / idle, 3) if idle else None
     return {"e2b_bg8_fg_p50_ms_idle": idle, "e2b_bg8_fg_p50_ms": loaded, "e2b_bg8_ratio": ratio,
             "e2b_bg8_goal_met": ratio is not None and ratio <= 1.5, "e2b_bg8_busy_slots_held": max(held)}
-
-
-@click.command("service")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "process"]), default="auto", show_default=True,
-              help="Backend of the service started for the run, and of the in-process side.")
-@click.option("-n", "n", default=30, show_default=True, help="create+exec+close rounds per side.")
-@click.option("--rtt-n", default=300, show_default=True, help="exec round trips per side.")
-@click.option("--concurrency", default=64, show_default=True, help="Sandboxes at once for execs/s.")
-@click.option("--seconds", default=3.0, show_default=True, help="Duration of the execs/s phase per side.")
-@click.option("--remote", metavar="URL", default=None,
-              help="Measure this running service (token in $SANDFLEET_TOKEN) instead of starting one.")
-@click.option("--json", "as_json", is_flag=True)
-def service(backend: str, n: int, rtt_n: int, concurrency: int, seconds: float, remote: str | None,
-            as_json: bool) -> None:
-    """The sandbox service against in-process: create/exec/close, exec RTT, execs/s."""
-    from sandfleet.bench.procfs import raise_nofile
-    from sandfleet.errors import SandfleetError
-    from sandfleet.provenance import provenance
-
-    raise_nofile()
-    say = (lambda _m: None) if as_json else (lambda m: click.echo(f"... {m}", err=True))
-    try:
-        if remote is not None:
-            from sandfleet.client.remote import token_from_env
-
-            result = asyncio.run(measure(remote, token_from_env(), backend=backend, n=n, rtt_n=rtt_n,
-                                         conc=concurrency, seconds=seconds, say=say))
-        else:
-            from sandfleet.server.testing import running_service
-
-            with tempfile.TemporaryDirectory(prefix="sandfleet-bench-service-") as tmp, \
-                    running_service(Path(tmp), args=["--backend", backend,
-                                                     "--max-sandboxes", str(max(256, 2 * concurrency))]) as svc:
-                say(f"service at {svc.url}")
-                result = asyncio.run(measure(svc.url, svc.token, backend=backend, n=n, rtt_n=rtt_n,
-                                             conc=concurrency, seconds=seconds, say=say))
-    except SandfleetError as e:
-        raise click.ClickException(str(e)) from None
-    result["provenance"] = provenance({"bench": "service", "backend": backend, "n": n, "rtt_n": rtt_n,
-                                       "concurrency": concurrency, "seconds": seconds, "remote": remote})
-    if as_json:
-        click.echo(json.dumps(result, indent=2))
-        return
-    for k, v in result.items():
-        if k != "provenance":
-            click.echo(f"{k:34} {v}")

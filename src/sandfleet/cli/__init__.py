@@ -1,4 +1,6 @@
-"""The ``sandfleet`` command line. Subcommands live beside the code they drive and load lazily."""
+"""The ``sandfleet`` command line: every click command lives in this package (the top layer of
+issue 27's order), one module per command, loaded lazily; :mod:`sandfleet.cli.where` holds
+the "where to run" dispatch (here, ``--remote URL[,URL...]``, ``--ray``) that several share."""
 
 from __future__ import annotations
 
@@ -11,24 +13,17 @@ from typing import Any
 
 import click
 
-# name -> "module:attribute" of a click command or group
+# name -> "module:attribute" of a click command or group (all in this package), and its help line
 COMMANDS: dict[str, tuple[str, str]] = {
-    "doctor": ("sandfleet.doctor:doctor", "What this host supports, with advice."),
-    "sandbox": ("sandfleet.sandbox.cli:sandbox", "Create, use and remove sandboxes."),
-    "image": ("sandfleet.images.cli:image", "Build and list environment images."),
-    "tasks": ("sandfleet.tasks.cli:tasks", "Load, import and validate task folders."),
-    "run": ("sandfleet.rollout.cli:run", "Run rollouts of a task suite (the main job)."),
-    "bench": ("sandfleet.bench.cli:bench", "Benchmarks: micro, capacity, compare."),
-    "analyze": ("sandfleet.analysis.cli:analyze", "Turn traces into the figures of a hardware choice."),
+    "doctor": ("sandfleet.cli.doctor:doctor", "What this host supports, with advice."),
+    "sandbox": ("sandfleet.cli.sandbox:sandbox", "Create, use and remove sandboxes."),
+    "image": ("sandfleet.cli.image:image", "Build and list environment images."),
+    "tasks": ("sandfleet.cli.tasks:tasks", "Load, import and validate task folders."),
+    "run": ("sandfleet.cli.run:run", "Run rollouts of a task suite (the main job)."),
+    "bench": ("sandfleet.cli.bench:bench", "Benchmarks: micro, capacity, compare."),
+    "analyze": ("sandfleet.cli.analyze:analyze", "Turn traces into the figures of a hardware choice."),
     "model-server": ("sandfleet.testing.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
-    "serve": ("sandfleet.server.cli:serve", "Serve this host's sandboxes over HTTP (docs/service.md)."),
-}
-
-# group name -> "module:attribute" of commands that live elsewhere and are attached to that group
-# here, so that (say) tasks/ knows nothing of rollouts while `sandfleet tasks validate` works.
-ATTACHED: dict[str, tuple[str, ...]] = {
-    "tasks": ("sandfleet.rollout.validate:validate",),
-    "bench": ("sandfleet.server.bench:service",),
+    "serve": ("sandfleet.cli.serve:serve", "Serve this host's sandboxes over HTTP (docs/service.md)."),
 }
 
 
@@ -47,12 +42,6 @@ class LazyGroup(click.Group):
             return None
         try:
             cmd = _load(target[0])
-            if isinstance(cmd, click.Group):
-                for extra in ATTACHED.get(cmd_name, ()):
-                    sub = _load(extra)
-                    assert isinstance(sub, click.Command)
-                    if sub.name not in cmd.commands:
-                        cmd.add_command(sub)
         except ModuleNotFoundError as e:
             if e.name and e.name.startswith("sandfleet"):
                 raise click.ClickException(f"command {cmd_name!r} is not available yet ({e})") from e

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from sandfleet.cli.validate import validate
 from sandfleet.errors import ImageBuildError
 from sandfleet.images.bases import resolve_base
 from sandfleet.tasks.loader import load_tasks
@@ -16,7 +17,6 @@ from sandfleet.tasks.model import Task
 @click.group()
 def tasks() -> None:
     """Load, import and validate task folders."""
-    # `validate` runs rollouts: it lives in rollout/validate.py and sandfleet/cli.py attaches it.
 
 
 def _base(task: Task) -> str:
@@ -131,3 +131,6 @@ def generate_(family: str, n: int, seed: int, out: Path, templates: tuple[str, .
     n_train = sum(g.split == "train" for g in made)
     click.echo(f"wrote {len(made)} tasks to {out} ({n_train} train, {len(made) - n_train} eval); "
                f"{out / 'manifest.jsonl'}")
+
+
+tasks.add_command(validate)  # runs rollouts: sandfleet.cli.validate

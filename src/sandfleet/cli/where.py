@@ -1,4 +1,5 @@
-"""``--ray ADDRESS``: what ``sandfleet run`` (and friends) do with a Ray cluster."""
+"""Where a suite runs besides here: ``--ray ADDRESS`` (a Ray cluster) and ``--remote URL,URL,...``
+(several services)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,3 @@
+from sandfleet.cli import main
+
+main()

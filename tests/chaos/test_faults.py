@@ -5,8 +5,8 @@ here, a scripted model server on loopback). Each test asserts the verdict the fa
 
 Covered elsewhere, with the same checks: a sandbox's launcher SIGKILLed from the host
 (tests/test_verdicts.py, refilled in place, local and --remote), one of several services and
-one Ray node lost mid-group (tests/test_cluster*.py, refill of the unfinished members only),
-a run SIGKILLed at 20 random points (test_resume_exactly_once.py).
+one Ray node lost mid-group at a random point (test_lost_host.py; tests/test_cluster*.py
+have deterministic ones), a run SIGKILLed at 20 random points (test_resume_exactly_once.py).
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 from sandfleet.bench.workload import Command
 from sandfleet.errors import SandfleetError
-from sandfleet.sandbox import cgroups, create_sandbox, fork, get_backend, make_spec
+from sandfleet.sandbox import cgroups, create_sandbox, fork, get_backend, make_backend, make_spec
 from sandfleet.sandbox.base import BASE_ENV, DEFAULT_MAX_OUTPUT, Sandbox, Snapshot
 from sandfleet.sandbox.spec import Limits, backend_config
 
@@ -213,7 +213,7 @@ class SandboxFleet:
         self._custom: Any = None
         if layer == "tmpfs" and backend == "bwrap":
             get_backend("bwrap")  # the default one reaps leftovers once per process
-            self._custom = backend_config({"kind": "bwrap", "disk": "tmpfs"}).backend()
+            self._custom = make_backend(backend_config({"kind": "bwrap", "disk": "tmpfs"}))
 
     @property
     def limits(self) -> Limits:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import logging
 import shutil
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sandfleet.errors import ConfigError
-from sandfleet.sandbox.spec import Limits, SandboxSpec, backend_config, make_spec
+from sandfleet.sandbox.spec import AnyConfig, Limits, SandboxSpec, backend_config, make_spec
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.base import Backend, Sandbox, Snapshot
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 __all__ = ["BuildsImages", "Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "image_builder",
-           "make_spec", "resolve_backend", "use_backend"]
+           "make_backend", "make_spec", "resolve_backend", "use_backend"]
 
 _OVERRIDE: ContextVar[Backend | None] = ContextVar("sandfleet_backend_override", default=None)
 
@@ -74,9 +75,16 @@ def resolve_backend(name: str) -> str:
     return "process"
 
 
+def make_backend(config: AnyConfig) -> Backend:
+    """A new backend configured by ``config``; its module (``config.target``) is imported only now."""
+    module, _, name = config.target.partition(":")
+    backend: Backend = getattr(importlib.import_module(module), name)(config)
+    return backend
+
+
 @functools.cache
 def _backend(name: str) -> Backend:
-    backend = backend_config(name).backend()
+    backend = make_backend(backend_config(name))
     _reap_once()
     return backend
 

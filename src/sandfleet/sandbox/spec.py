@@ -5,8 +5,7 @@ CLI flags, task files and the HTTP API all validate through these models.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -20,9 +19,6 @@ from pydantic import (
 )
 
 from sandfleet.errors import ConfigError
-
-if TYPE_CHECKING:
-    from sandfleet.sandbox.base import Backend
 
 
 class Limits(BaseModel):
@@ -111,14 +107,7 @@ class Limits(BaseModel):
 class _Config(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     target: ClassVar[str] = ""
-    """"module:Class" of the backend, imported only when used."""
-
-    def backend(self) -> Backend:
-        """Import the backend lazily and return it configured."""
-        module, _, name = self.target.partition(":")
-        cls = getattr(importlib.import_module(module), name)
-        backend: Backend = cls(self)
-        return backend
+    """"module:Class" of the backend, imported only when used (:func:`sandfleet.sandbox.make_backend`)."""
 
 
 class ProcessConfig(_Config):

@@ -20,9 +20,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import sandfleet.sandbox.cgroups as cgroups
 from sandfleet.errors import ConfigError
 from sandfleet.reaping import proc_start_time, reap_pids
-from sandfleet.sandbox import cgroups
 
 log = logging.getLogger(__name__)
 

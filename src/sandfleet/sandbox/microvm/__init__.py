@@ -2,11 +2,13 @@
 
 Pieces, each in its own module:
 
-- :mod:`host`: QEMU, the guest kernel, the KVM probe (KVM where it runs the guest, else TCG);
+- :mod:`host`: QEMU and the guest kernel;
 - :mod:`guest`: the uncompressed kernel and the initramfs that starts the guest agent;
+- :mod:`probe`: the KVM probe (KVM where it runs the guest, else TCG), and ``sandfleet doctor``'s report;
 - :mod:`rootfs`: read-only ext4 root disks built from images, cached by content hash;
 - :mod:`vm`, :mod:`qmp`: one QEMU process, its command line, QMP, teardown;
 - :mod:`template`: memory snapshots, built once, restored per sandbox;
+- :mod:`fork`: a running VM saved as a template (what a sandbox snapshot restores from);
 - :mod:`backend`: the sandbox lifecycle (create, snapshot, fork, close);
 - :mod:`bench`: the micro-benchmark behind ``sandfleet bench micro --backend microvm``.
 

@@ -11,17 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import shutil
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import sandfleet.sandbox.microvm.guest as guest
+import sandfleet.sandbox.microvm.host as host
+import sandfleet.sandbox.microvm.rootfs as rootfs
 from sandfleet.agent.build import agent_binary
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import ConfigError
 from sandfleet.images import resolve_image
 from sandfleet.sandbox import seccomp
 from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
-from sandfleet.sandbox.microvm import guest, host, rootfs
+from sandfleet.sandbox.microvm.fork import snapshot_vm
+from sandfleet.sandbox.microvm.probe import probe_kvm
 from sandfleet.sandbox.microvm.template import Template, ensure_template, restore
 from sandfleet.sandbox.microvm.vm import Vm, VmSpec
 from sandfleet.sandbox.spec import MicrovmConfig, SandboxSpec
@@ -78,9 +83,11 @@ class MicrovmSandbox(AgentSandbox):
     async def snapshot(self) -> Snapshot:
         """Save this VM's memory and disk state; :meth:`MicrovmBackend.fork` restores it."""
         self._check()
-        from sandfleet.sandbox.microvm.fork import snapshot_vm
-
-        return await snapshot_vm(self)
+        tpl = await snapshot_vm(self.vm, self.template.spec, self.id)
+        result = MicrovmSnapshot(backend="microvm", spec=self.spec, layer=None, memory=tpl.mem,
+                                 cleanup=lambda: shutil.rmtree(tpl.dir, ignore_errors=True))
+        result.memory_template = tpl
+        return result
 
 
 class MicrovmBackend:
@@ -104,7 +111,7 @@ class MicrovmBackend:
         """The accelerator VMs get ("kvm" or "tcg"), probed once."""
         if self._accel is None:
             choice = self.options.accel
-            self._accel = host.probe_kvm().accel if choice == "auto" else choice
+            self._accel = probe_kvm().accel if choice == "auto" else choice
         return self._accel
 
     def vm_spec(self, spec: SandboxSpec) -> VmSpec:

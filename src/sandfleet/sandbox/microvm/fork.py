@@ -12,25 +12,20 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from sandfleet.errors import SandboxError
 from sandfleet.sandbox.base import new_id
 from sandfleet.sandbox.microvm.template import Template
-from sandfleet.sandbox.microvm.vm import Vm, log_tail
+from sandfleet.sandbox.microvm.vm import Vm, VmSpec, log_tail
 from sandfleet.sandbox.state import new_snapshot_dir
 
-if TYPE_CHECKING:
-    from sandfleet.sandbox.microvm.backend import MicrovmSandbox, MicrovmSnapshot
 
-
-async def snapshot_vm(sandbox: MicrovmSandbox) -> MicrovmSnapshot:
-    """Save ``sandbox`` (memory and its in-memory writable layer); it keeps running."""
-    from sandfleet.sandbox.microvm.backend import MicrovmSnapshot
-
-    vm = sandbox.vm
+async def snapshot_vm(vm: Vm, spec: VmSpec, name: str) -> Template:
+    """Save the running ``vm`` (memory and its in-memory writable layer; it keeps running)
+    as a template of ``spec`` in a fresh snapshot directory, marked with its owner (reaped
+    if the owner dies); removing ``template.dir`` deletes it. ``name``: the sandbox, for errors."""
     assert vm.qmp is not None
-    snap = new_snapshot_dir()  # marked with its owner: reaped if the owner dies
+    snap = new_snapshot_dir()
     full = snap / "full.stream"
     try:
         await vm.set_ignore_shared(False)
@@ -39,24 +34,16 @@ async def snapshot_vm(sandbox: MicrovmSandbox) -> MicrovmSnapshot:
         finally:
             await vm.qmp.execute("cont")
             await vm.set_ignore_shared(True)
-        tpl = Template(snap, sandbox.template.spec)
+        tpl = Template(snap, spec)
         await _templatize(full, tpl)
     except BaseException as exc:
         shutil.rmtree(snap, ignore_errors=True)
         if isinstance(exc, Exception) and not isinstance(exc, SandboxError):
-            raise SandboxError(f"snapshot of {sandbox.id} failed: {exc}") from exc
+            raise SandboxError(f"snapshot of {name} failed: {exc}") from exc
         raise
     finally:
         full.unlink(missing_ok=True)
-    result = MicrovmSnapshot(
-        backend="microvm",
-        spec=sandbox.spec,
-        layer=None,
-        memory=tpl.mem,
-        cleanup=lambda: shutil.rmtree(snap, ignore_errors=True),
-    )
-    result.memory_template = tpl
-    return result
+    return tpl
 
 
 async def _templatize(full: Path, tpl: Template) -> None:

@@ -19,7 +19,10 @@ import subprocess
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
-from sandfleet.sandbox.microvm.host import PACKAGES, PROBE_MARKER, GuestKernel, cache_dir
+from sandfleet.sandbox.microvm.host import PACKAGES, GuestKernel, cache_dir
+
+PROBE_MARKER = "SANDFLEET-PROBE-OK"
+"""What :func:`probe_initramfs` prints when the guest kernel booted (microvm/probe.py)."""
 
 #: kernel modules the guest needs, with their dependencies resolved from modules.dep
 MODULES = ("virtio_mmio", "virtio_console", "virtio_blk", "overlay")

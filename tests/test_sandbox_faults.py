@@ -214,3 +214,42 @@ def test_reaper_spares_a_sandbox_being_created() -> None:
     finally:
         if d.exists():
             d.rmdir()
+
+
+def test_a_creator_killed_before_marking_its_sandbox_directory_leaves_nothing(tmp_path: Path) -> None:
+    # The creator stops itself (then is killed) exactly where the directory exists and its marker
+    # doesn't yet: when the directory was made, then marked, such a kill left a directory with no
+    # owner named in it, spared for the grace period (a chaos run's SIGKILL found it in CI).
+    backend = "bwrap" if os.geteuid() == 0 else "process"
+    script = tmp_path / "creator.py"
+    script.write_text(textwrap.dedent(f"""
+        import asyncio, os, signal, sys
+        from sandfleet.sandbox import create_sandbox
+        def stop_at_the_marker(frame, event, arg):
+            if event == "call" and frame.f_code.co_name == "write_meta":
+                print("stopped", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP)
+        sys.setprofile(stop_at_the_marker)
+        asyncio.run(create_sandbox(backend={backend!r}))
+    """))
+    root = state_root()
+    before = {p.name for p in root.iterdir()}
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    try:
+        assert proc.stdout.readline().strip() == "stopped"
+        deadline = time.monotonic() + 10
+        while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
+            assert time.monotonic() < deadline, "the creator did not stop"
+            time.sleep(0.01)
+        made = [p for p in root.iterdir() if p.name not in before]
+        assert len(made) == 1 and not (made[0] / "meta.json").exists(), made
+        assert made[0].name not in reap_leftovers()  # its creator is alive: spared
+        assert made[0].exists()
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+    assert made[0].name in reap_leftovers()  # dead creator: judged by the name alone, at once
+    assert not made[0].exists()
+    assert not [p for p in root.iterdir() if p.name not in before and p.name != "bin"]

@@ -37,7 +37,7 @@ from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
-from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, state_root
 from sandfleet.stats import percentile
 
 # On the "host" image a sandbox sees only the system directories of the host: every other
@@ -293,17 +293,15 @@ class BwrapBackend:
         image = resolve_image(spec.image)
         lowers = [*(layers or []), *image.lowers]
         sid = new_id("bwrap")
-        sdir = state_root() / sid
-        sdir.mkdir(parents=True)  # (rw/ and root/ are made by the launcher: see _argv)
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
         loop: disk.Loop | None = None
         slot: uids.Slot | None = None
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
-        try:
-            write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
+        sdir = state_root() / sid
+        try:  # the marker names its owner before there is anything to reap (rw/ and root/: see _argv)
+            sdir = new_sandbox_dir(sid, meta)
         except OSError as e:  # (a full state directory): no marker, no directory left behind
-            shutil.rmtree(sdir, ignore_errors=True)
             raise SandboxError(f"sandbox {sid} could not be created: its marker in {sdir.parent}: "
                                f"{e.strerror or e}") from None
         try:

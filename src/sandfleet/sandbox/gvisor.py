@@ -42,7 +42,7 @@ from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, GvisorConfig, SandboxSpec
-from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
 
 INSTALL = "apt-get install runsc"
 KVM_PROBE_S = 8.0
@@ -250,12 +250,10 @@ class GvisorBackend:
                               "shifted into the bwrap uid range (docs/security.md); use the host image or a base image")
         lowers = [*(layers or []), *image.lowers]
         sid = new_id("gvisor")
-        sdir = state_root() / sid
-        sdir.mkdir(parents=True)
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
         meta = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
-        write_meta(sdir, meta)
+        sdir = new_sandbox_dir(sid, meta)  # the marker names its owner before there is anything to reap
         try:
             if cg is not None:
                 cg.create(spec.limits)

@@ -22,7 +22,7 @@ from sandfleet.sandbox import cgroups
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id, sandbox_path
 from sandfleet.sandbox.spec import ProcessConfig, SandboxSpec
-from sandfleet.sandbox.state import new_snapshot_dir, state_root, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
 
 log = logging.getLogger(__name__)
 _warned = False
@@ -126,13 +126,11 @@ class ProcessBackend:
             raise ConfigError(f"the process backend runs only the 'host' image, not {spec.image!r}")
         sid = new_id("process")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # refuses limits it can't enforce
-        sdir = state_root() / sid
-        root = sdir / "root"
-        sdir.mkdir(parents=True)
         meta = {"id": sid, "backend": "process", "image": "host", "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
+        sdir = new_sandbox_dir(sid, meta)  # the marker names its owner before there is anything to reap
+        root = sdir / "root"
         try:
-            write_meta(sdir, meta)  # the marker names its owner before there is anything to reap
             if layer is not None:
                 await asyncio.to_thread(shutil.copytree, layer, root, symlinks=True)
             for d in ("tmp", "home/agent", spec.workdir.lstrip("/"), *(w.lstrip("/") for w in spec.writable_dirs)):

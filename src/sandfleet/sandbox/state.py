@@ -109,6 +109,49 @@ def write_meta(sandbox_dir: Path, meta: dict[str, Any]) -> None:
     tmp.replace(sandbox_dir / "meta.json")
 
 
+NEW_PREFIX = ".new-"
+"""A sandbox directory being made: ``.new-<pidns>-<pid>-<start>-<id>``, renamed to ``<id>`` once its
+marker is in it. The name itself says whose it is, so a creator killed before the rename leaves
+nothing the reaper can't judge."""
+
+
+def new_sandbox_dir(sid: str, meta: dict[str, Any], mode: int = 0o777) -> Path:
+    """Make ``<state>/<sid>/`` with its marker (``meta``, see :func:`write_meta`) already in it: the
+    directory appears under its name only together with the marker that names its owner. (Made
+    by mkdir then marked, a creator killed in between left a directory no one could tell was
+    dead, kept for the incomplete-marker grace period: seen as a leftover after a SIGKILL.)"""
+    root = state_root()
+    pid, start = self_identity()
+    tmp = root / f"{NEW_PREFIX}{pid_namespace()}-{pid}-{start}-{sid}"
+    tmp.mkdir(mode=mode)
+    try:
+        write_meta(tmp, meta)
+        final = root / sid
+        tmp.rename(final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _reap_unfinished() -> list[str]:
+    """Remove directories a creator left before marking them (see :func:`new_sandbox_dir`) once
+    that creator is gone."""
+    reaped = []
+    root = state_root()
+    for d in sorted(root.glob(NEW_PREFIX + "*")) if root.exists() else []:
+        parts = d.name[len(NEW_PREFIX):].split("-", 3)
+        try:
+            ns, pid, start = (None if p == "None" else int(p) for p in parts[:3])
+        except ValueError:
+            continue  # not ours
+        if owner_alive({"owner_pidns": ns, "owner_pid": pid, "owner_start": start}):
+            continue
+        shutil.rmtree(d, ignore_errors=True)
+        reaped.append(d.name)
+    return reaped
+
+
 def read_meta(sandbox_dir: Path) -> dict[str, Any] | None:
     return read_meta_file(sandbox_dir / "meta.json")
 
@@ -257,4 +300,5 @@ def reap_leftovers(*, include_live: bool = False) -> list[str]:
             cg.remove()
             reaped.append(name)
     reaped += reap_snapshots()
+    reaped += _reap_unfinished()
     return reaped

@@ -24,7 +24,7 @@ from sandfleet.errors import SandboxDiedError
 from sandfleet.sandbox.microvm.guest import AGENT_PORT
 from sandfleet.sandbox.microvm.host import qemu_binary, tsc_khz
 from sandfleet.sandbox.microvm.qmp import Qmp
-from sandfleet.sandbox.state import proc_start_time, state_root, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, proc_start_time, write_meta
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,8 @@ class Vm:
         ``mem_path``). With ``save_to``, QEMU holds that file open for :meth:`save`.
         ``ignore_shared=False`` loads a full stream (RAM included) into a shared mapping.
         """
-        run = state_root() / sid
-        run.mkdir(mode=0o700)
         meta = {"id": sid, "backend": "microvm", **(meta or {})}
-        write_meta(run, meta)
+        run = new_sandbox_dir(sid, meta, mode=0o700)
         argv = spec.argv(run, mem_path, share=share)
         if incoming is not None:
             argv += ["-incoming", "defer"]

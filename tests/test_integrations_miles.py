@@ -14,9 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
+from sandfleet.errors import ConfigError
 from sandfleet.integrations import miles
 from sandfleet.integrations._common import LIVE, Settings
 from sandfleet.testing.fake_server import FakeModelServer
+from sandfleet.testing.scripted_model import ScriptedModel
 from sandfleet.traceschema import SPAN_NAMES
 from test_rollout_model import ModelEndpoint, model_server  # noqa: F401  (the opt-in real-model fixture)
 from test_rollout_support import make_task, needs_bwrap
@@ -71,6 +73,24 @@ async def test_run_solves_the_task_under_session_rules(tmp_path: Path) -> None:
     for before, after in zip(bodies, bodies[1:], strict=False):
         assert after["messages"][: len(before["messages"])] == before["messages"]
     assert json.dumps(out)  # all of it goes into Miles' sample metadata
+
+
+@needs_bwrap()
+async def test_run_with_a_model_passed_in(tmp_path: Path) -> None:
+    """A trainer's in-process engine (here a ScriptedModel) answers in place of the session
+    server: the same prompt, sampling settings, echoed history and outcome; no transport."""
+    task = make_task(tmp_path)
+    model = ScriptedModel([{"bash": "echo hello > /app/out.txt"}, "Done."])
+    out = await miles.run("http://127.0.0.1:1", PROMPT, {"temperature": 0.7, "max_tokens": 64},
+                          {"sandfleet_task": str(task.path)}, settings=BWRAP, model=model)
+    assert out["reward"] == 1.0 and out["exit_status"] == "done" and out["agent_metrics"]["turns"] == 2
+    assert model.requests[0]["messages"] == PROMPT
+    assert all(b["temperature"] == 0.7 and b["max_tokens"] == 64 for b in model.requests)
+    second = model.requests[1]["messages"]
+    assert second[len(PROMPT)]["tool_calls"] and "content" not in second[len(PROMPT)]  # echoed, None dropped
+    with pytest.raises(ConfigError, match="takes a model, not a transport"):
+        await miles.run("http://127.0.0.1:1", PROMPT, {}, {"sandfleet_task": str(task.path)},
+                        transport=httpx.MockTransport(lambda r: httpx.Response(500)))
 
 
 @needs_bwrap()
@@ -183,7 +203,6 @@ async def test_run_against_a_real_model(tmp_path: Path, model_server: ModelEndpo
 
 
 def test_settings_and_task_lookup_errors(tmp_path: Path) -> None:
-    from sandfleet.errors import ConfigError
     from sandfleet.integrations._common import resolve_task
 
     s = Settings.from_env({"SANDFLEET_BACKEND": "process", "SANDFLEET_NETWORK": "1"}, agent_user="root")

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx
+import pytest
 
+from sandfleet.errors import ConfigError
 from sandfleet.rollout import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.agent import fenced_commands, truncate
+from sandfleet.rollout.chat import ChatClient
 from sandfleet.testing.fake_server import FakeModelServer
+from sandfleet.testing.scripted_model import ScriptedModel
 from test_rollout_support import make_task, needs_bwrap, run
 
 pytestmark = needs_bwrap()
@@ -92,8 +97,56 @@ async def test_fake_server_lists_models_and_injectable_transport() -> None:
         return httpx.Response(200, json={"choices": [{"message": {"content": "ok"}}],
                                          "usage": {"prompt_tokens": 5, "completion_tokens": 1}})
 
-    from sandfleet.rollout.chat import ChatClient
-
     async with ChatClient("http://nowhere", "m", transport=httpx.MockTransport(handler)) as chat:
         reply = await chat.complete([{"role": "user", "content": "hi"}])
     assert reply.content == "ok" and reply.prompt_tokens == 5
+
+
+async def test_a_model_passed_in_drives_the_loop(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    model = ScriptedModel([{"bash": "cd /app"}, {"tool_calls": ["echo hel > x", "echo hello > out.txt"]}, "Done."])
+    policy = OpenAIPolicy(model=model, config=AgentConfig(temperature=0.5), extra_body={"top_p": 0.9})
+    report = await run([task], policy, n=2, concurrency=2)  # one model shared by both rollouts
+    for r in report.results:
+        assert r.status == "completed" and r.reward == 1.0 and r.stop_reason == "done"
+        assert r.turns == 3 and r.commands == 3 and r.info["model"] == "scripted-model"
+        models = [s for s in r.spans if s["name"] == "model"]
+        assert len(models) == 3 and r.prompt_tokens == sum(s["prompt_tokens"] for s in models) > 0
+    assert len(model.requests) == 6
+    first = model.requests[0]
+    assert first["tools"][0]["function"]["name"] == "bash" and first["max_tokens"] == 1024
+    assert first["temperature"] == 0.5 and first["top_p"] == 0.9
+    last = max(model.requests, key=lambda b: len(b["messages"]))["messages"]
+    assert last[0]["role"] == "system" and any(m["role"] == "tool" for m in last)
+
+
+async def test_a_chat_client_with_its_own_transport_is_a_model(tmp_path: Path) -> None:
+    task = make_task(tmp_path)
+    seen: list[dict] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(json.loads(request.content))
+        done = any(m["role"] == "assistant" for m in seen[-1]["messages"])
+        message = ({"role": "assistant", "content": "Done."} if done else
+                   {"role": "assistant", "content": None, "tool_calls": [{"id": "c1", "type": "function", "function": {
+                       "name": "bash", "arguments": '{"command": "echo hello > /app/out.txt"}'}}]})
+        return httpx.Response(200, json={"choices": [{"message": message}],
+                                         "usage": {"prompt_tokens": 7, "completion_tokens": 3}})
+
+    async with ChatClient("http://nowhere", "m", transport=httpx.MockTransport(handler)) as chat:
+        r = (await run([task], OpenAIPolicy(model=chat))).results[0]
+    assert r.reward == 1.0 and r.turns == 2 and r.prompt_tokens == 14 and r.info["model"] == "m"
+    assert [b["model"] for b in seen] == ["m", "m"]
+
+
+def test_bad_models_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="model must be a model name or a Model.*not object"):
+        OpenAIPolicy(model=object())  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="not both"):
+        OpenAIPolicy("http://127.0.0.1:1/v1", ScriptedModel())
+    with pytest.raises(ConfigError, match="needs a model server URL"):
+        OpenAIPolicy(model="m")
+    with pytest.raises(ConfigError, match="not HTTP faults"):
+        ScriptedModel([{"fault": "500"}])
+    with pytest.raises(ConfigError, match="not a script entry"):
+        ScriptedModel([{"command": "ls"}])

@@ -19,11 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
 from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.chat import ChatReply
-from sandfleet.rollout.policy import AgentContext
+from sandfleet.rollout.policy import AgentContext, Model
 
 
 @dataclass
@@ -46,16 +44,16 @@ def echoed(message: dict[str, Any]) -> dict[str, Any]:
 
 
 class SessionPolicy(OpenAIPolicy):
-    """A model behind an OpenAI-compatible server that keeps the session; one per rollout."""
+    """A model behind an OpenAI-compatible server that keeps the session, or a
+    :class:`~sandfleet.rollout.policy.Model` passed in (``base_url`` empty); one per rollout."""
 
     name = "openai-session"
 
-    def __init__(self, base_url: str, prompt: Any = None, *, model: str = "default",
+    def __init__(self, base_url: str, prompt: Any = None, *, model: str | Model = "default",
                  request_kwargs: dict[str, Any] | None = None, config: AgentConfig | None = None,
-                 api_key: str | None = None, transport: httpx.AsyncBaseTransport | None = None,
-                 request_timeout_s: float = 600.0):
+                 api_key: str | None = None, request_timeout_s: float = 600.0):
         # no key unless given (not $OPENAI_API_KEY: the trainer's server is not OpenAI's)
-        super().__init__(base_url, model, api_key=api_key or "", config=config, transport=transport,
+        super().__init__(base_url, model, api_key=api_key or "", config=config,
                          request_timeout_s=request_timeout_s, extra_body=request_kwargs)
         self.prompt = prompt
         self.messages: list[dict[str, Any]] = []

@@ -30,8 +30,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import httpx
-
+from sandfleet.errors import ConfigError
 from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy
 from sandfleet.rollout.agent import AgentConfig
@@ -52,7 +51,9 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
     (``auto``, ``tools``, ``text``); process-wide ones in the environment (``SANDFLEET_BACKEND``,
     ``SANDFLEET_NETWORK``, ``SANDFLEET_AGENT_USER``: :mod:`sandfleet.integrations._common`).
     Python callers may pass ``agent_config`` (an :class:`AgentConfig`), ``settings`` (a
-    ``Settings``) and ``transport`` (an ``httpx`` transport).
+    ``Settings``) and ``model`` (a :class:`~sandfleet.rollout.policy.Model` that answers in
+    place of the session server at ``base_url``: a ``ChatClient`` with a transport of its own,
+    an in-process engine).
 
     Returns ``reward`` (the verifier's; 0.0 for a policy fault; None for a masked rollout:
     an infra fault, or one Miles aborted), ``verdict`` (``scored``, ``policy_fault``,
@@ -71,9 +72,13 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
         config.max_turns = int(metadata["sandfleet_max_turns"])
     if "sandfleet_tool_mode" in metadata:
         config.tool_mode = metadata["sandfleet_tool_mode"]
-    transport: httpx.AsyncBaseTransport | None = kwargs.get("transport")
-    policy = SessionPolicy(f"{base_url.rstrip('/')}/v1", prompt, model=str(metadata.get("model") or "default"),
-                           request_kwargs=request_kwargs, config=config, transport=transport)
+    if "transport" in kwargs:
+        raise ConfigError("miles.run takes a model, not a transport: pass model=ChatClient(url, name, transport=...)")
+    if kwargs.get("model") is not None:
+        policy = SessionPolicy("", prompt, model=kwargs["model"], request_kwargs=request_kwargs, config=config)
+    else:
+        policy = SessionPolicy(f"{base_url.rstrip('/')}/v1", prompt, model=str(metadata.get("model") or "default"),
+                               request_kwargs=request_kwargs, config=config)
     try:
         result = await run_task(task, policy, settings, group=task.name)
     except Aborted:

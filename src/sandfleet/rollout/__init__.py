@@ -7,13 +7,13 @@ verifier scoring it, and spans that tile its wall time (``trace.jsonl``).
 """
 
 from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
-from sandfleet.rollout.policy import AgentContext, NoopPolicy, OraclePolicy, Policy, ScriptedPolicy
+from sandfleet.rollout.policy import AgentContext, Model, NoopPolicy, OraclePolicy, Policy, ScriptedPolicy
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_rollout, run_with_retries
 from sandfleet.rollout.suite import RunConfig, RunReport, run_suite
 
 __all__ = [
-    "AgentConfig", "AgentContext", "NoopPolicy", "OpenAIPolicy", "OraclePolicy", "Policy",
+    "AgentConfig", "AgentContext", "Model", "NoopPolicy", "OpenAIPolicy", "OraclePolicy", "Policy",
     "RetryPolicy", "RolloutRequest", "RolloutResult", "RunConfig", "RunReport", "ScriptedPolicy",
     "group_advantages", "run_rollout", "run_suite", "run_with_retries",
 ]  # fmt: skip

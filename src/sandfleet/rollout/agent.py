@@ -13,14 +13,14 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import httpx
-
 from sandfleet.errors import ConfigError, ModelError
 from sandfleet.rollout.chat import ChatClient, ChatReply, warm_up
-from sandfleet.rollout.policy import AgentContext
+from sandfleet.rollout.policy import AgentContext, Model
 
 ToolMode = Literal["auto", "tools", "text"]
 
@@ -91,34 +91,61 @@ class AgentConfig:
 
 
 class OpenAIPolicy:
-    """A model behind an OpenAI-compatible ``/v1/chat/completions`` endpoint."""
+    """The agent loop over a :class:`~sandfleet.rollout.policy.Model`.
+
+    ``OpenAIPolicy(base_url, "name")``: a model behind an OpenAI-compatible
+    ``/v1/chat/completions`` endpoint; each rollout opens its own
+    :class:`~sandfleet.rollout.chat.ChatClient` and closes it (the policy holds only the URL,
+    so it pickles: Ray sends it to its nodes). ``OpenAIPolicy(model=m)``: any ``Model``
+    passed in (a ``ChatClient`` with its own transport, a trainer's engine, a
+    :class:`~sandfleet.testing.scripted_model.ScriptedModel`); its owner closes it."""
 
     name = "openai"
 
     def __init__(
         self,
-        base_url: str,
-        model: str,
+        base_url: str = "",
+        model: str | Model = "default",
         *,
         api_key: str | None = None,
         api_key_env: str = "OPENAI_API_KEY",
         config: AgentConfig | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
         request_timeout_s: float = 120.0,
         extra_body: dict[str, Any] | None = None,
     ):
-        if not base_url:
-            raise ConfigError("the openai agent needs a model server URL (--model-url)")
+        self.chat: Model | None = None
+        """The model passed in, or None: a ChatClient to ``base_url`` per rollout."""
+        if isinstance(model, str):
+            if not base_url:
+                raise ConfigError("the openai agent needs a model server URL (--model-url) or a Model")
+            self.model = model
+        else:
+            if not callable(getattr(model, "complete", None)):
+                raise ConfigError(f"model must be a model name or a Model (an object with an async "
+                                  f"complete(messages, tools=...)), not {type(model).__name__}")
+            if base_url:
+                raise ConfigError("give the openai agent a model server URL or a Model, not both")
+            self.chat = model
+            self.model = str(getattr(model, "model", None) or type(model).__name__)
         self.base_url = base_url
-        self.model = model
         self.api_key = api_key if api_key is not None else os.environ.get(api_key_env)
         self.config = config or AgentConfig()
-        self.transport = transport
         self.request_timeout_s = request_timeout_s
         self.extra_body = dict(extra_body or {})
         """Fields sent with every request, over ``max_tokens`` and ``temperature`` (a
         trainer's sampling settings)."""
-        warm_up()
+        if self.chat is None:
+            warm_up()
+
+    @asynccontextmanager
+    async def _model(self) -> AsyncIterator[Model]:
+        """The model of one rollout: the one passed in, or a ChatClient closed when it ends."""
+        if self.chat is not None:
+            yield self.chat
+            return
+        async with ChatClient(self.base_url, self.model, api_key=self.api_key,
+                              timeout_s=self.request_timeout_s) as client:
+            yield client
 
     # -- hooks (a subclass changes how the conversation starts and grows; the loop is one)
     def initial_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
@@ -142,19 +169,13 @@ class OpenAIPolicy:
         ctx.info.update(model=self.model, tool_mode=cfg.tool_mode)
         messages = self.initial_messages(ctx)
         use_tools = cfg.tool_mode != "text"
-        async with ChatClient(
-            self.base_url,
-            self.model,
-            api_key=self.api_key,
-            transport=self.transport,
-            timeout_s=self.request_timeout_s,
-        ) as client:
+        async with self._model() as model:
             while True:
                 if ctx.turns >= cfg.max_turns:
                     return "max_turns"
                 if ctx.completion_tokens >= cfg.max_tokens:
                     return "max_tokens"
-                reply = await self._ask(ctx, client, messages, use_tools)
+                reply = await self._ask(ctx, model, messages, use_tools)
                 if reply is None:  # the server refused tools: fall back to text
                     use_tools = False
                     continue
@@ -164,11 +185,11 @@ class OpenAIPolicy:
                     return "done"
 
     async def _ask(
-        self, ctx: AgentContext, client: ChatClient, messages: list[dict[str, Any]], use_tools: bool
+        self, ctx: AgentContext, model: Model, messages: list[dict[str, Any]], use_tools: bool
     ) -> ChatReply | None:
         with ctx.recorder.span("model", turn=ctx.turns) as span:
             try:
-                reply = await client.complete(
+                reply = await model.complete(
                     messages,
                     tools=[BASH_TOOL] if use_tools else None,
                     max_tokens=self.config.max_tokens_per_turn,

@@ -6,7 +6,12 @@ runs commands only through :meth:`AgentContext.run`, which records each one as a
 
 Shipped policies: :class:`OraclePolicy` (the task's reference solution),
 :class:`NoopPolicy`, :class:`ScriptedPolicy` (replays commands; for tests) and
-:class:`~sandfleet.rollout.agent.OpenAIPolicy` (a model behind an OpenAI-compatible server).
+:class:`~sandfleet.rollout.agent.OpenAIPolicy` (the agent loop over a :class:`Model`).
+
+The model is a seam of its own: :class:`Model` is one chat completion per call.
+:class:`~sandfleet.rollout.chat.ChatClient` (any OpenAI-compatible server) is one, a
+trainer's engine or :class:`~sandfleet.testing.scripted_model.ScriptedModel` another; the
+policy is given the model, it does not build the client.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import RolloutError
+from sandfleet.rollout.chat import ChatReply
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.sandbox.base import Sandbox, Session
 from sandfleet.tasks.model import Task, Upload
@@ -98,6 +104,27 @@ async def stage_uploads(sandbox: Sandbox, uploads: Sequence[Upload], *, user: st
         else:
             mode = 0o755 if up.source.stat().st_mode & stat.S_IXUSR else 0o644
             await sandbox.write_file(up.target, up.source.read_bytes(), mode=mode, user=user)
+
+
+class Model(Protocol):
+    """One chat completion per call: the conversation and the tools offered in, a parsed reply out.
+
+    ``messages`` and ``tools`` are in OpenAI's chat format; ``max_tokens`` and
+    ``temperature`` are None when the policy leaves them to the model; ``extra`` holds a
+    trainer's sampling settings, which win over both. Failures raise
+    :class:`~sandfleet.errors.ModelError` with a ``reason`` (``model_http_400`` for a
+    refused request: the policy then drops the tools). Concurrent rollouts may share one
+    model; whoever made it closes it."""
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> ChatReply: ...
 
 
 @runtime_checkable

@@ -247,29 +247,34 @@ class FakeModelServer(ChatHTTPServer):
         return 200, json.dumps(completion).encode()
 
     def _completion(self, entry: Any, messages: list[Any], turn: int) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": None}
-        if isinstance(entry, str):
-            message["content"] = entry
-        elif "text" in entry:
-            message["content"] = entry["text"]
-        else:
-            commands = entry.get("tool_calls") or [entry["bash"]]
-            message["tool_calls"] = [
-                {"id": f"call_{turn}_{i}", "type": "function",
-                 "function": {"name": "bash", "arguments": json.dumps({"command": c})}}
-                for i, c in enumerate(commands)
-            ]  # fmt: skip
-        generated = json.dumps(message)
-        prompt = _tokens(json.dumps(messages))
-        completion = _tokens(generated)
-        return {
-            "id": f"chatcmpl-fake-{turn}", "object": "chat.completion", "created": int(time.time()),
-            "model": self.model,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
-        }  # fmt: skip
+        return completion_for(entry, messages, turn, self.model)
+
+
+def completion_for(entry: Any, messages: list[Any], turn: int, model: str) -> dict[str, Any]:
+    """The ``chat.completion`` a script entry answers at ``turn`` (tokens counted as ~4 characters)."""
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if isinstance(entry, str):
+        message["content"] = entry
+    elif "text" in entry:
+        message["content"] = entry["text"]
+    else:
+        commands = entry.get("tool_calls") or [entry["bash"]]
+        message["tool_calls"] = [
+            {"id": f"call_{turn}_{i}", "type": "function",
+             "function": {"name": "bash", "arguments": json.dumps({"command": c})}}
+            for i, c in enumerate(commands)
+        ]  # fmt: skip
+    generated = json.dumps(message)
+    prompt = _tokens(json.dumps(messages))
+    completion = _tokens(generated)
+    return {
+        "id": f"chatcmpl-fake-{turn}", "object": "chat.completion", "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message,
+                     "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+    }  # fmt: skip
 
 
 def _echoed(message: Any) -> Any:

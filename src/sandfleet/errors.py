@@ -12,6 +12,8 @@ inside a sandbox's guest agent come back to the host with their type::
     ├── SandboxError                         anything about one sandbox
     │   ├── SandboxClosedError               used after close()
     │   ├── SandboxDiedError                 the sandbox or its guest agent died
+    │   │   ├── SandboxExpiredError          its TTL on a service passed (the service closed it)
+    │   │   └── SandboxLostError             the service that held it restarted
     │   ├── SandboxTimeoutError (TimeoutError)  an operation outlived its deadline
     │   │   └── SandboxUnresponsiveError     the guest agent did not answer in time (sandbox is dead)
     │   ├── SandboxPathError (ValueError)    a path escapes the sandbox or is invalid
@@ -22,12 +24,17 @@ inside a sandbox's guest agent come back to the host with their type::
     │   │   └── GuestExecError               the command could not be started
     │   └── ProtocolError                    malformed frame / version mismatch
     ├── PoolError                            the warm pool is closed or over capacity
-    ├── ServiceError                         the sandbox service refused a request (``status``, ``code``)
+    ├── ServiceError                         the sandbox service refused a request (``status``, ``code``,
+    │                                        ``retry_after``)
     │   ├── AuthError                        missing or wrong bearer token (401)
     │   └── ServiceBusyError                 over an admission limit or quota (429, ``retry_after``)
     ├── TaskError                            a task folder is malformed (names file and field)
     └── RolloutError                         a rollout failed (model server down, ...)
         └── ModelError                       the model server failed or answered garbage
+
+Between the service and its client an error travels as an HTTP status and a ``code``; the
+one table between codes and exceptions is :data:`WIRE`: the server answers with
+:func:`to_wire`, the client raises :func:`from_wire`.
 """
 
 from __future__ import annotations
@@ -69,6 +76,14 @@ class SandboxClosedError(SandboxError):
 
 class SandboxDiedError(SandboxError):
     """The sandbox (or its guest agent) died; it can't be used any more."""
+
+
+class SandboxExpiredError(SandboxDiedError):
+    """A service closed the sandbox when its TTL passed."""
+
+
+class SandboxLostError(SandboxDiedError):
+    """The service that held the sandbox restarted (or was killed): the sandbox is gone."""
 
 
 class SandboxTimeoutError(SandboxError, TimeoutError):
@@ -128,13 +143,16 @@ class PoolError(SandfleetError):
 
 class ServiceError(SandfleetError):
     """The sandbox service (``sandfleet serve``) refused or failed a request, or can't be
-    reached. ``status`` is the HTTP status (0 when there was no answer), ``code`` the
-    service's error code."""
+    reached. ``code`` is the service's error code, ``status`` the HTTP status (0 when there
+    was no answer; raised inside the service, 0 means the status :data:`WIRE` gives the
+    code), ``retry_after`` the service's advice in seconds, when it gave one."""
 
-    def __init__(self, message: str, *, status: int = 0, code: str = "service_error"):
+    def __init__(self, message: str, *, status: int = 0, code: str = "service_error",
+                 retry_after: float | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
+        self.retry_after = retry_after
 
 
 class AuthError(ServiceError):
@@ -146,8 +164,7 @@ class ServiceBusyError(ServiceError):
     429). ``retry_after`` is the service's advice, in seconds."""
 
     def __init__(self, message: str, *, status: int = 429, code: str = "busy", retry_after: float | None = None):
-        super().__init__(message, status=status, code=code)
-        self.retry_after = retry_after
+        super().__init__(message, status=status, code=code, retry_after=retry_after)
 
 
 class TaskError(SandfleetError):
@@ -184,3 +201,82 @@ def guest_error(guest_type: str, message: str, errno: int | None = None) -> Gues
     """Rebuild a guest-side error on the host with its type."""
     cls = GUEST_ERRORS.get(guest_type, GuestError)
     return cls(message, guest_type=guest_type, errno=errno)
+
+
+# -- the wire: the service's error codes <-> exceptions
+
+WIRE: tuple[tuple[str, int, type[SandfleetError]], ...] = (
+    ("guest_error", 422, GuestError),  # the body adds guest_type and errno: rebuilt by guest_error()
+    ("bad_path", 400, SandboxPathError),
+    ("agent_unresponsive", 410, SandboxUnresponsiveError),
+    ("agent_unresponsive", 410, SandboxTimeoutError),
+    ("sandbox_closed", 410, SandboxClosedError),
+    ("sandbox_expired", 410, SandboxExpiredError),
+    ("sandbox_lost", 410, SandboxLostError),
+    ("sandbox_died", 410, SandboxDiedError),
+    ("sandbox_died", 410, ProtocolError),
+    ("unknown_image", 400, ImageError),
+    ("invalid_request", 400, ConfigError),
+    ("too_large", 413, ConfigError),
+    ("unsupported", 400, HostUnsupportedError),
+    ("sandbox_died", 410, SandboxError),
+    # refusals of the service itself (raised there as ServiceError(code=...), status from here)
+    ("unauthorized", 401, AuthError),
+    ("busy", 429, ServiceBusyError),
+    ("quota_exceeded", 429, ServiceBusyError),
+    ("sandbox_not_found", 404, ServiceError),
+    ("snapshot_not_found", 404, ServiceError),
+    ("session_not_found", 404, ServiceError),
+    ("task_image_not_found", 404, ServiceError),
+    ("idempotency_conflict", 422, ServiceError),
+    ("draining", 503, ServiceError),
+    ("host_error", 503, ServiceError),
+    ("digest_mismatch", 400, ServiceError),
+    ("not_a_task", 422, ServiceError),
+    ("build_failed", 422, ServiceError),
+)
+"""The one table between the service's error codes and exceptions: (code, HTTP status,
+exception). The server answers an exception with the first row its type matches, a
+:class:`ServiceError` with the row of its own code (:func:`to_wire`); the client raises,
+for a code, the exception of the code's first row (:func:`from_wire`)."""
+
+_EXCEPTION: dict[str, type[SandfleetError]] = {}
+_STATUS: dict[str, int] = {}
+for _code, _status, _cls in WIRE:
+    _EXCEPTION.setdefault(_code, _cls)
+    _STATUS.setdefault(_code, _status)
+del _code, _status, _cls
+
+
+def to_wire(e: BaseException) -> tuple[int, str, dict[str, object]] | None:
+    """(HTTP status, code, extra body fields) of a sandfleet exception; None for any other
+    exception (a bug of ours: the caller logs it and answers 500)."""
+    if isinstance(e, ServiceError):
+        return e.status or _STATUS.get(e.code, 500), e.code, {}
+    for code, status, cls in WIRE:
+        if isinstance(e, cls):
+            return status, code, ({"guest_type": e.guest_type, "errno": e.errno} if isinstance(e, GuestError) else {})
+    return None
+
+
+def error_of(code: str, message: str) -> SandfleetError:
+    """The exception of ``code`` (its first row in :data:`WIRE`), as the service raises it."""
+    return from_wire(_STATUS.get(code, 0), {"code": code, "message": message})
+
+
+def from_wire(status: int, body: dict[str, object], retry_after: float | None = None) -> SandfleetError:
+    """The exception an error answer (``status``, its JSON ``body``) stands for: the one the
+    same failure raises on a local sandbox, where there is one."""
+    code = str(body.get("code") or "error")
+    msg = str(body.get("message") or f"HTTP {status}")
+    cls = _EXCEPTION.get(code)
+    if cls is GuestError:
+        errno = body.get("errno")
+        return guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
+    if cls is None or issubclass(cls, ServiceError):
+        if cls is None or cls is ServiceError:  # by status: what a refusal of that kind is
+            cls = {401: AuthError, 429: ServiceBusyError}.get(status, ServiceError)
+            if status == 413:
+                return ConfigError(msg)
+        return cls(msg, status=status, code=code, retry_after=retry_after)
+    return cls(msg)

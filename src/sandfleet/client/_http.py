@@ -1,5 +1,6 @@
 """The client's one boundary with HTTP: requests, and every failure mapped into sandfleet's
-exception tree (an error body's ``code`` back to the exception a local sandbox raises)."""
+exception tree (an error body's ``code`` back to the exception a local sandbox raises, by
+:data:`sandfleet.errors.WIRE`, the table the server answers by)."""
 
 from __future__ import annotations
 
@@ -10,52 +11,7 @@ from typing import Any
 
 import httpx
 
-from sandfleet.errors import (
-    AuthError,
-    ConfigError,
-    HostUnsupportedError,
-    ImageError,
-    ProtocolError,
-    SandboxClosedError,
-    SandboxDiedError,
-    SandboxPathError,
-    SandboxUnresponsiveError,
-    ServiceBusyError,
-    ServiceError,
-    guest_error,
-)
-
-CODES: dict[str, type[Exception]] = {
-    "bad_path": SandboxPathError,
-    "agent_unresponsive": SandboxUnresponsiveError,
-    "sandbox_closed": SandboxClosedError,
-    "sandbox_died": SandboxDiedError,
-    "sandbox_lost": SandboxDiedError,
-    "sandbox_expired": SandboxDiedError,
-    "unknown_image": ImageError,
-    "invalid_request": ConfigError,
-    "unsupported": HostUnsupportedError,
-}
-"""Error codes of the service -> the exception the same failure raises locally."""
-
-
-def error_for(status: int, body: dict[str, Any], retry_after: float | None = None) -> Exception:
-    """The sandfleet exception an error answer stands for."""
-    code = str(body.get("code") or "error")
-    msg = str(body.get("message") or f"HTTP {status}")
-    if code == "guest_error":
-        errno = body.get("errno")
-        return guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
-    exc = CODES.get(code)
-    if exc is not None:
-        return exc(msg)
-    if status == 401:
-        return AuthError(msg, status=status, code=code)
-    if status == 429:
-        return ServiceBusyError(msg, status=status, code=code, retry_after=retry_after)
-    if status == 413:
-        return ConfigError(msg)
-    return ServiceError(msg, status=status, code=code)
+from sandfleet.errors import ProtocolError, ServiceError, from_wire
 
 
 def _retry_after(resp: httpx.Response) -> float | None:
@@ -74,7 +30,7 @@ async def raise_for_status(resp: httpx.Response) -> None:
             raise ValueError
     except ValueError:
         body = {"code": "error", "message": f"HTTP {resp.status_code}: {resp.text[:200]}"}
-    raise error_for(resp.status_code, body, _retry_after(resp))
+    raise from_wire(resp.status_code, body, _retry_after(resp))
 
 
 def transport_error(e: httpx.HTTPError, url: str) -> Exception:

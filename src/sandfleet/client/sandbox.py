@@ -25,7 +25,7 @@ import httpx
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
-from sandfleet.client._http import error_for, ndjson, raise_for_status, transport_error
+from sandfleet.client._http import ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
 from sandfleet.errors import (
     ProtocolError,
@@ -34,6 +34,7 @@ from sandfleet.errors import (
     SandboxError,
     SandboxUnresponsiveError,
     ServiceError,
+    from_wire,
 )
 from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
@@ -158,7 +159,7 @@ class RemoteRuntime:
             if last is None:
                 raise ProtocolError(f"the service ended command output of sandbox {self.sid} without an exit record")
             if last["type"] == "error":
-                raise self._seen(error_for(int(last.get("status") or 400), last))
+                raise self._seen(from_wire(int(last.get("status") or 400), last))
             return self._result(last, kept, seen, body.get("stream", False))
         except httpx.TimeoutException:
             err = SandboxUnresponsiveError(f"sandbox {self.sid}: the service did not report the end of the command "

@@ -15,19 +15,7 @@ from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.agent.protocol import MAX_OUTPUT
-from sandfleet.errors import (
-    ConfigError,
-    GuestError,
-    HostUnsupportedError,
-    ImageError,
-    ProtocolError,
-    SandboxClosedError,
-    SandboxDiedError,
-    SandboxError,
-    SandboxPathError,
-    SandboxTimeoutError,
-    SandboxUnresponsiveError,
-)
+from sandfleet.errors import ServiceError, to_wire
 from sandfleet.sandbox.spec import SandboxSpec
 
 MAX_TIMEOUT_S = 7 * 86400.0
@@ -60,32 +48,18 @@ class ErrorBody(BaseModel):
 
 
 def problem_for(e: BaseException) -> Problem | None:
-    """The HTTP answer for a sandfleet exception (the one place they are mapped); None for
-    an exception that is a bug of ours (the caller logs it and answers 500)."""
-    msg = str(e) or type(e).__name__
+    """The HTTP answer for a sandfleet exception, from :data:`sandfleet.errors.WIRE` (the
+    one table of codes); None for an exception that is a bug of ours (the caller logs it
+    and answers 500)."""
     if isinstance(e, Problem):
         return e
-    if isinstance(e, GuestError):
-        return Problem(422, "guest_error", msg, extra={"guest_type": e.guest_type, "errno": e.errno})
-    if isinstance(e, SandboxPathError):
-        return Problem(400, "bad_path", msg)
-    if isinstance(e, SandboxUnresponsiveError):
-        return Problem(410, "agent_unresponsive", msg)
-    if isinstance(e, SandboxClosedError):
-        return Problem(410, "sandbox_closed", msg)
-    if isinstance(e, SandboxDiedError | ProtocolError):
-        return Problem(410, "sandbox_died", msg)
-    if isinstance(e, SandboxTimeoutError):
-        return Problem(410, "agent_unresponsive", msg)
-    if isinstance(e, ImageError) or (isinstance(e, ConfigError) and "unknown image" in msg):
-        return Problem(400, "unknown_image", msg)
-    if isinstance(e, ConfigError):
-        return Problem(400, "invalid_request", msg)
-    if isinstance(e, HostUnsupportedError):
-        return Problem(400, "unsupported", msg)
-    if isinstance(e, SandboxError):
-        return Problem(410, "sandbox_died", msg)
-    return None
+    wire = to_wire(e)
+    if wire is None:
+        return None
+    status, code, extra = wire
+    retry = e.retry_after if isinstance(e, ServiceError) else None
+    headers = None if retry is None else {"Retry-After": str(int(retry)) if float(retry).is_integer() else str(retry)}
+    return Problem(status, code, str(e) or type(e).__name__, headers=headers, extra=extra)
 
 
 # -- sandboxes

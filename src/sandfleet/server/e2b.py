@@ -43,7 +43,6 @@ from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server import e2b_control, e2b_metrics, e2b_pause
-from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b_fs import FsRPC, Watcher
 from sandfleet.server.e2b_image import base_image
@@ -207,7 +206,7 @@ class E2B(ProcessRPC, FsRPC):
     def entry(self, owner: str, sid: str) -> Entry:
         try:
             return self.service.entry(owner, self.real(sid))
-        except Problem as err:
+        except SandfleetError as err:
             raise cp_error(err) from None
 
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:

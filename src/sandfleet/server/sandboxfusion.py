@@ -43,7 +43,7 @@ from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
 
 from sandfleet.agent.client import ExecResult
-from sandfleet.errors import GuestExecError, SandfleetError
+from sandfleet.errors import GuestExecError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server import api
@@ -187,13 +187,13 @@ class SandboxFusion:
         t0 = time.perf_counter()
         try:
             e = await self.service.create(owner, spec, key=None, deadline_ms=None)
-        except Problem as prob:
-            if prob.status_code in (410, 503):
-                return sandbox_error(f"the sandbox could not be made: {prob.message}")
-            raise FusionError(prob.status_code, prob.message, dict(prob.headers or {})) from None
         except SandfleetError as err:
             known = api.problem_for(err)
-            if known is not None and known.status_code == 400:
+            if known is None or known.status_code in (410, 503):
+                return sandbox_error(f"the sandbox could not be made: {err}")
+            if isinstance(err, ServiceError):  # the service refused it: over a quota, ...
+                raise FusionError(known.status_code, known.message, dict(known.headers or {})) from None
+            if known.status_code == 400:  # the request's fault: an unknown image, a bad limit
                 raise FusionError(400, known.message) from None
             return sandbox_error(f"the sandbox could not be made: {err}")
         run = asyncio.create_task(self._run(owner, e, prog, stdin, compile_t, run_t, fetch))
@@ -252,7 +252,7 @@ class SandboxFusion:
                     except SandfleetError as err:  # missing or unreadable: left out, as SandboxFusion does
                         log.debug("sandbox-fusion: fetch_files %s: %s", p, err)
                 return answer("Success" if res.ok else "Failed", compiled, command_result(res), got)
-        except (FusionError, Problem):
+        except (FusionError, Problem, ServiceError):
             raise
         except SandfleetError as err:
             known = api.problem_for(err)
@@ -317,7 +317,9 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metr
         except FusionError as err:
             fusion.runs.labels(_language(request), str(err.status)).inc()
             return error(err)
-        except Problem as p:  # the body over --max-body-mib, read in chunks (Edge)
+        except (Problem, ServiceError) as err:  # the body over --max-body-mib (Edge); busy, draining
+            p = api.problem_for(err)
+            assert p is not None
             fusion.runs.labels(_language(request), str(p.status_code)).inc()
             return error(FusionError(p.status_code, p.message, dict(p.headers or {})))
         except Exception as err:  # logged without the path: it holds the token

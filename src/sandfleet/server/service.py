@@ -24,12 +24,20 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sandfleet.errors import ConfigError, SandfleetError
+from sandfleet.errors import (
+    ConfigError,
+    ImageError,
+    SandboxPathError,
+    SandfleetError,
+    ServiceBusyError,
+    ServiceError,
+    error_of,
+)
 from sandfleet.sandbox import create_sandbox, fork, resolve_backend
 from sandfleet.sandbox.base import Sandbox, Session, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.server.admission import AdmissionRejected, Gate, HostLimits
-from sandfleet.server.api import Problem, SandboxInfo
+from sandfleet.server.api import SandboxInfo
 from sandfleet.server.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -213,8 +221,8 @@ class SandboxService:
             return e
         g = self.gone.get(sid)
         if g is not None and g.owner == owner:
-            raise Problem(410, g.code, g.message)
-        raise Problem(404, "sandbox_not_found", f"no sandbox {sid!r}")
+            raise error_of(g.code, g.message)
+        raise ServiceError(f"no sandbox {sid!r}", code="sandbox_not_found")
 
     def find(self, owner: str, labels: dict[str, str]) -> list[Entry]:
         return [e for e in self.live.values() if e.owner == owner and labels_match(e.spec.labels, labels)]
@@ -227,29 +235,26 @@ class SandboxService:
         try:
             ms = float(deadline_ms)
         except ValueError:
-            raise Problem(400, "invalid_request",
-                          f"X-Deadline-Ms must be a number of milliseconds, not {deadline_ms!r}") from None
+            raise ConfigError(f"X-Deadline-Ms must be a number of milliseconds, not {deadline_ms!r}") from None
         if not 0 <= ms <= 3_600_000:
-            raise Problem(400, "invalid_request", f"X-Deadline-Ms must be between 0 and 3600000, not {deadline_ms!r}")
+            raise ConfigError(f"X-Deadline-Ms must be between 0 and 3600000, not {deadline_ms!r}")
         return time.monotonic() + ms / 1000
 
     async def _admit(self, gate: Gate, owner: str, deadline_ms: str | None, k: int = 1) -> None:
         if self.draining:
-            raise Problem(503, "draining", "the service is shutting down; no new work is taken")
+            raise ServiceError("the service is shutting down; no new work is taken", code="draining")
         deadline = self._deadline(deadline_ms)
         try:
             queued = await gate.acquire(owner, deadline, k)
         except AdmissionRejected as e:
             self.metrics.queued.labels(gate.name).inc()
             self.metrics.rejected.labels(gate.name).inc()
-            raise Problem(429, "busy", str(e), headers={"Retry-After": str(e.retry_after)}) from None
-        except ConfigError as e:
-            raise Problem(400, "invalid_request", str(e)) from None
+            raise ServiceBusyError(str(e), code="busy", retry_after=e.retry_after) from None
         if queued:
             self.metrics.queued.labels(gate.name).inc()
         if self.draining:
             gate.release(k)
-            raise Problem(503, "draining", "the service is shutting down; no new work is taken")
+            raise ServiceError("the service is shutting down; no new work is taken", code="draining")
 
     async def admit_start(self, owner: str, deadline_ms: str | None, e: Entry) -> Callable[[], None]:
         """One command slot (--max-busy) for a process's start; the returned release (safe to
@@ -294,9 +299,8 @@ class SandboxService:
     def _take_quota(self, owner: str, n: int) -> None:
         if self.owned[owner] + n > self.quota:
             self.metrics.rejected.labels("quota").inc()
-            raise Problem(429, "quota_exceeded",
-                          f"this token holds {self.owned[owner]} sandboxes; its quota is {self.quota}",
-                          headers={"Retry-After": "1"})
+            raise ServiceBusyError(f"this token holds {self.owned[owner]} sandboxes; its quota is {self.quota}",
+                                   code="quota_exceeded", retry_after=1)
         self.owned[owner] += n
 
     def _give_quota(self, owner: str, n: int) -> None:
@@ -312,26 +316,25 @@ class SandboxService:
         the checks a shared host needs: limits the host can hold, forwards it allows."""
         check_spec_text(spec)
         if spec.backend not in ("auto", self.backend):
-            raise Problem(400, "invalid_request", f"this service runs {self.backend} sandboxes, not {spec.backend}")
+            raise ConfigError(f"this service runs {self.backend} sandboxes, not {spec.backend}")
         lim = spec.limits
         ttl = lim.ttl_s if lim.ttl_s is not None else self.config.max_ttl_s
         if "ttl_s" not in lim.model_fields_set:
             ttl = min(ttl, self.config.max_ttl_s)
         if ttl > self.config.max_ttl_s:
-            raise Problem(400, "invalid_request",
-                          f"ttl_s {ttl:g} is over this service's --max-ttl {self.config.max_ttl_s:g}")
+            raise ConfigError(f"ttl_s {ttl:g} is over this service's --max-ttl {self.config.max_ttl_s:g}")
         cpus = os.cpu_count() or 1
         if lim.cpus is not None and lim.cpus > cpus:
-            raise Problem(400, "invalid_request", f"cpus {lim.cpus:g} is more than this host's {cpus}")
+            raise ConfigError(f"cpus {lim.cpus:g} is more than this host's {cpus}")
         mem = _mem_total_mib()
         if lim.memory_mib is not None and lim.memory_mib > mem:
-            raise Problem(400, "invalid_request", f"memory_mib {lim.memory_mib} is more than this host's {mem} MiB")
+            raise ConfigError(f"memory_mib {lim.memory_mib} is more than this host's {mem} MiB")
         if lim.disk_mib > mem * 4:
-            raise Problem(400, "invalid_request", f"disk_mib {lim.disk_mib} is more than this service allows "
+            raise ConfigError(f"disk_mib {lim.disk_mib} is more than this service allows "
                                                   f"({mem * 4} MiB)")
         bad = [p for p in lim.forward if p not in self.config.allow_forward]
         if bad:
-            raise Problem(400, "invalid_request", f"forwarding port(s) {bad} is not allowed by this service "
+            raise ConfigError(f"forwarding port(s) {bad} is not allowed by this service "
                                                   "(sandfleet serve --allow-forward)")
         if spec.image != "host":
             from sandfleet.images import resolve_image
@@ -339,8 +342,8 @@ class SandboxService:
             try:
                 resolve_image(spec.image)
             except SandfleetError as e:
-                raise Problem(400, "unknown_image", str(e).split(";")[0] + " on this service's host "
-                              "(`sandfleet image ls` there lists them)") from None
+                raise ImageError(str(e).split(";")[0] + " on this service's host "
+                                 "(`sandfleet image ls` there lists them)") from None
         real = spec.model_copy(update={"backend": self.backend,
                                        "limits": lim.model_copy(update={"ttl_s": self.config.max_ttl_s})})
         return real, spec.model_copy(update={"limits": lim.model_copy(update={"ttl_s": ttl})})
@@ -349,13 +352,14 @@ class SandboxService:
         if key is None:
             return await self._create(owner, spec, deadline_ms)
         if len(key) > 256:
-            raise Problem(400, "invalid_request", "Idempotency-Key is longer than 256 characters")
+            raise ConfigError("Idempotency-Key is longer than 256 characters")
         fp = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()
         k = (owner, key)
         rec = self.idem.get(k)
         if rec is not None:
             if rec[0] != fp:
-                raise Problem(422, "idempotency_conflict", "this Idempotency-Key was used with a different request")
+                raise ServiceError("this Idempotency-Key was used with a different request",
+                                   code="idempotency_conflict")
             return self.entry(owner, await asyncio.shield(rec[1]))
         fut: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self.idem[k] = (fp, fut)
@@ -387,8 +391,8 @@ class SandboxService:
             self._give_quota(owner, 1)
             self.sandbox_gate.release(1)
             log.error("creating a sandbox failed on the host: %s", e)
-            raise Problem(503, "host_error", f"the service's host could not create a sandbox: {e}",
-                          headers={"Retry-After": "1"}) from None
+            raise ServiceError(f"the service's host could not create a sandbox: {e}", code="host_error",
+                               retry_after=1) from None
         except BaseException:
             self._give_quota(owner, 1)
             self.sandbox_gate.release(1)
@@ -421,7 +425,7 @@ class SandboxService:
         e = self.entry(owner, sid)
         age = time.time() - e.created
         if age + ttl_s > self.config.max_ttl_s:
-            raise Problem(400, "invalid_request", f"a sandbox lives at most --max-ttl {self.config.max_ttl_s:g}s; "
+            raise ConfigError(f"a sandbox lives at most --max-ttl {self.config.max_ttl_s:g}s; "
                                                   f"this one is {age:.0f}s old")
         e.expires = time.monotonic() + ttl_s
         e.spec = e.spec.model_copy(update={"limits": e.spec.limits.model_copy(update={"ttl_s": age + ttl_s})})
@@ -432,8 +436,8 @@ class SandboxService:
     async def snapshot(self, owner: str, sid: str) -> tuple[str, SnapshotEntry]:
         e = self.entry(owner, sid)
         if sum(1 for s in self.snapshots.values() if s.owner == owner) >= self.quota:
-            raise Problem(429, "quota_exceeded", f"this token holds {self.quota} snapshots, its quota",
-                          headers={"Retry-After": "1"})
+            raise ServiceBusyError(f"this token holds {self.quota} snapshots, its quota", code="quota_exceeded",
+                                   retry_after=1)
         snap = await e.sb.snapshot()
         ttl = e.spec.limits.ttl_s or self.config.max_ttl_s
         s = SnapshotEntry(owner=owner, snap=snap, sandbox=sid, ttl_s=ttl, labels=dict(e.spec.labels))
@@ -443,7 +447,7 @@ class SandboxService:
     def snapshot_entry(self, owner: str, snap_id: str) -> SnapshotEntry:
         s = self.snapshots.get(snap_id)
         if s is None or s.owner != owner:
-            raise Problem(404, "snapshot_not_found", f"no snapshot {snap_id!r}")
+            raise ServiceError(f"no snapshot {snap_id!r}", code="snapshot_not_found")
         return s
 
     def delete_snapshot(self, owner: str, snap_id: str) -> None:
@@ -463,7 +467,7 @@ class SandboxService:
         s = self.snapshot_entry(owner, snap_id)
         ttl = ttl_s or s.ttl_s
         if ttl > self.config.max_ttl_s:
-            raise Problem(400, "invalid_request", f"ttl_s {ttl:g} is over this service's --max-ttl")
+            raise ConfigError(f"ttl_s {ttl:g} is over this service's --max-ttl")
         self._take_quota(owner, n)
         try:
             await self._admit(self.sandbox_gate, owner, deadline_ms, n)
@@ -478,8 +482,8 @@ class SandboxService:
             self._give_quota(owner, n)
             self.sandbox_gate.release(n)
             log.error("forking %d sandboxes failed on the host: %s", n, e)
-            raise Problem(503, "host_error", f"the service's host could not fork {n} sandboxes: {e}",
-                          headers={"Retry-After": "1"}) from None
+            raise ServiceError(f"the service's host could not fork {n} sandboxes: {e}", code="host_error",
+                               retry_after=1) from None
         except BaseException:
             self._give_quota(owner, n)
             self.sandbox_gate.release(n)
@@ -493,7 +497,8 @@ class SandboxService:
 
     def open_session(self, e: Entry, *, cwd: str | None, env: dict[str, str], user: str | int | None) -> str:
         if len(e.sessions) >= MAX_SESSIONS:
-            raise Problem(429, "quota_exceeded", f"sandbox {e.sb.id} has {MAX_SESSIONS} sessions open, the most")
+            raise ServiceBusyError(f"sandbox {e.sb.id} has {MAX_SESSIONS} sessions open, the most",
+                                   code="quota_exceeded")
         s = e.sb.session(cwd=cwd, env=env, user=user)
         sid = f"sess-{uuid.uuid4().hex[:12]}"
         e.sessions[sid] = s
@@ -502,7 +507,7 @@ class SandboxService:
     def session(self, e: Entry, sid: str) -> Session:
         s = e.sessions.get(sid)
         if s is None:
-            raise Problem(404, "session_not_found", f"no session {sid!r} in sandbox {e.sb.id}")
+            raise ServiceError(f"no session {sid!r} in sandbox {e.sb.id}", code="session_not_found")
         return s
 
     async def close_session(self, e: Entry, sid: str) -> None:
@@ -584,25 +589,25 @@ def check_spec_text(spec: SandboxSpec) -> None:
     image name that is not a name (an empty one matches every hash prefix), writable
     directories that climb out with ``..``, NULs and ``=`` where the guest splits on them."""
     if not spec.image or len(spec.image) > 200 or not set(spec.image) <= IMAGE_CHARS:
-        raise Problem(400, "unknown_image", f"{spec.image!r} is not an image name or hash")
+        raise ImageError(f"{spec.image!r} is not an image name or hash")
     for d in spec.writable_dirs:
         if not d.startswith("/") or "\x00" in d or ".." in d.split("/") or len(d) > 4096:
-            raise Problem(400, "bad_path", f"writable_dirs: {d!r} is not an absolute path without '..'")
+            raise SandboxPathError(f"writable_dirs: {d!r} is not an absolute path without '..'")
     check_env(spec.env)
 
 
 def check_env(env: dict[str, str] | None) -> None:
     for k, v in (env or {}).items():
         if not k or "=" in k or "\x00" in k or "\x00" in v:
-            raise Problem(400, "invalid_request", f"env: {k!r} is not a variable name (or its value holds a NUL)")
+            raise ConfigError(f"env: {k!r} is not a variable name (or its value holds a NUL)")
 
 
 def check_argv(cmd: str | list[str]) -> None:
     parts = [cmd] if isinstance(cmd, str) else cmd
     if isinstance(cmd, list) and not cmd[0]:
-        raise Problem(400, "invalid_request", "cmd: the program name is empty")
+        raise ConfigError("cmd: the program name is empty")
     if any("\x00" in a for a in parts):
-        raise Problem(400, "invalid_request", "cmd: an argument holds a NUL byte")
+        raise ConfigError("cmd: an argument holds a NUL byte")
 
 
 def parse_labels(items: Iterable[str]) -> dict[str, str]:
@@ -611,6 +616,6 @@ def parse_labels(items: Iterable[str]) -> dict[str, str]:
     for item in items:
         k, sep, v = item.partition("=")
         if not sep or not k:
-            raise Problem(400, "invalid_request", f"a label filter is key=value, not {item!r}")
+            raise ConfigError(f"a label filter is key=value, not {item!r}")
         out[k] = v
     return out

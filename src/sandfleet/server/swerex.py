@@ -37,7 +37,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from sandfleet.agent.client import ExecResult, RunningCommand
-from sandfleet.errors import SandfleetError
+from sandfleet.errors import SandboxError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import Session
 from sandfleet.server import api, swerex_pty
 from sandfleet.server.api import Problem
@@ -101,8 +101,11 @@ class SweRex:
         sid = request.path_params["sid"]
         try:
             e = self.service.entry(owner, sid)
-        except Problem as err:
-            raise HTTPError(err.status_code, err.message) from None
+        except SandfleetError as err:
+            p = api.problem_for(err)
+            if p is None:
+                raise
+            raise HTTPError(p.status_code, p.message) from None
         rt = self.runtimes.get(sid)
         if rt is None:
             for gone in [k for k in self.runtimes if k not in self.service.live]:
@@ -363,7 +366,7 @@ class SweRex:
         self.runtimes.pop(e.sb.id, None)
         try:
             await self.service.delete(e.owner, e.sb.id)
-        except Problem:
+        except (ServiceError, SandboxError):
             pass  # gone already (its TTL, a delete through /v1): closed either way
         return {}
 

@@ -25,8 +25,7 @@ from typing import Annotated
 from fastapi import FastAPI, Query, Request
 from pydantic import BaseModel
 
-from sandfleet.errors import ConfigError, ImageError, SandfleetError, TaskError
-from sandfleet.server.api import Problem
+from sandfleet.errors import ConfigError, ImageError, SandfleetError, ServiceError, TaskError
 from sandfleet.server.deps import ERRORS, Deadline, Owner
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import SandboxService
@@ -69,8 +68,7 @@ class TaskImages:
     @staticmethod
     def check_digest(digest: str) -> None:
         if not DIGEST.fullmatch(digest):
-            raise Problem(400, "invalid_request",
-                          f"a task folder's digest is 64 lowercase hex digits (its SHA-256), not {digest[:80]!r}")
+            raise ConfigError(f"a task folder's digest is 64 lowercase hex digits (its SHA-256), not {digest[:80]!r}")
 
     def _record(self, digest: str, strict: bool, verifier: bool) -> Path:
         return self.records / f"{digest}{'-strict' if strict else ''}{'-verifier' if verifier else ''}.json"
@@ -91,18 +89,17 @@ class TaskImages:
         self.check_digest(digest)
         info = await asyncio.to_thread(self.lookup, digest, strict, verifier)
         if info is None:
-            raise Problem(404, "task_image_not_found",
-                          f"no image of task folder {digest[:12]} on this service: upload the folder (PUT)")
+            raise ServiceError(f"no image of task folder {digest[:12]} on this service: upload the folder (PUT)",
+                               code="task_image_not_found")
         return info
 
     async def put(self, owner: str, digest: str, data: bytes, *, strict: bool, verifier: bool, name: str | None,
                   deadline_ms: str | None) -> TaskImage:
         self.check_digest(digest)
         if name is not None and not NAME.fullmatch(name):
-            raise Problem(400, "invalid_request",
-                          f"name must be a task name (letters, digits, ._+-), not {name[:80]!r}")
+            raise ConfigError(f"name must be a task name (letters, digits, ._+-), not {name[:80]!r}")
         if not data:
-            raise Problem(400, "invalid_request", "the body is empty: send the task folder as an uncompressed tar")
+            raise ConfigError("the body is empty: send the task folder as an uncompressed tar")
         self.metrics.task_uploads.inc()
         slot = self._locks.setdefault(digest, _Lock(asyncio.Lock()))
         slot.users += 1
@@ -133,24 +130,24 @@ class TaskImages:
         try:
             folder = unpack(digest, data, self.folders)
         except ConfigError as e:
-            raise Problem(400, "digest_mismatch", f"{e}: the body is not the folder {digest[:12]} names") from None
+            raise ServiceError(f"{e}: the body is not the folder {digest[:12]} names", code="digest_mismatch") from None
         except (OSError, EOFError, ValueError, tarfile.TarError) as e:
-            raise Problem(400, "invalid_request",
-                          f"could not unpack the task folder: {type(e).__name__}: {e}") from None
+            raise ConfigError(f"could not unpack the task folder: {type(e).__name__}: {e}") from None
         try:
             task = load_task(folder)
         except TaskError as e:
-            raise Problem(422, "not_a_task", f"the uploaded folder is not a task: {_relative(e, folder)}") from None
+            raise ServiceError(f"the uploaded folder is not a task: {_relative(e, folder)}",
+                               code="not_a_task") from None
         except ImageError as e:
             self.metrics.task_builds.labels("failed").inc()
-            raise Problem(422, "build_failed", _relative(e, folder)) from None
+            raise ServiceError(_relative(e, folder), code="build_failed") from None
         if name is not None:
             task = task.model_copy(update={"name": name})
         if verifier:
             try:
                 task = verifier_build(task)
             except TaskError as e:
-                raise Problem(422, "not_a_task", _relative(e, folder)) from None
+                raise ServiceError(_relative(e, folder), code="not_a_task") from None
         report: dict[str, object] = {}
         try:
             image = build_task_image(task, strict=strict, report=report)
@@ -159,7 +156,7 @@ class TaskImages:
             log.warning("image build of task folder %s (%s) failed: %s: %s", digest[:12], task.name,
                         type(e).__name__, e)
             what = "" if isinstance(e, ImageError) else f" ({type(e).__name__})"
-            raise Problem(422, "build_failed", f"the image build failed{what}: {_relative(e, folder)}") from None
+            raise ServiceError(f"the image build failed{what}: {_relative(e, folder)}", code="build_failed") from None
         built = not image.is_host and report.get("built") is True
         self.metrics.task_builds.labels("built" if built else "cached").inc()
         env = {str(k): str(v) for k, v in dict(image.meta.get("env") or {}).items()}  # type: ignore[call-overload]

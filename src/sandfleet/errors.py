@@ -217,7 +217,6 @@ WIRE: tuple[tuple[str, int, type[SandfleetError]], ...] = (
     ("sandbox_died", 410, ProtocolError),
     ("unknown_image", 400, ImageError),
     ("invalid_request", 400, ConfigError),
-    ("too_large", 413, ConfigError),
     ("unsupported", 400, HostUnsupportedError),
     ("sandbox_died", 410, SandboxError),
     # refusals of the service itself (raised there as ServiceError(code=...), status from here)
@@ -275,8 +274,8 @@ def from_wire(status: int, body: dict[str, object], retry_after: float | None = 
         return guest_error(str(body.get("guest_type") or "GuestError"), msg, errno if isinstance(errno, int) else None)
     if cls is None or issubclass(cls, ServiceError):
         if cls is None or cls is ServiceError:  # by status: what a refusal of that kind is
-            cls = {401: AuthError, 429: ServiceBusyError}.get(status, ServiceError)
-            if status == 413:
+            if status == 413:  # too_large: the HTTP layer's cap on a body or an archive
                 return ConfigError(msg)
+            cls = {401: AuthError, 429: ServiceBusyError}.get(status, ServiceError)
         return cls(msg, status=status, code=code, retry_after=retry_after)
     return cls(msg)

@@ -127,11 +127,11 @@ def run_cmd(backend: str, modes: str, duration: float, repeats: int, min_samples
     def say(msg: str) -> None:
         click.echo(f"[{time.monotonic() - t0:7.1f}s] {msg}", err=True)
 
-    if ray_address is not None:  # one result per node (sandfleet.cluster.bench)
+    if ray_address is not None:  # one result per node (sandfleet.bench.nodes)
         if throttle is not None or html:
             raise click.UsageError("--ray excludes --throttle and --html (report each node's results instead)")
         from sandfleet.bench.compare import table_lines
-        from sandfleet.cluster.bench import bench_on_ray
+        from sandfleet.bench.nodes import bench_on_ray
 
         results = asyncio.run(bench_on_ray(ray_address, cfg, say=say))
         save(results)

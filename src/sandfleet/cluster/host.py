@@ -233,16 +233,11 @@ class HostActor:
         await asyncio.gather(*tasks, return_exceptions=True)  # each closes its sandboxes before it ends
         return len(tasks)
 
-    async def bench(self, cfg: Any) -> dict[str, Any]:
-        """``sandfleet bench run`` on this node (its own hardware threads), on the loop thread."""
-        import dataclasses
-
-        from sandfleet.bench.run import run_bench
-
-        results: dict[str, Any] = {}
-        cfg = dataclasses.replace(cfg, threads=len(os.sched_getaffinity(0)))
-        await self._on_loop(run_bench(cfg, results, progress=lambda m: log.info("bench: %s", m)))
-        return results
+    async def call(self, fn: Callable[..., Coroutine[Any, Any, T]], *args: Any) -> T:
+        """``await fn(*args)`` on this node's loop thread (``fn`` a module-level coroutine
+        function, which Ray sends by reference): how a higher layer runs its own work on every
+        node (``sandfleet bench run --ray``: :func:`sandfleet.bench.nodes.bench_here`)."""
+        return await self._on_loop(fn(*args))
 
     def leftovers(self) -> dict[str, list[str]]:
         """The sandbox markers and snapshots this node's state directory holds."""

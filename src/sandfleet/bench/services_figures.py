@@ -1,7 +1,7 @@
 """The figures of docs/cluster.md's "Without Ray", in one sitting: two ``sandfleet serve`` on
 loopback, each with its own cache (base images only), state directory and cgroup parent.
 
-    python -m sandfleet.cluster.measure_services --rounds 3 --out services-figures.json
+    python -m sandfleet.bench.services_figures --rounds 3 --out services-figures.json
 
 - **Balance**: 8 groups of 2 oracle rollouts submitted at once (capacity 2 per host), per
   round: rollouts per host, and the round's wall time.

@@ -1,6 +1,6 @@
 """The figures of docs/cluster.md, measured in one sitting on a ``local:N`` cluster.
 
-    python -m sandfleet.cluster.measure --tasks examples/tasks --rounds 3 --out cluster-figures.json
+    python -m sandfleet.bench.cluster_figures --tasks examples/tasks --rounds 3 --out cluster-figures.json
 
 Both sides' sandboxes run under cgroup parents of their own (the nodes', and one for the
 local side), so that neither shares a parent's CPU weight with other sandboxes on the host.

@@ -11,13 +11,26 @@ a real cluster all at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
+import os
 from collections.abc import Callable
 from typing import Any
 
 from sandfleet.bench.compare import IncomparableError, compare
-from sandfleet.bench.run import BenchConfig
+from sandfleet.bench.run import BenchConfig, run_bench
 
 SCHEMA = "sandfleet-cluster-bench-1"
+log = logging.getLogger(__name__)
+
+
+async def bench_here(cfg: BenchConfig) -> dict[str, Any]:
+    """``sandfleet bench run`` on this node, with its own hardware threads: what each node's
+    host actor runs (:meth:`~sandfleet.cluster.host.HostActor.call`)."""
+    results: dict[str, Any] = {}
+    cfg = dataclasses.replace(cfg, threads=len(os.sched_getaffinity(0)))
+    await run_bench(cfg, results, progress=lambda m: log.info("bench: %s", m))
+    return results
 
 
 async def bench_on_ray(address: str, cfg: BenchConfig, *,
@@ -32,7 +45,7 @@ async def bench_on_ray(address: str, cfg: BenchConfig, *,
 
         async def one(node: Any) -> None:
             tell(f"node {node.label}: bench run")
-            results = await node.actor.bench.remote(cfg)
+            results = await node.actor.call.remote(bench_here, cfg)
             out["nodes"][node.node_id] = {"label": node.label, "results": results}
             tell(f"node {node.label}: done")
 

@@ -44,13 +44,16 @@ async def test_commands_run_on_gvisors_kernel_as_their_users() -> None:
         kernel, uid = r.stdout.split()[:2]
         assert kernel != platform.release(), "the command saw the host's kernel"
         assert uid == "1000" and "Permission denied" in r.stderr
-        root = await sb.exec("id -u; echo y > /etc/mine && cat /etc/mine", user="root", timeout=30)
-        assert root.stdout.split() == ["0", "y"]
+        # as on bwrap: the host's files belong to nobody inside (host root is unmapped in the
+        # gofer's user namespace), what the sandbox's root owns it may write
+        root = await sb.exec("id -u; echo y > /root/mine && cat /root/mine; echo z > /etc/nope", user="root",
+                             timeout=30)
+        assert root.stdout.split() == ["0", "y"] and "Permission denied" in root.stderr, root.output
         no_net = await sb.exec("cat /proc/net/dev", network=False, timeout=30)  # the verifier's no-network
         assert no_net.exit_code == 0 and "lo:" in no_net.stdout, no_net.output
 
 
-async def test_network_and_built_images_are_refused_clearly() -> None:
+async def test_network_is_refused_clearly() -> None:
     with pytest.raises(ConfigError, match="gvisor backend has no network yet"):
         await create_sandbox(backend="gvisor", network=True)
 

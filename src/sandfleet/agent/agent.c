@@ -1530,7 +1530,7 @@ static int enter_userns(int userns) {
 static int all_of(const char *s, const char *set) { return *s && strspn(s, set) == strlen(s); }
 
 static int launch(int argc, char **argv) {
-    int in_ns = 0, userns = -1, shiftns = -1, pdeath = 0;
+    int in_ns = 0, userns = -1, shiftns = -1, idmapns = -1, pdeath = 0;
     pid_t owner = 0;
     long ns_owner = -1; /* who owns the user namespaces we make (-1: we do, host root) */
     const char *after_from = NULL, *after_to = NULL;
@@ -1635,9 +1635,19 @@ static int launch(int argc, char **argv) {
             shiftns = new_userns_at(from, to, count, ns_owner, 1);
             if (shiftns < 0) return die("make the shifting user namespace", argv[i + 1]);
             i += 3;
-        } else if (!strcmp(a, "--idmap") && i + 2 < argc) { /* SRC DST, through --userns */
-            if (userns < 0) { errno = EINVAL; return die("--idmap needs --userns first", argv[i + 1]); }
-            if (idmap_mount(argv[i + 1], argv[i + 2], userns, 0) < 0) return die("idmapped mount of", argv[i + 1]);
+        } else if (!strcmp(a, "--idmap-ns") && i + 2 < argc) {
+            /* BASE COUNT: as --userns for --idmap, but not entered: what we exec stays host
+             * root (runsc, whose gofer takes the sandbox's uids from its OCI spec) */
+            long base = atol(argv[i + 1]), count = atol(argv[i + 2]);
+            if (base < 1 || count < 1) { errno = EINVAL; return die("bad --idmap-ns range", argv[i + 1]); }
+            if (idmapns >= 0) close(idmapns);
+            idmapns = new_userns(base, count, ns_owner);
+            if (idmapns < 0) return die("make the idmapping user namespace", argv[i + 1]);
+            i += 2;
+        } else if (!strcmp(a, "--idmap") && i + 2 < argc) { /* SRC DST, through --idmap-ns, else --userns */
+            int ns = idmapns >= 0 ? idmapns : userns;
+            if (ns < 0) { errno = EINVAL; return die("--idmap needs --userns or --idmap-ns first", argv[i + 1]); }
+            if (idmap_mount(argv[i + 1], argv[i + 2], ns, 0) < 0) return die("idmapped mount of", argv[i + 1]);
             i += 2;
         } else if ((!strcmp(a, "--shift") || !strcmp(a, "--shift-rw")) && i + 2 < argc) { /* SRC DST, through --shift-ns */
             if (shiftns < 0) { errno = EINVAL; return die("--shift needs --shift-ns first", argv[i + 1]); }

@@ -41,7 +41,7 @@ from sandfleet.sandbox import cgroups, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
-from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, GvisorConfig, SandboxSpec
+from sandfleet.sandbox.spec import AGENT_UID, DEFAULT_UID_BASE, ROOT_UID, SANDBOX_UIDS, GvisorConfig, SandboxSpec
 from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
 
 INSTALL = "apt-get install runsc"
@@ -124,6 +124,13 @@ def choose_platform(config: GvisorConfig) -> tuple[str, str]:
     return ("kvm", why) if ok else ("ptrace", f"no KVM platform ({why})")
 
 
+def _uid_base(image: Image) -> int:
+    """Where the image's stored layers' uids start on disk (the build's ``uid_base``, recorded
+    in the image; the default range for the host image and bases, which have none)."""
+    recorded = image.meta.get("uid_base")
+    return recorded if isinstance(recorded, int) else DEFAULT_UID_BASE
+
+
 class GvisorSandbox(LocalSandbox):
     backend = "gvisor"
 
@@ -186,8 +193,11 @@ class GvisorBackend:
         self.runsc = str(Path(found).resolve())
         self.platform, self.platform_why = choose_platform(self.config)
 
-    def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path) -> dict[str, Any]:
-        """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay)."""
+    def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path, uid_base: int) -> dict[str, Any]:
+        """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay). The
+        user namespace's map is runsc's gofer's: it serves the files with host uid
+        ``uid_base + i`` as uid ``i`` (how stored layers are owned), and what the sandbox
+        writes lands there; the Sentry's own users stay its own."""
         # a cgroup per command in gVisor's own cgroupfs (runsc --cgroupfs): the timeout's tree
         # kill reaches orphans that called setsid(), as bwrap's delegated cgroup does
         args = ["/.sandfleet/sandfleet-agent", "--switch-users", "--cgroup-dir", GUEST_CGROUP]
@@ -203,38 +213,51 @@ class GvisorBackend:
             "hostname": "sandbox",
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
                        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
+                       # as in Docker: a tmpfs of its own, mode 1777, 64 MiB (POSIX semaphores,
+                       # so multiprocessing, for every user)
+                       {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
+                        "options": ["nosuid", "nodev", "noexec", "mode=1777", "size=64m"]},
                        {"destination": "/.sandfleet", "type": "bind", "source": str(agent_dir),
                         "options": ["rbind", "ro"]}],
-            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "user")],
+                      "uidMappings": [{"containerID": 0, "hostID": uid_base, "size": SANDBOX_UIDS}],
+                      "gidMappings": [{"containerID": 0, "hostID": uid_base, "size": SANDBOX_UIDS}]},
         }
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, lowers: list[Path], cg: cgroups.Cgroup | None,
-              agent_dir: Path) -> list[str]:
+              agent_dir: Path, uid_base: int) -> list[str]:
+        """The launcher's argv: the same layers as bwrap's, owned as stored (host uid
+        ``uid_base + i`` is the sandbox's uid ``i``, through the gofer's map in the bundle);
+        a base image (owned by host root on disk) through an idmapped mount onto that range."""
         lim = spec.limits
         sdir = sdir.resolve()
         rw, root = sdir / "rw", sdir / "root"
+        root_ids = [str(uid_base + ROOT_UID)] * 2
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.join_files if cg else []:
             a += ["--cgroup", str(f)]
         a += ["--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755",
               "--tmpfs", str(rw), f"{lim.disk_mib}m",
-              "--mkdir", str(rw / "upper"), "0", "0", "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
+              "--mkdir", str(rw / "upper"), *root_ids, "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
         if lowers[-1] == Path("/"):  # the host's root: layers copied up, the hidden host made empty
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
             hidden_dirs, hidden_other = _host_hidden()
             for path in hidden_dirs:
-                a += ["--opaque", f"{rw}/upper{path}", "0", "0", FRESH_MODES.get(path, "0755")]
+                a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
             for path in hidden_other:
                 a += ["--whiteout", f"{rw}/upper{path}"]
             lowers = lowers[-1:]
+        else:  # a base image is owned by host root on disk: its files belong to the sandbox's root
+            a += ["--idmap-ns", str(uid_base), str(SANDBOX_UIDS), "--idmap", str(lowers[-1]), str(sdir / "base")]
+            lowers = [*lowers[:-1], sdir / "base"]
         a += ["--overlay", ":".join(str(p) for p in lowers), str(rw / "upper"), str(rw / "work"), str(root)]
         if lowers[-1] != Path("/"):
-            a += ["--mkdir", f"{root}/tmp", "0", "0", "1777", "--mkdir", f"{root}/var/tmp", "0", "0", "1777"]
-        ids = [str(AGENT_UID)] * 2
+            a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
+        ids = [str(uid_base + AGENT_UID)] * 2
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", *ids, "0755"]
-        a += ["--mkdir", f"{root}/.sandfleet", str(ROOT_UID), str(ROOT_UID), "0755",
+        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755",
               "--pdeathsig", str(os.getpid()), "--"]
         a += [self.runsc, "--root", str(sdir / "runsc"), "--network=none", f"--platform={self.platform}",
               "--ignore-cgroups", "--cgroupfs", "run", "--bundle", str(sdir / "bundle"), sid]
@@ -245,9 +268,7 @@ class GvisorBackend:
             raise ConfigError("the gvisor backend has no network yet (network=True): runsc runs with "
                               "--network=none here; use --backend bwrap or microvm for a sandbox with network")
         image: Image = resolve_image(spec.image)
-        if not image.is_host and len(image.lowers) > 1:
-            raise ConfigError(f"the gvisor backend can't run built image {image.name!r} yet: its layers are stored "
-                              "shifted into the bwrap uid range (docs/security.md); use the host image or a base image")
+        uid_base = _uid_base(image)
         lowers = [*(layers or []), *image.lowers]
         sid = new_id("gvisor")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
@@ -259,8 +280,9 @@ class GvisorBackend:
                 cg.create(spec.limits)
             agent_dir = _agent_dir()
             (sdir / "bundle").mkdir()
-            (sdir / "bundle/config.json").write_text(json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir)))
-            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir)
+            (sdir / "bundle/config.json").write_text(
+                json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base)))
+            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
                                              seccomp=await seccomp.program_for(spec.seccomp_allow))
         except BaseException:

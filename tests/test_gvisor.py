@@ -142,12 +142,13 @@ async def test_many_at_once_and_close_leaves_no_runsc() -> None:
 
 
 @pytest.mark.slow
-def test_bundled_tasks_validate_on_gvisor() -> None:
+def test_bundled_tasks_validate_on_gvisor(tmp_path: Path) -> None:
     """The bundled tasks' images (task layers stored in the canonical uid range over a
     debootstrap base owned by host root) run on gvisor: every task's oracle passes and its
     no-op fails, as on bwrap (about 4 minutes on 2 cores)."""
     r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", "examples/tasks", "--backend",
-                        "gvisor", "-r", "1", "--json"], capture_output=True, text=True, timeout=1500)
+                        "gvisor", "-r", "1", "--json", "--report", str(tmp_path / "validation.json")],
+                       capture_output=True, text=True, timeout=1500)
     verdicts = json.loads(r.stdout)
     assert len(verdicts) >= 20, r.stderr[-2000:]
     bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}

@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.cli.where import Where, dispatch, ray_option, refuse, remote_option
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.traceschema import SPAN_NAMES
+
+if TYPE_CHECKING:
+    from sandfleet.rollout.suite import RunConfig, RunReport
+    from sandfleet.tasks.model import Task
 
 AGENTS = ("oracle", "noop", "openai")
 
@@ -140,12 +147,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     show_default=True,
     help="Commands via tool calls, fenced blocks, or both.",
 )
-@click.option("--remote", metavar="URL[,URL...]", default=None,
-              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs "
-              "spread the groups over them (docs/cluster.md), --concurrency then per host.")
-@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
-              help="Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or "
-              "local:N (N loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
+@remote_option("the groups over them (docs/cluster.md), --concurrency then per host")
+@ray_option("Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N (N "
+            "loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
 def run(
     tasks_dir: Path,
     agent: str,
@@ -178,20 +182,39 @@ def run(
     """Run N rollouts of every task with an agent; write rollouts.jsonl, groups.jsonl,
     trace.jsonl and summary.json to OUT and print a summary. An OUT that is not empty is
     refused unless --resume or --overwrite is given."""
-    from sandfleet.errors import ConfigError
-    from sandfleet.rollout.runner import RetryPolicy
-    from sandfleet.rollout.suite import RunConfig, run_suite
-    from sandfleet.tasks import load_tasks
-
+    where = Where(remote, ray_address)
     if no_limits:
-        import os
-
         os.environ["SANDFLEET_NO_LIMITS"] = "1"
+    _check(where, n=n, concurrency=concurrency, out_dir=out_dir, resume=resume, overwrite=overwrite,
+           cpu_fraction=cpu_fraction)
+    tasks = _load(tasks_dir, only, reward_key, reward_weights)
+    policy = make_policy(agent, model_url=model_url, model=model, api_key_env=api_key_env, max_turns=max_turns,
+                         tool_mode=tool_mode)
+    config = _config(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
+                     agent_user=agent_user, seccomp_allow=seccomp_allow, fork=fork, attempts=attempts)
+    _check_image(image)
+    click.echo(f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, concurrency {concurrency} -> {out_dir}",
+               err=True)
+    mode = "resume" if resume else "overwrite" if overwrite else "new"
+    with _progress(len(tasks) * n) as progress, contextlib.ExitStack() as stack:
+        if cpu_fraction is not None:
+            from sandfleet.sandbox.cgroups import throttled_parent
+
+            stack.enter_context(throttled_parent(cpu_fraction))
+        report = _run(where, tasks, policy, config, out_dir=out_dir, on_result=progress, mode=mode, image=image)
+    _print_summary(report, out_dir)
+    if report.summary()["n_completed"] == 0:
+        raise SystemExit(1)
+
+
+def _check(where: Where, *, n: int, concurrency: int, out_dir: Path, resume: bool, overwrite: bool,
+           cpu_fraction: float | None) -> None:
+    """Usage errors of flags that exclude each other, of a group larger than --concurrency and of OUT."""
     if resume and overwrite:
         raise click.UsageError("--resume and --overwrite exclude each other")
-    if ray_address is not None and (remote is not None or cpu_fraction is not None):
-        raise click.UsageError("--ray runs the sandboxes on the cluster's nodes: it excludes --remote and "
-                               "--cpu-fraction")
+    if where.ray is not None:
+        refuse("--ray", {"--remote": where.remote is not None, "--cpu-fraction": cpu_fraction is not None},
+               why="runs the sandboxes on the cluster's nodes: it ")
     if 1 <= concurrency < n:
         from sandfleet.rollout.suite import group_too_big
 
@@ -201,6 +224,13 @@ def run(
     if out_dir.is_dir() and any(out_dir.iterdir()) and not (resume or overwrite):
         raise click.UsageError(f"--out {out_dir} is not empty: pass --resume to continue that run, "
                                "--overwrite to replace it, or choose another directory")
+
+
+def _load(tasks_dir: Path, only: tuple[str, ...], reward_key: str | None, reward_weights: str | None) -> list[Task]:
+    """The tasks to run (``--task`` picks some), each scoring the named reward that trains (docs/tasks.md)."""
+    from sandfleet.tasks import load_tasks
+    from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
+
     tasks, failures = load_tasks(tasks_dir)
     for failure in failures:
         click.echo(f"skipped {failure.path.name}: {failure.error}", err=True)
@@ -211,48 +241,45 @@ def run(
         tasks = [t for t in tasks if t.name in only]
     if not tasks:
         raise click.UsageError(f"no task to run under {tasks_dir}")
-    from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
-
-    try:  # which named reward trains (docs/tasks.md)
+    try:
         weights = parse_reward_weights(reward_weights) if reward_weights else None
-        tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
+        return [with_reward_selection(t, reward_key, weights) for t in tasks]
     except ValueError as e:
         raise click.UsageError(f"--reward-weights: {e}") from None
-    policy = make_policy(
-        agent,
-        model_url=model_url,
-        model=model,
-        api_key_env=api_key_env,
-        max_turns=max_turns,
-        tool_mode=tool_mode,
-    )
+
+
+def _config(*, n: int, concurrency: int, backend: str, network: bool, verify: str, agent_user: str | None,
+            seccomp_allow: tuple[str, ...], fork: bool, attempts: int) -> RunConfig:
+    from sandfleet.errors import ConfigError
+    from sandfleet.rollout.runner import RetryPolicy
+    from sandfleet.rollout.suite import RunConfig
+
     try:
-        config = RunConfig(
-            n=n,
-            concurrency=concurrency,
-            backend=backend,
-            network=network,
-            verify=verify,
-            agent_user=agent_user,
-            seccomp_allow=tuple(r for v in seccomp_allow for r in v.split(",") if r.strip()),
-            fork=fork,
-            retry=RetryPolicy(max_attempts=max(1, attempts)),
-        )
+        return RunConfig(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
+                         agent_user=agent_user, fork=fork, retry=RetryPolicy(max_attempts=max(1, attempts)),
+                         seccomp_allow=tuple(r for v in seccomp_allow for r in v.split(",") if r.strip()))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-    total = len(tasks) * n
-    click.echo(
-        f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, "
-        f"concurrency {concurrency} -> {out_dir}",
-        err=True,
-    )
-    with click.progressbar(
-        length=total,
-        label="rollouts",
-        file=sys.stderr,
-        show_pos=True,
-        item_show_func=lambda s: s,
-    ) as bar:
+
+
+def _check_image(image: str | None) -> None:
+    """``--image``: an image that exists (or ``host``)."""
+    if image is None:
+        return
+    from sandfleet.errors import ConfigError
+    from sandfleet.images import resolve_image
+
+    try:
+        resolve_image(image)
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[RolloutResult], None]]:
+    """A progress bar on stderr, and what moves it: every final result (passes and failures so far)."""
+    with click.progressbar(length=total, label="rollouts", file=sys.stderr, show_pos=True,
+                           item_show_func=lambda s: s) as bar:
         passed = failed = 0
 
         def progress(result: RolloutResult) -> None:
@@ -263,45 +290,38 @@ def run(
             failed += result.status != "completed"
             bar.update(1, f"pass {passed} fail {failed} | {result.task}")
 
-        with contextlib.ExitStack() as stack:
-            if cpu_fraction is not None:
-                from sandfleet.sandbox.cgroups import throttled_parent
+        yield progress
 
-                stack.enter_context(throttled_parent(cpu_fraction))
-            mode = "resume" if resume else "overwrite" if overwrite else "new"
-            kwargs: dict[str, Any] = {}
-            if image is not None:
-                from sandfleet.images import resolve_image
 
-                try:
-                    resolve_image(image)
-                except ConfigError as e:
-                    raise click.UsageError(str(e)) from None
+def _run(where: Where, tasks: list[Task], policy: Policy, config: RunConfig, *, out_dir: Path,
+         on_result: Callable[[RolloutResult], None], mode: str, image: str | None) -> RunReport:
+    """The suite here, on one service, or spread over several services or a Ray cluster."""
+    from sandfleet.cluster.suite import run_suite_on_pool
+    from sandfleet.errors import ConfigError
+    from sandfleet.rollout.suite import run_suite
 
-                async def same_image(task: Any) -> str:
-                    return image
+    kwargs: dict[str, Any] = {}
+    if image is not None:
 
-                kwargs["image_for"] = same_image
-            try:
-                from sandfleet.client.remote import on_remote
-                from sandfleet.rollout.suite import RunReport
+        async def same_image(task: Any) -> str:
+            return image
 
-                report: RunReport
-                if ray_address is not None:
-                    from sandfleet.cli.where import run_on_ray
+        kwargs["image_for"] = same_image
+    try:
+        return asyncio.run(dispatch(
+            where,
+            here=lambda: run_suite(tasks, policy, config, out_dir=out_dir, on_result=on_result, out_mode=mode,
+                                   **kwargs),
+            on_pool=lambda pool: run_suite_on_pool(tasks, policy, pool, config.n, out_dir=out_dir,
+                                                   on_result=on_result, out_mode=mode),
+            capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
+            verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image,
+            run_id=config.run_id))
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
 
-                    report = asyncio.run(run_on_ray(ray_address, tasks, policy, config, out_dir=out_dir,
-                                                    on_result=progress, out_mode=mode, image=image))
-                elif remote is not None and "," in remote:  # several services: docs/cluster.md
-                    from sandfleet.cli.where import run_on_services
 
-                    report = asyncio.run(run_on_services(remote, tasks, policy, config, out_dir=out_dir,
-                                                         on_result=progress, out_mode=mode, image=image))
-                else:
-                    report = asyncio.run(on_remote(remote, lambda: run_suite(
-                        tasks, policy, config, out_dir=out_dir, on_result=progress, out_mode=mode, **kwargs)))
-            except ConfigError as e:
-                raise click.UsageError(str(e)) from None
+def _print_summary(report: RunReport, out_dir: Path) -> None:
     summary = report.summary()
     click.echo(summary_table(summary))
     for node in (summary.get("nodes") or {}).values():  # --ray, --remote URL,URL
@@ -311,6 +331,3 @@ def run(
     if summary["close_failures"]:
         click.echo(f"warning: {summary['close_failures']} sandboxes failed to close (see the log)", err=True)
     click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, groups.jsonl, trace.jsonl, summary.json")
-    if summary["n_completed"] == 0:
-        raise SystemExit(1)
-

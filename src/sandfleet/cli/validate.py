@@ -1,16 +1,22 @@
 """``sandfleet tasks validate``: the oracle must score 1 and the no-op agent 0, every time
-(:mod:`sandfleet.rollout.validate` holds what it runs)."""
+(:mod:`sandfleet.rollout.validate` holds what it runs; :mod:`sandfleet.cli.where`, where)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
+from collections.abc import Awaitable, Mapping
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from sandfleet.cli.where import RAY_ADDRESSES, Where, dispatch, ray_option, refuse, remote_option
+
+if TYPE_CHECKING:
+    from sandfleet.rollout.validate import Verdict
 
 
 def _cell(rewards: list[float | None], want: float) -> str:
@@ -55,17 +61,13 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--reward-key", default=None,
               help="The named reward of reward.json that counts (default: 'reward', else the only one, else the mean).")
 @click.option("--reward-weights", default=None, help="Weighted sum of named rewards instead: a=0.7,b=0.3.")
-@click.option("--remote", metavar="URL[,URL...]", default=None,
-              help="Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs "
-              "spread the tasks' repeats over them (docs/cluster.md).")
+@remote_option("the tasks' repeats over them (docs/cluster.md)")
 @click.option("--arch", "arches", default=None, metavar="ARCH[,ARCH]",
               help="Validate for these architectures (a foreign one under qemu-user emulation), e.g. amd64,arm64; "
               "a per-arch table: valid on both, on only one, flaky n/R.")
 @click.option("--page-size", "page_size", default=None, metavar="64k",
               help="Also flag ELF files of each task image that a kernel with pages this large can't load.")
-@click.option("--ray", "ray_address", metavar="ADDRESS", default=None,
-              help="Run the repeats on a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N; "
-              "--concurrency is then per node.")
+@ray_option(f"Run the repeats on a Ray cluster (docs/cluster.md): {RAY_ADDRESSES}; --concurrency is then per node.")
 def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
@@ -74,17 +76,20 @@ def validate(
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
     the base coverage (exact / approximated / refused)."""
+    from sandfleet.cluster.validate import pool_options, validate_on_pool
     from sandfleet.images.coverage import coverage_report, format_coverage
     from sandfleet.rollout.validate import Verdict, validate_tasks
     from sandfleet.tasks.loader import load_tasks
     from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
 
+    where = Where(remote, ray_address)
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
-    if ray_address is not None and (remote or arches or page_size or strict_bases):
-        raise click.UsageError("--ray excludes --remote, --arch, --page-size and --strict-bases")
-    if remote is not None and "," in remote and (arches or page_size or strict_bases):
-        raise click.UsageError("--remote with several URLs excludes --arch, --page-size and --strict-bases")
+    here_only = {"--arch": bool(arches), "--page-size": bool(page_size), "--strict-bases": strict_bases}
+    if where.ray is not None:
+        refuse("--ray", {"--remote": bool(remote), **here_only})
+    elif where.several:
+        refuse("--remote", here_only, why="with several URLs ")
     try:
         weights = parse_reward_weights(reward_weights) if reward_weights else None
         if reward_key and weights:
@@ -102,38 +107,27 @@ def validate(
         coverage["refused"].setdefault("does not load", []).append(failure.path.name)  # type: ignore[attr-defined]
     if coverage_only:
         report_path.write_text(json.dumps(coverage, indent=2) + "\n")
-        if as_json:
-            click.echo(json.dumps(coverage, indent=2))
-        else:
-            click.echo("\n".join(format_coverage(coverage)))
+        click.echo(json.dumps(coverage, indent=2) if as_json else "\n".join(format_coverage(coverage)))
         return
-    t0 = time.perf_counter()
-    from sandfleet.client.remote import on_remote
 
-    if arches or page_size:  # per architecture (images/archreport.py)
+    def here() -> Awaitable[dict[str, Verdict]]:
+        return validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
+                              network=network, strict_bases=strict_bases, accept_older=accept_older)
+
+    def run() -> dict[str, Verdict]:
+        return asyncio.run(dispatch(
+            where, here=here,
+            on_pool=lambda pool: validate_on_pool(pool, tasks, repeats=repeats, network=network, hosts=where.hosts),
+            **pool_options(repeats, concurrency, backend, agent_user, network)))
+
+    if arches or page_size:  # per architecture (images/archreport.py); never spread (refused above)
         from sandfleet.images.archreport import validate_per_arch
 
-        validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, lambda: asyncio.run(
-            on_remote(remote, lambda: validate_tasks(
-                tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-                network=network, strict_bases=strict_bases, accept_older=accept_older))),
-            lambda why: Verdict("invalid", why))
+        validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, run,
+                          lambda why: Verdict("invalid", why))
         return
-
-    if ray_address is not None:
-        from sandfleet.cluster.validate import validate_on_ray
-
-        verdicts = asyncio.run(validate_on_ray(ray_address, tasks, repeats=repeats, concurrency=concurrency,
-                                               backend=backend, agent_user=agent_user, network=network))
-    elif remote is not None and "," in remote:  # several services: docs/cluster.md
-        from sandfleet.cluster.validate import validate_on_services
-
-        verdicts = asyncio.run(validate_on_services(remote, tasks, repeats=repeats, concurrency=concurrency,
-                                                    backend=backend, agent_user=agent_user, network=network))
-    else:
-        verdicts = asyncio.run(on_remote(remote, lambda: validate_tasks(
-            tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-            network=network, strict_bases=strict_bases, accept_older=accept_older)))
+    t0 = time.perf_counter()
+    verdicts = run()
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")
@@ -142,24 +136,28 @@ def validate(
     if as_json:
         click.echo(json.dumps(report, indent=2))
     else:
-        rows = [("task", "status", "oracle=1", "noop=0", "reason")]
-        for name, v in sorted(verdicts.items()):
-            first = v.reason.splitlines()[0] if v.reason else ""
-            rows.append((name, v.status, _cell(v.oracle_rewards, 1.0), _cell(v.noop_rewards, 0.0),
-                         first[:100]))  # fmt: skip
-        widths = [max(len(r[i]) for r in rows) for i in range(4)]
-        for row in rows:
-            click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
-        bad = {n: v for n, v in verdicts.items() if v.status != "valid"}
-        for name, v in sorted(bad.items()):
-            click.echo(f"\n{name}: {v.status}\n{v.reason}", err=True)
-        for name, v in sorted(verdicts.items()):
-            for warning in v.warnings:
-                click.echo(f"warning: {name}: {warning}", err=True)
-        click.echo("\n".join(format_coverage(coverage)), err=True)
-        click.echo(
-            f"\n{len(verdicts) - len(bad)}/{len(verdicts)} valid in {wall:.1f} s "
-            f"(repeats {repeats}); report: {report_path}"
-        )
+        _print_table(verdicts, format_coverage(coverage))
+        bad = sum(v.status != "valid" for v in verdicts.values())
+        click.echo(f"\n{len(verdicts) - bad}/{len(verdicts)} valid in {wall:.1f} s (repeats {repeats}); "
+                   f"report: {report_path}")
     if any(v.status != "valid" for v in verdicts.values()):
         raise SystemExit(1)
+
+
+def _print_table(verdicts: Mapping[str, Verdict], coverage: list[str]) -> None:
+    """A row per task (its verdict, the oracle's and the no-op's hits, the first line of why);
+    on stderr, every reason in full, the warnings and the base coverage."""
+    rows = [("task", "status", "oracle=1", "noop=0", "reason")]
+    for name, v in sorted(verdicts.items()):
+        first = v.reason.splitlines()[0] if v.reason else ""
+        rows.append((name, v.status, _cell(v.oracle_rewards, 1.0), _cell(v.noop_rewards, 0.0), first[:100]))
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+    for name, v in sorted(verdicts.items()):
+        if v.status != "valid":
+            click.echo(f"\n{name}: {v.status}\n{v.reason}", err=True)
+    for name, v in sorted(verdicts.items()):
+        for warning in v.warnings:
+            click.echo(f"warning: {name}: {warning}", err=True)
+    click.echo("\n".join(coverage), err=True)

@@ -1,78 +1,102 @@
-"""Where a suite runs besides here: ``--ray ADDRESS`` (a Ray cluster) and ``--remote URL,URL,...``
-(several services)."""
+"""Where a command's rollouts run, written once for ``sandfleet run`` and ``sandfleet tasks validate``.
+
+- here (the default), or on one sandfleet service with ``--remote URL``: every sandbox the work
+  makes is made on the service (:func:`sandfleet.client.remote.on_remote`);
+- spread over several services, ``--remote URL,URL,...``
+  (:class:`~sandfleet.cluster.services.ServicePool`), or over a Ray cluster, ``--ray ADDRESS``
+  (:class:`~sandfleet.cluster.pool.RolloutPool`): whole groups go to one host each
+  (docs/cluster.md). The pool is closed when the work ends, also when it fails.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from sandfleet.cluster.suite import ClusterRunReport
-from sandfleet.rollout.policy import Policy
-from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.suite import RunConfig
-from sandfleet.tasks.model import Task
+import click
 
-HELP = ("Run on a Ray cluster: host:port or ray://..., 'auto' ($RAY_ADDRESS), or local:N (N nodes on this "
-        "machine, loopback only, each with its own state and cache, stopped afterwards). --concurrency is "
-        "then each node's limit.")
-
-
-async def run_on_ray(
-    address: str,
-    tasks: Sequence[Task],
-    policy: Policy,
-    config: RunConfig,
-    *,
-    out_dir: Path | None,
-    on_result: Callable[[RolloutResult], None] | None = None,
-    out_mode: str = "new",
-    image: str | None = None,
-) -> ClusterRunReport:
-    """A suite on the cluster at ``address``, every node admitting ``config.concurrency``."""
+if TYPE_CHECKING:
     from sandfleet.cluster.pool import RolloutPool
-
-    return await _run_on(RolloutPool.create, address, tasks, policy, config, out_dir=out_dir,
-                         on_result=on_result, out_mode=out_mode, image=image)
-
-
-async def run_on_services(
-    urls: str,
-    tasks: Sequence[Task],
-    policy: Policy,
-    config: RunConfig,
-    *,
-    out_dir: Path | None,
-    on_result: Callable[[RolloutResult], None] | None = None,
-    out_mode: str = "new",
-    image: str | None = None,
-) -> ClusterRunReport:
-    """A suite over the sandbox services ``URL,URL,...`` (``--remote``), every host admitting
-    ``config.concurrency`` at most (and at most its own ``max_busy``)."""
     from sandfleet.cluster.services import ServicePool
 
-    return await _run_on(ServicePool.create, urls, tasks, policy, config, out_dir=out_dir,
-                         on_result=on_result, out_mode=out_mode, image=image)
+    Pool = RolloutPool | ServicePool
+
+T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
+
+REMOTE_HELP = "Run the sandboxes on the sandfleet service at URL (token in $SANDFLEET_TOKEN); several URLs spread"
+RAY_ADDRESSES = "host:port, auto ($RAY_ADDRESS), or local:N"
 
 
-async def _run_on(create: Callable[..., Awaitable[Any]], where: str, tasks: Sequence[Task], policy: Policy,
-                  config: RunConfig, *, out_dir: Path | None, on_result: Callable[[RolloutResult], None] | None,
-                  out_mode: str, image: str | None) -> ClusterRunReport:
-    """The suite on the pool ``create(where, ...)`` makes (Ray's or the services'), closed after."""
-    from sandfleet.cluster.suite import run_suite_on_pool
+def remote_option(spread: str) -> Callable[[F], F]:
+    """``--remote URL[,URL...]``; ``spread``: what several URLs spread, and how, e.g. "the groups over them"."""
+    return click.option("--remote", metavar="URL[,URL...]", default=None, help=f"{REMOTE_HELP} {spread}.")
 
-    pool = await create(
-        where, capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
-        verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image, run_id=config.run_id,
-    )  # fmt: skip
+
+def ray_option(help: str) -> Callable[[F], F]:
+    """``--ray ADDRESS`` (a parameter named ``ray_address``)."""
+    return click.option("--ray", "ray_address", metavar="ADDRESS", default=None, help=help)
+
+
+@dataclass(frozen=True)
+class Where:
+    """The hosts a command's sandboxes run on, from ``--remote`` and ``--ray``."""
+
+    remote: str | None = None
+    ray: str | None = None
+
+    @property
+    def several(self) -> bool:
+        """Whether ``--remote`` names several services (``URL,URL,...``)."""
+        return self.remote is not None and "," in self.remote
+
+    @property
+    def spread(self) -> bool:
+        """Whether the work goes to a pool of hosts (Ray's nodes or several services), not here or one service."""
+        return self.ray is not None or self.several
+
+    @property
+    def hosts(self) -> str:
+        """What the pool's hosts are, for a report: "Ray node(s)" or "service(s)"."""
+        return "Ray node(s)" if self.ray is not None else "service(s)"
+
+
+def refuse(flag: str, others: dict[str, bool], *, why: str = "") -> None:
+    """A usage error naming every flag of ``others`` that ``flag`` excludes, when any of them is given
+    (``others``: flag -> given)."""
+    if any(others.values()):
+        names = list(others)
+        listed = names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+        raise click.UsageError(f"{flag} {why}excludes {listed}")
+
+
+async def dispatch(
+    where: Where,
+    *,
+    here: Callable[[], Awaitable[T]],
+    on_pool: Callable[[Pool], Awaitable[T]],
+    **pool_options: Any,
+) -> T:
+    """``here()`` on this host, or on the one service of ``--remote URL``; else ``on_pool(pool)``
+    over the pool of ``--ray`` or of several ``--remote`` URLs, made with ``pool_options``
+    (capacity per host, backend, network, retry ...) and closed after."""
+    pool: Pool
+    if where.ray is not None:
+        from sandfleet.cluster.pool import RolloutPool
+
+        pool = await RolloutPool.create(where.ray, **pool_options)
+    elif where.several:
+        from sandfleet.cluster.services import ServicePool
+
+        assert where.remote is not None
+        pool = await ServicePool.create(where.remote, **pool_options)
+    else:
+        from sandfleet.client.remote import on_remote
+
+        return await on_remote(where.remote, here)
     try:
-        return await run_suite_on_pool(tasks, policy, pool, config.n, out_dir=out_dir, on_result=on_result,
-                                       out_mode=out_mode)
+        return await on_pool(pool)
     finally:
         await asyncio.shield(pool.close())
-
-
-def several(remote: str | None) -> bool:
-    """Whether ``--remote`` names several services (``URL,URL,...``)."""
-    return remote is not None and "," in remote

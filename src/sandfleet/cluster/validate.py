@@ -4,13 +4,14 @@ repeats on the cluster (or the services).
 The R oracle runs of a task go to one node, the R no-op runs to one node (each a group, so
 a task's repeats see one host), without retries; verdicts as a local validation's
 (:func:`sandfleet.rollout.validate.judge`). Unlike a local validation, a task whose oracle
-fails is not tried again as root (run it locally for that diagnosis).
+fails is not tried again as root (run it locally for that diagnosis). Which pool, and its
+closing, is the command's (:mod:`sandfleet.cli.where`).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sandfleet.cluster.groups import GroupPool
@@ -20,59 +21,23 @@ from sandfleet.rollout.validate import Verdict, fidelity, judge
 from sandfleet.tasks.model import Task
 
 
-async def validate_on_ray(
-    address: str,
-    tasks: Sequence[Task],
-    *,
-    repeats: int = 3,
-    concurrency: int | None = None,
-    backend: str = "auto",
-    agent_user: str | None = None,
-    network: bool = False,
-) -> dict[str, Verdict]:
-    """A verdict per task, its repeats run on the cluster at ``address`` (``concurrency``:
-    rollouts at once per node, default its CPU count, at least ``repeats``)."""
-    from sandfleet.cluster.pool import RolloutPool
-
-    pool = await RolloutPool.create(address, **_pool_options(repeats, concurrency, backend, agent_user, network))
-    return await _validate(pool, tasks, repeats, network, "Ray node(s)", pool.close)
-
-
-async def validate_on_services(
-    urls: str,
-    tasks: Sequence[Task],
-    *,
-    repeats: int = 3,
-    concurrency: int | None = None,
-    backend: str = "auto",
-    agent_user: str | None = None,
-    network: bool = False,
-) -> dict[str, Verdict]:
-    """The same over the sandbox services ``URL,URL,...`` (``--remote``); ``concurrency``:
-    rollouts at once per host (default and ceiling: the service's ``max_busy``)."""
-    from sandfleet.cluster.services import ServicePool
-
-    pool = await ServicePool.create(urls, **_pool_options(repeats, concurrency, backend, agent_user, network))
-    return await _validate(pool, tasks, repeats, network, "service(s)", pool.close)
-
-
-def _pool_options(repeats: int, concurrency: int | None, backend: str, agent_user: str | None,
-                  network: bool) -> dict[str, Any]:
+def pool_options(repeats: int, concurrency: int | None, backend: str, agent_user: str | None,
+                 network: bool) -> dict[str, Any]:
     """A validation pool's options, Ray's or the services': at least ``repeats`` at once per
-    host (a task's repeats are one group), no retries (a verdict counts every run)."""
+    host (a task's repeats are one group; None: the host's default, its CPU count or the
+    service's ``max_busy``), no retries (a verdict counts every run)."""
     return {"capacity": max(concurrency, repeats) if concurrency else None, "backend": backend,
             "agent_user": agent_user, "network": network, "retry": RetryPolicy(max_attempts=1)}
 
 
-async def _validate(pool: GroupPool, tasks: Sequence[Task], repeats: int, network: bool, where: str,
-                    close: Callable[[], Awaitable[object]]) -> dict[str, Verdict]:
+async def validate_on_pool(pool: GroupPool, tasks: Sequence[Task], *, repeats: int, network: bool,
+                           hosts: str) -> dict[str, Verdict]:
+    """A verdict per task, its repeats run as groups on ``pool`` (``hosts``: what its hosts are,
+    for the warning that names them)."""
     labels = {x.node_id: x.label for x in pool.nodes}
-    try:
-        oracle, noop = OraclePolicy(), NoopPolicy()
-        runs = await asyncio.gather(*(pool.run_group(t, repeats, p, group=f"{t.name}/{p.name}")
-                                      for t in tasks for p in (oracle, noop)))
-    finally:
-        await asyncio.shield(close())
+    oracle, noop = OraclePolicy(), NoopPolicy()
+    runs = await asyncio.gather(*(pool.run_group(t, repeats, p, group=f"{t.name}/{p.name}")
+                                  for t in tasks for p in (oracle, noop)))
     verdicts = {}
     for i, task in enumerate(tasks):
         mine_o, mine_n = runs[2 * i].results, runs[2 * i + 1].results
@@ -80,6 +45,6 @@ async def _validate(pool: GroupPool, tasks: Sequence[Task], repeats: int, networ
         fidelity(v, task, None, [*mine_o, *mine_n], network=network)
         nodes = sorted({labels.get(str(r.info.get("node")), str(r.info.get("node", "?"))[:8])
                         for r in [*mine_o, *mine_n]})
-        v.warnings.append(f"validated on {where} {', '.join(nodes)}")
+        v.warnings.append(f"validated on {hosts} {', '.join(nodes)}")
         verdicts[task.name] = v
     return verdicts

@@ -425,6 +425,84 @@ async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
     assert "PID=1 " not in plain.stdout and "SLEEPERS=1" in left.stdout, (plain.output, left.output)
 
 
+# What a test's own pid namespace shows on its /proc: itself, named, at the pids it knows;
+# pgrep/pkill of a process it started; and of the sandbox's processes (the guest agent, a
+# daemon left by the agent) nothing, before and after trying to unmount that /proc; and
+# /proc/sys and sysrq-trigger stay as unwritable as on the sandbox's /proc.
+OWN_PROC = r"""sleep 302 & child=$!
+read -r self _ < /proc/self/stat
+echo SELF=$self SHELL=$$
+python3 -c 'import os; print("STAT=" + open(f"/proc/{os.getpid()}/stat").read().split()[1])'
+echo PGREP=$(pgrep -f '^sleep 30[12]' | tr '\n' ,) CHILD=$child,
+pkill -f '^sleep 302'; wait $child; echo KILLED=$?
+umount -l /proc 2>/dev/null; echo UMOUNT=$?
+pattern=$(cat /proc/sys/kernel/core_pattern); echo "$pattern" 2>/dev/null > /proc/sys/kernel/core_pattern; echo SYSW=$?
+test -w /proc/sysrq-trigger; echo SYSRQW=$?
+python3 -c 'import os; print("COMMS=" + ",".join(sorted(open(f"/proc/{p}/comm").read().strip()
+                                                        for p in os.listdir("/proc") if p.isdigit())))'
+"""
+
+
+def _fields(text: str) -> dict[str, str]:
+    return dict(w.split("=", 1) for w in text.split() if "=" in w)
+
+
+async def test_exec_in_a_pid_namespace_has_a_proc_of_its_own() -> None:
+    """The tests' /proc is their pid namespace's (docs/security.md, "The tests run in a pid
+    namespace of their own"): `/proc/<getpid()>` is the caller, pgrep and pkill find and stop
+    the command's own processes, and nothing of the sandbox's shows, for a verifier user and
+    for root (whose `umount` the seccomp filter refuses); that /proc ends with the command."""
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    try:
+        await box.exec(["bash", "-c", "setsid sleep 301 </dev/null >/dev/null 2>&1 &"], user="agent", timeout=30)
+        own = {user: await box.exec(["bash", "-c", OWN_PROC], cwd="/", user=user, pid_namespace=True, timeout=60)
+               for user in ("verifier", "root")}
+        plain = await box.exec(["bash", "-c", "echo AGENT=$(pgrep -f '^sleep 301' | wc -l) "
+                                "PROCS=$(grep -c ' /proc ' /proc/self/mountinfo)"], timeout=30)
+    finally:
+        await box.close()
+    for user, res in own.items():
+        f = _fields(res.stdout)
+        assert res.exit_code == 0 and f.get("SELF") == "1" and f.get("SHELL") == "1", (user, res.output)
+        assert f.get("STAT") == "(python3)", (user, res.output)  # /proc/<its pid> is itself
+        assert f.get("PGREP") == f.get("CHILD") != ",", (user, res.output)  # its sleep, not the agent's
+        assert f.get("KILLED") == "143", (user, res.output)
+        assert f.get("UMOUNT") != "0" and f.get("SYSW") != "0" and f.get("SYSRQW") != "0", (user, res.output)
+        comms = set(f.get("COMMS", "").split(","))  # (bash may exec its last command)
+        assert "python3" in comms and comms <= {"bash", "python3"}, (user, res.output)  # nothing of the sandbox's
+    # the agent's daemon lived on, out of the tests' sight; the tests' /proc went with them
+    assert _fields(plain.stdout) == {"AGENT": "1", "PROCS": "1"}, plain.output
+
+
+# A Harbor test.sh that relies on /proc naming its own processes, as pytest-xdist, psutil and
+# `pkill -f server` do: it scores 1 only when they all hold.
+PROC_TESTS = r"""ok=1
+read -r self _ < /proc/self/stat
+[ "$self" = "$$" ] || ok=0
+me=$(python3 -c 'import os; print(open(f"/proc/{os.getpid()}/stat").read().split()[1])')
+[ "$me" = "(python3)" ] || ok=0
+python3 -m http.server --bind 127.0.0.1 18765 >/dev/null 2>&1 & server=$!
+[ "$(pgrep -f 'http.server --bind 127.0.0.1 18765')" = "$server" ] || ok=0
+pkill -f 'http.server --bind 127.0.0.1 18765'; wait $server; [ $? = 143 ] || ok=0
+others=$(python3 -c 'import os; print(",".join(c for c in (open(f"/proc/{p}/comm").read().strip()
+    for p in os.listdir("/proc") if p.isdigit()) if c not in ("bash", "test.sh", "python3")))')
+[ -z "$others" ] || ok=0
+echo "self=$self shell=$$ me=$me server=$server others=$others ok=$ok"
+echo $ok > /logs/verifier/reward.txt
+"""
+
+
+@MODES
+async def test_the_tests_see_their_own_processes_on_proc(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "own-proc", PROC_TESTS)
+    results = await rollouts([task], ["setsid sleep 303 </dev/null >/dev/null 2>&1 &", "echo done"], verify)
+    for r in results:
+        assert r.status == "completed" and r.reward == 1.0, (r.reason, r.verifier_output)
+
+
 async def test_the_service_carries_the_pid_namespace_exec(tmp_path: Path) -> None:
     """On `sandfleet serve` (what `--remote` runs on) an exec's `"pid_namespace": true` gets there."""
     import base64

@@ -474,14 +474,14 @@ static const char *set_filter(const fld_t *f) {
     return NULL;
 }
 
-/* In a command's child, inside S and before it takes its user: a network namespace of its
- * own when asked (only a loopback, up: the verifier's no-network), then the filter, which
- * forbids both steps to what runs after. Loading it needs CAP_SYS_ADMIN in our namespace,
- * which entering S gave (no no_new_privs: setuid programs in the image keep working). */
-static int confine(int no_network, int own_pidns, const char **what) {
-    if (own_pidns) { /* our children's: the command runs as its first process (start_exec) */
-        *what = "make a pid namespace";
-        if (unshare(CLONE_NEWPID) < 0) return -1;
+/* In a command's child, inside S and before it takes its user: a pid namespace for its
+ * children and a mount namespace of its own when asked (the command then runs as the pid
+ * namespace's first process, start_exec, over a /proc of its own, own_proc), and a network
+ * namespace of its own when asked (only a loopback, up: the verifier's no-network). */
+static int confine_ns(int no_network, int own_pidns, const char **what) {
+    if (own_pidns) {
+        *what = "make a pid and a mount namespace";
+        if (unshare(CLONE_NEWPID | (s_userns >= 0 ? CLONE_NEWNS : 0)) < 0) return -1;
     }
     if (no_network) {
         *what = "make a network namespace";
@@ -501,12 +501,41 @@ static int confine(int no_network, int own_pidns, const char **what) {
         if (rc < 0 && !(errno == ENOTTY && s_userns < 0)) return -1;
         close(fd);
     }
+    return 0;
+}
+
+/* Then the filter, which forbids the namespace and mount steps to what runs after. Loading
+ * it needs CAP_SYS_ADMIN in our namespace, which entering S gave (no no_new_privs: setuid
+ * programs in the image keep working). */
+static int confine_filter(const char **what) {
     if (filter_len) {
         *what = "install the seccomp filter";
         struct sock_fprog prog = {filter_len, filter};
         if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) return -1;
     }
     return 0;
+}
+
+/* In the first process of a command's own pid namespace (in its own mount namespace, as
+ * root of S): a procfs of that pid namespace on /proc, over the sandbox's. The command then
+ * sees itself and its own processes there, at the pids it knows (/proc/self, /proc/1 is the
+ * command, ps, pgrep, psutil), and nothing of the agent's or the sandbox's other processes;
+ * /proc/self/fd and /dev/fd, /dev/stdin... follow. procfs mounts with the old one's flags.
+ * The kernel allows a proc mount in a user namespace only while a proc mount already there
+ * has no locked mount over a non-empty folder (mount_too_revealing: bwrap's --proc adds no
+ * cover here, as the sandbox's root may not write /proc/sys). No mount event goes back to
+ * the sandbox: /proc is made private first (a shared one would be a slave already where S is
+ * less privileged than the sandbox's namespace; gVisor has no MS_SLAVE or MS_REC here, and
+ * --switch-users keeps one user namespace). The new /proc is not
+ * locked: a command that is root of S could unmount it, but the seccomp filter forbids
+ * umount, and it would only find the sandbox's /proc, which its other commands see.
+ * Not under --switch-users: in gVisor a proc mounted so landed in the sandbox's own mount
+ * table (one more over /proc after each such command); there /proc stays the sandbox's. */
+static int own_proc(const char **what) {
+    *what = "make /proc private in the command's mount namespace";
+    if (mount(NULL, "/proc", NULL, MS_PRIVATE, NULL) < 0) return -1;
+    *what = "mount a /proc of the command's pid namespace";
+    return mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 }
 
 /* ---------- a cgroup per command (when the launcher delegated one to us) ---------- */
@@ -641,6 +670,17 @@ static void do_resize(const req_t *r) {
 }
 
 
+/* A command's child could not start it: errno and the step it failed at (none: taking its
+ * user) go to the agent on the status pipe, and the child ends. */
+static void start_failed(int fd, const char *what, const char *user) {
+    int e = errno;
+    char m[600];
+    if (what) snprintf(m, sizeof m, "%d %s: %s", e, what, strerror(e));
+    else snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
+    if (write(fd, m, strlen(m)) < 0) {}
+    _exit(127);
+}
+
 static void start_exec(const req_t *r) {
     char **argv = get_list(r, F_ARGV);
     char **envp = get_list(r, F_ENV);
@@ -708,13 +748,9 @@ static void start_exec(const req_t *r) {
             }
         }
         const char *what = NULL;
-        if (enter_s() < 0 || confine(no_network, own_pidns, &what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
-            int e = errno;
-            if (what) snprintf(m, sizeof m, "%d %s: %s", e, what, strerror(e));
-            else snprintf(m, sizeof m, "%d switch to user %s: %s", e, user ? user : "?", strerror(e));
-            if (write(pst[1], m, strlen(m)) < 0) {}
-            _exit(127);
-        }
+        if (enter_s() < 0 || confine_ns(no_network, own_pidns, &what) < 0 ||
+            (!own_pidns && (confine_filter(&what) < 0 || (what = NULL, take_user(uid, gid) < 0))))
+            start_failed(pst[1], what, user);
         setsid();
         sigset_t all;
         sigemptyset(&all);
@@ -726,29 +762,35 @@ static void start_exec(const req_t *r) {
         } else {
             dup2(pin[0], 0); dup2(pout[1], 1); dup2(perr[1], 2);
         }
-        if (cwd && chdir(cwd) < 0) {
-            int e = errno;
-            snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
-            if (write(pst[1], m, strlen(m)) < 0) {}
-            _exit(127);
-        }
         if (own_pidns) { /* the command is the first process of its pid namespace: when it ends,
                             the kernel kills every process left in it (daemons included) before
                             this process, which relays how it ended, can return */
             pid_t init = fork();
-            if (init < 0) {
-                int e = errno;
-                snprintf(m, sizeof m, "%d fork into a pid namespace: %s", e, strerror(e));
-                if (write(pst[1], m, strlen(m)) < 0) {}
-                _exit(127);
-            }
-            if (init > 0) {
-                close(pst[1]); close(0); close(1); close(2);
+            if (init < 0) start_failed(pst[1], "fork into a pid namespace", user);
+            if (init > 0) { /* the relay takes the user and the filter as the command does */
+                close(0); close(1); close(2);
+                if (confine_filter(&what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
+                    int e = errno;
+                    kill(init, SIGKILL);
+                    errno = e;
+                    start_failed(pst[1], what, user);
+                }
+                close(pst[1]);
                 int st = 0;
                 while (waitpid(init, &st, 0) < 0 && errno == EINTR) {}
                 if (WIFSIGNALED(st)) { signal(WTERMSIG(st), SIG_DFL); raise(WTERMSIG(st)); }
                 _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
             }
+            /* the command: its own /proc, then the filter and its user */
+            if ((s_userns >= 0 && own_proc(&what) < 0) || confine_filter(&what) < 0 ||
+                (what = NULL, take_user(uid, gid) < 0))
+                start_failed(pst[1], what, user);
+        }
+        if (cwd && chdir(cwd) < 0) {
+            int e = errno;
+            snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
+            if (write(pst[1], m, strlen(m)) < 0) {}
+            _exit(127);
         }
         static char *no_env[] = {NULL};
         environ = envp ? envp : no_env;

@@ -11,10 +11,12 @@ import os
 import platform
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -58,9 +60,54 @@ async def test_commands_run_on_gvisors_kernel_as_their_users() -> None:
         assert no_net.exit_code == 0 and "lo:" in no_net.stdout, no_net.output
 
 
-async def test_network_is_refused_clearly() -> None:
-    with pytest.raises(ConfigError, match="gvisor backend has no network yet"):
-        await create_sandbox(backend="gvisor", network=True)
+def _loopback_server(reply: bytes) -> tuple[socket.socket, int]:
+    """A TCP server on the host's loopback that answers ``reply`` to each connection."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(reply)
+
+    threading.Thread(target=serve, daemon=True).start()
+    return srv, srv.getsockname()[1]
+
+
+async def test_network_reaches_only_forwarded_host_ports_through_the_gateway() -> None:
+    """network=True: pasta serves eth0 in a namespace sandfleet made, gVisor's own TCP/IP
+    stack speaks through it; a forwarded host-loopback port is reached at the gateway
+    address (gVisor's 127.0.0.1 is its own), another listening host port is not; a per-exec
+    network=False has no eth0; close leaves neither pasta nor the namespace's holder."""
+    (fwd, fport), (other, oport) = _loopback_server(b"forwarded\n"), _loopback_server(b"other\n")
+    probe = ("import socket, sys; s = socket.create_connection(('169.254.1.1', int(sys.argv[1])), timeout=5); "
+             "print(s.recv(64).decode().strip())")
+    try:
+        sb = await create_sandbox(backend="gvisor", network=True, forward=(fport,), ttl_s=120)
+        try:
+            helpers = [sb.net.helper.pid, sb.net.holder.pid]  # type: ignore[attr-defined]
+            r = await sb.exec(["python3", "-c", probe, str(fport)], timeout=60)
+            assert (r.exit_code, r.stdout) == (0, "forwarded\n"), r.output
+            r = await sb.exec(["python3", "-c", probe, str(oport)], timeout=60)
+            assert r.exit_code != 0 and "other" not in r.stdout, r.output
+            r = await sb.exec("cat /proc/net/dev", network=False, timeout=30)
+            assert r.exit_code == 0 and "eth0" not in r.stdout and "lo:" in r.stdout, r.output
+        finally:
+            await sb.close()
+        assert not _alive(set(helpers)), f"network helpers outlived the sandbox: {_alive(set(helpers))}"
+    finally:
+        fwd.close()
+        other.close()
+
+
+async def test_allowlisted_network_is_refused_clearly() -> None:
+    with pytest.raises(ConfigError, match="no allowlisted network"):
+        await create_sandbox(backend="gvisor", network=True, allow=["example.org"])
 
 
 async def test_fork_bomb_ends_only_its_own_sandbox() -> None:

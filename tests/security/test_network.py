@@ -259,9 +259,13 @@ def got(out: str, target: str) -> str | None:
     return None
 
 
-@pytest.fixture
-async def netbox() -> AsyncIterator[Sandbox]:
-    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300)
+@pytest.fixture(params=["bwrap", "gvisor"])
+async def netbox(request: pytest.FixtureRequest) -> AsyncIterator[Sandbox]:
+    """A sandbox with network=True on each backend that has one (gvisor: gVisor's own TCP/IP
+    stack behind the same pasta and firewall)."""
+    if request.param == "gvisor" and not shutil.which("runsc"):
+        pytest.skip("runsc is not installed: apt-get install runsc")
+    sb = await create_sandbox(backend=request.param, network=True, ttl_s=300)
     try:
         yield sb
     finally:

@@ -37,12 +37,20 @@ from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
 from sandfleet.reaping import reap_adopted
-from sandfleet.sandbox import cgroups, seccomp
+from sandfleet.sandbox import cgroups, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
-from sandfleet.sandbox.spec import AGENT_UID, DEFAULT_UID_BASE, ROOT_UID, SANDBOX_UIDS, GvisorConfig, SandboxSpec
-from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
+from sandfleet.sandbox.spec import (
+    AGENT_UID,
+    DEFAULT_UID_BASE,
+    ROOT_UID,
+    SANDBOX_UIDS,
+    GvisorConfig,
+    Limits,
+    SandboxSpec,
+)
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, proc_start_time, read_meta, write_meta
 
 INSTALL = "apt-get install runsc"
 KVM_PROBE_S = 8.0
@@ -124,6 +132,61 @@ def choose_platform(config: GvisorConfig) -> tuple[str, str]:
     return ("kvm", why) if ok else ("ptrace", f"no KVM platform ({why})")
 
 
+class NetNamespace:
+    """network=True: a network namespace of its own (in a user namespace owned by the network
+    helper's uid, as bwrap's P is), held by a sleeping process, with pasta serving eth0 in it
+    (sandbox/network.py). runsc's Sentry joins it (``--network=sandbox``), takes eth0's
+    address and routes and speaks to pasta through it with gVisor's own TCP/IP stack."""
+
+    def __init__(self, sdir: Path, sid: str, limits: Limits):
+        if limits.allow is not None or limits.deny:
+            raise ConfigError("the gvisor backend has no allowlisted network (allow=/deny=): its sandboxes share "
+                              "one network helper uid; use --backend bwrap for an allowlist")
+        network.check_available()
+        tools = {t: shutil.which(t) for t in ("setpriv", "unshare", "sleep")}
+        missing = [t for t, path in tools.items() if not path]
+        if missing:
+            raise HostUnsupportedError(f"network=True on gvisor needs {', '.join(missing)}: "
+                                       "apt-get install util-linux")
+        self.uid = network.helper_uid()
+        self.helper: network.Helper | None = None
+        self.holder = subprocess.Popen(
+            [str(tools["setpriv"]), "--reuid", str(self.uid), "--regid", str(self.uid), "--clear-groups",
+             str(tools["unshare"]), "--user", "--map-root-user", "--net", "--", str(tools["sleep"]), "infinity"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+            start_new_session=True)
+        try:
+            self.start = proc_start_time(self.holder.pid)
+            meta = read_meta(sdir) or {"id": sid}
+            write_meta(sdir, {**meta, "pids": [*meta.get("pids", []), self.holder.pid],
+                              "pid_starts": {**meta.get("pid_starts", {}), str(self.holder.pid): self.start}})
+            network.netns_holder(self.holder.pid)  # (returns once the sleep is in its namespace)
+            self.helper = network.attach(self.holder.pid, rundir=sdir / "net", uid=self.uid, forward=limits.forward,
+                                         owner=sid, map_gw=True)
+            meta = read_meta(sdir) or meta
+            write_meta(sdir, {**meta, "pids": [*meta.get("pids", []), self.helper.pid],
+                              "pid_starts": {**meta.get("pid_starts", {}), str(self.helper.pid): self.helper.start},
+                              **self.helper.meta()})
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def path(self) -> str:
+        return f"/proc/{self.holder.pid}/ns/net"
+
+    def close(self) -> None:
+        """End pasta and the holder (and reap it: our child)."""
+        try:
+            if self.helper is not None:
+                self.helper.close()
+        finally:
+            if self.holder.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.holder.kill()
+            self.holder.wait()
+
+
 def _uid_base(image: Image) -> int:
     """Where the image's stored layers' uids start on disk (the build's ``uid_base``, recorded
     in the image; the default range for the host image and bases, which have none)."""
@@ -135,9 +198,10 @@ class GvisorSandbox(LocalSandbox):
     backend = "gvisor"
 
     def __init__(self, sid: str, spec: SandboxSpec, agent: AgentProcess, sdir: Path,
-                 cg: cgroups.Cgroup | None, layers: list[Path]):
+                 cg: cgroups.Cgroup | None, layers: list[Path], net: NetNamespace | None = None):
         super().__init__(sid, spec, agent, sdir, cg)
         self.layers = layers
+        self.net = net
 
     @property
     def upper(self) -> Path:
@@ -176,6 +240,8 @@ class GvisorSandbox(LocalSandbox):
             await super().close()
         finally:
             await _off_loop(lambda: reap_adopted(pinned))
+            if self.net is not None:
+                await _off_loop(self.net.close)
 
 
 class GvisorBackend:
@@ -193,7 +259,8 @@ class GvisorBackend:
         self.runsc = str(Path(found).resolve())
         self.platform, self.platform_why = choose_platform(self.config)
 
-    def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path, uid_base: int) -> dict[str, Any]:
+    def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path, uid_base: int,
+               netns: str | None = None) -> dict[str, Any]:
         """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay). The
         user namespace's map is runsc's gofer's: it serves the files with host uid
         ``uid_base + i`` as uid ``i`` (how stored layers are owned), and what the sandbox
@@ -219,13 +286,15 @@ class GvisorBackend:
                         "options": ["nosuid", "nodev", "noexec", "mode=1777", "size=64m"]},
                        {"destination": "/.sandfleet", "type": "bind", "source": str(agent_dir),
                         "options": ["rbind", "ro"]}],
-            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount", "user")],
+            # with network=True the Sentry joins the namespace sandfleet made (NetNamespace)
+            "linux": {"namespaces": [{"type": t, **({"path": netns} if t == "network" and netns else {})}
+                                     for t in ("pid", "network", "ipc", "uts", "mount", "user")],
                       "uidMappings": [{"containerID": 0, "hostID": uid_base, "size": SANDBOX_UIDS}],
                       "gidMappings": [{"containerID": 0, "hostID": uid_base, "size": SANDBOX_UIDS}]},
         }
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, lowers: list[Path], cg: cgroups.Cgroup | None,
-              agent_dir: Path, uid_base: int) -> list[str]:
+              agent_dir: Path, uid_base: int, net: NetNamespace | None = None) -> list[str]:
         """The launcher's argv: the same layers as bwrap's, owned as stored (host uid
         ``uid_base + i`` is the sandbox's uid ``i``, through the gofer's map in the bundle);
         a base image (owned by host root on disk) through an idmapped mount onto that range."""
@@ -258,39 +327,52 @@ class GvisorBackend:
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", *ids, "0755"]
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755",
-              "--pdeathsig", str(os.getpid()), "--"]
-        a += [self.runsc, "--root", str(sdir / "runsc"), "--network=none", f"--platform={self.platform}",
-              "--ignore-cgroups", "--cgroupfs", "run", "--bundle", str(sdir / "bundle"), sid]
+              "--pdeathsig", str(os.getpid())]
+        if net is not None:
+            # runsc 0.0~20221219 takes a namespace with /proc/sys/net/core/rmem_default for the
+            # host's and refuses it (that file is in every network namespace on newer kernels):
+            # hidden from it here, in the launcher's mount namespace. A proc mount with nothing
+            # over it (bound before) stays there: without one, the kernel refuses the Sentry's own
+            # proc mount in its user namespace (mount_too_revealing)
+            a += ["--mkdir", str(sdir / "proc"), "0", "0", "0555", "--bind", "/proc", str(sdir / "proc"),
+                  "--tmpfs", "/proc/sys/net", "4k"]
+        a += ["--", self.runsc, "--root", str(sdir / "runsc"), f"--network={'sandbox' if net else 'none'}",
+              f"--platform={self.platform}", "--ignore-cgroups", "--cgroupfs", "run", "--bundle", str(sdir / "bundle"),
+              sid]
         return a
 
     async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:
-        if spec.limits.network:
-            raise ConfigError("the gvisor backend has no network yet (network=True): runsc runs with "
-                              "--network=none here; use --backend bwrap or microvm for a sandbox with network")
         image: Image = resolve_image(spec.image)
         uid_base = _uid_base(image)
         lowers = [*(layers or []), *image.lowers]
         sid = new_id("gvisor")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
-        meta = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,
-                "cgroup": cg is not None, "labels": spec.labels}
+        meta: dict[str, Any] = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,
+                                "cgroup": cg is not None, "labels": spec.labels}
+        if spec.limits.network:  # (before the firewall reads the live sandboxes' forwarded ports)
+            meta[network.META_FORWARD] = list(spec.limits.forward)
         sdir = new_sandbox_dir(sid, meta)  # the marker names its owner before there is anything to reap
+        net: NetNamespace | None = None
         try:
             if cg is not None:
                 cg.create(spec.limits)
+            if spec.limits.network:
+                net = await asyncio.to_thread(NetNamespace, sdir, sid, spec.limits)
             agent_dir = _agent_dir()
             (sdir / "bundle").mkdir()
             (sdir / "bundle/config.json").write_text(
-                json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base)))
-            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base)
+                json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None)))
+            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
                                              seccomp=await seccomp.program_for(spec.seccomp_allow))
         except BaseException:
+            if net is not None:
+                net.close()
             if cg is not None:
                 cg.remove()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
-        return GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+        return GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []), net)
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[GvisorSandbox]:
         return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)

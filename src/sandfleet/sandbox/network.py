@@ -274,7 +274,7 @@ class Helper:
 
 def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: Iterable[int] = (),
            owner: str | None = None, allow: Iterable[str] | None = None, hosts: dict[str, str] | None = None,
-           deny: Iterable[str] | None = None) -> Helper:
+           deny: Iterable[str] | None = None, map_gw: bool = False) -> Helper:
     """Start pasta for the network namespace of ``holder_pid`` (a process inside it).
 
     ``rundir``: a private directory for pasta's pid file and log (made if missing).
@@ -284,7 +284,9 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     pasta's message) when it can't be, HostUnsupportedError when the host lacks the tools.
     ``allow``: egress only to these host names and IPv4 CIDRs, names resolved by a resolver of
     the sandbox's own (sandbox/allowlist.py); ``hosts``: that resolver's static answers;
-    ``deny``: a denylist instead (what ``allow`` lists passes it)."""
+    ``deny``: a denylist instead (what ``allow`` lists passes it). ``map_gw``: the gateway
+    address leads to the host's loopback (the firewall still opens only forwarded ports): for
+    a sandbox whose own loopback is not the namespace's (gVisor's netstack)."""
     check_available()
     ports = _check_ports(forward)
     if allow is not None and os.environ.get("SANDFLEET_NET_UID", "").strip():
@@ -305,7 +307,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
             egress.close()
             raise
     try:
-        return _start(holder_pid, rundir, uid, ports, owner, egress)
+        return _start(holder_pid, rundir, uid, ports, owner, egress, map_gw)
     except BaseException:
         if egress is not None:
             with _locked():
@@ -314,7 +316,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
 
 
 def _start(holder_pid: int, rundir: Path, uid: int, ports: tuple[int, ...], owner: str | None,
-           egress: Egress | None) -> Helper:
+           egress: Egress | None, map_gw: bool = False) -> Helper:
     rundir.mkdir(mode=0o700, parents=True, exist_ok=True)
     pidfile = rundir / "pasta.pid"
     pidfile.unlink(missing_ok=True)
@@ -334,7 +336,7 @@ def _start(holder_pid: int, rundir: Path, uid: int, ports: tuple[int, ...], owne
         argv = [str(_tool("setpriv")), "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
                 "--inh-caps", caps, "--ambient-caps", caps, "--",
                 str(_tool("pasta")), "--quiet", "-4", "--config-net", "-I", IFNAME,
-                "-a", ADDRESS, "-n", NETMASK, "-g", GATEWAY, "--no-map-gw",
+                "-a", ADDRESS, "-n", NETMASK, "-g", GATEWAY, *([] if map_gw else ["--no-map-gw"]),
                 "--no-dhcp", "--no-ndp", "--no-dhcpv6", "--no-ra",
                 "-t", "none", "-u", "none", "-U", f"53:{egress.resolver.port}" if egress else "none",
                 "-T", ",".join(map(str, ports)) if ports else "none",

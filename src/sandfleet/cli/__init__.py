@@ -22,7 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("sandfleet.cli.run:run", "Run rollouts of a task suite (the main job)."),
     "bench": ("sandfleet.cli.bench:bench", "Benchmarks: micro, capacity, compare."),
     "analyze": ("sandfleet.cli.analyze:analyze", "Turn traces into the figures of a hardware choice."),
-    "model-server": ("sandfleet.testing.fake_server:cli", "Serve scripted chat replies (tests, demos)."),
+    "model-server": ("sandfleet.cli.model_server:model_server", "Serve scripted chat replies (tests, demos)."),
     "serve": ("sandfleet.cli.serve:serve", "Serve this host's sandboxes over HTTP (docs/service.md)."),
 }
 

@@ -20,11 +20,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandfleet import __version__
 from sandfleet.errors import SandfleetError
-from sandfleet.server import api, e2b, sandboxfusion, swerex, taskimages
+from sandfleet.server import api, sandboxfusion, swerex, taskimages
 from sandfleet.server.api import Problem
 from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
-from sandfleet.server.e2b_ports import PortProxy
+from sandfleet.server.e2b import dialect as e2b
+from sandfleet.server.e2b.ports import PortProxy
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.routes import commands, files, meta, sandboxes, snapshots
 from sandfleet.server.service import SandboxService

@@ -22,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from sandfleet.agent.client import ExecResult, RunningCommand
-from sandfleet.server.e2b_wire import (
+from sandfleet.server.e2b.wire import (
     CONNECT_JSON,
     EnvdError,
     end_stream,
@@ -33,7 +33,7 @@ from sandfleet.server.e2b_wire import (
 )
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b import Box
+    from sandfleet.server.e2b.dialect import Box
     from sandfleet.server.service import Entry, SandboxService
 
 PROCESS_OUTPUT_CAP = 64 << 20

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from sandfleet.server.e2b_wire import CPError, rfc3339, unsupported
+from sandfleet.server.e2b.wire import CPError, rfc3339, unsupported
 from sandfleet.server.service import Entry
 
 _last: dict[str, tuple[float, int]] = {}

@@ -15,18 +15,18 @@ import asyncio
 import contextlib
 import posixpath
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from sandfleet.agent.client import ExecResult
-from sandfleet.server.e2b_wire import CONNECT_JSON, EnvdError, end_stream, envelope, request_message
+from sandfleet.server.e2b.files import FilesRPC
+from sandfleet.server.e2b.wire import CONNECT_JSON, EnvdError, end_stream, envelope, request_message
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b import Box
+    from sandfleet.server.e2b.dialect import Box
     from sandfleet.server.service import Entry
 
 WATCH_INTERVAL_S = 0.25
@@ -47,13 +47,8 @@ class Watcher:
 Listing = dict[str, tuple[str, str, str, int]]
 
 
-class FsRPC:
-    """The filesystem extras, mixed into :class:`sandfleet.server.e2b.E2B`."""
-
-    envd: Callable[[Request], tuple[Entry, Box, str | None]]
-    _entries: Callable[[Entry, str, int, str | None], Awaitable[list[dict[str, Any]]]]
-    _sh: Callable[..., Awaitable[ExecResult]]
-    _abs: Callable[[Entry, str], str]
+class FsRPC(FilesRPC):
+    """The filesystem extras (on the file calls), mixed into :class:`sandfleet.server.e2b.dialect.E2B`."""
 
     async def move(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)

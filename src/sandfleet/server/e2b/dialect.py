@@ -1,37 +1,18 @@
-"""The E2B wire protocol on ``sandfleet serve``: the unmodified ``e2b`` SDK drives sandfleet
-sandboxes through ``E2B_API_URL`` / ``E2B_SANDBOX_URL`` / ``E2B_API_KEY`` pointed at the service.
-
-Two route families, kept out of ``/openapi.json`` (only ``/v1`` is the service's contract):
-
-- the control plane, ``/sandboxes...`` and ``/v2/sandboxes...``: ``X-API-Key`` is a service
-  token; errors are ``{"code": <int>, "message"}`` with the status the SDK maps;
-- envd, ``/process.Process/*``, ``/filesystem.Filesystem/*``, ``/files``, ``/health``, with the
-  sandbox named by ``E2b-Sandbox-Id`` and authorised by the ``X-Access-Token`` that create (or
-  connect) returned. Connect protocol v1 with the JSON codec; a process outlives its stream
-  (envd semantics: its output is buffered, a client that hangs up does not kill it). An unknown
-  or dead sandbox answers 502 "... was not found", which the SDK maps to SandboxNotRunning.
-
-Template ``base`` (or none) is the service's default image with ``/home/user`` as the working
-directory and home; the E2B user ``user`` is the sandbox's default user. Any other template is
-a sandfleet image name.
-"""
+"""The E2B dialect's root: the ``E2B`` state (sandboxes, aliases, processes, watchers), its
+control-plane create/connect/list/kill, envd files, and :func:`install`, which adds every route."""
 
 from __future__ import annotations
 
 import base64
 import binascii
 import datetime as dt
-import gzip
 import hashlib
 import hmac
 import json
 import logging
 import os
-import posixpath
 import secrets
-import stat
 import time
-import zlib
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
@@ -39,18 +20,18 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import e2b_control, e2b_metrics, e2b_pause
 from sandfleet.server.auth import Tokens
-from sandfleet.server.e2b_fs import FsRPC, Watcher
-from sandfleet.server.e2b_image import base_image
-from sandfleet.server.e2b_network import network_limits
-from sandfleet.server.e2b_pause import Paused
-from sandfleet.server.e2b_process import Proc, ProcessRPC
-from sandfleet.server.e2b_wire import (
-    CONNECT_STATUS,
+from sandfleet.server.e2b import control as e2b_control
+from sandfleet.server.e2b import metrics as e2b_metrics
+from sandfleet.server.e2b import pause as e2b_pause
+from sandfleet.server.e2b.fs import FsRPC, Watcher
+from sandfleet.server.e2b.image import base_image
+from sandfleet.server.e2b.network import network_limits
+from sandfleet.server.e2b.pause import Paused
+from sandfleet.server.e2b.process import Proc, ProcessRPC
+from sandfleet.server.e2b.wire import (
     UNSUPPORTED,
     CPError,
     EnvdError,
@@ -58,13 +39,10 @@ from sandfleet.server.e2b_wire import (
     cp_error,
     cp_response,
     envd_response,
-    guest_envd_error,
     not_found,
-    request_message,
     rfc3339,
 )
 from sandfleet.server.service import Entry, SandboxService
-from sandfleet.server.wire import FormError, form_parts
 
 log = logging.getLogger(__name__)
 
@@ -337,136 +315,6 @@ class E2B(ProcessRPC, FsRPC):
         if user == "user":
             user = None  # E2B's default user is the sandbox's own user
         return e, b, user
-
-    async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
-        script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
-                  'if [ "$2" = 0 ]; then set -- "$1" -maxdepth 0; else set -- "$1" -mindepth 1 -maxdepth "$2"; fi; '
-                  "exec find \"$@\" -printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%p\\0'")
-        full = posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
-        try:
-            res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth)], cwd="/", user=user,
-                                  max_output=64 << 20)
-        except Exception as err:
-            raise guest_envd_error(err) from None
-        if res.exit_code == 3:
-            raise EnvdError("not_found", f"path {full} does not exist")
-        if res.exit_code == 4:
-            raise EnvdError("invalid_argument", f"path {full} is not a directory")
-        out = []
-        for rec in res.stdout_bytes.split(b"\0"):
-            parts = rec.decode(errors="replace").split("\t", 7)
-            if len(parts) != 8:
-                continue
-            kind, size, mode, owner, group, mtime, target, p = parts
-            ftype = {"f": "FILE_TYPE_FILE", "d": "FILE_TYPE_DIRECTORY", "l": "FILE_TYPE_SYMLINK"}.get(kind)
-            if ftype is None:
-                continue
-            bits = int(mode, 8)
-            fmt = {"f": stat.S_IFREG, "d": stat.S_IFDIR, "l": stat.S_IFLNK}[kind]
-            ent: dict[str, Any] = {
-                "name": posixpath.basename(p) or p, "type": ftype, "path": p, "size": size, "mode": bits,
-                "permissions": stat.filemode(fmt | bits), "owner": owner, "group": group,
-                "modifiedTime": rfc3339(float(mtime)), "isSymlink": kind == "l"}
-            if kind == "l":
-                ent["symlinkTarget"] = target
-            out.append(ent)
-        if res.exit_code != 0 and not out:
-            raise EnvdError("invalid_argument", res.stderr.strip() or f"listing {full} failed")
-        return out
-
-    async def list_dir(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
-        req = await request_message(request)
-        depth = int(req.get("depth") or 1)
-        return {"entries": await self._entries(e, str(req.get("path") or HOME), max(1, depth), user)}
-
-    async def stat_(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
-        req = await request_message(request)
-        ents = await self._entries(e, str(req.get("path") or HOME), 0, user)
-        if not ents:
-            raise EnvdError("not_found", "no such path")
-        return {"entry": ents[0]}
-
-    async def _sh(self, e: Entry, user: str | None, script: str, *args: str) -> ExecResult:
-        try:
-            return await e.sb.exec(["sh", "-c", script, "sh", *args], cwd="/", user=user)
-        except Exception as err:
-            raise guest_envd_error(err) from None
-
-    def _abs(self, e: Entry, path: str) -> str:
-        return posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
-
-    async def make_dir(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
-        path = self._abs(e, str((await request_message(request)).get("path") or ""))
-        res = await self._sh(e, user, '[ -e "$1" ] && exit 3; mkdir -p "$1"', path)
-        if res.exit_code == 3:
-            raise EnvdError("already_exists", f"{path} exists")
-        if res.exit_code != 0:
-            raise EnvdError("invalid_argument", res.stderr.strip())
-        return {}
-
-    async def remove(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
-        path = self._abs(e, str((await request_message(request)).get("path") or ""))
-        res = await self._sh(e, user, '[ -e "$1" ] || [ -L "$1" ] || exit 3; rm -rf "$1"', path)
-        if res.exit_code == 3:
-            raise EnvdError("not_found", f"{path} does not exist")
-        return {}
-
-    async def read(self, request: Request) -> Response:
-        e, _, user = self.envd(request)
-        path = request.query_params.get("path")
-        if not path:
-            raise CPError(400, "path is needed")
-        try:
-            data = await e.sb.read_file(self._abs(e, path), user=user)
-        except Exception as err:
-            ee = guest_envd_error(err)
-            raise CPError(CONNECT_STATUS.get(ee.code, 400),  # permission_denied: 403 (401 would say "credentials")
-                          ee.message) from None
-        return Response(data, media_type="application/octet-stream")
-
-    async def write(self, request: Request) -> list[dict[str, Any]]:
-        e, _, user = self.envd(request)
-        ctype = request.headers.get("content-type", "")
-        raw = await request.body()
-        if request.headers.get("content-encoding", "").lower() == "gzip":
-            try:
-                raw = gzip.decompress(raw)
-            except (OSError, EOFError, zlib.error):
-                raise CPError(400, "the body is not valid gzip") from None
-        qpath = request.query_params.get("path")
-        if ctype.startswith("multipart/form-data"):
-            try:
-                parts = await form_parts(request.headers, raw, max_part_size=self.service.config.max_body_bytes)
-            except FormError as err:
-                raise CPError(400, f"the body is not a multipart form: {err}") from None
-            named = [(filename or field, data) for field, filename, data in parts]  # the file's name, else the field's
-            files = named if len(named) > 1 or not qpath else [(qpath, data) for _, data in named]
-        else:
-            if not qpath:
-                raise CPError(400, "path is needed for an octet-stream upload")
-            files = [(qpath, raw)]
-        if not files:
-            raise CPError(400, "no file in the request")
-        out = []
-        for name, data in files:
-            path = self._abs(e, name)
-            try:
-                try:
-                    await e.sb.write_file(path, data, user=user)
-                except SandfleetError as err:
-                    if getattr(err, "errno", None) != 2:
-                        raise
-                    await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=user)
-                    await e.sb.write_file(path, data, user=user)
-            except Exception as err:
-                ee = guest_envd_error(err)
-                raise CPError(403 if ee.code == "permission_denied" else 400, ee.message) from None
-            out.append({"name": posixpath.basename(path), "type": "file", "path": path})
-        return out
 
 
 def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:

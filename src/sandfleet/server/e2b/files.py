@@ -1,0 +1,163 @@
+"""envd's files on sandfleet: ListDir, Stat, MakeDir, Remove (filesystem.Filesystem) and
+``GET``/``POST /files`` (a file's bytes down; octet-stream or multipart/form-data up, gzip
+or not, parsed by Starlette's form parser), each run in the sandbox as the request's user."""
+
+from __future__ import annotations
+
+import gzip
+import posixpath
+import stat
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from sandfleet.agent.client import ExecResult
+from sandfleet.errors import SandfleetError
+from sandfleet.server.e2b.wire import CONNECT_STATUS, CPError, EnvdError, guest_envd_error, request_message, rfc3339
+from sandfleet.server.wire import FormError, form_parts
+
+if TYPE_CHECKING:
+    from sandfleet.server.e2b.dialect import Box
+    from sandfleet.server.service import Entry, SandboxService
+
+HOME = "/home/user"
+
+
+class FilesRPC:
+    """The file calls, mixed into :class:`sandfleet.server.e2b.dialect.E2B`."""
+
+    service: SandboxService
+    envd: Callable[[Request], tuple[Entry, Box, str | None]]
+
+    async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
+        script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
+                  'if [ "$2" = 0 ]; then set -- "$1" -maxdepth 0; else set -- "$1" -mindepth 1 -maxdepth "$2"; fi; '
+                  "exec find \"$@\" -printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%p\\0'")
+        full = posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
+        try:
+            res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth)], cwd="/", user=user,
+                                  max_output=64 << 20)
+        except Exception as err:
+            raise guest_envd_error(err) from None
+        if res.exit_code == 3:
+            raise EnvdError("not_found", f"path {full} does not exist")
+        if res.exit_code == 4:
+            raise EnvdError("invalid_argument", f"path {full} is not a directory")
+        out = []
+        for rec in res.stdout_bytes.split(b"\0"):
+            parts = rec.decode(errors="replace").split("\t", 7)
+            if len(parts) != 8:
+                continue
+            kind, size, mode, owner, group, mtime, target, p = parts
+            ftype = {"f": "FILE_TYPE_FILE", "d": "FILE_TYPE_DIRECTORY", "l": "FILE_TYPE_SYMLINK"}.get(kind)
+            if ftype is None:
+                continue
+            bits = int(mode, 8)
+            fmt = {"f": stat.S_IFREG, "d": stat.S_IFDIR, "l": stat.S_IFLNK}[kind]
+            ent: dict[str, Any] = {
+                "name": posixpath.basename(p) or p, "type": ftype, "path": p, "size": size, "mode": bits,
+                "permissions": stat.filemode(fmt | bits), "owner": owner, "group": group,
+                "modifiedTime": rfc3339(float(mtime)), "isSymlink": kind == "l"}
+            if kind == "l":
+                ent["symlinkTarget"] = target
+            out.append(ent)
+        if res.exit_code != 0 and not out:
+            raise EnvdError("invalid_argument", res.stderr.strip() or f"listing {full} failed")
+        return out
+
+    async def list_dir(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        req = await request_message(request)
+        depth = int(req.get("depth") or 1)
+        return {"entries": await self._entries(e, str(req.get("path") or HOME), max(1, depth), user)}
+
+    async def stat_(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        req = await request_message(request)
+        ents = await self._entries(e, str(req.get("path") or HOME), 0, user)
+        if not ents:
+            raise EnvdError("not_found", "no such path")
+        return {"entry": ents[0]}
+
+    async def _sh(self, e: Entry, user: str | None, script: str, *args: str) -> ExecResult:
+        try:
+            return await e.sb.exec(["sh", "-c", script, "sh", *args], cwd="/", user=user)
+        except Exception as err:
+            raise guest_envd_error(err) from None
+
+    def _abs(self, e: Entry, path: str) -> str:
+        return posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
+
+    async def make_dir(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        path = self._abs(e, str((await request_message(request)).get("path") or ""))
+        res = await self._sh(e, user, '[ -e "$1" ] && exit 3; mkdir -p "$1"', path)
+        if res.exit_code == 3:
+            raise EnvdError("already_exists", f"{path} exists")
+        if res.exit_code != 0:
+            raise EnvdError("invalid_argument", res.stderr.strip())
+        return {}
+
+    async def remove(self, request: Request) -> dict[str, Any]:
+        e, _, user = self.envd(request)
+        path = self._abs(e, str((await request_message(request)).get("path") or ""))
+        res = await self._sh(e, user, '[ -e "$1" ] || [ -L "$1" ] || exit 3; rm -rf "$1"', path)
+        if res.exit_code == 3:
+            raise EnvdError("not_found", f"{path} does not exist")
+        return {}
+
+    async def read(self, request: Request) -> Response:
+        e, _, user = self.envd(request)
+        path = request.query_params.get("path")
+        if not path:
+            raise CPError(400, "path is needed")
+        try:
+            data = await e.sb.read_file(self._abs(e, path), user=user)
+        except Exception as err:
+            ee = guest_envd_error(err)
+            raise CPError(CONNECT_STATUS.get(ee.code, 400),  # permission_denied: 403 (401 would say "credentials")
+                          ee.message) from None
+        return Response(data, media_type="application/octet-stream")
+
+    async def write(self, request: Request) -> list[dict[str, Any]]:
+        e, _, user = self.envd(request)
+        ctype = request.headers.get("content-type", "")
+        raw = await request.body()
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            try:
+                raw = gzip.decompress(raw)
+            except (OSError, EOFError, zlib.error):
+                raise CPError(400, "the body is not valid gzip") from None
+        qpath = request.query_params.get("path")
+        if ctype.startswith("multipart/form-data"):
+            try:
+                parts = await form_parts(request.headers, raw, max_part_size=self.service.config.max_body_bytes)
+            except FormError as err:
+                raise CPError(400, f"the body is not a multipart form: {err}") from None
+            named = [(filename or field, data) for field, filename, data in parts]  # the file's name, else the field's
+            files = named if len(named) > 1 or not qpath else [(qpath, data) for _, data in named]
+        else:
+            if not qpath:
+                raise CPError(400, "path is needed for an octet-stream upload")
+            files = [(qpath, raw)]
+        if not files:
+            raise CPError(400, "no file in the request")
+        out = []
+        for name, data in files:
+            path = self._abs(e, name)
+            try:
+                try:
+                    await e.sb.write_file(path, data, user=user)
+                except SandfleetError as err:
+                    if getattr(err, "errno", None) != 2:
+                        raise
+                    await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=user)
+                    await e.sb.write_file(path, data, user=user)
+            except Exception as err:
+                ee = guest_envd_error(err)
+                raise CPError(403 if ee.code == "permission_denied" else 400, ee.message) from None
+            out.append({"name": posixpath.basename(path), "type": "file", "path": path})
+        return out

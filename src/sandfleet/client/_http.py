@@ -6,12 +6,37 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
+import pydantic
 
-from sandfleet.errors import ProtocolError, ServiceError, from_wire
+from sandfleet.errors import ConfigError, ProtocolError, ServiceError, from_wire
+
+JSON = {"content-type": "application/json"}
+
+
+@contextlib.contextmanager
+def checked_request() -> Iterator[None]:
+    """Build a request's wire model inside: a value it refuses is the ConfigError the
+    service would answer (400 invalid_request), raised before anything is sent."""
+    try:
+        yield
+    except pydantic.ValidationError as e:
+        raise ConfigError(f"invalid request: {_first_error(e)}") from None
+
+
+def _first_error(e: pydantic.ValidationError) -> str:
+    errs = e.errors()
+    parts = [f"{'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}" for err in errs[:3]]
+    return "; ".join(parts) or str(e)
+
+
+def body(model: pydantic.BaseModel) -> bytes:
+    """A request's JSON body from its wire model: the fields that differ from the model's
+    defaults (what the service assumes for the others)."""
+    return model.model_dump_json(exclude_defaults=True).encode()
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -12,20 +12,19 @@ import asyncio
 import base64
 import contextlib
 import io
-import json
 import logging
 import tarfile
 import time
-import urllib.request
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, Protocol, cast
 
 import httpx
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
-from sandfleet.client._http import ndjson, raise_for_status, transport_error
+from sandfleet.client import models
+from sandfleet.client._http import JSON, body, checked_request, ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
 from sandfleet.errors import (
     ProtocolError,
@@ -39,29 +38,44 @@ from sandfleet.errors import (
 from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 
-if TYPE_CHECKING:
-    from sandfleet.client.service import ServiceClient
-
 log = logging.getLogger(__name__)
 EXEC_GRACE_S = 30.0
 """Past a command's timeout (or the TTL), how long the client waits for the service."""
 
 
+class ServiceSession(Protocol):
+    """What a remote sandbox needs of the service it lives on (a
+    :class:`~sandfleet.client.service.ServiceClient` is one)."""
+
+    url: str
+    connect_timeout: float
+    http: httpx.AsyncClient
+
+    def pool(self, key: str | None = None) -> httpx.AsyncClient: ...
+
+    def direct(self, key: str) -> FastTransport | None: ...
+
+    def deadline_header(self) -> dict[str, str]: ...
+
+    async def fork(self, snapshot: Snapshot, n: int) -> list[Sandbox]: ...
+
+    def later(self, coro: Coroutine[Any, Any, Any]) -> None: ...
+
+
 class RemoteRuntime:
     """The guest-agent calls of one remote sandbox, over the service's HTTP API."""
 
-    def __init__(self, service: ServiceClient, sid: str, expires_in_s: float):
+    def __init__(self, service: ServiceSession, sid: str, expires_in_s: float):
         self.service = service
         self.sid = sid
         self.path = f"/v1/sandboxes/{sid}"
         self.http = service.pool(sid)
         self.exec_url = httpx.URL(f"{service.url}{self.path}/exec")  # parsed once: not on every exec
-        # Commands go straight to the transport when it is the client's own FastTransport and
-        # no proxy is configured (so httpx would mount none): httpx's client adds nothing a
-        # command needs (auth is a header, the service never redirects or sets cookies) and
-        # costs ~0.35 ms of CPU per request. An injected transport keeps the whole client.
-        transport = getattr(self.http, "_transport", None)
-        self._direct = transport if isinstance(transport, FastTransport) and not urllib.request.getproxies() else None
+        # Commands go straight to the transport the service session hands over (its own
+        # FastTransport, when no proxy is configured): httpx's client adds nothing a command
+        # needs (auth is a header, the service never redirects or sets cookies) and costs
+        # ~0.35 ms of CPU per request. An injected transport keeps the whole client.
+        self._direct = service.direct(sid)
         self._headers = {**self.http.headers, "content-type": "application/json", **service.deadline_header()}
         self.expires = time.monotonic() + expires_in_s
         self._dead: BaseException | None = None
@@ -112,25 +126,15 @@ class RemoteRuntime:
         pid_namespace: bool = False,
     ) -> ExecResult:
         cap = min(max(0, max_output), MAX_OUTPUT)
-        body: dict[str, Any] = {"cmd": list(argv), "max_output": cap, "stream": on_output is not None}
-        if env:
-            body["env"] = env
-        if cwd is not None:
-            body["cwd"] = cwd
-        if stdin:
-            body["stdin_b64"] = base64.b64encode(stdin).decode()
-        if timeout is not None:
-            body["timeout"] = timeout
-        if user is not None:
-            body["user"] = user
-        if not network:
-            body["network"] = False
-        if pid_namespace:
-            body["pid_namespace"] = True
+        with checked_request():
+            req = models.ExecRequest(cmd=list(argv), cwd=cwd, env=env or None, timeout=timeout, max_output=cap,
+                                     stdin_b64=base64.b64encode(stdin).decode() if stdin else None,
+                                     stream=on_output is not None, user=user, network=network,
+                                     pid_namespace=pid_namespace)
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
-        return await self._run(self.exec_url, body, on_output, cap, wait)
+        return await self._run(self.exec_url, body(req), on_output, cap, wait)
 
-    async def _run(self, url: httpx.URL, body: dict[str, Any], on_output: OutputCallback | None, cap: int,
+    async def _run(self, url: httpx.URL, content: bytes, on_output: OutputCallback | None, cap: int,
                    wait: float) -> ExecResult:
         """POST a command and read its NDJSON records to the exit record. Cancelled, the
         connection closes and the service kills the command."""
@@ -138,7 +142,7 @@ class RemoteRuntime:
         seen = {"stdout": 0, "stderr": 0}
         timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
         try:
-            async with self._post(url, body, timeout) as resp:
+            async with self._post(url, content, timeout) as resp:
                 try:
                     await raise_for_status(resp)
                 except (SandboxError, ServiceError) as e:
@@ -160,7 +164,7 @@ class RemoteRuntime:
                 raise ProtocolError(f"the service ended command output of sandbox {self.sid} without an exit record")
             if last["type"] == "error":
                 raise self._seen(from_wire(int(last.get("status") or 400), last))
-            return self._result(last, kept, seen, body.get("stream", False))
+            return self._result(last, kept, seen, on_output is not None)
         except httpx.TimeoutException:
             err = SandboxUnresponsiveError(f"sandbox {self.sid}: the service did not report the end of the command "
                                            f"within {wait:g}s; the sandbox is marked dead")
@@ -173,16 +177,17 @@ class RemoteRuntime:
             raise transport_error(e, self.service.url) from None
 
     @contextlib.asynccontextmanager
-    async def _post(self, url: httpx.URL, body: dict[str, Any],
+    async def _post(self, url: httpx.URL, content: bytes,
                     timeout: httpx.Timeout) -> AsyncIterator[httpx.Response]:
-        """POST ``body`` as JSON; the response's stream, closed after the block."""
+        """POST ``content`` (JSON); the response's stream, closed after the block."""
         if self._direct is None:
-            async with self.http.stream("POST", url, json=body, timeout=timeout,
-                                        headers=self.service.deadline_header()) as resp:
+            async with self.http.stream("POST", url, content=content, timeout=timeout,
+                                        headers={"content-type": "application/json",
+                                                 **self.service.deadline_header()}) as resp:
                 yield resp
             return
-        req = httpx.Request("POST", url, content=json.dumps(body, separators=(",", ":")).encode(),
-                            headers=self._headers, extensions={"timeout": timeout.as_dict()})
+        req = httpx.Request("POST", url, content=content, headers=self._headers,
+                            extensions={"timeout": timeout.as_dict()})
         resp = await self._direct.handle_async_request(req)
         resp.request = req
         try:
@@ -227,7 +232,9 @@ class RemoteRuntime:
                            headers={"content-type": "application/octet-stream"})
 
     async def kill_user(self, user: str | int) -> None:
-        await self.request("POST", "/kill", json={"user": user})
+        with checked_request():
+            req = models.KillRequest(user=user)
+        await self.request("POST", "/kill", content=body(req), headers=JSON)
 
     async def close(self) -> None:
         """Nothing to close per sandbox: the HTTP client belongs to the ServiceClient."""
@@ -238,7 +245,7 @@ class RemoteSandbox(AgentSandbox):
 
     backend = "remote"
 
-    def __init__(self, service: ServiceClient, info: dict[str, Any]):
+    def __init__(self, service: ServiceSession, info: dict[str, Any]):
         spec = SandboxSpec.model_validate(info["spec"])
         self.runtime = RemoteRuntime(service, str(info["id"]), float(info["expires_in_s"]))
         # the runtime answers every call AgentSandbox makes of an AgentClient (exec, read_file,
@@ -273,7 +280,9 @@ class RemoteSandbox(AgentSandbox):
     async def extend(self, ttl_s: float) -> None:
         """Set the remaining lifetime to ``ttl_s`` seconds from now (within the service's --max-ttl)."""
         self._check()
-        resp = await self.runtime.request("POST", "/ttl", json={"ttl_s": ttl_s})
+        with checked_request():
+            req = models.TTLRequest(ttl_s=ttl_s)
+        resp = await self.runtime.request("POST", "/ttl", content=body(req), headers=JSON)
         self.runtime.expires = time.monotonic() + float(resp.json()["expires_in_s"])
 
     async def snapshot(self) -> Snapshot:
@@ -299,7 +308,7 @@ class RemoteSandbox(AgentSandbox):
 class RemoteSnapshot(Snapshot):
     """A snapshot kept on the service; ``fork`` it there, ``delete`` it when done."""
 
-    def __init__(self, service: ServiceClient, snap_id: str, spec: SandboxSpec):
+    def __init__(self, service: ServiceSession, snap_id: str, spec: SandboxSpec):
         super().__init__(backend="remote", spec=spec, layer=None, cleanup=self._delete_later)
         self.id = snap_id
         self.service = service

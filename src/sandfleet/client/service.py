@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import urllib.request
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandfleet.client._http import raise_for_status, transport_error
+from sandfleet.client import models
+from sandfleet.client._http import JSON, body, checked_request, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import ConfigError, ImageBuildError, ServiceError, TaskError
@@ -64,11 +66,14 @@ class ServiceClient:
             raise ConfigError(f"pools must be at least 1, not {pools}")
         per = max(1, max_connections // pools)
         limits = httpx.Limits(max_connections=per, max_keepalive_connections=per)
+        # our own transports (not one passed in) carry commands directly (see direct())
+        self._fast = [None if transport is not None else FastTransport(limits=limits, verify=verify)
+                      for _ in range(pools)]
         self._pools = [httpx.AsyncClient(
             base_url=self.url, headers={"Authorization": f"Bearer {token}"},
-            transport=transport or FastTransport(limits=limits, verify=verify),
-            timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits, verify=verify,
-        ) for _ in range(pools)]  # fmt: skip
+            transport=transport or fast, timeout=httpx.Timeout(timeout, connect=connect_timeout), limits=limits,
+            verify=verify,
+        ) for fast in self._fast]  # fmt: skip
         self.http = self._pools[0]
         """For calls about the service as a whole; a sandbox's calls go through :meth:`pool`."""
         self._next = 0
@@ -88,6 +93,13 @@ class ServiceClient:
             return self._pools[hash(key) % len(self._pools)]
         self._next = (self._next + 1) % len(self._pools)
         return self._pools[self._next]
+
+    def direct(self, key: str) -> FastTransport | None:
+        """The transport under :meth:`pool` ``(key)`` for a sandbox's commands to go straight
+        to: this client's own FastTransport when no proxy is configured (httpx would then
+        mount none); None when a transport was passed in (it keeps the whole httpx client)."""
+        fast = self._fast[hash(key) % len(self._fast)]
+        return fast if fast is not None and not urllib.request.getproxies() else None
 
     def deadline_header(self) -> dict[str, str]:
         return {} if self.deadline_s is None else {"X-Deadline-Ms": str(int(self.deadline_s * 1000))}
@@ -148,8 +160,10 @@ class ServiceClient:
         """``n`` sandboxes from a snapshot taken on this service."""
         if not isinstance(snapshot, RemoteSnapshot) or snapshot.service is not self:
             raise ConfigError("this snapshot was not taken on this service")
-        resp = await self._call("POST", f"/v1/snapshots/{snapshot.id}/fork", json={"n": n},
-                                headers=self.deadline_header())
+        with checked_request():
+            req = models.ForkRequest(n=n)
+        resp = await self._call("POST", f"/v1/snapshots/{snapshot.id}/fork", content=body(req),
+                                headers={**JSON, **self.deadline_header()})
         return [RemoteSandbox(self, info) for info in resp.json()["sandboxes"]]
 
     # -- task images

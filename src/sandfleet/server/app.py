@@ -20,8 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandfleet import __version__
 from sandfleet.errors import SandfleetError
-from sandfleet.server import api, sandboxfusion, swerex, taskimages
-from sandfleet.server.api import Problem
+from sandfleet.server import sandboxfusion, swerex, taskimages
 from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import dialect as e2b
@@ -29,7 +28,7 @@ from sandfleet.server.e2b.ports import PortProxy
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.routes import commands, files, meta, sandboxes, snapshots
 from sandfleet.server.service import SandboxService
-from sandfleet.server.wire import problem_response
+from sandfleet.server.wire import Problem, problem_for, problem_response
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     @app.exception_handler(SandfleetError)
     async def _sandfleet(request: Request, e: SandfleetError) -> JSONResponse:
-        p = api.problem_for(e)
+        p = problem_for(e)
         if p is None:
             raise e
         return problem_response(p)

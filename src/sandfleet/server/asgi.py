@@ -9,14 +9,13 @@ from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
+from sandfleet.client import models
 from sandfleet.errors import SandfleetError
-from sandfleet.server import api
-from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.commands import buffered_command, exec_runner
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import SandboxService
-from sandfleet.server.wire import problem_response
+from sandfleet.server.wire import Problem, problem_for, problem_response
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ class FastExec:
         body = None
         if owner is not None and ctype == b"application/json" and sid and "/" not in sid:
             try:
-                body = api.ExecRequest.model_validate_json(data)
+                body = models.ExecRequest.model_validate_json(data)
             except ValueError:
                 body = None
         if owner is None or body is None or body.stream:
@@ -94,7 +93,7 @@ class FastExec:
         except Problem as p:
             resp = problem_response(p)
         except SandfleetError as err:
-            prob = api.problem_for(err)
+            prob = problem_for(err)
             if prob is None:
                 raise
             resp = problem_response(prob)

@@ -17,12 +17,11 @@ from fastapi.responses import Response, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from sandfleet.agent.client import ExecResult, OutputCallback
+from sandfleet.client import models
 from sandfleet.errors import SandfleetError
-from sandfleet.server import api
-from sandfleet.server.api import Problem
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import Entry, SandboxService, check_argv, check_env
-from sandfleet.server.wire import NDJSON_TYPE, b64_field, ndjson_line
+from sandfleet.server.wire import NDJSON_TYPE, Problem, b64_field, ndjson_line, problem_for
 
 log = logging.getLogger(__name__)
 Run = Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]]
@@ -30,7 +29,7 @@ Run = Callable[[OutputCallback | None], Coroutine[Any, Any, ExecResult]]
 
 
 def error_record(e: BaseException) -> dict[str, Any]:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    p = problem_for(e) if isinstance(e, SandfleetError | Problem) else None
     if p is None:
         log.error("command failed inside the service: %s: %s", type(e).__name__, e, exc_info=e)
         p = Problem(500, "internal", f"{type(e).__name__}: {e}")
@@ -55,7 +54,7 @@ async def command_lines(run: Run, stream: bool,
     q: asyncio.Queue[bytes | None] = asyncio.Queue()
 
     def on_output(name: str, data: bytes) -> None:
-        q.put_nowait(ndjson_line(api.chunk_record(name, data)))
+        q.put_nowait(ndjson_line(chunk_record(name, data)))
 
     t0 = time.perf_counter()
     task = asyncio.create_task(run(on_output if stream else None))
@@ -127,7 +126,7 @@ async def buffered_command(receive: Receive, run: Run,
     return Response(line, media_type=NDJSON_TYPE)
 
 
-def exec_runner(e: Entry, body: api.ExecRequest) -> Run:
+def exec_runner(e: Entry, body: models.ExecRequest) -> Run:
     """The command of an exec request, checked (a Problem names what is wrong), ready to run."""
     stdin = b64_field(body.stdin_b64, "stdin_b64")
     check_argv(body.cmd)
@@ -184,3 +183,7 @@ async def answer(service: SandboxService, metrics: Metrics, e: Entry, owner: str
     except BaseException:
         await stack.aclose()
         raise
+
+
+def chunk_record(stream: str, data: bytes) -> dict[str, Any]:
+    return {"type": stream, "b64": base64.b64encode(data).decode()}

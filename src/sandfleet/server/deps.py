@@ -9,14 +9,14 @@ from typing import Annotated, Any
 from fastapi import Depends, Header, Query, Request
 from fastapi.security import HTTPBearer
 
-from sandfleet.server import api
-from sandfleet.server.api import Problem
+from sandfleet.client import models
 from sandfleet.server.auth import Tokens
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import SandboxService
+from sandfleet.server.wire import Problem
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": api.ErrorBody} for code in (400, 401, 404, 410, 413, 422, 429, 503)}
+    code: {"model": models.ErrorBody} for code in (400, 401, 404, 410, 413, 422, 429, 503)}
 """The error answers of a ``/v1`` route, for ``/openapi.json``."""
 
 _bearer = HTTPBearer(auto_error=False, description="A token from the service's --token-file.")

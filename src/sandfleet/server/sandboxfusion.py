@@ -46,11 +46,10 @@ from sandfleet.agent.client import ExecResult
 from sandfleet.errors import GuestExecError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import api
-from sandfleet.server.api import Problem
 from sandfleet.server.auth import Tokens
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import Entry, SandboxService
+from sandfleet.server.wire import Problem, problem_for
 
 log = logging.getLogger(__name__)
 PREFIX = "/sandbox-fusion/"
@@ -188,7 +187,7 @@ class SandboxFusion:
         try:
             e = await self.service.create(owner, spec, key=None, deadline_ms=None)
         except SandfleetError as err:
-            known = api.problem_for(err)
+            known = problem_for(err)
             if known is None or known.status_code in (410, 503):
                 return sandbox_error(f"the sandbox could not be made: {err}")
             if isinstance(err, ServiceError):  # the service refused it: over a quota, ...
@@ -255,7 +254,7 @@ class SandboxFusion:
         except (FusionError, Problem, ServiceError):
             raise
         except SandfleetError as err:
-            known = api.problem_for(err)
+            known = problem_for(err)
             if known is not None and known.status_code in (400, 422):  # a bad path in files: the request's fault
                 raise FusionError(400, known.message) from None
             return sandbox_error(f"the sandbox failed during the call: {err}")
@@ -318,7 +317,7 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metr
             fusion.runs.labels(_language(request), str(err.status)).inc()
             return error(err)
         except (Problem, ServiceError) as err:  # the body over --max-body-mib (Edge); busy, draining
-            p = api.problem_for(err)
+            p = problem_for(err)
             assert p is not None
             fusion.runs.labels(_language(request), str(p.status_code)).inc()
             return error(FusionError(p.status_code, p.message, dict(p.headers or {})))

@@ -24,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandfleet.client.models import SandboxInfo
 from sandfleet.errors import (
     ConfigError,
     ImageError,
@@ -37,7 +38,6 @@ from sandfleet.sandbox import create_sandbox, fork, resolve_backend
 from sandfleet.sandbox.base import Sandbox, Session, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.server.admission import AdmissionRejected, Gate, HostLimits
-from sandfleet.server.api import SandboxInfo
 from sandfleet.server.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -39,11 +39,10 @@ from fastapi.responses import JSONResponse, Response
 from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.errors import SandboxError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import Session
-from sandfleet.server import api, swerex_pty
-from sandfleet.server.api import Problem
+from sandfleet.server import swerex_pty
 from sandfleet.server.auth import Tokens
 from sandfleet.server.service import Entry, SandboxService
-from sandfleet.server.wire import FormError, check_tar, form_parts
+from sandfleet.server.wire import FormError, Problem, check_tar, form_parts, problem_for
 
 USER = "root"
 EXC = "swerex.exceptions."
@@ -77,7 +76,7 @@ class Runtime:
 
 
 def _guest(e: BaseException) -> SwerexError:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    p = problem_for(e) if isinstance(e, SandfleetError | Problem) else None
     if p is not None and p.extra.get("errno") == 2:
         return SwerexError("builtins.FileNotFoundError", p.message)
     if p is not None and p.extra.get("errno") == 13:
@@ -102,7 +101,7 @@ class SweRex:
         try:
             e = self.service.entry(owner, sid)
         except SandfleetError as err:
-            p = api.problem_for(err)
+            p = problem_for(err)
             if p is None:
                 raise
             raise HTTPError(p.status_code, p.message) from None

@@ -1,5 +1,6 @@
-"""Wire helpers every part of the service shares: NDJSON lines, error answers, base64
-fields, tar uploads checked before they are unpacked, multipart forms (through Starlette's
+"""Wire helpers every part of the service shares: its HTTP errors (:class:`Problem`, and
+:func:`problem_for`, sandfleet's exceptions as answers by :data:`sandfleet.errors.WIRE`),
+NDJSON lines, base64 fields, tar uploads checked before they are unpacked, multipart forms (through Starlette's
 parser, python-multipart)."""
 
 from __future__ import annotations
@@ -12,17 +13,47 @@ import tarfile
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
+from fastapi import HTTPException
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers, UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from sandfleet.server.api import Problem
+from sandfleet.errors import ServiceError, to_wire
 
 NDJSON_TYPE = "application/x-ndjson"
 BINARY_BODY = {"requestBody": {"required": True, "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
 TAR_BODY = {"requestBody": {"required": True, "description": "an uncompressed tar stream", "content": {
     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}}
+
+
+class Problem(HTTPException):
+    """An error answer: HTTP ``status``, a machine-readable ``code`` and a message."""
+
+    def __init__(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
+                 extra: dict[str, Any] | None = None):
+        super().__init__(status_code=status, detail=message, headers=headers)
+        self.code = code
+        self.message = message
+        self.extra = extra or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, **self.extra}
+
+
+def problem_for(e: BaseException) -> Problem | None:
+    """The HTTP answer for a sandfleet exception, from :data:`sandfleet.errors.WIRE` (the
+    one table of codes); None for an exception that is a bug of ours (the caller logs it
+    and answers 500)."""
+    if isinstance(e, Problem):
+        return e
+    wire = to_wire(e)
+    if wire is None:
+        return None
+    status, code, extra = wire
+    retry = e.retry_after if isinstance(e, ServiceError) else None
+    headers = None if retry is None else {"Retry-After": str(int(retry)) if float(retry).is_integer() else str(retry)}
+    return Problem(status, code, str(e) or type(e).__name__, headers=headers, extra=extra)
 
 
 def ndjson_line(record: dict[str, Any]) -> bytes:

@@ -13,8 +13,7 @@ from fastapi import Request
 from fastapi.responses import JSONResponse
 
 from sandfleet.errors import SandfleetError
-from sandfleet.server import api
-from sandfleet.server.api import Problem
+from sandfleet.server.wire import Problem, problem_for
 
 log = logging.getLogger("sandfleet.server.e2b")
 
@@ -115,7 +114,7 @@ def cp_response(e: CPError) -> JSONResponse:
 
 
 def cp_error(e: BaseException) -> CPError:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    p = problem_for(e) if isinstance(e, SandfleetError | Problem) else None
     if p is None:
         log.error("E2B control-plane call failed: %s: %s", type(e).__name__, e, exc_info=e)
         return CPError(500, f"{type(e).__name__}: {e}")
@@ -132,7 +131,7 @@ def not_found(sid: str) -> JSONResponse:
 
 
 def guest_envd_error(e: BaseException) -> EnvdError:
-    p = api.problem_for(e) if isinstance(e, SandfleetError | Problem) else None
+    p = problem_for(e) if isinstance(e, SandfleetError | Problem) else None
     if p is None:
         log.error("E2B envd call failed: %s: %s", type(e).__name__, e, exc_info=e)
         return EnvdError("internal", f"{type(e).__name__}: {e}")

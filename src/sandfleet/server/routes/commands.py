@@ -10,7 +10,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from sandfleet.agent.client import ExecResult, OutputCallback
-from sandfleet.server import api
+from sandfleet.client import models
 from sandfleet.server.commands import answer, exec_runner
 from sandfleet.server.deps import ERRORS, AppMetrics, Deadline, Owner, Service
 from sandfleet.server.service import check_argv, check_env
@@ -21,31 +21,31 @@ router = APIRouter()
 
 @router.post("/v1/sandboxes/{sid}/exec", tags=["commands"], responses={
     **ERRORS, 200: {"content": {NDJSON_TYPE: {}}, "description": "NDJSON records, the last one exit or error"}})
-async def exec_(service: Service, metrics: AppMetrics, sid: str, body: api.ExecRequest, request: Request, owner: Owner,
-                deadline: Deadline = None) -> Response:
+async def exec_(service: Service, metrics: AppMetrics, sid: str, body: models.ExecRequest, request: Request,
+                owner: Owner, deadline: Deadline = None) -> Response:
     """Run a command; the answer streams NDJSON (see ExecRequest)."""
     e = service.entry(owner, sid)
     return await answer(service, metrics, e, owner, deadline, body.stream, exec_runner(e, body), request)
 
 
 @router.post("/v1/sandboxes/{sid}/kill", status_code=204, tags=["commands"], responses=ERRORS)
-async def kill(service: Service, sid: str, body: api.KillRequest, owner: Owner) -> Response:
+async def kill(service: Service, sid: str, body: models.KillRequest, owner: Owner) -> Response:
     """Kill every process of ``user`` in the sandbox; returns once they are gone."""
     await service.entry(owner, sid).sb.kill_user(body.user)
     return Response(status_code=204)
 
 
 @router.post("/v1/sandboxes/{sid}/sessions", status_code=201, tags=["sessions"], responses=ERRORS)
-async def open_session(service: Service, sid: str, body: api.SessionRequest, owner: Owner) -> api.SessionInfo:
+async def open_session(service: Service, sid: str, body: models.SessionRequest, owner: Owner) -> models.SessionInfo:
     """A persistent shell: cwd, exported and shell variables survive between its commands."""
     e = service.entry(owner, sid)
     check_env(body.env)
-    return api.SessionInfo(id=service.open_session(e, cwd=body.cwd, env=body.env, user=body.user))
+    return models.SessionInfo(id=service.open_session(e, cwd=body.cwd, env=body.env, user=body.user))
 
 
 @router.post("/v1/sandboxes/{sid}/sessions/{session}/run", tags=["sessions"], responses={
     **ERRORS, 200: {"content": {NDJSON_TYPE: {}}, "description": "NDJSON records, as exec"}})
-async def run_in_session(service: Service, metrics: AppMetrics, sid: str, session: str, body: api.SessionRun,
+async def run_in_session(service: Service, metrics: AppMetrics, sid: str, session: str, body: models.SessionRun,
                          request: Request, owner: Owner, deadline: Deadline = None) -> Response:
     e = service.entry(owner, sid)
     s = service.session(e, session)

@@ -9,10 +9,9 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
 from sandfleet.sandbox.base import AgentSandbox, sandbox_path
-from sandfleet.server.api import Problem
 from sandfleet.server.deps import ERRORS, Deadline, Owner, Service
 from sandfleet.server.service import Entry
-from sandfleet.server.wire import BINARY_BODY, TAR_BODY, check_tar
+from sandfleet.server.wire import BINARY_BODY, TAR_BODY, Problem, check_tar
 
 router = APIRouter()
 

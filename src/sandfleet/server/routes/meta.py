@@ -6,15 +6,15 @@ from fastapi import APIRouter
 from fastapi.responses import Response
 
 from sandfleet import __version__
-from sandfleet.server import api
+from sandfleet.client import models
 from sandfleet.server.deps import ERRORS, AppMetrics, Owner, Service
 
 router = APIRouter()
 
 
 @router.get("/healthz", tags=["service"])
-async def healthz(service: Service) -> api.Health:
-    return api.Health(ok=not service.draining, draining=service.draining)
+async def healthz(service: Service) -> models.Health:
+    return models.Health(ok=not service.draining, draining=service.draining)
 
 
 @router.get("/metrics", include_in_schema=False)
@@ -23,8 +23,8 @@ async def metrics_route(metrics: AppMetrics, owner: Owner) -> Response:
 
 
 @router.get("/v1/info", tags=["service"], responses=ERRORS)
-async def info(service: Service, owner: Owner) -> api.ServiceInfo:
-    return api.ServiceInfo(
+async def info(service: Service, owner: Owner) -> models.ServiceInfo:
+    return models.ServiceInfo(
         version=__version__, backend=service.backend, max_sandboxes=service.limits.max_sandboxes,
         max_busy=service.limits.max_busy, quota=service.quota, max_ttl_s=service.config.max_ttl_s,
         max_body_bytes=service.config.max_body_bytes, limits_basis=service.limits.basis,

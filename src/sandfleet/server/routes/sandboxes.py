@@ -8,17 +8,17 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import Response
 
-from sandfleet.server import api
-from sandfleet.server.api import Problem
+from sandfleet.client import models
 from sandfleet.server.deps import ERRORS, Deadline, IdempotencyKey, Labels, Owner, Service
 from sandfleet.server.service import parse_labels
+from sandfleet.server.wire import Problem
 
 router = APIRouter()
 
 
 @router.post("/v1/sandboxes", status_code=201, tags=["sandboxes"], responses=ERRORS)
-async def create(service: Service, spec: api.SandboxSpec, owner: Owner, deadline: Deadline = None,
-                 key: IdempotencyKey = None) -> api.SandboxInfo:
+async def create(service: Service, spec: models.SandboxSpec, owner: Owner, deadline: Deadline = None,
+                 key: IdempotencyKey = None) -> models.SandboxInfo:
     """Create a sandbox. ``limits.ttl_s`` is its lifetime (the service closes it then),
     ``limits.network`` its network. A retry with the same ``Idempotency-Key`` gets the
     same sandbox."""
@@ -27,22 +27,22 @@ async def create(service: Service, spec: api.SandboxSpec, owner: Owner, deadline
 
 
 @router.get("/v1/sandboxes", tags=["sandboxes"], responses=ERRORS)
-async def list_(service: Service, owner: Owner, label: Labels = None) -> api.SandboxList:
-    return api.SandboxList(sandboxes=[e.info() for e in service.find(owner, parse_labels(label or []))])
+async def list_(service: Service, owner: Owner, label: Labels = None) -> models.SandboxList:
+    return models.SandboxList(sandboxes=[e.info() for e in service.find(owner, parse_labels(label or []))])
 
 
 @router.delete("/v1/sandboxes", tags=["sandboxes"], responses=ERRORS)
 async def delete_where(service: Service, owner: Owner, label: Labels = None,
-                       all_: Annotated[bool, Query(alias="all")] = False) -> api.Deleted:
+                       all_: Annotated[bool, Query(alias="all")] = False) -> models.Deleted:
     """Delete every sandbox of this token whose labels match (``all=true``: every one)."""
     labels = parse_labels(label or [])
     if not labels and not all_:
         raise Problem(400, "invalid_request", "name labels to match (label=key=value), or pass all=true")
-    return api.Deleted(deleted=await service.delete_where(owner, labels))
+    return models.Deleted(deleted=await service.delete_where(owner, labels))
 
 
 @router.get("/v1/sandboxes/{sid}", tags=["sandboxes"], responses=ERRORS)
-async def get(service: Service, sid: str, owner: Owner) -> api.SandboxInfo:
+async def get(service: Service, sid: str, owner: Owner) -> models.SandboxInfo:
     return service.entry(owner, sid).info()
 
 
@@ -53,6 +53,6 @@ async def delete(service: Service, sid: str, owner: Owner) -> Response:
 
 
 @router.post("/v1/sandboxes/{sid}/ttl", tags=["sandboxes"], responses=ERRORS)
-async def extend(service: Service, sid: str, body: api.TTLRequest, owner: Owner) -> api.SandboxInfo:
+async def extend(service: Service, sid: str, body: models.TTLRequest, owner: Owner) -> models.SandboxInfo:
     """Set the sandbox's remaining lifetime to ``ttl_s`` from now."""
     return service.extend(owner, sid, body.ttl_s).info()

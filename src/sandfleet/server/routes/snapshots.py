@@ -5,31 +5,31 @@ from __future__ import annotations
 from fastapi import APIRouter
 from fastapi.responses import Response
 
-from sandfleet.server import api
+from sandfleet.client import models
 from sandfleet.server.deps import ERRORS, Deadline, Owner, Service
 
 router = APIRouter()
 
 
 @router.post("/v1/sandboxes/{sid}/snapshot", status_code=201, tags=["snapshots"], responses=ERRORS)
-async def snapshot(service: Service, sid: str, owner: Owner) -> api.SnapshotInfo:
+async def snapshot(service: Service, sid: str, owner: Owner) -> models.SnapshotInfo:
     """Save the sandbox's filesystem (and memory where the backend can) to fork from."""
     snap_id, s = await service.snapshot(owner, sid)
-    return api.SnapshotInfo(id=snap_id, backend=s.snap.backend, sandbox=s.sandbox)
+    return models.SnapshotInfo(id=snap_id, backend=s.snap.backend, sandbox=s.sandbox)
 
 
 @router.get("/v1/snapshots", tags=["snapshots"], responses=ERRORS)
-async def list_snapshots(service: Service, owner: Owner) -> list[api.SnapshotInfo]:
-    return [api.SnapshotInfo(id=k, backend=s.snap.backend, sandbox=s.sandbox)
+async def list_snapshots(service: Service, owner: Owner) -> list[models.SnapshotInfo]:
+    return [models.SnapshotInfo(id=k, backend=s.snap.backend, sandbox=s.sandbox)
             for k, s in service.snapshots.items() if s.owner == owner]
 
 
 @router.post("/v1/snapshots/{snap}/fork", status_code=201, tags=["snapshots"], responses=ERRORS)
-async def fork_(service: Service, snap: str, body: api.ForkRequest, owner: Owner,
-                deadline: Deadline = None) -> api.SandboxList:
+async def fork_(service: Service, snap: str, body: models.ForkRequest, owner: Owner,
+                deadline: Deadline = None) -> models.SandboxList:
     """``n`` new sandboxes, each starting from the snapshot's state."""
     kids = await service.fork(owner, snap, body.n, ttl_s=body.ttl_s, labels=body.labels, deadline_ms=deadline)
-    return api.SandboxList(sandboxes=[k.info() for k in kids])
+    return models.SandboxList(sandboxes=[k.info() for k in kids])
 
 
 @router.delete("/v1/snapshots/{snap}", status_code=204, tags=["snapshots"], responses=ERRORS)

@@ -1,38 +1,23 @@
-"""The wire format of the ``/v1`` API: request and response models, the NDJSON records of
-a command, and the one mapping between sandfleet's exceptions and HTTP errors.
+"""The wire format of the service's ``/v1`` API: its request and response models (pydantic
+only, no FastAPI: the client builds its requests from them, the server's routes declare them).
 
-Errors are ``{"code": ..., "message": ...}`` with a 4xx status (guest errors add
-``guest_type`` and ``errno``). The client (:mod:`sandfleet.client`) maps them back to the exception the same
-operation raises on a local sandbox.
+Errors are ``{"code": ..., "message": ...}`` (:class:`ErrorBody`) with a 4xx status (guest
+errors add ``guest_type`` and ``errno``); :data:`sandfleet.errors.WIRE` maps codes to
+exceptions for both sides. A command's answer is NDJSON records (see :class:`ExecRequest`).
 """
 
 from __future__ import annotations
 
-import base64
-from typing import Any
-
-from fastapi import HTTPException
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.agent.protocol import MAX_OUTPUT
-from sandfleet.errors import ServiceError, to_wire
 from sandfleet.sandbox.spec import SandboxSpec
 
+__all__ = ["MAX_TIMEOUT_S", "Deleted", "ErrorBody", "ExecRequest", "ForkRequest", "Health", "KillRequest",
+           "SandboxInfo", "SandboxList", "SandboxSpec", "ServiceInfo", "SessionInfo", "SessionRequest", "SessionRun",
+           "SnapshotInfo", "TTLRequest"]
+
 MAX_TIMEOUT_S = 7 * 86400.0
-
-
-class Problem(HTTPException):
-    """An error answer: HTTP ``status``, a machine-readable ``code`` and a message."""
-
-    def __init__(self, status: int, code: str, message: str, *, headers: dict[str, str] | None = None,
-                 extra: dict[str, Any] | None = None):
-        super().__init__(status_code=status, detail=message, headers=headers)
-        self.code = code
-        self.message = message
-        self.extra = extra or {}
-
-    def body(self) -> dict[str, Any]:
-        return {"code": self.code, "message": self.message, **self.extra}
 
 
 class ErrorBody(BaseModel):
@@ -45,21 +30,6 @@ class ErrorBody(BaseModel):
     message: str
     guest_type: str | None = None
     errno: int | None = None
-
-
-def problem_for(e: BaseException) -> Problem | None:
-    """The HTTP answer for a sandfleet exception, from :data:`sandfleet.errors.WIRE` (the
-    one table of codes); None for an exception that is a bug of ours (the caller logs it
-    and answers 500)."""
-    if isinstance(e, Problem):
-        return e
-    wire = to_wire(e)
-    if wire is None:
-        return None
-    status, code, extra = wire
-    retry = e.retry_after if isinstance(e, ServiceError) else None
-    headers = None if retry is None else {"Retry-After": str(int(retry)) if float(retry).is_integer() else str(retry)}
-    return Problem(status, code, str(e) or type(e).__name__, headers=headers, extra=extra)
 
 
 # -- sandboxes
@@ -185,11 +155,3 @@ def _arch() -> str:
 class Health(BaseModel):
     ok: bool
     draining: bool
-
-
-# -- NDJSON records of a command
-
-
-def chunk_record(stream: str, data: bytes) -> dict[str, Any]:
-    return {"type": stream, "b64": base64.b64encode(data).decode()}
-

@@ -17,15 +17,15 @@ import tarfile
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import httpx
 
-from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, _text
+from sandfleet.agent.client import ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
-from sandfleet.client import models
 from sandfleet.client._http import JSON, body, checked_request, ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
+from sandfleet.client.models import ExecRequest, KillRequest, TTLRequest
 from sandfleet.errors import (
     ProtocolError,
     SandboxClosedError,
@@ -127,7 +127,7 @@ class RemoteRuntime:
     ) -> ExecResult:
         cap = min(max(0, max_output), MAX_OUTPUT)
         with checked_request():
-            req = models.ExecRequest(cmd=list(argv), cwd=cwd, env=env or None, timeout=timeout, max_output=cap,
+            req = ExecRequest(cmd=list(argv), cwd=cwd, env=env or None, timeout=timeout, max_output=cap,
                                      stdin_b64=base64.b64encode(stdin).decode() if stdin else None,
                                      stream=on_output is not None, user=user, network=network,
                                      pid_namespace=pid_namespace)
@@ -233,7 +233,7 @@ class RemoteRuntime:
 
     async def kill_user(self, user: str | int) -> None:
         with checked_request():
-            req = models.KillRequest(user=user)
+            req = KillRequest(user=user)
         await self.request("POST", "/kill", content=body(req), headers=JSON)
 
     async def close(self) -> None:
@@ -248,9 +248,8 @@ class RemoteSandbox(AgentSandbox):
     def __init__(self, service: ServiceSession, info: dict[str, Any]):
         spec = SandboxSpec.model_validate(info["spec"])
         self.runtime = RemoteRuntime(service, str(info["id"]), float(info["expires_in_s"]))
-        # the runtime answers every call AgentSandbox makes of an AgentClient (exec, read_file,
-        # write_file, kill_user, alive, error): the SWE-ReX shape, in-process or remote
-        super().__init__(str(info["id"]), spec, cast(AgentClient, self.runtime))
+        # a Runtime, as the guest agent's AgentClient is: the SWE-ReX shape, in-process or remote
+        super().__init__(str(info["id"]), spec, self.runtime)
         self.service = service
         self.backend = str(info.get("backend", "remote"))
         """The backend the service runs it on (bwrap, ...): what code that asks whether users
@@ -281,7 +280,7 @@ class RemoteSandbox(AgentSandbox):
         """Set the remaining lifetime to ``ttl_s`` seconds from now (within the service's --max-ttl)."""
         self._check()
         with checked_request():
-            req = models.TTLRequest(ttl_s=ttl_s)
+            req = TTLRequest(ttl_s=ttl_s)
         resp = await self.runtime.request("POST", "/ttl", content=body(req), headers=JSON)
         self.runtime.expires = time.monotonic() + float(resp.json()["expires_in_s"])
 

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandfleet.client import models
 from sandfleet.client._http import JSON, body, checked_request, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
+from sandfleet.client.models import ForkRequest
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import ConfigError, ImageBuildError, ServiceError, TaskError
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -161,7 +161,7 @@ class ServiceClient:
         if not isinstance(snapshot, RemoteSnapshot) or snapshot.service is not self:
             raise ConfigError("this snapshot was not taken on this service")
         with checked_request():
-            req = models.ForkRequest(n=n)
+            req = ForkRequest(n=n)
         resp = await self._call("POST", f"/v1/snapshots/{snapshot.id}/fork", content=body(req),
                                 headers={**JSON, **self.deadline_header()})
         return [RemoteSandbox(self, info) for info in resp.json()["sandboxes"]]

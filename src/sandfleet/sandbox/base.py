@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, StartCallback
+from sandfleet.agent.runtime import Runtime
 from sandfleet.errors import (
     ConfigError,
     SandboxClosedError,
@@ -139,11 +140,12 @@ def sandbox_path(path: str, workdir: str) -> str:
 
 
 class AgentSandbox:
-    """Shared implementation of the contract over an AgentClient. Backends subclass it."""
+    """Shared implementation of the contract over a :class:`~sandfleet.agent.runtime.Runtime`
+    (the guest agent's AgentClient, or a service's RemoteRuntime). Backends subclass it."""
 
     backend = "agent"
 
-    def __init__(self, sid: str, spec: SandboxSpec, client: AgentClient):
+    def __init__(self, sid: str, spec: SandboxSpec, client: Runtime):
         self.id = sid
         self.spec = spec
         self.client = client

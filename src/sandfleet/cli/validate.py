@@ -120,8 +120,8 @@ def validate(
             on_pool=lambda pool: validate_on_pool(pool, tasks, repeats=repeats, network=network, hosts=where.hosts),
             **pool_options(repeats, concurrency, backend, agent_user, network)))
 
-    if arches or page_size:  # per architecture (images/archreport.py); never spread (refused above)
-        from sandfleet.images.archreport import validate_per_arch
+    if arches or page_size:  # per architecture; never spread (refused above)
+        from sandfleet.cli.validate_arch import validate_per_arch
 
         validate_per_arch(arches, page_size, tasks, failures, repeats, report_path, as_json, run,
                           lambda why: Verdict("invalid", why))

@@ -37,7 +37,7 @@ from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxError
 from sandfleet.images import Image, resolve_image
 from sandfleet.reaping import reap_adopted
-from sandfleet.sandbox import cgroups, network, seccomp
+from sandfleet.sandbox import cgroups, gvisor_shim, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
@@ -344,7 +344,8 @@ class GvisorBackend:
     async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:
         image: Image = resolve_image(spec.image)
         uid_base = _uid_base(image)
-        lowers = [*(layers or []), *image.lowers]
+        shim = gvisor_shim.statx_layer(uid_base, 0 if image.is_host else uid_base)
+        lowers = [*([shim] if shim else []), *(layers or []), *image.lowers]
         sid = new_id("gvisor")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
         meta: dict[str, Any] = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,

@@ -1,39 +1,131 @@
-"""A thin synchronous wrapper for scripts: one private event loop per SyncSandbox.
+"""A synchronous wrapper for scripts: one private event loop per SyncSandbox.
 
     with SyncSandbox(image="host") as sb:
         print(sb.exec("uname -a").stdout)
+
+Every method of the :class:`~sandfleet.sandbox.base.Sandbox` contract is here, with the same
+parameters, blocking until the sandbox's coroutine is done (tests/test_sandbox_sync.py checks
+that none is missing). Callbacks (``on_output``, ``on_start``) run on the private loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
 
-from sandfleet.agent.client import ExecResult
+from sandfleet.agent.client import ExecResult, OutputCallback, StartCallback
+from sandfleet.errors import SandboxClosedError
 from sandfleet.sandbox import create_sandbox
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT, Sandbox, Session, Snapshot
+from sandfleet.sandbox.spec import SandboxSpec
+
+T = TypeVar("T")
+
+
+class SyncSession:
+    """A :class:`~sandfleet.sandbox.base.Session` driven from synchronous code."""
+
+    def __init__(self, session: Session, run: Callable[[Coroutine[Any, Any, Any]], Any]):
+        self._session = session
+        self._run = run
+
+    @property
+    def usable(self) -> bool:
+        return self._session.usable
+
+    def run(self, command: str, *, timeout: float | None = None, max_output: int = DEFAULT_MAX_OUTPUT,
+            on_output: OutputCallback | None = None, on_start: StartCallback | None = None,
+            pty: tuple[int, int] | None = None) -> ExecResult:
+        return self._run(self._session.run(command, timeout=timeout, max_output=max_output,
+                                                  on_output=on_output, on_start=on_start, pty=pty))
+
+    def close(self) -> None:
+        self._run(self._session.close())
 
 
 class SyncSandbox:
-    def __init__(self, **spec: Any):
+    """A sandbox made from a :class:`SandboxSpec` (``spec=``) or its keyword fields, as
+    :func:`sandfleet.sandbox.create_sandbox` takes them. After :meth:`close`, every method but
+    ``close`` raises SandboxClosedError."""
+
+    id: str
+    backend: str
+    spec: SandboxSpec
+
+    def __init__(self, spec: SandboxSpec | None = None, **fields: Any):
         self._runner = asyncio.Runner()
+        self._closed = False
         try:
-            self._sb: Sandbox = self._runner.run(create_sandbox(**spec))
+            self._sb: Sandbox = self._runner.run(create_sandbox(spec, **fields))
         except BaseException:
             self._runner.close()
             raise
         self.id = self._sb.id
+        self.backend = self._sb.backend
+        self.spec = self._sb.spec
 
-    def exec(self, cmd: str | list[str], **kw: Any) -> ExecResult:
-        return self._runner.run(self._sb.exec(cmd, **kw))
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._closed:
+            coro.close()
+            raise SandboxClosedError(f"sandbox {self.id} is closed")
+        return self._runner.run(coro)
 
-    def read_file(self, path: str) -> bytes:
-        return self._runner.run(self._sb.read_file(path))
+    @property
+    def alive(self) -> bool:
+        return self._sb.alive
 
-    def write_file(self, path: str, data: bytes | str, mode: int = 0o644) -> None:
-        self._runner.run(self._sb.write_file(path, data, mode=mode))
+    def exec(
+        self,
+        cmd: str | Sequence[str],
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        stdin: bytes | str | bool | None = None,
+        timeout: float | None = None,
+        max_output: int = DEFAULT_MAX_OUTPUT,
+        on_output: OutputCallback | None = None,
+        user: str | int | None = None,
+        pty: tuple[int, int] | None = None,
+        on_start: StartCallback | None = None,
+        network: bool = True,
+        pid_namespace: bool = False,
+    ) -> ExecResult:
+        return self._run(self._sb.exec(
+            cmd, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output=max_output, on_output=on_output,
+            user=user, pty=pty, on_start=on_start, network=network, pid_namespace=pid_namespace))
+
+    def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
+                  nofollow: bool = False) -> bytes:
+        return self._run(self._sb.read_file(path, user=user, max_bytes=max_bytes, nofollow=nofollow))
+
+    def write_file(self, path: str, data: bytes | str, *, mode: int = 0o644, user: str | int | None = None) -> None:
+        self._run(self._sb.write_file(path, data, mode=mode, user=user))
+
+    def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None:
+        self._run(self._sb.upload(local, remote_dir, user=user))
+
+    def kill_user(self, user: str | int) -> None:
+        self._run(self._sb.kill_user(user))
+
+    def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path:
+        return self._run(self._sb.download(remote, local_dir, max_bytes=max_bytes))
+
+    def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
+                user: str | int | None = None) -> SyncSession:
+        return SyncSession(self._sb.session(cwd=cwd, env=env, user=user), self._run)
+
+    def snapshot(self) -> Snapshot:
+        """The sandbox's state now; :func:`sandfleet.sandbox.fork` starts sandboxes from it
+        (from async code), and ``snapshot.delete()`` removes it."""
+        return self._run(self._sb.snapshot())
 
     def close(self) -> None:
+        """Close the sandbox and the private loop; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._runner.run(self._sb.close())
         finally:

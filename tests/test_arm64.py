@@ -14,7 +14,7 @@ from types import SimpleNamespace
 import pytest
 
 from sandfleet.images import emulation
-from sandfleet.images.archreport import classify
+from sandfleet.tasks.archreport import classify
 
 SOURCE = "int main(void) { return 0; }\n"
 on_x86 = pytest.mark.skipif(platform.machine() != "x86_64", reason="emulates arm64 on an x86_64 host")

@@ -174,7 +174,7 @@ def cluster_processes_of(pool: object) -> list[str]:
 
 
 def local_arch() -> str:
-    from sandfleet.images import arch
+    from sandfleet.imagestore import arch
 
     return arch()
 

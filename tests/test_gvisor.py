@@ -66,7 +66,7 @@ async def test_coreutils_stat_works_through_the_statx_shim(image: str) -> None:
     ls DIR, ls -l and stat pass: the shim in /etc/ld.so.preload drops the flag. The host's
     /etc stays nobody's inside (as on bwrap), a base image's stays its root's."""
     if image == "base":
-        from sandfleet.images import list_images
+        from sandfleet.imagestore import list_images
 
         bases = [i.name for i in list_images() if i.base == "debootstrap" and len(i.lowers) == 1]
         if not bases:

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, images_dir, list_images
-from sandfleet.images.build import build_task_image
+from sandfleet.imagestore import Image, images_dir, list_images
 from sandfleet.sandbox import create_sandbox
 from sandfleet.tasks import load_task
+from sandfleet.tasks.images import build_task_image
 from support import dockerfile_task
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="image builds run steps in bwrap as root")

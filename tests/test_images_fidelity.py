@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from sandfleet.images.build import build_task_image
 from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.validate import validate_tasks
 from sandfleet.sandbox import create_sandbox
 from sandfleet.tasks import load_task
+from sandfleet.tasks.images import build_task_image
 
 FIXTURES = Path(__file__).parent / "fixtures" / "tasks"
 pytestmark = [pytest.mark.slow,

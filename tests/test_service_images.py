@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from sandfleet.errors import ConfigError, ImageBuildError
-from sandfleet.images import images_dir
+from sandfleet.imagestore import images_dir
 from sandfleet.tasks.bundle import content_hash, pack
 from sandfleet.tasks.loader import load_task
 from test_images_fidelity import harbor_task

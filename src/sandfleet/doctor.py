@@ -38,7 +38,7 @@ def _gvisor(root: bool) -> dict[str, Any]:
 
 def report() -> dict[str, Any]:
     """Facts about the host and each backend's availability, as a dict."""
-    from sandfleet.images import arch
+    from sandfleet.imagestore import arch
     from sandfleet.sandbox import cgroups
     from sandfleet.sandbox.bwrap import bwrap_version
 

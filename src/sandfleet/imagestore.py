@@ -1,7 +1,9 @@
-"""Environment images: a root filesystem (layers over a base) plus metadata.
+"""The image store: environment images on disk (a root filesystem of layers over a base, plus
+metadata), found by name or hash. The sandbox backends read it; the builder
+(:mod:`sandfleet.images`) writes it.
 
 - ``host``: this host's own ``/``, read-only (the embedded default, nothing to build);
-- built images live under ``<cache>/images/<hash>/`` with ``image.json`` and ``rootfs/``;
+- built images live under ``<cache>/images/<hash>/`` with ``image.json`` and their layer;
   a task image is a thin layer over a shared base, so a hundred tasks don't cost a
   hundred root filesystems.
 """
@@ -50,7 +52,7 @@ class Image:
 
 def arch() -> str:
     """Debian's name of the architecture images are built and run for: this machine's, or the
-    one ``--arch`` chose (``$SANDFLEET_ARCH``, run under emulation: images/emulation.py)."""
+    one ``--arch`` chose (``$SANDFLEET_ARCH``, run under emulation: sandfleet/images/emulation.py)."""
     return os.environ.get("SANDFLEET_ARCH") or host_arch()
 
 

@@ -159,8 +159,8 @@ async def test_host_top_level_files_and_var_lib_are_hidden(box: Sandbox, tmp_pat
 async def test_launcher_never_chmods_through_an_image_symlink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding 17: an image whose /logs is a symlink to a host file made the root launcher
     chmod that host file (0600 -> 0755). Now the sandbox is refused and the file untouched."""
-    from sandfleet.images.build import build_task_image
     from sandfleet.tasks import load_task
+    from sandfleet.tasks.images import build_task_image
 
     monkeypatch.setenv("SANDFLEET_CACHE", str(tmp_path / "cache"))
     victim = tmp_path / "host-secret"

@@ -18,12 +18,12 @@ from pathlib import Path
 import pytest
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, arch, images_dir, save_image
 from sandfleet.images.bases import resolve_base
-from sandfleet.images.build import build_task_image
 from sandfleet.images.debootstrap import _packages, base_digest
+from sandfleet.imagestore import Image, arch, images_dir, save_image
 from sandfleet.sandbox.spec import BwrapConfig
 from sandfleet.tasks import load_task
+from sandfleet.tasks.images import build_task_image
 from support import dockerfile_task as make_task
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"),

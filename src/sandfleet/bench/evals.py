@@ -45,12 +45,12 @@ def find_task(name_or_path: str) -> Any:
 
 async def prepare_solved(task: Any, backend: str) -> Snapshot:
     """A snapshot of the task's sandbox after its reference solution ran."""
-    from sandfleet.images.build import ensure_task_image
     from sandfleet.rollout.policy import AgentContext, OraclePolicy
     from sandfleet.rollout.runner import task_spec
     from sandfleet.rollout.trace import SpanRecorder, now
+    from sandfleet.tasks.images import ensure_task_image, remote_builder
 
-    spec = task_spec(task, await ensure_task_image(task), backend)
+    spec = task_spec(task, await ensure_task_image(task, builder=remote_builder()), backend)
     sb = await create_sandbox(spec)
     try:
         ctx = AgentContext(task=task, sandbox=sb, recorder=SpanRecorder(), deadline=now() + task.agent_timeout_s)

@@ -52,7 +52,7 @@ def default_image() -> str:
     """The Debian base when this host has it, else the host's own root ("host": crun and podman
     can't pivot_root into "/", so they fail there, and say so)."""
     from sandfleet.errors import SandfleetError
-    from sandfleet.images import resolve_image
+    from sandfleet.imagestore import resolve_image
 
     try:
         resolve_image(DEFAULT_IMAGE)
@@ -392,7 +392,7 @@ async def _cpu16(run_one: Callable[[], Any], n: int = 16) -> float:
 async def run_peers(*, image: str | None = None, rounds: int = 15, rtt: int = 30, loop: int = 100_000,
                     only: Sequence[str] = (), progress: Progress | None = None) -> dict[str, Any]:
     """Measure every system (:data:`SYSTEMS`, or ``only``) alternating; the results dict."""
-    from sandfleet.images import resolve_image
+    from sandfleet.imagestore import resolve_image
     from sandfleet.provenance import provenance
 
     say = progress or (lambda m: None)

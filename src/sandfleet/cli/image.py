@@ -46,8 +46,8 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
         raise click.BadParameter(str(e)) from None
     try:
         if task_dir:
-            from sandfleet.images.build import build_task_image
             from sandfleet.tasks import load_task
+            from sandfleet.tasks.images import build_task_image
 
             with emulation.emulation(target_arch or emulation.host_arch()):  # RUN steps of a foreign arch
                 img = build_task_image(load_task(task_dir), strict=strict_bases, accept_older=accept_older)
@@ -76,7 +76,7 @@ def build(suite: str, target_arch: str | None, packages: str | None, mirror: str
 @click.option("--json", "as_json", is_flag=True)
 def ls(as_json: bool) -> None:
     """List the host image and every cached image."""
-    from sandfleet.images import list_images
+    from sandfleet.imagestore import list_images
 
     imgs = list_images()
     if as_json:

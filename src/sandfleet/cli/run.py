@@ -267,7 +267,7 @@ def _check_image(image: str | None) -> None:
     if image is None:
         return
     from sandfleet.errors import ConfigError
-    from sandfleet.images import resolve_image
+    from sandfleet.imagestore import resolve_image
 
     try:
         resolve_image(image)

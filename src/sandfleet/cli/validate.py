@@ -77,8 +77,8 @@ def validate(
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
     the base coverage (exact / approximated / refused)."""
     from sandfleet.cluster.validate import pool_options, validate_on_pool
-    from sandfleet.images.coverage import coverage_report, format_coverage
     from sandfleet.rollout.validate import Verdict, validate_tasks
+    from sandfleet.tasks.coverage import coverage_report, format_coverage
     from sandfleet.tasks.loader import load_tasks
     from sandfleet.tasks.reward import parse_reward_weights, with_reward_selection
 

@@ -1,6 +1,6 @@
 """``sandfleet tasks validate --arch amd64,arm64 [--page-size 64k]``: each architecture in turn
 (a foreign one under qemu-user emulation), one verdict per task across them
-(:mod:`sandfleet.images.archreport`), a table and a JSON report."""
+(:mod:`sandfleet.tasks.archreport`), a table and a JSON report."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import click
 
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.images import emulation
-from sandfleet.images.archreport import LARGE_PAGE_ARCHES, classify, good, page_problems
+from sandfleet.tasks.archreport import LARGE_PAGE_ARCHES, classify, good, page_problems
 
 
 def validate_per_arch(arches_text: str | None, page_size_text: str | None, tasks: Sequence[Any],

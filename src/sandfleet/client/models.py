@@ -147,7 +147,7 @@ class ServiceInfo(BaseModel):
 
 
 def _arch() -> str:
-    from sandfleet.images import arch
+    from sandfleet.imagestore import arch
 
     return arch()
 

@@ -124,7 +124,7 @@ class HostActor:
 
     def status(self) -> NodeStatus:
         from sandfleet.agent.build import cache_dir
-        from sandfleet.images import arch
+        from sandfleet.imagestore import arch
         from sandfleet.sandbox.state import state_root
 
         return NodeStatus(

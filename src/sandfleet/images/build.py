@@ -16,7 +16,6 @@ image's root, never the host's) and writes with ``O_NOFOLLOW`` and directory des
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import fcntl
 import fnmatch
@@ -31,21 +30,23 @@ import subprocess
 import tarfile
 import tempfile
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ImageBuildError, SandboxError
-from sandfleet.images import Image, arch, host_image, images_dir, list_images, save_image, scratch
+from sandfleet.images import scratch
 from sandfleet.images.bases import BaseRef, resolve_base
 from sandfleet.images.debootstrap import base_image_for
 from sandfleet.images.dockerfile import Copy, Dockerfile, Env, From, Run, Stage, User, Workdir, parse_dockerfile
 from sandfleet.images.mirrors import build_env, build_files, install_failure
 from sandfleet.images.run import build_command, layer_next
 from sandfleet.images.tools import tool_path, tool_tree
+from sandfleet.imagestore import Image, arch, images_dir, list_images, save_image
 from sandfleet.sandbox import uids
 from sandfleet.sandbox.network import StepNetwork, availability, helper_uid
 from sandfleet.sandbox.spec import AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig
-from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
 BUILDER = "sandfleet-image/3"
@@ -53,6 +54,26 @@ BUILDER = "sandfleet-image/3"
 OPAQUE = "trusted.overlay.opaque"
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _MAX_LINKS = 40
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What the builder builds: a Dockerfile in its context, the image's name, and what to
+    record beside it. It knows nothing of tasks (``sandfleet.tasks.images.build_spec`` makes
+    one from a task)."""
+
+    dockerfile: Path
+    context: Path
+    """The build context: what COPY and ADD read (nothing outside it)."""
+    name: str
+    """The image's name (``sandfleet image ls``); a task's image is ``task-<task>``."""
+    workdir: str = "/"
+    """The final working directory when the Dockerfile sets none (made there; given to the
+    non-root ``agent`` when the Dockerfile names no USER)."""
+    timeout_s: float = 600.0
+    """Limit of the whole build (every RUN step together)."""
+    meta: Mapping[str, object] = field(default_factory=dict)
+    """Recorded in the image's metadata beside what the build reports (a task's name)."""
 
 
 def _hash_tree(h: hashlib._Hash, path: Path) -> None:
@@ -442,15 +463,14 @@ class _Builder:
     """Builds one stage of a Dockerfile: a layer over its base (a stage that starts ``FROM``
     another starts from a copy of that one's layer)."""
 
-    def __init__(self, task: Task, df: Dockerfile, stage: Stage, base: Image, out: Path, config: BwrapConfig,
+    def __init__(self, spec: BuildSpec, df: Dockerfile, stage: Stage, base: Image, out: Path, config: BwrapConfig,
                  *, stages: dict[int, _Builder] | None = None, parent: _Builder | None = None,
                  ref: BaseRef | None = None):
-        assert task.dockerfile is not None
-        self.task = task
+        self.spec = spec
         self.df = df
         self.stage = stage
-        self.dfname = str(task.dockerfile)
-        self.context = (task.context_dir or task.dockerfile.parent).resolve()
+        self.dfname = str(spec.dockerfile)
+        self.context = spec.context.resolve()
         self.base = base
         self.out = out
         self.config = config
@@ -654,7 +674,7 @@ class _Builder:
             proc = subprocess.CompletedProcess(cmd, popen.returncode, stdout, stderr)
         except subprocess.TimeoutExpired:
             raise ImageBuildError(f"RUN timed out after the build timeout "
-                                  f"({self.task.build_timeout_s:.0f}s)", file=self.dfname, line=step.line) from None
+                                  f"({self.spec.timeout_s:.0f}s)", file=self.dfname, line=step.line) from None
         except SandboxError as e:
             raise ImageBuildError(f"RUN: {e}", file=self.dfname, line=step.line) from None
         finally:
@@ -740,7 +760,7 @@ class _Builder:
         """The final stage: the workdir goes to the non-root ``agent`` that stands in for
         Docker's root when the Dockerfile names no USER; with a USER, owners stay as built
         (the agent runs as that user, as in Docker). What the image records."""
-        workdir = self.df.workdir or self.task.workdir
+        workdir = self.df.workdir or self.spec.workdir
         tree = self.tree(0)
         if not self.df.user:
             agent = self.config.host_uid(AGENT_UID)
@@ -784,24 +804,18 @@ def _du(path: Path) -> int:
     return total
 
 
-def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: bool = False,
-                     report: dict[str, object] | None = None, accept_older: bool = False) -> Image:
-    """Build (or find in the cache) the image of a task; blocking. Every stage the final one
-    needs is built (BuildKit's order); the image is the final stage's layer over its base.
+def build_image(spec: BuildSpec, config: BwrapConfig | None = None, *, strict: bool = False,
+                report: dict[str, object] | None = None, accept_older: bool = False) -> Image:
+    """Build (or find in the cache) the image ``spec`` describes; blocking. Every stage the final
+    one needs is built (BuildKit's order); the image is the final stage's layer over its base.
     ``strict``: a substituted base (``--strict-bases``) raises instead of being recorded in
     the image's ``warnings``. ``accept_older`` (``--accept-older-versions``): a language base
     asking for a version newer than Debian ships is built with the newest there is.
     ``report["built"]`` says whether this call built it (False:
     found in the cache, also when another call built it while this one waited)."""
-    if task.dockerfile is None:
-        if task.docker_image:
-            raise ImageBuildError(f"task {task.name} names only a registry image "
-                                  f"({task.docker_image}) and no environment/Dockerfile; sandfleet "
-                                  "can't pull images: add the Dockerfile that builds it")
-        return host_image()
     config = config or BwrapConfig()
-    df = parse_dockerfile(task.dockerfile, arch=arch())
-    dfname = str(task.dockerfile)
+    df = parse_dockerfile(spec.dockerfile, arch=arch())
+    dfname = str(spec.dockerfile)
     scratch.reap(images_dir())
     tmp_out = scratch.scratch_dir(images_dir(), ".build-")
     builders: dict[int, _Builder] = {}
@@ -811,7 +825,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         if stage.parent is not None:
             parent = builders[stage.parent]
             refs[i] = refs[stage.parent]
-            builders[i] = _Builder(task, df, stage, parent.base, tmp_out / f"stage-{i}", config,
+            builders[i] = _Builder(spec, df, stage, parent.base, tmp_out / f"stage-{i}", config,
                                    stages=builders, parent=parent)
             continue
         refs[i] = resolve_base(stage.base.image, strict=strict, accept_older=accept_older, file=dfname,
@@ -820,7 +834,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         if strict and base.meta.get("warnings"):
             raise ImageBuildError(f"{'; '.join(map(str, base.meta['warnings']))}; refused by --strict-bases",  # type: ignore[call-overload]
                                   file=dfname, line=stage.base.line)
-        builders[i] = _Builder(task, df, stage, base, tmp_out / f"stage-{i}", config, stages=builders,
+        builders[i] = _Builder(spec, df, stage, base, tmp_out / f"stage-{i}", config, stages=builders,
                                ref=refs[i])
     last = len(df.stages) - 1
     final, ref = builders[last], refs[last]
@@ -835,7 +849,7 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
                 return img
         shutil.rmtree(image_dir, ignore_errors=True)
         t0 = time.monotonic()
-        deadline = t0 + task.build_timeout_s
+        deadline = t0 + spec.timeout_s
         try:
             for builder in builders.values():
                 builder.build(deadline)
@@ -858,34 +872,19 @@ def build_task_image(task: Task, config: BwrapConfig | None = None, *, strict: b
         tmp_out.rename(image_dir)
         base = final.base
         warnings = [*([ref.note] if ref.substituted and ref.note else []), *map(str, base.meta.get("warnings") or [])]  # type: ignore[call-overload]
-        meta.update(task=task.name, build_s=round(time.monotonic() - t0, 3), layer_bytes=_du(image_dir / "layer"),
+        meta.update(spec.meta)
+        meta.update(build_s=round(time.monotonic() - t0, 3), layer_bytes=_du(image_dir / "layer"),
                     base_ref=ref.image, base_used=ref.describe(), base_image=base.name, warnings=warnings,
                     base_kind=ref.kind, base_asked=ref.asked, base_got=ref.got,
                     python=base.meta.get("python"), missing_packages=base.meta.get("missing_packages") or [],
                     stages=len(builders))
-        image = Image(name=f"task-{task.name}", lowers=[image_dir / "layer", *base.lowers], arch=base.arch,
+        image = Image(name=spec.name, lowers=[image_dir / "layer", *base.lowers], arch=base.arch,
                       page_size=base.page_size, hash=digest, base=base.name, meta=meta)
         save_image(image)
         if report is not None:
             report["built"] = True
-        log.info("built image %s for %s in %.1fs", digest[:12], task.name, meta["build_s"])
+        log.info("built image %s (%s) in %.1fs", digest[:12], spec.name, meta["build_s"])
         return image
-
-
-async def ensure_task_image(task: Task, *, strict: bool = False, accept_older: bool = False) -> str:
-    """The name to put in a SandboxSpec for this task's environment, building it if needed:
-    here, or on the sandbox service in force (``--remote``: :func:`sandfleet.sandbox.image_builder`),
-    which builds it on its own host from the uploaded task folder."""
-    from sandfleet.sandbox import image_builder
-
-    remote = image_builder()
-    if remote is not None:
-        if accept_older:
-            raise ImageBuildError("--accept-older-versions is not passed to a sandbox service (--remote): "
-                                  "build the image there with `sandfleet image build --accept-older-versions`")
-        return await remote.task_image(task, strict=strict)
-    image = await asyncio.to_thread(build_task_image, task, strict=strict, accept_older=accept_older)
-    return "host" if image.is_host else image.hash
 
 
 def describe(image: Image) -> str:

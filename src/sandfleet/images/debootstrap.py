@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images import Image, arch, host_arch, host_image, images_dir, list_images, save_image, scratch
+from sandfleet.images import scratch
+from sandfleet.imagestore import Image, arch, host_arch, host_image, images_dir, list_images, save_image
 
 if TYPE_CHECKING:
     from sandfleet.images.bases import BaseRef

@@ -10,7 +10,7 @@
   Registrations are system-wide: :func:`registrations` lists them for ``sandfleet doctor``, and
   :func:`remove_ours` removes any ``sandfleet-*`` one a killed run left behind.
 - **The target arch.** ``--arch`` sets ``SANDFLEET_ARCH`` (:func:`target`), which
-  :func:`sandfleet.images.arch` reports: bases are debootstrapped for it (``--foreign``, the second
+  :func:`sandfleet.imagestore.arch` reports: bases are debootstrapped for it (``--foreign``, the second
   stage under emulation) and task images layered on them.
 - **The guest agent** for another arch is cross-compiled, static (gcc-aarch64-linux-gnu):
   :func:`agent_binary_for`. The bwrap backend runs the host's own static agent in a foreign
@@ -405,7 +405,7 @@ BUSYBOX_TOOLS = ("sh", "echo", "cat", "ls", "uname", "id", "mkdir", "rm", "sleep
 def busybox_image(arch: str = "arm64") -> Any:
     """An image whose root holds only busybox-static for ``arch`` (from apt) and its applets
     (``sh``, ``uname``, ...), saved in the image cache as ``busybox-<arch>``; built once."""
-    from sandfleet.images import Image, images_dir, list_images, save_image
+    from sandfleet.imagestore import Image, images_dir, list_images, save_image
 
     arch = normalize(arch)
     for img in list_images():

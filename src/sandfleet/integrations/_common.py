@@ -96,9 +96,9 @@ def resolve_task(ref: str | os.PathLike[str], tasks_root: str | None = None) -> 
 
 async def task_image(task: Task) -> str:
     """The task's environment image, built once and cached (content-addressed)."""
-    from sandfleet.images.build import ensure_task_image
+    from sandfleet.tasks.images import ensure_task_image, remote_builder
 
-    return await ensure_task_image(task)
+    return await ensure_task_image(task, builder=remote_builder())
 
 
 class Aborted(Exception):

@@ -176,7 +176,7 @@ class HarborSandbox:
         """Build (or find) the image, then make the sandbox. Only ``/logs`` is made for the
         agent's user; ``/tests`` and ``/solution`` are made by root when Harbor uploads them
         (a verifier image's own ``/tests`` is kept as built)."""
-        from sandfleet.images.build import build_task_image
+        from sandfleet.tasks.images import build_task_image
 
         task = image_task(self.environment_dir, self.name, self.build_timeout_s)
         image = await asyncio.to_thread(build_task_image, task)

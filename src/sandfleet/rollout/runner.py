@@ -80,7 +80,7 @@ def image_user(image: str) -> str | None:
     """The Dockerfile ``USER`` recorded in a built image's metadata (None for ``host``)."""
     if image == "host":
         return None
-    from sandfleet.images import resolve_image
+    from sandfleet.imagestore import resolve_image
 
     try:
         user = resolve_image(image).meta.get("user")

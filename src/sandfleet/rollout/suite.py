@@ -52,10 +52,11 @@ ImageFor = Callable[[Task], Awaitable[str]]
 
 
 async def default_image_for(task: Task) -> str:
-    """The task's environment image (built and cached by ``sandfleet.images.build``)."""
-    from sandfleet.images.build import ensure_task_image
+    """The task's environment image (built and cached by ``sandfleet.images.build``), here or
+    on the sandbox service in force (``--remote``)."""
+    from sandfleet.tasks.images import ensure_task_image, remote_builder
 
-    return await ensure_task_image(task)
+    return await ensure_task_image(task, builder=remote_builder())
 
 
 def new_run_id() -> str:

@@ -29,13 +29,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sandfleet.images.coverage import task_coverage
 from sandfleet.rollout.admission import Slots
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.suite import ImageFor, RunConfig, default_image_for, run_suite
 from sandfleet.sandbox.spec import ROOT_UID, USERS
+from sandfleet.tasks.coverage import task_coverage
 from sandfleet.tasks.model import Task
 
 Status = Literal["valid", "invalid", "flaky"]
@@ -63,7 +63,7 @@ class Verdict:
     needs_network: list[str] = field(default_factory=list)
     """Lines of the test scripts that download at test time (they need ``--network``)."""
     coverage: str | None = None
-    """How the task's bases map (images/coverage.py): ``exact``, ``approximated``, ``refused``."""
+    """How the task's bases map (tasks/coverage.py): ``exact``, ``approximated``, ``refused``."""
     base_asked: list[str] = field(default_factory=list)
     """The language versions the task's bases asked for (``Go 1.22``)..."""
     base_got: list[str] = field(default_factory=list)
@@ -184,9 +184,9 @@ async def validate_tasks(
 
 
 async def _image_for(task: Task, *, strict: bool, accept_older: bool) -> str:
-    from sandfleet.images.build import ensure_task_image
+    from sandfleet.tasks.images import ensure_task_image, remote_builder
 
-    return await ensure_task_image(task, strict=strict, accept_older=accept_older)
+    return await ensure_task_image(task, strict=strict, accept_older=accept_older, builder=remote_builder())
 
 
 def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[RolloutResult], *,
@@ -201,7 +201,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
 
     meta: dict[str, Any] = {}
     if image is not None and image != "host":
-        from sandfleet.images import resolve_image
+        from sandfleet.imagestore import resolve_image
 
         try:
             meta = dict(resolve_image(image).meta)

@@ -72,7 +72,7 @@ from sandfleet.errors import (
     SandboxPathError,
     TaskError,
 )
-from sandfleet.images import Image
+from sandfleet.imagestore import Image
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_git_script
 from sandfleet.rollout.trace import SpanRecorder
@@ -662,7 +662,7 @@ def verifier_build(task: Task) -> Task:
 
 async def ensure_verifier_image(task: Task) -> Image:
     """The image of a task's ``tests/Dockerfile`` (built and cached like a task image), here."""
-    from sandfleet.images.build import build_task_image
+    from sandfleet.tasks.images import build_task_image
 
     return await asyncio.to_thread(build_task_image, verifier_build(task))
 
@@ -670,9 +670,9 @@ async def ensure_verifier_image(task: Task) -> Image:
 async def verifier_image(task: Task) -> tuple[str, dict[str, str]]:
     """(image name, its environment) of a task's ``tests/Dockerfile``: built here, or on the
     sandbox service in force (``--remote``), where the verifier's sandbox will run."""
-    from sandfleet.sandbox import image_builder
+    from sandfleet.tasks.images import remote_builder
 
-    remote = image_builder()
+    remote = remote_builder()
     if remote is not None:
         return await remote.verifier_image(task)
     image = await ensure_verifier_image(task)

@@ -13,19 +13,18 @@ import logging
 import shutil
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.errors import ConfigError
 from sandfleet.sandbox.spec import AnyConfig, Limits, SandboxSpec, backend_config, make_spec
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.base import Backend, Sandbox, Snapshot
-    from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
 
-__all__ = ["BuildsImages", "Limits", "SandboxSpec", "create_sandbox", "fork", "get_backend", "image_builder",
-           "make_backend", "make_spec", "resolve_backend", "use_backend"]
+__all__ = ["Limits", "SandboxSpec", "backend_in_use", "create_sandbox", "fork", "get_backend", "make_backend",
+           "make_spec", "resolve_backend", "use_backend"]
 
 _OVERRIDE: ContextVar[Backend | None] = ContextVar("sandfleet_backend_override", default=None)
 
@@ -42,26 +41,9 @@ def use_backend(backend: Backend) -> Iterator[Backend]:
         _OVERRIDE.reset(token)
 
 
-@runtime_checkable
-class BuildsImages(Protocol):
-    """A backend that builds task images on its own host, from the task folder (a sandbox
-    service: ``sandfleet.client.ServiceClient``). Inside :func:`use_backend` with such a
-    backend, :func:`sandfleet.images.build.ensure_task_image` asks it instead of building here:
-    the image must exist where the sandboxes run."""
-
-    async def task_image(self, task: Task, *, strict: bool = False) -> str:
-        """The name to put in a SandboxSpec for the task's environment on that host."""
-        ...
-
-    async def verifier_image(self, task: Task) -> tuple[str, dict[str, str]]:
-        """The image of the task's ``tests/Dockerfile`` on that host, and its environment."""
-        ...
-
-
-def image_builder() -> BuildsImages | None:
-    """The backend in force (:func:`use_backend`) when it builds task images itself, else None."""
-    override = _OVERRIDE.get()
-    return override if isinstance(override, BuildsImages) else None
+def backend_in_use() -> Backend | None:
+    """The backend :func:`use_backend` put in force here, or None (each spec names its own)."""
+    return _OVERRIDE.get()
 
 
 def resolve_backend(name: str) -> str:

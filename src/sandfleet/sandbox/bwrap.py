@@ -31,7 +31,7 @@ from pathlib import Path
 
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
-from sandfleet.images import Image, resolve_image
+from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_group
 from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox

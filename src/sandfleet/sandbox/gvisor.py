@@ -35,7 +35,7 @@ from typing import Any
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxError
-from sandfleet.images import Image, resolve_image
+from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_adopted
 from sandfleet.sandbox import cgroups, gvisor_shim, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop

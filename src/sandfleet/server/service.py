@@ -337,7 +337,7 @@ class SandboxService:
             raise ConfigError(f"forwarding port(s) {bad} is not allowed by this service "
                                                   "(sandfleet serve --allow-forward)")
         if spec.image != "host":
-            from sandfleet.images import resolve_image
+            from sandfleet.imagestore import resolve_image
 
             try:
                 resolve_image(spec.image)

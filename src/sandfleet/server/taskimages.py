@@ -75,7 +75,7 @@ class TaskImages:
 
     def lookup(self, digest: str, strict: bool, verifier: bool) -> TaskImage | None:
         """The image this folder built to, if recorded and still in the image cache."""
-        from sandfleet.images import images_dir
+        from sandfleet.imagestore import images_dir
 
         try:
             info = TaskImage.model_validate_json(self._record(digest, strict, verifier).read_bytes())
@@ -121,9 +121,9 @@ class TaskImages:
             return await asyncio.shield(asyncio.to_thread(self._build_blocking, digest, data, strict, verifier, name))
 
     def _build_blocking(self, digest: str, data: bytes, strict: bool, verifier: bool, name: str | None) -> TaskImage:
-        from sandfleet.images.build import build_task_image
         from sandfleet.rollout.verifier import verifier_build
         from sandfleet.tasks.bundle import unpack
+        from sandfleet.tasks.images import build_task_image
         from sandfleet.tasks.loader import load_task
 
         check_tar(data)

@@ -50,7 +50,7 @@ def classify(per_arch: dict[str, _Verdict]) -> str:
 
 def page_problems(task: Any, page_size: int, cache: dict[Path, dict[str, int]]) -> dict[str, int]:
     """ELF files of the task's (built, cached) image that ``page_size`` pages can't load."""
-    from sandfleet.images.build import build_task_image
+    from sandfleet.tasks.images import build_task_image
 
     image = build_task_image(task)
     out: dict[str, int] = {}

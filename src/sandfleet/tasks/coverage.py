@@ -30,8 +30,8 @@ class BaseCoverage:
 
 def task_coverage(task: Task, *, strict: bool = False, accept_older: bool = False) -> BaseCoverage:
     """The coverage class of ``task``: every FROM of the stages its final stage needs."""
-    from sandfleet.images import arch
     from sandfleet.images.dockerfile import parse_dockerfile
+    from sandfleet.imagestore import arch
 
     if task.dockerfile is None:
         if task.docker_image is None:

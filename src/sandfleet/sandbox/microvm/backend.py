@@ -22,7 +22,7 @@ import sandfleet.sandbox.microvm.rootfs as rootfs
 from sandfleet.agent.build import agent_binary
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import ConfigError
-from sandfleet.images import resolve_image
+from sandfleet.imagestore import resolve_image
 from sandfleet.sandbox import seccomp
 from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.microvm.fork import snapshot_vm

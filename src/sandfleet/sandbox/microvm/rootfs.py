@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError, ImageBuildError
-from sandfleet.images import Image
+from sandfleet.imagestore import Image
 from sandfleet.sandbox.microvm.guest import _busybox
 from sandfleet.sandbox.microvm.host import PACKAGES, cache_dir
 

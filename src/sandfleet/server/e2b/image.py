@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from sandfleet.images import Image, host_image, images_dir, resolve_image, save_image
+from sandfleet.imagestore import Image, host_image, images_dir, resolve_image, save_image
 
 NAME = "e2b-base"
 USER_LINE = "user:x:1000:1000:E2B user:/home/user:/bin/bash"

@@ -365,7 +365,7 @@ class GvisorBackend:
                 json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None)))
             argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
-                                             seccomp=await seccomp.program_for(spec.seccomp_allow))
+                                             seccomp=await seccomp.program_for(spec.seccomp_allow, protect_init=True))
         except BaseException:
             if net is not None:
                 net.close()

@@ -154,11 +154,31 @@ def check_allow(values: Iterable[str]) -> tuple[str, ...]:
     return tuple(sorted(out))
 
 
-def profile(allow: Iterable[str], arch: str) -> str:
-    """The profile in the helper's language (see seccomp_gen.c) for ``arch``."""
+SIGNALLERS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
+"""Syscalls whose first argument names the process (or thread group) that gets a signal."""
+F_SETOWN = 8
+
+
+def _not_pid1(name: str, arg: int) -> list[str]:
+    """Allow ``name`` unless argument ``arg`` is 1 as the kernel reads a pid (its low 32 bits):
+    the bit 0 clear, or any of the bits 1..31 set (libseccomp has no masked "not equal")."""
+    return [f"allow_arg {name} {arg} masked_eq 0 1"] + [
+        f"allow_arg {name} {arg} masked_eq {1 << i:#x} {1 << i:#x}" for i in range(1, 32)]
+
+
+def profile(allow: Iterable[str], arch: str, *, protect_init: bool = False) -> str:
+    """The profile in the helper's language (see seccomp_gen.c) for ``arch``. ``protect_init``:
+    no signal to pid 1 (kill, tkill, tgkill, rt_(tg)sigqueueinfo, fcntl F_SETOWN then SIGIO):
+    the gvisor backend's guest agent, which gVisor lets the sandbox's root signal."""
     allowed = set(check_allow(allow))
     lines = [f"arch {arch}", f"default {EPERM}", f"badarch {ENOSYS}"]
-    lines += [f"allow {n}" for n in ALLOWED]
+    guarded = {*SIGNALLERS, "fcntl"} if protect_init else set()
+    lines += [f"allow {n}" for n in ALLOWED if n not in guarded]
+    if protect_init:
+        for name in SIGNALLERS:
+            lines += _not_pid1(name, 0)
+        lines.append(f"allow_arg fcntl 1 ne {F_SETOWN}")
+        lines += _not_pid1("fcntl", 2)
     lines += [f"allow {n}" for n in ALLOWED_NUMBERS]
     lines += [f"errno {n} {ENOSYS}" for n in FUTURE]
     for name, rule in RULES.items():
@@ -176,7 +196,7 @@ def profile(allow: Iterable[str], arch: str) -> str:
 GEN_SOURCE = Path(__file__).parent.parent / "agent" / "seccomp_gen.c"
 ARCHES = {"x86_64": "x86_64", "aarch64": "aarch64"}
 _lock = threading.Lock()
-_memo: dict[tuple[tuple[str, ...], str], bytes] = {}
+_memo: dict[tuple[tuple[str, ...], str, bool], bytes] = {}
 
 
 def _compile_gen(out: Path) -> None:
@@ -202,7 +222,7 @@ def generator() -> Path:
     return binary
 
 
-def filter_program(allow: Iterable[str] = ()) -> bytes | None:
+def filter_program(allow: Iterable[str] = (), *, protect_init: bool = False) -> bytes | None:
     """The BPF program (``struct sock_filter[]``) of the default filter less the ``allow``
     rules, for this host's arch (the guest agent's: see seccomp_gen.c); None when ``allow``
     holds ``unconfined``. Compiled once per rule set and cached on disk and in memory."""
@@ -214,12 +234,12 @@ def filter_program(allow: Iterable[str] = ()) -> bytes | None:
     if target is None:
         raise HostUnsupportedError(f"no seccomp profile for this host's arch {machine!r}; known: "
                                    f"{', '.join(sorted(set(ARCHES.values())))}")
-    key = (rules, target)
+    key = (rules, target, protect_init)
     with _lock:
         known = _memo.get(key)
     if known is not None:
         return known
-    text = profile(rules, target)
+    text = profile(rules, target, protect_init=protect_init)
     gen = generator()
     digest = hashlib.sha256(gen.read_bytes() + text.encode()).hexdigest()[:20]
     from sandfleet.agent.build import cache_dir, install
@@ -241,11 +261,13 @@ def filter_program(allow: Iterable[str] = ()) -> bytes | None:
     return program
 
 
-async def program_for(allow: Iterable[str]) -> bytes | None:
+async def program_for(allow: Iterable[str], *, protect_init: bool = False) -> bytes | None:
     """:func:`filter_program`, off the event loop the first time a rule set is compiled."""
     rules = check_allow(allow)
     if UNCONFINED in rules:
         return None
     with _lock:
-        known = _memo.get((rules, ARCHES.get(os.uname().machine, "")))
-    return known if known is not None else await asyncio.to_thread(filter_program, rules)
+        known = _memo.get((rules, ARCHES.get(os.uname().machine, ""), protect_init))
+    if known is not None:
+        return known
+    return await asyncio.to_thread(lambda: filter_program(rules, protect_init=protect_init))

@@ -34,9 +34,9 @@ def _first_error(e: pydantic.ValidationError) -> str:
 
 
 def body(model: pydantic.BaseModel) -> bytes:
-    """A request's JSON body from its wire model: the fields that differ from the model's
-    defaults (what the service assumes for the others)."""
-    return model.model_dump_json(exclude_defaults=True).encode()
+    """A request's JSON body from its wire model, without the fields left None (the service
+    assumes the same for a field that is absent)."""
+    return model.model_dump_json(exclude_none=True).encode()
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

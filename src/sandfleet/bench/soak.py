@@ -5,12 +5,21 @@
 (a fresh sandbox of the task's image, the agent, the verifier, close) through the same code
 as ``sandfleet run``, each result kept. Reported:
 
-- evals/min in each window of ``window`` seconds (counted from the first rollout's end, so
-  the image build and first starts are not the first window), and the drift of the last
-  window against the first; and the same per CPU-second of the soak's own processes (this
-  one and every descendant it reaped), which the load of other work on the host moves far
-  less than wall time (on a shared 2-core host at load 10-30, wall-time windows moved by
-  half between neighbours);
+- evals/min in each window of ``window`` seconds, counted from the moment every worker has
+  finished its first rollout (the steady state: the image build, the first starts and the
+  workers' common start are not in the first window; counted from the first rollout's end,
+  the first window also held the other workers' first rollouts, begun before it: 20 against
+  17 in one run), and the drift of the last window against the first; and the same per
+  CPU-second of the soak's own processes (this one and every descendant it reaped), which
+  the load of other work on the host moves far less than wall time (on a shared 2-core host
+  at load 10-30, wall-time windows moved by half between neighbours);
+- whether that drift can be read as sandfleet's (``drift_comparable``, with why not): the
+  first and last windows need :data:`MIN_ROLLOUTS` rollouts each, and the
+  host's contention alike in both: its runnable tasks (``procs_running``, averaged) within
+  :data:`MAX_RUNNABLE_CHANGE` and the soak's own CPU-seconds within :data:`MAX_SHARE_CHANGE`,
+  since a contended CPU does less per cycle: the same rollouts cost 0.62 CPU-s each beside
+  load 7 and 0.85 beside load 15 (not polling: an idle sandbox costs the same CPU whether it
+  lives 0, 10 or 20 s);
 - lost results: rollouts started that gave no result;
 - verdicts, and the ``infra_fault`` rollouts whose cause is inside sandfleet (every infra
   cause but the model server's: the oracle agent uses none) with their errors;
@@ -33,6 +42,19 @@ from typing import Any
 
 from sandfleet.bench.load import Progress
 
+MIN_ROLLOUTS = 20
+"""Rollouts in the first and in the last window for their drift to be read: one rollout
+more or less in a window of 20 is 5 %."""
+
+MAX_RUNNABLE_CHANGE = 0.25
+"""How much the host's mean runnable tasks may differ between the first and the last window
+for their rates to be compared (more contention costs more CPU per rollout)."""
+
+MAX_SHARE_CHANGE = 0.2
+"""How much the CPU the soak's processes got may differ between the first and the last
+window: per rollout they used 0.59-0.67 CPU-s with 0.4-0.5 CPU to themselves and 0.73-0.85
+with 0.1-0.2 (three runs here), whatever the runnable tasks read."""
+
 OUTSIDE_CAUSES = ("model_unreachable", "model_timeout", "model_overloaded", "model_refused_auth",
                   "model_malformed", "cancelled")
 """infra_fault causes outside sandfleet (the model server's, a stop): the rest are ours."""
@@ -43,6 +65,7 @@ class Kept:
     """What the soak keeps of one rollout."""
 
     end: float  # time.monotonic() when it ended
+    worker: int
     verdict: str | None
     fault: dict[str, Any] | None
     error: str
@@ -77,6 +100,36 @@ def cpu_seconds() -> float:
     and commands come back through bwrap's child, which the CLI reaps as a subreaper)."""
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def runnable() -> float:
+    """The host's runnable tasks now (``procs_running`` of /proc/stat)."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith("procs_running "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def mean_in(samples: list[tuple[float, float]], a: float, b: float) -> float | None:
+    got = [v for t, v in samples if a <= t < b]
+    return sum(got) / len(got) if got else None
+
+
+def comparable(counts: list[int], run: list[float | None], used: list[float]) -> dict[str, Any]:
+    """Whether the last window's rate can be compared with the first's: enough
+    rollouts in each, and the host's other load alike (:data:`MAX_RUNNABLE_CHANGE`,
+    :data:`MAX_SHARE_CHANGE`; ``used``: the soak's CPU-seconds in each window)."""
+    why = []
+    if len(counts) < 2 or min(counts[0], counts[-1]) < MIN_ROLLOUTS:
+        why.append(f"windows of {counts[0] if counts else 0} and {counts[-1] if counts else 0} rollouts "
+                   f"(under {MIN_ROLLOUTS}: one more or less is over 5 %)")
+    a, b = (run[0], run[-1]) if run else (None, None)
+    if not a or b is None or abs(b / a - 1) > MAX_RUNNABLE_CHANGE:
+        why.append(f"the host's runnable tasks went from {a} to {b} (beyond {MAX_RUNNABLE_CHANGE:.0%})")
+    if not used or not used[0] or abs(used[-1] / used[0] - 1) > MAX_SHARE_CHANGE:
+        why.append(f"the soak's CPU-seconds went from {used[0] if used else None} to {used[-1] if used else None} "
+                   f"(beyond {MAX_SHARE_CHANGE:.0%})")
+    return {"ok": not why, "why": "; ".join(why)}
 
 
 def at(samples: list[tuple[float, float]], t: float) -> float:
@@ -133,16 +186,18 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
             r = await run_with_retries(req, retry, lambda a: ids.append(a.sandbox_id))
             # only what the report needs: a soak that kept every result whole would measure
             # its own list as the host side's memory growth (~8 KiB a rollout, spans and all)
-            results.append(Kept(time.monotonic(), r.verdict, r.fault, (r.error or "")[:200], r.passed))
+            results.append(Kept(time.monotonic(), w, r.verdict, r.fault, (r.error or "")[:200], r.passed))
             if say is not None and len(results) % 50 == 0:
                 say(f"soak: {len(results)} rollouts, {time.monotonic() - t0:.0f} s")
 
     cpu: list[tuple[float, float]] = [(t0, cpu_seconds())]
+    host: list[tuple[float, float]] = [(t0, runnable())]
 
     async def sample_rss() -> None:
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
             cpu.append((time.monotonic(), cpu_seconds()))
+            host.append((time.monotonic(), runnable()))
             if results and "first_window" not in rss:
                 first_end = min(r.end for r in results)
                 if time.monotonic() >= first_end + window_s:
@@ -154,7 +209,11 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
     t_end = time.monotonic()
     rss["end"] = rss_mib()
     ends = [r.end for r in results]
-    first = min(ends) if ends else t0
+    firsts: dict[int, float] = {}
+    for r in results:
+        firsts[r.worker] = min(r.end, firsts.get(r.worker, r.end))
+    # the steady state: every worker has a rollout behind it (else from the first end)
+    first = max(firsts.values()) if len(firsts) == concurrency else min(ends) if ends else t0
     per_window = windows(ends, first, min(t_end, deadline), window_s)
     verdicts = Counter(r.verdict for r in results)
     ours = [r for r in results if r.verdict == "infra_fault"
@@ -167,10 +226,15 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
     drift = (per_window[-1] - per_window[0]) / per_window[0] if len(per_window) >= 2 and per_window[0] else None
     cpu.append((time.monotonic(), cpu_seconds()))
     per_cpu = []  # evals per CPU-second of the soak's own processes: what other load on the host does not move
+    counts, used_s, run = [], [], []
     for k, rate in enumerate(per_window):
         a, b = first + k * window_s, first + (k + 1) * window_s
         used = at(cpu, b) - at(cpu, a)
         per_cpu.append(round(rate * window_s / 60.0 / used, 4) if used > 0 else None)
+        counts.append(round(rate * window_s / 60.0))
+        used_s.append(round(used, 1))
+        m = mean_in(host, a, b)
+        run.append(None if m is None else round(m, 1))
     cpu_drift = ((per_cpu[-1] - per_cpu[0]) / per_cpu[0]
                  if len(per_cpu) >= 2 and per_cpu[0] and per_cpu[-1] is not None else None)
     return {
@@ -179,6 +243,8 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
         "rollouts": len(results), "started": started, "lost": started - len(results),
         "evals_per_min": per_window, "drift": None if drift is None else round(drift, 4),
         "evals_per_cpu_s": per_cpu, "cpu_drift": None if cpu_drift is None else round(cpu_drift, 4),
+        "rollouts_per_window": counts, "cpu_s_per_window": used_s, "runnable_per_window": run,
+        "drift_comparable": comparable(counts, run, used_s),
         "load_avg": [round(x, 1) for x in os.getloadavg()],
         "verdicts": dict(verdicts), "passed": sum(r.passed for r in results),
         "infra_faults_inside": len(ours),

@@ -13,7 +13,8 @@ from sandfleet.rollout.result import RolloutResult
 def leaks(ids: Iterable[str | None], *, marks: Iterable[str] = (), state: Path | None = None,
           settle_s: float = 5.0) -> list[str]:
     """What is left on this host of the sandboxes ``ids``, or of anything whose command line
-    names one of ``marks``: markers and snapshot markers in the state directory, cgroups,
+    names one of ``marks``: markers (finished, and ``.new-*`` ones a creator had not
+    finished) and snapshot markers in the state directory, cgroups,
     processes, mounts (this host's mount namespace), loop devices backed by a file under a
     mark, and zombies among this process's children. Waits up to ``settle_s`` for what is
     already on its way out (a close in flight); empty when nothing is left."""
@@ -27,6 +28,8 @@ def leaks(ids: Iterable[str | None], *, marks: Iterable[str] = (), state: Path |
     while True:
         found = [f"marker {i}" for i in sorted(wanted) if (root / i).exists()]
         found += [f"marker {p.name}" for p in root.glob("sf-*")] if state is not None else []
+        found += [f"unfinished marker {p.name}" for p in root.glob(".new-*")
+                  if state is not None or any(i in p.name for i in wanted)]
         found += [f"cgroup {parent}/{name}" for name, parent in sorted(cgroups.leftover_groups()) if name in wanted]
         for p in Path("/proc").iterdir():
             if not p.name.isdigit() or int(p.name) == os.getpid():

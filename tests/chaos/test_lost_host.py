@@ -84,6 +84,10 @@ class Host:
     def live(self) -> set[str]:
         return {p.name for p in self.state.glob("sf-*")}
 
+    def unfinished(self) -> list[str]:
+        """Sandbox directories being made (or left half-made by a killed creator)."""
+        return sorted(p.name for p in self.state.glob(".new-*"))
+
     def cgroups(self) -> list[str]:
         """The sandbox cgroups under this host's cgroup parent."""
         from sandfleet.sandbox import cgroups
@@ -171,7 +175,7 @@ def test_one_of_three_services_killed_mid_group(tmp_path: Path) -> None:
         victim.svc = start_service(victim.dir, tokens=tokens, env=victim.env)
         reaped = _metric(victim.svc.url, tokens[0], "sandfleet_reaped_leftovers_total")
         assert reaped >= len(kill["live"]), (reaped, kill["live"], victim.svc.log[-2000:])
-        assert victim.live() == set() and victim.cgroups() == []
+        assert victim.live() == set() and victim.unfinished() == [] and victim.cgroups() == []
         for h in hosts:
             assert h.svc.stop() == 0
             h.svc = None

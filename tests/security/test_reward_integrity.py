@@ -477,6 +477,58 @@ async def test_exec_in_a_pid_namespace_has_a_proc_of_its_own() -> None:
     assert _fields(plain.stdout) == {"AGENT": "1", "PROCS": "1"}, plain.output
 
 
+REOPEN_STDIO = "echo out > /dev/stdout && echo err > /dev/stderr && cat /dev/stdin"
+
+
+async def test_commands_reopen_their_stdio_by_path() -> None:
+    """`echo msg > /dev/stderr`, as test scripts write: /dev/stdout, /dev/stderr and
+    /dev/stdin (links into /proc/self/fd) open the command's own pipes, for a verifier user
+    and for root, in the tests' pid namespace and out of it."""
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    try:
+        for user in ("verifier", "root"):
+            for own in (False, True):
+                res = await box.exec(["bash", "-c", REOPEN_STDIO], cwd="/", user=user, pid_namespace=own,
+                                     stdin="in\n", timeout=30)
+                assert (res.exit_code, res.stdout, res.stderr) == (0, "out\nin\n", "err\n"), (user, own, res.output)
+    finally:
+        await box.close()
+
+
+async def test_stdin_reaches_eof_with_a_pid_namespace_command_running() -> None:
+    """A command in a pid namespace of its own reads its stdin to EOF; and while one runs,
+    another command's stdin still closes (the process that relays its exit keeps none of the
+    agent's descriptors). Each command would otherwise wait out its timeout."""
+    from sandfleet.agent.client import RunningCommand
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    try:
+        own = await box.exec(["cat"], user="verifier", pid_namespace=True, stdin="in\n", timeout=30)
+        assert (own.exit_code, own.timed_out, own.stdout) == (0, False, "in\n"), own.output
+        started: dict[str, RunningCommand] = {}
+        reader = asyncio.create_task(box.exec(["cat"], user="agent", stdin=True, timeout=30,
+                                              on_start=lambda c: started.setdefault("cat", c)))
+        while "cat" not in started:
+            await asyncio.sleep(0.05)
+        sleeper = asyncio.create_task(box.exec(["sleep", "120"], user="verifier", pid_namespace=True, timeout=150,
+                                               on_start=lambda c: started.setdefault("sleep", c)))
+        while "sleep" not in started:
+            await asyncio.sleep(0.05)
+        started["cat"].send_stdin(b"more\n")
+        started["cat"].close_stdin()
+        other = await reader
+        assert (other.exit_code, other.timed_out, other.stdout) == (0, False, "more\n"), other.output
+        await box.kill_user("verifier")
+        await sleeper
+    finally:
+        await box.close()
+
+
 # A Harbor test.sh that relies on /proc naming its own processes, as pytest-xdist, psutil and
 # `pkill -f server` do: it scores 1 only when they all hold.
 PROC_TESTS = r"""ok=1

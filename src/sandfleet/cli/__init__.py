@@ -102,7 +102,3 @@ def main(argv: list[str] | None = None) -> Any:
     except SandfleetError as e:  # pragma: no cover - click handles most
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
-
-
-if __name__ == "__main__":
-    main()

@@ -157,28 +157,43 @@ def check_allow(values: Iterable[str]) -> tuple[str, ...]:
 SIGNALLERS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 """Syscalls whose first argument names the process (or thread group) that gets a signal."""
 F_SETOWN = 8
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
+U32 = 0xFFFFFFFF
 
 
-def _not_pid1(name: str, arg: int) -> list[str]:
-    """Allow ``name`` unless argument ``arg`` is 1 as the kernel reads a pid (its low 32 bits):
-    the bit 0 clear, or any of the bits 1..31 set (libseccomp has no masked "not equal")."""
-    return [f"allow_arg {name} {arg} masked_eq 0 1"] + [
-        f"allow_arg {name} {arg} masked_eq {1 << i:#x} {1 << i:#x}" for i in range(1, 32)]
+def _not_in(name: str, arg: int, excluded: Iterable[int]) -> list[str]:
+    """Allow ``name`` unless argument ``arg``, as the kernel reads it (its low 32 bits), is one
+    of ``excluded`` (libseccomp has no masked "not equal"): one rule per prefix that no
+    excluded value has, the shortest such (for any other value, take the excluded one it
+    shares most leading bits with: flipping the first bit where they differ gives one)."""
+    values = {v & U32 for v in excluded}
+    rules = set()
+    for v in values:
+        for bit in range(32):
+            mask = U32 & ~((1 << bit) - 1)
+            prefix = (v & mask) ^ (1 << bit)
+            if not any(w & mask == prefix for w in values):
+                rules.add((mask, prefix))
+    return [f"allow_arg {name} {arg} masked_eq {p:#x} {m:#x}" for m, p in sorted(rules)]  # VALUE MASK
 
 
 def profile(allow: Iterable[str], arch: str, *, protect_init: bool = False) -> str:
     """The profile in the helper's language (see seccomp_gen.c) for ``arch``. ``protect_init``:
-    no signal to pid 1 (kill, tkill, tgkill, rt_(tg)sigqueueinfo, fcntl F_SETOWN then SIGIO):
-    the gvisor backend's guest agent, which gVisor lets the sandbox's root signal."""
+    no signal to pid 1 (kill, tkill, tgkill, rt_(tg)sigqueueinfo; fcntl F_SETOWN to it or its
+    process group and the owner-setting socket ioctls, then SIGIO): the gvisor backend's guest
+    agent, which gVisor lets the sandbox's root signal."""
     allowed = set(check_allow(allow))
     lines = [f"arch {arch}", f"default {EPERM}", f"badarch {ENOSYS}"]
-    guarded = {*SIGNALLERS, "fcntl"} if protect_init else set()
+    guarded = {*SIGNALLERS, "fcntl", "ioctl"} if protect_init else set()
     lines += [f"allow {n}" for n in ALLOWED if n not in guarded]
     if protect_init:
         for name in SIGNALLERS:
-            lines += _not_pid1(name, 0)
+            lines += _not_in(name, 0, [1])
+        # F_SETOWN to pid 1 or to its process group (-1), then SIGIO; the ioctls that set a
+        # socket's owner through a pointer are refused (F_SETOWN_EX's struct can't be read)
         lines.append(f"allow_arg fcntl 1 ne {F_SETOWN}")
-        lines += _not_pid1("fcntl", 2)
+        lines += _not_in("fcntl", 2, [1, -1])
+        lines += _not_in("ioctl", 1, [FIOSETOWN, SIOCSPGRP])
     lines += [f"allow {n}" for n in ALLOWED_NUMBERS]
     lines += [f"errno {n} {ENOSYS}" for n in FUTURE]
     for name, rule in RULES.items():

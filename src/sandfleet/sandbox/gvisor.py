@@ -6,13 +6,17 @@ none reaches the host kernel directly. Start-up of one sandbox (docs/security.md
 1. ``sandfleet-agent launch`` (as root on the host) joins the sandbox's cgroups (runsc's
    sandbox, gofer and, on ptrace, the stub processes are all born inside: the limits hold
    for the whole of it), makes a private mount namespace, mounts a size-limited tmpfs for
-   the writable layer and an overlay of it over the read-only image root, prepares the
+   the writable layer and an overlay of it over the image's layers (a base image idmapped
+   onto the stored uid range; the statx shim's layer on top: gvisor_shim.py), prepares the
    writable directories, sets PR_SET_PDEATHSIG, and
 2. execs ``runsc run`` on an OCI bundle whose root is that overlay, with no network
-   (``--network=none``: a loopback only), ``--ignore-cgroups`` (the launcher placed it), and
+   (``--network=none``: a loopback only) or, with network=True, in a namespace pasta serves
+   (``--network=sandbox``: gvisor_net.py), ``--ignore-cgroups`` (the launcher placed it); the
+   bundle's user namespace maps the sandbox's uids onto the stored range for runsc's gofer,
 3. the bundle's process is the guest agent (``--switch-users``: gVisor can't setns into a
    user namespace, so commands take their users directly inside the Sentry), which serves
-   the host over runsc's stdin/stdout (``runsc run`` hands its stdio to the container's init).
+   the host over runsc's stdin/stdout (``runsc run`` hands its stdio to the container's init);
+   the commands' seccomp filter refuses signals to it (pid 1: seccomp.py, ``protect_init``).
 
 The mounts exist only in the launcher's namespace: they vanish with the sandbox. runsc's
 state directory is inside the sandbox's marker directory; close() and the reaper remove
@@ -34,23 +38,23 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.agent.build import cache_dir
-from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxError
+from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_adopted
 from sandfleet.sandbox import cgroups, gvisor_shim, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
+from sandfleet.sandbox.gvisor_net import NetNamespace
 from sandfleet.sandbox.spec import (
     AGENT_UID,
     DEFAULT_UID_BASE,
     ROOT_UID,
     SANDBOX_UIDS,
     GvisorConfig,
-    Limits,
     SandboxSpec,
 )
-from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, proc_start_time, read_meta, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
 
 INSTALL = "apt-get install runsc"
 KVM_PROBE_S = 8.0
@@ -130,61 +134,6 @@ def choose_platform(config: GvisorConfig) -> tuple[str, str]:
         return config.platform, "chosen in the backend config"
     ok, why = probe_kvm(config.runsc)
     return ("kvm", why) if ok else ("ptrace", f"no KVM platform ({why})")
-
-
-class NetNamespace:
-    """network=True: a network namespace of its own (in a user namespace owned by the network
-    helper's uid, as bwrap's P is), held by a sleeping process, with pasta serving eth0 in it
-    (sandbox/network.py). runsc's Sentry joins it (``--network=sandbox``), takes eth0's
-    address and routes and speaks to pasta through it with gVisor's own TCP/IP stack."""
-
-    def __init__(self, sdir: Path, sid: str, limits: Limits):
-        if limits.allow is not None or limits.deny:
-            raise ConfigError("the gvisor backend has no allowlisted network (allow=/deny=): its sandboxes share "
-                              "one network helper uid; use --backend bwrap for an allowlist")
-        network.check_available()
-        tools = {t: shutil.which(t) for t in ("setpriv", "unshare", "sleep")}
-        missing = [t for t, path in tools.items() if not path]
-        if missing:
-            raise HostUnsupportedError(f"network=True on gvisor needs {', '.join(missing)}: "
-                                       "apt-get install util-linux")
-        self.uid = network.helper_uid()
-        self.helper: network.Helper | None = None
-        self.holder = subprocess.Popen(
-            [str(tools["setpriv"]), "--reuid", str(self.uid), "--regid", str(self.uid), "--clear-groups",
-             str(tools["unshare"]), "--user", "--map-root-user", "--net", "--", str(tools["sleep"]), "infinity"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-            start_new_session=True)
-        try:
-            self.start = proc_start_time(self.holder.pid)
-            meta = read_meta(sdir) or {"id": sid}
-            write_meta(sdir, {**meta, "pids": [*meta.get("pids", []), self.holder.pid],
-                              "pid_starts": {**meta.get("pid_starts", {}), str(self.holder.pid): self.start}})
-            network.netns_holder(self.holder.pid)  # (returns once the sleep is in its namespace)
-            self.helper = network.attach(self.holder.pid, rundir=sdir / "net", uid=self.uid, forward=limits.forward,
-                                         owner=sid, map_gw=True)
-            meta = read_meta(sdir) or meta
-            write_meta(sdir, {**meta, "pids": [*meta.get("pids", []), self.helper.pid],
-                              "pid_starts": {**meta.get("pid_starts", {}), str(self.helper.pid): self.helper.start},
-                              **self.helper.meta()})
-        except BaseException:
-            self.close()
-            raise
-
-    @property
-    def path(self) -> str:
-        return f"/proc/{self.holder.pid}/ns/net"
-
-    def close(self) -> None:
-        """End pasta and the holder (and reap it: our child)."""
-        try:
-            if self.helper is not None:
-                self.helper.close()
-        finally:
-            if self.holder.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.holder.kill()
-            self.holder.wait()
 
 
 def _uid_base(image: Image) -> int:

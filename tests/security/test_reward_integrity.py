@@ -498,15 +498,19 @@ async def test_commands_reopen_their_stdio_by_path() -> None:
         await box.close()
 
 
-async def test_stdin_reaches_eof_with_a_pid_namespace_command_running() -> None:
+@pytest.mark.parametrize("backend", ["bwrap", "gvisor"])
+async def test_stdin_reaches_eof_with_a_pid_namespace_command_running(backend: str) -> None:
     """A command in a pid namespace of its own reads its stdin to EOF; and while one runs,
     another command's stdin still closes (the process that relays its exit keeps none of the
     agent's descriptors). Each command would otherwise wait out its timeout."""
+    from conftest import backend_skip
     from sandfleet.agent.client import RunningCommand
     from sandfleet.sandbox import create_sandbox
     from sandfleet.sandbox.spec import SandboxSpec
 
-    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    if backend_skip(backend):
+        pytest.skip(str(backend_skip(backend)))
+    box = await create_sandbox(SandboxSpec(image="host", backend=backend))
     try:
         own = await box.exec(["cat"], user="verifier", pid_namespace=True, stdin="in\n", timeout=30)
         assert (own.exit_code, own.timed_out, own.stdout) == (0, False, "in\n"), own.output

@@ -9,7 +9,8 @@ import asyncio
 from typing import Protocol, runtime_checkable
 
 from sandfleet.errors import ImageBuildError
-from sandfleet.images.build import BuildSpec, build_image
+from sandfleet.images.build import build_image
+from sandfleet.images.spec import BuildSpec
 from sandfleet.imagestore import Image, host_image
 from sandfleet.sandbox import backend_in_use
 from sandfleet.sandbox.spec import BwrapConfig

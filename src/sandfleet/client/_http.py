@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import pydantic
@@ -37,6 +37,17 @@ def body(model: pydantic.BaseModel) -> bytes:
     """A request's JSON body from its wire model, without the fields left None (the service
     assumes the same for a field that is absent)."""
     return model.model_dump_json(exclude_none=True).encode()
+
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+def answer(model: type[M], data: Any) -> M:
+    """An answer's JSON read by its wire model; ProtocolError for one that does not fit."""
+    try:
+        return model.model_validate(data)
+    except pydantic.ValidationError as e:
+        raise ProtocolError(f"the service sent a malformed {model.__name__}: {_first_error(e)}") from None
 
 
 def _retry_after(resp: httpx.Response) -> float | None:

@@ -15,7 +15,7 @@ from sandfleet.sandbox.spec import SandboxSpec
 
 __all__ = ["MAX_TIMEOUT_S", "Deleted", "ErrorBody", "ExecRequest", "ForkRequest", "Health", "KillRequest",
            "SandboxInfo", "SandboxList", "SandboxSpec", "ServiceInfo", "SessionInfo", "SessionRequest", "SessionRun",
-           "SnapshotInfo", "TTLRequest"]
+           "SnapshotInfo", "TTLRequest", "TaskImage"]
 
 MAX_TIMEOUT_S = 7 * 86400.0
 
@@ -155,3 +155,21 @@ def _arch() -> str:
 class Health(BaseModel):
     ok: bool
     draining: bool
+
+
+# -- task images
+
+
+class TaskImage(BaseModel):
+    digest: str
+    """The task folder's content hash."""
+    image: str
+    """What to put in ``SandboxSpec.image`` (``host`` for a task without a Dockerfile)."""
+    env: dict[str, str]
+    """The image's environment (its Dockerfile's ENV)."""
+    arch: str
+    warnings: list[str]
+    """A substituted base and the like (``strict=true`` refuses those)."""
+    build_s: float | None
+    built: bool
+    """True when this request built it; False when it was known (or in the image cache)."""

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from sandfleet.client._http import JSON, body, checked_request, raise_for_status, transport_error
+from sandfleet.client._http import JSON, answer, body, checked_request, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
-from sandfleet.client.models import ForkRequest
+from sandfleet.client.models import ForkRequest, TaskImage
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import ConfigError, ImageBuildError, ServiceError, TaskError
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -78,7 +78,7 @@ class ServiceClient:
         """For calls about the service as a whole; a sandbox's calls go through :meth:`pool`."""
         self._next = 0
         self._later: set[asyncio.Task[Any]] = set()
-        self._images: dict[tuple[str, bool, bool], dict[str, Any]] = {}
+        self._images: dict[tuple[str, bool, bool], TaskImage] = {}
         self._image_locks: dict[tuple[str, bool, bool], asyncio.Lock] = {}
         self.uploads = 0
         """Task folders this client uploaded (their images were not on the service yet)."""
@@ -173,14 +173,14 @@ class ServiceClient:
         built there from the task folder: the folder is hashed here, the service asked whether
         it has that digest's image, and the folder uploaded only when it has not (and the
         service builds it, once per digest). Remembered per digest for this client."""
-        return str((await self._task_image(task, strict=strict, verifier=False))["image"])
+        return (await self._task_image(task, strict=strict, verifier=False)).image
 
     async def verifier_image(self, task: Task) -> tuple[str, dict[str, str]]:
         """The image of the task's ``tests/Dockerfile`` on the service, and its environment."""
         info = await self._task_image(task, strict=False, verifier=True)
-        return str(info["image"]), {str(k): str(v) for k, v in dict(info.get("env") or {}).items()}
+        return info.image, dict(info.env)
 
-    async def _task_image(self, task: Task, *, strict: bool, verifier: bool) -> dict[str, Any]:
+    async def _task_image(self, task: Task, *, strict: bool, verifier: bool) -> TaskImage:
         from sandfleet.tasks.bundle import content_hash, pack
 
         digest = await asyncio.to_thread(content_hash, task.path)
@@ -193,7 +193,7 @@ class ServiceClient:
                 return self._images[key]
             params = {"strict": str(strict).lower(), "verifier": str(verifier).lower()}
             try:
-                info = await self.get_json(f"/v1/task-images/{digest}", params=params)
+                info = answer(TaskImage, await self.get_json(f"/v1/task-images/{digest}", params=params))
             except ServiceError as e:
                 if e.status != 404:
                     raise
@@ -207,7 +207,7 @@ class ServiceClient:
                                                      **self.deadline_header()}, timeout=None)
                 except ServiceError as err:
                     raise _image_error(task, err) from None
-                info = resp.json()
+                info = answer(TaskImage, resp.json())
                 self.uploads += 1
             self._images[key] = info
             return info

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Annotated
 
 from fastapi import FastAPI, Query, Request
-from pydantic import BaseModel
 
+from sandfleet.client.models import TaskImage
 from sandfleet.errors import ConfigError, ImageError, SandfleetError, ServiceError, TaskError
 from sandfleet.server.deps import ERRORS, Deadline, Owner
 from sandfleet.server.metrics import Metrics
@@ -34,21 +34,6 @@ from sandfleet.server.wire import check_tar
 log = logging.getLogger(__name__)
 DIGEST = re.compile(r"[0-9a-f]{64}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
-
-
-class TaskImage(BaseModel):
-    digest: str
-    """The task folder's content hash."""
-    image: str
-    """What to put in ``SandboxSpec.image`` (``host`` for a task without a Dockerfile)."""
-    env: dict[str, str]
-    """The image's environment (its Dockerfile's ENV)."""
-    arch: str
-    warnings: list[str]
-    """A substituted base and the like (``strict=true`` refuses those)."""
-    build_s: float | None
-    built: bool
-    """True when this request built it; False when it was known (or in the image cache)."""
 
 
 @dataclass

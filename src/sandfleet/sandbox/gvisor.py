@@ -7,7 +7,7 @@ none reaches the host kernel directly. Start-up of one sandbox (docs/security.md
    sandbox, gofer and, on ptrace, the stub processes are all born inside: the limits hold
    for the whole of it), makes a private mount namespace, mounts a size-limited tmpfs for
    the writable layer and an overlay of it over the image's layers (a base image idmapped
-   onto the stored uid range; the statx shim's layer on top: gvisor_shim.py), prepares the
+   onto the stored uid range), prepares the
    writable directories, sets PR_SET_PDEATHSIG, and
 2. execs ``runsc run`` on an OCI bundle whose root is that overlay, with no network
    (``--network=none``: a loopback only) or, with network=True, in a namespace pasta serves
@@ -41,7 +41,7 @@ from sandfleet.agent.build import cache_dir
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_adopted
-from sandfleet.sandbox import cgroups, gvisor_shim, network, seccomp
+from sandfleet.sandbox import cgroups, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
@@ -293,8 +293,7 @@ class GvisorBackend:
     async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:
         image: Image = resolve_image(spec.image)
         uid_base = _uid_base(image)
-        shim = gvisor_shim.statx_layer(uid_base, 0 if image.is_host else uid_base)
-        lowers = [*([shim] if shim else []), *(layers or []), *image.lowers]
+        lowers = [*(layers or []), *image.lowers]
         sid = new_id("gvisor")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
         meta: dict[str, Any] = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,

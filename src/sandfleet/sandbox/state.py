@@ -271,11 +271,17 @@ def _abandoned(cg: cgroups.Cgroup) -> bool:
     a live sandbox of a concurrent process (seen: 'the guest agent closed its stream')."""
     if cg.pids():
         return False
-    try:
-        made = min(d.stat().st_mtime for d in cg.dirs)
-    except (OSError, ValueError):
+    made = []
+    for d in cg.dirs:  # (one per hierarchy on v1, made one after another: some may not exist yet)
+        try:
+            made.append(d.stat().st_mtime)
+        except OSError:
+            continue
+    if not made:
         return True  # gone already (or no hierarchy): remove() does nothing harmful
-    return time.time() - made >= INCOMPLETE_GRACE_S
+    # the youngest: a group being made right now has its first directories and not yet the
+    # rest; taken as gone, it was removed under its maker (seen: FileNotFoundError joining it)
+    return time.time() - max(made) >= INCOMPLETE_GRACE_S
 
 
 def reap_leftovers(*, include_live: bool = False) -> list[str]:

@@ -201,12 +201,14 @@ async def test_a_killed_host_keeps_the_members_it_finished_and_refills_the_rest(
     a, b = two
     task = make_task(tmp_path, "half")
     pool = await ServicePool.create([a.url, b.url], a.token, capacity=2)
+    half = copy.deepcopy(HALF)
     try:
-        running = asyncio.create_task(pool.run_group(task, 2, copy.deepcopy(HALF)))
-        async with asyncio.timeout(120):  # both up on a, then the quick one done and closed
-            while len((await pool.leftovers())[a.url]) < 2:
-                await asyncio.sleep(0.1)
-            while len((await pool.leftovers())[a.url]) > 1:
+        running = asyncio.create_task(pool.run_group(task, 2, half))
+        # both members acting on a (the second sleeps 8 s), then the quick one done and closed.
+        # (Waiting to see both sandboxes on a at once failed under load: the quick member could
+        # finish and close before the second one's sandbox was up, and that moment never came.)
+        async with asyncio.timeout(120):
+            while half.calls < 2 or len((await pool.leftovers())[a.url]) > 1:
                 await asyncio.sleep(0.1)
         a.kill()
         run = await asyncio.wait_for(running, 180)

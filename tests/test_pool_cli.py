@@ -83,6 +83,12 @@ def test_cli_doctor_json() -> None:
     assert {"arch", "page_size", "cgroup", "backends"} <= set(d)
     for name in ("process", "bwrap", "microvm"):
         assert set(d["backends"][name]) >= {"available", "reason"}
+    lim = d["limits"]  # what bounds idle sandboxes: the open-file limit, and the host's task ceiling named
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    threads_max = int(Path("/proc/sys/kernel/threads-max").read_text())
+    assert lim["task_limit"]["value"] == min(pid_max, threads_max)
+    assert lim["task_limit"]["name"] in lim["hint"] and "sysctl -w" in lim["hint"]
+    assert lim["idle_per_process_by_open_files"] > 0
 
 
 def test_sigterm_mid_run_closes_every_sandbox(tmp_path: Path) -> None:

@@ -96,7 +96,15 @@ def report() -> dict[str, Any]:
         "default_backend": default,
         "binfmt": _binfmt(),
         "uids": _uids(),
+        "limits": _limits(),
     }
+
+
+def _limits() -> dict[str, Any]:
+    """Open files and host tasks: how many idle sandboxes they allow (docs/bench.md, "Density")."""
+    from sandfleet.sandbox import hostlimits
+
+    return hostlimits.report()
 
 
 def _uids() -> dict[str, Any]:

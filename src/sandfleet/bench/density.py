@@ -12,8 +12,8 @@ import asyncio
 import time
 from typing import Any
 
+from sandfleet.bench.idle import close_all
 from sandfleet.bench.load import Progress
-from sandfleet.bench.micro import close_all
 from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox, create_many

@@ -23,10 +23,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandfleet.bench.procfs import meminfo, raise_nofile, sandbox_pss_kib
+from sandfleet.bench.idle import hold
+from sandfleet.bench.procfs import meminfo, raise_nofile
 from sandfleet.provenance import provenance
 from sandfleet.sandbox import create_sandbox
-from sandfleet.sandbox.base import Sandbox, create_many
+from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.bwrap import raw_bwrap_true_ms
 from sandfleet.sandbox.pool import WarmPool
 from sandfleet.sandbox.spec import SandboxSpec
@@ -100,27 +101,34 @@ async def run_micro(
     out["exec_rtt_ratio"] = round(percentile(rtt, 50) / bare, 2)
 
     say(f"{idle} idle sandboxes")
-    boxes: list[Sandbox] = []
-    mem0 = meminfo()["MemAvailable"]
+    mem0 = meminfo()
+    held = await hold(spec, idle, say)  # this process and, past its open-file limit, helpers
     try:
-        for i in range(0, idle, 32):
-            # create_many: if one creation fails, the batch's others are closed, not leaked
-            boxes += await create_many([lambda: create_sandbox(spec)] * min(32, idle - i))
         await asyncio.sleep(0.5)
-        mem1 = meminfo()["MemAvailable"]
-        per_pss = sandbox_pss_kib(boxes) / 1024
-        per_avail = (mem0 - mem1) / 1024 / len(boxes)
-        out["idle_created"] = len(boxes)
-        out["idle_pss_mib"] = round(per_pss, 3)
-        out["idle_mem_drop_mib"] = round(per_avail, 3)
-        per = max(per_pss, per_avail)
-        out["idle_capacity"] = int(mem0 / 1024 / per) if per > 0 else None
-        out["idle_capacity_basis"] = "MemAvailable before / max(PSS, MemAvailable drop) per idle sandbox"
+        mem1 = meminfo()
+        n_held = held.created
+        out["idle_created"] = n_held
+        out["idle_processes"] = 1 + len(held.helpers)
+        if held.stopped:
+            out["idle_stopped"] = held.stopped
+        if n_held:
+            per_pss = held.pss_kib() / 1024
+            per_avail = (mem0["MemAvailable"] - mem1["MemAvailable"]) / 1024 / n_held
+            out["idle_pss_mib"] = round(per_pss, 3)
+            out["idle_mem_drop_mib"] = round(per_avail, 3)
+            # kernel memory per sandbox: slab (mounts, namespaces, pipes), page tables, stacks
+            for key, name in (("Slab", "idle_slab_kib"), ("PageTables", "idle_pagetables_kib"),
+                              ("KernelStack", "idle_kernelstack_kib")):
+                if key in mem0 and key in mem1:
+                    out[name] = round((mem1[key] - mem0[key]) / n_held, 1)
+            per = max(per_pss, per_avail)
+            out["idle_capacity"] = int(mem0["MemAvailable"] / 1024 / per) if per > 0 else None
+            out["idle_capacity_basis"] = "MemAvailable before / max(PSS, MemAvailable drop) per idle sandbox"
 
-        say("exec/s across 64 sandboxes")
-        out["exec_per_s_64"] = await exec_rate(boxes[:64], 3.0)
+            say("exec/s across 64 sandboxes")
+            out["exec_per_s_64"] = await exec_rate(held.own[:64], 3.0) if held.own else None
     finally:
-        await close_all(boxes)
+        await held.close()
     return out
 
 
@@ -138,17 +146,3 @@ async def exec_rate(boxes: list[Sandbox], seconds: float) -> float:
     t = time.perf_counter()
     await asyncio.gather(*(loop(b) for b in boxes))
     return round(count / (time.perf_counter() - t), 1)
-
-
-async def close_all(boxes: list[Sandbox]) -> int:
-    """Close every sandbox (64 at a time); one failed close never stops the others. Each
-    failure is logged with the sandbox id; returns how many failed."""
-    failed = 0
-    for i in range(0, len(boxes), 64):
-        batch = boxes[i:i + 64]
-        results = await asyncio.shield(asyncio.gather(*(b.close() for b in batch), return_exceptions=True))
-        for b, r in zip(batch, results, strict=True):
-            if isinstance(r, BaseException):
-                failed += 1
-                log.error("closing sandbox %s failed: %s: %s", b.id, type(r).__name__, r)
-    return failed

@@ -69,7 +69,8 @@ async def _rtts(sb: Sandbox, n: int) -> list[float]:
 
 
 async def _rate(make: Make, conc: int, seconds: float) -> float:
-    from sandfleet.bench.micro import close_all, exec_rate
+    from sandfleet.bench.idle import close_all
+    from sandfleet.bench.micro import exec_rate
     from sandfleet.sandbox.base import create_many
 
     boxes = await create_many([make] * conc)

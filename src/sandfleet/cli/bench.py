@@ -43,12 +43,15 @@ def micro(backend: str, n: int, idle: int, as_json: bool, remote: str | None) ->
             backend, n=n, idle=idle, progress=None if as_json else lambda m: click.echo(f"... {m}", err=True))))
     if as_json:
         click.echo(json.dumps(result, indent=2))
-        return
-    for k, v in result.items():
-        if k == "provenance":
-            v = (f"sandfleet {v.get('sandfleet')} commit {v.get('commit')} on {v['host'].get('hostname')} "
-                 f"at {v.get('at')}")
-        click.echo(f"{k:32} {v}")
+    else:
+        for k, v in result.items():
+            if k == "provenance":
+                v = (f"sandfleet {v.get('sandfleet')} commit {v.get('commit')} on {v['host'].get('hostname')} "
+                     f"at {v.get('at')}")
+            click.echo(f"{k:32} {v}")
+    if result.get("idle_stopped") and result.get("idle_created", 0) < idle:  # a host limit: one line, exit 1
+        raise click.ClickException(f"held {result.get('idle_created', 0)} of {idle} idle sandboxes: "
+                                   f"{result['idle_stopped']}")
 
 
 def _ints(text: str, option: str = "--ns") -> tuple[int, ...]:

@@ -31,14 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
+from sandfleet.sandbox.hostlimits import FD_RESERVE, FDS_PER_IDLE
 
 BUSY_MIB = 1024
 """Memory set aside per busy sandbox: the default memory limit (Limits.memory_mib)."""
 IDLE_MIB = 16
 """Memory per idle sandbox."""
-FDS_PER_SANDBOX = 8
-"""Open files the service holds per sandbox (agent pipes, disk, log) with room to spare."""
-RESERVED_FDS = 256
+FDS_PER_SANDBOX = FDS_PER_IDLE
+"""Open files the service holds per sandbox (sandbox/hostlimits.py says which)."""
+RESERVED_FDS = FD_RESERVE
 
 
 @dataclass(frozen=True)

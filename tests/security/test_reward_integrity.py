@@ -372,32 +372,68 @@ def test_git_config_filter_keeps_allowlisted_keys_only_whatever_the_syntax(tmp_p
     assert subprocess.run(["git", "-C", str(repo), "status", "--short"], capture_output=True).returncode == 0
 
 
+def attack_tasks(root: Path) -> list[str]:
+    """One task folder per class whose oracle (solution/solve.sh) is the attack: the answer
+    wrong (goodbye) and the attack on top. Classes 1 to 6 and 11 (the disk filled, the tests
+    killed)."""
+    fill = ("for d in /app /tmp /logs; do dd if=/dev/zero of=$d/fill bs=1M count=100000; "
+            "dd if=/dev/zero of=$d/fill2 bs=4k; done 2>/dev/null; true")
+    attacks = {  # name: (test.sh, the attack, verifier timeout)
+        "outlive": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OUTLIVE), 30),
+        "freeze": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", FREEZE), 3),
+        "other-file": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OTHER_FILE), 30),
+        "huge": ("cd /app && python3 solution.py\n", write("/app/solution.py", HUGE), 30),
+        "git": (GIT_TESTS, GIT_ATTACK, 30),
+        "shadow": (SHADOW_TESTS, "\n".join([write("/app/json.py", SHADOW_JSON), write("/app/check.py", CHECK),
+                                            "echo '{\"ok\": false}' > /app/result.json"]), 30),
+        "killer": ("cd /app && python3 solution.py; sleep 0.2\n" + DECIDE, write("/app/solution.py", KILL_ALL), 30),
+        "full": (DECIDE, fill, 30),
+    }
+    for name, (test_sh, attack, timeout) in attacks.items():
+        harbor_task(root, name, test_sh, solve_sh="echo goodbye > /app/out.txt\n" + attack + "\n",
+                    verifier_timeout=timeout)
+    return list(attacks)
+
+
 @MODES
 def test_sandfleet_run_rows_of_attack_rollouts_hold_reward_zero(tmp_path: Path, verify: str) -> None:
-    """`sandfleet run` -n 2 with the oracle replaying attacks: every row of rollouts.jsonl is
-    completed with a reward of 0.0, a number."""
+    """`sandfleet run` -n 2 with the oracle replaying the attacks of every class: each row of
+    rollouts.jsonl is completed with a reward of 0.0, a number."""
     import subprocess
     import sys
 
     root = tmp_path / "tasks"
-    attacks = {
-        "outlive": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OUTLIVE)),
-        "other-file": ("cd /app && python3 solution.py\n" + DECIDE, write("/app/solution.py", OTHER_FILE)),
-        "huge": ("cd /app && python3 solution.py\n", write("/app/solution.py", HUGE)),
-        "shadow": (SHADOW_TESTS, "\n".join([write("/app/json.py", SHADOW_JSON), write("/app/check.py", CHECK),
-                                            "echo '{\"ok\": false}' > /app/result.json"])),
-    }
-    for name, (test_sh, solve) in attacks.items():
-        harbor_task(root, name, test_sh, solve_sh="echo goodbye > /app/out.txt\n" + solve + "\n")
+    names = attack_tasks(root)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "sandfleet.cli", "run", "--tasks", str(root), "--agent", "oracle", "--backend",
             "bwrap", "--image", "host", "-n", "2", "--concurrency", "4", "--attempts", "1", "--verify", verify,
             "--out", str(out)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
-    assert len(rows) == 2 * len(attacks), res.stderr[-3000:]
+    assert sorted(r["task"] for r in rows) == sorted(names * 2), res.stderr[-3000:]
     for row in rows:
         assert row["status"] == "completed" and row["reward"] == 0.0 and isinstance(row["reward"], float), row
+        assert row["verdict"] == "policy_fault" or row["verdict"] == "scored", row
+
+
+@pytest.mark.slow
+@MODES
+async def test_tasks_validate_scores_every_attack_zero_and_calls_it_invalid(tmp_path: Path, verify: str) -> None:
+    """`tasks validate` (its function; the CLI's --verify passes straight to it) with the
+    attacks as the tasks' solutions, two repeats at once: every oracle reward is 0.0, a number
+    (no attack raised it, none turned into a failure), so every task is invalid, and none
+    passes as root either."""
+    from sandfleet.rollout.validate import validate_tasks
+
+    root = tmp_path / "tasks"
+    names = attack_tasks(root)
+    tasks = [load_task(root / n) for n in names]
+    verdicts = await validate_tasks(tasks, repeats=2, concurrency=4, backend="bwrap", image_for=_host, verify=verify)
+    assert sorted(verdicts) == sorted(names)
+    for name, v in verdicts.items():
+        assert v.status == "invalid", (name, v)
+        assert v.oracle_rewards == [0.0, 0.0] and all(isinstance(x, float) for x in v.oracle_rewards), (name, v)
+        assert "passes only as root" not in v.reason, (name, v.reason)
 
 
 LEAVE_DAEMON = ("setsid bash -c 'sleep 300' </dev/null >/dev/null 2>&1 & "

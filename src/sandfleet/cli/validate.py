@@ -50,6 +50,9 @@ def _cell(rewards: list[float | None], want: float) -> str:
               "each task's declared user, else the non-root 'agent'.")
 @click.option("--network/--no-network", default=False, show_default=True,
               help="Network in the sandboxes (tests that download at test time need it).")
+@click.option("--verify", "verify", type=click.Choice(["shared", "separate"]), default="shared", show_default=True,
+              help="Run the tests in the rollout's sandbox, or in a fresh one that gets only the workdir and "
+              "declared artifacts (as sandfleet run --verify).")
 @click.option("--strict-bases", is_flag=True,
               help="Refuse a substituted base (e.g. python:3.12, which no Debian ships) instead of warning.")
 @click.option("--accept-older-versions", "accept_older", is_flag=True,
@@ -72,7 +75,7 @@ def validate(
     directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
     remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
-    accept_older: bool = False, coverage_only: bool = False,
+    accept_older: bool = False, coverage_only: bool = False, verify: str = "shared",
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
     the base coverage (exact / approximated / refused)."""
@@ -112,13 +115,14 @@ def validate(
 
     def here() -> Awaitable[dict[str, Verdict]]:
         return validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
-                              network=network, strict_bases=strict_bases, accept_older=accept_older)
+                              network=network, strict_bases=strict_bases, accept_older=accept_older,
+                              verify=verify)
 
     def run() -> dict[str, Verdict]:
         return asyncio.run(dispatch(
             where, here=here,
             on_pool=lambda pool: validate_on_pool(pool, tasks, repeats=repeats, network=network, hosts=where.hosts),
-            **pool_options(repeats, concurrency, backend, agent_user, network)))
+            **pool_options(repeats, concurrency, backend, agent_user, network, verify)))
 
     if arches or page_size:  # per architecture; never spread (refused above)
         from sandfleet.cli.validate_arch import validate_per_arch

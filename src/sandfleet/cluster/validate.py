@@ -22,12 +22,13 @@ from sandfleet.tasks.model import Task
 
 
 def pool_options(repeats: int, concurrency: int | None, backend: str, agent_user: str | None,
-                 network: bool) -> dict[str, Any]:
+                 network: bool, verify: str = "shared") -> dict[str, Any]:
     """A validation pool's options, Ray's or the services': at least ``repeats`` at once per
     host (a task's repeats are one group; None: the host's default, its CPU count or the
     service's ``max_busy``), no retries (a verdict counts every run)."""
     return {"capacity": max(concurrency, repeats) if concurrency else None, "backend": backend,
-            "agent_user": agent_user, "network": network, "retry": RetryPolicy(max_attempts=1)}
+            "agent_user": agent_user, "network": network, "retry": RetryPolicy(max_attempts=1),
+            "verify": verify}
 
 
 async def validate_on_pool(pool: GroupPool, tasks: Sequence[Task], *, repeats: int, network: bool,

@@ -129,13 +129,16 @@ async def validate_tasks(
     network: bool = False,
     strict_bases: bool = False,
     accept_older: bool = False,
+    verify: str = "shared",
 ) -> dict[str, Verdict]:
     """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
     more as root, and one that passes so is invalid: "passes only as root". ``network`` gives
     the sandboxes network; ``strict_bases`` refuses substituted bases (the default
     ``image_for`` only); ``accept_older`` (``--accept-older-versions``) builds a language base
-    asking for a newer version than Debian ships with the newest there is."""
+    asking for a newer version than Debian ships with the newest there is; ``verify``: the tests
+    in the agent's sandbox (``shared``) or in a fresh one given the workdir (``separate``), as
+    ``sandfleet run --verify``."""
     if (strict_bases or accept_older) and image_for is default_image_for:
         image_for = functools.partial(_image_for, strict=strict_bases, accept_older=accept_older)
     built: dict[str, str] = {}
@@ -151,7 +154,7 @@ async def validate_tasks(
     def config(n: int = repeats, user: str | None = agent_user) -> RunConfig:
         # repeats are no GRPO group: each rollout takes a slot of its own
         return RunConfig(n=n, concurrency=limit, backend=backend, retry=retry, agent_user=user,
-                         admission="rollout", network=network)
+                         admission="rollout", network=network, verify=verify)
 
     oracle, noop = await asyncio.gather(
         run_suite(tasks, OraclePolicy(), config(), image_for=recording_image_for, slots=slots),

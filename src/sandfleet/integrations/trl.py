@@ -49,6 +49,7 @@ from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
 from sandfleet.rollout.verdict import INFRA, settle
+from sandfleet.rollout.verifier import PTH_RISK, TOOL_CONFIG_RISK
 from sandfleet.tasks import Task
 
 TASK_KEY = "sandfleet_task"
@@ -414,6 +415,10 @@ def task_outputs(task: Task) -> list[str]:
     return [str(p) for p in outputs] if isinstance(outputs, list) else []
 
 
+RESIDUAL_FLAGS = {"conftest.py": "workdir_conftest", PTH_RISK: "workdir_pth", TOOL_CONFIG_RISK: "workdir_tool_config"}
+"""Prefixes of ``info.verifier_risks`` (rollout/verifier.py) and the flag each raises."""
+
+
 class HackMonitor:
     """Flags rewarded completions the reward may be wrong about.
 
@@ -423,7 +428,8 @@ class HackMonitor:
     against those the oracle (the reference solution) leaves (``oracle_disagrees``: the
     verifier accepted something the oracle would not produce), and a re-run whose workdir held a
     ``conftest.py`` (``workdir_conftest``: pytest may have loaded the agent's code into the
-    tests, docs/security.md's residual risk). Each flag is a dict; the
+    tests, docs/security.md's residual risk), a virtual environment's ``.pth`` file
+    (``workdir_pth``) or tool configuration the tests' tools read (``workdir_tool_config``). Each flag is a dict; the
     rollouts of the re-runs go to the runner's ``on_result`` like any other."""
 
     def __init__(self, runner: Runner, *, timeout_s: float = COMMAND_TIMEOUT_S):
@@ -457,9 +463,9 @@ class HackMonitor:
         if again is not None and again < reward:  # a masked rerun says nothing
             flags.append("rerun_lower")
         oracle = None
-        risks = [str(x) for x in rerun.info.get("verifier_risks", []) if str(x).startswith("conftest.py")]
-        if risks:  # the residual risk of docs/security.md: pytest may have run the agent's conftest.py
-            flags.append("workdir_conftest")
+        risks = [str(x) for x in rerun.info.get("verifier_risks", []) if str(x).startswith(tuple(RESIDUAL_FLAGS))]
+        # the residual risks of docs/security.md: code of the agent the tests may have run
+        flags += sorted({flag for x in risks for prefix, flag in RESIDUAL_FLAGS.items() if x.startswith(prefix)})
         if reward >= 1 and outputs:
             oracle = await self.oracle_digest(task)
             if rerun.status == "completed" and rerun.info.get("digest") != oracle:

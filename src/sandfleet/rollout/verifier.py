@@ -105,7 +105,9 @@ ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
 # (testguard.SANITIZE_GIT) and is handed to that user (the agent is gone by then), so tests that
 # write there work as they do as root in Docker. Prints "home=" a fresh HOME for that user,
 # "python=" a root-owned folder holding the Python guard ($PY_GUARD), and notes ("git: ...",
-# "conftest: PATH", "module: NAME" for the workdir's top-level Python modules).
+# "conftest: PATH", "pth: PATH" for a .pth file of a virtual environment in the workdir,
+# "toolconfig: PATH" for tool configuration the tests' tools read from there, "module: NAME" for
+# the workdir's top-level Python modules).
 PREPARE = r"""
 set -e
 owner=$1; shift
@@ -116,6 +118,14 @@ for a; do
       if [ -n "$owner" ]; then sanitize_git "$(readlink -f -- "$d")" | sed 's/^/git: /'; fi
       if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
       find "$d" -maxdepth 3 -name conftest.py -type f 2>/dev/null | head -n 20 | sed 's/^/conftest: /'
+      find "$d" -maxdepth 6 -name '*.pth' -path '*-packages/*' -type f 2>/dev/null | head -n 20 | sed 's/^/pth: /'
+      for f in pytest.ini tox.ini setup.cfg pyproject.toml; do
+        if [ -f "$d/$f" ] && grep -qE '^[[:space:]]*(addopts|pytest_plugins|required_plugins)' "$d/$f" 2>/dev/null
+        then echo "toolconfig: $d/$f"; fi
+      done
+      for f in .npmrc .yarnrc .yarnrc.yml .pythonstartup; do
+        if [ -f "$d/$f" ]; then echo "toolconfig: $d/$f"; fi
+      done
       for m in "$d"/*.py "$d"/*/__init__.py; do [ -e "$m" ] && echo "module: $m"; done | head -n 200
     fi
     continue ;;
@@ -137,6 +147,12 @@ printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
 chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
 printf 'home=%s\npython=%s\n' "$home" "$py"
 """
+
+
+PTH_RISK = ("a .pth file of a virtual environment in the workdir (it runs code at interpreter start when that "
+            "environment's Python runs the tests)")
+TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools read from there (pytest addopts or "
+                    "plugins, npm, yarn)")
 
 
 @dataclass
@@ -336,6 +352,10 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"git: {what}")
         elif kind == "conftest":
             risks.append(f"conftest.py in the workdir (pytest loads it when the tests run from there): {what}")
+        elif kind == "pth":
+            risks.append(f"{PTH_RISK}: {what}")
+        elif kind == "toolconfig":
+            risks.append(f"{TOOL_CONFIG_RISK}: {what}")
         elif kind == "module":
             name = posixpath.basename(posixpath.dirname(what)) if what.endswith("/__init__.py") else \
                 posixpath.basename(what)[:-3]

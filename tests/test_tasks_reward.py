@@ -119,6 +119,16 @@ def test_pytest_runs_that_may_load_a_workdir_conftest_are_flagged(tmp_path: Path
     assert [f.split(":")[1] for f in found] == ["3", "5"], found
 
 
+def test_python_runs_that_skip_the_module_guard_are_flagged(tmp_path: Path) -> None:
+    from sandfleet.tasks.scan import python_guard_off
+
+    assert python_guard_off(load_task(FIXTURES / "harbor-hello")) == []
+    risky = ("#!/bin/bash\ncd /app\npython3 -E /tests/t.py\npython3 -I /tests/t.py\npython -S -m pytest /tests\n"
+             "python3.11 -sE t.py\npython3 /tests/t.py -E  # an argument of the script\npython3 -u /tests/t.py\n")
+    found = python_guard_off(load_task(_harbor_copy(tmp_path, test_sh=risky)))
+    assert [f.split(":")[1] for f in found] == ["3", "5", "6"], found
+
+
 def test_reward_files_the_tests_name(tmp_path: Path) -> None:
     from sandfleet.tasks.reward import named_reward_files
 

@@ -200,7 +200,14 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     from sandfleet.errors import ImageError
     from sandfleet.images.bases import resolve_base
     from sandfleet.rollout.verifier import verifier_user
-    from sandfleet.tasks.scan import CONFTEST_RISK, NEEDS_NETWORK, downloads_at_test_time, workdir_conftest_risk
+    from sandfleet.tasks.scan import (
+        CONFTEST_RISK,
+        GUARD_OFF_RISK,
+        NEEDS_NETWORK,
+        downloads_at_test_time,
+        python_guard_off,
+        workdir_conftest_risk,
+    )
 
     meta: dict[str, Any] = {}
     if image is not None and image != "host":
@@ -228,6 +235,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.verifier_user = verdict.user if task.verifier.same_shell else verifier_user(task)
     verdict.needs_network = downloads_at_test_time(task)
     verdict.warnings += [f"{CONFTEST_RISK}: {line}" for line in workdir_conftest_risk(task)]
+    verdict.warnings += [f"{GUARD_OFF_RISK}: {line}" for line in python_guard_off(task)]
     if verdict.needs_network and not network:
         what = f"{NEEDS_NETWORK}: " + "; ".join(verdict.needs_network) + " (run with --network)"
         verdict.warnings.append(what)

@@ -93,3 +93,27 @@ def workdir_conftest_risk(task: Task) -> list[str]:
             rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
             found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found
+
+
+GUARD_OFF_RISK = "the tests run Python with -E or -S, which skips the module guard"
+_GUARD_OFF = re.compile(r"(^|[\s;&|(/])python3?(\.\d+)?\s+(-[A-Za-z]*[ES][A-Za-z]*)(\s|$)")
+
+
+def python_guard_off(task: Task) -> list[str]:
+    """``file:line: the command`` for each Python run of the tests' scripts with ``-E`` or
+    ``-S``: the interpreter then skips the sitecustomize that keeps the workdir's modules from
+    replacing trusted ones (docs/security.md, "Residual risk"; ``-I`` needs no guard)."""
+    found: list[str] = []
+    for script in _scripts(task):
+        try:
+            text = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            m = _GUARD_OFF.search(code)
+            if m is None or "I" in m.group(3):
+                continue
+            rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
+            found.append(f"{rel}:{number}: {line.strip()[:160]}")
+    return found

@@ -1,0 +1,32 @@
+"""No legitimate test is broken by the reward-integrity defences (issue 25's done-when): every
+bundled task's oracle scores 1 and its no-op 0 on bwrap, with the tests in the agent's sandbox
+(shared) and in a fresh one given the workdir (separate), with the seccomp filter, the uid
+slots and the verifier's pid namespace, guard and git overrides all on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(not shutil.which("bwrap") or os.geteuid() != 0,
+                                reason="needs bubblewrap and root (the bwrap backend)")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verify", ["shared", "separate"])
+def test_bundled_tasks_validate_on_bwrap(tmp_path: Path, verify: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(ROOT / "examples" / "tasks"),
+                        "--backend", "bwrap", "--verify", verify, "-r", "1", "--json",
+                        "--report", str(tmp_path / "validation.json")],
+                       capture_output=True, text=True, timeout=1500)  # fmt: skip
+    verdicts = json.loads(r.stdout)
+    assert len(verdicts) >= 20, r.stderr[-2000:]
+    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
+    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]

@@ -73,8 +73,8 @@ async def main(rev: str, blocks: int = 10, n: int = 20000) -> None:
             for label, mod in order:
                 got[label].append(await per_response_us(mod, raw, n))
         b_, h_ = statistics.median(got["base"]), statistics.median(got["head"])
-        print(f"{name:8} base ({rev}) {b_:.2f} us  head {h_:.2f} us  head/base {h_ / b_:.2f}x "
-              f"(medians of {blocks} alternating blocks of {n})")  # noqa: T201
+        print(f"{name:8} base ({rev}) {b_:.2f} us  head {h_:.2f} us  head/base {h_ / b_:.2f}x "  # noqa: T201
+              f"(medians of {blocks} alternating blocks of {n})")
 
 
 if __name__ == "__main__":

@@ -143,6 +143,12 @@ async def test_framings_and_keep_alive() -> None:
 
 
 async def test_connections_that_are_not_reused() -> None:
+    # a second response to one request (in the same segment): the first is the answer, and
+    # the connection, out of step, is not reused
+    two = b"HTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\nxHTTP/1.1 200 OK\r\ncontent-length: 1\r\n\r\ny"
+    async with Scripted(fixed(two)) as srv, client(srv.url) as h:
+        assert [(await h.get("/")).content for _ in range(2)] == [b"x", b"x"]
+        assert srv.connections == 2
     close = b"HTTP/1.1 200 OK\r\nconnection: close\r\ncontent-length: 1\r\n\r\nx"
     async with Scripted(fixed(close, close=True)) as srv, client(srv.url) as h:
         for _ in range(3):

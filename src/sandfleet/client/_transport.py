@@ -49,6 +49,7 @@ class _Conn(asyncio.Protocol):
         self._length: int | None = None
         self._chunked_body = False
         self._interim = False
+        self._extra = False
         self._head_bytes = 0
         self._head_only = False
         self._head: asyncio.Future[tuple[int, bytes, list[tuple[bytes, bytes]], bool]] | None = None
@@ -115,8 +116,10 @@ class _Conn(asyncio.Protocol):
     # -- parsing: llhttp (httptools) calls these from feed_data
 
     def on_message_begin(self) -> None:
-        if self._state == 5:  # a second response to one request
+        if self._state == 5:  # a second response to one request: not ours, nor the next one's
             self.keep_alive = False
+            self._extra = True
+            return
         self._reason = b""
         self._headers = []
         self._length = None
@@ -124,10 +127,14 @@ class _Conn(asyncio.Protocol):
         self._head_bytes = 0
 
     def on_status(self, status: bytes) -> None:
+        if self._extra:
+            return
         self._reason += status
         self._head_bytes += len(status)
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._extra:
+            return
         self._head_bytes += len(name) + len(value) + 4
         self._headers.append((name, value))
         low = name.lower()
@@ -139,6 +146,8 @@ class _Conn(asyncio.Protocol):
             self._chunked_body = True
 
     def on_headers_complete(self) -> None:
+        if self._extra:
+            return
         status = self._parser.get_status_code()
         if 100 <= status < 200:
             if status == 101:
@@ -162,10 +171,14 @@ class _Conn(asyncio.Protocol):
             fut.set_result((status, self._reason, self._headers, self._state == 5))
 
     def on_body(self, body: bytes) -> None:
+        if self._extra:
+            return
         if self._state in (2, 3, 4):
             self._push(body)
 
     def on_message_complete(self) -> None:
+        if self._extra:
+            return
         if self._interim:
             self._interim = False
             return
@@ -228,6 +241,7 @@ class _Conn(asyncio.Protocol):
         # a parser per request: llhttp would wait for a HEAD's Content-Length of body, and a
         # response cut short must not carry over (one C object: ~0.3 us)
         self._parser = httptools.HttpResponseParser(self)
+        self._extra = False
         self._state = 1
         self._head_only = head_only
         self._head = asyncio.get_running_loop().create_future()

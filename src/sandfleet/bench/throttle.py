@@ -73,8 +73,10 @@ class Throttle:
         return d
 
     def procs_file(self, name: str) -> Path:
-        """The ``cgroup.procs`` a bare worker's shell writes itself into."""
-        return self.child(name) / "cgroup.procs"
+        """The file a bare worker's shell writes itself ("0") into: v1's ``tasks`` (no global
+        threadgroup lock, as the sandboxes join theirs), else ``cgroup.procs``."""
+        d = self.child(name)
+        return d / "tasks" if (d / "tasks").exists() else d / "cgroup.procs"
 
     def close(self) -> None:
         """Move this process home and remove the (emptied) groups."""

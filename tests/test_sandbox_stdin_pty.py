@@ -103,3 +103,30 @@ async def test_files_api_checks_the_users_own_permissions() -> None:
         assert (await sb.exec("ls /root", user="root")).stdout.split() == ["secret"]
     finally:
         await sb.close()
+
+
+@pytest.mark.parametrize("backend", ["process", "bwrap"])
+async def test_commands_take_signals_even_when_the_owner_ignores_them(backend: str) -> None:
+    """A service started by nohup, or as a non-interactive shell's background job, ignores
+    SIGINT, and an ignored signal survives exec: the guest agent gives every command the default
+    actions, so an interrupt (SWE-ReX's, E2B's) still ends it."""
+    from conftest import backend_skip
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    if why := backend_skip(backend):
+        pytest.skip(why)
+    old = signal.signal(signal.SIGINT, signal.SIG_IGN)  # the agent is started from here: it inherits it
+    try:
+        sb = await create_sandbox(SandboxSpec(backend=backend))
+    finally:
+        signal.signal(signal.SIGINT, old)
+    try:
+        box: dict[str, RunningCommand] = {}
+        task = asyncio.create_task(sb.exec(["sleep", "30"], on_start=lambda p: box.setdefault("p", p), timeout=60))
+        p = await _started(box)
+        p.signal(signal.SIGINT)
+        res = await task
+        assert res.signal == signal.SIGINT and res.duration_s < 20, res
+    finally:
+        await sb.close()

@@ -781,7 +781,14 @@ static void start_exec(const req_t *r) {
         sigset_t all;
         sigemptyset(&all);
         sigprocmask(SIG_SETMASK, &all, NULL);
-        signal(SIGPIPE, SIG_DFL);
+        /* every signal to its default action: an ignored one survives exec, and this agent may
+           have inherited SIGINT and SIGQUIT ignored (a service started by nohup or from a
+           non-interactive shell's background job), which left a command deaf to an interrupt */
+        struct sigaction dfl;
+        memset(&dfl, 0, sizeof dfl);
+        dfl.sa_handler = SIG_DFL;
+        for (int s = 1; s < NSIG; s++)
+            if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
         if (pty_s >= 0) { /* the terminal is the command's stdin, stdout, stderr and controlling tty */
             ioctl(pty_s, TIOCSCTTY, 0);
             dup2(pty_s, 0); dup2(pty_s, 1); dup2(pty_s, 2);

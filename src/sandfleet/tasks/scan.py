@@ -11,6 +11,7 @@ time" and name them.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 from sandfleet.tasks.model import Task
@@ -42,6 +43,19 @@ def _scripts(task: Task) -> list[Path]:
     if venv is not None and venv.context_dir is not None:  # tests baked into the verifier's image
         out += sorted(p for p in venv.context_dir.rglob("*") if p.is_file() and p.suffix in (".sh", ".bash"))
     return list(dict.fromkeys(out))
+
+
+def _script_lines(task: Task) -> Iterator[tuple[str, int, str, str]]:
+    """(script relative to the task, line number, the line, its code before any comment) for
+    each line of the tests' readable scripts."""
+    for script in _scripts(task):
+        try:
+            text = script.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        rel = str(script.relative_to(task.path) if script.is_relative_to(task.path) else script)
+        for number, line in enumerate(text.splitlines(), 1):
+            yield rel, number, line, line.split("#", 1)[0]
 
 
 def downloads_at_test_time(task: Task) -> list[str]:
@@ -76,22 +90,15 @@ def workdir_conftest_risk(task: Task) -> list[str]:
     residual risk of docs/security.md)."""
     roots = tuple({up.target.rstrip("/") + "/" for up in task.verifier.uploads} | {"/tests/"})
     found: list[str] = []
-    for script in _scripts(task):
-        try:
-            text = script.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
+    for rel, number, line, code in _script_lines(task):
+        match = _PYTEST.search(code)
+        if match is None or "--confcutdir" in code:
             continue
-        for number, line in enumerate(text.splitlines(), 1):
-            code = line.split("#", 1)[0]
-            match = _PYTEST.search(code)
-            if match is None or "--confcutdir" in code:
-                continue
-            after = code[match.end():].split(";")[0].split("&&")[0].split("|")[0]
-            words = after.replace("$TEST_DIR", "/tests/").replace("${TEST_DIR}", "/tests/").split()
-            if any(w.startswith(roots) for w in words):
-                continue
-            rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
-            found.append(f"{rel}:{number}: {line.strip()[:160]}")
+        after = code[match.end():].split(";")[0].split("&&")[0].split("|")[0]
+        words = after.replace("$TEST_DIR", "/tests/").replace("${TEST_DIR}", "/tests/").split()
+        if any(w.startswith(roots) for w in words):
+            continue
+        found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found
 
 
@@ -104,16 +111,8 @@ def python_guard_off(task: Task) -> list[str]:
     ``-S``: the interpreter then skips the sitecustomize that keeps the workdir's modules from
     replacing trusted ones (docs/security.md, "Residual risk"; ``-I`` needs no guard)."""
     found: list[str] = []
-    for script in _scripts(task):
-        try:
-            text = script.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError):
-            continue
-        for number, line in enumerate(text.splitlines(), 1):
-            code = line.split("#", 1)[0]
-            m = _GUARD_OFF.search(code)
-            if m is None or "I" in m.group(3):
-                continue
-            rel = script.relative_to(task.path) if script.is_relative_to(task.path) else script
+    for rel, number, line, code in _script_lines(task):
+        m = _GUARD_OFF.search(code)
+        if m is not None and "I" not in m.group(3):
             found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found

@@ -12,7 +12,7 @@ rest, each filling itself to its own limit, one after another. Before every batc
 open descriptors (full: a new helper takes over), the host's tasks against
 ``kernel.pid_max`` and ``kernel.threads-max``, and ``MemAvailable`` against a reserve. A host
 limit that the next batch would cross stops the hold with one line that names the limit and
-what to do (:class:`HoldResult.stopped`), never a traceback; so does a creation that fails
+what to do (``Hold.stopped``), never a traceback; so does a creation that fails
 anyway (``EMFILE``, ``EAGAIN`` from fork, a full uid range).
 """
 

@@ -463,9 +463,11 @@ class HackMonitor:
         if again is not None and again < reward:  # a masked rerun says nothing
             flags.append("rerun_lower")
         oracle = None
-        risks = [str(x) for x in rerun.info.get("verifier_risks", []) if str(x).startswith(tuple(RESIDUAL_FLAGS))]
         # the residual risks of docs/security.md: code of the agent the tests may have run
-        flags += sorted({flag for x in risks for prefix, flag in RESIDUAL_FLAGS.items() if x.startswith(prefix)})
+        hits = {str(x): flag for x in rerun.info.get("verifier_risks", [])
+                for prefix, flag in RESIDUAL_FLAGS.items() if str(x).startswith(prefix)}
+        risks = list(hits)
+        flags += sorted(set(hits.values()))
         if reward >= 1 and outputs:
             oracle = await self.oracle_digest(task)
             if rerun.status == "completed" and rerun.info.get("digest") != oracle:

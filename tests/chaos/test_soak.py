@@ -47,13 +47,19 @@ def test_two_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path
     r = json.loads(out.read_text())
     print({k: r[k] for k in ("rollouts", "evals_per_min", "drift", "evals_per_cpu_s", "cpu_drift", "verdicts",
                              "rollouts_per_window", "cpu_s_per_window", "runnable_per_window", "drift_comparable",
-                             "rss_mib", "load_avg")})
+                             "rss_mib", "load_avg", "steal_per_window", "memory_cgroups_per_window",
+                             "negative_dentries_per_window", "slab_mib_per_window")})
     assert r["lost"] == 0 and r["rollouts"] == r["started"] > 0
     assert r["infra_faults_inside"] == 0, r["infra_fault_examples"]
     assert r["unlisted"] == 0
     assert r["leaks"] == []
     assert len(r["evals_per_min"]) >= 2 and all(x > 0 for x in r["evals_per_min"])  # (3 unless slow to start)
     assert r["cpu_drift"] is not None, r
+    n = len(r["evals_per_min"])  # the host's counters, one per window: what a drift not ours shows in
+    assert len(r["steal_per_window"]) == len(r["memory_cgroups_per_window"]) == n
+    assert all(s is not None and 0 <= s <= 1 for s in r["steal_per_window"]), r["steal_per_window"]
+    assert all(c is not None and c >= 1 for c in r["memory_cgroups_per_window"]), r
+    assert all(m is not None and m > 0 for m in r["slab_mib_per_window"]), r
     if r["drift_comparable"]["ok"]:
         assert abs(r["cpu_drift"]) <= 0.20, r
     else:

@@ -25,6 +25,9 @@ as ``sandfleet run``, each result kept. Reported:
   cause but the model server's: the oracle agent uses none) with their errors;
 - the host side's memory: this process's RSS after the first window and at the end, as
   MiB per hour;
+- what the host holds at each window's end (memory cgroups, dying ones included; negative
+  dentries; slab) and the share of its CPU the hypervisor stole in each window: what a
+  drift that is not sandfleet's own would show in;
 - leaks at the end: markers, cgroups and processes of the soak's sandboxes, and zombies
   among this process's children.
 """
@@ -38,9 +41,11 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sandfleet.bench.load import Progress
+
+V = TypeVar("V")
 
 MIN_ROLLOUTS = 20
 """Rollouts in the first and in the last window for their drift to be read: one rollout
@@ -110,6 +115,28 @@ def runnable() -> float:
     return 0.0
 
 
+def host_counters() -> dict[str, float]:
+    """What the host holds and spends that a long soak could grow or lose: CPU jiffies
+    stolen by the hypervisor and in all (``/proc/stat``), memory cgroups alive or dying
+    (``/proc/cgroups``), negative dentries (``/proc/sys/fs/dentry-state``), slab (MiB)."""
+    out: dict[str, float] = {}
+    try:
+        cpu = Path("/proc/stat").read_text().splitlines()[0].split()[1:]
+        ticks = [int(x) for x in cpu[:8]]
+        out["steal"], out["ticks"] = float(ticks[7]) if len(ticks) > 7 else 0.0, float(sum(ticks))
+        for line in Path("/proc/cgroups").read_text().splitlines():
+            f = line.split()
+            if f and f[0] == "memory":
+                out["memory_cgroups"] = float(f[2])
+        out["negative_dentries"] = float(Path("/proc/sys/fs/dentry-state").read_text().split()[4])
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("Slab:"):
+                out["slab_mib"] = int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
 def mean_in(samples: list[tuple[float, float]], a: float, b: float) -> float | None:
     got = [v for t, v in samples if a <= t < b]
     return sum(got) / len(got) if got else None
@@ -132,8 +159,8 @@ def comparable(counts: list[int], run: list[float | None], used: list[float]) ->
     return {"ok": not why, "why": "; ".join(why)}
 
 
-def at(samples: list[tuple[float, float]], t: float) -> float:
-    """The sampled value at the last sample not after ``t``."""
+def at(samples: list[tuple[float, V]], t: float) -> V:
+    """The sampled value at the last sample not after ``t`` (the first sample if none)."""
     best = samples[0][1]
     for ts, v in samples:
         if ts > t:
@@ -192,12 +219,17 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
 
     cpu: list[tuple[float, float]] = [(t0, cpu_seconds())]
     host: list[tuple[float, float]] = [(t0, runnable())]
+    counters: list[tuple[float, dict[str, float]]] = [(t0, host_counters())]
 
     async def sample_rss() -> None:
+        n = 0
         while time.monotonic() < deadline:
             await asyncio.sleep(0.25)
+            n += 1
             cpu.append((time.monotonic(), cpu_seconds()))
             host.append((time.monotonic(), runnable()))
+            if n % 20 == 0:  # every 5 s
+                counters.append((time.monotonic(), host_counters()))
             if results and "first_window" not in rss:
                 first_end = min(r.end for r in results)
                 if time.monotonic() >= first_end + window_s:
@@ -225,10 +257,17 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
     leaks = leftovers([i for i in ids if i]) + [f"zombie {z}" for z in zombie_children()]
     drift = (per_window[-1] - per_window[0]) / per_window[0] if len(per_window) >= 2 and per_window[0] else None
     cpu.append((time.monotonic(), cpu_seconds()))
+    counters.append((time.monotonic(), host_counters()))
     per_cpu = []  # evals per CPU-second of the soak's own processes: what other load on the host does not move
     counts, used_s, run = [], [], []
+    hosts: dict[str, list[float | None]] = {"steal": [], "memory_cgroups": [], "negative_dentries": [], "slab_mib": []}
     for k, rate in enumerate(per_window):
         a, b = first + k * window_s, first + (k + 1) * window_s
+        ca, cb = at(counters, a), at(counters, b)
+        ticks = cb.get("ticks", 0.0) - ca.get("ticks", 0.0)
+        hosts["steal"].append(round((cb.get("steal", 0.0) - ca.get("steal", 0.0)) / ticks, 4) if ticks > 0 else None)
+        for key in ("memory_cgroups", "negative_dentries", "slab_mib"):
+            hosts[key].append(round(cb[key], 1) if key in cb else None)
         used = at(cpu, b) - at(cpu, a)
         per_cpu.append(round(rate * window_s / 60.0 / used, 4) if used > 0 else None)
         counts.append(round(rate * window_s / 60.0))
@@ -245,6 +284,10 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
         "evals_per_cpu_s": per_cpu, "cpu_drift": None if cpu_drift is None else round(cpu_drift, 4),
         "rollouts_per_window": counts, "cpu_s_per_window": used_s, "runnable_per_window": run,
         "drift_comparable": comparable(counts, run, used_s),
+        # per window: the share of the host's CPU time the hypervisor stole, and at its end the
+        # memory cgroups (dying ones included), negative dentries and slab the host held
+        "steal_per_window": hosts["steal"], "memory_cgroups_per_window": hosts["memory_cgroups"],
+        "negative_dentries_per_window": hosts["negative_dentries"], "slab_mib_per_window": hosts["slab_mib"],
         "load_avg": [round(x, 1) for x in os.getloadavg()],
         "verdicts": dict(verdicts), "passed": sum(r.passed for r in results),
         "infra_faults_inside": len(ours),

@@ -51,6 +51,50 @@ def test_uid_slots_are_taken_once_across_processes_and_reused(tmp_path: Path,
             child.stdout.close()
 
 
+def test_a_search_starts_where_the_last_one_ended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Slots held by another process are scanned once per process, not on every take: the
+    next search starts after the slot found last (and at a slot this process released, if
+    lower); slot 0 is still taken first whenever it is free. (One uid_base per test: the
+    hint is kept per uid_base for the process's life.)"""
+    monkeypatch.setenv("SANDFLEET_UID_SLOTS", str(tmp_path))
+    base = 2_100_000_000
+    cfg = BwrapConfig(uid_base=base, slots=400)
+    hold = ("import sys, time; from sandfleet.sandbox.spec import BwrapConfig; "
+            "from sandfleet.sandbox.uids import take_slot; "
+            f"c = BwrapConfig(uid_base={base}, slots=400); "
+            "s = [take_slot(c) for _ in range(300)]; [x.release() for x in s[250:]]; "
+            "print(' '.join(str(x.index) for x in s[:250]), flush=True); time.sleep(60)")
+    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "SANDFLEET_UID_SLOTS": str(tmp_path)})
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().split() == [str(i) for i in range(250)]  # 0..249 held there
+        a, b = take_slot(cfg), take_slot(cfg)
+        assert (a.index, b.index) == (250, 251)
+        a.release()  # below the hint: searched from again
+        assert take_slot(cfg).index == 250
+        assert take_slot(cfg).index == 252
+        opened: list[str] = []
+        real_open = os.open
+
+        def counting_open(path: object, *args: object, **kw: object) -> int:
+            opened.append(str(path))
+            return real_open(path, *args, **kw)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as m:
+            m.setattr(os, "open", counting_open)
+            assert take_slot(cfg).index == 253
+        assert len(opened) == 2, f"a take after the first scanned {len(opened)} slot files: {opened[:5]}..."
+        child.kill()
+        child.wait()
+        assert take_slot(cfg).index == 0, "slot 0 free again, and taken first"
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
 def test_a_uid_range_past_the_last_host_uid_is_refused() -> None:
     with pytest.raises(ConfigError, match="past the last host uid"):
         backend_config({"kind": "bwrap", "uid_base": 4_000_000_000})

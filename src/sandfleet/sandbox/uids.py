@@ -25,7 +25,11 @@ what lands on disk is always canonical.
 A slot is taken with an exclusive ``flock`` on ``<dir>/<slot>`` (held by an open file for
 the sandbox's life; the kernel drops it if the owner dies), so every process of this host
 that makes sandboxes with the same ``uid_base`` shares one allocator, whatever its state
-root. The lowest free slot is taken: the canonical slot 0 needs no idmapped mounts.
+root. Slot 0 is taken whenever it is free (the canonical slot needs no idmapped mounts);
+otherwise the search starts where this process last found a free slot (or below, at the
+lowest slot it released since), not at 1: with thousands of slots held by other processes
+(the idle hold of ``bench micro --idle``), a scan from 1 cost one ``open`` and ``flock`` per
+held slot on every start; now a process pays that scan once.
 """
 
 from __future__ import annotations
@@ -101,6 +105,8 @@ class Slot:
         if fd >= 0:
             with _held_lock:
                 _held.discard((self.canonical, self.index))
+                if self.index and self.index < _hint.get(self.canonical, 1):
+                    _hint[self.canonical] = self.index
             # unlock first: a forked child (or parent) sharing the open file would keep it locked
             with contextlib.suppress(OSError):
                 fcntl.flock(fd, fcntl.LOCK_UN)
@@ -109,6 +115,7 @@ class Slot:
 
 _held_lock = threading.Lock()
 _held: set[tuple[int, int]] = set()  # (uid_base, slot) this process holds: skipped without a syscall
+_hint: dict[int, int] = {}  # uid_base -> the slot (>= 1) this process's next search starts at
 
 
 def slot_dir(config: BwrapConfig) -> Path:
@@ -122,10 +129,13 @@ def slot_dir(config: BwrapConfig) -> Path:
 
 
 def take_slot(config: BwrapConfig) -> Slot:
-    """The lowest free slot of ``config``'s range, locked for the caller; SandboxError when
-    all ``config.slots`` are live."""
+    """A free slot of ``config``'s range, locked for the caller: slot 0 if free, else the
+    first free one from this process's hint on, wrapping round; SandboxError when all
+    ``config.slots`` are live."""
     d = slot_dir(config)
-    for i in range(config.slots):
+    with _held_lock:
+        start = min(max(_hint.get(config.uid_base, 1), 1), config.slots)
+    for i in (0, *range(start, config.slots), *range(1, start)):
         key = (config.uid_base, i)
         with _held_lock:
             if key in _held:
@@ -141,6 +151,9 @@ def take_slot(config: BwrapConfig) -> Slot:
             with _held_lock:
                 _held.discard(key)
             continue
+        if i:
+            with _held_lock:
+                _hint[config.uid_base] = i + 1 if i + 1 < config.slots else 1
         return Slot(index=i, base=config.uid_base + i * UID_STRIDE, canonical=config.uid_base, _fd=fd)
     raise SandboxError(f"all {config.slots} host uid slots of uid_base {config.uid_base} are in use "
                        f"(one per live sandbox: raise BwrapConfig.slots, or close sandboxes)")

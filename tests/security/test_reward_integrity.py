@@ -62,9 +62,9 @@ async def _host(task: Task) -> str:
 
 
 async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str = "shared",
-                   **config: Any) -> list[RolloutResult]:
-    """Two rollouts of each task at once on bwrap, the agent replaying ``commands``."""
-    cfg = RunConfig(backend="bwrap", n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
+                   backend: str = "bwrap", **config: Any) -> list[RolloutResult]:
+    """Two rollouts of each task at once on ``backend``, the agent replaying ``commands``."""
+    cfg = RunConfig(backend=backend, n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
                     verify=verify, **config)  # type: ignore[arg-type]
     report = await run_suite(list(tasks), ScriptedPolicy(commands), cfg, image_for=_host)
     assert len(report.results) == 2 * len(tasks)
@@ -298,13 +298,19 @@ async def test_a_workdir_venv_pth_and_tool_config_are_flagged(tmp_path: Path, ve
 # 11. Sabotage is a zero: a full disk, the tests' processes killed, a 100 GiB sparse file.
 @MODES
 @pytest.mark.parametrize("user", ["agent", "root"])
-async def test_agent_filling_the_disk_scores_zero_not_failed(tmp_path: Path, verify: str, user: str) -> None:
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("gvisor", marks=pytest.mark.skipif(
+    not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)"))])
+async def test_agent_filling_the_disk_scores_zero_not_failed(tmp_path: Path, verify: str, user: str,
+                                                             backend: str) -> None:
+    """On gvisor too: its writable layer is the same ext4 disk, and /tmp is that layer's (runsc's
+    own /tmp, a tmpfs in the Sentry's memory with no size limit, got the sandbox OOM-killed:
+    a `failed` rollout)."""
     task = harbor_task(tmp_path, "full", DECIDE)
     # root also takes the blocks a file system keeps for root, which the verifier's set-up needs
     fill = ("echo hello > /app/out.txt; for d in /app /tmp /logs /tests; do "
             "dd if=/dev/zero of=$d/fill bs=1M count=100000; dd if=/dev/zero of=$d/fill2 bs=4k; done 2>/dev/null; "
             "for i in $(seq 2000); do : > /tmp/f$i || break; done 2>/dev/null; df -h /app | tail -n 1; true")
-    results = await rollouts([task], [fill], verify, agent_user=user)
+    results = await rollouts([task], [fill], verify, backend, agent_user=user)
     assert_zero(results, None)
     reasons = {r.reason for r in results}
     assert reasons <= {"verifier_setup_failed", "no_reward_file", "transfer_too_large"}, reasons

@@ -5,8 +5,11 @@ none reaches the host kernel directly. Start-up of one sandbox (docs/security.md
 
 1. ``sandfleet-agent launch`` (as root on the host) joins the sandbox's cgroups (runsc's
    sandbox, gofer and, on ptrace, the stub processes are all born inside: the limits hold
-   for the whole of it), makes a private mount namespace, mounts a size-limited tmpfs for
-   the writable layer and an overlay of it over the image's layers (a base image idmapped
+   for the whole of it), makes a private mount namespace, attaches the disk limit (the
+   same ext4 on a loop device as bwrap's, mounted ahead by :mod:`sandfleet.sandbox.disk`;
+   a size-limited tmpfs, charged to memory, where the host has no loop devices or
+   ``GvisorConfig.disk`` is "tmpfs") for the writable layer and an overlay of it over the
+   image's layers (a base image idmapped
    onto the stored uid range), prepares the
    writable directories, sets PR_SET_PDEATHSIG, and
 2. execs ``runsc run`` on an OCI bundle whose root is that overlay, with no network
@@ -41,7 +44,7 @@ from sandfleet.agent.build import cache_dir
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_adopted
-from sandfleet.sandbox import cgroups, network, seccomp
+from sandfleet.sandbox import cgroups, disk, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
@@ -176,6 +179,8 @@ class GvisorSandbox(LocalSandbox):
     def memory_events(self) -> dict[str, int]:
         return self.cgroup.memory_events() if self.cgroup else {}
 
+    loop: disk.Loop | None = None  # the disk limit's loop device, released once runsc is gone
+
     async def close(self) -> None:
         """Close as any local sandbox, then reap runsc's sandbox, gofer and stub processes: they
         outlive ``runsc run`` for a moment and come back to this process (a subreaper)."""
@@ -191,6 +196,9 @@ class GvisorSandbox(LocalSandbox):
             await _off_loop(lambda: reap_adopted(pinned))
             if self.net is not None:
                 await _off_loop(self.net.close)
+            if self.loop is not None:  # runsc's processes are gone: the mount and the device may go
+                self.loop.release()
+                self.loop = None
 
 
 class GvisorBackend:
@@ -234,7 +242,12 @@ class GvisorBackend:
                        {"destination": "/dev/shm", "type": "tmpfs", "source": "shm",
                         "options": ["nosuid", "nodev", "noexec", "mode=1777", "size=64m"]},
                        {"destination": "/.sandfleet", "type": "bind", "source": str(agent_dir),
-                        "options": ["rbind", "ro"]}],
+                        "options": ["rbind", "ro"]},
+                       # the writable layer's own /tmp: without a /tmp mount, runsc puts a tmpfs
+                       # in the Sentry's memory there, with no size limit (filling /tmp then got
+                       # the sandbox OOM-killed, a `failed` rollout, instead of ENOSPC)
+                       {"destination": "/tmp", "type": "bind", "source": str(root / "tmp"),
+                        "options": ["rbind", "rw"]}],
             # with network=True the Sentry joins the namespace sandfleet made (NetNamespace)
             "linux": {"namespaces": [{"type": t, **({"path": netns} if t == "network" and netns else {})}
                                      for t in ("pid", "network", "ipc", "uts", "mount", "user")],
@@ -243,7 +256,8 @@ class GvisorBackend:
         }
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, lowers: list[Path], cg: cgroups.Cgroup | None,
-              agent_dir: Path, uid_base: int, net: NetNamespace | None = None) -> list[str]:
+              agent_dir: Path, uid_base: int, net: NetNamespace | None = None,
+              loop: disk.Loop | None = None) -> list[str]:
         """The launcher's argv: the same layers as bwrap's, owned as stored (host uid
         ``uid_base + i`` is the sandbox's uid ``i``, through the gofer's map in the bundle);
         a base image (owned by host root on disk) through an idmapped mount onto that range."""
@@ -254,9 +268,12 @@ class GvisorBackend:
         a = [str(agent_dir / "sandfleet-agent"), "launch"]
         for f in cg.join_files if cg else []:
             a += ["--cgroup", str(f)]
-        a += ["--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755",
-              "--tmpfs", str(rw), f"{lim.disk_mib}m",
-              "--mkdir", str(rw / "upper"), *root_ids, "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
+        a += ["--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755"]
+        if loop is not None:  # the disk limit, as bwrap's: an ext4 of its own, ENOSPC when full
+            a += ["--disk-fd", str(loop.mnt_fd), str(rw)]
+        else:  # (charged to memory: filling it can OOM-kill the sandbox)
+            a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
+        a += ["--mkdir", str(rw / "upper"), *root_ids, "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
         if lowers[-1] == Path("/"):  # the host's root: layers copied up, the hidden host made empty
             for layer in reversed(lowers[:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
@@ -302,26 +319,37 @@ class GvisorBackend:
             meta[network.META_FORWARD] = list(spec.limits.forward)
         sdir = new_sandbox_dir(sid, meta)  # the marker names its owner before there is anything to reap
         net: NetNamespace | None = None
+        loop: disk.Loop | None = None
         try:
             if cg is not None:
                 cg.create(spec.limits)
+            if self.config.disk == "ext4" and disk.available():
+                loop = disk.take_loop_nowait(spec.limits.disk_mib) or await asyncio.to_thread(
+                    disk.take_loop, spec.limits.disk_mib)
             if spec.limits.network:
                 net = await asyncio.to_thread(NetNamespace, sdir, sid, spec.limits)
             agent_dir = _agent_dir()
             (sdir / "bundle").mkdir()
             (sdir / "bundle/config.json").write_text(
                 json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None)))
-            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net)
+            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net, loop)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
+                                             pass_fds=(loop.mnt_fd,) if loop is not None else (),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow, protect_init=True))
+            if loop is not None:
+                loop.hold_mounts_of(agent.proc.pid)
         except BaseException:
+            if loop is not None:
+                loop.release()
             if net is not None:
                 net.close()
             if cg is not None:
                 cg.remove()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
-        return GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []), net)
+        box = GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []), net)
+        box.loop = loop
+        return box
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[GvisorSandbox]:
         return await create_many([lambda: self.create(snapshot.spec, layers=snapshot.layers)] * n)

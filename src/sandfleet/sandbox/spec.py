@@ -185,6 +185,10 @@ class GvisorConfig(_Config):
     """The runsc binary (resolved to an absolute path once, at backend start)."""
     platform: Literal["auto", "ptrace", "kvm"] = "auto"
     """runsc's platform: "auto" is KVM where runsc runs on it here (probed once), else ptrace."""
+    disk: Literal["ext4", "tmpfs"] = "ext4"
+    """The writable layer, as :attr:`BwrapConfig.disk`: "ext4" (ENOSPC past ``disk_mib``, never
+    charged to memory) or "tmpfs" (charged to the memory limit, with gVisor's own memory: an
+    agent that fills it gets the sandbox OOM-killed, not a full disk)."""
     target: ClassVar[str] = "sandfleet.sandbox.gvisor:GvisorBackend"
 
 

@@ -335,17 +335,26 @@ def _rss_kib(field: str) -> int:
     raise AssertionError(field)
 
 
-async def test_100_gib_sparse_file_is_carried_sparse_quickly_in_little_memory(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["bwrap", pytest.param("gvisor", marks=pytest.mark.skipif(
+    not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)"))])
+async def test_100_gib_sparse_file_is_carried_sparse_quickly_in_little_memory(tmp_path: Path, backend: str) -> None:
+    """Carried sparse on bwrap; refused on gvisor (`transfer_too_large`): runsc 20221219 shows
+    no holes (SEEK_DATA finds data at offset 0 of a truncated file), so it counts at its full
+    size. Either is what the issue allows, within 10 s and 50 MB of host memory."""
     task = harbor_task(tmp_path, "sparse", 'stat -c "SIZE %s BLOCKS %b" /app/big\n' + DECIDE)
     Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here
     before = _rss_kib("VmRSS")
     t0 = time.monotonic()
-    results = await rollouts([task], ["truncate -s 100G /app/big && echo goodbye > /app/out.txt"], "separate")
+    results = await rollouts([task], ["truncate -s 100G /app/big && echo goodbye > /app/out.txt"], "separate",
+                             backend)
     took = time.monotonic() - t0
     grew_mb = (_rss_kib("VmHWM") - before) / 1024
     assert_zero(results, None)
     for r in results:
-        assert "SIZE 107374182400 BLOCKS 0" in r.verifier_output, r.verifier_output  # carried, still sparse
+        if backend == "gvisor":
+            assert r.reason == "transfer_too_large", (r.reason, r.verifier_output)
+        else:
+            assert "SIZE 107374182400 BLOCKS 0" in r.verifier_output, r.verifier_output  # carried, still sparse
         copy = sum(s["end"] - s["start"] for s in r.spans if s.get("what") in ("copy out workdir", "copy in workdir"))
         assert copy < 10, r.spans
     assert grew_mb < 50, f"host memory grew {grew_mb:.0f} MB"

@@ -615,6 +615,8 @@ read -r self _ < /proc/self/stat
 me=$(python3 -c 'import os; print(open(f"/proc/{os.getpid()}/stat").read().split()[1])')
 [ "$me" = "(python3)" ] || ok=0
 python3 -m http.server --bind 127.0.0.1 18765 >/dev/null 2>&1 & server=$!
+# (until the child has exec'd python, its command line is the shell's: on a busy host, a while)
+for i in $(seq 200); do [ -n "$(pgrep -f 'http.server --bind 127.0.0.1 18765')" ] && break; sleep 0.05; done
 [ "$(pgrep -f 'http.server --bind 127.0.0.1 18765')" = "$server" ] || ok=0
 pkill -f 'http.server --bind 127.0.0.1 18765'; wait $server; [ $? = 143 ] || ok=0
 others=$(python3 -c 'import os; print(",".join(c for c in (open(f"/proc/{p}/comm").read().strip()

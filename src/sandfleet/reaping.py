@@ -81,6 +81,54 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
             os.close(fd)
 
 
+async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
+    """:func:`reap_adopted` on the running event loop, with no thread: a pinned process that
+    has not exited yet is waited for by its pidfd becoming readable (epoll, so no
+    FD_SETSIZE limit), then reaped if it is our child. Closes the pidfds. (In a worker thread,
+    as :func:`reap_adopted`, every close paid a wake-up of a worker and then of the loop.)"""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    for fd in pidfds:
+        try:
+            poller = select.poll()
+            poller.register(fd, select.POLLIN)
+            if not poller.poll(0):  # still running
+                done: asyncio.Future[None] = loop.create_future()
+
+                def ready(f: asyncio.Future[None] = done) -> None:
+                    if not f.done():
+                        f.set_result(None)
+
+                loop.add_reader(fd, ready)
+                try:
+                    async with asyncio.timeout(max(0.0, end - loop.time())):
+                        await done
+                except TimeoutError:
+                    pass
+                finally:
+                    loop.remove_reader(fd)
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 (WNOHANG: it has exited)
+        finally:
+            os.close(fd)
+
+
+def reap_group_nowait(pgid: int) -> bool:
+    """Reap the members of process group ``pgid`` that came back to us and have exited;
+    True while one of them (a child of ours) still runs (then :func:`reap_group` waits)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-pgid, os.WNOHANG)
+        except ChildProcessError:
+            return False
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return True
+
+
 def proc_start_time(pid: int) -> int | None:
     """Kernel start time of a process (to tell a live owner from a reused pid)."""
     try:

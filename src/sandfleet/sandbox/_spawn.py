@@ -15,7 +15,7 @@ from typing import IO
 
 from sandfleet.agent.client import AgentClient
 from sandfleet.errors import SandboxDiedError
-from sandfleet.reaping import adopt_children, reap_adopted, reap_group
+from sandfleet.reaping import adopt_children, reap_group, reap_group_nowait, wait_adopted
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
@@ -163,10 +163,11 @@ class AgentProcess:
             await self.proc.wait()
         if self.adopted:  # bwrap's child ends after bwrap: reaped here, never left to init
             fds, self.adopted = self.adopted, []
-            await _off_loop(lambda: reap_adopted(fds))
+            await wait_adopted(fds)
         if self.group:  # and whatever else of its session came back to us (a start that failed)
             pgid, self.group = self.group, 0
-            await _off_loop(lambda: reap_group(pgid))
+            if reap_group_nowait(pgid):  # (usually none left: no thread for nothing)
+                await _off_loop(lambda: reap_group(pgid))
 
 
 class LocalSandbox(AgentSandbox):

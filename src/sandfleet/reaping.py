@@ -85,13 +85,17 @@ async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
     """:func:`reap_adopted` on the running event loop, with no thread: a pinned process that
     has not exited yet is waited for by its pidfd becoming readable (epoll, so no
     FD_SETSIZE limit), then reaped if it is our child. Closes the pidfds. (In a worker thread,
-    as :func:`reap_adopted`, every close paid a wake-up of a worker and then of the loop.)"""
+    as :func:`reap_adopted`, every close paid a wake-up of a worker and then of the loop.)
+    Cancelled, it finishes the rest blocking, as the worker thread did: every pidfd is closed
+    and every pinned child reaped either way."""
     import asyncio
 
     loop = asyncio.get_running_loop()
     end = loop.time() + timeout
-    for fd in pidfds:
-        try:
+    left = list(pidfds)
+    try:
+        while left:
+            fd = left[0]
             poller = select.poll()
             poller.register(fd, select.POLLIN)
             if not poller.poll(0):  # still running
@@ -109,10 +113,15 @@ async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
                     pass
                 finally:
                     loop.remove_reader(fd)
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 (WNOHANG: it has exited)
-        finally:
-            os.close(fd)
+            left.pop(0)
+            try:
+                with contextlib.suppress(ChildProcessError, OSError):
+                    os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 (WNOHANG: it has exited)
+            finally:
+                os.close(fd)
+    except BaseException:
+        reap_adopted(left, max(0.0, end - loop.time()))
+        raise
 
 
 def reap_group_nowait(pgid: int) -> bool:

@@ -145,6 +145,9 @@ def test_opt_outs_are_checked_everywhere(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="unknown seccomp rule 'mounts'"):
         spec(seccomp_allow=("mounts",))
     assert spec(seccomp_allow="mount,keyring").seccomp_allow == ("keyring", "mount")
+    for bad in (-2.2e-313, 7, {"mount": True}, ["mount", 3]):  # (a float once reached the service as a 500)
+        with pytest.raises(ConfigError, match="seccomp_allow is a list of rule names"):
+            spec(seccomp_allow=bad)
     folder = tmp_path / "t"
     (folder / "environment").mkdir(parents=True)
     (folder / "tests").mkdir()

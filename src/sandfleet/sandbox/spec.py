@@ -249,6 +249,9 @@ class SandboxSpec(BaseModel):
 
         if isinstance(v, str):
             v = [p for p in v.split(",") if p.strip()]
+        if not isinstance(v, list | tuple) or not all(isinstance(x, str) for x in v):
+            raise ValueError(f"seccomp_allow is a list of rule names or a comma-separated string, "
+                             f"not {type(v).__name__} {v!r}"[:200])
         return check_allow(v)
 
     @field_validator("workdir")

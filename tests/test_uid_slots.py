@@ -17,18 +17,23 @@ from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, backend_config
 from sandfleet.sandbox.uids import Slot, take_slot
 
 
+def _holder(slots_dir: Path, code: str) -> subprocess.Popen[str]:
+    """Another process that runs ``code`` (with BwrapConfig and take_slot imported) against
+    the slot files in ``slots_dir``, then keeps what it holds for a minute."""
+    prog = ("import time; from sandfleet.sandbox.spec import BwrapConfig; "
+            f"from sandfleet.sandbox.uids import take_slot; {code}; time.sleep(60)")
+    return subprocess.Popen([sys.executable, "-c", prog], stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "SANDFLEET_UID_SLOTS": str(slots_dir)})
+
+
 def test_uid_slots_are_taken_once_across_processes_and_reused(tmp_path: Path,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """The allocator: the lowest free slot, never one another process holds, free again once
     released or once its holder died."""
     monkeypatch.setenv("SANDFLEET_UID_SLOTS", str(tmp_path))
     cfg = BwrapConfig(uid_base=2_000_000_000, slots=4)
-    hold = ("import sys, time; from sandfleet.sandbox.spec import BwrapConfig; "
-            "from sandfleet.sandbox.uids import take_slot; "
-            "s = take_slot(BwrapConfig(uid_base=2_000_000_000, slots=4)); "
-            "print(s.index, s.base, flush=True); time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "SANDFLEET_UID_SLOTS": str(tmp_path)})
+    child = _holder(tmp_path, "s = take_slot(BwrapConfig(uid_base=2_000_000_000, slots=4)); "
+                              "print(s.index, s.base, flush=True)")
     try:
         assert child.stdout is not None
         assert child.stdout.readline().split() == ["0", "2000000000"]
@@ -59,13 +64,9 @@ def test_a_search_starts_where_the_last_one_ended(tmp_path: Path, monkeypatch: p
     monkeypatch.setenv("SANDFLEET_UID_SLOTS", str(tmp_path))
     base = 2_100_000_000
     cfg = BwrapConfig(uid_base=base, slots=400)
-    hold = ("import sys, time; from sandfleet.sandbox.spec import BwrapConfig; "
-            "from sandfleet.sandbox.uids import take_slot; "
-            f"c = BwrapConfig(uid_base={base}, slots=400); "
-            "s = [take_slot(c) for _ in range(300)]; [x.release() for x in s[250:]]; "
-            "print(' '.join(str(x.index) for x in s[:250]), flush=True); time.sleep(60)")
-    child = subprocess.Popen([sys.executable, "-c", hold], stdout=subprocess.PIPE, text=True,
-                             env={**os.environ, "SANDFLEET_UID_SLOTS": str(tmp_path)})
+    child = _holder(tmp_path, f"c = BwrapConfig(uid_base={base}, slots=400); "
+                              "s = [take_slot(c) for _ in range(300)]; [x.release() for x in s[250:]]; "
+                              "print(' '.join(str(x.index) for x in s[:250]), flush=True)")
     try:
         assert child.stdout is not None
         assert child.stdout.readline().split() == [str(i) for i in range(250)]  # 0..249 held there

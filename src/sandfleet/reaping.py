@@ -70,15 +70,28 @@ def reap_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
     end = time.monotonic() + timeout
     for fd in pidfds:
         try:
-            left = max(0.0, end - time.monotonic())
-            poller = select.poll()  # not select(): a busy owner's pidfds are past FD_SETSIZE (1024)
-            poller.register(fd, select.POLLIN)
-            with contextlib.suppress(InterruptedError):
-                poller.poll(left * 1000)
-            with contextlib.suppress(ChildProcessError, OSError):
-                os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)
+            _exited(fd, max(0.0, end - time.monotonic()))
         finally:
-            os.close(fd)
+            _reap_pidfd(fd)
+
+
+def _exited(pidfd: int, timeout: float = 0.0) -> bool:
+    """Whether the pinned process has exited, waiting up to ``timeout`` for it (poll, not
+    select(): a busy owner's pidfds are past FD_SETSIZE, 1024)."""
+    poller = select.poll()
+    poller.register(pidfd, select.POLLIN)
+    with contextlib.suppress(InterruptedError):
+        return bool(poller.poll(timeout * 1000))
+    return False
+
+
+def _reap_pidfd(pidfd: int) -> None:
+    """Reap the pinned process if it has exited and is our child; close its pidfd."""
+    try:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED | os.WNOHANG)
+    finally:
+        os.close(pidfd)
 
 
 async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
@@ -96,9 +109,7 @@ async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
     try:
         while left:
             fd = left[0]
-            poller = select.poll()
-            poller.register(fd, select.POLLIN)
-            if not poller.poll(0):  # still running
+            if not _exited(fd):  # still running
                 done: asyncio.Future[None] = loop.create_future()
 
                 def ready(f: asyncio.Future[None] = done) -> None:
@@ -113,12 +124,7 @@ async def wait_adopted(pidfds: list[int], timeout: float = 2.0) -> None:
                     pass
                 finally:
                     loop.remove_reader(fd)
-            left.pop(0)
-            try:
-                with contextlib.suppress(ChildProcessError, OSError):
-                    os.waitid(os.P_PIDFD, fd, os.WEXITED | os.WNOHANG)  # noqa: ASYNC222 (WNOHANG: it has exited)
-            finally:
-                os.close(fd)
+            _reap_pidfd(left.pop(0))
     except BaseException:
         reap_adopted(left, max(0.0, end - loop.time()))
         raise

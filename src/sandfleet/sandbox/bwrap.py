@@ -309,8 +309,7 @@ class BwrapBackend:
                 cg.create(spec.limits)
             seed = self._seed() if lowers[-1] == Path("/") else None
             if self.config.disk == "ext4" and disk.available():
-                loop = disk.take_loop_nowait(spec.limits.disk_mib, seed) or await asyncio.to_thread(
-                    disk.take_loop, spec.limits.disk_mib, seed)
+                loop = await disk.take_loop_async(spec.limits.disk_mib, seed)
             slot = uids.take_slot(self.config)
             meta["uid_slot"] = slot.index
             argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot)

@@ -365,6 +365,15 @@ def take_loop(size_mib: int, seed: Seed | None = None) -> Loop:
     return loop
 
 
+async def take_loop_async(size_mib: int, seed: Seed | None = None) -> Loop:
+    """:func:`take_loop` from the event loop: a ready device at once, else one bound in a
+    thread (what bwrap and gvisor sandboxes start with)."""
+    import asyncio
+
+    ready = take_loop_nowait(size_mib, seed)
+    return ready if ready is not None else await asyncio.to_thread(take_loop, size_mib, seed)
+
+
 def take_loop_nowait(size_mib: int, seed: Seed | None = None) -> Loop | None:
     """A ready loop device, or None at once (then ``take_loop`` in a thread)."""
     return _pool.take(size_mib, seed, wait=False)

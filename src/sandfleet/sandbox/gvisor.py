@@ -324,8 +324,7 @@ class GvisorBackend:
             if cg is not None:
                 cg.create(spec.limits)
             if self.config.disk == "ext4" and disk.available():
-                loop = disk.take_loop_nowait(spec.limits.disk_mib) or await asyncio.to_thread(
-                    disk.take_loop, spec.limits.disk_mib)
+                loop = await disk.take_loop_async(spec.limits.disk_mib)
             if spec.limits.network:
                 net = await asyncio.to_thread(NetNamespace, sdir, sid, spec.limits)
             agent_dir = _agent_dir()

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -135,7 +136,7 @@ def take_slot(config: BwrapConfig) -> Slot:
     d = slot_dir(config)
     with _held_lock:
         start = min(max(_hint.get(config.uid_base, 1), 1), config.slots)
-    for i in (0, *range(start, config.slots), *range(1, start)):
+    for i in itertools.chain((0,), range(start, config.slots), range(1, start)):
         key = (config.uid_base, i)
         with _held_lock:
             if key in _held:

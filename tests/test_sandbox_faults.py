@@ -242,8 +242,12 @@ def test_a_creator_killed_before_marking_its_sandbox_directory_leaves_nothing(tm
         while Path(f"/proc/{proc.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "T":
             assert time.monotonic() < deadline, "the creator did not stop"
             time.sleep(0.01)
-        made = [p for p in root.iterdir() if p.name not in before]
+        # (other sandfleet processes on the host may be making sandboxes in this state root
+        # meanwhile: only the creator's own count, by the pid its directory's name carries)
+        made = [p for p in root.iterdir() if p.name not in before and f"-{proc.pid}-" in p.name]
         assert len(made) == 1 and not (made[0] / "meta.json").exists(), made
+        sid = made[0].name.split("-", 4)[4]
+        assert not (root / sid).exists()
         assert made[0].name not in reap_leftovers()  # its creator is alive: spared
         assert made[0].exists()
     finally:
@@ -252,7 +256,7 @@ def test_a_creator_killed_before_marking_its_sandbox_directory_leaves_nothing(tm
         proc.stdout.close()
     assert made[0].name in reap_leftovers()  # dead creator: judged by the name alone, at once
     assert not made[0].exists()
-    assert not [p for p in root.iterdir() if p.name not in before and p.name != "bin"]
+    assert not [p for p in root.iterdir() if f"-{proc.pid}-" in p.name or p.name == sid]
 
 
 def test_the_reaper_spares_a_cgroup_being_made_under_another_state_root() -> None:

@@ -4,15 +4,16 @@ The mechanisms (docs/service.md, "In a container: sandfleet as PID 1"):
 
 - The CLI is a *child subreaper*: a process a sandbox leaves behind when its parent dies
   comes back to sandfleet, not to the machine's init. The one such process a sandbox has
-  is bwrap's own child (the init of the sandbox's pid namespace): bwrap returns as soon as
-  the guest agent exits, before that child has. :func:`adopt_children` pins it at start (a
-  pidfd: the identity holds even if the pid is reused) and :func:`reap_adopted` waits for
-  it at close, by that pidfd only; :func:`reap_group` reaps what else of the session bwrap
-  leads comes back (a start that failed). Never ``waitpid(-1)``, which would take the exit
-  status of a child that asyncio or ``subprocess`` is waiting for. A library user's process
-  is left as it is: as a subreaper it would also adopt the orphans of everything else it
-  runs, which sandfleet can't tell from its own children; it may call
-  :func:`become_subreaper` itself.
+  is bwrap's own child, the guest agent (the init of the sandbox's pid namespace, bwrap
+  ``--as-pid-1``): bwrap reaps it when it ends first, but where bwrap itself is killed the
+  agent outlives it for a moment (it ends the sandbox on seeing bwrap gone).
+  :func:`adopt_children` pins it at start (a pidfd: the identity holds even if the pid is
+  reused) and :func:`reap_adopted` waits for it at close, by that pidfd only;
+  :func:`reap_group` reaps what else of the session bwrap leads comes back (a start that
+  failed). Never ``waitpid(-1)``, which would take the exit status of a child that asyncio
+  or ``subprocess`` is waiting for. A library user's process is left as it is: as a
+  subreaper it would also adopt the orphans of everything else it runs, which sandfleet
+  can't tell from its own children; it may call :func:`become_subreaper` itself.
 - As PID 1 (a container's command, ``unshare --pid --fork``), sandfleet forks at once:
   PID 1 stays a small init that forwards the termination signals to the real process and
   reaps every process that ends up as its child (anything orphaned in the namespace, as

@@ -169,6 +169,27 @@ async def test_host_top_level_files_and_var_lib_are_hidden(box: Sandbox, tmp_pat
     assert "dpkg" not in r.stdout and "apt" not in r.stdout, f"/var/lib is visible: {r.stdout}"
 
 
+async def test_a_host_file_made_just_after_a_start_is_hidden_from_the_next() -> None:
+    """The host root's hidden entries are scanned once and reused while ``/`` and ``/var`` are
+    unchanged (bwrap._host_hidden): a file made at the top level right after one sandbox's
+    start, in the same second, is still hidden from the next sandbox."""
+    secret = Path(f"/sandfleet-test-late-{os.getpid()}.txt")
+    for _ in range(3):
+        first = await create_sandbox(backend="bwrap", ttl_s=60)
+        await first.close()
+        secret.write_text("LATESECRET\n")
+        secret.chmod(0o644)
+        try:
+            sb = await create_sandbox(backend="bwrap", ttl_s=60)
+            try:
+                r = await sb.exec(f"cat {secret} 2>&1; ls / | grep -c sandfleet-test-late")
+            finally:
+                await sb.close()
+        finally:
+            secret.unlink()
+        assert "LATESECRET" not in r.stdout and r.stdout.split()[-1] == "0", r.stdout
+
+
 async def test_launcher_never_chmods_through_an_image_symlink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Finding 17: an image whose /logs is a symlink to a host file made the root launcher
     chmod that host file (0600 -> 0755). Now the sandbox is refused and the file untouched."""

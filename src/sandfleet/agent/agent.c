@@ -68,6 +68,13 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_PIDNS = 34 };
 
 static int in_fd = 0, out_fd = 1;
+/* A pidfd of bwrap, our parent outside our pid namespace (launch --lifeline), or -1: it
+ * polls readable once bwrap has exited (see serve()). */
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+static int life_fd = -1;
+#define LIFELINE_ENV "SANDFLEET_LIFELINE"
 static int sig_pipe[2];
 
 /* ---------- checked allocation: out of memory ends the agent (the host sees it die) ---------- */
@@ -1314,11 +1321,12 @@ static int serve(double ttl) {
     buf_t ib = {0};
     int input_open = 1;
     while (input_open || njobs) {
-        struct pollfd pf[2 + 3 * 4096];
-        job_t *owner[2 + 3 * 4096];
-        int slot[2 + 3 * 4096];
+        struct pollfd pf[3 + 3 * 4096];
+        job_t *owner[3 + 3 * 4096];
+        int slot[3 + 3 * 4096];
         int n = 0;
         if (input_open) { pf[n].fd = in_fd; pf[n].events = POLLIN; owner[n] = NULL; n++; }
+        if (life_fd >= 0) { pf[n].fd = life_fd; pf[n].events = POLLIN; owner[n] = NULL; n++; }
         pf[n].fd = sig_pipe[0]; pf[n].events = POLLIN; owner[n] = NULL; n++;
         double t = now(), wake = t + 3600;
         for (int i = 0; i < njobs; i++) {
@@ -1342,6 +1350,12 @@ static int serve(double ttl) {
             if (pf[i].fd == sig_pipe[0] && !owner[i]) {
                 char c[64];
                 while (read(sig_pipe[0], c, sizeof c) > 0) {}
+            } else if (pf[i].fd == life_fd && !owner[i]) {
+                /* bwrap is gone, so is the sandbox: at once, reporting nothing (a command cut
+                 * short here did not end by itself; the host sees the sandbox die). As the pid
+                 * namespace's init, our exit makes the kernel kill everything left in it. */
+                kill_all();
+                _exit(137);
             } else if (!owner[i]) { /* protocol input */
                 char tmp[65536];
                 ssize_t got = read(in_fd, tmp, sizeof tmp);
@@ -1762,6 +1776,18 @@ static int launch(int argc, char **argv) {
         } else if (!strcmp(a, "--copy") && i + 2 < argc) { /* SRC DST: cp -a SRC/. DST */
             if (copy_tree(argv[i + 1], argv[i + 2]) < 0) return die("copy layer", argv[i + 1]);
             i += 2;
+        } else if (!strcmp(a, "--lifeline")) {
+            /* A pidfd of this process, which is about to become bwrap, kept across the exec
+             * and named to the guest agent in LIFELINE_ENV. As the pid namespace's init (bwrap
+             * --as-pid-1), the agent can't die with bwrap by PR_SET_PDEATHSIG: the kernel
+             * checks that signal's permission, and bwrap (root of P) may not signal the agent
+             * once it has dropped to its own uid. It sees bwrap's end, whoever caused it, on
+             * this pidfd (readable once bwrap has exited), and ends the sandbox. */
+            int pfd = (int)syscall(SYS_pidfd_open, getpid(), 0);
+            char v[16];
+            if (pfd < 0 || fcntl(pfd, F_SETFD, 0) < 0) return die("lifeline (pidfd_open)", NULL);
+            snprintf(v, sizeof v, "%d", pfd);
+            if (setenv(LIFELINE_ENV, v, 1) < 0) return die("lifeline", NULL);
         } else if (!strcmp(a, "--pdeathsig") && i + 1 < argc) {
             /* OWNER: our parent's pid, as it knows it. Die with it; gone already if our
              * parent is someone else (not "is 1": the owner may be PID 1 of a container, and
@@ -1809,6 +1835,13 @@ int main(int argc, char **argv) {
                             "[--cgroup-dir DIR] | launch ...\n");
             return 64;
         }
+    }
+    const char *life = getenv(LIFELINE_ENV); /* launch --lifeline: bwrap's pidfd */
+    if (life) {
+        char *end = NULL;
+        long fd = strtol(life, &end, 10);
+        if (*life && !*end && fd > 2 && fd < INT_MAX && fcntl((int)fd, F_SETFD, FD_CLOEXEC) == 0) life_fd = (int)fd;
+        unsetenv(LIFELINE_ENV);
     }
     if (cg_dir[0]) {
         char f[300];

@@ -161,7 +161,7 @@ class AgentProcess:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(self.proc.pid, signal.SIGKILL)
             await self.proc.wait()
-        if self.adopted:  # bwrap's child ends after bwrap: reaped here, never left to init
+        if self.adopted:  # bwrap's child, if it outlived bwrap (killed): reaped here, never left to init
             fds, self.adopted = self.adopted, []
             await wait_adopted(fds)
         if self.group:  # and whatever else of its session came back to us (a start that failed)

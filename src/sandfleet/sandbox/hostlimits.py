@@ -3,8 +3,8 @@ owner's open files, the host's tasks (``kernel.pid_max``, ``kernel.threads-max``
 
 An idle bwrap sandbox costs its owner about :data:`FDS_PER_IDLE` descriptors (the agent's
 stdin and stdout, pidfds of bwrap and of its child, the uid slot's lock, and the loop disk's
-file, mount and mount namespace) and the host about :data:`TASKS_PER_IDLE` tasks (two bwrap
-processes, the guest agent, the loop device's kernel thread): measured on this host with
+file, mount and mount namespace) and the host about :data:`TASKS_PER_IDLE` tasks (bwrap, the
+guest agent as the pid namespace's init, the loop device's kernel thread): measured on this host with
 ``sandfleet bench micro`` (docs/bench.md, "Density"). ``sandfleet doctor`` reports them.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 FDS_PER_IDLE = 8
-TASKS_PER_IDLE = 4
+TASKS_PER_IDLE = 3
 FD_RESERVE = 256
 """Descriptors an owner keeps free for everything else (its event loop, logs, exec pipes)."""
 TASK_RESERVE = 2048

@@ -740,9 +740,23 @@ static void start_exec(const req_t *r) {
         }
     }
     int pin[2], pout[2], perr[2], pst[2];
-    if (pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC) ||
-        pipe2(pst, O_CLOEXEC)) {
+    /* gVisor (--switch-users) refuses to chmod a pipe (EPERM, even for root; see below): the
+     * pipes are made as the command's user instead (gVisor takes a pipe's owner from the
+     * effective uid), so that they are its own, 0600, and it can reopen them by path. */
+    int as_user = isolated && s_userns < 0 && uid != 0;
+    if (as_user && (setegid(gid) < 0 || seteuid(uid) < 0)) {
         int e = errno;
+        if (setegid(0) < 0) {}
+        if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
+        send_error(r->id, "ExecError", e, "can't take the command's user for its pipes: %s", strerror(e));
+        goto out;
+    }
+    int pipes_failed = pipe2(pin, O_CLOEXEC) || pipe2(pout, O_CLOEXEC) || pipe2(perr, O_CLOEXEC) ||
+                       pipe2(pst, O_CLOEXEC);
+    int pipe_errno = errno;
+    if (as_user && (seteuid(0) < 0 || setegid(0) < 0)) _exit(70); /* can't be root again: never go on */
+    if (pipes_failed) {
+        int e = pipe_errno;
         if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
         send_error(r->id, "ExecError", e, "pipe: %s", strerror(e));
         goto out;

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from browser import browser, check_report  # noqa: F401  (the fixture)
 from sandfleet.bench import load
 from sandfleet.bench.report import expected_charts
-from sandfleet.bench.run import BenchConfig, run_bench
+from sandfleet.bench.run import BenchConfig, _geo_ratio_ci, run_bench
 from sandfleet.bench.workers import SandboxFleet, close_all
 from sandfleet.bench.workload import COMMANDS, QUICK, prepare_workload, select
 from sandfleet.cli import cli
@@ -75,6 +75,9 @@ async def test_single_sweep_capacity_baseline(workload: Path) -> None:
     assert bl["failures"]["count"] == 0, bl["failures"]
     ov = res["baseline_overhead"]
     assert ov["n"] == 2 and ov["full_load"] is not None and set(ov["per_command"]) == set(QUICK), bl
+    for key in ("full_load", "single"):  # each with its bootstrap interval, which holds the estimate
+        lo, hi = ov[f"{key}_ci"]
+        assert lo <= hi and lo - 1e-3 <= ov[key] <= hi + 1e-3, (key, ov)
     assert all(v["n"] == 1 for v in bl["bare_single"].values())
     # the bare baseline as the sandboxes: the same CPU quota read back from both cgroups, a tmpfs
     # working copy on both sides, output captured and capped alike, process counts recorded
@@ -194,3 +197,20 @@ async def test_throttled_run_is_slower_and_cleans_up(workload: Path) -> None:
     assert not list(root.glob(f"sandfleet-slowhost-{os.getpid()}")) and not list(root.glob("sandfleet-bench/run-*"))
     assert "sandfleet-bench" not in Path("/proc/self/cgroup").read_text()
     assert not _mine()
+
+
+def test_baseline_overhead_interval_finds_a_known_overhead_and_none() -> None:
+    """The bootstrap interval of the geometric-mean overhead: sandboxes 20 % slower than bare
+    processes on every command (the same latencies, scaled) give an interval around +20 % that
+    excludes 0; a side against itself gives one around 0; no common command gives None."""
+    import random
+
+    rng = random.Random(7)
+    bare = {c: [rng.uniform(0.08, 0.12) for _ in range(40)] for c in ("git", "sqlite", "gcc_o2")}
+    slower = {c: [x * 1.2 for x in xs] for c, xs in bare.items()}
+    same = {c: list(xs) for c, xs in bare.items()}
+    lo, hi = _geo_ratio_ci(slower, bare)
+    assert 0 < lo < 0.2 < hi < 0.4, (lo, hi)
+    lo, hi = _geo_ratio_ci(same, bare)
+    assert lo < 0 < hi and hi - lo < 0.2, (lo, hi)
+    assert _geo_ratio_ci({"git": [0.1]}, {"sqlite": [0.1]}) is None

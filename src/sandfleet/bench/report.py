@@ -63,8 +63,12 @@ def summary_lines(r: dict[str, Any]) -> list[str]:
         out.append(f"capacity at {cap['target']}x p95: {cap['sandboxes']} sandboxes "
                    f"({cap['per_thread']} per thread; {cap.get('method')})")
     if ov := r.get("baseline_overhead"):
-        out.append(f"overhead vs bare processes: full load (N={ov['n']}) {_fmt(ov['full_load'], '+.1%')}, "
-                   f"single {_fmt(ov['single'], '+.1%')}")
+        def ci(key: str) -> str:
+            lo_hi = ov.get(key)
+            return f" ({ov.get('level', 0.9):.0%} CI {lo_hi[0]:+.1%} to {lo_hi[1]:+.1%})" if lo_hi else ""
+
+        out.append(f"overhead vs bare processes: full load (N={ov['n']}) {_fmt(ov['full_load'], '+.1%')}"
+                   f"{ci('full_load_ci')}, single {_fmt(ov['single'], '+.1%')}{ci('single_ci')}")
         bl = r.get("baseline") or {}
         if q := bl.get("quota"):
             out.append(f"  bare baseline: cpu quota {q['bare'].get('cpus')} (sandbox {q['sandbox'].get('cpus')}), "

@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from sandfleet.bench import load
 from sandfleet.bench.compare import SCHEMA
 from sandfleet.bench.load import Progress
@@ -142,6 +144,27 @@ def _geo_ratio(a: dict[str, Any], b: dict[str, Any]) -> tuple[float | None, dict
     if not per:
         return None, per
     return round(math.exp(statistics.fmean(math.log(r) for r in per.values())) - 1, 4), per
+
+
+def _geo_ratio_ci(a: dict[str, list[float]], b: dict[str, list[float]], *, level: float = load.CI_LEVEL,
+                  resamples: int = 2000, seed: int = 0) -> list[float] | None:
+    """[low, high] of a ``level`` percentile-bootstrap interval of :func:`_geo_ratio`'s overhead:
+    each command's latencies of each side resampled on their own, the medians' ratios taken,
+    their geometric mean over the commands, minus 1. None without a command both sides ran."""
+    common = sorted(c for c in a if a[c] and b.get(c))
+    if not common:
+        return None
+    rng = np.random.default_rng(seed)
+    logs = np.zeros(resamples)
+    for c in common:
+        med = []
+        for xs in (a[c], b[c]):
+            x = np.asarray(xs, dtype=float)
+            med.append(np.median(x[rng.integers(0, x.size, size=(resamples, x.size))], axis=1))
+        logs += np.log(med[0] / med[1])
+    g = np.exp(logs / len(common)) - 1
+    lo, hi = np.percentile(g, [(1 - level) / 2 * 100, (1 + level) / 2 * 100])
+    return [round(float(lo), 4), round(float(hi), 4)]
 
 
 async def run_bench(cfg: BenchConfig, results: dict[str, Any], *, progress: Progress | None = None,
@@ -373,5 +396,10 @@ async def _baseline(cfg: BenchConfig, workload: Path, backend: str, commands: li
     results["baseline"] = {**setup, "n": n, "sandbox_full": sb_full, "bare_full": bare_full,
                            "sandbox_single": sb_single, "bare_single": bare_single, "failures": load.failures_of(
                                got["sandbox"] + got["bare"] + single["sandbox"] + single["bare"])}
-    results["baseline_overhead"] = {"full_load": full, "single": one, "n": n, "per_command": {
+    lat = {k: load.latencies(v) for k, v in (("sb_full", got["sandbox"]), ("bare_full", got["bare"]),
+                                              ("sb_single", single["sandbox"]), ("bare_single", single["bare"]))}
+    results["baseline_overhead"] = {
+        "full_load": full, "single": one, "n": n, "level": load.CI_LEVEL,
+        "full_load_ci": _geo_ratio_ci(lat["sb_full"], lat["bare_full"]),
+        "single_ci": _geo_ratio_ci(lat["sb_single"], lat["bare_single"]), "per_command": {
         c: {"full_load": per_full.get(c), "single": per_one.get(c)} for c in sorted(set(per_full) | set(per_one))}}

@@ -152,21 +152,28 @@ async def test_agent_user_can_not_write_system_dirs(box: Sandbox) -> None:
     assert "WROTE" not in r.stdout
 
 
-async def test_host_top_level_files_and_var_lib_are_hidden(box: Sandbox, tmp_path: Path) -> None:
-    """Finding 24: a top-level host file was readable inside the host image."""
-    secret = Path("/sandfleet-test-secret.txt")
-    secret.write_text("TOPSECRET\n")
-    secret.chmod(0o644)
+async def _with_host_file(path: Path, text: str, cmd: str) -> str:
+    """The output of ``cmd`` in a new bwrap sandbox started while the host has ``path``
+    (world-readable, holding ``text``); the file is removed after."""
+    path.write_text(text)
+    path.chmod(0o644)
     try:
         sb = await create_sandbox(backend="bwrap", ttl_s=60)
         try:
-            r = await sb.exec(f"cat {secret} 2>&1; ls /var/lib 2>&1 | head -3; ls /var/spool /var/mail 2>&1 | head -3")
+            return (await sb.exec(cmd)).stdout
         finally:
             await sb.close()
     finally:
-        secret.unlink()
-    assert "TOPSECRET" not in r.stdout
-    assert "dpkg" not in r.stdout and "apt" not in r.stdout, f"/var/lib is visible: {r.stdout}"
+        path.unlink()
+
+
+async def test_host_top_level_files_and_var_lib_are_hidden(box: Sandbox, tmp_path: Path) -> None:
+    """Finding 24: a top-level host file was readable inside the host image."""
+    secret = Path("/sandfleet-test-secret.txt")
+    out = await _with_host_file(secret, "TOPSECRET\n", f"cat {secret} 2>&1; ls /var/lib 2>&1 | head -3; "
+                                "ls /var/spool /var/mail 2>&1 | head -3")
+    assert "TOPSECRET" not in out
+    assert "dpkg" not in out and "apt" not in out, f"/var/lib is visible: {out}"
 
 
 async def test_a_host_file_made_just_after_a_start_is_hidden_from_the_next() -> None:
@@ -177,17 +184,8 @@ async def test_a_host_file_made_just_after_a_start_is_hidden_from_the_next() -> 
     for _ in range(3):
         first = await create_sandbox(backend="bwrap", ttl_s=60)
         await first.close()
-        secret.write_text("LATESECRET\n")
-        secret.chmod(0o644)
-        try:
-            sb = await create_sandbox(backend="bwrap", ttl_s=60)
-            try:
-                r = await sb.exec(f"cat {secret} 2>&1; ls / | grep -c sandfleet-test-late")
-            finally:
-                await sb.close()
-        finally:
-            secret.unlink()
-        assert "LATESECRET" not in r.stdout and r.stdout.split()[-1] == "0", r.stdout
+        out = await _with_host_file(secret, "LATESECRET\n", f"cat {secret} 2>&1; ls / | grep -c sandfleet-test-late")
+        assert "LATESECRET" not in out and out.split()[-1] == "0", out
 
 
 async def test_launcher_never_chmods_through_an_image_symlink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

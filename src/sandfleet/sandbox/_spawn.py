@@ -30,7 +30,8 @@ def _pidfd_works() -> bool:
     return True
 
 
-_PIDFD = _pidfd_works()
+PIDFD = _pidfd_works()
+"""This kernel has pidfds (Linux 5.3+)."""
 OOM_OUTSIDE = "its own memory limit was never reached (killed by an OOM killer outside its cgroup)"
 """Said of a sandbox whose processes were OOM-killed while its own memory limit was never hit
 (cgroup v2 ``memory.events`` ``oom`` 0): the host's or a parent cgroup's OOM killer, not the
@@ -84,7 +85,7 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
                  ) -> tuple[Child | asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter]:
     """Start ``argv`` with pipes on stdin and stdout: the process, a reader of its stdout
     (1 MiB limit) and a writer to its stdin."""
-    if not _PIDFD:
+    if not PIDFD:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
             cwd=cwd, env=env, start_new_session=new_session, pass_fds=pass_fds, limit=1 << 20)

@@ -37,7 +37,7 @@ from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_group
 from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
-from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox
+from sandfleet.sandbox._spawn import PIDFD, AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, state_root
@@ -291,7 +291,10 @@ class BwrapBackend:
             a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
             a += ["--mkdir", f"{root}{path}", *agent_ids, "0755"]
-        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755", "--lifeline", "--pdeathsig", str(os.getpid()), "--"]
+        a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755"]
+        if PIDFD:  # (a kernel before 5.3 has no pidfd_open: there bwrap keeps its own init, below)
+            a.append("--lifeline")
+        a += ["--pdeathsig", str(os.getpid()), "--"]
         # /dev/shm as in Docker: a tmpfs of its own, mode 1777, 64 MiB (bwrap's --dev leaves a
         # root-owned 0755 folder: POSIX semaphores, so multiprocessing, failed for non-root users)
         a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--perms", "1777",
@@ -305,8 +308,9 @@ class BwrapBackend:
         # --as-pid-1: the guest agent is the pid namespace's init (it reaps what is orphaned
         # there, and when it exits the kernel ends everything left): no bwrap init between,
         # one process fewer per sandbox, one fork and one exit fewer per cycle
-        a += ["--unshare-pid", "--as-pid-1", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-              "--hostname", "sandbox", "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        a += ["--unshare-pid", *(["--as-pid-1"] if PIDFD else []), "--unshare-ipc", "--unshare-uts",
+              "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+              "--cap-drop", "ALL"]
         # what the agent needs to make S and drop to its own uid; it keeps none of them
         for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"):
             a += ["--cap-add", cap]

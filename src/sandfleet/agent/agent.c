@@ -68,11 +68,11 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_PIDNS = 34 };
 
 static int in_fd = 0, out_fd = 1;
-/* A pidfd of bwrap, our parent outside our pid namespace (launch --lifeline), or -1: it
- * polls readable once bwrap has exited (see serve()). */
 #ifndef SYS_pidfd_open
 #define SYS_pidfd_open 434
 #endif
+/* A pidfd of bwrap, our parent outside our pid namespace (launch --lifeline), or -1: it
+ * polls readable once bwrap has exited (see serve()). */
 static int life_fd = -1;
 #define LIFELINE_ENV "SANDFLEET_LIFELINE"
 static int sig_pipe[2];

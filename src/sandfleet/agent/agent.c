@@ -1614,20 +1614,47 @@ static int private_mounts(void) {
 static const char *ns_limit_name[MAX_NS_LIMITS], *ns_limit_value[MAX_NS_LIMITS];
 static int n_ns_limits;
 
+/* The "sys" directory of a procfs of our own: a new superblock, made while we are still
+ * host root and never attached anywhere (fsopen, fsmount), gone with its last fd. Why: the
+ * kernel keeps each user namespace's /proc/sys/user/max_NAME as a dentry of its own, and in
+ * the one host /proc all of them (one per live sandbox) sit under the same parent in one
+ * hash chain, which every lookup of that name walks: at 5,000 idle sandboxes the launchers'
+ * 12 lookups each had the host at 90 % system time, most of it in proc_sys_compare. In a
+ * procfs of our own the chain holds only ours. -1 (errno set) where the kernel has no fsopen
+ * (before 5.2) or we may not make a procfs: the host /proc is used then. */
+static int own_proc_sys(void) {
+    int fs = (int)syscall(SYS_fsopen, "proc", FSOPEN_CLOEXEC);
+    if (fs < 0) return -1;
+    int mnt = -1, sys = -1;
+    if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
+        mnt = (int)syscall(SYS_fsmount, fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+    if (mnt >= 0) sys = openat(mnt, "sys", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e = errno;
+    if (mnt >= 0) close(mnt);
+    close(fs);
+    errno = e;
+    return sys;
+}
+
 /* Enter the sandbox's user namespace as its root: every capability there, none outside;
- * then set P's per-namespace limits (every count made in P and below is held to them). */
+ * then set P's per-namespace limits (every count made in P and below is held to them). The
+ * kernel looks a limit up in the writer's user namespace, so they are written once in P. */
 static int enter_userns(int userns) {
-    if (setns(userns, CLONE_NEWUSER) < 0) return -1;
-    if (setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) return -1;
+    int sys = n_ns_limits ? own_proc_sys() : -1;
+    if (setns(userns, CLONE_NEWUSER) < 0 ||
+        setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
+        int e = errno;
+        if (sys >= 0) close(sys);
+        errno = e;
+        return -1;
+    }
     if (!n_ns_limits) return 0;
-    /* /proc/sys/user is looked up once, and each max_NAME relative to it. Every live user
-     * namespace has its own "user" entry under /proc/sys, all with the same name and parent,
-     * so the kernel's lookup of that one component walks a hash chain as long as the number
-     * of live sandboxes: once per sandbox, not once per limit (at 5,000 idle sandboxes, a
-     * lookup per limit had the host at 90 % system time, most of it in proc_sys_compare). */
-    int dir = open("/proc/sys/user", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dir = sys >= 0 ? openat(sys, "user", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                       : open("/proc/sys/user", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int e = errno;
+    if (sys >= 0) close(sys);
     if (dir < 0) {
-        fprintf(stderr, "sandfleet-agent launch: open /proc/sys/user: %s\n", strerror(errno));
+        fprintf(stderr, "sandfleet-agent launch: open /proc/sys/user: %s\n", strerror(e));
         return -1;
     }
     for (int i = 0; i < n_ns_limits; i++) {
@@ -1635,7 +1662,7 @@ static int enter_userns(int userns) {
         snprintf(name, sizeof name, "max_%s", ns_limit_name[i]);
         int fd = openat(dir, name, O_WRONLY | O_CLOEXEC);
         ssize_t n = (ssize_t)strlen(ns_limit_value[i]), w = fd < 0 ? -1 : write(fd, ns_limit_value[i], n);
-        int e = errno;
+        e = errno;
         if (fd >= 0) close(fd);
         if (w != n) {
             fprintf(stderr, "sandfleet-agent launch: set /proc/sys/user/%s: %s\n", name, strerror(e));

@@ -87,3 +87,23 @@ def test_a_limit_the_hold_cannot_pass_is_one_line_and_leaves_nothing(state: Path
     assert json.loads(res.stdout)["idle_created"] == 0
     assert leaks([], marks=[str(state), "sandfleet.bench.idle"], state=state) == []
     assert cgroups_left() == []
+
+
+def test_a_helper_whose_holder_is_gone_closes_its_sandboxes_without_a_traceback(state: Path) -> None:
+    """The holder killed (the global OOM killer took it once, at 9,950 held): its helpers'
+    stdout is a pipe nobody reads. Each closes what it holds and exits, with no traceback."""
+    from sandfleet.sandbox.spec import SandboxSpec
+
+    r, w = os.pipe()
+    os.close(r)  # the holder's end: gone before the helper says how many it holds
+    spec = SandboxSpec(backend="bwrap")
+    proc = subprocess.run([sys.executable, "-m", "sandfleet.bench.idle",
+                           json.dumps({"want": 3, "spec": spec.model_dump(mode="json")})],
+                          env={**os.environ, "SANDFLEET_STATE": str(state), "SANDFLEET_CGROUP_PARENT": PARENT},
+                          stdin=subprocess.DEVNULL, stdout=w, stderr=subprocess.PIPE, text=True,
+                          timeout=120)  # fmt: skip
+    os.close(w)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert proc.returncode == 0, proc.stderr
+    assert leaks([], marks=[str(state), "sandfleet.bench.idle"], state=state) == []
+    assert cgroups_left() == []

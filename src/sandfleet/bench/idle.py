@@ -50,9 +50,11 @@ log = logging.getLogger(__name__)
 
 BATCH = 32
 """Sandboxes created concurrently, and the step at which the limits are checked."""
-MEM_RESERVE_FRACTION = 0.05
-"""Share of MemTotal (at least :data:`MEM_RESERVE_MIB_MIN`) left available to the host."""
-MEM_RESERVE_MIB_MIN = 512
+MEM_RESERVE_FRACTION = 0.10
+"""Share of MemTotal (at least :data:`MEM_RESERVE_MIB_MIN`) left available to the host. (5 %
+was too little: at 1.4 GiB available of 24 GiB a hold of 9,950 had the host in reclaim, kswapd
+busy, creation at a crawl, and the global OOM killer took the holder.)"""
+MEM_RESERVE_MIB_MIN = 1024
 Say = Callable[[str], None]
 
 
@@ -81,14 +83,20 @@ async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
     soft = nofile_soft()
     cap, cap_name = task_limit()
     reserve = mem_reserve_kib()
+    last: tuple[int, int] | None = None  # (MemAvailable before the last batch, its size)
     while len(out.boxes) < want:
         k = min(BATCH, want - len(out.boxes))
         n = len(out.boxes)
         fds, tasks, avail = open_fds(), host_tasks(), meminfo()["MemAvailable"]
-        # per sandbox, from what this process's batches cost so far (a first guess before any)
+        # per sandbox, from what this process's batches cost so far (a first guess before any);
+        # memory also from the last batch alone, whichever is more: a sandbox's kernel memory
+        # grows with the number held (a memory cgroup's shrinker slots, one per superblock on
+        # the host), so the mean so far is short of what the next one costs
         per_fd = (fds - fd0) / n if n else float(FDS_PER_IDLE)
         per_task = max(0.0, (tasks - task0) / n) if n else float(TASKS_PER_IDLE)
         per_kib = max(0.0, (mem0 - avail) / n) if n else 1536.0
+        if last is not None:
+            per_kib = max(per_kib, (last[0] - avail) / last[1])
         if fds + k * per_fd > soft - FD_RESERVE:
             out.full = True
             if n == 0:
@@ -104,6 +112,7 @@ async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
                            f"{per_kib / 1024:.2f} MiB, with {reserve // 1024} MiB kept for the host: hold fewer, "
                            f"or give the host more memory")
             break
+        last = (avail, k)
         try:
             out.boxes += await create_many([lambda: create_sandbox(spec)] * k)
         except OSError as e:
@@ -238,10 +247,17 @@ async def hold(spec: SandboxSpec, want: int, say: Say | None = None) -> Hold:
     return h
 
 
-def _say_json(obj: dict[str, Any]) -> None:
-    """One line to the holder, on this helper's stdout."""
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+def _say_json(obj: dict[str, Any]) -> bool:
+    """One line to the holder, on this helper's stdout; False when the holder is gone (its
+    end of the pipe closed: the helper then closes what it holds, and says nothing)."""
+    try:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # (the interpreter's own flush at exit would raise again: point stdout nowhere)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return False
+    return True
 
 
 async def _helper_main(want: int, spec: SandboxSpec) -> int:
@@ -250,9 +266,9 @@ async def _helper_main(want: int, spec: SandboxSpec) -> int:
     mine = await fill(spec, want)
     failed = 0
     try:
-        _say_json({"created": len(mine.boxes), "pss_kib_total": sandbox_pss_kib(mine.boxes) * len(mine.boxes),
-                   "full": mine.full, "stopped": mine.stopped})
-        await asyncio.to_thread(sys.stdin.buffer.read)
+        if _say_json({"created": len(mine.boxes), "pss_kib_total": sandbox_pss_kib(mine.boxes) * len(mine.boxes),
+                      "full": mine.full, "stopped": mine.stopped}):
+            await asyncio.to_thread(sys.stdin.buffer.read)
     finally:
         failed = await close_all(mine.boxes)
     _say_json({"failed": failed})

@@ -51,8 +51,6 @@ HOST_HIDDEN_BELOW = ("/var/lib", "/var/cache", "/var/tmp", "/var/log", "/var/mai
                      "/var/backups", "/var/opt", "/var/local")
 FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
 CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest agent (a cgroup per command)
-SHM_BYTES = 64 << 20
-"""The size of /dev/shm, a tmpfs of its own (Docker's default); its pages count in the memory limit."""
 
 
 SETTLED_S = 1.0
@@ -238,12 +236,17 @@ class BwrapBackend:
         for f in cg.join_files if cg else []:
             a += ["--cgroup", str(f)]
         # rw/ and root/ (and base/) are mount points on a tmpfs private to the launcher's
-        # mount namespace: the host's state directory holds only the marker and the log
-        a += ["--scratch", str(sdir), "--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755"]
+        # mount namespace: the host's state directory holds only the marker and the log.
+        # Without a disk that tmpfs is the writable layer too (disk_mib): every superblock a
+        # sandbox holds costs each memory cgroup on the host a shrinker slot, so the kernel
+        # memory of N idle sandboxes grows as N x (superblocks per sandbox x N) (docs/bench.md)
+        if loop is not None:
+            a += ["--scratch", str(sdir)]
+        else:
+            a += ["--tmpfs", str(sdir), f"{lim.disk_mib}m"]
+        a += ["--mkdir", str(rw), "0", "0", "0755", "--mkdir", str(root), "0", "0", "0755"]
         if loop is not None:  # the disk limit, mounted ahead (disk.py); the launcher inherits it
             a += ["--disk-fd", str(loop.mnt_fd), str(rw)]
-        else:
-            a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
         a += [
               "--mkdir", str(rw / "upper"), *raw_root_ids, "0755",
               "--mkdir", str(rw / "work"), "0", "0", "0755",
@@ -295,10 +298,12 @@ class BwrapBackend:
         if PIDFD:  # (a kernel before 5.3 has no pidfd_open: there bwrap keeps its own init, below)
             a.append("--lifeline")
         a += ["--pdeathsig", str(os.getpid()), "--"]
-        # /dev/shm as in Docker: a tmpfs of its own, mode 1777, 64 MiB (bwrap's --dev leaves a
-        # root-owned 0755 folder: POSIX semaphores, so multiprocessing, failed for non-root users)
-        a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--perms", "1777",
-              "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm", "--proc", "/proc",
+        # /dev/shm world-writable, sticky (bwrap's --dev leaves a root-owned 0755 folder: POSIX
+        # semaphores, so multiprocessing, failed for non-root users); a folder of /dev's tmpfs,
+        # not a tmpfs of its own (one superblock fewer per sandbox): its pages count in the
+        # memory limit, which bounds it, as they did with Docker's 64 MiB tmpfs
+        a += [self.bwrap, "--bind", str(root), "/", "--dev", "/dev", "--chmod", "1777", "/dev/shm",
+              "--proc", "/proc",
               "--ro-bind", str(agent_dir), "/.sandfleet"]
         if lim.network and lim.allow is not None:  # its own resolver (allowlist.py), reached through pasta
             a += ["--ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]

@@ -277,7 +277,7 @@ async def test_workdir_module_never_replaces_a_standard_library_one(tmp_path: Pa
 # tool configuration the tests' tools read from the workdir.
 PTH_ATTACK = ("cd /app && python3 -m venv --without-pip .venv && "
               "echo 'import os; open(\"/tmp/pth-ran\", \"w\").write(\"1\")' > "
-              ".venv/lib/$(ls .venv/lib)/site-packages/zz.pth && "
+              "\"$(.venv/bin/python -c 'import site; print(site.getsitepackages()[0])')/zz.pth\" && "
               "printf '[pytest]\\naddopts = -p evil\\n' > pytest.ini && echo 'registry=http://127.0.0.1:9/' > .npmrc")
 PTH_TESTS = "cd /app && .venv/bin/python -c 'print(1)'; [ -e /tmp/pth-ran ] && echo PTH-RAN\n" + DECIDE
 

@@ -3,6 +3,10 @@ the reward above what the task's own test script decided, and sabotage scores 0,
 ``failed``. One test per class; each runs the attack as a real Harbor task on bwrap, in shared
 and ``--verify separate`` mode, two rollouts at once, and asserts a reward of 0 (a number, a
 completed rollout, with its reason). docs/security.md, "Reward integrity", lists them.
+
+Every test that runs sandboxes runs on gvisor as well, in the slow pass (issue 28: the attack
+tests hold on gvisor at least as well as on bwrap); one with a ``backend`` parameter of its own
+chooses for itself.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import os
 import posixpath
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,36 @@ def _bwrap_skip() -> str | None:
 
 
 pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+ON_GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
+    not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])
+# no sandbox at all, or the service's own (bwrap, the default)
+NOT_PER_BACKEND = {"test_git_config_filter_keeps_allowlisted_keys_only_whatever_the_syntax",
+                   "test_the_service_carries_the_pid_namespace_exec"}
+OWN_PROC_GAP = ("gVisor (runsc 20221219) keeps the sandbox's /proc for a pid-namespace exec: a proc "
+                "mounted in the command's mount namespace lands in the sandbox's own mount table "
+                "(docs/security.md, \"The tests run in a pid namespace of their own\")")
+_backend = "bwrap"
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "backend" not in metafunc.fixturenames and metafunc.function.__name__ not in NOT_PER_BACKEND:
+        metafunc.parametrize("attack_backend", ["bwrap", ON_GVISOR], indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def attack_backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The backend this test's sandboxes run on (:func:`rollouts`' default, and the others')."""
+    global _backend
+    _backend = getattr(request, "param", "bwrap")
+    try:
+        yield _backend
+    finally:
+        _backend = "bwrap"
+
+
+def skip_on_gvisor(why: str) -> None:
+    if _backend == "gvisor":
+        pytest.skip(why)
 MODES = pytest.mark.parametrize("verify", ["shared", "separate"])
 REWARD = "/logs/verifier/reward.txt"
 # the task's own decision: 1 only when /app/out.txt says hello
@@ -62,9 +96,9 @@ async def _host(task: Task) -> str:
 
 
 async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str = "shared",
-                   backend: str = "bwrap", **config: Any) -> list[RolloutResult]:
-    """Two rollouts of each task at once on ``backend``, the agent replaying ``commands``."""
-    cfg = RunConfig(backend=backend, n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
+                   backend: str | None = None, **config: Any) -> list[RolloutResult]:
+    """Two rollouts of each task at once on ``backend`` (the test's), the agent replaying ``commands``."""
+    cfg = RunConfig(backend=backend or _backend, n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
                     verify=verify, **config)  # type: ignore[arg-type]
     report = await run_suite(list(tasks), ScriptedPolicy(commands), cfg, image_for=_host)
     assert len(report.results) == 2 * len(tasks)
@@ -197,7 +231,7 @@ async def test_validate_does_not_call_a_task_with_an_out_of_range_reward_valid(t
 
     task = harbor_task(tmp_path, "huge", 'echo \'{"reward": 1e300}\' > /logs/verifier/reward.json\n',
                        solve_sh="echo hello > /app/out.txt\n")
-    verdicts = await validate_tasks([task], repeats=1, backend="bwrap", image_for=_host)
+    verdicts = await validate_tasks([task], repeats=1, backend=_backend, image_for=_host)
     v = verdicts["huge"]
     assert v.status == "invalid" and v.oracle_rewards == [0.0], v
     assert "bad_reward_value" in v.reason, v.reason
@@ -444,7 +478,7 @@ def test_sandfleet_run_rows_of_attack_rollouts_hold_reward_zero(tmp_path: Path, 
     names = attack_tasks(root)
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "sandfleet.cli", "run", "--tasks", str(root), "--agent", "oracle", "--backend",
-            "bwrap", "--image", "host", "-n", "2", "--concurrency", "4", "--attempts", "1", "--verify", verify,
+            _backend, "--image", "host", "-n", "2", "--concurrency", "4", "--attempts", "1", "--verify", verify,
             "--out", str(out)]
     res = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     rows = [json.loads(x) for x in (out / "rollouts.jsonl").read_text().splitlines()]
@@ -466,7 +500,7 @@ async def test_tasks_validate_scores_every_attack_zero_and_calls_it_invalid(tmp_
     root = tmp_path / "tasks"
     names = attack_tasks(root)
     tasks = [load_task(root / n) for n in names]
-    verdicts = await validate_tasks(tasks, repeats=2, concurrency=4, backend="bwrap", image_for=_host, verify=verify)
+    verdicts = await validate_tasks(tasks, repeats=2, concurrency=4, backend=_backend, image_for=_host, verify=verify)
     assert sorted(verdicts) == sorted(names)
     for name, v in verdicts.items():
         assert v.status == "invalid", (name, v)
@@ -486,7 +520,7 @@ async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
     from sandfleet.sandbox import create_sandbox
     from sandfleet.sandbox.spec import SandboxSpec
 
-    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    box = await create_sandbox(SandboxSpec(image="host", backend=_backend))
     try:
         own = await box.exec(["bash", "-c", LEAVE_DAEMON], cwd="/", pid_namespace=True, timeout=30)
         after = await box.exec(["bash", "-c", COUNT_SLEEPERS], cwd="/", timeout=30)
@@ -526,10 +560,11 @@ async def test_exec_in_a_pid_namespace_has_a_proc_of_its_own() -> None:
     namespace of their own"): `/proc/<getpid()>` is the caller, pgrep and pkill find and stop
     the command's own processes, and nothing of the sandbox's shows, for a verifier user and
     for root (whose `umount` the seccomp filter refuses); that /proc ends with the command."""
+    skip_on_gvisor(OWN_PROC_GAP)
     from sandfleet.sandbox import create_sandbox
     from sandfleet.sandbox.spec import SandboxSpec
 
-    box = await create_sandbox(SandboxSpec(image="host", backend="bwrap"))
+    box = await create_sandbox(SandboxSpec(image="host", backend=_backend))
     try:
         await box.exec(["bash", "-c", "setsid sleep 301 </dev/null >/dev/null 2>&1 &"], user="agent", timeout=30)
         own = {user: await box.exec(["bash", "-c", OWN_PROC], cwd="/", user=user, pid_namespace=True, timeout=60)
@@ -634,6 +669,7 @@ echo $ok > /logs/verifier/reward.txt
 
 @MODES
 async def test_the_tests_see_their_own_processes_on_proc(tmp_path: Path, verify: str) -> None:
+    skip_on_gvisor(OWN_PROC_GAP)
     task = harbor_task(tmp_path, "own-proc", PROC_TESTS)
     results = await rollouts([task], ["setsid sleep 303 </dev/null >/dev/null 2>&1 &", "echo done"], verify)
     for r in results:

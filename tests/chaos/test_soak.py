@@ -48,7 +48,8 @@ def test_two_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path
     print({k: r[k] for k in ("rollouts", "evals_per_min", "drift", "evals_per_cpu_s", "cpu_drift", "verdicts",
                              "rollouts_per_window", "cpu_s_per_window", "runnable_per_window", "drift_comparable",
                              "rss_mib", "load_avg", "steal_per_window", "memory_cgroups_per_window",
-                             "negative_dentries_per_window", "slab_mib_per_window")})
+                             "negative_dentries_per_window", "slab_mib_per_window", "host_speed_per_window",
+                             "host_speed_drift", "cpu_drift_net_of_host")})
     assert r["lost"] == 0 and r["rollouts"] == r["started"] > 0
     assert r["infra_faults_inside"] == 0, r["infra_fault_examples"]
     assert r["unlisted"] == 0
@@ -60,6 +61,9 @@ def test_two_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path
     assert all(s is not None and 0 <= s <= 1 for s in r["steal_per_window"]), r["steal_per_window"]
     assert all(c is not None and c >= 1 for c in r["memory_cgroups_per_window"]), r
     assert all(m is not None and m > 0 for m in r["slab_mib_per_window"]), r
+    # the host's own speed, probed every 15 s beside the soak: a median in every window of 30 s
+    assert len(r["host_speed_per_window"]) == n and all(v and v > 0 for v in r["host_speed_per_window"]), r
+    assert r["cpu_drift_net_of_host"] is not None
     if r["drift_comparable"]["ok"]:
         # holding the rate means not slowing down: a last window faster than the first (+20.6 %
         # per CPU-second in one quiet slow pass here, 30 s windows) is the host, not a leak

@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import os
 import resource
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -137,6 +138,38 @@ def host_counters() -> dict[str, float]:
     return out
 
 
+PROBE_EVERY_S = 15.0
+"""How often the host's own speed is probed during a soak (:func:`probe_speed`)."""
+PROBE_ITERATIONS = 80_000
+"""Iterations per chunk; a probe times 7 chunks and keeps the median chunk's rate (a chunk a
+context switch fell into is an outlier, not the CPU's speed)."""
+PROBE_CODE = ("import time\nrates = []\nfor _ in range(7):\n    t = time.thread_time()\n    x = 0\n"
+              f"    for i in range({PROBE_ITERATIONS}):\n        x += i * i\n"
+              f"    rates.append({PROBE_ITERATIONS} / (time.thread_time() - t))\n"
+              "print(sorted(rates)[3])\n")
+
+
+async def probe_speed() -> float | None:
+    """The host's speed now: loop iterations of a fixed, unsandboxed Python loop per second of
+    the CPU time it got (about 40 ms of it), in a process of its own beside the soak. Per CPU-
+    second, so the soak's share of the CPU does not move it; what does is how much work the
+    CPU does in a second it gives, which a VM's neighbours and its frequency change (three
+    90-minute soaks here: quiet windows 19 % apart in evals per CPU-second, under 0.5 % stolen)."""
+    try:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-I", "-S", "-c", PROBE_CODE,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        out, _ = await proc.communicate()
+        return float(out) if proc.returncode == 0 else None
+    except (OSError, ValueError):
+        return None
+
+
+def median_in(samples: list[tuple[float, float]], a: float, b: float) -> float | None:
+    inside = sorted(v for t, v in samples if a <= t < b)
+    return inside[len(inside) // 2] if inside else None
+
+
 def mean_in(samples: list[tuple[float, float]], a: float, b: float) -> float | None:
     got = [v for t, v in samples if a <= t < b]
     return sum(got) / len(got) if got else None
@@ -220,6 +253,18 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
     cpu: list[tuple[float, float]] = [(t0, cpu_seconds())]
     host: list[tuple[float, float]] = [(t0, runnable())]
     counters: list[tuple[float, dict[str, float]]] = [(t0, host_counters())]
+    speed: list[tuple[float, float]] = []
+    stop_probing = asyncio.Event()
+
+    async def probe() -> None:  # (ended by the event, never cancelled: no probe left unreaped)
+        while time.monotonic() < deadline and not stop_probing.is_set():
+            v = await probe_speed()
+            if v is not None:
+                speed.append((time.monotonic(), v))
+            try:
+                await asyncio.wait_for(stop_probing.wait(), PROBE_EVERY_S)
+            except TimeoutError:
+                pass
 
     async def sample_rss() -> None:
         n = 0
@@ -236,8 +281,11 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
                     rss["first_window"] = rss_mib()
 
     sampler = asyncio.create_task(sample_rss())
+    prober = asyncio.create_task(probe())
     await asyncio.gather(*(worker(w) for w in range(concurrency)))
     sampler.cancel()
+    stop_probing.set()
+    await prober
     t_end = time.monotonic()
     rss["end"] = rss_mib()
     ends = [r.end for r in results]
@@ -260,6 +308,7 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
     counters.append((time.monotonic(), host_counters()))
     per_cpu = []  # evals per CPU-second of the soak's own processes: what other load on the host does not move
     counts, used_s, run = [], [], []
+    host_speed: list[float | None] = []  # the probe's median in each window
     hosts: dict[str, list[float | None]] = {"steal": [], "memory_cgroups": [], "negative_dentries": [], "slab_mib": []}
     for k, rate in enumerate(per_window):
         a, b = first + k * window_s, first + (k + 1) * window_s
@@ -274,8 +323,16 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
         used_s.append(round(used, 1))
         m = mean_in(host, a, b)
         run.append(None if m is None else round(m, 1))
+        v = median_in(speed, a, b)
+        host_speed.append(None if v is None else round(v))
     cpu_drift = ((per_cpu[-1] - per_cpu[0]) / per_cpu[0]
                  if len(per_cpu) >= 2 and per_cpu[0] and per_cpu[-1] is not None else None)
+    # the host's own change between the same two windows, and the drift net of it: what is
+    # left of the change in evals per CPU-second once the CPU's own speed is divided out
+    speed_drift = (host_speed[-1] / host_speed[0] - 1.0
+                   if len(host_speed) >= 2 and host_speed[0] and host_speed[-1] else None)
+    net_drift = ((1.0 + cpu_drift) / (1.0 + speed_drift) - 1.0
+                 if cpu_drift is not None and speed_drift is not None else None)
     return {
         "tasks": [t.name for t in tasks], "backend": backend, "concurrency": concurrency,
         "duration_s": duration_s, "window_s": window_s, "wall_s": round(t_end - t0, 1),
@@ -284,6 +341,12 @@ async def run_soak(task_refs: list[str], *, backend: str = "bwrap", concurrency:
         "evals_per_cpu_s": per_cpu, "cpu_drift": None if cpu_drift is None else round(cpu_drift, 4),
         "rollouts_per_window": counts, "cpu_s_per_window": used_s, "runnable_per_window": run,
         "drift_comparable": comparable(counts, run, used_s),
+        # the host's speed per window (probe_speed's loop iterations per CPU-second, the median
+        # of a probe every PROBE_EVERY_S), its drift, and cpu_drift net of it: recorded to see
+        # whether the host's speed explains the drift of long soaks, not a pass criterion
+        "host_speed_per_window": host_speed,
+        "host_speed_drift": None if speed_drift is None else round(speed_drift, 4),
+        "cpu_drift_net_of_host": None if net_drift is None else round(net_drift, 4),
         # per window: the share of the host's CPU time the hypervisor stole, and at its end the
         # memory cgroups (dying ones included), negative dentries and slab the host held
         "steal_per_window": hosts["steal"], "memory_cgroups_per_window": hosts["memory_cgroups"],

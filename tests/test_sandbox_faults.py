@@ -100,6 +100,27 @@ async def test_disk_limit(isolated_backend: str) -> None:
         await sb.close()
 
 
+async def test_tmpfs_layer_holds_its_limit_and_dev_shm_is_a_folder(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a disk (SANDFLEET_DISK=tmpfs) one tmpfs is both the launcher's scratch and the
+    writable layer, and /dev/shm is a sticky folder of /dev's tmpfs, not a mount: superblocks
+    a sandbox does not hold cost no memory cgroup on the host a shrinker slot (docs/bench.md,
+    "A real hold of 10,000, again"). The layer's limit still holds, and shm still works."""
+    if os.geteuid() != 0 or not shutil.which("bwrap"):
+        pytest.skip("the bwrap backend needs root and bubblewrap")
+    monkeypatch.setenv("SANDFLEET_DISK", "tmpfs")
+    sb = await create_sandbox(backend="bwrap", disk_mib=16)
+    try:
+        full = await sb.exec("head -c 40000000 /dev/zero > big", timeout=30)
+        assert full.exit_code != 0 and "No space left" in full.stderr, full.output
+        shm = await sb.exec(["python3", "-c", "import multiprocessing as m, os; m.Semaphore(); "
+                             "print(oct(os.stat('/dev/shm').st_mode & 0o7777), os.path.ismount('/dev/shm'))"],
+                            timeout=30)
+        assert shm.stdout.split() == ["0o1777", "False"], shm.output
+        assert (await sb.exec("rm big; echo x > /dev/shm/f && cat /dev/shm/f")).stdout == "x\n"
+    finally:
+        await sb.close()
+
+
 async def test_disk_limit_is_not_memory() -> None:
     """Finding 25: with memory 64 MiB and disk 512 MiB, writing 300 MB OOM-killed the sandbox
     (the tmpfs layer was charged to memory). The disk is a disk: the write succeeds, and

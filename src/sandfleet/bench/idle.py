@@ -255,7 +255,9 @@ def _say_json(obj: dict[str, Any]) -> bool:
         sys.stdout.flush()
     except BrokenPipeError:
         # (the interpreter's own flush at exit would raise again: point stdout nowhere)
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
         return False
     return True
 

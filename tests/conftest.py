@@ -92,3 +92,10 @@ def python_base_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     each on 2 busy cores, 5 tests, 38 % of a loaded fast pass) is made once per run, not once
     per test. Their images and build directories go in it too; each test's Dockerfile differs."""
     return tmp_path_factory.mktemp("python-base-cache")
+
+
+@pytest.fixture
+def with_python_base_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """:func:`python_base_cache` as this test's ``SANDFLEET_CACHE``."""
+    monkeypatch.setenv("SANDFLEET_CACHE", str(python_base_cache))
+    return python_base_cache

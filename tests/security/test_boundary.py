@@ -188,14 +188,12 @@ async def test_a_host_file_made_just_after_a_start_is_hidden_from_the_next() -> 
         assert "LATESECRET" not in out and out.split()[-1] == "0", out
 
 
-async def test_launcher_never_chmods_through_an_image_symlink(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                              python_base_cache: Path) -> None:
+async def test_launcher_never_chmods_through_an_image_symlink(tmp_path: Path, with_python_base_cache: Path) -> None:
     """Finding 17: an image whose /logs is a symlink to a host file made the root launcher
     chmod that host file (0600 -> 0755). Now the sandbox is refused and the file untouched."""
     from sandfleet.tasks import load_task
     from sandfleet.tasks.images import build_task_image
 
-    monkeypatch.setenv("SANDFLEET_CACHE", str(python_base_cache))
     victim = tmp_path / "host-secret"
     victim.write_text("secret\n")
     victim.chmod(0o600)

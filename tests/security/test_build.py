@@ -39,14 +39,6 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "cache"
 
 
-@pytest.fixture
-def shared_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The run's cache of the python:3.11-slim-bookworm base (conftest.py), for the tests
-    here that need that base and nothing else of an empty cache."""
-    monkeypatch.setenv("SANDFLEET_CACHE", str(python_base_cache))
-    return python_base_cache
-
-
 def snapshot(d: Path) -> dict[str, tuple[int, int, int, bytes]]:
     """Every entry below d (and d itself): owner, mode and content."""
     out = {}
@@ -66,7 +58,7 @@ SYSCTL = ('v="$(cat /proc/sys/kernel/core_pattern)"; w() { printf "%s\\n" "$v" >
           "2>/dev/null; then echo written; else echo refused; fi > /app/sysctl.txt")
 
 
-def test_run_step_has_no_host_privilege(tmp_path: Path, shared_cache: Path) -> None:
+def test_run_step_has_no_host_privilege(tmp_path: Path, with_python_base_cache: Path) -> None:
     """Finding 14: mknod, a sysctl write (the current value, written back: never a change)
     and a module load all fail, and the step's capabilities belong to a user namespace of
     its own, mapped onto the sandbox range."""
@@ -101,7 +93,7 @@ def test_run_step_has_no_host_privilege(tmp_path: Path, shared_cache: Path) -> N
     assert (img.lowers[0] / "by-root").stat().st_uid == BASE
 
 
-def test_builder_never_writes_through_a_symlink_to_the_host(tmp_path: Path, shared_cache: Path) -> None:
+def test_builder_never_writes_through_a_symlink_to_the_host(tmp_path: Path, with_python_base_cache: Path) -> None:
     """Finding 15: symlinks an earlier RUN step left (absolute, relative with too many ``..``,
     to a directory and to a file) resolve inside the image for COPY, ADD, WORKDIR and the
     final chown; the host's directory and file stay as they were."""
@@ -140,7 +132,7 @@ def test_builder_never_writes_through_a_symlink_to_the_host(tmp_path: Path, shar
     assert (img.lowers[0] / "app" / "link").is_symlink()
 
 
-def test_copy_refuses_a_context_symlink_that_leads_out(tmp_path: Path, shared_cache: Path) -> None:
+def test_copy_refuses_a_context_symlink_that_leads_out(tmp_path: Path, with_python_base_cache: Path) -> None:
     """Finding 16: a context symlink to a host file outside the context is refused (Docker
     refuses it too), naming the Dockerfile line; a link inside a copied directory is copied
     as a link, not followed."""
@@ -245,7 +237,7 @@ def test_run_writes_into_a_debootstrap_base_own_dirs(tmp_path: Path, cache: Path
     assert snapshot(base.root / "usr/local") == before
 
 
-def test_dead_builds_temp_dirs_are_reaped(tmp_path: Path, shared_cache: Path) -> None:
+def test_dead_builds_temp_dirs_are_reaped(tmp_path: Path, with_python_base_cache: Path) -> None:
     """Finding 40: temporary build directories of a killed build are removed at the next
     build; a live process's are kept."""
     dead = subprocess.Popen(["sleep", "30"])

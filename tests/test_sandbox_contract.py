@@ -17,7 +17,7 @@ from sandfleet.errors import GuestError, GuestFileNotFoundError, SandboxClosedEr
 from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.state import state_root
-from support import running
+from support import running, until
 
 REMOTE = "remote"
 
@@ -201,19 +201,25 @@ def _running(pid: int) -> bool:
 async def _close_leaves_nothing(backend: str, expect_cgroup: bool | None = None, remote: Any = None) -> None:
     box = await _create(backend, remote)
     tag = f"{uuid.uuid4().int % 10**6}.{uuid.uuid4().int % 10**6}"  # a unique sleep length
-    await box.exec(f"sleep {tag} > /dev/null 2>&1 &")
-    await box.exec(f"(setsid sleep {tag}1 > /dev/null 2>&1 &)")  # its own session, orphaned
-    d = state_root() / box.id
-    cg = getattr(box, "cgroup", None)
-    dirs = list(cg.dirs) if cg is not None else []
-    if expect_cgroup is not None:
-        assert (cg is not None) == expect_cgroup
-    assert d.exists() and all(x.is_dir() for x in dirs)
-    host_procs = cg.pids() if backend == "gvisor" and cg is not None else set()
-    if backend == "gvisor":  # its commands are the Sentry's, not host processes: runsc's own are
-        assert host_procs
-    if backend not in ("microvm", "gvisor"):
-        assert len(running(tag)) == 2  # both are alive before close (so the check below can fail)
+    try:
+        await box.exec(f"sleep {tag} > /dev/null 2>&1 &")
+        await box.exec(f"(setsid sleep {tag}1 > /dev/null 2>&1 &)")  # its own session, orphaned
+        d = state_root() / box.id
+        cg = getattr(box, "cgroup", None)
+        dirs = list(cg.dirs) if cg is not None else []
+        if expect_cgroup is not None:
+            assert (cg is not None) == expect_cgroup
+        assert d.exists() and all(x.is_dir() for x in dirs)
+        host_procs = cg.pids() if backend == "gvisor" and cg is not None else set()
+        if backend == "gvisor":  # its commands are the Sentry's, not host processes: runsc's own are
+            assert host_procs
+        if backend not in ("microvm", "gvisor"):
+            # both are alive before close (so the check below can fail); a backgrounded child
+            # may still be a forked shell, not yet sleep, when exec returns
+            await until(lambda: len(running(tag)) == 2)
+    except BaseException:
+        await box.close()  # a failed check must not leak the sandbox into later tests
+        raise
     await box.close()
     assert not d.exists()
     assert not [x for x in dirs if x.exists()]  # the sandbox's own cgroups, wherever they are

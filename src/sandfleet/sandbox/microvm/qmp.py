@@ -39,8 +39,12 @@ class Qmp:
             sock.close()
             raise SandboxDiedError(f"can't reach QEMU's QMP socket {path}: {exc}") from exc
         qmp = cls(sock, reader, writer)
-        await qmp._read()  # greeting
-        await qmp.execute("qmp_capabilities")
+        try:
+            await qmp._read()  # greeting
+            await qmp.execute("qmp_capabilities")
+        except BaseException:  # QEMU went away mid-greeting: close our end now, not at GC
+            writer.close()
+            raise
         return qmp
 
     async def _read(self) -> dict[str, Any]:

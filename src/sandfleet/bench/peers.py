@@ -26,6 +26,7 @@ import contextlib
 import functools
 import json
 import os
+import resource
 import shutil
 import tempfile
 import time
@@ -322,6 +323,16 @@ def _cmdline_has(p: Path, text: str) -> bool:
         return False
 
 
+def _without_hybrid_v2(name: str) -> list[str]:
+    """A prefix that runs a crun-based command where crun 1.8.1 starts: on a cgroup v1/v2
+    hybrid with a controller enabled in the v2 tree, under ``unshare -m`` with that tree
+    unmounted (its processes stay in the host's v1 cgroups); elsewhere nothing."""
+    unified = Path("/sys/fs/cgroup/unified/cgroup.controllers")
+    if unified.exists() and unified.read_text().strip():
+        return ["unshare", "-m", "sh", "-c", 'umount -l /sys/fs/cgroup/unified && exec "$@"', name]
+    return []
+
+
 class Crun(_OciRuntime):
     """crun on the same bundle. On a cgroup v1/v2 hybrid with a controller enabled in the v2
     tree (this host: hugetlb) crun 1.8.1 refuses to start ("cgroups in hybrid mode not
@@ -334,11 +345,8 @@ class Crun(_OciRuntime):
         return None if shutil.which("crun") else "crun not found"
 
     def runtime(self) -> list[str]:
-        rt = ["crun", "--cgroup-manager=disabled", "--root", str(self.state / "crun")]
-        unified = Path("/sys/fs/cgroup/unified/cgroup.controllers")
-        if unified.exists() and unified.read_text().strip():
-            return ["unshare", "-m", "sh", "-c", 'umount -l /sys/fs/cgroup/unified && exec "$@"', "crun", *rt]
-        return rt
+        return [*_without_hybrid_v2("crun"), "crun", "--cgroup-manager=disabled", "--root", str(self.state / "crun")]
+
 
     async def live(self) -> Live:
         cid = await self._run_detached()
@@ -347,22 +355,35 @@ class Crun(_OciRuntime):
 
 
 class Podman(System):
+    """``podman run --rootfs`` with its defaults (crun, conmon, cgroups on), two things aside:
+    the open-file and process limits are asked for explicitly (podman 4.3 otherwise asks crun for
+    RLIMIT_NOFILE 1048576, which a root without CAP_SYS_RESOURCE above its hard limit can't set:
+    "setrlimit RLIMIT_NOFILE: Operation not permitted"), and on a cgroup v1/v2 hybrid it runs as
+    crun does (:func:`_without_hybrid_v2`). ``--rootfs`` is a flag: the root is the first
+    argument after the options, the command after it."""
+
     name = "podman"
 
     def missing(self) -> str | None:
         return None if shutil.which("podman") else "podman not found"
 
+    def podman(self) -> list[str]:
+        return [*_without_hybrid_v2("podman"), "podman"]
+
     def argv(self, *args: str) -> list[str]:
-        return ["podman", "run", "--rootfs", str(self.root), "--read-only", "--network=none", "--ulimit", "host",
-                *args]
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        nofile = 1048576 if hard == resource.RLIM_INFINITY else min(hard, 1048576)
+        return [*self.podman(), "run", *args, "--read-only", "--network=none", "--ulimit", f"nofile={nofile}:{nofile}",
+                "--ulimit", "nproc=32768:32768", "--rootfs", str(self.root)]
 
     async def once(self, argv: Sequence[str]) -> None:
         await _run([*self.argv("--rm"), *argv])
 
     async def live(self) -> Live:
         cid = (await _run([*self.argv("-d", "--rm"), "sleep", "infinity"], detach=True)).strip()
-        pids = (await _run(["podman", "inspect", "-f", "{{.State.Pid}} {{.State.ConmonPid}}", cid])).split()
-        return _OciLive(["podman"], cid, [int(p) for p in pids if p.isdigit() and int(p) > 0], ["rm", "-f", "-t", "0"])
+        pids = (await _run([*self.podman(), "inspect", "-f", "{{.State.Pid}} {{.State.ConmonPid}}", cid])).split()
+        return _OciLive(self.podman(), cid, [int(p) for p in pids if p.isdigit() and int(p) > 0],
+                        ["rm", "-f", "-t", "0"])
 
 
 def systems(root: Path, image: str, state: Path, only: Sequence[str] = ()) -> list[System]:

@@ -110,12 +110,19 @@ def test_sigterm_mid_run_closes_every_sandbox(tmp_path: Path) -> None:
         return found
 
     owned: list[Path] = []
-    deadline = time.monotonic() + 60
-    while not owned and time.monotonic() < deadline:
-        owned = owned_by_run()
-        time.sleep(0.05)
-    assert owned, "the run never started a sandbox"
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) != 0
+    try:
+        # on a fresh host the run first builds the tasks' image (python:3.11-bookworm: a
+        # debootstrap base, minutes on busy cores): wait while it is alive, not a fixed minute
+        deadline = time.monotonic() + 900
+        while not owned and proc.poll() is None and time.monotonic() < deadline:
+            owned = owned_by_run()
+            time.sleep(0.05)
+        assert owned, f"the run never started a sandbox (exit status {proc.poll()})"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) != 0
+    finally:
+        if proc.poll() is None:  # a failed check must not leave the run behind for later tests
+            proc.kill()
+            proc.wait()
     assert not any(d.exists() for d in owned)
     assert not owned_by_run()

@@ -347,7 +347,6 @@ class Crun(_OciRuntime):
     def runtime(self) -> list[str]:
         return [*_without_hybrid_v2("crun"), "crun", "--cgroup-manager=disabled", "--root", str(self.state / "crun")]
 
-
     async def live(self) -> Live:
         cid = await self._run_detached()
         state = json.loads(await _run([*self.runtime(), "state", cid]))

@@ -99,3 +99,70 @@ async def test_debootstrap_base_and_a_task_over_it(tmp_path: Path, cache: Path) 
     img = build_task_image(load_task(task))
     assert img.base == base.name
     assert img.meta["layer_bytes"] < 1 << 20  # a thin layer: the base is shared
+
+
+def test_resolve_image_reuses_its_answer_only_while_the_cache_is_unchanged(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """resolve_image skips reading every image.json while nothing it relied on changed, and
+    sees each kind of change at once: a newer build, a renewed one, a removed layer or image."""
+    import shutil
+
+    from sandfleet.imagestore import resolve_image, save_image
+
+    monkeypatch.setenv("SANDFLEET_CACHE", str(tmp_path / "cache"))
+    d = images_dir()
+
+    def image(digest: str, name: str = "img") -> Image:
+        (d / digest / "layer").mkdir(parents=True)
+        img = Image(name=name, lowers=[d / digest / "layer", Path("/")], arch="amd64", page_size=4096,
+                    hash=digest, base="host")
+        save_image(img)
+        return img
+
+    def settle(*paths: Path) -> None:  # as if written long ago: an answer over them is reused
+        old = time.time_ns() - 3_600 * 10**9
+        for p in paths:
+            os.utime(p, ns=(old, old))
+
+    def age(digest: str, seconds: int) -> None:
+        t = time.time_ns() - seconds * 10**9
+        os.utime(d / digest / "image.json", ns=(t, t))
+
+    image("aaaa1111")
+    image("bbbb2222")
+    image("cccc3333", name="other")
+    age("aaaa1111", 7200)
+    age("bbbb2222", 5400)
+    settle(d)
+    assert resolve_image("img").hash == "bbbb2222"  # the newest of its name
+    assert resolve_image("aaaa").hash == "aaaa1111"  # a hash prefix
+    # reused: a matching image.json rewritten behind its back (same mtime) is not read again
+    meta = d / "bbbb2222" / "image.json"
+    st = meta.stat()
+    meta.write_text("not json")
+    os.utime(meta, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert resolve_image("img").hash == "bbbb2222"
+    save_image(Image(name="img", lowers=[d / "bbbb2222" / "layer", Path("/")], arch="amd64", page_size=4096,
+                     hash="bbbb2222", base="host"))
+    age("bbbb2222", 5400)
+    settle(d)
+    # an older one renewed in place (os.utime of its image.json, as the E2B base does)
+    os.utime(d / "aaaa1111" / "image.json")
+    assert resolve_image("img").hash == "aaaa1111"
+    age("aaaa1111", 7200)
+    settle(d)
+    assert resolve_image("img").hash == "bbbb2222"
+    # the newest's layer removed: it is no image any more
+    shutil.rmtree(d / "bbbb2222" / "layer")
+    assert resolve_image("img").hash == "aaaa1111"
+    # a new build of the name (save_image touches the directory)
+    image("dddd4444")
+    assert resolve_image("img").hash == "dddd4444"
+    settle(d, d / "dddd4444" / "image.json")
+    assert resolve_image("img").hash == "dddd4444"
+    # an image removed whole
+    shutil.rmtree(d / "dddd4444")
+    assert resolve_image("img").hash == "aaaa1111"
+    shutil.rmtree(d / "aaaa1111")
+    with pytest.raises(Exception, match="unknown image 'img'; known images: host, other"):
+        resolve_image("img")

@@ -94,10 +94,26 @@ def report() -> dict[str, Any]:
                  if disk_available() else "no loop devices or mkfs.ext4 (or SANDFLEET_DISK=tmpfs): the writable "
                  "layer is a tmpfs charged to the memory limit (filling it can OOM-kill a sandbox)"},
         "default_backend": default,
+        "agent": _agent(),
         "binfmt": _binfmt(),
         "uids": _uids(),
         "limits": _limits(),
     }
+
+
+def _agent() -> dict[str, Any]:
+    """What the guest agent is built with (not built here: that takes a compiler run)."""
+    from sandfleet.agent.build import toolchain
+    from sandfleet.errors import SandfleetError
+
+    try:
+        name, cmd = toolchain()
+    except SandfleetError as e:
+        return {"toolchain": None, "reason": str(e)}
+    why = {"musl": "static musl: an exec costs no cpuid probes (docs/bench.md)",
+           "glibc": "static glibc; apt-get install musl-tools for a faster start in VMs (docs/bench.md)",
+           "cc": "$CC"}[name]
+    return {"toolchain": name, "command": cmd, "reason": why}
 
 
 def _limits() -> dict[str, Any]:

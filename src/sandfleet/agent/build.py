@@ -75,18 +75,64 @@ def install(target: Path, write: Callable[[Path], None], *, mode: int = 0o755) -
     return target
 
 
-def _compile(out: Path) -> None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+def _kernel_headers() -> Path | None:
+    """A directory holding only the kernel's uapi headers (``linux``, ``asm``,
+    ``asm-generic``) as links, for musl-gcc, whose include path has none of the host's
+    headers; None where this host has no kernel headers for its architecture."""
+    inc = Path("/usr/include")
+    asm = next((d for d in (inc / "asm", inc / f"{os.uname().machine}-linux-gnu" / "asm") if d.is_dir()), None)
+    if asm is None or not (inc / "linux").is_dir() or not (inc / "asm-generic").is_dir():
+        return None
+    d = _cache_base() / "agent" / "musl-include"
+    if not d.is_dir():
+        d.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".musl-include.", dir=d.parent))
+        try:
+            for name, target in (("linux", inc / "linux"), ("asm", asm), ("asm-generic", inc / "asm-generic")):
+                (tmp / name).symlink_to(target)
+            tmp.rename(d)  # whole or not at all (another process's, made meanwhile, is as good)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            if not d.is_dir():
+                return None
+    return d
+
+
+def toolchain() -> tuple[str, list[str]]:
+    """(name, compiler command) the agent is built with: ``$CC -static`` where CC is set,
+    else musl (``musl-gcc -static``, package musl-tools) where it is installed, else the
+    system's ``cc -static`` (glibc).
+
+    Why musl: a static glibc program probes the CPU's caches with ``cpuid`` at every start,
+    and in a VM each ``cpuid`` traps to the hypervisor. On the development VM (nested
+    virtualization) an exec of an empty static program took 0.74-1.1 ms with glibc and
+    0.07 ms with musl, and every sandbox start execs the agent twice (the launcher, then the
+    agent itself). The agent uses nothing of libc that differs between the two (its own
+    passwd parser, no NSS, raw syscalls for the new mount API)."""
+    cc = os.environ.get("CC")
+    if cc:
+        return "cc", [cc, "-O2", "-static"]
+    musl = shutil.which("musl-gcc")
+    headers = _kernel_headers() if musl else None
+    if musl and headers is not None:
+        return "musl", [musl, "-O2", "-static", "-idirafter", str(headers)]
+    cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise HostUnsupportedError(
             "no C compiler to build the guest agent: install gcc (apt-get install gcc libc6-dev)"
         )
-    cmd = [cc, "-O2", "-static", "-o", str(out), str(SOURCE)]
+    return "glibc", [cc, "-O2", "-static"]
+
+
+def _compile(out: Path) -> None:
+    name, cc = toolchain()
+    cmd = [*cc, "-o", str(out), str(SOURCE)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise HostUnsupportedError(
             f"building the guest agent failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}\n"
-            "a static libc is needed: apt-get install libc6-dev"
+            + ("a static libc is needed: apt-get install libc6-dev" if name == "glibc" else
+               f"(built with {name}: unset CC or remove musl-tools to build with the system's cc)")
         )
 
 
@@ -97,8 +143,9 @@ def agent_binary() -> Path:
         known = _memo.get(base)
     if known is not None and known.is_file():
         return known
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    binary = base / "agent" / f"{os.uname().machine}-{digest}" / BINARY_NAME
+    name, cc = toolchain()
+    digest = hashlib.sha256(SOURCE.read_bytes() + "\0".join(cc).encode()).hexdigest()[:16]
+    binary = base / "agent" / f"{os.uname().machine}-{name}-{digest}" / BINARY_NAME
     if not binary.is_file():
         install(binary, _compile)
     with _memo_lock:

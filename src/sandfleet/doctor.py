@@ -95,10 +95,28 @@ def report() -> dict[str, Any]:
                  "layer is a tmpfs charged to the memory limit (filling it can OOM-kill a sandbox)"},
         "default_backend": default,
         "agent": _agent(),
+        "state": _state(),
         "binfmt": _binfmt(),
         "uids": _uids(),
         "limits": _limits(),
     }
+
+
+def _state() -> dict[str, Any]:
+    """Where the sandboxes' markers live, and on what (a disk filesystem makes every start and
+    close pay for journal writes: docs/bench.md)."""
+    from sandfleet.errors import SandfleetError
+    from sandfleet.sandbox.state import mount_of, state_root
+
+    try:
+        root = state_root()
+    except SandfleetError as e:
+        return {"dir": None, "fs": None, "reason": str(e)}
+    found = mount_of(root)
+    fs = found[0] if found else None
+    return {"dir": str(root), "fs": fs,
+            "reason": "in memory, gone at reboot" if fs == "tmpfs" else
+            "on a disk filesystem: each start and close writes its marker there (SANDFLEET_STATE=a tmpfs directory)"}
 
 
 def _agent() -> dict[str, Any]:

@@ -35,6 +35,8 @@ def doctor(as_json: bool) -> None:
     click.echo(f"uids        {u['slots']} slots of {u['per_slot']} host uids from {u['uid_base']} to {u['last_uid']}"
                + (f", {u['live']} live" if u["live"] is not None else "")
                + (f" - login users inside the range: {', '.join(u['clashing_users'])}" if u["clashing_users"] else ""))
+    st = r["state"]
+    click.echo(f"state       {st['dir']} ({st['fs'] or 'unknown filesystem'}): {st['reason']}")
     a = r["agent"]
     click.echo(f"agent       {a['toolchain'] or 'not buildable'}: {a['reason']}")
     lim = r["limits"]

@@ -110,7 +110,7 @@ async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
         if avail - k * per_kib < reserve:
             out.stopped = (f"MemAvailable is {avail // 1024} MiB and each idle sandbox takes about "
                            f"{per_kib / 1024:.2f} MiB, with {reserve // 1024} MiB kept for the host: hold fewer, "
-                           f"or give the host more memory")
+                           f"or give the host more memory" + _disk_hint())
             break
         last = (avail, k)
         try:
@@ -127,6 +127,16 @@ async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
         if say and (len(out.boxes) // BATCH) % 32 == 0:
             say(f"{len(out.boxes)} idle sandboxes in process {os.getpid()}")
     return out
+
+
+def _disk_hint() -> str:
+    """Where idle sandboxes have an ext4 disk each: what a tmpfs writable layer saves."""
+    from sandfleet.sandbox import disk
+
+    if not disk.available():
+        return ""
+    return ("; each has an ext4 disk (a loop device and a filesystem): SANDFLEET_DISK=tmpfs holds more "
+            "(10,000 in 24 GiB here, docs/bench.md)")
 
 
 def _failed(e: BaseException, held: int) -> str:

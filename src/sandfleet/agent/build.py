@@ -144,7 +144,9 @@ def agent_binary() -> Path:
     if known is not None and known.is_file():
         return known
     name, cc = toolchain()
-    digest = hashlib.sha256(SOURCE.read_bytes() + "\0".join(cc).encode()).hexdigest()[:16]
+    # keyed by the compiler, not by where this cache keeps musl's header links: a node of a
+    # local cluster, whose cache links to this one's builds, finds the same binary
+    digest = hashlib.sha256(SOURCE.read_bytes() + f"\0{name}\0{cc[0]}".encode()).hexdigest()[:16]
     binary = base / "agent" / f"{os.uname().machine}-{name}-{digest}" / BINARY_NAME
     if not binary.is_file():
         install(binary, _compile)

@@ -37,6 +37,7 @@ from sandfleet.errors import SandfleetError
 from sandfleet.sandbox import cgroups, create_sandbox, fork, get_backend, make_backend, make_spec
 from sandfleet.sandbox.base import BASE_ENV, DEFAULT_MAX_OUTPUT, Sandbox, Snapshot
 from sandfleet.sandbox.spec import Limits, backend_config
+from sandfleet.sandbox.state import mount_of
 
 REMOTE = "/work/wl"
 """Where the workload lives inside a sandbox."""
@@ -250,19 +251,8 @@ class SandboxFleet:
 
 def fs_type(path: Path) -> str:
     """The filesystem type of the mount holding ``path`` (from /proc/self/mountinfo)."""
-    best, kind = "", "unknown"
-    target = str(path.resolve())
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/self/mountinfo").read_text().splitlines():
-            left, _, right = line.partition(" - ")
-            fields, rfields = left.split(), right.split()
-            if len(fields) < 5 or not rfields:
-                continue
-            mnt = fields[4].replace("\\040", " ")
-            inside = target == mnt or target.startswith(mnt.rstrip("/") + "/")
-            if inside and len(mnt) >= len(best):
-                best, kind = mnt, rfields[0]
-    return kind
+    found = mount_of(path)
+    return found[0] if found else "unknown"
 
 
 def tmpfs_dir() -> tuple[Path, str]:

@@ -33,13 +33,15 @@ MARK = b"/tmp/sfray-"
 
 def cluster_processes() -> list[str]:
     """Processes of any local cluster these tests started (Ray's session directory, or a
-    node's sandfleet directories, lie under /tmp/sfray-*)."""
+    node's sandfleet directories, lie under /tmp/sfray-*; some of Ray's agents carry only the
+    node's cgroup parent, sandfleet-ray-*)."""
     out = []
     for d in Path("/proc").iterdir():
         if not d.name.isdigit() or int(d.name) == os.getpid():
             continue
         try:
-            if MARK in (d / "cmdline").read_bytes() or MARK in (d / "environ").read_bytes():
+            env = (d / "environ").read_bytes()
+            if MARK in (d / "cmdline").read_bytes() or MARK in env or b"SANDFLEET_CGROUP_PARENT=sandfleet-ray-" in env:
                 out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
         except OSError:
             continue

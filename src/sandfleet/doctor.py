@@ -53,7 +53,11 @@ def report() -> dict[str, Any]:
     elif not root:
         backends["bwrap"] = {"available": False, "reason": "needs root for its overlay root and cgroups"}
     else:
-        backends["bwrap"] = {"available": True, "reason": f"{bw}; cgroups {lay.version}"
+        from sandfleet.sandbox._spawn import PIDFD
+
+        # who enters a sandbox's namespaces (BwrapConfig.namespaces; bwrap without pidfds)
+        entry = "namespaces by sandfleet's launcher" if PIDFD else "namespaces by bubblewrap (no pidfds)"
+        backends["bwrap"] = {"available": True, "reason": f"{bw}; {entry}; cgroups {lay.version}"
                              + ("" if lay.usable else " (not writable: limits off)")}
     kvm = _kvm()
     qemu_name = "qemu-system-x86_64" if platform.machine() == "x86_64" else "qemu-system-aarch64"

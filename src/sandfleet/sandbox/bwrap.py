@@ -8,14 +8,20 @@ Start-up of one sandbox (all in one exec chain, no shell; docs/security.md, "The
    has no loop devices) holding the overlay's upper layer, mounts the image root read-only
    below it (idmapped for a built image), prepares the writable directories, makes the
    sandbox's user namespace P and enters it as its root, sets PR_SET_PDEATHSIG;
-2. ``bwrap`` enters new pid, net, ipc, uts, cgroup and mount namespaces with that overlay
-   as ``/``, keeps only the capabilities the guest agent needs to make the commands'
-   namespace S (and no_new_privs is always set), and
-3. runs the guest agent as the pid namespace's init (``--as-pid-1``: no bwrap init between,
-   so three host tasks per sandbox, not four), which makes S, drops to a uid S does not map,
-   and serves the host over bwrap's stdin/stdout. It ends the sandbox when bwrap ends
-   (``launch --lifeline``: a pidfd of bwrap it polls), as bwrap's init did by its death
-   signal.
+2. the launcher (``launch --sandbox ROOT``, the default ``BwrapConfig.namespaces``) forks the
+   sandbox's pid 1 into new pid, net, ipc, uts, cgroup and mount namespaces, which makes
+   ``/dev``, ``/proc`` and the binds over that overlay, pivots into it as ``/``, keeps only
+   the capabilities the guest agent needs to make the commands' namespace S (bounding set
+   included), sets no_new_privs, and
+3. execs the guest agent as the pid namespace's init, which makes S, drops to a uid S does
+   not map, and serves the host over the launcher's stdin/stdout. The launcher stays as its
+   parent (two host tasks per sandbox) and the agent ends the sandbox when the launcher ends
+   (``launch --lifeline``: a pidfd of the launcher it polls).
+
+   With ``namespaces="bwrap"`` (and on kernels without pidfds) the launcher execs bubblewrap
+   for step 2 instead (``--as-pid-1`` where pidfds exist), with the same mounts, namespaces
+   and capabilities: what every sandbox did before 2026-12, one exec of a dynamically linked
+   program and a parse of the mount table per bind more a start (docs/security.md).
 
 The mounts exist only in the private namespace, so they vanish with the sandbox: nothing
 can leak on the host but the cgroups and the marker directory, which close() and the
@@ -50,6 +56,9 @@ HOST_SYSTEM = {"bin", "sbin", "lib", "lib32", "lib64", "libx32", "usr", "etc", "
 HOST_HIDDEN_BELOW = ("/var/lib", "/var/cache", "/var/tmp", "/var/log", "/var/mail", "/var/spool",
                      "/var/backups", "/var/opt", "/var/local")
 FRESH_MODES = {"/tmp": "1777", "/var/tmp": "1777"}
+AGENT_CAPS = ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE")
+"""What the guest agent keeps (as root of P) to make S and drop to its own uid; it keeps none
+of them after that."""
 CGROUP_DIR = "/.sandfleet-cg"  # the sandbox's cgroup, delegated to the guest agent (a cgroup per command)
 
 
@@ -207,6 +216,8 @@ class BwrapBackend:
         found = shutil.which(self.config.bwrap)
         assert found is not None  # bwrap_version found it
         self.bwrap = str(Path(found).resolve())  # the root launcher never searches PATH
+        # (without pidfds the launcher can't be the agent's lifeline: bwrap keeps its own init)
+        self.native = self.config.namespaces == "launcher" and PIDFD
 
     def _seed(self) -> disk.Seed:
         """The writable layer every sandbox over the host's root starts with: an opaque
@@ -297,7 +308,26 @@ class BwrapBackend:
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755"]
         if PIDFD:  # (a kernel before 5.3 has no pidfd_open: there bwrap keeps its own init, below)
             a.append("--lifeline")
-        a += ["--pdeathsig", str(os.getpid()), "--"]
+        a += ["--pdeathsig", str(os.getpid())]
+        delegated = cg.delegate(slot.host_uid(GUEST_AGENT_UID)) if cg else None
+        agent_argv = ["/.sandfleet/sandfleet-agent", "--isolate"]
+        if delegated is not None:
+            agent_argv += ["--cgroup-dir", CGROUP_DIR]
+        if lim.ttl_s:
+            agent_argv += ["--ttl", str(lim.ttl_s)]
+        if self.native:
+            # the launcher enters the namespaces itself (agent.c, "launch --sandbox"): what the
+            # bwrap arguments below ask for, with the same /dev, /proc, binds and capabilities
+            a += ["--sandbox", str(root), "--sandbox-ro-bind", str(agent_dir), "/.sandfleet"]
+            if lim.network and lim.allow is not None:
+                a += ["--sandbox-ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]
+            if delegated is not None:
+                a += ["--sandbox-bind", str(delegated), CGROUP_DIR]
+            a += ["--hostname", "sandbox"]
+            for cap in AGENT_CAPS:
+                a += ["--keep-cap", cap]
+            return [*a, "--", *agent_argv]
+        a.append("--")
         # /dev/shm world-writable, sticky (bwrap's --dev leaves a root-owned 0755 folder: POSIX
         # semaphores, so multiprocessing, failed for non-root users); a folder of /dev's tmpfs,
         # not a tmpfs of its own (one superblock fewer per sandbox): its pages count in the
@@ -307,7 +337,6 @@ class BwrapBackend:
               "--ro-bind", str(agent_dir), "/.sandfleet"]
         if lim.network and lim.allow is not None:  # its own resolver (allowlist.py), reached through pasta
             a += ["--ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]
-        delegated = cg.delegate(slot.host_uid(GUEST_AGENT_UID)) if cg else None
         if delegated is not None:
             a += ["--bind", str(delegated), CGROUP_DIR]
         # --as-pid-1: the guest agent is the pid namespace's init (it reaps what is orphaned
@@ -317,16 +346,11 @@ class BwrapBackend:
               "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
               "--cap-drop", "ALL"]
         # what the agent needs to make S and drop to its own uid; it keeps none of them
-        for cap in ("CAP_SETUID", "CAP_SETGID", "CAP_SETFCAP", "CAP_SYS_ADMIN", "CAP_SYS_PTRACE", "CAP_DAC_OVERRIDE"):
+        for cap in AGENT_CAPS:
             a += ["--cap-add", cap]
         a += ["--chdir", "/"]
         a.append("--unshare-net")  # always; network=True attaches user-mode networking (network.py)
-        a += ["--", "/.sandfleet/sandfleet-agent", "--isolate"]
-        if delegated is not None:
-            a += ["--cgroup-dir", CGROUP_DIR]
-        if lim.ttl_s:
-            a += ["--ttl", str(lim.ttl_s)]
-        return a
+        return [*a, "--", *agent_argv]
 
     async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> BwrapSandbox:
         image = resolve_image(spec.image)

@@ -2,8 +2,8 @@
 owner's open files, the host's tasks (``kernel.pid_max``, ``kernel.threads-max``).
 
 An idle bwrap sandbox costs its owner about :data:`FDS_PER_IDLE` descriptors (the agent's
-stdin and stdout, pidfds of bwrap and of its child, the uid slot's lock, and the loop disk's
-file, mount and mount namespace) and the host about :data:`TASKS_PER_IDLE` tasks (bwrap, the
+stdin and stdout, pidfds of the launcher and of its child, the uid slot's lock, and the loop disk's
+file, mount and mount namespace) and the host about :data:`TASKS_PER_IDLE` tasks (the launcher (or bwrap), the
 guest agent as the pid namespace's init, the loop device's kernel thread): measured on this host with
 ``sandfleet bench micro`` (docs/bench.md, "Density"). ``sandfleet doctor`` reports them.
 """

@@ -207,7 +207,7 @@ def _children(pid: int) -> list[int]:
 
 def netns_holder(root_pid: int, timeout: float = 10.0) -> int:
     """The first descendant of ``root_pid`` (itself included) in a network namespace other
-    than this process's: bwrap's child (the sandbox's pid 1) for a launcher or bwrap pid."""
+    than this process's: the launcher's (or bwrap's) child, the sandbox's pid 1, for a launcher pid."""
     mine = _netns(os.getpid())
     deadline = time.monotonic() + timeout
     while True:

@@ -1569,8 +1569,18 @@ static int prepare_dir(const char *p, const char *uid, const char *gid, const ch
     }
     fd = open_dir_nofollow(p, 1, &bad);
     if (fd < 0) return refuse("mkdir", p, bad);
-    if (fchown(fd, atoi(uid), atoi(gid)) < 0) { close(fd); return die("chown", p); }
-    if (fchmod(fd, strtol(mode, NULL, 8)) < 0) { close(fd); return die("chmod", p); }
+    /* one that is as asked already is left alone: on the overlay a chown or chmod of a
+     * directory of a lower layer copies it up (and its parents), a cost on every start for
+     * /tmp and /var/tmp, which images make 1777 and root's already */
+    uid_t u = (uid_t)atoi(uid);
+    gid_t g = (gid_t)atoi(gid);
+    mode_t m = (mode_t)strtol(mode, NULL, 8);
+    if (fstat(fd, &st) == 0 && st.st_uid == u && st.st_gid == g && (st.st_mode & 07777) == m) {
+        close(fd);
+        return 0;
+    }
+    if (fchown(fd, u, g) < 0) { close(fd); return die("chown", p); }
+    if (fchmod(fd, m) < 0) { close(fd); return die("chmod", p); }
     close(fd);
     return 0;
 }

@@ -483,6 +483,25 @@ static const char *set_filter(const fld_t *f) {
     return NULL;
 }
 
+/* The loopback of a new network namespace, up (the kernel gives it 127.0.0.1 and ::1 then);
+ * -1 with errno set where the interface ioctls fail. */
+static int loopback_up(void) {
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    strcpy(ifr.ifr_name, "lo");
+    int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
+    if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
+        ifr.ifr_flags |= IFF_UP;
+        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+    }
+    int e = errno;
+    close(fd);
+    errno = e;
+    return rc;
+}
+
 /* In a command's child, inside S and before it takes its user: a pid namespace for its
  * children and a mount namespace of its own when asked (the command then runs as the pid
  * namespace's first process, start_exec, over a /proc of its own, own_proc), and a network
@@ -496,19 +515,8 @@ static int confine_ns(int no_network, int own_pidns, const char **what) {
         *what = "make a network namespace";
         if (unshare(CLONE_NEWNET) < 0) return -1;
         *what = "bring up the loopback";
-        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-        struct ifreq ifr;
-        memset(&ifr, 0, sizeof ifr);
-        strcpy(ifr.ifr_name, "lo");
-        if (fd < 0) return -1;
-        int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-        if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
-            ifr.ifr_flags |= IFF_UP;
-            rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-        }
         /* gVisor (--switch-users) has no interface ioctls; its new namespace's loopback is up */
-        if (rc < 0 && !(errno == ENOTTY && s_userns < 0)) return -1;
-        close(fd);
+        if (loopback_up() < 0 && !(errno == ENOTTY && s_userns < 0)) return -1;
     }
     return 0;
 }
@@ -1848,23 +1856,6 @@ static int sandbox_binds_attach(const char **what) {
             return -1;
     }
     return 0;
-}
-
-static int loopback_up(void) {
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    struct ifreq ifr;
-    memset(&ifr, 0, sizeof ifr);
-    strcpy(ifr.ifr_name, "lo");
-    int rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-    if (rc == 0 && !(ifr.ifr_flags & IFF_UP)) {
-        ifr.ifr_flags |= IFF_UP | IFF_RUNNING;
-        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-    }
-    int e = errno;
-    close(fd);
-    errno = e;
-    return rc;
 }
 
 /* Keep only sb_caps: out of the bounding set (so no exec can regain the others), and the

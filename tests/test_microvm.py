@@ -124,6 +124,69 @@ async def test_close_leaves_nothing_and_vms_share_memory() -> None:
 
 
 @needs_vm
+async def test_prestarted_qemus_restore_fresh_vms_and_end_with_aclose() -> None:
+    """prestart: QEMUs started ahead with the template's state loaded (paused, never run); a
+    create takes one, gets its own marker fields, and a refill starts another; aclose ends the
+    waiting ones and leaves no process or directory (and a later event loop drops them too)."""
+    backend = MicrovmBackend(MicrovmConfig(options={"prestart": 1}))
+    spec = make_spec(backend="microvm", memory_mib=128, ttl_s=300, labels={"run": "prestart"})
+    first = await backend.create(spec)  # no spare yet: a cold restore, then the refill starts
+    try:
+        assert (await first.exec("echo cold")).output == "cold\n"
+        for _ in range(200):  # the refill: one QEMU launched and loaded
+            spares = [vm for s in backend._spares.values() for vm in s.vms]
+            if spares:
+                break
+            await asyncio.sleep(0.05)
+        assert len(spares) == 1 and spares[0].loaded and spares[0].alive()
+        spare = spares[0]
+        box = await backend.create(spec)
+        try:
+            assert box.vm is spare and box.id == spare.id == spare.run.name
+            meta = read_meta(spare.run)
+            assert meta is not None and meta["labels"] == {"run": "prestart"} and meta["ttl_s"] == 300
+            res = await box.exec("echo $((6 * 7)); cat /proc/uptime")
+            assert res.exit_code == 0 and res.output.startswith("42\n")
+            await box.write_file("/tmp/x", b"mine")
+            assert (await first.exec("test -e /tmp/x")).exit_code == 1  # separate guests
+        finally:
+            await box.close()
+        assert not spare.run.exists()
+    finally:
+        await first.close()
+    for _ in range(200):
+        waiting = [vm for s in backend._spares.values() for vm in s.vms]
+        if waiting:
+            break
+        await asyncio.sleep(0.05)
+    assert waiting
+    await backend.aclose()
+    assert not backend._spares
+    for vm in waiting:
+        assert vm.proc.returncode is not None and not vm.run.exists()
+
+
+@needs_vm
+def test_spares_end_with_the_event_loop_that_started_them() -> None:
+    backend = MicrovmBackend(MicrovmConfig(options={"prestart": 1}))
+
+    async def one() -> list[tuple[int, Path]]:
+        box = await backend.create(SPEC)
+        await box.close()
+        for _ in range(200):
+            vms = [vm for s in backend._spares.values() for vm in s.vms]
+            if vms:
+                assert all(proc_start_time(vm.proc.pid) is not None for vm in vms)
+                return [(vm.proc.pid, vm.run) for vm in vms]
+            await asyncio.sleep(0.05)
+        raise AssertionError("no QEMU was started ahead")
+
+    for _ in range(2):  # the second loop starts its own: none of the first is taken or left
+        waiting = asyncio.run(one())  # ends: asyncio.run cancels the keeper, which stops them
+        assert all(proc_start_time(pid) is None and not run.exists() for pid, run in waiting)
+
+
+@needs_vm
 async def test_ttl_kills_the_vm() -> None:
     assert BACKEND is not None
     box = await BACKEND.create(make_spec(backend="microvm", memory_mib=128, ttl_s=0.5))

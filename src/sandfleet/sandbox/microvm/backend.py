@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import shutil
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -27,9 +29,11 @@ from sandfleet.sandbox import seccomp
 from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.microvm.fork import snapshot_vm
 from sandfleet.sandbox.microvm.probe import probe_kvm
-from sandfleet.sandbox.microvm.template import Template, ensure_template, restore
+from sandfleet.sandbox.microvm.template import Template, ensure_template, launch, restore
 from sandfleet.sandbox.microvm.vm import Vm, VmSpec
 from sandfleet.sandbox.spec import MicrovmConfig, SandboxSpec
+
+log = logging.getLogger(__name__)
 
 #: the Debian kernel panics in 64 MiB guests; below this a guest is not worth starting
 MIN_MEMORY_MIB = 96
@@ -48,6 +52,11 @@ class MicrovmOptions(BaseModel):
     """Cold boot of a template VM to its guest agent (once per image and hardware)."""
     restore_timeout_s: float = Field(30.0, gt=0)
     """Restore of one sandbox from its template to an answering agent."""
+    prestart: int = Field(0, ge=0, le=64)
+    """QEMU processes started ahead for each template this backend restored from, waiting with
+    no guest in them (``-incoming defer``): a restore then loads the state into one of them and
+    skips QEMU's own start (dynamic linking and device set-up, 50-70 ms here). Each costs a
+    QEMU process that waits (docs/microvm.md); :meth:`MicrovmBackend.aclose` ends them. 0: off."""
 
 
 class MicrovmSandbox(AgentSandbox):
@@ -106,6 +115,12 @@ class MicrovmBackend:
         guest.vmlinux(self.kernel)  # needs the kernel's decompressor (lz4); cached after once
         guest._busybox()
         self._accel: str | None = None
+        #: vm_spec's answers; building the boot files to learn their content hashes cost
+        #: ~150 ms of every create (the initramfs compressed again), now paid once per inputs
+        self._specs: dict[tuple[object, ...], VmSpec] = {}
+        self._templates: dict[tuple[VmSpec, tuple[tuple[str, ...], ...]], Template] = {}
+        #: QEMUs started ahead (options.prestart), per template directory
+        self._spares: dict[Path, _Spares] = {}
 
     def accel(self) -> str:
         """The accelerator VMs get ("kvm" or "tcg"), probed once."""
@@ -122,22 +137,38 @@ class MicrovmBackend:
         memory = lim.memory_mib or 1024
         if memory < MIN_MEMORY_MIB:
             raise ConfigError(f"microvm guests need at least {MIN_MEMORY_MIB} MiB of memory, not {memory}")
-        return VmSpec(
+        image = resolve_image(spec.image)
+        agent = agent_binary()
+        vcpus = max(1, math.ceil(lim.cpus or 1))
+        key = (image.hash, tuple(image.lowers), agent, _stamp(guest._busybox()), _stamp(self.kernel.image),
+               _stamp(self.kernel.modules / "modules.dep"), vcpus, memory,
+               lim.disk_mib, self.accel(), self.options.tb_size_mb)
+        known = self._specs.get(key)
+        if known is not None and all(p.is_file() for p in (known.kernel, known.initrd, known.disk)):
+            return known
+        made = VmSpec(
             kernel=guest.vmlinux(self.kernel),
-            initrd=guest.initramfs(self.kernel, agent_binary()),
-            disk=rootfs.image_disk(resolve_image(spec.image)),
-            vcpus=max(1, math.ceil(lim.cpus or 1)),
+            initrd=guest.initramfs(self.kernel, agent),
+            disk=rootfs.image_disk(image),
+            vcpus=vcpus,
             memory_mb=memory,
             disk_mb=lim.disk_mib,
             accel=self.accel(),
             tb_size_mb=self.options.tb_size_mb,
         )
+        self._specs[key] = made
+        return made
 
     async def template(self, spec: SandboxSpec) -> Template:
         """The memory snapshot sandboxes with this spec restore from (built on first use)."""
         vm_spec = await asyncio.to_thread(self.vm_spec, spec)
-        prepare = [["mkdir", "-p", spec.workdir, "/home/agent", "/logs"], ["bash", "-c", "true"]]
-        return await ensure_template(vm_spec, prepare=prepare, boot_timeout=self.options.boot_timeout_s)
+        prepare = (("mkdir", "-p", spec.workdir, "/home/agent", "/logs"), ("bash", "-c", "true"))
+        known = self._templates.get((vm_spec, prepare))
+        if known is not None and known.state.is_file():
+            return known
+        tpl = await ensure_template(vm_spec, prepare=prepare, boot_timeout=self.options.boot_timeout_s)
+        self._templates[(vm_spec, prepare)] = tpl
+        return tpl
 
     async def create(self, spec: SandboxSpec) -> MicrovmSandbox:
         """A fresh sandbox restored from the template of ``spec``."""
@@ -152,8 +183,38 @@ class MicrovmBackend:
             "labels": spec.labels,
         }
         program = await seccomp.program_for(spec.seccomp_allow)
-        vm, client = await restore(tpl, sid, meta=meta, timeout=self.options.restore_timeout_s, seccomp=program)
-        return MicrovmSandbox(sid, spec, vm, client, tpl)
+        spare = await self._take_spare(tpl)
+        try:
+            vm, client = await restore(tpl, sid, meta=meta, timeout=self.options.restore_timeout_s,
+                                       seccomp=program, vm=spare)
+        finally:
+            if self.options.prestart:
+                self._refill(tpl)  # after the restore: a QEMU starting would compete with it
+        return MicrovmSandbox(vm.id, spec, vm, client, tpl)
+
+    async def _take_spare(self, tpl: Template) -> Vm | None:
+        """A QEMU started ahead for ``tpl`` in this event loop and still alive, or None."""
+        spares = self._spares.get(tpl.dir)
+        if spares is None or not spares.serves(asyncio.get_running_loop()):
+            return None
+        return await spares.take()
+
+    def _refill(self, tpl: Template) -> None:
+        spares = self._spares.get(tpl.dir)
+        if spares is None or not spares.serves(asyncio.get_running_loop()):
+            # (one of a finished loop ended its QEMUs when that loop cancelled its tasks)
+            spares = self._spares[tpl.dir] = _Spares(tpl, self.options)
+        spares.wake.set()
+
+    async def aclose(self) -> None:
+        """End the QEMUs started ahead (``prestart``); sandboxes already made are untouched.
+        (``asyncio.run`` ending its loop ends them too: it cancels the task that keeps them.)"""
+        loop = asyncio.get_running_loop()
+        mine = [s for s in self._spares.values() if s.serves(loop)]
+        self._spares = {k: s for k, s in self._spares.items() if s not in mine}
+        for spares in mine:
+            spares.task.cancel()
+        await asyncio.gather(*(s.task for s in mine), return_exceptions=True)
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[MicrovmSandbox]:
         """``n`` sandboxes restored concurrently from one snapshot."""
@@ -161,6 +222,53 @@ class MicrovmBackend:
         if tpl is None:
             raise ConfigError(f"snapshot {snapshot.id} is not a microvm snapshot")
         return await create_many([lambda: self.restore(tpl, snapshot.spec)] * n)
+
+
+class _Spares:
+    """The QEMUs started ahead for one template in one event loop, kept by a task of that loop:
+    it starts them (state loaded, guest paused) up to ``prestart`` whenever woken, and when it is
+    cancelled (``aclose``, or ``asyncio.run`` ending the loop) it stops them all."""
+
+    def __init__(self, tpl: Template, options: MicrovmOptions):
+        self.tpl, self.options = tpl, options
+        self.vms: list[Vm] = []
+        self.wake = asyncio.Event()
+        self.loop = asyncio.get_running_loop()
+        self.task = self.loop.create_task(self._keep(), name=f"sandfleet-microvm-prestart-{tpl.dir.name}")
+
+    def serves(self, loop: asyncio.AbstractEventLoop) -> bool:
+        return self.loop is loop and not self.task.done()
+
+    async def take(self) -> Vm | None:
+        while self.vms:
+            vm = self.vms.pop(0)
+            if vm.alive():
+                return vm
+            await vm.stop()
+        return None
+
+    async def _keep(self) -> None:
+        try:
+            while True:
+                await self.wake.wait()
+                self.wake.clear()
+                while len(self.vms) < self.options.prestart:
+                    try:
+                        vm = await launch(self.tpl, new_id("microvm"), load=True,
+                                          timeout=self.options.restore_timeout_s)
+                    except Exception as e:  # (restores start their own QEMU meanwhile)
+                        log.warning("starting a QEMU ahead for template %s failed: %s", self.tpl.dir.name, e)
+                        break
+                    self.vms.append(vm)
+        finally:
+            vms, self.vms = self.vms, []
+            await asyncio.gather(*(vm.stop() for vm in vms), return_exceptions=True)
+
+
+def _stamp(path: Path) -> tuple[int, int, int]:
+    """(size, mtime, inode) of a file the boot files are made from: a changed one is a new key."""
+    st = path.stat()
+    return st.st_size, st.st_mtime_ns, st.st_ino
 
 
 class MicrovmSnapshot(Snapshot):

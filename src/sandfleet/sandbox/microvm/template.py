@@ -118,17 +118,44 @@ async def _build(tpl: Template, prepare: Sequence[Sequence[str]], boot_timeout: 
         await vm.stop()
 
 
+async def launch(tpl: Template, sid: str, meta: dict[str, object] | None = None, *, load: bool = False,
+                 timeout: float = 30.0) -> Vm:
+    """A QEMU process ready to restore ``tpl``, waiting for its state (:func:`restore`); with
+    ``load``, the state loaded too and the guest still paused, as it was saved: it has not run
+    an instruction, and :func:`restore` only resumes it."""
+    vm = await Vm.launch(sid, tpl.spec, tpl.mem, share=False, incoming=True, meta=meta)
+    if load:
+        try:
+            async with asyncio.timeout(timeout):
+                await vm.load(tpl.state)
+                await vm.wait_running(resume=False)
+        except BaseException:
+            await vm.stop()
+            raise
+        vm.loaded = True
+    return vm
+
+
 async def restore(
     tpl: Template, sid: str, *, meta: dict[str, object] | None = None, timeout: float = 30.0,
-    seccomp: bytes | None = None,
+    seccomp: bytes | None = None, vm: Vm | None = None,
 ) -> tuple[Vm, AgentClient]:
     """Start a VM from ``tpl`` and return it with a connected, answering agent client, whose
-    later commands run under the ``seccomp`` filter program (None: unfiltered)."""
-    vm = await Vm.start(sid, tpl.spec, tpl.mem, share=False, incoming=tpl.state, meta=meta)
+    later commands run under the ``seccomp`` filter program (None: unfiltered). ``vm``: one
+    :func:`launch` started ahead for ``tpl`` (its id is kept; ``sid`` is then unused)."""
+    if vm is None:
+        vm = await launch(tpl, sid, meta)
+    elif meta:
+        vm.mark(meta)
+    sid = vm.id
     client: AgentClient | None = None
     try:
         async with asyncio.timeout(timeout):
-            await vm.wait_running()
+            if vm.loaded:
+                await vm.resume()
+            else:
+                await vm.load(tpl.state)
+                await vm.wait_running()
             assert vm.agent is not None
             client = AgentClient(*vm.agent, name=sid)
             # the guest clock stopped when the template was saved: hello sets it (to the ns)

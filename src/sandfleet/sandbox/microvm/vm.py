@@ -83,6 +83,10 @@ class Vm:
         self.run = run
         self.proc = proc
         self.qmp = qmp
+        #: the guest state is loaded (paused, not yet resumed): see template.launch
+        self.loaded = False
+        #: the marker's fields (meta.json)
+        self.meta: dict[str, object] = {}
         #: the byte stream to the guest agent, opened by :meth:`start`
         self.agent: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
 
@@ -105,10 +109,30 @@ class Vm:
         ``mem_path``). With ``save_to``, QEMU holds that file open for :meth:`save`.
         ``ignore_shared=False`` loads a full stream (RAM included) into a shared mapping.
         """
+        vm = await cls.launch(sid, spec, mem_path, share=share, meta=meta, incoming=incoming is not None,
+                              ignore_shared=ignore_shared)
+        try:
+            if incoming is not None:
+                await vm.load(incoming)
+            elif save_to is not None:
+                await vm._send_file("save", save_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        except BaseException:
+            await vm.stop()
+            raise
+        return vm
+
+    @classmethod
+    async def launch(
+        cls, sid: str, spec: VmSpec, mem_path: Path, *, share: bool, meta: dict[str, object] | None = None,
+        incoming: bool = False, ignore_shared: bool = True,
+    ) -> Vm:
+        """Start the QEMU process, connected over QMP and to the agent's socket; with
+        ``incoming`` it waits (``-incoming defer``, no guest state, nothing running) for
+        :meth:`load`. A VM launched ahead this way is what a prestarted restore takes."""
         meta = {"id": sid, "backend": "microvm", **(meta or {})}
         run = new_sandbox_dir(sid, meta, mode=0o700)
         argv = spec.argv(run, mem_path, share=share)
-        if incoming is not None:
+        if incoming:
             argv += ["-incoming", "defer"]
         setpriv = shutil.which("setpriv")
         if setpriv:
@@ -125,23 +149,37 @@ class Vm:
         except BaseException:
             shutil.rmtree(run, ignore_errors=True)
             raise
-        pid_starts = {str(proc.pid): proc_start_time(proc.pid)}
-        write_meta(run, {**meta, "pids": [proc.pid], "pid_starts": pid_starts})
+        meta = {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}}
+        write_meta(run, meta)
         vm = cls(run, proc, None)
+        vm.meta = meta
         try:
             vm.qmp = await cls._connect_qmp(run, proc)
             # connect before the state loads, so the restored guest never sees the host leave
             vm.agent = await vm._open_agent()
             await vm.set_ignore_shared(ignore_shared)
-            if incoming is not None:
-                await vm._send_file("state", incoming, os.O_RDONLY)
-                await vm.qmp.execute("migrate-incoming", uri="fd:state")
-            elif save_to is not None:
-                await vm._send_file("save", save_to, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except BaseException:
             await vm.stop()
             raise
         return vm
+
+    async def load(self, incoming: Path) -> None:
+        """Load the device state saved in ``incoming`` into a VM launched with ``incoming``
+        (it starts; :meth:`wait_running` waits for the end)."""
+        assert self.qmp is not None
+        await self._send_file("state", incoming, os.O_RDONLY)
+        await self.qmp.execute("migrate-incoming", uri="fd:state")
+
+    @property
+    def id(self) -> str:
+        """The sandbox id: the name of the run directory."""
+        return self.run.name
+
+    def mark(self, meta: dict[str, object]) -> None:
+        """Add a sandbox's fields (image, TTL, labels) to the marker of a VM launched ahead;
+        the marker's time is now, so the TTL counts from the sandbox's start."""
+        self.meta = {**self.meta, **meta}
+        write_meta(self.run, self.meta)
 
     @staticmethod
     async def _connect_qmp(run: Path, proc: asyncio.subprocess.Process) -> Qmp:
@@ -212,7 +250,12 @@ class Vm:
                     raise SandboxDiedError(f"restoring the VM failed: {info.get('error-desc')}: {log_tail(self.run)}")
                 await asyncio.sleep(0.002)
             if resume:
-                await self.qmp.execute("cont")
+                await self.resume()
+
+    async def resume(self) -> None:
+        """Run the (paused) guest."""
+        assert self.qmp is not None
+        await self.qmp.execute("cont")
 
     def alive(self) -> bool:
         """Whether the QEMU process is still running."""

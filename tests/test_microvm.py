@@ -228,3 +228,15 @@ def test_killed_owner_leaves_no_vm(tmp_path: Path) -> None:
     assert meta is not None and Path(run).parent == state_root() and not owner_alive(meta)
     reap_one(meta)  # what reap_leftovers() does for every marker whose owner is dead
     assert not Path(run).exists()
+
+
+@needs_vm
+def test_bench_micro_reports_cold_and_prestarted_restores_and_leaves_nothing() -> None:
+    from sandfleet.sandbox.microvm import bench
+
+    before = set(state_root().glob("sf-microvm-*"))
+    out = bench.run(n=2, restores=2, execs=3)
+    assert out["prestart"] == bench.PRESTART and out["restores"] == 2
+    for key in ("restore_to_ready_p50_s", "restore_to_ready_prestarted_p50_s", "exec_rtt_p50_s"):
+        assert 0 < out[key] < 30, (key, out[key])
+    assert set(state_root().glob("sf-microvm-*")) <= before  # no VM, spare or not, left behind

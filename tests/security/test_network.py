@@ -16,9 +16,11 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -387,6 +389,52 @@ async def test_helper_is_unprivileged_and_dies_with_the_sandbox() -> None:
         await sb2.close()
     finally:
         await sb.close()
+
+
+@needs_net
+def test_helper_ends_with_an_owner_killed_by_sigkill(tmp_path: Path) -> None:
+    """No reaper runs: the owner is SIGKILLed (no close, no finally) and pasta must end with
+    it all the same. A daemonized pasta moved to a pid namespace of its own and lived on; it
+    now runs under a tether that ends it when the owner process ends (tests also that the
+    sandbox was made from a worker thread that ended long before: a parent-death signal
+    names a thread, the tether the process)."""
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, json, sys, threading
+        from sandfleet.sandbox import create_sandbox
+        from sandfleet.sandbox.state import read_meta
+        box = {}
+        def make():  # its own thread and event loop, both ended before the kill
+            async def go():
+                sb = await create_sandbox(backend="bwrap", network=True, ttl_s=120)
+                box["meta"] = {**read_meta(sb.dir), "dir": str(sb.dir)}
+            asyncio.run(go())
+        t = threading.Thread(target=make)
+        t.start()
+        t.join()
+        print(json.dumps(box["meta"]), flush=True)
+        threading.Event().wait()
+    """))
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    meta = json.loads(proc.stdout.readline())
+    pid = int(meta["net_pid"])
+    start = proc_start_time(pid)
+    try:
+        assert start is not None, "pasta must live while its owner does"
+        time.sleep(0.3)
+        assert proc_start_time(pid) == start, "pasta died although its owner lives (its thread ended)"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        deadline = time.monotonic() + 5
+        while proc_start_time(pid) == start and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert proc_start_time(pid) != start, "pasta outlived its owner"
+    finally:
+        proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        reap_one(meta)  # the sandbox's marker and cgroups (its processes ended with the owner)
 
 
 async def test_missing_pasta_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1435,8 +1435,9 @@ static int serve(double ttl) {
 }
 
 /* ---------- launch mode (host side, as root) ---------- */
+static const char *host_mode = "launch"; /* or "tether": named in die()'s messages */
 static int die(const char *what, const char *arg) {
-    fprintf(stderr, "sandfleet-agent launch: %s %s: %s\n", what, arg ? arg : "", strerror(errno));
+    fprintf(stderr, "sandfleet-agent %s: %s %s: %s\n", host_mode, what, arg ? arg : "", strerror(errno));
     return 125;
 }
 
@@ -2172,9 +2173,58 @@ static int launch(int argc, char **argv) {
     return die("missing --", NULL);
 }
 
+/* tether OWNER -- ARGV: run ARGV as our child, and end it when OWNER (our parent process,
+ * whichever of its threads started us) has exited, or when we die ourselves (the child's
+ * PR_SET_PDEATHSIG names us, a single-threaded parent; a PR_SET_PDEATHSIG set by a
+ * multi-threaded owner fires when the thread that forked ends, not the process). Exits with
+ * the child's status, or 0 once it has killed the child for an owner gone. For the helpers
+ * a sandbox needs that would otherwise outlive an owner killed with SIGKILL (pasta, which
+ * as a daemon moves to a pid namespace of its own and has no parent to die with). */
+static int tether(int argc, char **argv) {
+    host_mode = "tether";
+    char *end = NULL;
+    long o = argc > 0 ? strtol(argv[0], &end, 10) : 0;
+    if (argc < 3 || !*argv[0] || *end || o < 1 || o > INT_MAX || strcmp(argv[1], "--")) {
+        errno = EINVAL;
+        return die("usage: sandfleet-agent tether OWNER -- /ABSOLUTE/PATH [ARG...]", NULL);
+    }
+    if (argv[2][0] != '/') { errno = EINVAL; return die("not an absolute path", argv[2]); }
+    int ofd = (int)syscall(SYS_pidfd_open, (pid_t)o, 0);
+    /* the pidfd names the owner only while it is still our parent (not a reused pid) */
+    if (ofd < 0 || getppid() != (pid_t)o) return die("owner already gone", NULL);
+    pid_t me = getpid();
+    pid_t c = fork();
+    if (c < 0) return die("fork", NULL);
+    if (c == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != me) _exit(127);
+        close(ofd);
+        execv(argv[2], argv + 2);
+        _exit(die("exec", argv[2]));
+    }
+    int cfd = (int)syscall(SYS_pidfd_open, c, 0);
+    for (;;) {
+        struct pollfd p[2] = {{ofd, POLLIN, 0}, {cfd, POLLIN, 0}};
+        int n = poll(p, cfd >= 0 ? 2 : 1, cfd >= 0 ? -1 : 100);
+        if (n < 0 && errno != EINTR) return die("poll", NULL);
+        int st = 0;
+        if (cfd < 0 || (n > 0 && p[1].revents)) { /* the child ended: its status is ours */
+            pid_t w = waitpid(c, &st, cfd < 0 ? WNOHANG : 0);
+            if (w == c) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+            if (w < 0 && errno != EINTR) return die("wait", NULL);
+        }
+        if (n > 0 && p[0].revents) { /* the owner ended: so does its helper */
+            kill(c, SIGKILL);
+            while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
+            return 0;
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int isolate_wanted = 0;
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -2196,7 +2246,7 @@ int main(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
-                            "[--cgroup-dir DIR] | launch ...\n");
+                            "[--cgroup-dir DIR] | launch ... | tether OWNER -- ARGV\n");
             return 64;
         }
     }

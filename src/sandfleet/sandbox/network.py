@@ -21,8 +21,11 @@ sandbox never touches a host interface, route or firewall:
 - The sandbox's address is link-local (``169.254.1.2/24``, gateway ``169.254.1.1``, IPv4
   only): identical in every sandbox, and the gateway address leads nowhere.
 
-The helper dies with its sandbox: ``close()`` kills it, and its pid is in the sandbox's
-``meta.json`` so the reaper kills it when the owner died first.
+The helper dies with its sandbox: ``close()`` kills it. It runs in the foreground as the
+child of ``sandfleet-agent tether``, which ends it when the owner process ends however it
+ends (SIGKILL included; a daemonized pasta moved to a pid namespace of its own and outlived
+such an owner), and dies with it (pasta's parent-death signal names the tether). Its pid is
+also in the sandbox's ``meta.json`` for the reaper.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
 from sandfleet.sandbox.allowlist import Egress, run_quiet
@@ -243,6 +247,8 @@ class Helper:
     closed: bool = field(default=False, repr=False)
     egress: Egress | None = field(default=None, repr=False)
     """The sandbox's allowlist (resolver, nftables chain), ended with the helper."""
+    tether: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+    """pasta's parent (``sandfleet-agent tether``), our child: reaped by :meth:`close`."""
 
     def meta(self) -> dict[str, object]:
         """What the sandbox's meta.json should add: the pid for the reaper, the open ports."""
@@ -261,9 +267,15 @@ class Helper:
                 os.kill(self.pid, signal.SIGKILL)
         deadline = time.monotonic() + 2.0
         while self.alive() and time.monotonic() < deadline:
-            if reap_pid(self.pid, self.start):  # a daemon: where we are a subreaper, our child to reap
+            if reap_pid(self.pid, self.start):  # its tether died first: where we are a subreaper, ours
                 break
             time.sleep(0.005)
+        if self.tether is not None:  # it ends with pasta (its child); killed if it lingers
+            try:
+                self.tether.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.tether.kill()
+                self.tether.wait()
         if self.forward:  # close the ports no live sandbox forwards any more
             with contextlib.suppress(SandboxError, HostUnsupportedError, OSError, ValueError):
                 ensure_firewall(self.uid, exclude=self.owner)
@@ -333,9 +345,14 @@ def _start(holder_pid: int, rundir: Path, uid: int, ports: tuple[int, ...], owne
         raise
     try:
         caps = "-all,+sys_admin,+net_admin"
-        argv = [str(_tool("setpriv")), "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
-                "--inh-caps", caps, "--ambient-caps", caps, "--",
-                str(_tool("pasta")), "--quiet", "-4", "--config-net", "-I", IFNAME,
+        # pasta in the foreground, as the child of a tether (sandfleet-agent tether) that ends
+        # it when this process ends, however it ends: a daemonized pasta moves to a pid
+        # namespace of its own and outlived an owner killed with SIGKILL. setpriv sets pasta's
+        # parent-death signal again after the uid change (the tether dies: so does pasta).
+        argv = [str(agent_binary()), "tether", str(os.getpid()), "--",
+                str(_tool("setpriv")), "--reuid", str(uid), "--regid", str(uid), "--clear-groups",
+                "--inh-caps", caps, "--ambient-caps", caps, "--pdeathsig", "KILL", "--",
+                str(_tool("pasta")), "--foreground", "--quiet", "-4", "--config-net", "-I", IFNAME,
                 "-a", ADDRESS, "-n", NETMASK, "-g", GATEWAY, *([] if map_gw else ["--no-map-gw"]),
                 "--no-dhcp", "--no-ndp", "--no-dhcpv6", "--no-ra",
                 "-t", "none", "-u", "none", "-U", f"53:{egress.resolver.port}" if egress else "none",
@@ -343,20 +360,41 @@ def _start(holder_pid: int, rundir: Path, uid: int, ports: tuple[int, ...], owne
                 "-P", f"/proc/self/fd/{pfd}",
                 "--userns", f"/proc/self/fd/{user}", "--netns", f"/proc/self/fd/{net}"]
         with open(log, "wb") as err:
-            p = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err, pass_fds=(net, user, pfd),
-                               env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}, cwd=rundir, timeout=30)
+            # a session of its own: a terminal's ^C to the owner's group is the owner's to handle
+            tether = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=err, stderr=err,
+                                      pass_fds=(net, user, pfd), env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                                      cwd=rundir, start_new_session=True)
     finally:
         for fd in (user, net, pfd):
             os.close(fd)
-    text = log.read_text(errors="replace") if log.exists() else ""
-    detail = " ".join(ln for ln in text.splitlines() if ln.strip() and "syslog" not in ln).strip()
-    try:
-        pid = int(pidfile.read_text().strip())
-    except (OSError, ValueError):
-        pid = 0
-    if p.returncode != 0 or not pid:
-        raise SandboxError(f"network helper (pasta) failed: {detail or f'exit status {p.returncode}'}")
-    return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner, egress=egress)
+    pid = _wait_configured(tether, pidfile, timeout=30.0)
+    if not pid:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        detail = " ".join(ln for ln in text.splitlines() if ln.strip() and "syslog" not in ln).strip()
+        raise SandboxError(f"network helper (pasta) failed: {detail or f'exit status {tether.returncode}'}")
+    return Helper(pid=pid, start=proc_start_time(pid), uid=uid, forward=ports, owner=owner, egress=egress,
+                  tether=tether)
+
+
+def _wait_configured(tether: subprocess.Popen[bytes], pidfile: Path, timeout: float) -> int:
+    """pasta's pid once it has configured the namespace (in the foreground it writes its pid
+    file last, in one write), or 0 when it exited first or took longer than ``timeout``
+    (then it is killed; the tether has been reaped either way)."""
+    deadline = time.monotonic() + timeout
+    pause = 0.001
+    while True:
+        with contextlib.suppress(OSError):
+            text = pidfile.read_text()
+            if text.endswith("\n") and text.strip().isdigit():
+                return int(text)
+        if tether.poll() is not None:
+            return 0
+        if time.monotonic() > deadline:
+            tether.kill()  # pasta has the tether as its parent-death signal's parent
+            tether.wait()
+            return 0
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
 
 
 async def attach_sandbox(sdir: Path, sid: str, root_pid: int, limits: Limits, config: BwrapConfig,

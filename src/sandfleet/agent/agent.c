@@ -2189,9 +2189,13 @@ static int tether(int argc, char **argv) {
         return die("usage: sandfleet-agent tether OWNER -- /ABSOLUTE/PATH [ARG...]", NULL);
     }
     if (argv[2][0] != '/') { errno = EINVAL; return die("not an absolute path", argv[2]); }
+    /* the pidfd names the owner only while it is still our parent (not a reused pid); a
+     * kernel without pidfds (before 5.3): we look at our parent every 100 ms instead */
     int ofd = (int)syscall(SYS_pidfd_open, (pid_t)o, 0);
-    /* the pidfd names the owner only while it is still our parent (not a reused pid) */
-    if (ofd < 0 || getppid() != (pid_t)o) return die("owner already gone", NULL);
+    if ((ofd < 0 && errno != ENOSYS) || getppid() != (pid_t)o) {
+        errno = ESRCH;
+        return die("owner already gone: not our parent", argv[0]);
+    }
     pid_t me = getpid();
     pid_t c = fork();
     if (c < 0) return die("fork", NULL);
@@ -2202,18 +2206,19 @@ static int tether(int argc, char **argv) {
         execv(argv[2], argv + 2);
         _exit(die("exec", argv[2]));
     }
-    int cfd = (int)syscall(SYS_pidfd_open, c, 0);
+    int cfd = ofd >= 0 ? (int)syscall(SYS_pidfd_open, c, 0) : -1;
     for (;;) {
-        struct pollfd p[2] = {{ofd, POLLIN, 0}, {cfd, POLLIN, 0}};
-        int n = poll(p, cfd >= 0 ? 2 : 1, cfd >= 0 ? -1 : 100);
+        /* a negative fd is ignored by poll: then the 100 ms timeout is our clock */
+        struct pollfd p[2] = {{cfd, POLLIN, 0}, {ofd, POLLIN, 0}};
+        int n = poll(p, 2, cfd >= 0 ? -1 : 100);
         if (n < 0 && errno != EINTR) return die("poll", NULL);
         int st = 0;
-        if (cfd < 0 || (n > 0 && p[1].revents)) { /* the child ended: its status is ours */
+        if (cfd < 0 || (n > 0 && p[0].revents)) { /* the child ended: its status is ours */
             pid_t w = waitpid(c, &st, cfd < 0 ? WNOHANG : 0);
             if (w == c) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             if (w < 0 && errno != EINTR) return die("wait", NULL);
         }
-        if (n > 0 && p[0].revents) { /* the owner ended: so does its helper */
+        if ((n > 0 && p[1].revents) || (ofd < 0 && getppid() != (pid_t)o)) { /* the owner ended: so does its helper */
             kill(c, SIGKILL);
             while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
             return 0;

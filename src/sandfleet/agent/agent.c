@@ -23,6 +23,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
+#include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <net/if.h>
@@ -524,10 +526,54 @@ static int confine_ns(int no_network, int own_pidns, const char **what) {
 /* Then the filter, which forbids the namespace and mount steps to what runs after. Loading
  * it needs CAP_SYS_ADMIN in our namespace, which entering S gave (no no_new_privs: setuid
  * programs in the image keep working). */
-static int confine_filter(const char **what) {
+/* The seal of the verifier's test command (an exec asked with its own pid namespace), stacked
+ * on the filter above and installed even when that one is off (docs/security.md, "Reward
+ * integrity", the seal): no process of the tests reaches into another (ptrace,
+ * process_vm_readv/writev: the test script's memory, its registers), changes another's limits
+ * (prlimit64 with a pid: the test script's open-file limit, so that its reward write fails), or
+ * signals every process it may at once (kill(-1)); another arch's entry points fail (ENOSYS).
+ * Written by hand: it must hold on every backend and with the default filter opted out of. */
+#if defined(__x86_64__)
+#define SEAL_ARCH AUDIT_ARCH_X86_64
+#define SEAL_FOREIGN_NR 0x40000000u /* x32 */
+#elif defined(__aarch64__)
+#define SEAL_ARCH AUDIT_ARCH_AARCH64
+#define SEAL_FOREIGN_NR 0xffffffffu
+#else
+#error "the verifier's seal knows x86_64 and aarch64"
+#endif
+#define SEAL_ARG0 (offsetof(struct seccomp_data, args[0])) /* its low 32 bits (little-endian) */
+static struct sock_filter seal[] = {
+    /*  0 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+    /*  1 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SEAL_ARCH, 1, 0),
+    /*  2 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+    /*  3 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+    /*  4 */ BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, SEAL_FOREIGN_NR, 0, 1),
+    /*  5 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS),
+    /*  6 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_ptrace, 11, 0),
+    /*  7 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_readv, 10, 0),
+    /*  8 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_process_vm_writev, 9, 0),
+    /*  9 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_kill, 2, 0),
+    /* 10 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, __NR_prlimit64, 4, 0),
+    /* 11 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 12 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SEAL_ARG0), /* kill(pid, ...) */
+    /* 13 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0xffffffffu, 4, 0),
+    /* 14 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 15 */ BPF_STMT(BPF_LD | BPF_W | BPF_ABS, SEAL_ARG0), /* prlimit64(pid, ...) */
+    /* 16 */ BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 1),
+    /* 17 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+    /* 18 */ BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM),
+};
+
+static int confine_filter(int sealed, const char **what) {
     if (filter_len) {
         *what = "install the seccomp filter";
         struct sock_fprog prog = {filter_len, filter};
+        if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) return -1;
+    }
+    if (sealed) {
+        *what = "install the verifier's seal";
+        struct sock_fprog prog = {(unsigned short)(sizeof seal / sizeof *seal), seal};
         if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) < 0) return -1;
     }
     return 0;
@@ -729,7 +775,8 @@ static void start_exec(const req_t *r) {
     int pty_m = -1, pty_s = -1;
     struct winsize ws;
     int no_network = get_int(r, F_NETWORK, 1) == 0;
-    int own_pidns = isolated && get_int(r, F_PIDNS, 0) == 1;
+    int sealed = get_int(r, F_PIDNS, 0) == 1; /* the verifier's tests: sealed on every backend */
+    int own_pidns = isolated && sealed;
     uid_t uid = 0;
     gid_t gid = 0;
     int g = -1;
@@ -806,7 +853,7 @@ static void start_exec(const req_t *r) {
         }
         const char *what = NULL;
         if (enter_s() < 0 || confine_ns(no_network, own_pidns, &what) < 0 ||
-            (!own_pidns && (confine_filter(&what) < 0 || (what = NULL, take_user(uid, gid) < 0))))
+            (!own_pidns && (confine_filter(sealed, &what) < 0 || (what = NULL, take_user(uid, gid) < 0))))
             start_failed(pst[1], what, user);
         setsid();
         sigset_t all;
@@ -832,7 +879,7 @@ static void start_exec(const req_t *r) {
             pid_t init = fork();
             if (init < 0) start_failed(pst[1], "fork into a pid namespace", user);
             if (init > 0) { /* the relay takes the user and the filter as the command does */
-                if (confine_filter(&what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
+                if (confine_filter(sealed, &what) < 0 || (what = NULL, take_user(uid, gid) < 0)) {
                     int e = errno;
                     kill(init, SIGKILL);
                     errno = e;
@@ -846,7 +893,7 @@ static void start_exec(const req_t *r) {
                 _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
             }
             /* the command: its own /proc, then the filter and its user */
-            if ((s_userns >= 0 && own_proc(&what) < 0) || confine_filter(&what) < 0 ||
+            if ((s_userns >= 0 && own_proc(&what) < 0) || confine_filter(sealed, &what) < 0 ||
                 (what = NULL, take_user(uid, gid) < 0))
                 start_failed(pst[1], what, user);
         }

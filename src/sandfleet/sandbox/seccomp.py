@@ -110,7 +110,7 @@ mincore mkdir mkdirat mknod mknodat mlock mlock2 mlockall mmap mmap2 mprotect mq
 mq_open mq_timedreceive mq_timedreceive_time64 mq_timedsend mq_timedsend_time64 mq_unlink mremap msgctl
 msgget msgrcv msgsnd msync munlock munlockall munmap name_to_handle_at nanosleep newfstatat _newselect open
 openat openat2 pause pidfd_open pidfd_send_signal pipe pipe2 pkey_alloc pkey_free pkey_mprotect poll ppoll
-ppoll_time64 prctl pread64 preadv preadv2 prlimit64 process_mrelease pselect6 pselect6_time64 pwrite64
+ppoll_time64 prctl pread64 preadv preadv2 process_mrelease pselect6 pselect6_time64 pwrite64
 pwritev pwritev2 read readahead readlink readlinkat readv recv recvfrom recvmmsg recvmmsg_time64 recvmsg
 remap_file_pages removexattr rename renameat renameat2 restart_syscall rmdir rseq rt_sigaction
 rt_sigpending rt_sigprocmask rt_sigqueueinfo rt_sigreturn rt_sigsuspend rt_sigtimedwait
@@ -138,6 +138,9 @@ FUTURE = range(468, 512)
 """Syscalls newer than this profile fail with ENOSYS (libc then falls back), not EPERM."""
 PERSONALITIES = (0x0, 0x8, 0x20000, 0x20008, 0xFFFFFFFF)
 """PER_LINUX, PER_LINUX32, UNAME26 and both, and the query: as the OCI profile."""
+PRLIMIT_SELF = "allow_arg prlimit64 0 eq 0"
+"""prlimit64 only on the caller itself (pid 0, which getrlimit, setrlimit and ``ulimit`` use):
+no command changes another process's limits (the guest agent's, pid 1, or the tests')."""
 CLONE_NS_FLAGS = 0x7E020000
 """CLONE_NEWNS|NEWCGROUP|NEWUTS|NEWIPC|NEWUSER|NEWPID|NEWNET: clone is allowed without them."""
 AF_VSOCK = 40
@@ -156,6 +159,9 @@ def check_allow(values: Iterable[str]) -> tuple[str, ...]:
 
 SIGNALLERS = ("kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo")
 """Syscalls whose first argument names the process (or thread group) that gets a signal."""
+INIT_REACHERS = ("pidfd_open", "process_vm_readv", "process_vm_writev")
+"""Syscalls whose first argument names a process to reach into (or to signal later, through a
+pidfd): refused for pid 1 where the guest agent is pid 1 to the commands."""
 F_SETOWN = 8
 FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902
 U32 = 0xFFFFFFFF
@@ -179,21 +185,25 @@ def _not_in(name: str, arg: int, excluded: Iterable[int]) -> list[str]:
 
 def profile(allow: Iterable[str], arch: str, *, protect_init: bool = False) -> str:
     """The profile in the helper's language (see seccomp_gen.c) for ``arch``. ``protect_init``:
-    no signal to pid 1 (kill, tkill, tgkill, rt_(tg)sigqueueinfo; fcntl F_SETOWN to it or its
-    process group and the owner-setting socket ioctls, then SIGIO): the gvisor backend's guest
-    agent, which gVisor lets the sandbox's root signal."""
+    no signal to pid 1 (kill, tkill, tgkill, rt_(tg)sigqueueinfo, a pidfd of it; fcntl F_SETOWN
+    to it or its process group and the owner-setting socket ioctls, then SIGIO), no ptrace or
+    process_vm_* of it: the guest agent where it is pid 1 to the commands and root may reach it
+    (gvisor, which lets the sandbox's root signal it; microvm, where commands are root of the VM).
+    Every profile lets prlimit64 change only the caller's own limits (:data:`PRLIMIT_SELF`)."""
     allowed = set(check_allow(allow))
     lines = [f"arch {arch}", f"default {EPERM}", f"badarch {ENOSYS}"]
-    guarded = {*SIGNALLERS, "fcntl", "ioctl"} if protect_init else set()
+    guarded = {*SIGNALLERS, *INIT_REACHERS, "ptrace", "fcntl", "ioctl"} if protect_init else set()
     lines += [f"allow {n}" for n in ALLOWED if n not in guarded]
     if protect_init:
-        for name in SIGNALLERS:
+        for name in (*SIGNALLERS, *INIT_REACHERS):
             lines += _not_in(name, 0, [1])
+        lines += _not_in("ptrace", 1, [1])  # ptrace(request, pid, ...)
         # F_SETOWN to pid 1 or to its process group (-1), then SIGIO; the ioctls that set a
         # socket's owner through a pointer are refused (F_SETOWN_EX's struct can't be read)
         lines.append(f"allow_arg fcntl 1 ne {F_SETOWN}")
         lines += _not_in("fcntl", 2, [1, -1])
         lines += _not_in("ioctl", 1, [FIOSETOWN, SIOCSPGRP])
+    lines.append(PRLIMIT_SELF)
     lines += [f"allow {n}" for n in ALLOWED_NUMBERS]
     lines += [f"errno {n} {ENOSYS}" for n in FUTURE]
     for name, rule in RULES.items():

@@ -182,7 +182,7 @@ class MicrovmBackend:
             "ttl_s": spec.limits.ttl_s,
             "labels": spec.labels,
         }
-        program = await seccomp.program_for(spec.seccomp_allow)
+        program = await seccomp.program_for(spec.seccomp_allow, protect_init=True)  # the agent is pid 1
         spare = await self._take_spare(tpl)
         try:
             vm, client = await restore(tpl, sid, meta=meta, timeout=self.options.restore_timeout_s,

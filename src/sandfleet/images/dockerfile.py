@@ -171,6 +171,9 @@ IGNORED = {
     "STOPSIGNAL",
     "MAINTAINER",
 }
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+"""Docker's default PATH: BuildKit gives it to an image whose config sets no PATH (the
+debootstrapped bases set none), so ``ENV PATH=/x:$PATH`` there gives ``/x:`` and this."""
 _HEREDOC = re.compile(r"(?<!<)<<-?\s*([\"']?)[A-Za-z_][A-Za-z0-9_]*\1")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -315,7 +318,7 @@ def parse_dockerfile(
                 shell_argv = shells[parent]
             else:  # the named image's own config: a language image's PATH, GOPATH, WORKDIR /go
                 (env, workdir), user, shell_argv = _base_config(words[0]), None, None
-            scope = dict(env)
+            scope = {"PATH": DEFAULT_PATH, **env}  # a base without PATH gets Docker's default
         elif keyword == "RUN":
             flags, rest = _flags(rest, set(), fail)
             argv = _exec_form(rest)

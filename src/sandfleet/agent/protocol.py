@@ -24,6 +24,9 @@ MAX_REPLY_FRAME = MAX_FRAME + HEADER_SLACK
 """The host refuses (ProtocolError, sandbox dead) a frame from the guest longer than this."""
 MAX_OUTPUT = (MAX_FRAME - HEADER_SLACK) // 2
 """The most output captured per stream (stdout and stderr both fit in one EXIT frame)."""
+MAX_CAPTURE = 100 << 20
+"""The most output the guest agent keeps per stream of one command (agent.c ``MAX_CAPTURE``: the
+same number, checked by a test); more is cut and the result says ``truncated``."""
 MAX_READ = MAX_FRAME - HEADER_SLACK
 """The most bytes one READ returns."""
 

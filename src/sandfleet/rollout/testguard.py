@@ -44,9 +44,15 @@ GIT_OVERRIDES = (
     ("core.pager", "cat"),
     ("protocol.ext.allow", "never"),
     ("credential.helper", ""),
+    ("safe.bareRepository", "explicit"),
+    ("safe.directory", "*"),
 )
 """Command-line config (``GIT_CONFIG_COUNT``, git >= 2.31) of the tests: it wins over any
-repository's config."""
+repository's config. ``safe.bareRepository=explicit``: a bare repository is never found by
+walking up from the cwd (a folder of the workdir laid out as one, whose config nobody
+sanitized, is not a repository to the tests' git). ``safe.directory=*``: every repository the
+tests reach was sanitized here, so git works for them whoever owns it (on microvm the tests
+run as root over a workdir of another uid: git refused it as of "dubious ownership")."""
 
 # The git config filter: only allowlisted keys with plain values (no quotes, backslashes or
 # comments), each re-emitted under a header written here. What it can't parse is dropped, so
@@ -77,6 +83,10 @@ BEGIN { n = split(allow, a, " "); for (i = 1; i <= n; i++) ok[a[i]] = 1 }
 """
 
 SANITIZE_GIT = r"""
+gitlike() {
+  [ -e "$1/HEAD" ] || [ -L "$1/HEAD" ] || [ -e "$1/commondir" ] || [ -L "$1/commondir" ] ||
+  [ -e "$1/objects" ] || [ -L "$1/objects" ] || [ -e "$1/refs" ] || [ -L "$1/refs" ]
+}
 sanitize_git() {
   w=$1
   [ -d "$w" ] && [ ! -L "$w" ] || return 0
@@ -92,11 +102,13 @@ sanitize_git() {
     fi
     case $t in "$w"|"$w"/*) ;; *) rm -f -- "$f"; echo "removed $f (leads to $t)" ;; esac
   done
-  # every config of a git folder (one with HEAD) under the workdir: allowlisted keys only
+  # every config of a folder git could read as a git folder, found the way git finds them (a
+  # HEAD of any kind, a dangling link included; objects or refs, as a worktree's common
+  # folder has without a HEAD; a commondir), not only folders with a HEAD: allowlisted keys only
   find "$w" \( -name config -o -name config.worktree \) \( -type f -o -type l \) -print0 2>/dev/null |
   while IFS= read -r -d '' f; do
     d=${f%/*}
-    [ "${f##*/}" = config.worktree ] || [ -e "$d/HEAD" ] || continue
+    [ "${f##*/}" = config.worktree ] || gitlike "$d" || continue
     tmp=$(mktemp -- "$d/.sandfleet-config.XXXXXXXX") || continue
     if [ -L "$f" ]; then printf '[core]\n\trepositoryformatversion = 0\n' > "$tmp"; dropped="(a link)"
     else dropped=$(awk -v allow="$GIT_ALLOWED" "$GIT_AWK" < "$f" 2>&1 > "$tmp") || { : > "$tmp"; dropped="(all)"; }; fi
@@ -106,7 +118,7 @@ sanitize_git() {
   # hooks folders of git folders: emptied (a link is replaced by an empty folder)
   find "$w" -name hooks \( -type d -o -type l \) -print0 2>/dev/null |
   while IFS= read -r -d '' h; do
-    [ -e "${h%/*}/HEAD" ] || continue
+    gitlike "${h%/*}" || continue
     if [ -L "$h" ] || [ -n "$(find "$h" -mindepth 1 -maxdepth 1 ! -name '*.sample' -print -quit)" ]; then
       echo "emptied $h"
     fi
@@ -173,8 +185,13 @@ def _sandfleet_guard():
             if path is not None or "." in name or name in builtin or is_frozen(name):
                 return None
             spec = PathFinder.find_spec(name, paths)
-            if spec is None or spec.loader is None:  # not there, or only a namespace portion
+            if spec is None:
                 return None
+            if spec.loader is None:  # a namespace package: of the trusted portions only
+                portions = list(spec.submodule_search_locations or ())
+                if not portions:
+                    return None
+                spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
             return spec
 
         @classmethod
@@ -182,6 +199,24 @@ def _sandfleet_guard():
             return None
 
     sys.meta_path.insert(0, SandfleetTrustedFirst)
+
+    def untrusted_path(p):
+        real = os.path.realpath(str(p))
+        return real == here or any(real == u or real.startswith(u + "/") for u in untrusted)
+
+    find_distributions = PathFinder.find_distributions
+
+    def trusted_distributions(*args, **kwargs):
+        """Distributions for a scan of them all (entry points: pytest's plugins) come from
+        trusted entries only; one asked for by name (its version) is found anywhere."""
+        context = args[0] if args else kwargs.get("context")
+        named = getattr(context, "name", None) is not None
+        for dist in find_distributions(*args, **kwargs):
+            where = getattr(dist, "_path", None)
+            if named or where is None or not untrusted_path(where):
+                yield dist
+
+    PathFinder.find_distributions = staticmethod(trusted_distributions)
     spec = PathFinder.find_spec("sitecustomize", paths)  # the image's own, if any
     if spec is not None and spec.loader is not None:
         import importlib.util

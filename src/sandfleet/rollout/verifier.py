@@ -62,7 +62,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from sandfleet.agent.protocol import MAX_OUTPUT
+from sandfleet.agent.protocol import MAX_CAPTURE
 from sandfleet.errors import (
     GuestError,
     GuestFileNotFoundError,
@@ -91,9 +91,11 @@ REWARD_MAX_BYTES = 64 * 1024
 """A reward file larger than this scores 0 (``bad_reward_file``)."""
 REWARD_READ_TIMEOUT_S = 30.0
 """A reward read that takes longer scores 0 (``bad_reward_file``)."""
-TRANSFER_MAX_BYTES = min(1 << 30, MAX_OUTPUT - (1 << 20))
-"""``--verify separate`` carries at most this much of the workdir and artifacts: their allocated
-bytes, measured before any is read, and their archive (one command's output, ~127 MiB)."""
+TRANSFER_MAX_BYTES = MAX_CAPTURE - (1 << 20)
+"""``--verify separate`` carries at most this much of the workdir and artifacts (99 MiB): their
+allocated bytes, measured before any is read, and their archive, which travels as one command's
+output (the guest keeps at most ``MAX_CAPTURE``, 100 MiB, of it; the archive's headers fit in
+the last MiB)."""
 VERIFIER_USER = "verifier"
 ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
 """Backends where users exist; elsewhere (``process``) owners are left alone."""
@@ -110,6 +112,20 @@ ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
 # the workdir's top-level Python modules).
 PREPARE = r"""
 set -e
+# every folder above a reward folder: a real folder (a link or file is replaced), root's, that
+# no other user may write (a sticky one keeps its mode): nothing the agent owned or could swap
+# lies on the path test.sh writes its reward by
+trust_parents() {
+  p=; rest=${1#/}
+  while [ "${rest#*/}" != "$rest" ]; do
+    p=$p/${rest%%/*}; rest=${rest#*/}
+    if [ -L "$p" ] || { [ -e "$p" ] && [ ! -d "$p" ]; }; then rm -rf -- "$p"; echo "rewardpath: replaced $p"; fi
+    [ -d "$p" ] || mkdir -m 0755 -- "$p"
+    set -- $(stat -c '%u %g %a' -- "$p")
+    if [ "$1" != 0 ] || [ "$2" != 0 ]; then chown 0:0 -- "$p"; fi
+    if [ $(( 0$3 & 01000 )) = 0 ] && [ $(( 0$3 & 022 )) != 0 ]; then chmod go-w -- "$p"; fi
+  done
+}
 owner=$1; shift
 for a; do
   d=${a#?:}
@@ -130,6 +146,7 @@ for a; do
     fi
     continue ;;
   esac
+  case $a in r:*) if [ -n "$owner" ]; then trust_parents "$d"; fi ;; esac
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
   mkdir -p -- "$d"
   find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
@@ -146,6 +163,7 @@ py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
 chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
 printf 'home=%s\npython=%s\n' "$home" "$py"
+if [ -n "$owner" ]; then printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")"; fi
 """
 
 
@@ -153,6 +171,33 @@ PTH_RISK = ("a .pth file of a virtual environment in the workdir (it runs code a
             "environment's Python runs the tests)")
 TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools read from there (pytest addopts or "
                     "plugins, npm, yarn)")
+
+
+WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
+                     "the task's [verifier.env] PATH keeps them")
+DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _in_workdir(entry: str, workdir: str) -> bool:
+    """Whether a PATH entry names a folder in the workdir: inside it, or relative (the tests'
+    cwd is the workdir; an empty entry is the cwd)."""
+    if not entry.startswith("/"):
+        return True
+    norm, root = posixpath.normpath(entry), posixpath.normpath(workdir)
+    return root != "/" and (norm == root or norm.startswith(root + "/"))
+
+
+def workdir_path_entries(path: str | None, workdir: str) -> list[str]:
+    """The entries of ``path`` that lie in the workdir (a venv's ``bin`` the image put first,
+    say: the agent could replace its interpreter)."""
+    return [e or "(empty: the cwd)" for e in (path or "").split(":") if path and _in_workdir(e, workdir)]
+
+
+def without_workdir(path: str, workdir: str) -> str:
+    """``path`` less its entries in the workdir (Docker's default where nothing is left): by
+    default nothing the agent could write is on the tests' PATH."""
+    kept = [e for e in path.split(":") if not _in_workdir(e, workdir)]
+    return ":".join(kept) or DOCKER_PATH
 
 
 @dataclass
@@ -344,11 +389,13 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     risks: list[str] = []
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("home", "python"):
+        if sep and key in ("home", "python", "uid"):
             values[key] = value
             continue
         kind, _, what = line.partition(": ")
-        if kind == "git":
+        if kind == "rewardpath":
+            risks.append(f"the reward folder's path held a link or file of the agent's (made a folder again): {what}")
+        elif kind == "git":
             risks.append(f"git: {what}")
         elif kind == "conftest":
             risks.append(f"conftest.py in the workdir (pytest loads it when the tests run from there): {what}")
@@ -394,13 +441,19 @@ async def _upload(task: Task, sandbox: Sandbox) -> VerifierOutcome | None:
     return None
 
 
-async def _reward_files_writable(sandbox: Sandbox, paths: Sequence[str]) -> str | None:
-    """Why a reward file can't be trusted (a file its owner made read-only, so that test.sh
-    could not write it), or None."""
-    script = 'for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c "%a %n" -- "$f"; fi; done'
+async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: str) -> str | None:
+    """Why a reward file can't be the tests' own, or None. The reward folder was made empty
+    and root's before the tests (PREPARE), on a path only root may change, so a file in it
+    that the tests' user (``uid``, not root) did not make -- owned by another uid (planted by
+    the agent and moved in, so that test.sh's write was refused) -- or that its owner made
+    read-only (so that test.sh could not overwrite it) is not what the test script decided."""
+    script = 'for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c "%u %a %n" -- "$f"; fi; done'
     res = await sandbox.exec(["sh", "-c", script, "stat", *paths], cwd="/", user="root", timeout=30)
     for line in res.stdout.splitlines():
-        mode, _, name = line.partition(" ")
+        owner, mode, name = (line.split(" ", 2) + ["", ""])[:3]
+        if owner.isdigit() and owner != uid:
+            return (f"{name} is owned by uid {owner}, not by the tests' user (uid {uid}): the test script did "
+                    "not make it, and could not overwrite it")
         if mode.isdigit() and not int(mode, 8) & 0o200:
             return f"{name} was made read-only (mode {mode}): the test script could not have written it"
     return None
@@ -428,6 +481,11 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         base = {**sandbox.spec.env, **env}
         env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(git_env(base))
+        kept = workdir_path_entries(base.get("PATH"), task.workdir)
+        if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
+            risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")
+        elif kept:
+            env["PATH"] = without_workdir(base.get("PATH", ""), task.workdir)
     argv = await _test_command(task, sandbox, user)
     _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:
@@ -450,8 +508,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         try:
             if plan.reward == "reward-file":
                 paths = [plan.reward_json_path, plan.reward_text_path]
-                check = isolated and not is_root(user)  # root writes a read-only file all the same
-                why = await _reward_files_writable(sandbox, [_guest(sandbox, p) for p in paths]) if check else None
+                check = isolated and not is_root(user)  # root writes any file all the same
+                why = await _reward_files_provenance(sandbox, [_guest(sandbox, p) for p in paths],
+                                                     values.get("uid", uid_of(user))) if check else None
                 if why is not None:
                     raise BadRewardFile(why)
                 json_text = await read_reward_file(sandbox, plan.reward_json_path)
@@ -627,7 +686,8 @@ async def pack_outputs(task: Task, sandbox: Sandbox) -> bytes:
                            reason="transfer_too_large")
     if res.exit_code != 0:
         raise RolloutError(f"could not copy the workdir out: {res.stderr.strip()[-300:]}", reason="transfer_failed")
-    return clean_archive(res.stdout_bytes, rel)
+    # off the event loop: tens of thousands of members take seconds, and other rollouts wait
+    return await asyncio.to_thread(clean_archive, res.stdout_bytes, rel)
 
 
 async def unpack_outputs(task: Task, sandbox: Sandbox, archive: bytes) -> None:
@@ -636,9 +696,14 @@ async def unpack_outputs(task: Task, sandbox: Sandbox, archive: bytes) -> None:
     targets = [_guest(sandbox, p) for p in carried_paths(task)]
     script = ('set -e; root=$1; shift; for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then '
               'find "$d" -mindepth 1 -delete; else rm -rf -- "$d"; fi; done; '
-              'tar -x --numeric-owner --same-owner -p -C "$root"')
+              'tar -x --no-same-owner -p -C "$root"; '
+              'if [ -n "$owner" ]; then for d; do if [ -e "$d" ]; then chown -R -h "$owner" -- "$d"; fi; done; fi')
+    # owned by the tests' user (root's where they run as root), never with the agent's ownership:
+    # a file the agent owned and made so that test.sh's write is refused does not come back so
+    tests = verifier_user(task)
+    owner = "" if is_root(tests) or sandbox.backend not in ISOLATED_BACKENDS else uid_of(tests)
     res = await sandbox.exec(["bash", "-c", script, "unpack", root, *targets], stdin=archive, cwd="/",
-                             user="root", timeout=600)
+                             user="root", timeout=600, env={"owner": owner})
     if res.exit_code != 0:
         raise RolloutError(f"could not copy the workdir in: {res.output.strip()[-300:]}",
                            reason="transfer_failed")

@@ -116,8 +116,27 @@ def test_cause_of_each_ending(status: str, reason: str | None, error: str | None
     assert cause_of(status, reason, error, phase) == cause
 
 
+# (status, reason, reward, verifier outside_share) -> cause: the contention rule (docs/rollouts.md)
+CONTENTION_CASES = [
+    ("completed", None, 0.0, 0.6, "host_contention"),  # failing tests under outside contention: masked
+    ("completed", "verifier_timeout", 0.0, 0.3, "host_contention"),
+    ("completed", None, 0.5, 0.25, "host_contention"),  # below 1 is failing
+    ("completed", None, 1.0, 0.9, "scored"),  # a passing one stays scored
+    ("completed", None, 0.0, 0.2, "scored"),  # below the threshold: the 0 stands
+    ("completed", None, 0.0, None, "scored"),  # not measured: never masked
+    ("completed", "bad_reward_file", 0.0, 0.9, "bad_reward_file"),  # not what a slow CPU makes
+    ("failed", "sandbox_timeout", None, 0.9, "sandbox_timeout"),
+]
+
+
+@pytest.mark.parametrize(("status", "reason", "reward", "share", "cause"), CONTENTION_CASES)
+def test_cause_under_contention(status: str, reason: str | None, reward: float | None, share: float | None,
+                                cause: str) -> None:
+    assert cause_of(status, reason, None, "verifier", reward=reward, outside_share=share) == cause
+
+
 def test_every_cause_of_the_table_has_a_case() -> None:
-    assert {c[4] for c in CASES} == set(CAUSES)
+    assert {c[4] for c in CASES} | {c[4] for c in CONTENTION_CASES} == set(CAUSES)
 
 
 def _result(status: str, reason: str | None, reward: float | None, error: str | None = None,

@@ -51,6 +51,11 @@ class RolloutResult:
     verdict: Verdict | None = None
     """``scored``, ``policy_fault`` (reward 0) or ``infra_fault`` (masked: reward None), given
     by :func:`sandfleet.rollout.verdict.settle` when the attempt ends (docs/rollouts.md)."""
+    contention: dict[str, Any] = field(default_factory=dict)
+    """Per phase (``agent``, ``verifier``): how much the sandbox's runnable threads waited for
+    a CPU because of work outside it, and its own throttling
+    (:mod:`sandfleet.sandbox.contention`); a phase's value is None where the backend can't
+    measure it, and absent where the phase never began."""
     fault: dict[str, Any] | None = None
     """A fault's evidence: ``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``."""
 
@@ -80,7 +85,8 @@ class RolloutResult:
             "attempt": self.attempt, "final": self.final, "sandbox_id": self.sandbox_id, "backend": self.backend,
             "agent": self.agent, "start": self.start, "end": self.end, "status": self.status,
             "error": self.error, "reason": self.reason, "verdict": settle(self), "reward": self.reward,
-            **({"fault": self.fault} if self.fault else {}), "spans": self.spans,
+            **({"fault": self.fault} if self.fault else {}),
+            **({"contention": self.contention} if self.contention else {}), "spans": self.spans,
         }  # fmt: skip
 
     def to_record(self) -> dict[str, Any]:
@@ -95,7 +101,7 @@ class RolloutResult:
             "completion_tokens": self.completion_tokens, "duration_s": self.duration,
             "spans_s": self.span_seconds(), "sandbox_id": self.sandbox_id,
             "verifier_exit_code": self.verifier_exit_code, "verifier_output": self.verifier_output,
-            "info": self.info,
+            "contention": self.contention, "info": self.info,
         }  # fmt: skip
 
 

@@ -29,6 +29,7 @@ from sandfleet.rollout.verdict import INFRA, settle
 from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
 from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
+from sandfleet.sandbox.contention import Probe, start_probe
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task, declared_agent_user
 
@@ -53,8 +54,8 @@ class RetryPolicy:
     """Wait before attempt k+1: ``backoff_s * 2**(k-1)``."""
 
     def should_retry(self, result: RolloutResult) -> bool:
-        if result.status != "failed" or result.attempt >= self.max_attempts:
-            return False
+        if result.status == "cancelled" or result.attempt >= self.max_attempts:
+            return False  # a completed rollout is masked only as host_contention: refilled too
         return settle(result) == INFRA and (result.reason or "") not in self.never
 
 
@@ -150,6 +151,7 @@ async def run_rollout(
         status="failed", spans=rec.spans, run_id=req.run_id, attempt=req.attempt,
     )  # fmt: skip
     sandbox: Sandbox | None = None
+    probe: Probe | None = None
     phase = "start"  # nothing of the agent's has run: a failure now is infra (rollout/verdict.py)
     try:
         with rec.span("sandbox_start"):
@@ -168,6 +170,7 @@ async def run_rollout(
             task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
         )
         phase = "agent"
+        probe = _probe(sandbox, result, "agent")
         try:
             async with asyncio.timeout(task.agent_timeout_s):
                 result.stop_reason = await req.policy.act(ctx)
@@ -182,11 +185,19 @@ async def run_rollout(
                 ctx.completion_tokens,
             )
             result.info.update(ctx.info)
+            _stop_probe(probe, result, "agent")
+            probe = None
         phase = "verifier"
+        # separate mode runs the tests in another sandbox, made inside run_verifier_separately:
+        # not measured (null)
+        probe = _probe(sandbox, result, "verifier") if req.verify != "separate" else None
+        result.contention.setdefault("verifier", None)
         if req.verify == "separate":
             outcome = await run_verifier_separately(task, sandbox, rec, lambda: _start(req))
         else:
             outcome = await run_verifier(task, sandbox, rec)
+        _stop_probe(probe, result, "verifier")
+        probe = None
         if outcome.reason is None and outcome.timed_out and outcome.reward == 0.0 and not outcome.details:
             outcome.reason = "verifier_timeout"  # no reward came before the limit: a policy fault
             outcome.error = f"the tests outlived their {task.verifier.timeout_s:g} s limit"
@@ -206,6 +217,7 @@ async def run_rollout(
         result.reason, result.error = failure_reason(e), str(e) or type(e).__name__
         result.info["phase"] = phase
     finally:
+        _stop_probe(probe, result, phase)
         if sandbox is not None:
             with rec.span("other_sandbox", what="close"):
                 await asyncio.shield(_close(sandbox, result))
@@ -214,6 +226,26 @@ async def run_rollout(
         if on_result is not None:
             on_result(result)
     return result
+
+
+def _probe(sandbox: Sandbox, result: RolloutResult, phase: str) -> Probe | None:
+    """Start measuring ``phase``'s contention (docs/rollouts.md, "Contention"); null figures
+    where the backend's tasks are not in a host cgroup (microvm, remote)."""
+    result.contention[phase] = None
+    try:
+        return start_probe(sandbox)
+    except Exception as e:  # measuring must never fail a rollout
+        log.debug("no contention probe for %s: %s", sandbox.id, e)
+        return None
+
+
+def _stop_probe(probe: Probe | None, result: RolloutResult, phase: str) -> None:
+    if probe is None:
+        return
+    try:
+        result.contention[phase] = probe.stop()
+    except Exception as e:
+        log.debug("contention probe of %s failed: %s", result.rollout_id, e)
 
 
 async def _close(sandbox: Sandbox, result: RolloutResult | None = None) -> None:

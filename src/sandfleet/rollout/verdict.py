@@ -81,10 +81,24 @@ RULES: tuple[Rule, ...] = (
     Rule("service_unreachable", INFRA, "the sandbox service failed, was busy past retries, or can't be reached"),
     Rule("task_grader", INFRA, "the task's grader is missing on this host, or names a parser that does not exist"),
     Rule("cancelled", INFRA, "the run was stopped (Ctrl-C, SIGTERM) before the rollout ended"),
+    Rule("host_contention", INFRA, "the tests failed (reward below 1, or their time limit) while work outside the "
+         "sandbox took at least CONTENTION_THRESHOLD of the CPU its verifier phase wanted (its own threads and its "
+         "own CPU limit never count)"),
 )
 """The whole rule, cause -> verdict. docs/rollouts.md lists it; tests cover each row."""
 
 CAUSES: dict[str, Rule] = {r.cause: r for r in RULES}
+
+CONTENTION_THRESHOLD: Final = 0.25
+"""A failing verifier phase whose ``outside_share`` (:mod:`sandfleet.sandbox.contention`:
+the share of the CPU time it wanted that work outside the sandbox took) is at least this is
+masked as ``host_contention`` (docs/rollouts.md, "Contention"): a single thread slowed by a
+third or more by outside work. Its own threads and its own CPU limit never raise the share."""
+
+CONTENDED_CAUSES: Final = frozenset({"scored", "verifier_timeout"})
+"""What a failing verifier phase may end with and still be masked under outside contention:
+the tests ran and failed, or outlived their limit. Other policy causes (a broken reward
+file, killed tests ...) are not what a slow CPU makes."""
 
 # Failure reasons (RolloutResult.reason) -> cause. Reasons absent here are 'unlisted'
 # (policy), unless the rollout failed before its agent started.
@@ -127,9 +141,19 @@ def model_http_cause(status: int) -> str:
     return "model_content"  # 400, 413, 422 ...: the request the policy's conversation made
 
 
-def cause_of(status: str, reason: str | None, error: str | None = None, phase: str | None = None) -> str:
+def cause_of(status: str, reason: str | None, error: str | None = None, phase: str | None = None, *,
+             reward: float | None = None, outside_share: float | None = None) -> str:
     """The cause, a key of :data:`CAUSES`, of a rollout that ended with ``status``
-    (completed, failed, cancelled), ``reason``, the ``error`` text and the ``phase`` it failed in."""
+    (completed, failed, cancelled), ``reason``, the ``error`` text and the ``phase`` it failed in;
+    ``reward`` and the verifier phase's ``outside_share`` decide ``host_contention``."""
+    cause = _cause_of(status, reason, error, phase)
+    if (status == "completed" and cause in CONTENDED_CAUSES and outside_share is not None
+            and outside_share >= CONTENTION_THRESHOLD and not (reward is not None and reward >= 1.0 - 1e-9)):
+        return "host_contention"
+    return cause
+
+
+def _cause_of(status: str, reason: str | None, error: str | None, phase: str | None) -> str:
     if status == "cancelled":
         return "cancelled"
     r = reason or ""
@@ -150,6 +174,13 @@ def cause_of(status: str, reason: str | None, error: str | None = None, phase: s
         return "sandbox_oom" if _oom_kills(text) and "own memory limit was never reached" not in text \
             else "sandbox_died"
     return cause
+
+
+def verifier_outside_share(result: RolloutResult) -> float | None:
+    """The verifier phase's ``outside_share``, None where it was not measured."""
+    fig = (getattr(result, "contention", None) or {}).get("verifier")
+    value = fig.get("outside_share") if isinstance(fig, dict) else None
+    return float(value) if isinstance(value, int | float) else None
 
 
 def verdict_of_cause(cause: str) -> Verdict:
@@ -196,16 +227,20 @@ def settle(result: RolloutResult) -> Verdict:
     if result.verdict is not None:
         return result.verdict
     phase = result.info.get("phase")
-    cause = cause_of(result.status, result.reason, result.error, phase)
+    cause = cause_of(result.status, result.reason, result.error, phase, reward=result.reward,
+                     outside_share=verifier_outside_share(result))
     verdict = verdict_of_cause(cause)
     result.verdict = verdict
     if verdict == SCORED:
         result.fault = None
         return verdict
+    if cause == "host_contention":
+        phase = "verifier"
     result.fault = {
         "cause": cause, "phase": phase, "reason": result.reason,
         "sandbox_end": sandbox_end(result.error),
         "log_tail": log_tail(result.error or result.info.get("reward_error"), result.verifier_output),
+        **({"contention": result.contention.get("verifier")} if cause == "host_contention" else {}),
     }  # fmt: skip
     if verdict == INFRA:
         result.reward, result.reward_details, result.advantage = None, {}, None

@@ -1,5 +1,6 @@
 import calendar
 import random
+import signal
 import sys
 import time
 from datetime import date, datetime, timedelta, timezone
@@ -83,11 +84,46 @@ def test_business_days():
         assert business_days_between(a, b) == ref_bdays(a, b), (a, b)
 
 
+class _Over(Exception):
+    pass
+
+
+def _cpu(fn, limit_s=None):
+    """CPU time of fn() in this process (other processes on a busy host hardly change it);
+    None when it ran past limit_s of CPU time (a CPU-time timer stops it)."""
+    def over(signum, frame):
+        raise _Over()
+
+    previous = signal.signal(signal.SIGPROF, over)
+    t = time.process_time()
+    try:
+        if limit_s:
+            signal.setitimer(signal.ITIMER_PROF, limit_s)
+        fn()
+    except _Over:
+        return None
+    finally:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        signal.signal(signal.SIGPROF, previous)
+    return time.process_time() - t
+
+
+SLOWER_LIMIT = 10.0  # at most this many times a plain day-by-day count
+
+
 def test_business_days_fast():
-    t = time.perf_counter()
-    got = business_days_between(date(1950, 1, 1), date(2050, 1, 1))
-    assert time.perf_counter() - t < 1.0
-    assert got == ref_bdays(date(1950, 1, 1), date(2050, 1, 1))
+    # Against a baseline measured in the same run, not a wall-clock budget: a 100-year range
+    # may take at most SLOWER_LIMIT times as long as counting its days one by one (ref_bdays),
+    # the two taking turns, best of three each.
+    a, b = date(1950, 1, 1), date(2050, 1, 1)
+    base, got = [], []
+    for _ in range(3):
+        base.append(_cpu(lambda: ref_bdays(a, b)))
+        t = _cpu(lambda: business_days_between(a, b), limit_s=SLOWER_LIMIT * min(base))
+        assert t is not None, f"business_days_between over 100 years took over {SLOWER_LIMIT}x a day-by-day count"
+        got.append(t)
+    assert min(got) < SLOWER_LIMIT * min(base), (min(got), min(base))
+    assert business_days_between(a, b) == ref_bdays(a, b)
 
 
 def test_invoice_due():

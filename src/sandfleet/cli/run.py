@@ -94,8 +94,10 @@ def summary_table(summary: dict[str, Any]) -> str:
     help="Environment variable holding the API key, if any.",
 )
 @click.option("-n", "n", default=1, show_default=True, type=int, help="Rollouts per task (group).")
-@click.option("--concurrency", default=8, show_default=True, type=int,
-              help="Rollouts in flight at once; at least -n (a group's rollouts are admitted together).")
+@click.option("--concurrency", "concurrency_opt", default="auto", show_default=True,
+              help="Rollouts in flight at once; at least -n (a group's rollouts are admitted together). "
+              "auto: as many sandboxes as this host's CPUs hold at the tasks' declared cpus (at least -n); a "
+              "larger number is allowed with a warning (the capacity benchmark tells how many more a host holds).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
 @click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
               show_default=True)
@@ -157,7 +159,7 @@ def run(
     model: str | None,
     api_key_env: str,
     n: int,
-    concurrency: int,
+    concurrency_opt: str,
     out_dir: Path,
     backend: str,
     no_limits: bool,
@@ -185,9 +187,11 @@ def run(
     where = Where(remote, ray_address)
     if no_limits:
         os.environ["SANDFLEET_NO_LIMITS"] = "1"
-    _check(where, n=n, concurrency=concurrency, out_dir=out_dir, resume=resume, overwrite=overwrite,
+    explicit = _explicit_concurrency(concurrency_opt)
+    _check(where, n=n, concurrency=explicit or n, out_dir=out_dir, resume=resume, overwrite=overwrite,
            cpu_fraction=cpu_fraction)
     tasks = _load(tasks_dir, only, reward_key, reward_weights)
+    concurrency = _concurrency(where, explicit, tasks, n)
     policy = make_policy(agent, model_url=model_url, model=model, api_key_env=api_key_env, max_turns=max_turns,
                          tool_mode=tool_mode)
     config = _config(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
@@ -205,6 +209,36 @@ def run(
     _print_summary(report, out_dir)
     if report.summary()["n_completed"] == 0:
         raise SystemExit(1)
+
+
+def _explicit_concurrency(value: str) -> int | None:
+    """``--concurrency``'s number, or None for ``auto``."""
+    if value.strip().lower() == "auto":
+        return None
+    try:
+        n = int(value)
+    except ValueError:
+        raise click.BadParameter(f"a number or 'auto', not {value!r}", param_hint="--concurrency") from None
+    if n < 1:
+        raise click.BadParameter(f"must be at least 1, not {n}", param_hint="--concurrency")
+    return n
+
+
+def _concurrency(where: Where, explicit: int | None, tasks: list[Task], n: int) -> int:
+    """The run's concurrency: ``auto`` admits what this host's CPUs hold at the tasks' cpus (at
+    least a group), an explicit number larger than that is allowed with a warning
+    (docs/rollouts.md, "Admission"). Said on stderr. Elsewhere (``--remote``, ``--ray``) the
+    number is per host and auto is 8, as before."""
+    if where.remote is not None or where.ray is not None:
+        if explicit is None:
+            click.echo(f"concurrency auto: {max(8, n)} per host (the sandboxes run on other hosts)", err=True)
+        return explicit or max(8, n)
+    from sandfleet.rollout.admission import choose_concurrency
+
+    value, notes = choose_concurrency(explicit, [t.cpus for t in tasks], group=n)
+    for note in notes:
+        click.echo(note, err=True)
+    return value
 
 
 def _check(where: Where, *, n: int, concurrency: int, out_dir: Path, resume: bool, overwrite: bool,

@@ -17,6 +17,7 @@ from sandfleet.cli.where import RAY_ADDRESSES, Where, dispatch, ray_option, refu
 
 if TYPE_CHECKING:
     from sandfleet.rollout.validate import Verdict
+    from sandfleet.tasks.model import Task
 
 
 def _cell(rewards: list[float | None], want: float) -> str:
@@ -43,7 +44,9 @@ def _cell(rewards: list[float | None], want: float) -> str:
     show_default=True,
     help="Where to write the report.",
 )
-@click.option("--concurrency", type=int, help="Rollouts at once (default: one per CPU).")
+@click.option("--concurrency", "concurrency_opt", default="auto", show_default=True,
+              help="Rollouts at once. auto: as many sandboxes as this host's CPUs hold at the tasks' declared cpus; "
+              "a larger number is allowed with a warning.")
 @click.option("--backend", default="auto", show_default=True)
 @click.option("--agent-user", "agent_user", default=None,
               help="Run the oracle and the no-op agent as this user (root = Docker's behaviour); default: "
@@ -70,12 +73,18 @@ def _cell(rewards: list[float | None], want: float) -> str:
               "a per-arch table: valid on both, on only one, flaky n/R.")
 @click.option("--page-size", "page_size", default=None, metavar="64k",
               help="Also flag ELF files of each task image that a kernel with pages this large can't load.")
+@click.option("--under-load", "under_load", is_flag=True,
+              help="Then run each oracle again beside busy processes (--load-procs) and flag a task whose reward "
+              "flips as load_sensitive, naming the test that failed.")
+@click.option("--load-procs", "load_procs", type=int, default=None,
+              help="Busy processes for --under-load (default: two per CPU of this host).")
 @ray_option(f"Run the repeats on a Ray cluster (docs/cluster.md): {RAY_ADDRESSES}; --concurrency is then per node.")
 def validate(
-    directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency: int | None, backend: str,
+    directory: Path, repeats: int, as_json: bool, report_path: Path, concurrency_opt: str, backend: str,
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
     remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
-    accept_older: bool = False, coverage_only: bool = False, verify: str = "shared",
+    accept_older: bool = False, coverage_only: bool = False, verify: str = "shared", under_load: bool = False,
+    load_procs: int | None = None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
     the base coverage (exact / approximated / refused)."""
@@ -88,7 +97,8 @@ def validate(
     where = Where(remote, ray_address)
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
-    here_only = {"--arch": bool(arches), "--page-size": bool(page_size), "--strict-bases": strict_bases}
+    here_only = {"--arch": bool(arches), "--page-size": bool(page_size), "--strict-bases": strict_bases,
+                 "--under-load": under_load}
     if where.ray is not None:
         refuse("--ray", {"--remote": bool(remote), **here_only})
     elif where.several:
@@ -99,10 +109,17 @@ def validate(
             raise ValueError("choose --reward-key or --reward-weights, not both")
     except ValueError as e:
         raise click.BadParameter(str(e), param_hint="--reward-weights") from None
+    if load_procs is not None and (not under_load or load_procs < 1):
+        raise click.BadParameter("needs --under-load and at least 1", param_hint="--load-procs")
+    if under_load and (remote is not None or ray_address is not None):
+        raise click.UsageError("--under-load loads this host's CPUs: it excludes --remote and --ray")
+    if under_load and (arches or page_size):
+        raise click.UsageError("--under-load validates on this host's own arch: it excludes --arch and --page-size")
     if accept_older and (ray_address is not None or remote is not None):
         raise click.UsageError("--accept-older-versions builds here: it excludes --ray and --remote")
     tasks, failures = load_tasks(directory)
     tasks = [with_reward_selection(t, reward_key, weights) for t in tasks]
+    concurrency = _concurrency(where, concurrency_opt, tasks)
     coverage = coverage_report(tasks, strict=strict_bases, accept_older=accept_older)
     for failure in failures:
         coverage["counts"]["refused"] += 1  # type: ignore[index]
@@ -113,10 +130,15 @@ def validate(
         click.echo(json.dumps(coverage, indent=2) if as_json else "\n".join(format_coverage(coverage)))
         return
 
+    if under_load:
+        from sandfleet.rollout.underload import default_load_procs
+
+        load_procs = load_procs or default_load_procs()
+
     def here() -> Awaitable[dict[str, Verdict]]:
         return validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
                               network=network, strict_bases=strict_bases, accept_older=accept_older,
-                              verify=verify)
+                              verify=verify, under_load=load_procs if under_load else None)
 
     def run() -> dict[str, Verdict]:
         return asyncio.run(dispatch(
@@ -141,11 +163,22 @@ def validate(
         click.echo(json.dumps(report, indent=2))
     else:
         _print_table(verdicts, format_coverage(coverage))
+        if under_load:
+            _print_load(verdicts, load_procs or 0)
         bad = sum(v.status != "valid" for v in verdicts.values())
         click.echo(f"\n{len(verdicts) - bad}/{len(verdicts)} valid in {wall:.1f} s (repeats {repeats}); "
                    f"report: {report_path}")
     if any(v.status != "valid" for v in verdicts.values()):
         raise SystemExit(1)
+
+
+def _print_load(verdicts: Mapping[str, Verdict], procs: int) -> None:
+    """One line for the run beside the load: how many oracles held, which tasks flipped."""
+    ran = {n: v for n, v in verdicts.items() if v.under_load_rewards is not None}
+    flipped = sorted(n for n, v in ran.items() if v.load_sensitive)
+    click.echo(f"\nunder load ({procs} busy processes): {len(ran) - len(flipped)}/{len(ran)} oracles held")
+    for name in flipped:
+        click.echo(f"  load_sensitive  {name}: {', '.join(verdicts[name].load_flipped)}")
 
 
 def _print_table(verdicts: Mapping[str, Verdict], coverage: list[str]) -> None:
@@ -165,3 +198,29 @@ def _print_table(verdicts: Mapping[str, Verdict], coverage: list[str]) -> None:
         for warning in v.warnings:
             click.echo(f"warning: {name}: {warning}", err=True)
     click.echo("\n".join(coverage), err=True)
+
+
+def _concurrency(where: Where, value: str, tasks: list[Task]) -> int | None:
+    """``--concurrency``: ``auto`` admits what this host's CPUs hold at the tasks' cpus, a
+    larger number is allowed with a warning (said on stderr); None elsewhere (``--remote``,
+    ``--ray``: each host's own default)."""
+    from sandfleet.errors import ConfigError
+    from sandfleet.rollout.admission import choose_concurrency
+
+    auto = value.strip().lower() == "auto"
+    if where.remote is not None or where.ray is not None:
+        if auto:
+            return None
+        try:
+            return int(value)
+        except ValueError:
+            raise click.BadParameter(f"a number or 'auto', not {value!r}", param_hint="--concurrency") from None
+    try:
+        n, notes = choose_concurrency(None if auto else value, [t.cpus for t in tasks])
+    except ConfigError as e:
+        raise click.BadParameter(str(e), param_hint="--concurrency") from None
+    if n < 1:
+        raise click.BadParameter(f"must be at least 1, not {n}", param_hint="--concurrency")
+    for note in notes:
+        click.echo(note, err=True)
+    return n

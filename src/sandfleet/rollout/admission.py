@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 from sandfleet.errors import ConfigError
@@ -95,3 +95,45 @@ class Admission:
         if self.held > 0:
             held, self.held = self.held, 0
             self.slots.release(held)
+
+
+BENCH_ADVICE = ("the capacity benchmark (`sandfleet bench run`, docs/bench.md) measures how many busy "
+                "sandboxes this host holds at a latency target: the documented way to choose more")
+
+
+def host_capacity(cpus: Sequence[float], host_cpus: int | None = None) -> int:
+    """How many sandboxes the host's CPUs hold at the tasks' declared ``cpus`` without
+    oversubscribing: ``floor(host CPUs / the largest cpus)``, at least 1 (a task without a
+    declared figure counts 1)."""
+    from sandfleet.sandbox.contention import host_cpus as _host_cpus
+
+    ncpu = host_cpus or _host_cpus()
+    widest = max((c for c in cpus if c and c > 0), default=1.0)
+    return max(1, int(ncpu // widest + 1e-9))
+
+
+def choose_concurrency(value: str | int | None, cpus: Sequence[float], *, group: int = 1,
+                       host_cpus: int | None = None) -> tuple[int, list[str]]:
+    """The concurrency ``--concurrency value`` means (``auto``/None: :func:`host_capacity`, at
+    least ``group`` so that a group can be admitted), and what to say about it: the auto
+    figure and why, or a warning where it oversubscribes the host's CPUs."""
+    from sandfleet.sandbox.contention import host_cpus as _host_cpus
+
+    ncpu = host_cpus or _host_cpus()
+    cap = host_capacity(cpus, ncpu)
+    widest = max((c for c in cpus if c and c > 0), default=1.0)
+    held = f"{ncpu} CPUs hold {cap} sandbox{'es' if cap != 1 else ''} at cpus = {widest:g}"
+    if value is None or str(value).strip().lower() == "auto":
+        if group > cap:
+            return group, [f"concurrency auto: {group} (the group size; the host's {held}, so a group of "
+                           f"{group} oversubscribes it: failing timing tests may be masked as host_contention)"]
+        return cap, [f"concurrency auto: {cap} (the host's {held})"]
+    try:
+        n = int(value)
+    except ValueError:
+        raise ConfigError(f"--concurrency must be a number or 'auto', not {value!r}") from None
+    if n > cap:
+        return n, [f"warning: --concurrency {n} oversubscribes this host (its {held}); sandboxes will wait "
+                   f"for CPUs, and failing tests under that contention are masked (host_contention). "
+                   f"{BENCH_ADVICE}"]
+    return n, []

@@ -18,27 +18,30 @@ base, the host standing in for a base that could not be built; ``--strict-bases`
 them instead), and the users the agent and the tests ran as. Test scripts that download at
 test time (:mod:`sandfleet.tasks.scan`) need ``--network``: without it they are reported as
 "needs network at test time", naming the lines.
+
+``under_load`` (``--under-load``) runs each task's oracle once more per repeat beside busy
+processes (:mod:`sandfleet.rollout.underload`); a task that passed on the quiet host and fails
+so is ``load_sensitive``, naming the test that flipped.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sandfleet.rollout.admission import Slots
+from sandfleet.rollout.admission import Slots, host_capacity
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
-from sandfleet.rollout.suite import ImageFor, RunConfig, default_image_for, run_suite
+from sandfleet.rollout.suite import ImageFor, RunConfig, RunReport, default_image_for, run_suite
 from sandfleet.sandbox.spec import ROOT_UID, USERS
 from sandfleet.tasks.coverage import task_coverage
 from sandfleet.tasks.model import Task
 
-Status = Literal["valid", "invalid", "flaky"]
+Status = Literal["valid", "invalid", "flaky", "load_sensitive"]
 TAIL_CHARS = 1500
 
 
@@ -68,6 +71,13 @@ class Verdict:
     """The language versions the task's bases asked for (``Go 1.22``)..."""
     base_got: list[str] = field(default_factory=list)
     """... and the versions they got from Debian (``Go 1.24``)."""
+    under_load_rewards: list[float | None] | None = None
+    """The oracle's rewards beside CPU load (``--under-load``); None when not run so."""
+    load_sensitive: bool = False
+    """The oracle passed on the quiet host and failed beside the load."""
+    load_flipped: list[str] = field(default_factory=list)
+    """What failed under load: the tests pytest named (``test_outputs.py::test_perf``), else
+    the rollouts' reasons."""
 
 
 def _tail(result: RolloutResult) -> str:
@@ -83,6 +93,14 @@ def _why(r: RolloutResult) -> str:
     return f"scored {r.reward}"
 
 
+def _zero(r: RolloutResult) -> bool:
+    """The tests scored 0: a no-op's 0 masked as host_contention (docs/rollouts.md) still
+    shows that they do not pass without any work."""
+    if r.fault and r.fault.get("cause") == "host_contention":
+        return r.fault.get("tests_reward") == 0.0
+    return r.status == "completed" and r.reward == 0.0
+
+
 def judge(task: Task, oracle: Sequence[RolloutResult], noop: Sequence[RolloutResult]) -> Verdict:
     """The verdict on a task from its oracle and no-op rollouts."""
     seconds = sum(r.duration for r in [*oracle, *noop])
@@ -96,9 +114,9 @@ def judge(task: Task, oracle: Sequence[RolloutResult], noop: Sequence[RolloutRes
         return verdict
     n = len(oracle)
     passed = [r for r in oracle if r.passed]
-    zero = [r for r in noop if r.status == "completed" and r.reward == 0.0]
+    zero = [r for r in noop if _zero(r)]
     bad_oracle = [r for r in oracle if not r.passed]
-    bad_noop = [r for r in noop if not (r.status == "completed" and r.reward == 0.0)]
+    bad_noop = [r for r in noop if not _zero(r)]
     reasons = []
     if bad_oracle:
         first = bad_oracle[0]
@@ -130,6 +148,7 @@ async def validate_tasks(
     strict_bases: bool = False,
     accept_older: bool = False,
     verify: str = "shared",
+    under_load: int | None = None,
 ) -> dict[str, Verdict]:
     """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
@@ -138,7 +157,9 @@ async def validate_tasks(
     ``image_for`` only); ``accept_older`` (``--accept-older-versions``) builds a language base
     asking for a newer version than Debian ships with the newest there is; ``verify``: the tests
     in the agent's sandbox (``shared``) or in a fresh one given the workdir (``separate``), as
-    ``sandfleet run --verify``."""
+    ``sandfleet run --verify``. ``under_load``: that many busy processes beside a further
+    ``repeats`` oracle runs per task (the tasks whose oracle passed), flagging a task whose
+    reward flips as ``load_sensitive``."""
     if (strict_bases or accept_older) and image_for is default_image_for:
         image_for = functools.partial(_image_for, strict=strict_bases, accept_older=accept_older)
     built: dict[str, str] = {}
@@ -147,7 +168,7 @@ async def validate_tasks(
         built[task.name] = image = await image_for(task)
         return image
 
-    limit = concurrency or os.cpu_count() or 1
+    limit = concurrency or host_capacity([t.cpus for t in tasks])  # auto: what the CPUs hold at the tasks' cpus
     slots = Slots(limit)
     retry = RetryPolicy(max_attempts=1)
 
@@ -183,7 +204,36 @@ async def validate_tasks(
                 v.reason = (f"the oracle passes only as root (it failed as the task's user "
                             f"{_user_of(oracle.results, r.task)}): declare the user ([agent].user or the "
                             f"Dockerfile's USER) or run with --agent-user root\n{v.reason}")
+    if under_load is not None:
+        await _beside_load(tasks, verdicts, oracle.results, under_load,
+                           lambda: run_suite([t for t in tasks if any(r.passed for r in oracle.results
+                                                                      if r.task == t.name)],
+                                             OraclePolicy(), config(), image_for=image_for, slots=slots))
     return verdicts
+
+
+async def _beside_load(tasks: Sequence[Task], verdicts: dict[str, Verdict], quiet: Sequence[RolloutResult],
+                       procs: int, run: Callable[[], Awaitable[RunReport]]) -> None:
+    """Run the oracles (``run``) beside ``procs`` busy processes and record on each verdict its
+    rewards so, and whether they flipped."""
+    from sandfleet.rollout.underload import cpu_load, flipped
+
+    with cpu_load(procs):
+        loaded = await run()
+    for task in tasks:
+        mine = [r for r in loaded.results if r.task == task.name]
+        if not mine:
+            continue  # its oracle never passed on the quiet host: nothing to flip
+        v = verdicts[task.name]
+        v.under_load_rewards = [r.reward for r in mine]
+        v.load_sensitive, v.load_flipped = flipped([r for r in quiet if r.task == task.name], mine)
+        if v.load_sensitive:
+            passed = sum(r.passed for r in mine)
+            why = (f"load-sensitive: the oracle passed {passed}/{len(mine)} beside {procs} busy processes; "
+                   f"failed: {', '.join(v.load_flipped)}")
+            if v.status == "valid":
+                v.status = "load_sensitive"
+            v.reason = f"{why}\n{v.reason}" if v.reason else why
 
 
 async def _image_for(task: Task, *, strict: bool, accept_older: bool) -> str:

@@ -240,7 +240,8 @@ def settle(result: RolloutResult) -> Verdict:
         "cause": cause, "phase": phase, "reason": result.reason,
         "sandbox_end": sandbox_end(result.error),
         "log_tail": log_tail(result.error or result.info.get("reward_error"), result.verifier_output),
-        **({"contention": result.contention.get("verifier")} if cause == "host_contention" else {}),
+        **({"contention": result.contention.get("verifier"), "tests_reward": result.reward}
+           if cause == "host_contention" else {}),
     }  # fmt: skip
     if verdict == INFRA:
         result.reward, result.reward_details, result.advantage = None, {}, None

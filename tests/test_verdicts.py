@@ -119,10 +119,10 @@ def test_cause_of_each_ending(status: str, reason: str | None, error: str | None
 # (status, reason, reward, verifier outside_share) -> cause: the contention rule (docs/rollouts.md)
 CONTENTION_CASES = [
     ("completed", None, 0.0, 0.6, "host_contention"),  # failing tests under outside contention: masked
-    ("completed", "verifier_timeout", 0.0, 0.3, "host_contention"),
-    ("completed", None, 0.5, 0.25, "host_contention"),  # below 1 is failing
+    ("completed", "verifier_timeout", 0.0, 0.6, "host_contention"),
+    ("completed", None, 0.5, 0.5, "host_contention"),  # below 1 is failing
     ("completed", None, 1.0, 0.9, "scored"),  # a passing one stays scored
-    ("completed", None, 0.0, 0.2, "scored"),  # below the threshold: the 0 stands
+    ("completed", None, 0.0, 0.45, "scored"),  # below the threshold: the 0 stands
     ("completed", None, 0.0, None, "scored"),  # not measured: never masked
     ("completed", "bad_reward_file", 0.0, 0.9, "bad_reward_file"),  # not what a slow CPU makes
     ("failed", "sandbox_timeout", None, 0.9, "sandbox_timeout"),

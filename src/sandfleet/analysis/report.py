@@ -35,6 +35,7 @@ in ``docs/figures.md``) has:
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -43,6 +44,7 @@ import sandfleet.analysis.figures as fg
 from sandfleet.analysis.trace import STATUSES, VERDICTS, Run, final_attempts
 from sandfleet.errors import ConfigError
 from sandfleet.provenance import provenance
+from sandfleet.stats import percentile
 
 SCHEMA = "sandfleet.analysis/1"
 DEFAULT_WHATIF = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
@@ -90,6 +92,36 @@ def verdict_figures(run: Run) -> dict[str, Any]:
             "refilled": sum(r.masked for r in run.rollouts) - counts["infra_fault"]}
 
 
+CONTENTION_PHASES = ("agent", "verifier")
+
+
+def contention_figures(run: Run) -> dict[str, Any]:
+    """Per phase, over the final attempts that measured it (docs/rollouts.md, "Contention"):
+    ``measured`` (how many), ``outside_share`` mean and p95, mean ``outside_wait_s``, mean
+    ``throttled_s`` (the sandbox's own limit) and ``run_delay_s``; and ``host_contention``,
+    the final attempts masked for it (``host_contention_rate`` of all final attempts)."""
+    finals = final_attempts(run.rollouts)
+    out: dict[str, Any] = {}
+    for phase in CONTENTION_PHASES:
+        figs = [f for r in finals if r.contention and isinstance(f := r.contention.get(phase), dict)]
+
+        def vals(key: str, figs: list[Any] = figs) -> list[float]:
+            return [float(f[key]) for f in figs if isinstance(f.get(key), int | float)]
+
+        share = vals("outside_share")
+        out[phase] = {
+            "measured": len(figs),
+            "outside_share_mean": _num(statistics.fmean(share)) if share else None,
+            "outside_share_p95": _num(percentile(share, 95)) if share else None,
+            **{f"{k}_mean": _num(statistics.fmean(v)) if (v := vals(k)) else None
+               for k in ("outside_wait_s", "throttled_s", "run_delay_s", "cpu_s")},
+        }
+    masked = sum(r.cause == "host_contention" for r in finals)
+    out["host_contention"] = masked
+    out["host_contention_rate"] = masked / len(finals) if finals else None
+    return out
+
+
 def run_provenance(run: Run) -> Any:
     """The ``provenance`` the run's ``run.json`` recorded (None without one)."""
     return _run_json(run, "provenance")
@@ -134,6 +166,7 @@ def analyze(
             "rollouts": len(run.rollouts),
             **{st: sum(r.status == st for r in run.rollouts) for st in STATUSES},
             **verdict_figures(run),
+            "contention": contention_figures(run),
             "model_time_known": run.model_time_known,
         }
         for lab, run in zip(labels, runs, strict=True)

@@ -71,6 +71,11 @@ class Rollout:
     verdict: str = "scored"
     """``scored``, ``policy_fault`` or ``infra_fault`` (masked); a trace without the key is
     read as ``scored`` when completed, else ``policy_fault``."""
+    cause: str | None = None
+    """A faulted rollout's ``fault.cause`` (``host_contention`` ...), None otherwise."""
+    contention: Mapping[str, Any] | None = None
+    """Per phase (``agent``, ``verifier``) the sandbox's contention figures, or None
+    (docs/rollouts.md, "Contention"); None where the trace has none."""
 
     @property
     def masked(self) -> bool:
@@ -214,6 +219,8 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
         sample=sample,
         attempt=attempt,
         verdict=verdict,
+        cause=str(fault["cause"]) if isinstance(fault := obj.get("fault"), dict) and fault.get("cause") else None,
+        contention=obj["contention"] if isinstance(obj.get("contention"), dict) else None,
     )
 
 

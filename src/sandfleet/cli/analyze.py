@@ -73,6 +73,16 @@ def render_text(a: dict[str, Any]) -> str:
         [[lab, *(str(r["verdicts"][v]) for v in ("scored", "policy_fault", "infra_fault")), _pct(r["mask_rate"]),
           _pct(r["pass_rate"]), str(r["refilled"])] for lab, r in a["runs"].items()],
     ))
+    out.append("\nContention (final attempts; outside = work outside the sandbox, own = its CPU limit's "
+               "throttling; docs/rollouts.md)")
+    out.append(table(
+        ["run", "phase", "measured", "outside share mean", "p95", "outside wait s", "own throttled s",
+         "host_contention masks"],
+        [[lab, ph, str(c[ph]["measured"]), _f(c[ph]["outside_share_mean"], 2), _f(c[ph]["outside_share_p95"], 2),
+          _f(c[ph]["outside_wait_s_mean"], 2), _f(c[ph]["throttled_s_mean"], 2),
+          f"{c['host_contention']} ({_pct(c['host_contention_rate'])})" if ph == "verifier" else ""]
+         for lab, r in a["runs"].items() if (c := r.get("contention")) for ph in ("agent", "verifier")],
+    ))
     if not all(r["model_time_known"] for r in a["runs"].values()):
         out.append("note: model time unknown in some traces (converted); it is in agent_command")
     heads = [f"{lab} {m}" for lab in labs for m in ("mean", "median", "p90")]

@@ -89,11 +89,11 @@ RULES: tuple[Rule, ...] = (
 
 CAUSES: dict[str, Rule] = {r.cause: r for r in RULES}
 
-CONTENTION_THRESHOLD: Final = 0.25
+CONTENTION_THRESHOLD: Final = 0.5
 """A failing verifier phase whose ``outside_share`` (:mod:`sandfleet.sandbox.contention`:
 the share of the CPU time it wanted that work outside the sandbox took) is at least this is
-masked as ``host_contention`` (docs/rollouts.md, "Contention"): a single thread slowed by a
-third or more by outside work. Its own threads and its own CPU limit never raise the share."""
+masked as ``host_contention`` (docs/rollouts.md, "Contention"): outside work left one thread
+of it at most half a CPU (a twofold slowdown or more). Its own threads and its own CPU limit never raise the share."""
 
 CONTENDED_CAUSES: Final = frozenset({"scored", "verifier_timeout"})
 """What a failing verifier phase may end with and still be masked under outside contention:

@@ -55,6 +55,7 @@ import asyncio
 import copy
 import io
 import logging
+import os
 import posixpath
 import shlex
 import tarfile
@@ -63,6 +64,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from sandfleet.agent.protocol import MAX_CAPTURE
+from sandfleet.agent.seal import seal_library
 from sandfleet.errors import (
     GuestError,
     GuestFileNotFoundError,
@@ -162,7 +164,18 @@ chmod 0700 -- "$home"
 py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
 chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
-printf 'home=%s\npython=%s\n' "$home" "$py"
+seal=
+if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$(uname -m)" = "$SEAL_ARCH" ]; then
+  seal=$py/sandfleet-seal.so
+  cat > "$seal"; chmod 0644 -- "$seal"
+  if [ -s "$seal" ]; then
+    # every dynamically linked program, whatever environment it was given; where the sandbox's
+    # /etc can't be written (the host image) the tests' LD_PRELOAD alone carries it
+    { [ -f /etc/ld.so.preload ] && grep -qxF -- "$seal" /etc/ld.so.preload; } ||
+      { printf '%s\n' "$seal" >> /etc/ld.so.preload; } 2>/dev/null || true
+  else seal=; fi
+fi
+printf 'home=%s\npython=%s\nseal=%s\n' "$home" "$py" "$seal"
 if [ -n "$owner" ]; then printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")"; fi
 """
 
@@ -389,7 +402,7 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     risks: list[str] = []
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("home", "python", "uid"):
+        if sep and key in ("home", "python", "uid", "seal"):
             values[key] = value
             continue
         kind, _, what = line.partition(": ")
@@ -421,8 +434,10 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
     dirs.append("w:" + _guest(sandbox, task.workdir))
     script = sanitize_git_script() + PREPARE
+    seal = await asyncio.to_thread(seal_library) if isolated else None
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
-                             env={"PY_GUARD": PY_GUARD})
+                             env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else ""},
+                             stdin=seal or b"")
     values, risks = _notes(res.stdout)
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
@@ -481,6 +496,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         base = {**sandbox.spec.env, **env}
         env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(git_env(base))
+        if values.get("seal"):  # the tests' programs each in a Landlock domain of their own
+            env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
         kept = workdir_path_entries(base.get("PATH"), task.workdir)
         if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
             risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")

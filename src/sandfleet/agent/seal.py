@@ -1,0 +1,51 @@
+"""The seal of the verifier's tests: ``seal.c``, a freestanding library preloaded into every
+program the tests start, which puts it in a Landlock domain nested in its parent's
+(docs/security.md, "Reward integrity", the seal). Built here once per source, like the agent."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+from sandfleet.errors import HostUnsupportedError
+
+SOURCE = Path(__file__).with_name("seal.c")
+NAME = "sandfleet-seal.so"
+FLAGS = ["-shared", "-fPIC", "-nostdlib", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-Os"]
+_lock = threading.Lock()
+_memo: dict[str, bytes | None] = {}
+
+
+def _compile(out: Path) -> None:
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        raise HostUnsupportedError("no C compiler to build the verifier's seal: install gcc")
+    cmd = [cc, *FLAGS, "-o", str(out), str(SOURCE)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise HostUnsupportedError(f"building the verifier's seal failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+
+
+def seal_library() -> bytes | None:
+    """The seal for this host's arch (the sandboxes' own, but for emulated images, which go
+    without), or None where it can't be built (logged by the caller: the seccomp seal still
+    holds)."""
+    from sandfleet.agent.build import cache_dir, install
+
+    machine = os.uname().machine
+    with _lock:
+        if machine in _memo:
+            return _memo[machine]
+    digest = hashlib.sha256(SOURCE.read_bytes() + " ".join(FLAGS).encode()).hexdigest()[:16]
+    target = cache_dir() / "agent" / f"seal-{machine}-{digest}" / NAME
+    try:
+        data: bytes | None = install(target, _compile, mode=0o644).read_bytes()
+    except (HostUnsupportedError, OSError):
+        data = None
+    with _lock:
+        _memo[machine] = data
+    return data

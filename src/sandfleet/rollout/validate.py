@@ -86,6 +86,9 @@ def _tail(result: RolloutResult) -> str:
 
 
 def _why(r: RolloutResult) -> str:
+    if r.status == "completed" and r.reward is None and r.verdict == "infra_fault":
+        cause = (r.fault or {}).get("cause") or "no cause given"
+        return f"masked as an infra fault ({cause}), the test output tail: {_tail(r)[-300:]}"
     if r.status != "completed":
         return f"{r.reason}: {r.error}"
     if r.reason:  # scored 0 whatever the tests said (verifier.py): say why
@@ -124,7 +127,7 @@ def judge(task: Task, oracle: Sequence[RolloutResult], noop: Sequence[RolloutRes
                        f"{_tail(first)}")  # fmt: skip
     if bad_noop:
         first = bad_noop[0]
-        what = "the tests pass without any work" if first.status == "completed" else _why(first)
+        what = "the tests pass without any work" if first.passed else _why(first)
         reasons.append(f"no-op agent scored 0 in {len(zero)}/{len(noop)} ({what})")
     if not reasons:
         return verdict

@@ -103,7 +103,7 @@ async def test_figures_of_a_phase_and_own_spinners_are_not_outside(tmp_path: Pat
 RATIO_TEST = r"""import time
 w, c = time.perf_counter(), time.process_time()
 x = 0
-while time.process_time() - c < 1.0:
+while time.process_time() - c < 0.3:
     x += 1
 w, c = time.perf_counter() - w, time.process_time() - c
 print(f"wall {w:.2f} s, cpu {c:.2f} s")
@@ -143,7 +143,7 @@ async def test_code_that_spins_its_own_cpu_scores_0_never_masked(tmp_path: Path)
     test fails: a 0 that stands (scored). Its own queuing shows in run_delay_s, never in
     outside_share. Where other work on a shared host is itself above the threshold, the attempt
     is tried again (up to 3 runs): its mask must then be the outside's doing."""
-    task = make_task(tmp_path, "spins-itself", test_sh=RUN, extra_tests={"t.py": SPINNING_TEST},
+    task = make_task(tmp_path, "spins-itself", test_sh=RUN, extra_tests={"t.py": SPINNING_TEST}, verifier_timeout=120,
                      dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
     for i in range(3):
         report = await run([task], OraclePolicy(), tmp_path / f"out{i}", n=1, concurrency=1,
@@ -154,5 +154,7 @@ async def test_code_that_spins_its_own_cpu_scores_0_never_masked(tmp_path: Path)
         if r.verdict != INFRA:
             break
         assert fig["outside_runnable"] >= 0.5, fig  # masked only because the host itself was busy
+    if r.verdict == INFRA:  # every try beside outside work above the threshold: nothing to show here
+        pytest.skip(f"the host itself was too busy in 3 tries (outside runnable per CPU {fig['outside_runnable']})")
     assert r.verdict in (SCORED, POLICY) and r.reward == 0.0, (r.verdict, r.fault, fig)
     assert fig["outside_share"] < CONTENTION_THRESHOLD, fig

@@ -76,6 +76,9 @@ def _cell(rewards: list[float | None], want: float) -> str:
 @click.option("--under-load", "under_load", is_flag=True,
               help="Then run each oracle again beside busy processes (--load-procs) and flag a task whose reward "
               "flips as load_sensitive, naming the test that failed.")
+@click.option("--backends", "backends_opt", default=None, metavar="all|B1,B2",
+              help="Validate on each of these backends (all: every one this host has) and report the tasks whose "
+              "oracle reward differs between them.")
 @click.option("--load-procs", "load_procs", type=int, default=None,
               help="Busy processes for --under-load (default: two per CPU of this host).")
 @ray_option(f"Run the repeats on a Ray cluster (docs/cluster.md): {RAY_ADDRESSES}; --concurrency is then per node.")
@@ -84,7 +87,7 @@ def validate(
     agent_user: str | None, network: bool, strict_bases: bool, reward_key: str | None, reward_weights: str | None,
     remote: str | None, arches: str | None = None, page_size: str | None = None, ray_address: str | None = None,
     accept_older: bool = False, coverage_only: bool = False, verify: str = "shared", under_load: bool = False,
-    load_procs: int | None = None,
+    load_procs: int | None = None, backends_opt: str | None = None,
 ) -> None:
     """Validate the tasks under DIRECTORY: oracle scores 1, no-op scores 0, every time; ends with
     the base coverage (exact / approximated / refused)."""
@@ -111,6 +114,10 @@ def validate(
         raise click.BadParameter(str(e), param_hint="--reward-weights") from None
     if load_procs is not None and (not under_load or load_procs < 1):
         raise click.BadParameter("needs --under-load and at least 1", param_hint="--load-procs")
+    if backends_opt is not None:
+        refuse("--backends", {"--backend": backend != "auto", "--remote": remote is not None,
+                              "--ray": ray_address is not None, "--arch": bool(arches),
+                              "--page-size": bool(page_size), "--under-load": under_load})
     if under_load and (remote is not None or ray_address is not None):
         raise click.UsageError("--under-load loads this host's CPUs: it excludes --remote and --ray")
     if under_load and (arches or page_size):
@@ -146,6 +153,17 @@ def validate(
             on_pool=lambda pool: validate_on_pool(pool, tasks, repeats=repeats, network=network, hosts=where.hosts),
             **pool_options(repeats, concurrency, backend, agent_user, network, verify)))
 
+    if backends_opt is not None:  # per backend, here (the rest refused above)
+        from sandfleet.cli.validate_backends import chosen_backends, validate_per_backend
+
+        chosen, lacking = chosen_backends(backends_opt)
+        validate_per_backend(
+            chosen, lacking,
+            lambda b: asyncio.run(validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=b,
+                                                 agent_user=agent_user, network=network, strict_bases=strict_bases,
+                                                 accept_older=accept_older, verify=verify)),
+            failures, repeats, report_path, as_json, lambda why: Verdict("invalid", why))
+        return
     if arches or page_size:  # per architecture; never spread (refused above)
         from sandfleet.cli.validate_arch import validate_per_arch
 

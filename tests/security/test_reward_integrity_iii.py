@@ -1,0 +1,355 @@
+"""Reward integrity III (issue 41): the grader sealed by mechanism, not by a list of attacks.
+
+One test per class of the third round, each a real Harbor task whose tests decide 0, run as an
+attacker would: two rollouts at once on bwrap in shared and ``--verify separate`` mode (the
+slow pass repeats them on gvisor and microvm where the class applies). Each asserts a reward of
+0 (completed, a number) or the mechanism's refusal itself. docs/security.md, "Reward integrity",
+"The seal", lists which backend gets which part.
+
+1. the reward write made to fail: test.sh's open-file limit lowered from outside (prlimit); a
+   reward file of another uid moved in; the reward folder swapped for a link through a parent
+   the agent owned; separate mode's unpacking keeping the agent's ownership;
+2. the grader's processes controlled from outside them: killed by a watcher the code under test
+   left, its memory opened through /proc, ptrace, process_vm_writev, kill(-1);
+3. git layouts the sanitizer didn't see: a HEAD that is a dangling link, a worktree's common
+   folder without a HEAD, a bare repository in the workdir;
+4. the test runner taken over from the workdir: a dist-info's pytest plugin, a regular package
+   shadowing an installed namespace package, a venv interpreter first on the image's PATH;
+5. pid 1 crippled into a mask: prlimit(1, ...) refused for every command on every backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.runner import RetryPolicy
+from sandfleet.sandbox import create_sandbox
+from sandfleet.tasks import Task, load_task
+
+
+def _bwrap_skip() -> str | None:
+    if not shutil.which("bwrap"):
+        return "bubblewrap not installed (apt-get install bubblewrap)"
+    if os.geteuid() != 0:
+        return "the bwrap backend needs root"
+    return None
+
+
+pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+MODES = pytest.mark.parametrize("verify", ["shared", "separate"])
+GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
+    not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])
+BACKENDS = pytest.mark.parametrize("backend", ["bwrap", GVISOR])
+REWARD = "/logs/verifier/reward.txt"
+DECIDE = f'if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi > {REWARD}\n'
+BY_EXIT = f'if [ "$rc" = 0 ]; then echo 1; else echo 0; fi > {REWARD}\n'
+
+
+def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", tests: dict[str, str] | None = None) -> Task:
+    folder = root / name
+    (folder / "environment").mkdir(parents=True)
+    (folder / "tests").mkdir()
+    (folder / "task.toml").write_text(
+        f'version = "1.0"\n[agent]\ntimeout_sec = 60\n[verifier]\ntimeout_sec = 60\n{toml}'
+        "[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n")
+    (folder / "instruction.md").write_text("Write hello into /app/out.txt.\n")
+    (folder / "environment" / "Dockerfile").write_text("FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    (folder / "tests" / "test.sh").write_text("#!/bin/bash\n" + test_sh)
+    for rel, text in (tests or {}).items():
+        (folder / "tests" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (folder / "tests" / rel).write_text(text)
+    return load_task(folder)
+
+
+async def _host(task: Task) -> str:
+    return "host"
+
+
+async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str = "shared",
+                   backend: str = "bwrap", **config: Any) -> list[RolloutResult]:
+    cfg = RunConfig(backend=backend, n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
+                    verify=verify, **config)  # type: ignore[arg-type]
+    report = await run_suite(list(tasks), ScriptedPolicy(commands), cfg, image_for=_host)
+    assert len(report.results) == 2 * len(tasks)
+    return report.results
+
+
+def write(path: str, text: str) -> str:
+    return f"mkdir -p {posixpath.dirname(path)} && cat > {path} <<'SANDFLEET_EOF'\n{text}SANDFLEET_EOF"
+
+
+def assert_zero(results: Sequence[RolloutResult], reason: str | None = None) -> None:
+    for r in results:
+        assert r.status == "completed", (r.task, r.reason, r.error)
+        assert r.reward == 0.0 and isinstance(r.reward, float), (r.task, r.reward, r.info, r.verifier_output)
+        if reason is not None:
+            assert r.reason == reason, (r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
+# -- 1. the reward write made to fail
+
+PRLIMIT = '''import os, resource
+open("/logs/verifier/reward.txt", "w").write("1")
+try:
+    resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (0, 0))
+    print("prlimit of test.sh: done")
+except OSError as e:
+    print("prlimit of test.sh:", e.strerror)
+'''
+
+
+@MODES
+async def test_code_under_test_cannot_lower_the_test_scripts_limits(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "prlimit", "cd /app && python3 solution.py\n" + DECIDE)
+    results = await rollouts([task], [write("/app/solution.py", PRLIMIT)], verify)
+    for r in results:
+        assert "prlimit of test.sh: Operation not permitted" in r.verifier_output, r.verifier_output
+    assert_zero(results)
+
+
+PLANT = ("mkdir -p /logs/plant && echo 1 > /logs/plant/reward.txt && chmod 0777 /logs/plant && "
+         "chmod 0644 /logs/plant/reward.txt")
+
+
+# the agent owns /logs: it opens it to all, so that the code under test can swap the reward
+# folder for a link to a folder holding the agent's 1, whose file test.sh can't write
+SWAP = '''import os
+try:
+    os.rename("/logs/verifier", "/logs/gone")
+    os.symlink("/logs/plant", "/logs/verifier")
+    print("swapped")
+except OSError as e:
+    print("swap:", e.strerror)
+'''
+
+
+@MODES
+async def test_the_reward_folder_cannot_be_swapped_through_a_parent_the_agent_owned(
+        tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "swap", "cd /app && python3 solution.py\n" + DECIDE)
+    results = await rollouts([task], [PLANT + " && (chmod 0777 /logs || true)", write("/app/solution.py", SWAP)],
+                             verify)
+    for r in results:
+        assert "swap: Permission denied" in r.verifier_output, r.verifier_output
+    assert_zero(results)
+
+
+async def test_a_declared_separate_verifier_unpacks_artifacts_owned_by_the_tests_user(tmp_path: Path) -> None:
+    task = harbor_task(tmp_path, "owners", "stat -c 'owner=%u' /logs/artifacts/reward.txt\n" + DECIDE,
+                       toml='environment_mode = "separate"\n')
+    plant = ("mkdir -p /logs/artifacts && echo 1 > /logs/artifacts/reward.txt && chmod 0777 /logs/artifacts && "
+             "chmod 0444 /logs/artifacts/reward.txt")
+    results = await rollouts([task], [plant, "echo goodbye > /app/out.txt"])
+    for r in results:
+        assert r.verifier_output.count("owner=1001") == 1, r.verifier_output
+        assert "owner=1000" not in r.verifier_output
+    assert_zero(results)
+
+
+async def test_the_reward_provenance_check_names_a_file_of_another_uid() -> None:
+    from sandfleet.rollout.verifier import _reward_files_provenance
+
+    async with await create_sandbox(image="host") as sb:
+        await sb.exec(["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
+                       "chown 1000 /logs/verifier/reward.txt && echo 0 > /logs/verifier/own.txt && "
+                       "chown 1001 /logs/verifier/own.txt"], user="root")
+        why = await _reward_files_provenance(sb, ["/logs/verifier/reward.txt"], "1001")
+        assert why is not None and "owned by uid 1000, not by the tests' user (uid 1001)" in why
+        assert await _reward_files_provenance(sb, ["/logs/verifier/own.txt", "/logs/verifier/none"], "1001") is None
+
+
+# -- 2. the grader's processes out of reach of the code they test
+
+GRADE = f'''import subprocess, sys
+out = subprocess.run([sys.executable, "/app/solution.py"], capture_output=True, text=True, timeout=20)
+print(out.stdout, out.stderr)
+ok = out.stdout.strip().endswith("hello")
+print("grade decided", int(ok))
+open("{REWARD}", "w").write("1" if ok else "0")
+'''
+# a watcher left by the code under test finds the grader in /proc and stops or kills it, then
+# writes 1; it tries every way in (kill(-1), the grader's pid, ptrace, /proc/PID/mem)
+WATCHER = '''import ctypes, os, signal, sys, time
+def grader():
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                if b"grade.py" in open("/proc/%s/cmdline" % p, "rb").read():
+                    return int(p)
+            except OSError:
+                pass
+def report(what, f):
+    try:
+        f()
+        print(what, "done", flush=True)
+    except OSError as e:
+        print(what, e.strerror, flush=True)
+g = grader()
+print("grader", g, flush=True)
+libc = ctypes.CDLL(None, use_errno=True)
+def ptrace():
+    if libc.ptrace(16, g, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+report("ptrace", ptrace)
+report("mem", lambda: open("/proc/%d/mem" % g, "r+b").close())
+report("mem1", lambda: open("/proc/1/mem", "r+b").close())
+report("kill-1", lambda: os.kill(-1, signal.SIGSTOP))
+report("stop", lambda: os.kill(g, signal.SIGSTOP))
+if os.fork() == 0:
+    os.setsid()
+    time.sleep(0.3)
+    open("/logs/verifier/reward.txt", "w").write("1")
+    try:
+        os.kill(g, signal.SIGKILL)
+    except OSError:
+        pass
+    os._exit(0)
+print("goodbye")
+'''
+
+
+@MODES
+async def test_a_watcher_of_the_code_under_test_cannot_reach_the_grader(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "watcher", "python3 /tests/grade.py\necho test.sh ran to its end\n",
+                       tests={"grade.py": GRADE})
+    results = await rollouts([task], [write("/app/solution.py", WATCHER)], verify)
+    for r in results:
+        out = r.verifier_output
+        for what in ("ptrace", "mem", "mem1", "kill-1", "stop"):
+            assert f"{what} done" not in out, out
+        assert "grade decided 0" in out, out
+    assert_zero(results)
+
+
+SIBLINGS = '''#!/bin/bash
+sleep 30 &
+pkill -f "sleep 30" && echo "pkill reached the sibling"
+python3 -c "import subprocess; p = subprocess.Popen(['sleep', '30']); p.terminate(); print('terminated', p.wait())"
+timeout 1 sleep 5; echo "timeout: $?"
+'''
+
+
+async def test_the_seal_keeps_test_scripts_process_control_working(tmp_path: Path) -> None:
+    task = harbor_task(tmp_path, "siblings", "bash /tests/siblings.sh\n" + "echo 1 > " + REWARD + "\n",
+                       tests={"siblings.sh": SIBLINGS})
+    for r in await rollouts([task], ["true"]):
+        out = r.verifier_output
+        assert "pkill reached the sibling" in out and "terminated -15" in out and "timeout: 124" in out, out
+        assert r.reward == 1.0
+
+
+# -- 3. git layouts
+
+GIT_FILTER = ("git config filter.evil.clean \"sh -c 'echo 1 > /logs/verifier/reward.txt; cat'\" && "
+              "git config filter.evil.smudge cat && echo '* filter=evil' > .gitattributes")
+DANGLING_HEAD = ("cd /app && git init -q -b main . && git -c user.name=a -c user.email=a@b commit -q --allow-empty "
+                 "-m x && git pack-refs --all && rm .git/HEAD && ln -s refs/heads/main .git/HEAD && "
+                 + GIT_FILTER + " && echo hi > f.txt")
+EVIL_FILTER = "[filter \"evil\"]\n\tclean = sh -c 'echo 1 > /logs/verifier/reward.txt && cat'\n"
+COMMON_NO_HEAD = ("cd /tmp && git init -q -b main r && cd r && git -c user.name=a -c user.email=a@b commit -q "
+                  "--allow-empty -m x && mkdir -p /app/meta/wt && mv /tmp/r/.git /app/meta/common && "
+                  "rm /app/meta/common/HEAD && printf 'ref: refs/heads/main\\n' > /app/meta/wt/HEAD && "
+                  "printf '../common\\n' > /app/meta/wt/commondir && printf 'gitdir: /app/meta/wt\\n' > /app/.git && "
+                  "cat /tmp/evil.cfg >> /app/meta/common/config && cd /app && echo '* filter=evil' > .gitattributes && "
+                  "echo hi > f.txt")
+BARE = ("cd /app && git init -q --bare -b main . && git config filter.evil.clean \"sh -c 'echo 1 > "
+        "/logs/verifier/reward.txt; cat'\" && git config core.fsmonitor \"sh -c 'echo 1 > /logs/verifier/reward.txt'\"")
+
+
+@MODES
+@pytest.mark.parametrize("layout", [DANGLING_HEAD, COMMON_NO_HEAD, BARE], ids=["dangling-head", "common-no-head",
+                                                                                "bare"])
+async def test_git_config_of_every_layout_git_reads_is_sanitized(tmp_path: Path, verify: str, layout: str) -> None:
+    if not shutil.which("git"):
+        pytest.skip("git not installed")
+    task = harbor_task(tmp_path, "git", DECIDE + "cd /app && git status --short 2>&1 | head -5; git add -A 2>&1 "
+                       "| head -3; cat /logs/verifier/reward.txt\n")
+    results = await rollouts([task], [write("/tmp/evil.cfg", EVIL_FILTER), layout], verify)
+    assert_zero(results)
+
+
+# -- 4. the test runner from the workdir
+
+PLUGIN = {
+    "/app/evilplug-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evilplug\nVersion: 1.0\n",
+    "/app/evilplug-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = evilplug_mod\n",
+    "/app/evilplug_mod.py": '''import pytest
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    outcome.get_result().outcome = "passed"
+print("EVIL PLUGIN")
+''',
+}
+TEST_OUT = "def test_out():\n    assert open('/app/out.txt').read().strip() == 'hello'\n"
+
+
+@MODES
+async def test_a_pytest_plugin_registered_in_the_workdir_is_not_loaded(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "plugin", "cd /app && python3 -m pytest -q -p no:cacheprovider --confcutdir=/tests "
+                       "/tests/test_out.py; rc=$?\n" + BY_EXIT, tests={"test_out.py": TEST_OUT})
+    results = await rollouts([task], [write(p, t) for p, t in PLUGIN.items()] + ["echo goodbye > /app/out.txt"],
+                             verify)
+    for r in results:
+        assert "EVIL PLUGIN" not in r.verifier_output, r.verifier_output
+    assert_zero(results)
+
+
+NAMESPACE_TEST = "import nsp.check\n\ndef test_out():\n    assert nsp.check.ok()\n"
+
+
+@MODES
+async def test_a_workdir_package_does_not_shadow_an_installed_namespace_package(tmp_path: Path, verify: str) -> None:
+    check = "def ok():\n    return open('/app/out.txt').read().strip() == 'hello'\n"
+    task = harbor_task(tmp_path, "namespace", "cd /app && python3 -m pytest -q -p no:cacheprovider "
+                       "--confcutdir=/tests /tests/test_ns.py; rc=$?\n" + BY_EXIT,
+                       toml='[verifier.env]\nPYTHONPATH = "/tests/lib"\n',
+                       tests={"test_ns.py": NAMESPACE_TEST, "lib/nsp/check.py": check})
+    results = await rollouts([task], [write("/app/nsp/__init__.py", ""),
+                                      write("/app/nsp/check.py", "def ok():\n    return True\n"),
+                                      "echo goodbye > /app/out.txt"], verify)
+    assert_zero(results)
+
+
+FAKE_PYTHON = "#!/bin/sh\necho 'all tests passed'\nexit 0\n"
+
+
+@MODES
+async def test_a_workdir_venv_first_on_the_images_path_does_not_run_the_tests(tmp_path: Path, verify: str) -> None:
+    task = harbor_task(tmp_path, "venv-path", "python3 -c \"import sys; sys.exit(open('/app/out.txt').read().strip() "
+                       "!= 'hello')\"; rc=$?\n" + BY_EXIT,
+                       toml='[environment.env]\nPATH = "/app/.venv/bin:/usr/local/bin:/usr/bin:/bin"\n')
+    results = await rollouts([task], [write("/app/.venv/bin/python3", FAKE_PYTHON),
+                                      "chmod +x /app/.venv/bin/python3", "echo goodbye > /app/out.txt"], verify)
+    assert_zero(results)
+    # an honest solution still scores 1 (python3 comes from the image)
+    for r in await rollouts([task], ["echo hello > /app/out.txt"], verify):
+        assert r.reward == 1.0, (r.reason, r.verifier_output)
+
+
+# -- 5. pid 1 can't be crippled into a mask
+
+CRIPPLE = ("import resource\nfor res in (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC):\n"
+           "    try:\n        resource.prlimit(1, res, (0, 0)); print('crippled')\n"
+           "    except OSError as e:\n        print(e.strerror)\n")
+
+
+@BACKENDS
+async def test_no_command_changes_pid_1s_limits(backend: str) -> None:
+    async with await create_sandbox(image="host", backend=backend) as sb:
+        for user in ("root", "agent"):
+            res = await sb.exec(["python3", "-c", CRIPPLE], user=user, timeout=30)
+            assert "crippled" not in res.stdout, (user, res.output)
+            assert res.stdout.split() == ["Operation", "not", "permitted"] * 2, (user, res.output)
+        again = await asyncio.wait_for(sb.exec(["true"]), 30)
+        assert again.exit_code == 0

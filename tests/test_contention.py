@@ -124,11 +124,17 @@ async def test_a_failing_verifier_under_outside_contention_is_masked(tmp_path: P
     """Beside four busy processes on the host, a test that fails when slow: every attempt is
     host_contention, masked and refilled in place; the evidence is in the fault."""
     task = make_task(tmp_path, "slow-when-contended", test_sh=RUN, extra_tests={"t.py": RATIO_TEST},
-                     dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+                     dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+                     verifier_extra="load_sensitive = true\n")
+    # the same tests in a task that does not declare itself load-sensitive: its 0 stands
+    plain = make_task(tmp_path, "undeclared", test_sh=RUN, extra_tests={"t.py": RATIO_TEST},
+                      dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
     with busy(max(4, 2 * host_cpus())):
-        report = await run([task], OraclePolicy(), tmp_path / "out", n=1, concurrency=1,
+        report = await run([task, plain], OraclePolicy(), tmp_path / "out", n=1, concurrency=1,
                            retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
-    r = report.results[0]
+    r = next(x for x in report.results if x.task == task.name)
+    u = next(x for x in report.results if x.task == plain.name)
+    assert (u.verdict, u.reward) == ("scored", 0.0), (u.verdict, u.reward, u.contention)
     fig = r.contention["verifier"]
     assert fig is not None and fig["outside_share"] >= CONTENTION_THRESHOLD, fig
     assert (r.verdict, (r.fault or {}).get("cause"), r.reward, r.attempt) == (INFRA, "host_contention", None, 2)

@@ -31,7 +31,8 @@ def needs_bwrap() -> pytest.MarkDecorator:
 def make_task(root: Path, name: str = "hello", *, solve: str = "echo hello > /app/out.txt",
               test_sh: str = CHECK_HELLO, agent_timeout: float = 60, verifier_timeout: float = 30,
               dockerfile: str = "FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
-              extra_tests: dict[str, str] | None = None, prepare: str | None = None) -> Task:
+              extra_tests: dict[str, str] | None = None, prepare: str | None = None,
+              verifier_extra: str = "") -> Task:
     """A Harbor task folder under ``root``; the default one wants ``hello`` in /app/out.txt.
     ``prepare`` is the text of its ``environment/prepare.sh`` (none by default)."""
     folder = root / name
@@ -40,7 +41,7 @@ def make_task(root: Path, name: str = "hello", *, solve: str = "echo hello > /ap
     (folder / "tests").mkdir()
     (folder / "task.toml").write_text(
         f'version = "1.0"\n[agent]\ntimeout_sec = {agent_timeout}\n'
-        f"[verifier]\ntimeout_sec = {verifier_timeout}\n"
+        f"[verifier]\ntimeout_sec = {verifier_timeout}\n{verifier_extra}"
         "[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n"
     )
     (folder / "instruction.md").write_text("Write the word hello into /app/out.txt.\n")

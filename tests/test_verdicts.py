@@ -116,7 +116,8 @@ def test_cause_of_each_ending(status: str, reason: str | None, error: str | None
     assert cause_of(status, reason, error, phase) == cause
 
 
-# (status, reason, reward, verifier outside_share) -> cause: the contention rule (docs/rollouts.md)
+# (status, reason, reward, verifier outside_share) -> cause: the contention rule (docs/rollouts.md),
+# for a task that declares itself load_sensitive; any other task's 0 stands (below)
 CONTENTION_CASES = [
     ("completed", None, 0.0, 0.6, "host_contention"),  # failing tests under outside contention: masked
     ("completed", "verifier_timeout", 0.0, 0.6, "host_contention"),
@@ -132,7 +133,10 @@ CONTENTION_CASES = [
 @pytest.mark.parametrize(("status", "reason", "reward", "share", "cause"), CONTENTION_CASES)
 def test_cause_under_contention(status: str, reason: str | None, reward: float | None, share: float | None,
                                 cause: str) -> None:
-    assert cause_of(status, reason, None, "verifier", reward=reward, outside_share=share) == cause
+    assert cause_of(status, reason, None, "verifier", reward=reward, outside_share=share, load_sensitive=True) == cause
+    # a task that does not declare it: its failure under any contention is the 0 it scored
+    undeclared = cause_of(status, reason, None, "verifier", reward=reward, outside_share=share)
+    assert undeclared == (cause if cause != "host_contention" else ("verifier_timeout" if reason else "scored"))
 
 
 def test_every_cause_of_the_table_has_a_case() -> None:

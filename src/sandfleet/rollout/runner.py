@@ -164,6 +164,8 @@ async def run_rollout(
                 await run_prepare(task, sandbox)
             result.info["prepare"] = "ran"
         result.info["agent_user"] = req.spec.user
+        if task.verifier.load_sensitive:  # its failures under outside contention are masked
+            result.info["load_sensitive"] = True
         with rec.span("sandbox_start", what="task folders to root"):
             await protect_task_dirs(sandbox)
         ctx = AgentContext(

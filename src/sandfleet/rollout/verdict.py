@@ -81,9 +81,9 @@ RULES: tuple[Rule, ...] = (
     Rule("service_unreachable", INFRA, "the sandbox service failed, was busy past retries, or can't be reached"),
     Rule("task_grader", INFRA, "the task's grader is missing on this host, or names a parser that does not exist"),
     Rule("cancelled", INFRA, "the run was stopped (Ctrl-C, SIGTERM) before the rollout ended"),
-    Rule("host_contention", INFRA, "the tests failed (reward below 1, or their time limit) while work outside the "
-         "sandbox took at least CONTENTION_THRESHOLD of the CPU its verifier phase wanted (its own threads and its "
-         "own CPU limit never count)"),
+    Rule("host_contention", INFRA, "the tests of a task that declares itself load_sensitive failed (reward below 1, "
+         "or their time limit) while work outside the sandbox took at least CONTENTION_THRESHOLD of the CPU its "
+         "verifier phase wanted (its own threads and its own CPU limit never count)"),
 )
 """The whole rule, cause -> verdict. docs/rollouts.md lists it; tests cover each row."""
 
@@ -142,12 +142,19 @@ def model_http_cause(status: int) -> str:
 
 
 def cause_of(status: str, reason: str | None, error: str | None = None, phase: str | None = None, *,
-             reward: float | None = None, outside_share: float | None = None) -> str:
+             reward: float | None = None, outside_share: float | None = None, load_sensitive: bool = False) -> str:
     """The cause, a key of :data:`CAUSES`, of a rollout that ended with ``status``
     (completed, failed, cancelled), ``reason``, the ``error`` text and the ``phase`` it failed in;
-    ``reward`` and the verifier phase's ``outside_share`` decide ``host_contention``."""
+    ``reward``, the verifier phase's ``outside_share`` and whether the task declares itself
+    ``load_sensitive`` decide ``host_contention``.
+
+    Only a declared task's failures are masked. Masking every failure under contention would
+    drop a busy host's 0s -- and an RL host is always busy -- so the policy would train on its
+    successes alone; and an agent could turn its 0 into a mask (a test made to hang or loop
+    while the host is loaded). A task's own tests are robust to load, or the task says they are
+    not (``tasks validate --under-load`` finds them)."""
     cause = _cause_of(status, reason, error, phase)
-    if (status == "completed" and cause in CONTENDED_CAUSES and outside_share is not None
+    if (load_sensitive and status == "completed" and cause in CONTENDED_CAUSES and outside_share is not None
             and outside_share >= CONTENTION_THRESHOLD and not (reward is not None and reward >= 1.0 - 1e-9)):
         return "host_contention"
     return cause
@@ -228,7 +235,8 @@ def settle(result: RolloutResult) -> Verdict:
         return result.verdict
     phase = result.info.get("phase")
     cause = cause_of(result.status, result.reason, result.error, phase, reward=result.reward,
-                     outside_share=verifier_outside_share(result))
+                     outside_share=verifier_outside_share(result),
+                     load_sensitive=bool(result.info.get("load_sensitive")))
     verdict = verdict_of_cause(cause)
     result.verdict = verdict
     if verdict == SCORED:

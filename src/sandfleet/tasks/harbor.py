@@ -69,6 +69,10 @@ class HarborVerifier(_Section):
     reward_range: list[float] | None = None
     """sandfleet's extension: ``[lo, hi]``, the rewards test.sh may give (default [0, 1]); a
     reward outside, or not finite, scores 0 (``bad_reward_value``)."""
+    load_sensitive: bool = False
+    """sandfleet's extension: the tests' verdict depends on the host's speed (a wall-clock
+    budget): a failure under outside contention is masked (``host_contention``,
+    docs/rollouts.md). ``tasks validate --under-load`` finds such tasks."""
 
 
 class HarborAgent(_Section):
@@ -439,6 +443,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         allowed_hosts=verifier_hosts,
         carried=(*artifacts, ARTIFACTS_DIR) if mode == "separate" else (),
         reward_range=reward_range,
+        load_sensitive=verifier.load_sensitive,
     )
     metadata = dict(config.metadata)
     if config.task:

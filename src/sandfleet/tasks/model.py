@@ -149,6 +149,10 @@ class VerifierPlan(_Frozen):
     reward_range: tuple[float, float] = (0.0, 1.0)
     """The rewards a test script may give (sandfleet's ``[verifier] reward_range = [lo, hi]``):
     a reward outside, or not finite, scores 0 (``bad_reward_value``)."""
+    load_sensitive: bool = False
+    """The tests' verdict depends on the host's speed (sandfleet's ``[verifier] load_sensitive =
+    true``): only such a task's failures under outside contention are masked (``host_contention``,
+    docs/rollouts.md, "Contention")."""
 
 
 class Task(_Frozen):

@@ -233,7 +233,8 @@ async def _beside_load(tasks: Sequence[Task], verdicts: dict[str, Verdict], quie
         if v.load_sensitive:
             passed = sum(r.passed for r in mine)
             why = (f"load-sensitive: the oracle passed {passed}/{len(mine)} beside {procs} busy processes; "
-                   f"failed: {', '.join(v.load_flipped)}")
+                   f"failed: {', '.join(v.load_flipped)} (time against a baseline measured in the same run, "
+                   f"or declare [verifier] load_sensitive = true)")
             if v.status == "valid":
                 v.status = "load_sensitive"
             v.reason = f"{why}\n{v.reason}" if v.reason else why

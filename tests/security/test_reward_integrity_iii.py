@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
+from sandfleet.rollout import OraclePolicy, RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.sandbox import create_sandbox
@@ -55,7 +55,8 @@ DECIDE = f'if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1; else e
 BY_EXIT = f'if [ "$rc" = 0 ]; then echo 1; else echo 0; fi > {REWARD}\n'
 
 
-def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", tests: dict[str, str] | None = None) -> Task:
+def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", tests: dict[str, str] | None = None,
+                solve: Sequence[str] | None = None) -> Task:
     folder = root / name
     (folder / "environment").mkdir(parents=True)
     (folder / "tests").mkdir()
@@ -68,6 +69,9 @@ def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", tests: d
     for rel, text in (tests or {}).items():
         (folder / "tests" / rel).parent.mkdir(parents=True, exist_ok=True)
         (folder / "tests" / rel).write_text(text)
+    if solve is not None:  # the attack as the task's own solution (the oracle agent replays it)
+        (folder / "solution").mkdir()
+        (folder / "solution" / "solve.sh").write_text("#!/bin/bash\n" + "\n".join(solve) + "\n")
     return load_task(folder)
 
 
@@ -194,8 +198,8 @@ def report(what, f):
         print(what, "done", flush=True)
     except OSError as e:
         print(what, e.strerror, flush=True)
-g = grader()
-print("grader", g, flush=True)
+g = os.getppid()  # the grader started this code; /proc names it too, where /proc is the tests' own
+print("grader", g, grader(), flush=True)
 libc = ctypes.CDLL(None, use_errno=True)
 def ptrace():
     if libc.ptrace(16, g, 0, 0) != 0:
@@ -203,29 +207,32 @@ def ptrace():
 report("ptrace", ptrace)
 report("mem", lambda: open("/proc/%d/mem" % g, "r+b").close())
 report("mem1", lambda: open("/proc/1/mem", "r+b").close())
-report("kill-1", lambda: os.kill(-1, signal.SIGSTOP))
-report("stop", lambda: os.kill(g, signal.SIGSTOP))
-if os.fork() == 0:
+report("kill-1", lambda: os.kill(-1, signal.SIGCONT))
+print("goodbye", flush=True)
+if os.fork() == 0:  # holds the grader's pipes, so it waits for us: stop it, write 1, kill it
     os.setsid()
-    time.sleep(0.3)
-    open("/logs/verifier/reward.txt", "w").write("1")
-    try:
-        os.kill(g, signal.SIGKILL)
-    except OSError:
-        pass
+    with open("/tmp/watcher.log", "w") as log:
+        for sig in (signal.SIGSTOP, None, signal.SIGKILL):
+            if sig is None:
+                open("/logs/verifier/reward.txt", "w").write("1")
+                continue
+            try:
+                os.kill(g, sig)
+                print(sig.name, "done", file=log, flush=True)
+            except OSError as e:
+                print(sig.name, e.strerror, file=log, flush=True)
     os._exit(0)
-print("goodbye")
 '''
 
 
 @MODES
 async def test_a_watcher_of_the_code_under_test_cannot_reach_the_grader(tmp_path: Path, verify: str) -> None:
-    task = harbor_task(tmp_path, "watcher", "python3 /tests/grade.py\necho test.sh ran to its end\n",
+    task = harbor_task(tmp_path, "watcher", "python3 /tests/grade.py\ncat /tmp/watcher.log\n",
                        tests={"grade.py": GRADE})
     results = await rollouts([task], [write("/app/solution.py", WATCHER)], verify)
     for r in results:
         out = r.verifier_output
-        for what in ("ptrace", "mem", "mem1", "kill-1", "stop"):
+        for what in ("ptrace", "mem", "mem1", "kill-1", "SIGSTOP", "SIGKILL"):
             assert f"{what} done" not in out, out
         assert "grade decided 0" in out, out
     assert_zero(results)
@@ -337,19 +344,134 @@ async def test_a_workdir_venv_first_on_the_images_path_does_not_run_the_tests(tm
         assert r.reward == 1.0, (r.reason, r.verifier_output)
 
 
-# -- 5. pid 1 can't be crippled into a mask
+# -- 5. pid 1 can't be crippled into a mask; the seal on every backend
 
-CRIPPLE = ("import resource\nfor res in (resource.RLIMIT_NOFILE, resource.RLIMIT_NPROC):\n"
-           "    try:\n        resource.prlimit(1, res, (0, 0)); print('crippled')\n"
-           "    except OSError as e:\n        print(e.strerror)\n")
+# a static program (the microvm's host image is busybox): each operation and its errno
+PROCCTL = r"""
+#define _GNU_SOURCE
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ptrace.h>
+#include <sys/resource.h>
+#include <sys/uio.h>
+#include <unistd.h>
+static void say(const char *what, int rc) { printf("%s %s\n", what, rc == 0 ? "done" : strerror(errno)); }
+int main(int argc, char **argv) {
+    struct rlimit zero = {0, 0};
+    if (!strcmp(argv[1], "pid1")) {
+        say("nofile", prlimit(1, RLIMIT_NOFILE, &zero, NULL));
+        say("nproc", prlimit(1, RLIMIT_NPROC, &zero, NULL));
+        say("own", prlimit(0, RLIMIT_CORE, NULL, &zero));
+    } else {
+        pid_t p = getppid();
+        char buf[8] = {0};
+        struct iovec l = {buf, sizeof buf}, r = {(void *)4096, sizeof buf};
+        say("prlimit", prlimit(p, RLIMIT_NOFILE, &zero, NULL));
+        say("ptrace", (int)ptrace(PTRACE_ATTACH, p, 0, 0));
+        say("process_vm_writev", process_vm_writev(p, &l, 1, &r, 1, 0) < 0 ? -1 : 0);
+        say("kill-1", kill(-1, 0));
+    }
+    return 0;
+}
+"""
 
 
-@BACKENDS
-async def test_no_command_changes_pid_1s_limits(backend: str) -> None:
+@pytest.fixture(scope="module")
+def procctl(tmp_path_factory: pytest.TempPathFactory) -> bytes:
+    import subprocess
+
+    d = tmp_path_factory.mktemp("procctl")
+    (d / "p.c").write_text(PROCCTL)
+    for cc in ("musl-gcc", "gcc", "cc"):
+        made = shutil.which(cc) and subprocess.run([cc, "-static", "-O2", "-o", str(d / "p"), str(d / "p.c")])
+        if made and made.returncode == 0:
+            return (d / "p").read_bytes()
+    pytest.skip("no C compiler with a static libc")
+
+
+ALL_BACKENDS = pytest.mark.parametrize("backend", ["bwrap", GVISOR, pytest.param("microvm", marks=[
+    pytest.mark.slow, pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])])
+
+
+@ALL_BACKENDS
+async def test_no_command_changes_pid_1s_limits(backend: str, procctl: bytes) -> None:
     async with await create_sandbox(image="host", backend=backend) as sb:
+        await sb.write_file("/tmp/procctl", procctl, user="root", mode=0o755)
         for user in ("root", "agent"):
-            res = await sb.exec(["python3", "-c", CRIPPLE], user=user, timeout=30)
-            assert "crippled" not in res.stdout, (user, res.output)
-            assert res.stdout.split() == ["Operation", "not", "permitted"] * 2, (user, res.output)
+            res = await sb.exec(["/tmp/procctl", "pid1"], user=user, timeout=30)
+            assert res.stdout.splitlines() == ["nofile Operation not permitted", "nproc Operation not permitted",
+                                               "own done"], (backend, user, res.output)
         again = await asyncio.wait_for(sb.exec(["true"]), 30)
         assert again.exit_code == 0
+
+
+@ALL_BACKENDS
+async def test_the_tests_exec_is_sealed_on_every_backend(backend: str, procctl: bytes) -> None:
+    """The verifier's exec (its own pid namespace where the backend isolates) gets the seal
+    stacked on the default filter, with the default filter off too: no prlimit of, ptrace of or
+    process_vm_writev into another process, no kill(-1). The agent's own commands keep ptrace."""
+    async with await create_sandbox(image="host", backend=backend, seccomp_allow=("unconfined",)) as sb:
+        await sb.write_file("/tmp/procctl", procctl, user="root", mode=0o755)
+        # its parent: the shell (not exec'd over), as a grader above the code under test
+        script = "/tmp/procctl parent; true"
+        sealed = await sb.exec(["sh", "-c", script], user="verifier", pid_namespace=True, timeout=30)
+        assert sealed.stdout.splitlines() == ["prlimit Operation not permitted", "ptrace Operation not permitted",
+                                              "process_vm_writev Operation not permitted",
+                                              "kill-1 Operation not permitted"], (backend, sealed.output)
+        agent = await sb.exec(["sh", "-c", script], user="agent", timeout=30)
+        assert "prlimit done" in agent.stdout and "kill-1 done" in agent.stdout, (backend, agent.output)
+
+
+# -- every attack above on gvisor, as the tasks' own solutions (slow)
+
+def attack_tasks(root: Path) -> list[Task]:
+    """The attacks of this file as tasks whose solve.sh is the attack (what the oracle replays)."""
+    return [
+        harbor_task(root, "prlimit", "cd /app && python3 solution.py\n" + DECIDE,
+                    solve=[write("/app/solution.py", PRLIMIT)]),
+        harbor_task(root, "swap", "cd /app && python3 solution.py\n" + DECIDE,
+                    solve=[PLANT + " && (chmod 0777 /logs || true)", write("/app/solution.py", SWAP)]),
+        harbor_task(root, "watcher", "python3 /tests/grade.py\ncat /tmp/watcher.log\n", tests={"grade.py": GRADE},
+                    solve=[write("/app/solution.py", WATCHER)]),
+        harbor_task(root, "git-dangling-head", DECIDE + "cd /app && git add -A 2>&1 | head -3\n",
+                    solve=[write("/tmp/evil.cfg", EVIL_FILTER), DANGLING_HEAD]),
+        harbor_task(root, "git-common-no-head", DECIDE + "cd /app && git add -A 2>&1 | head -3\n",
+                    solve=[write("/tmp/evil.cfg", EVIL_FILTER), COMMON_NO_HEAD]),
+        harbor_task(root, "plugin", "cd /app && python3 -m pytest -q -p no:cacheprovider --confcutdir=/tests "
+                    "/tests/test_out.py; rc=$?\n" + BY_EXIT, tests={"test_out.py": TEST_OUT},
+                    solve=[write(p, t) for p, t in PLUGIN.items()]),
+        harbor_task(root, "namespace", "cd /app && python3 -m pytest -q -p no:cacheprovider --confcutdir=/tests "
+                    "/tests/test_ns.py; rc=$?\n" + BY_EXIT, toml='[verifier.env]\nPYTHONPATH = "/tests/lib"\n',
+                    tests={"test_ns.py": NAMESPACE_TEST,
+                           "lib/nsp/check.py": "def ok():\n    return open('/app/out.txt').read() == 'hello'\n"},
+                    solve=[write("/app/nsp/__init__.py", ""),
+                           write("/app/nsp/check.py", "def ok():\n    return True\n")]),
+        harbor_task(root, "venv-path", "python3 -c \"import sys; sys.exit(open('/app/out.txt').read().strip() "
+                    "!= 'hello')\"; rc=$?\n" + BY_EXIT,
+                    toml='[environment.env]\nPATH = "/app/.venv/bin:/usr/local/bin:/usr/bin:/bin"\n',
+                    solve=[write("/app/.venv/bin/python3", FAKE_PYTHON), "chmod +x /app/.venv/bin/python3"]),
+    ]
+
+
+GVISOR_GAP = ("gVisor (runsc 20221219) has no Landlock: the seccomp seal holds there (no ptrace, process_vm_*, "
+              "prlimit of another, kill(-1)), but a watcher can still signal the grader by its pid")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")
+@MODES
+async def test_every_attack_of_this_file_scores_zero_on_gvisor(tmp_path: Path, verify: str) -> None:
+    cfg = RunConfig(backend="gvisor", n=1, concurrency=4, retry=RetryPolicy(max_attempts=1),
+                    verify=verify)  # type: ignore[arg-type]
+    tasks = attack_tasks(tmp_path)
+    report = await run_suite(tasks, OraclePolicy(), cfg, image_for=_host)
+    by_task = {r.task: r for r in report.results}
+    assert set(by_task) == {t.name for t in tasks}
+    watcher = by_task.pop("watcher")
+    for what in ("ptrace", "kill-1", "mem1"):  # test.sh is pid 1: gVisor keeps /proc/1/mem from others
+        assert f"{what} done" not in watcher.verifier_output, watcher.verifier_output
+    assert_zero(list(by_task.values()))
+    if watcher.reward != 0.0:
+        pytest.xfail(GVISOR_GAP)

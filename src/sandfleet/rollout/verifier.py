@@ -123,9 +123,10 @@ trust_parents() {
     p=$p/${rest%%/*}; rest=${rest#*/}
     if [ -L "$p" ] || { [ -e "$p" ] && [ ! -d "$p" ]; }; then rm -rf -- "$p"; echo "rewardpath: replaced $p"; fi
     [ -d "$p" ] || mkdir -m 0755 -- "$p"
-    set -- $(stat -c '%u %g %a' -- "$p")
-    if [ "$1" != 0 ] || [ "$2" != 0 ]; then chown 0:0 -- "$p"; fi
-    if [ $(( 0$3 & 01000 )) = 0 ] && [ $(( 0$3 & 022 )) != 0 ]; then chmod go-w -- "$p"; fi
+    # find's lstat, not stat(1): gVisor refuses coreutils' statx (EINVAL)
+    set -- $(find "$p" -maxdepth 0 -printf '%U %G %m\n')
+    if [ "${1:-x}" != 0 ] || [ "${2:-x}" != 0 ]; then chown 0:0 -- "$p"; fi
+    if [ -z "$3" ] || { [ $(( 0$3 & 01000 )) = 0 ] && [ $(( 0$3 & 022 )) != 0 ]; }; then chmod go-w -- "$p"; fi
   done
 }
 owner=$1; shift
@@ -462,9 +463,14 @@ async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: 
     that the tests' user (``uid``, not root) did not make -- owned by another uid (planted by
     the agent and moved in, so that test.sh's write was refused) -- or that its owner made
     read-only (so that test.sh could not overwrite it) is not what the test script decided."""
-    script = 'for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then stat -c "%u %a %n" -- "$f"; fi; done'
+    # find's lstat, not stat(1): gVisor refuses coreutils' statx (EINVAL), and a check that
+    # prints nothing must not pass: each file that exists gives a line, or the check fails
+    script = ('for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
+              'find "$f" -maxdepth 0 -printf "%U %m %p\\n" | grep . || echo "? ? $f"; fi; done')
     res = await sandbox.exec(["sh", "-c", script, "stat", *paths], cwd="/", user="root", timeout=30)
     for line in res.stdout.splitlines():
+        if line.startswith("? ? "):
+            return f"{line[4:]}: its owner and mode could not be read"
         owner, mode, name = (line.split(" ", 2) + ["", ""])[:3]
         if owner.isdigit() and owner != uid:
             return (f"{name} is owned by uid {owner}, not by the tests' user (uid {uid}): the test script did "

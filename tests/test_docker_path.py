@@ -58,6 +58,7 @@ async def test_venv_on_path_task_scores_one(tmp_path: Path) -> None:
 CHECK_PATH = """#!/bin/bash
 mkdir -p /logs/verifier
 echo "PATH=$PATH"
-if [ "$(cat /app/out.txt 2>/dev/null)" = "$(printf '/app/.venv/bin/python\\nhello')" ]; then echo 1 > /logs/verifier/reward.txt
+if [ "$(cat /app/out.txt 2>/dev/null)" = "$(printf '/app/.venv/bin/python\\nhello')" ]; then
+  echo 1 > /logs/verifier/reward.txt
 else echo 0 > /logs/verifier/reward.txt; fi
 """

@@ -100,8 +100,7 @@ def validate(
     where = Where(remote, ray_address)
     if repeats < 1:
         raise click.BadParameter("must be at least 1", param_hint="--repeats")
-    here_only = {"--arch": bool(arches), "--page-size": bool(page_size), "--strict-bases": strict_bases,
-                 "--under-load": under_load}
+    here_only = {"--arch": bool(arches), "--page-size": bool(page_size), "--strict-bases": strict_bases}
     if where.ray is not None:
         refuse("--ray", {"--remote": bool(remote), **here_only})
     elif where.several:

@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Runs attack task folders (default: tests/fixtures/attacks-iii) on each backend, in both
+verify modes, with the oracle agent replaying each attack (its solve.sh), and prints the table
+docs/security.md keeps: per attack, contained (scored 0), forged (a reward above 0) or
+abstained (masked: an infra fault, reward null; or the rollout failed).
+
+    scripts/attack-table.py [--tasks DIR] [--backends bwrap,gvisor,microvm] [--modes shared,separate]
+                            [--out runs/attacks] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent.parent
+
+
+def classify(row: dict) -> str:
+    reward = row.get("reward")
+    if row.get("verdict") == "infra_fault" or row.get("status") != "completed" or reward is None:
+        return "abstained"
+    return "forged" if float(reward) > 0 else "contained"
+
+
+def run(tasks: Path, backend: str, mode: str, out: Path) -> dict[str, tuple[str, str]]:
+    cmd = [str(HERE / ".venv" / "bin" / "sandfleet"), "run", "--tasks", str(tasks), "--agent", "oracle", "-n", "1",
+           "--backend", backend, "--verify", mode, "--attempts", "1", "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    rows = out / "rollouts.jsonl"
+    if not rows.is_file():
+        sys.stderr.write(f"{backend}/{mode}: no rollouts ({proc.returncode}): {proc.stderr[-1500:]}\n")
+        return {}
+    result = {}
+    for line in rows.read_text().splitlines():
+        row = json.loads(line)
+        why = row.get("reason") or (row.get("fault") or {}).get("cause") or ""
+        result[row["task"]] = (classify(row), str(why))
+    return result
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tasks", type=Path, default=HERE / "tests" / "fixtures" / "attacks-iii")
+    ap.add_argument("--backends", default="bwrap,gvisor,microvm")
+    ap.add_argument("--modes", default="shared,separate")
+    ap.add_argument("--out", type=Path, default=Path("runs") / "attacks")
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    cols = [(b, m) for b in args.backends.split(",") for m in args.modes.split(",")]
+    table: dict[str, dict[str, tuple[str, str]]] = {}
+    for b, m in cols:
+        for task, cell in run(args.tasks, b, m, args.out / f"{b}-{m}").items():
+            table.setdefault(task, {})[f"{b}/{m}"] = cell
+    if args.json:
+        print(json.dumps(table, indent=1))
+        return 0
+    heads = [f"{b}/{m}" for b, m in cols]
+    print("| attack | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
+    for task in sorted(table):
+        cells = []
+        for h in heads:
+            kind, why = table[task].get(h, ("not run", ""))
+            cells.append(kind + (f" ({why})" if why and kind != "forged" else ""))
+        print(f"| {task} | " + " | ".join(cells) + " |")
+    totals = {h: {k: sum(1 for t in table if table[t].get(h, ("",))[0] == k) for k in ("contained", "forged",
+              "abstained")} for h in heads}
+    print("| **total** (contained/forged/abstained) | " + " | ".join(
+        f"{t['contained']}/{t['forged']}/{t['abstained']}" for t in totals.values()) + " |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

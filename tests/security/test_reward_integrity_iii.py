@@ -475,3 +475,15 @@ async def test_every_attack_of_this_file_scores_zero_on_gvisor(tmp_path: Path, v
     assert_zero(list(by_task.values()))
     if watcher.reward != 0.0:
         pytest.xfail(GVISOR_GAP)
+
+
+def test_validate_reports_a_workdir_venv_on_the_images_path(tmp_path: Path) -> None:
+    from sandfleet.tasks.scan import workdir_path_risk
+
+    task = harbor_task(tmp_path, "venv-path", "true\n",
+                       toml='[environment.env]\nPATH = "/app/.venv/bin:/usr/bin:/bin:"\n')
+    assert workdir_path_risk(task) == ["/app/.venv/bin (left out of the tests' PATH)",
+                                       "(empty: the cwd) (left out of the tests' PATH)"]
+    kept = harbor_task(tmp_path, "kept", "true\n", toml='[verifier.env]\nPATH = "/app/bin:/usr/bin"\n'
+                       '[environment.env]\nPATH = "/app/bin:/usr/bin"\n')
+    assert workdir_path_risk(kept) == ["/app/bin (kept by [verifier.env] PATH, flagged in verifier_risks)"]

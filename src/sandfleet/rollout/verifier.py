@@ -84,6 +84,7 @@ from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
+from sandfleet.tasks.scan import without_workdir, workdir_path_entries
 
 log = logging.getLogger(__name__)
 
@@ -189,31 +190,6 @@ TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools rea
 
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
                      "the task's [verifier.env] PATH keeps them")
-DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-
-def _in_workdir(entry: str, workdir: str) -> bool:
-    """Whether a PATH entry names a folder in the workdir: inside it, or relative (the tests'
-    cwd is the workdir; an empty entry is the cwd)."""
-    if not entry.startswith("/"):
-        return True
-    norm, root = posixpath.normpath(entry), posixpath.normpath(workdir)
-    return root != "/" and (norm == root or norm.startswith(root + "/"))
-
-
-def workdir_path_entries(path: str | None, workdir: str) -> list[str]:
-    """The entries of ``path`` that lie in the workdir (a venv's ``bin`` the image put first,
-    say: the agent could replace its interpreter)."""
-    return [e or "(empty: the cwd)" for e in (path or "").split(":") if path and _in_workdir(e, workdir)]
-
-
-def without_workdir(path: str, workdir: str) -> str:
-    """``path`` less its entries in the workdir (Docker's default where nothing is left): by
-    default nothing the agent could write is on the tests' PATH."""
-    kept = [e for e in path.split(":") if not _in_workdir(e, workdir)]
-    return ":".join(kept) or DOCKER_PATH
-
-
 @dataclass
 class VerifierOutcome:
     """A verifier's verdict and what it printed."""

@@ -10,6 +10,7 @@ time" and name them.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -116,3 +117,44 @@ def python_guard_off(task: Task) -> list[str]:
         if m is not None and "I" not in m.group(3):
             found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found
+
+
+DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def _in_workdir(entry: str, workdir: str) -> bool:
+    """Whether a PATH entry names a folder in the workdir: inside it, or relative (the tests'
+    cwd is the workdir; an empty entry is the cwd)."""
+    if not entry.startswith("/"):
+        return True
+    norm, root = posixpath.normpath(entry), posixpath.normpath(workdir)
+    return root != "/" and (norm == root or norm.startswith(root + "/"))
+
+
+def workdir_path_entries(path: str | None, workdir: str) -> list[str]:
+    """The entries of ``path`` that lie in the workdir (a venv's ``bin`` the image put first,
+    say: the agent could replace its interpreter)."""
+    return [e or "(empty: the cwd)" for e in (path or "").split(":") if path and _in_workdir(e, workdir)]
+
+
+def without_workdir(path: str, workdir: str) -> str:
+    """``path`` less its entries in the workdir (Docker's default where nothing is left): by
+    default nothing the agent could write is on the tests' PATH."""
+    kept = [e for e in path.split(":") if not _in_workdir(e, workdir)]
+    return ":".join(kept) or DOCKER_PATH
+
+
+WORKDIR_PATH_RISK = "the image's PATH has folders in the workdir, where the agent can replace the programs"
+
+
+def workdir_path_risk(task: Task) -> list[str]:
+    """The image's PATH entries that lie in the workdir (a venv's ``bin`` put first), or are
+    relative or empty (the tests' cwd is the workdir), each with what the verifier does about
+    it: left out of the tests' PATH, or kept (flagged) where the task's ``[verifier.env]`` sets
+    PATH itself (docs/security.md, "Nothing from the workdir on the runner's path")."""
+    entries = workdir_path_entries(task.env.get("PATH"), task.workdir)
+    if not entries:
+        return []
+    kept = "PATH" in task.verifier.env
+    what = "kept by [verifier.env] PATH, flagged in verifier_risks" if kept else "left out of the tests' PATH"
+    return [f"{e} ({what})" for e in entries]

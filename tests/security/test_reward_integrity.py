@@ -525,7 +525,9 @@ async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
         own = await box.exec(["bash", "-c", LEAVE_DAEMON], cwd="/", pid_namespace=True, timeout=30)
         after = await box.exec(["bash", "-c", COUNT_SLEEPERS], cwd="/", timeout=30)
         plain = await box.exec(["bash", "-c", LEAVE_DAEMON], cwd="/", timeout=30)
-        left = await box.exec(["bash", "-c", COUNT_SLEEPERS], cwd="/", timeout=30)
+        # the plain daemon may not have exec'd sleep yet on a loaded host: wait for it (5 s at most)
+        left = await box.exec(["bash", "-c", "for i in $(seq 50); do grep -q '^sleep' /proc/[0-9]*/comm 2>/dev/null "
+                               "&& break; sleep 0.1; done; " + COUNT_SLEEPERS], cwd="/", timeout=30)
     finally:
         await box.close()
     assert "PID=1 " in own.stdout and "SLEEPERS=0" in after.stdout, (own.output, after.output)

@@ -168,7 +168,10 @@ printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
 chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
 seal=
 if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$(uname -m)" = "$SEAL_ARCH" ]; then
-  seal=$py/sandfleet-seal.so
+  # the name holds "libasan.so": a dynamic ASan runtime dies unless the first library loaded
+  # is one of its own names (it checks the name only); the seal exports no symbol, so the
+  # runtime still interposes malloc and the rest before libc as it would first
+  seal=$py/sandfleet-seal.libasan.so
   cat > "$seal"; chmod 0644 -- "$seal"
   if [ -s "$seal" ]; then
     # every dynamically linked program, whatever environment it was given; where the sandbox's

@@ -16,6 +16,7 @@ import io
 import os
 import shutil
 import subprocess
+import threading
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
@@ -91,7 +92,7 @@ def vmlinux(kernel: GuestKernel) -> Path:
         proc = subprocess.run(tool, input=data[at:], capture_output=True, check=False)
         if proc.stdout[:4] == b"\x7fELF":
             out.parent.mkdir(parents=True, exist_ok=True)
-            tmp = out.with_suffix(f".{os.getpid()}.tmp")
+            tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(proc.stdout)
             tmp.replace(out)
             return out
@@ -142,7 +143,7 @@ def _build(name: str, entries: list[tuple[str, int, bytes]]) -> Path:
     out = cache_dir() / "initramfs" / f"{name}-{hashlib.sha256(blob).hexdigest()[:16]}.cpio.gz"
     if not out.is_file():
         out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = out.with_suffix(f".{os.getpid()}.tmp")
+        tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
         tmp.write_bytes(blob)
         tmp.replace(out)
     return out

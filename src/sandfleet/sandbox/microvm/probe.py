@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -61,7 +62,7 @@ def probe_kvm(*, refresh: bool = False) -> AccelChoice:
         except (ValueError, KeyError):
             pass
     choice = _run_probe(kernel)
-    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp = cached.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps({"key": key, **asdict(choice)}))
     tmp.replace(cached)
     return choice

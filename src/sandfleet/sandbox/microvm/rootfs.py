@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError, ImageBuildError
@@ -113,7 +114,7 @@ def ext4_disk(root: Path, content_hash: str) -> Path:
     size, files = _du(root)
     size_mb = int(size * 1.25 / 2**20) + files * 4 // 1024 + 32
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
+    tmp = out.with_suffix(f".{os.getpid()}.{threading.get_ident()}.tmp")
     argv = [
         mkfs, "-q", "-F", "-t", "ext4", "-d", str(root), "-L", "sandfleet", "-b", "4096",
         "-N", str(files + files // 2 + 1024), "-O", "^has_journal", "-E", "root_owner=0:0",

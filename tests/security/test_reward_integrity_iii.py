@@ -455,10 +455,6 @@ def attack_tasks(root: Path) -> list[Task]:
     ]
 
 
-GVISOR_GAP = ("gVisor (runsc 20221219) has no Landlock: the seccomp seal holds there (no ptrace, process_vm_*, "
-              "prlimit of another, kill(-1)), but a watcher can still signal the grader by its pid")
-
-
 @pytest.mark.slow
 @pytest.mark.skipif(not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")
 @MODES
@@ -469,12 +465,11 @@ async def test_every_attack_of_this_file_scores_zero_on_gvisor(tmp_path: Path, v
     report = await run_suite(tasks, OraclePolicy(), cfg, image_for=_host)
     by_task = {r.task: r for r in report.results}
     assert set(by_task) == {t.name for t in tasks}
-    watcher = by_task.pop("watcher")
-    for what in ("ptrace", "kill-1", "mem1"):  # test.sh is pid 1: gVisor keeps /proc/1/mem from others
+    # gVisor has no Landlock: the seal's signal filter (forward in pid order) stops the watcher
+    watcher = by_task["watcher"]
+    for what in ("ptrace", "kill-1", "mem1", "SIGSTOP", "SIGKILL"):
         assert f"{what} done" not in watcher.verifier_output, watcher.verifier_output
     assert_zero(list(by_task.values()))
-    if watcher.reward != 0.0:
-        pytest.xfail(GVISOR_GAP)
 
 
 def test_validate_reports_a_workdir_venv_on_the_images_path(tmp_path: Path) -> None:

@@ -482,3 +482,25 @@ def test_validate_reports_a_workdir_venv_on_the_images_path(tmp_path: Path) -> N
     kept = harbor_task(tmp_path, "kept", "true\n", toml='[verifier.env]\nPATH = "/app/bin:/usr/bin"\n'
                        '[environment.env]\nPATH = "/app/bin:/usr/bin"\n')
     assert workdir_path_risk(kept) == ["/app/bin (kept by [verifier.env] PATH, flagged in verifier_risks)"]
+
+
+# -- through --remote: the verifier runs here, its sandbox on `sandfleet serve`
+
+async def test_the_seal_and_provenance_hold_through_the_service(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("fastapi") is None:
+        pytest.skip("the service needs the server extra")
+    from sandfleet.client.remote import remote
+    from sandfleet.server.testing import running_service
+
+    tasks = [t for t in attack_tasks(tmp_path / "tasks") if t.name in ("prlimit", "swap", "watcher", "plugin")]
+    with running_service(tmp_path / "svc") as svc:
+        async with remote(svc.url, svc.token):
+            cfg = RunConfig(backend="bwrap", n=1, concurrency=4, retry=RetryPolicy(max_attempts=1))
+            report = await run_suite(tasks, OraclePolicy(), cfg, image_for=_host)
+    assert sorted(r.task for r in report.results) == sorted(t.name for t in tasks)
+    watcher = next(r for r in report.results if r.task == "watcher")
+    for what in ("ptrace", "mem", "mem1", "kill-1", "SIGSTOP", "SIGKILL"):
+        assert f"{what} done" not in watcher.verifier_output, watcher.verifier_output
+    assert_zero(report.results)

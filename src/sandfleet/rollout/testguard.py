@@ -90,9 +90,15 @@ gitlike() {
 sanitize_git() {
   w=$1
   [ -d "$w" ] && [ ! -L "$w" ] || return 0
+  # one walk of the tree finds all three kinds (each list is worked through in this order)
+  local pointers=() configs=() hooks=() e
+  while IFS= read -r -d '' e; do
+    case $e in P*) pointers+=("${e#?}") ;; C*) configs+=("${e#?}") ;; H*) hooks+=("${e#?}") ;; esac
+  done < <(find "$w" \( \( -name .git -o -name commondir \) \( -type f -o -type l \) -printf 'P%p\0' \) -o \
+             \( \( -name config -o -name config.worktree \) \( -type f -o -type l \) -printf 'C%p\0' \) -o \
+             \( -name hooks \( -type d -o -type l \) -printf 'H%p\0' \) 2>/dev/null)
   # pointers that lead out of the workdir: a .git file or link, a worktree's commondir
-  find "$w" \( -name .git -o -name commondir \) \( -type f -o -type l \) -print0 2>/dev/null |
-  while IFS= read -r -d '' f; do
+  for f in "${pointers[@]}"; do
     if [ -L "$f" ]; then t=$(readlink -m -- "$f")
     else
       IFS= read -r t < "$f" || true
@@ -105,8 +111,8 @@ sanitize_git() {
   # every config of a folder git could read as a git folder, found the way git finds them (a
   # HEAD of any kind, a dangling link included; objects or refs, as a worktree's common
   # folder has without a HEAD; a commondir), not only folders with a HEAD: allowlisted keys only
-  find "$w" \( -name config -o -name config.worktree \) \( -type f -o -type l \) -print0 2>/dev/null |
-  while IFS= read -r -d '' f; do
+  for f in "${configs[@]}"; do
+    [ -e "$f" ] || [ -L "$f" ] || continue
     d=${f%/*}
     [ "${f##*/}" = config.worktree ] || gitlike "$d" || continue
     tmp=$(mktemp -- "$d/.sandfleet-config.XXXXXXXX") || continue
@@ -116,8 +122,7 @@ sanitize_git() {
     chmod 0644 -- "$tmp"; mv -f -T -- "$tmp" "$f"
   done
   # hooks folders of git folders: emptied (a link is replaced by an empty folder)
-  find "$w" -name hooks \( -type d -o -type l \) -print0 2>/dev/null |
-  while IFS= read -r -d '' h; do
+  for h in "${hooks[@]}"; do
     gitlike "${h%/*}" || continue
     if [ -L "$h" ] || [ -n "$(find "$h" -mindepth 1 -maxdepth 1 ! -name '*.sample' -print -quit)" ]; then
       echo "emptied $h"

@@ -140,8 +140,10 @@ for a; do
     if [ -d "$d" ] && [ ! -L "$d" ]; then
       if [ -n "$owner" ]; then sanitize_git "$(readlink -f -- "$d")" | sed 's/^/git: /'; fi
       if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
-      find "$d" -maxdepth 3 -name conftest.py -type f 2>/dev/null | head -n 20 | sed 's/^/conftest: /'
-      find "$d" -maxdepth 6 -name '*.pth' -path '*-packages/*' -type f 2>/dev/null | head -n 20 | sed 's/^/pth: /'
+      # one walk for both (each a fork and a walk of the tree less): 20 of each at most
+      find "$d" -maxdepth 6 -type f \( \( -name conftest.py -printf '%d conftest: %p\n' \) -o \
+        \( -name '*.pth' -path '*-packages/*' -printf '%d pth: %p\n' \) \) 2>/dev/null |
+      awk '($2 == "conftest:" && $1 <= 3 && c++ < 20) || ($2 == "pth:" && p++ < 20) { sub(/^[0-9]+ /, ""); print }'
       for f in pytest.ini tox.ini setup.cfg pyproject.toml; do
         if [ -f "$d/$f" ] && grep -qE '^[[:space:]]*(addopts|pytest_plugins|required_plugins)' "$d/$f" 2>/dev/null
         then echo "toolconfig: $d/$f"; fi
@@ -170,21 +172,24 @@ py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
 chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
 seal=
-if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$(uname -m)" = "$SEAL_ARCH" ]; then
+if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; then
   # the name holds "libasan.so": a dynamic ASan runtime dies unless the first library loaded
   # is one of its own names (it checks the name only); the seal exports no symbol, so the
   # runtime still interposes malloc and the rest before libc as it would first
   seal=$py/sandfleet-seal.libasan.so
-  cat > "$seal"; chmod 0644 -- "$seal"
+  umask 022; cat > "$seal"  # root's, 0644
   if [ -s "$seal" ]; then
     # every dynamically linked program, whatever environment it was given; where the sandbox's
     # /etc can't be written (the host image) the tests' LD_PRELOAD alone carries it
-    { [ -f /etc/ld.so.preload ] && grep -qxF -- "$seal" /etc/ld.so.preload; } ||
-      { printf '%s\n' "$seal" >> /etc/ld.so.preload; } 2>/dev/null || true
+    { printf '%s\n' "$seal" >> /etc/ld.so.preload; } 2>/dev/null || true
   else seal=; fi
 fi
 printf 'home=%s\npython=%s\nseal=%s\n' "$home" "$py" "$seal"
-if [ -n "$owner" ]; then printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")"; fi
+case $owner in
+  "") ;;
+  *[!0-9]*) printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")" ;;
+  *) printf 'uid=%s\n' "$owner" ;;
+esac
 """
 
 
@@ -448,7 +453,7 @@ async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: 
     # find's lstat, not stat(1): gVisor refuses coreutils' statx (EINVAL), and a check that
     # prints nothing must not pass: each file that exists gives a line, or the check fails
     script = ('for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
-              'find "$f" -maxdepth 0 -printf "%U %m %p\\n" | grep . || echo "? ? $f"; fi; done')
+              'find "$f" -maxdepth 0 -printf "%U %m %p\\n" || echo "? ? $f"; fi; done')
     res = await sandbox.exec(["sh", "-c", script, "stat", *paths], cwd="/", user="root", timeout=30)
     for line in res.stdout.splitlines():
         if line.startswith("? ? "):

@@ -30,3 +30,21 @@ def test_bundled_tasks_validate_on_bwrap(tmp_path: Path, verify: str) -> None:
     assert len(verdicts) >= 20, r.stderr[-2000:]
     bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
     assert not bad and r.returncode == 0, bad or r.stderr[-2000:]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("qemu-system-x86_64"), reason="QEMU not installed (the microvm backend)")
+def test_bundled_git_tasks_validate_on_microvm(tmp_path: Path) -> None:
+    """Issue 42: on microvm every command is root over files the image gave the task's user, and
+    git refused the repositories as of "dubious ownership": the oracle of every git task scored 0."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for folder in sorted((ROOT / "examples" / "tasks").glob("git-*")):
+        shutil.copytree(folder, tasks / folder.name)
+    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(tasks), "--backend", "microvm",
+                        "-r", "1", "--json", "--report", str(tmp_path / "validation.json")],
+                       capture_output=True, text=True, timeout=1500)  # fmt: skip
+    verdicts = json.loads(r.stdout)
+    assert len(verdicts) >= 3, r.stderr[-2000:]
+    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
+    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]

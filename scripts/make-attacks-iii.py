@@ -19,7 +19,9 @@ PYTEST = ("mkdir -p /logs/verifier\ncd /app\npython3 -m pytest -q -p no:cachepro
           "/tests/test_out.py\nrc=$?\n")
 BY_EXIT = f'if [ "$rc" = 0 ]; then echo 1 > {REWARD}; else echo 0 > {REWARD}; fi\n'
 # a grader in Python that runs the code under test, then decides and writes the reward itself
-GRADE = f'''import subprocess, sys
+GRADE = f'''import subprocess
+import sys
+
 out = subprocess.run([sys.executable, "/app/solution.py"], capture_output=True, text=True, timeout=60)
 print(out.stdout, out.stderr)
 ok = out.stdout.strip().endswith("hello")
@@ -78,8 +80,8 @@ ATTACKS: dict[str, dict[str, object]] = {
     "symlink-into-reward": dict(
         why="the reward file made a link to a file holding 1 before test.sh writes through it",
         test=PYTEST.replace("rc=$?\n", "rc=$?\n") + BY_EXIT,
-        files={"test_out.py": "import os\n" + TEST_OUT.replace("def test_out", "os.system('echo 1 > /tmp/one && "
-               "ln -sf /tmp/one /logs/verifier/reward.txt')\n\ndef test_out")},
+        files={"test_out.py": "import os\n\n" + TEST_OUT.replace("def test_out", "os.system('echo 1 > /tmp/one && "
+               "ln -sf /tmp/one /logs/verifier/reward.txt')\n\n\ndef test_out")},
         solve="echo goodbye > /app/out.txt\n"),
     "enospc-after-plant": dict(
         why="1 planted, then the disk filled so that test.sh's own write fails",
@@ -111,7 +113,9 @@ print("watching")
             "passed once pytest has ended",
         test="mkdir -p /logs/verifier\ncd /app\npython3 -m pytest -q -p no:cacheprovider --confcutdir=/tests "
              "--junitxml=/tmp/junit.xml /tests/test_out.py\npython3 /tests/parse.py\n",
-        files={"test_out.py": "import solution\n\n" + TEST_OUT, "parse.py": f'''import time, xml.etree.ElementTree as ET
+        files={"test_out.py": "import solution  # noqa: F401 (the code under test)\n\n\n" + TEST_OUT, "parse.py": f'''import time
+import xml.etree.ElementTree as ET
+
 time.sleep(0.2)
 suite = ET.parse("/tmp/junit.xml").getroot().find("testsuite")
 ok = suite is not None and suite.get("failures") == "0" and suite.get("errors") == "0"

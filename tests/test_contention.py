@@ -149,8 +149,10 @@ async def test_code_that_spins_its_own_cpu_scores_0_never_masked(tmp_path: Path)
     test fails: a 0 that stands (scored). Its own queuing shows in run_delay_s, never in
     outside_share. Where other work on a shared host is itself above the threshold, the attempt
     is tried again (up to 3 runs): its mask must then be the outside's doing."""
+    # declared load-sensitive, so that only the measure keeps its own spinning from masking it
     task = make_task(tmp_path, "spins-itself", test_sh=RUN, extra_tests={"t.py": SPINNING_TEST}, verifier_timeout=120,
-                     dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+                     dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n",
+                     verifier_extra="load_sensitive = true\n")
     for i in range(3):
         report = await run([task], OraclePolicy(), tmp_path / f"out{i}", n=1, concurrency=1,
                            retry=RetryPolicy(max_attempts=1))

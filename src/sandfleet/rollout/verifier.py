@@ -336,7 +336,8 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
 async def _session_state(sandbox: Sandbox, user: str) -> str | None:
     """The newest shell-session state file ``user`` owns (the agent's shell), or None."""
     script = ('ls -t /tmp/.sandfleet-session-* 2>/dev/null | while read -r f; do case $f in *.tmp) continue;; '
-              'esac; [ "$(stat -c %u "$f")" = "$(id -u "$1" 2>/dev/null || echo "$1")" ] && { echo "$f"; break; }; '
+              'esac; [ "$(find "$f" -maxdepth 0 -printf %U)" = "$(id -u "$1" 2>/dev/null || echo "$1")" ] && '
+              '{ echo "$f"; break; }; '
               'done; true')
     res = await sandbox.exec(["sh", "-c", script, "find", uid_of(user)], cwd="/", user="root", timeout=30)
     found = res.stdout.strip()

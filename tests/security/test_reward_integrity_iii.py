@@ -504,3 +504,16 @@ async def test_the_seal_and_provenance_hold_through_the_service(tmp_path: Path) 
     for what in ("ptrace", "mem", "mem1", "kill-1", "SIGSTOP", "SIGKILL"):
         assert f"{what} done" not in watcher.verifier_output, watcher.verifier_output
     assert_zero(report.results)
+
+
+@BACKENDS
+async def test_the_agents_shell_session_is_found_for_same_shell_tests(backend: str) -> None:
+    """TB1 run_tests_in_same_shell runs the tests in the agent's session, found by its state file's
+    owner (gVisor refuses coreutils' statx: ls and stat found none there)."""
+    from sandfleet.rollout.verifier import _session_state
+
+    async with await create_sandbox(image="host", backend=backend) as sb:
+        await sb.session().run("cd /tmp && export X=1")
+        found = await _session_state(sb, "agent")
+        assert found is not None and found.startswith("/tmp/.sandfleet-session-"), found
+        assert await _session_state(sb, "verifier") is None

@@ -335,10 +335,12 @@ async def run_verifier(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> 
 
 async def _session_state(sandbox: Sandbox, user: str) -> str | None:
     """The newest shell-session state file ``user`` owns (the agent's shell), or None."""
-    script = ('ls -t /tmp/.sandfleet-session-* 2>/dev/null | while read -r f; do case $f in *.tmp) continue;; '
-              'esac; [ "$(find "$f" -maxdepth 0 -printf %U)" = "$(id -u "$1" 2>/dev/null || echo "$1")" ] && '
-              '{ echo "$f"; break; }; '
-              'done; true')
+    # find's lstat, not ls or stat(1): gVisor refuses coreutils' statx (EINVAL), and the TB1
+    # same-shell tests ran outside the agent's session there
+    script = ("me=$(id -u \"$1\" 2>/dev/null || echo \"$1\"); "
+              "find /tmp -maxdepth 1 -type f -name '.sandfleet-session-*' ! -name '*.tmp' -printf '%T@ %U %p\\n' "
+              "2>/dev/null | sort -rn | while read -r _ u f; do [ \"$u\" = \"$me\" ] && { echo \"$f\"; break; }; "
+              "done; true")
     res = await sandbox.exec(["sh", "-c", script, "find", uid_of(user)], cwd="/", user="root", timeout=30)
     found = res.stdout.strip()
     return found or None

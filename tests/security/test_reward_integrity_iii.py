@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import posixpath
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from test_reward_integrity import _host, assert_zero, write  # the same helpers as round II
 
 from sandfleet.rollout import OraclePolicy, RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.result import RolloutResult
@@ -75,10 +75,6 @@ def harbor_task(root: Path, name: str, test_sh: str, *, toml: str = "", tests: d
     return load_task(folder)
 
 
-async def _host(task: Task) -> str:
-    return "host"
-
-
 async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str = "shared",
                    backend: str = "bwrap", **config: Any) -> list[RolloutResult]:
     cfg = RunConfig(backend=backend, n=2, concurrency=4, retry=RetryPolicy(max_attempts=1),
@@ -86,18 +82,6 @@ async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str =
     report = await run_suite(list(tasks), ScriptedPolicy(commands), cfg, image_for=_host)
     assert len(report.results) == 2 * len(tasks)
     return report.results
-
-
-def write(path: str, text: str) -> str:
-    return f"mkdir -p {posixpath.dirname(path)} && cat > {path} <<'SANDFLEET_EOF'\n{text}SANDFLEET_EOF"
-
-
-def assert_zero(results: Sequence[RolloutResult], reason: str | None = None) -> None:
-    for r in results:
-        assert r.status == "completed", (r.task, r.reason, r.error)
-        assert r.reward == 0.0 and isinstance(r.reward, float), (r.task, r.reward, r.info, r.verifier_output)
-        if reason is not None:
-            assert r.reason == reason, (r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
 # -- 1. the reward write made to fail

@@ -501,3 +501,69 @@ async def test_the_agents_shell_session_is_found_for_same_shell_tests(backend: s
         found = await _session_state(sb, "agent")
         assert found is not None and found.startswith("/tmp/.sandfleet-session-"), found
         assert await _session_state(sb, "verifier") is None
+
+
+# -- 6. the warden: a process that leaves the tests' tree while they run (docs/security.md, "The warden")
+
+WATCH_AND_OVERWRITE = '''import ctypes, os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork():
+        os._exit(0)
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    libc.inotify_add_watch(fd, b"/logs/verifier", 0x8)  # IN_CLOSE_WRITE: test.sh's decision
+    os.read(fd, 4096)
+    time.sleep(0.05)
+    open("/logs/verifier/reward.txt", "w").write("1")
+    os._exit(0)
+'''
+QUIET_DOUBLE_FORK = '''import os, time
+if os.fork() == 0:  # no setsid: the same session as test.sh, gone before test.sh ends
+    if os.fork():
+        os._exit(0)
+    time.sleep(0.2)
+    os._exit(0)
+'''
+TESTS_DECIDE_0 = f"cd /app && python3 solution.py\nsleep 0.5\necho 0 > {REWARD}\nsleep 1\n"
+
+
+@MODES
+@BACKENDS
+async def test_a_daemon_of_the_code_under_test_scores_zero(tmp_path: Path, verify: str, backend: str) -> None:
+    """The class of the third round's last forgeries: a process the code under test left behind
+    writes after the tests decided (or rewrites what the grader reads). The warden sees it leave
+    the tests' tree, whatever it does after, and the reward is not the tests'."""
+    overwrite = harbor_task(tmp_path, "overwrite", TESTS_DECIDE_0)
+    quiet = harbor_task(tmp_path, "quiet", f"cd /app && python3 solution.py\nsleep 0.5\necho 1 > {REWARD}\n")
+    for task, code in ((overwrite, WATCH_AND_OVERWRITE), (quiet, QUIET_DOUBLE_FORK)):
+        results = await rollouts([task], [write("/app/solution.py", code)], verify, backend)
+        assert_zero(results, "tests_detached")
+        assert "allow_detached" in (results[0].info.get("reward_error") or results[0].error or ""), results[0].info
+
+
+async def test_background_jobs_of_the_test_script_are_its_own(tmp_path: Path) -> None:
+    """What test.sh starts with & stays its child: not detached while it runs, and killed with
+    the tests' namespace when it ends (a server left running, as test scripts do)."""
+    task = harbor_task(tmp_path, "bg", f"sleep 30 &\npython3 -m http.server 8123 >/dev/null 2>&1 &\n"
+                       f"sleep 0.3\necho 1 > {REWARD}\n")
+    for r in await rollouts([task], ["true"]):
+        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
+        assert not r.info.get("verifier_risks"), r.info
+
+
+async def test_a_task_may_allow_its_tests_to_start_a_daemon(tmp_path: Path) -> None:
+    script = f"(sleep 30 &)\nsleep 0.2\necho 1 > {REWARD}\n"
+    allowed = harbor_task(tmp_path, "allowed", script, toml="allow_detached = true\n")
+    for r in await rollouts([allowed], ["true"]):
+        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
+        assert any("outlived the program that started them" in x for x in r.info["verifier_risks"]), r.info
+    undeclared = harbor_task(tmp_path, "undeclared", script)
+    assert_zero(await rollouts([undeclared], ["true"]), "tests_detached")
+
+
+async def test_a_test_script_killed_after_its_reward_scores_zero(tmp_path: Path) -> None:
+    """test.sh is pid 2 under the warden: what kills it (here itself) leaves no decision, even
+    with a reward file written before."""
+    task = harbor_task(tmp_path, "killed", f"echo 1 > {REWARD}\nkill -9 $$\n")
+    assert_zero(await rollouts([task], ["true"]), "tests_killed")

@@ -69,7 +69,7 @@ enum { F_ARGV = 1, F_ENV = 2, F_CWD = 3, F_TIMEOUT_MS = 4, F_MAX_OUTPUT = 5, F_S
        F_DURATION_US = 17, F_PATH = 18, F_MODE = 19, F_ETYPE = 20, F_MESSAGE = 21, F_ERRNO = 22,
        F_VERSION = 23, F_PID = 24, F_TARGET = 25, F_MAX = 26, F_MKDIRS = 27, F_TIME = 28,
        F_USER = 29, F_NOFOLLOW = 30, F_PTY = 31, F_SECCOMP = 32, F_NETWORK = 33,
-       F_PIDNS = 34 };
+       F_PIDNS = 34, F_DETACHED = 35 };
 
 static int in_fd = 0, out_fd = 1;
 #ifndef SYS_pidfd_open
@@ -234,6 +234,7 @@ typedef struct {
     int stream, exited, status, timed_out;
     int group;        /* index in groups[] of the command's own cgroup, or -1 */
     int pty;          /* the pseudo-terminal's master (EXEC with PTY), or -1 */
+    int det_fd;       /* the warden's report (a sealed command in its own pid namespace), or -1 */
     double start, deadline, exit_time;
 } job_t;
 
@@ -508,10 +509,14 @@ static int loopback_up(void) {
  * children and a mount namespace of its own when asked (the command then runs as the pid
  * namespace's first process, start_exec, over a /proc of its own, own_proc), and a network
  * namespace of its own when asked (only a loopback, up: the verifier's no-network). */
+/* A command's pid namespace gets a /proc of its own (in a mount namespace of its own) where we
+ * may mount one: in S, or as the machine's root (microvm); not under gVisor's --switch-users. */
+static int pidns_proc(void) { return s_userns >= 0 || !isolated; }
+
 static int confine_ns(int no_network, int own_pidns, const char **what) {
     if (own_pidns) {
         *what = "make a pid and a mount namespace";
-        if (unshare(CLONE_NEWPID | (s_userns >= 0 ? CLONE_NEWNS : 0)) < 0) return -1;
+        if (unshare(CLONE_NEWPID | (pidns_proc() ? CLONE_NEWNS : 0)) < 0) return -1;
     }
     if (no_network) {
         *what = "make a network namespace";
@@ -764,6 +769,125 @@ static void start_failed(int fd, const char *what, const char *user) {
     _exit(127);
 }
 
+/* ---------- the warden of the verifier's tests (docs/security.md, "Reward integrity III") ----------
+ * A sealed command in a pid namespace of its own runs as pid 2 under this warden, pid 1: every
+ * process of the tests whose parent exits while the tests run (a daemon of the code under test:
+ * fork and exit, setsid, double fork) is re-parented to it. It counts them -- reaped, or found
+ * alive in /proc with it as their parent (every 10 ms and at each SIGCHLD) -- and at the
+ * command's end also those that left the command's session. When it exits, the kernel kills
+ * whatever is left in the namespace before the command's end is reported. It reports the
+ * command's wait status and the count on REPORT ("STATUS DETACHED\n"), and exits with the
+ * command's code (a signal can't be raised by a namespace's init on itself). */
+static long proc_self_pid(void) {
+    char b[32];
+    ssize_t k = readlink("/proc/self", b, sizeof b - 1);
+    if (k <= 0) return -1;
+    b[k] = 0;
+    return atol(b);
+}
+
+/* /proc/PID/stat's ppid and session, or -1 */
+static int proc_stat_ids(const char *pid, long *ppid, long *sid) {
+    char path[300], st[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    ssize_t k = read(fd, st, sizeof st - 1);
+    close(fd);
+    if (k <= 0) return -1;
+    st[k] = 0;
+    char *rp = strrchr(st, ')');
+    char state;
+    long pgrp;
+    if (!rp || sscanf(rp + 2, "%c %ld %ld %ld", &state, ppid, &pgrp, sid) != 4) return -1;
+    return 0;
+}
+
+#define WARDEN_SEEN 256
+static long warden_seen[WARDEN_SEEN];
+static int warden_nseen, warden_detached;
+
+static void warden_note(long pid) {
+    for (int i = 0; i < warden_nseen; i++) if (warden_seen[i] == pid) return;
+    if (warden_nseen < WARDEN_SEEN) warden_seen[warden_nseen++] = pid;
+    warden_detached++;
+}
+
+/* the processes /proc shows with us as their parent, but the command; at_end: only those that
+ * left the command's session (its own background jobs come to us as it exits) */
+static void warden_scan(long me, long cmd, long cmd_sid, int at_end) {
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+        long pid = atol(e->d_name), ppid = 0, sid = 0;
+        if (pid == cmd || pid == me || proc_stat_ids(e->d_name, &ppid, &sid) < 0 || ppid != me) continue;
+        if (!at_end || sid != cmd_sid) warden_note(pid);
+    }
+    closedir(d);
+}
+
+/* Fork the command: returns in it (pid 2); the warden itself never returns. */
+static void warden(int report, int pst_w, const char *user) {
+    int cp[2];
+    if (pipe2(cp, O_CLOEXEC) < 0) start_failed(pst_w, "warden pipe", user);
+    pid_t cmd = fork();
+    if (cmd < 0) start_failed(pst_w, "fork the tests under their warden", user);
+    if (cmd == 0) { /* the command tells its pid as /proc shows it (gVisor: the sandbox's /proc) */
+        close(cp[0]);
+        close(report);
+        char b[32];
+        int n = snprintf(b, sizeof b, "%ld", proc_self_pid());
+        if (write(cp[1], b, n) < 0) {}
+        close(cp[1]);
+        return;
+    }
+    close(cp[1]);
+    char b[32] = "";
+    ssize_t k;
+    while ((k = read(cp[0], b, sizeof b - 1)) < 0 && errno == EINTR) {}
+    close(cp[0]);
+    b[k > 0 ? k : 0] = 0;
+    long me = proc_self_pid(), cmd_p = k > 0 ? atol(b) : -1, ppid = 0, cmd_sid = -2;
+    if (cmd_p > 0) {
+        char s[32];
+        snprintf(s, sizeof s, "%ld", cmd_p);
+        if (proc_stat_ids(s, &ppid, &cmd_sid) < 0) cmd_sid = -2;
+    }
+    /* nothing of the command's stays open here (its pipes: EOF once it and its own are done) */
+#ifdef SYS_close_range
+    if (report > 0 && syscall(SYS_close_range, 0, report - 1, 0) < 0) {
+        for (int fd = 0; fd < report; fd++) close(fd);
+    }
+    if (syscall(SYS_close_range, report + 1, ~0U, 0) < 0) {}
+#else
+    for (int fd = 0; fd < 1024; fd++) if (fd != report) close(fd);
+#endif
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &chld, NULL);
+    int st = 0, done = 0;
+    while (!done) {
+        int w;
+        pid_t p;
+        while ((p = waitpid(-1, &w, WNOHANG)) > 0) {
+            if (p == cmd) { st = w; done = 1; }
+            else warden_note((long)p); /* an orphan that ended */
+        }
+        if (done) break;
+        if (me > 0) warden_scan(me, cmd_p, cmd_sid, 0);
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        sigtimedwait(&chld, NULL, &ts);
+    }
+    if (me > 0) warden_scan(me, cmd_p, cmd_sid, 1);
+    char m[64];
+    int n = snprintf(m, sizeof m, "%d %d\n", st, warden_detached);
+    if (write(report, m, n) < 0) {}
+    _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0));
+}
+
 static void start_exec(const req_t *r) {
     char **argv = get_list(r, F_ARGV);
     char **envp = get_list(r, F_ENV);
@@ -776,7 +900,9 @@ static void start_exec(const req_t *r) {
     struct winsize ws;
     int no_network = get_int(r, F_NETWORK, 1) == 0;
     int sealed = get_int(r, F_PIDNS, 0) == 1; /* the verifier's tests: sealed on every backend */
-    int own_pidns = isolated && sealed;
+    /* the tests under a warden in a pid namespace of their own: where commands get their own
+     * namespaces (bwrap's S, gVisor) and where we are the machine's init (microvm) */
+    int own_pidns = sealed && (isolated || getpid() == 1);
     uid_t uid = 0;
     gid_t gid = 0;
     int g = -1;
@@ -796,7 +922,13 @@ static void start_exec(const req_t *r) {
             goto out;
         }
     }
-    int pin[2], pout[2], perr[2], pst[2];
+    int pin[2], pout[2], perr[2], pst[2], pdet[2] = {-1, -1};
+    if (own_pidns && pipe2(pdet, O_CLOEXEC) < 0) {
+        int e = errno;
+        if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
+        send_error(r->id, "ExecError", e, "pipe: %s", strerror(e));
+        goto out;
+    }
     /* gVisor (--switch-users) refuses to chmod a pipe (EPERM, even for root; see below): the
      * pipes are made as the command's user instead (gVisor takes a pipe's owner from the
      * effective uid), so that they are its own, 0600, and it can reopen them by path. */
@@ -814,6 +946,7 @@ static void start_exec(const req_t *r) {
     if (as_user && (seteuid(0) < 0 || setegid(0) < 0)) _exit(70); /* can't be root again: never go on */
     if (pipes_failed) {
         int e = pipe_errno;
+        if (pdet[0] >= 0) { close(pdet[0]); close(pdet[1]); }
         if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
         send_error(r->id, "ExecError", e, "pipe: %s", strerror(e));
         goto out;
@@ -835,6 +968,7 @@ static void start_exec(const req_t *r) {
         int e = errno;
         close(pin[0]); close(pin[1]); close(pout[0]); close(pout[1]);
         close(perr[0]); close(perr[1]); close(pst[0]); close(pst[1]);
+        if (pdet[0] >= 0) { close(pdet[0]); close(pdet[1]); }
         group_release(g);
         if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
         send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
@@ -892,10 +1026,13 @@ static void start_exec(const req_t *r) {
                 if (WIFSIGNALED(st)) { signal(WTERMSIG(st), SIG_DFL); raise(WTERMSIG(st)); }
                 _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 127);
             }
-            /* the command: its own /proc, then the filter and its user */
-            if ((s_userns >= 0 && own_proc(&what) < 0) || confine_filter(sealed, &what) < 0 ||
+            /* the warden: its own /proc, then the filter and its user; the command under it */
+            if ((pidns_proc() && own_proc(&what) < 0) || confine_filter(sealed, &what) < 0 ||
                 (what = NULL, take_user(uid, gid) < 0))
                 start_failed(pst[1], what, user);
+            close(pdet[0]);
+            warden(pdet[1], pst[1], user);
+            close(pdet[1]);
         }
         if (cwd && chdir(cwd) < 0) {
             int e = errno;
@@ -912,6 +1049,7 @@ static void start_exec(const req_t *r) {
         _exit(127);
     }
     close(pin[0]); close(pout[1]); close(perr[1]); close(pst[1]);
+    if (pdet[1] >= 0) close(pdet[1]);
     if (pty_s >= 0) { close(pty_s); pty_s = -1; }
     char m[700];
     ssize_t k;
@@ -923,6 +1061,7 @@ static void start_exec(const req_t *r) {
         char *msg = strchr(m, ' ');
         waitpid(pid, NULL, 0);
         close(pin[1]); close(pout[0]); close(perr[0]);
+        if (pdet[0] >= 0) close(pdet[0]);
         if (pty_m >= 0) { close(pty_m); pty_m = -1; }
         group_release(g);
         send_error(r->id, e == ENOENT || e == ENOTDIR ? "ExecError" : errno_type(e), e,
@@ -935,6 +1074,7 @@ static void start_exec(const req_t *r) {
     j->group = g;
     j->fd[0] = pin[1]; j->fd[1] = pout[0]; j->fd[2] = perr[0];
     j->pty = -1;
+    j->det_fd = pdet[0];
     if (pty_m >= 0) { /* input and output go through the master: fd[0] a dup of it, fd[2] unused */
         close(pin[1]); close(pout[0]); close(perr[0]);
         j->pty = pty_m;
@@ -975,6 +1115,19 @@ static job_t *find_job(uint32_t id) {
 
 static void job_finish(int idx) {
     job_t *j = jobs[idx];
+    int detached = 0;
+    if (j->det_fd >= 0) { /* the warden's report: the command's own status, and its count */
+        char m[64];
+        ssize_t k;
+        while ((k = read(j->det_fd, m, sizeof m - 1)) < 0 && errno == EINTR) {}
+        int st = 0, d = 0;
+        if (k > 0 && (m[k] = 0, sscanf(m, "%d %d", &st, &d) == 2) && !j->timed_out) {
+            j->status = st;
+            detached = d;
+        }
+        close(j->det_fd);
+        j->det_fd = -1;
+    }
     frame_begin(R_EXIT, j->id);
     int code = -1, sig = 0;
     if (WIFEXITED(j->status)) code = WEXITSTATUS(j->status);
@@ -987,6 +1140,7 @@ static void job_finish(int idx) {
     if (j->dropped[0]) field_i(F_DROPPED_OUT, j->dropped[0]);
     if (j->dropped[1]) field_i(F_DROPPED_ERR, j->dropped[1]);
     field_i(F_DURATION_US, (long long)((j->exit_time - j->start) * 1e6));
+    if (detached) field_i(F_DETACHED, detached);
     frame_send();
     for (int i = 0; i < 3; i++) if (j->fd[i] >= 0) close(j->fd[i]);
     buf_free(&j->cap[0]); buf_free(&j->cap[1]); buf_free(&j->pending_in);

@@ -93,6 +93,10 @@ class ExecResult:
     stdout_dropped: int = 0
     stderr_dropped: int = 0
     stdout_bytes: bytes = b""
+    detached: int = 0
+    """For a command run with ``pid_namespace=True``: how many of its processes outlived the
+    process that started them while it ran (re-parented to its namespace's warden: a daemon),
+    or left its session and were still there at its end. 0 otherwise."""
 
     @property
     def truncated(self) -> bool:
@@ -468,6 +472,7 @@ class AgentClient:
             stdout_dropped=dropped_out,
             stderr_dropped=dropped_err,
             stdout_bytes=out,
+            detached=frame.int(F.DETACHED),
         )
 
     def _kill_quietly(self, target: int) -> None:

@@ -88,6 +88,7 @@ class F(IntEnum):
     SECCOMP = 32
     NETWORK = 33
     PIDNS = 34
+    DETACHED = 35
 
 
 FieldValue = bytes | str | int

@@ -210,7 +210,7 @@ class RemoteRuntime:
                 exit_code=int(rec["exit_code"]), stdout=_text(out, drop_out), stderr=err_text,
                 duration_s=float(rec.get("duration_s") or 0.0), timed_out=bool(rec.get("timed_out")),
                 signal=rec.get("signal") or None, stdout_dropped=drop_out, stderr_dropped=drop_err,
-                stdout_bytes=out,
+                stdout_bytes=out, detached=int(rec.get("detached") or 0),
             )  # fmt: skip
         except (KeyError, TypeError, ValueError) as e:
             raise ProtocolError(f"the service sent a malformed exit record: {e}") from None

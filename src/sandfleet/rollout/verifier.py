@@ -199,6 +199,8 @@ TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools rea
                     "plugins, npm, yarn)")
 
 
+DETACHED_RISK = ("processes of the tests outlived the program that started them while the tests ran "
+                 "(a daemon of the code under test could write what the tests read)")
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
                      "the task's [verifier.env] PATH keeps them")
 @dataclass
@@ -504,8 +506,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     with recorder.span("verifier") as span:
         # the first process of a pid namespace of its own: when it exits, the kernel kills
         # every process it left (a daemon of the code under test) before the exec returns
+        pid_namespace = isolated
         res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user,
-                                 network=not _no_network(task, sandbox), pid_namespace=isolated)
+                                 network=not _no_network(task, sandbox), pid_namespace=pid_namespace)
         span["exit_code"] = res.exit_code
         if res.timed_out:
             span["timed_out"] = True
@@ -515,6 +518,20 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         await stop_everything_of(sandbox, user)
     if res.timed_out:  # whatever is on disk: the tests did not finish
         outcome.reason, outcome.error = "verifier_timeout", f"the tests ran past their {plan.timeout_s:g} s limit"
+        return outcome
+    if res.detached and plan.allow_detached:
+        risks.append(f"{DETACHED_RISK} ({res.detached}; the task allows it)")
+    elif res.detached:  # the warden saw a daemon of the tests' tree: whatever it wrote decides nothing
+        outcome.reason, outcome.error = "tests_detached", (
+            f"{res.detached} process(es) of the tests outlived the program that started them while the tests ran "
+            "(a daemon: fork and exit, setsid, a double fork): what such a process writes is not the tests' "
+            "decision. A task whose tests start a service on purpose declares [verifier] allow_detached = true; "
+            f"verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}")
+        return outcome
+    if res.signal is not None and pid_namespace:  # test.sh killed: nothing it left is a decision
+        outcome.reason = "tests_killed"
+        outcome.error = (f"the test script was killed by signal {res.signal} before it ended; "
+                         f"output tail:\n{output[-2000:]}")
         return outcome
     with recorder.span("other_sandbox", what="read reward"):
         text = json_text = None

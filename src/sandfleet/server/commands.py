@@ -41,6 +41,8 @@ def exit_record(res: ExecResult, streamed: bool) -> dict[str, Any]:
         "type": "exit", "exit_code": res.exit_code, "timed_out": res.timed_out, "signal": res.signal,
         "duration_s": res.duration_s, "stdout_dropped": res.stdout_dropped, "stderr_dropped": res.stderr_dropped,
     }  # fmt: skip
+    if res.detached:  # the verifier's tests under their warden: processes that left their tree
+        rec["detached"] = res.detached
     if not streamed:  # stdout as bytes (an archive, say), stderr as the text ExecResult has
         rec["stdout_b64"] = base64.b64encode(res.stdout_bytes).decode()
         rec["stderr"] = res.stderr

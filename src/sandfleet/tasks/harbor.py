@@ -73,6 +73,9 @@ class HarborVerifier(_Section):
     """sandfleet's extension: the tests' verdict depends on the host's speed (a wall-clock
     budget): a failure under outside contention is masked (``host_contention``,
     docs/rollouts.md). ``tasks validate --under-load`` finds such tasks."""
+    allow_detached: bool = False
+    """sandfleet's extension: the tests start processes that outlive the program that started
+    them (a daemon); otherwise such a process scores 0 (``tests_detached``)."""
 
 
 class HarborAgent(_Section):
@@ -444,6 +447,7 @@ def load_harbor(folder: Path) -> tuple[dict[str, Any], SolutionPlan | None, Veri
         carried=(*artifacts, ARTIFACTS_DIR) if mode == "separate" else (),
         reward_range=reward_range,
         load_sensitive=verifier.load_sensitive,
+        allow_detached=verifier.allow_detached,
     )
     metadata = dict(config.metadata)
     if config.task:

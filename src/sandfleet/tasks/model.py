@@ -153,6 +153,12 @@ class VerifierPlan(_Frozen):
     """The tests' verdict depends on the host's speed (sandfleet's ``[verifier] load_sensitive =
     true``): only such a task's failures under outside contention are masked (``host_contention``,
     docs/rollouts.md, "Contention")."""
+    allow_detached: bool = False
+    """The tests start processes that outlive the program that started them (a service a
+    test script starts with ``service X start``, ``(cmd &)``; sandfleet's ``[verifier]
+    allow_detached = true``): their reward stands, flagged in ``verifier_risks``. Otherwise a
+    process that detaches from the tests' tree while they run scores 0 (``tests_detached``,
+    docs/security.md, "The warden")."""
 
 
 class Task(_Frozen):

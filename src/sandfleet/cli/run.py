@@ -149,6 +149,9 @@ def summary_table(summary: dict[str, Any]) -> str:
     show_default=True,
     help="Commands via tool calls, fenced blocks, or both.",
 )
+@click.option("--record", "record", type=click.Choice(["none", "commands", "full"]), default="commands",
+              show_default=True, help="What records.jsonl keeps of each rollout, for `sandfleet replay`: commands (all "
+              "but the model's messages, kept as digests), full (the messages too), none (docs/replay.md).")
 @remote_option("the groups over them (docs/cluster.md), --concurrency then per host")
 @ray_option("Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N (N "
             "loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
@@ -178,6 +181,7 @@ def run(
     max_turns: int,
     cpu_fraction: float | None,
     tool_mode: str,
+    record: str,
     remote: str | None,
     ray_address: str | None,
 ) -> None:
@@ -195,7 +199,8 @@ def run(
     policy = make_policy(agent, model_url=model_url, model=model, api_key_env=api_key_env, max_turns=max_turns,
                          tool_mode=tool_mode)
     config = _config(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
-                     agent_user=agent_user, seccomp_allow=seccomp_allow, fork=fork, attempts=attempts)
+                     agent_user=agent_user, seccomp_allow=seccomp_allow, fork=fork, attempts=attempts,
+                     record=record)
     _check_image(image)
     click.echo(f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, concurrency {concurrency} -> {out_dir}",
                err=True)
@@ -283,7 +288,7 @@ def _load(tasks_dir: Path, only: tuple[str, ...], reward_key: str | None, reward
 
 
 def _config(*, n: int, concurrency: int, backend: str, network: bool, verify: str, agent_user: str | None,
-            seccomp_allow: tuple[str, ...], fork: bool, attempts: int) -> RunConfig:
+            seccomp_allow: tuple[str, ...], fork: bool, attempts: int, record: str = "commands") -> RunConfig:
     from sandfleet.errors import ConfigError
     from sandfleet.rollout.runner import RetryPolicy
     from sandfleet.rollout.suite import RunConfig
@@ -291,6 +296,7 @@ def _config(*, n: int, concurrency: int, backend: str, network: bool, verify: st
     try:
         return RunConfig(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
                          agent_user=agent_user, fork=fork, retry=RetryPolicy(max_attempts=max(1, attempts)),
+                         record=record,
                          seccomp_allow=tuple(r for v in seccomp_allow for r in v.split(",") if r.strip()))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
@@ -364,4 +370,5 @@ def _print_summary(report: RunReport, out_dir: Path) -> None:
         click.echo(f"resumed: {report.resumed} rollouts of finished groups kept from the earlier run")
     if summary["close_failures"]:
         click.echo(f"warning: {summary['close_failures']} sandboxes failed to close (see the log)", err=True)
-    click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, groups.jsonl, trace.jsonl, summary.json")
+    records = ", records.jsonl" if (out_dir / "records.jsonl").exists() else ""
+    click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, groups.jsonl, trace.jsonl, summary.json{records}")

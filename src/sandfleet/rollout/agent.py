@@ -170,6 +170,8 @@ class OpenAIPolicy:
         messages = self.initial_messages(ctx)
         use_tools = cfg.tool_mode != "text"
         async with self._model() as model:
+            if ctx.tape is not None:  # the record of the run (rollout/record.py)
+                model = ctx.tape.model(model)
             while True:
                 if ctx.turns >= cfg.max_turns:
                     return "max_turns"

@@ -19,7 +19,7 @@ from __future__ import annotations
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import RolloutError
@@ -27,6 +27,9 @@ from sandfleet.rollout.chat import ChatReply
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.sandbox.base import Sandbox, Session
 from sandfleet.tasks.model import Task, Upload
+
+if TYPE_CHECKING:
+    from sandfleet.rollout.record import Tape
 
 DEFAULT_COMMAND_TIMEOUT_S = 180.0
 
@@ -48,6 +51,9 @@ class AgentContext:
     commands: int = 0
     info: dict[str, Any] = field(default_factory=dict)
     """Free-form details a policy reports (kept with the rollout)."""
+    tape: Tape | None = None
+    """Where the rollout's record is taped (every command here, every model request through
+    :meth:`~sandfleet.rollout.record.Tape.model`); None when the run records nothing."""
     _session: Session | None = None
 
     def remaining(self) -> float:
@@ -70,11 +76,14 @@ class AgentContext:
         if limit <= 0:
             raise TimeoutError("agent timeout")
         label = command if isinstance(command, str) else " ".join(command)
+        is_shell = isinstance(command, str) and shell and env is None
+        if self.tape is not None:  # replay: a command other than the record's stops here
+            self.tape.before_command(label, turn=self.turns, shell=is_shell, env=env)
         self.commands += 1
         with self.recorder.span(
             "agent_command", command=label[:500], turn=self.turns, **attrs
         ) as span:
-            if isinstance(command, str) and shell and env is None:
+            if is_shell and isinstance(command, str):
                 if self._session is None:
                     self._session = self.sandbox.session(cwd=self.task.workdir)
                 res = await self._session.run(command, timeout=limit)
@@ -85,6 +94,8 @@ class AgentContext:
             span["exit_code"] = res.exit_code
             if res.timed_out:
                 span["timed_out"] = True
+        if self.tape is not None:
+            self.tape.command(label, res, turn=self.turns, shell=is_shell, env=env, timeout=limit)
         return res
 
     async def stage(self, uploads: Sequence[Upload], what: str) -> None:

@@ -58,6 +58,9 @@ class RolloutResult:
     measure it, and absent where the phase never began."""
     fault: dict[str, Any] | None = None
     """A fault's evidence: ``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``."""
+    record: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """What replay needs to run it again (:mod:`sandfleet.rollout.record`), when the run
+    records: its ``records.jsonl`` line, kept out of the trace and ``rollouts.jsonl``."""
 
     @property
     def masked(self) -> bool:

@@ -23,6 +23,7 @@ from sandfleet.errors import (
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.prepare import close_logged as close_sandbox
 from sandfleet.rollout.prepare import run_prepare, start_sandbox
+from sandfleet.rollout.record import Tape, build_record, make_tape
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.rollout.verdict import INFRA, settle
@@ -121,6 +122,9 @@ class RolloutRequest:
     verify: str = "shared"
     """``shared``: the tests run in the agent's sandbox; ``separate``: in a fresh sandbox of the
     same image that gets only the workdir and declared artifacts (docs/security.md)."""
+    record: str = "none"
+    """``none``, ``commands`` or ``full``: what the rollout's record keeps (docs/replay.md);
+    the record is ``result.record``."""
 
 
 async def _create(req: RolloutRequest) -> Sandbox:
@@ -153,6 +157,7 @@ async def run_rollout(
     sandbox: Sandbox | None = None
     probe: Probe | None = None
     phase = "start"  # nothing of the agent's has run: a failure now is infra (rollout/verdict.py)
+    tape = make_tape(req.record)
     try:
         with rec.span("sandbox_start"):
             sandbox = await _start(req)
@@ -169,7 +174,7 @@ async def run_rollout(
         with rec.span("sandbox_start", what="task folders to root"):
             await protect_task_dirs(sandbox)
         ctx = AgentContext(
-            task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s
+            task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s, tape=tape
         )
         phase = "agent"
         probe = _probe(sandbox, result, "agent")
@@ -225,9 +230,19 @@ async def run_rollout(
                 await asyncio.shield(_close(sandbox, result))
         result.end = rec.finish()
         settle(result)
+        if tape is not None:
+            _record(tape, req, result)
         if on_result is not None:
             on_result(result)
     return result
+
+
+def _record(tape: Tape, req: RolloutRequest, result: RolloutResult) -> None:
+    """Attach the rollout's record (docs/replay.md); recording never fails a rollout."""
+    try:
+        result.record = build_record(tape, task=req.task, spec=req.spec, policy=req.policy, result=result)
+    except Exception as e:
+        log.warning("no record of %s: %s", result.rollout_id, e)
 
 
 def _probe(sandbox: Sandbox, result: RolloutResult, phase: str) -> Probe | None:

@@ -92,6 +92,9 @@ class RunConfig:
     seccomp_allow: tuple[str, ...] = ()
     """Rules of the default seccomp filter every sandbox opts out of, besides each task's own
     (``--seccomp-allow``; ``unconfined``: no filter)."""
+    record: str = "commands"
+    """What each rollout's record in ``records.jsonl`` keeps: ``none``, ``commands`` (all but
+    the model's messages) or ``full`` (docs/replay.md)."""
 
     def __post_init__(self) -> None:
         from sandfleet.sandbox.spec import BACKENDS
@@ -104,6 +107,8 @@ class RunConfig:
             raise ConfigError(f"concurrency must be between 1 and 100000, not {self.concurrency}")
         if self.verify not in ("shared", "separate"):
             raise ConfigError(f"verify must be shared or separate, not {self.verify!r}")
+        if self.record not in ("none", "commands", "full"):
+            raise ConfigError(f"record must be none, commands or full, not {self.record!r}")
         if self.admission not in ("group", "rollout"):
             raise ConfigError(f"admission must be group or rollout, not {self.admission!r}")
         if self.admission == "group" and self.concurrency < self.n:
@@ -187,7 +192,7 @@ class RunReport:
         }  # fmt: skip
 
 
-RUN_FILES = ("run.json", "trace.jsonl", "rollouts.jsonl", "groups.jsonl", "summary.json")
+RUN_FILES = ("run.json", "trace.jsonl", "rollouts.jsonl", "groups.jsonl", "summary.json", "records.jsonl")
 """What a run directory holds (``--overwrite`` replaces only a directory holding one of these)."""
 
 
@@ -292,7 +297,8 @@ class _Writer:
                                               "fork": cfg.fork, "max_attempts": cfg.retry.max_attempts}),
                     "raw_bwrap_true_ms": raw_bwrap_true_ms() if cfg.backend in ("bwrap", "auto") else None}
             write_atomic(out / "run.json", json.dumps(info, indent=2) + "\n")
-        for name in ("trace.jsonl", "rollouts.jsonl", "groups.jsonl"):
+        for name in ("trace.jsonl", "rollouts.jsonl", "groups.jsonl", *(("records.jsonl",) if cfg.record != "none"
+                                                                          else ())):
             self.files[name] = open(out / name, "a", encoding="utf-8")  # noqa: SIM115
 
     def _load_previous(self, out: Path, cfg: RunConfig) -> None:
@@ -339,6 +345,9 @@ class _Writer:
         write_atomic(out / "groups.jsonl", "".join(json.dumps(g) + "\n" for g in groups.values()))
         write_atomic(out / "rollouts.jsonl", "".join(json.dumps(r) + "\n" for r in records))
         write_atomic(out / "trace.jsonl", "".join(json.dumps(t) + "\n" for t in traces))
+        if (out / "records.jsonl").exists():  # the records of finished groups' final attempts
+            kept = [r for r in _json_lines(out / "records.jsonl") if r.get("rollout_id") in by_id]
+            write_atomic(out / "records.jsonl", "".join(json.dumps(r) + "\n" for r in kept))
 
     def _append(self, name: str, items: Sequence[dict[str, Any]]) -> None:
         f = self.files.get(name)
@@ -355,6 +364,9 @@ class _Writer:
 
     def rollout(self, r: RolloutResult) -> None:
         self._append("rollouts.jsonl", [r.to_record()])
+        if r.record is not None:
+            r.record["rollout_id"] = r.rollout_id  # renumbered after a resumed run's attempts
+            self._append("records.jsonl", [r.record])
 
     def group(self, name: str, stats: dict[str, Any], results: Sequence[RolloutResult],
               extra: dict[str, Any] | None = None) -> None:
@@ -477,7 +489,8 @@ async def run_suite(
                 info["prepare"] = {"mode": "each" if task.prepare is not None else "none"}
             reqs = [
                 RolloutRequest(task=task, policy=policy, spec=spec, sample=i, run_id=cfg.run_id,
-                               snapshot=prepared.snapshot if prepared else None, verify=cfg.verify)
+                               snapshot=prepared.snapshot if prepared else None, verify=cfg.verify,
+                               record=cfg.record)
                 for i in members_of
             ]
             return list(await asyncio.gather(*(one(r, admission) for r in reqs)))

@@ -53,6 +53,8 @@ def emit(kind, text):
 class Stream(io.TextIOBase):
     """sys.stdout / sys.stderr: whole lines go out as they are written, the rest on flush."""
 
+    encoding = "utf-8"
+
     def __init__(self, kind, fd):
         self.kind = kind
         self.fd = fd
@@ -63,10 +65,6 @@ class Stream(io.TextIOBase):
 
     def fileno(self):
         return self.fd
-
-    @property
-    def encoding(self):
-        return "utf-8"
 
     def isatty(self):
         return False
@@ -239,7 +237,7 @@ def main():
     sys.stdin = open(os.devnull)
     sys.stdout = Stream("stdout", 1)
     sys.stderr = Stream("stderr", 2)
-    contexts = {}
+    contexts: dict = {}
     count = 0
     send({"id": None, "type": "ready", "pid": os.getpid(), "python": sys.version.split()[0]})
     while True:

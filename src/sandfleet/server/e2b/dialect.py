@@ -24,6 +24,7 @@ from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import control as e2b_control
+from sandfleet.server.e2b import interpreter as e2b_interpreter
 from sandfleet.server.e2b import metrics as e2b_metrics
 from sandfleet.server.e2b import pause as e2b_pause
 from sandfleet.server.e2b.fs import FsRPC, Watcher
@@ -159,7 +160,7 @@ class E2B(ProcessRPC, FsRPC):
             except Exception as err:
                 raise cp_error(err) from None
             return self.sandbox_body(self.adopt(kids[0], template, metadata))
-        base = template == "base"
+        base = template == "base" or template in e2b_interpreter.TEMPLATES  # the kernel needs only python3
         # E2B's users need the e2b-base layer, which bwrap copies over the host; another backend
         # (process, microvm) runs template base on the host image, as its own default user
         users = base and self.service.backend == "bwrap"
@@ -408,4 +409,5 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
         return Response(status_code=204)
 
     app.add_api_route("/health", envd(health), methods=["GET"], include_in_schema=False)
+    e2b_interpreter.install(app, e2b)  # the code interpreter's port 49999: /execute, /contexts
     return e2b

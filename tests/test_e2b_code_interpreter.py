@@ -1,0 +1,149 @@
+"""The real, unmodified ``e2b-code-interpreter`` SDK (sync and async) against a real
+``sandfleet serve`` on loopback, through E2B_API_URL / E2B_SANDBOX_URL / E2B_API_KEY:
+``run_code`` in a stateful kernel (no Jupyter), and code contexts."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+pytestmark = [
+    pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
+                       reason="the service needs the server extra (pip install -e '.[server]')"),
+    pytest.mark.skipif(importlib.util.find_spec("e2b_code_interpreter") is None,
+                       reason="the e2b-code-interpreter SDK is not installed (pip install e2b-code-interpreter)"),
+]
+
+if importlib.util.find_spec("fastapi") is not None:
+    from sandfleet.server.testing import RunningService, running_service
+
+
+@pytest.fixture(scope="module")
+def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
+    with running_service(tmp_path_factory.mktemp("e2b-ci"), args=["--max-ttl", "900"]) as s:
+        yield s
+
+
+@pytest.fixture
+def e2b_env(svc: RunningService, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token}
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("E2B_DEBUG", raising=False)
+    monkeypatch.delenv("E2B_DOMAIN", raising=False)
+    return env
+
+
+def test_run_code_state_output_errors(e2b_env: dict[str, str]) -> None:
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)  # template code-interpreter-v1, the SDK's default
+    try:
+        assert sbx.get_info().template_id == "code-interpreter-v1"
+        # state persists across calls; the last expression is the cell's result
+        first = sbx.run_code("x = 1")
+        assert first.text is None and first.error is None and first.results == []
+        ex = sbx.run_code("x += 1; x")
+        assert ex.text == "2" and ex.error is None
+        assert ex.results[0].is_main_result and ex.execution_count == 2
+        # stdout / stderr stream to the callbacks, subprocesses' output too
+        out: list[str] = []
+        err: list[str] = []
+        ex = sbx.run_code("import os, sys\nprint('one')\nprint('two', file=sys.stderr)\nos.system('echo three')",
+                          on_stdout=lambda m: out.append(m.line), on_stderr=lambda m: err.append(m.line))
+        assert "".join(out) == "one\nthree\n" and "".join(err) == "two\n"
+        assert ex.logs.stdout == out and ex.logs.stderr == err
+        # an error: name, value and a traceback that names the cell's line
+        errors: list[Any] = []
+        ex = sbx.run_code("def f():\n    return 1 / 0\nf()", on_error=errors.append)
+        assert ex.error is not None and ex.error.name == "ZeroDivisionError"
+        assert ex.error.value == "division by zero"
+        assert "return 1 / 0" in ex.error.traceback and errors == [ex.error]
+        # env_vars for one cell, the sandbox's working directory and user
+        ex = sbx.run_code("import os; (os.environ.get('ONLY_HERE'), os.getcwd())", envs={"ONLY_HERE": "yes"})
+        assert ex.text == "('yes', '/home/user')"
+        assert sbx.run_code("import os; os.environ.get('ONLY_HERE')").text is None
+        # rich forms of a result
+        ex = sbx.run_code("class H:\n    def _repr_html_(self):\n        return '<b>hi</b>'\nH()")
+        assert ex.results[0].html == "<b>hi</b>"
+        # the kernel and commands share the sandbox
+        sbx.run_code("open('/home/user/from_kernel.txt', 'w').write('k')")
+        assert sbx.files.read("/home/user/from_kernel.txt") == "k"
+    finally:
+        sbx.kill()
+
+
+def test_contexts(e2b_env: dict[str, str]) -> None:
+    from e2b.exceptions import NotFoundException, SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.run_code("y = 'default'")
+        ctx = sbx.create_code_context(cwd="/tmp")
+        assert ctx.language == "python" and ctx.cwd == "/tmp"
+        assert [c.id for c in sbx.list_code_contexts()] == [ctx.id]
+        ex = sbx.run_code("import os; y = 'other'; os.getcwd()", context=ctx)
+        assert ex.text == "'/tmp'"
+        assert sbx.run_code("y").text == "'default'"  # contexts are separate globals
+        assert sbx.run_code("y", context=ctx).text == "'other'"
+        sbx.restart_code_context(ctx)
+        assert sbx.run_code("y", context=ctx).error.name == "NameError"
+        sbx.remove_code_context(ctx.id)
+        assert sbx.list_code_contexts() == []
+        with pytest.raises(NotFoundException):
+            sbx.run_code("1", context=ctx)
+        with pytest.raises(SandboxException):
+            sbx.run_code("1", language="r")
+    finally:
+        sbx.kill()
+
+
+def test_matplotlib_png(e2b_env: dict[str, str]) -> None:
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        if sbx.run_code("import matplotlib").error is not None:
+            pytest.skip("the sandbox's python3 has no matplotlib")
+        ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+        assert ex.error is None
+        pngs = [r.png for r in ex.results if r.png]
+        assert len(pngs) == 1 and pngs[0].startswith("iVBOR")  # base64 of the PNG signature
+    finally:
+        sbx.kill()
+
+
+def test_async_sdk(e2b_env: dict[str, str]) -> None:
+    from e2b_code_interpreter import AsyncSandbox
+
+    async def main() -> None:
+        sbx = await AsyncSandbox.create(timeout=120)
+        try:
+            await sbx.run_code("n = 40")
+            seen: list[str] = []
+            ex = await sbx.run_code("print('hi'); n + 2", on_stdout=lambda m: seen.append(m.line))
+            assert ex.text == "42" and seen == ["hi\n"]
+        finally:
+            await sbx.kill()
+
+    asyncio.run(main())
+
+
+def test_dead_sandbox_and_bad_token(e2b_env: dict[str, str], svc: RunningService) -> None:
+    import httpx
+    from e2b.exceptions import TimeoutException
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=60)
+    sbx.run_code("1")
+    r = httpx.post(f"{svc.url}/execute", json={"code": "1"},
+                   headers={"E2b-Sandbox-Id": sbx.sandbox_id, "X-Access-Token": "wrong"})
+    assert r.status_code == 401
+    sbx.kill()
+    with pytest.raises(TimeoutException):  # 502 "was not found": the SDK's "sandbox timeout"
+        sbx.run_code("1")

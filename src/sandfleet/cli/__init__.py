@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "image": ("sandfleet.cli.image:image", "Build and list environment images."),
     "tasks": ("sandfleet.cli.tasks:tasks", "Load, import and validate task folders."),
     "run": ("sandfleet.cli.run:run", "Run rollouts of a task suite (the main job)."),
+    "replay": ("sandfleet.cli.replay:replay", "Run a run's rollouts again from their records; compare."),
     "bench": ("sandfleet.cli.bench:bench", "Benchmarks: micro, capacity, compare."),
     "analyze": ("sandfleet.cli.analyze:analyze", "Turn traces into the figures of a hardware choice."),
     "model-server": ("sandfleet.cli.model_server:model_server", "Serve scripted chat replies (tests, demos)."),

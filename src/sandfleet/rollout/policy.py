@@ -95,7 +95,8 @@ class AgentContext:
             if res.timed_out:
                 span["timed_out"] = True
         if self.tape is not None:
-            self.tape.command(label, res, turn=self.turns, shell=is_shell, env=env, timeout=limit)
+            self.tape.command(label, res, turn=self.turns, shell=is_shell, env=env, timeout=limit,
+                              argv=None if isinstance(command, str) else list(command))
         return res
 
     async def stage(self, uploads: Sequence[Upload], what: str) -> None:

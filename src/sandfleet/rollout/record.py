@@ -61,7 +61,7 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
     return f"{text[:head]}\n[... {len(text) - head - tail} characters not recorded ...]\n{text[-tail:]}"
 
 
-def _message_digests(message: dict[str, Any]) -> dict[str, Any]:
+def message_digests(message: dict[str, Any]) -> dict[str, Any]:
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
     rest = {k: v for k, v in message.items() if k != "content"}
@@ -91,13 +91,15 @@ class Tape:
             self.expect({"i": len(self.commands), "turn": turn, "command": command, "shell": shell, "env": env})
 
     def command(
-        self, command: str, res: ExecResult, *, turn: int, shell: bool, env: dict[str, str] | None, timeout: float
+        self, command: str, res: ExecResult, *, turn: int, shell: bool, env: dict[str, str] | None, timeout: float,
+        argv: list[str] | None = None,
     ) -> None:
         t0 = time.perf_counter()
         output = res.output
         entry: dict[str, Any] = {
             "i": len(self.commands), "turn": turn, "command": command, "shell": shell,
-            **({"env": env} if env else {}), "timeout_s": round(timeout, 3), "exit_code": res.exit_code,
+            **({"argv": argv} if argv is not None else {}), **({"env": env} if env else {}),
+            "timeout_s": round(timeout, 3), "exit_code": res.exit_code,
             **({"timed_out": True} if res.timed_out else {}), "duration_s": round(res.duration_s, 4),
             "output": cap(output, self.output_cap), "output_chars": len(output), "output_sha": sha(output),
             "cap": self.output_cap,
@@ -121,7 +123,7 @@ class Tape:
             "params": {k: v for k, v in params.items() if k != "tools"},
             "tools_sha": tools_sha,
             "messages": {"n": len(messages), "sha": sha(messages), "from": len(messages) - len(new),
-                         "new": [_message_digests(m) for m in new]},
+                         "new": [message_digests(m) for m in new]},
         }
         if tools and tools_sha != self._tools_sha:
             entry["tools"] = tools  # in full where they change (the first request, mostly)
@@ -246,7 +248,7 @@ def describe_policy(policy: Policy) -> dict[str, Any]:
 
 def build_record(
     tape: Tape, *, task: Task, spec: SandboxSpec, policy: Policy, result: RolloutResult,
-    reward_source: dict[str, Any] | None = None,
+    reward_source: dict[str, Any] | None = None, verify: str = "shared",
 ) -> dict[str, Any]:
     """The rollout's record (one line of ``records.jsonl``)."""
     t0 = time.perf_counter()
@@ -258,7 +260,7 @@ def build_record(
         "task_digest": {"sha": sha(files), "files": files,
                         "reward_key": task.verifier.reward_key, "reward_weights": task.verifier.reward_weights},
         "image": {"ref": spec.image, "digest": image_digest(spec.image)},
-        "spec": spec.model_dump(mode="json"), "backend": result.backend, "environment": environment(),
+        "spec": spec.model_dump(mode="json"), "backend": result.backend, "verify": verify, "environment": environment(),
         "policy": describe_policy(policy),
         "requests": tape.requests, "commands": tape.commands,
         "verifier": {"exit_code": result.verifier_exit_code, "output": cap(result.verifier_output, tape.output_cap),

@@ -240,7 +240,8 @@ async def run_rollout(
 def _record(tape: Tape, req: RolloutRequest, result: RolloutResult) -> None:
     """Attach the rollout's record (docs/replay.md); recording never fails a rollout."""
     try:
-        result.record = build_record(tape, task=req.task, spec=req.spec, policy=req.policy, result=result)
+        result.record = build_record(tape, task=req.task, spec=req.spec, policy=req.policy, result=result,
+                                     verify=req.verify)
     except Exception as e:
         log.warning("no record of %s: %s", result.rollout_id, e)
 

@@ -1,0 +1,196 @@
+"""Replaying a run directory's records (``sandfleet replay``): check every record, replay the
+ones that pass in fresh sandboxes, compare, and sum up (docs/replay.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandfleet.errors import ConfigError
+from sandfleet.rollout.normalize import DEFAULT
+from sandfleet.rollout.record import read_records
+from sandfleet.rollout.replay import Check, ReplayPolicy, check_record, compare
+from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries
+from sandfleet.sandbox.spec import SandboxSpec
+
+
+@dataclass
+class ReplayReport:
+    """Every record's check and replays."""
+
+    run_dir: Path
+    rollouts: list[dict[str, Any]] = field(default_factory=list)
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    """The replays' own records (written to ``--out``)."""
+    wall_s: float = 0.0
+    original_wall_s: float | None = None
+    normalizers: tuple[str, ...] = DEFAULT
+    repeat: int = 1
+
+    def summary(self) -> dict[str, Any]:
+        rows = self.rollouts
+        out: dict[str, Any] = {
+            "rollouts": len(rows), "same_reward": sum(r["same_reward"] for r in rows),
+            "identical": sum(r["status"] == "identical" for r in rows),
+            "drifted": sum(r["status"] == "drifted" for r in rows),
+            "diverged": sum(r["status"] == "diverged" for r in rows),
+            "refused": len(self.refused), "tampered": sum(bool(r.get("tampered")) for r in rows),
+            "wall_s": round(self.wall_s, 3), "original_wall_s": self.original_wall_s,
+            "normalizers": list(self.normalizers),
+        }  # fmt: skip
+        if self.repeat > 1:
+            replays = sum(len(r["replays"]) for r in rows)
+            flips = sum(r["reward_flips"] for r in rows)
+            out.update(repeat=self.repeat, reward_flip_rate=flips / replays if replays else 0.0)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        return {"summary": self.summary(), "rollouts": self.rollouts, "refused": self.refused}
+
+
+async def replay_run(
+    run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
+    normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int = 4, tasks_dir: Path | None = None,
+) -> ReplayReport:
+    """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
+    times, at most ``concurrency`` at once; on ``backend`` (default: the recorded one)."""
+    path = run_dir / "records.jsonl"
+    if not path.exists():
+        raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
+    records = read_records(path)
+    if rollout_ids:
+        missing = set(rollout_ids) - {str(r.get("rollout_id")) for r in records}
+        if missing:
+            raise ConfigError(f"no record of rollout {', '.join(sorted(missing))} in {path}")
+        records = [r for r in records if r.get("rollout_id") in rollout_ids]
+    report = ReplayReport(run_dir, normalizers=tuple(normalizers), repeat=repeat)
+    report.original_wall_s = _original_wall_s(run_dir, records)
+    checks = [(rec, check_record(rec, tasks_dir)) for rec in records]  # all before anything runs
+    for rec, check in checks:
+        if check.refused:
+            report.refused.append({"rollout_id": rec.get("rollout_id"), "task": rec.get("task"),
+                                   "why": check.refused, "tampered": check.tampered})
+    slots = asyncio.Semaphore(max(1, concurrency))
+    t0 = time.perf_counter()
+
+    async def one(rec: dict[str, Any], check: Check) -> dict[str, Any]:
+        replays = []
+        for k in range(repeat):
+            async with slots:
+                replays.append(await _replay_once(rec, check, backend, normalizers, k))
+        first = dict(replays[0])
+        recorded = first["reward"]["recorded"]
+        first["tampered"] = check.tampered
+        first["replays"] = [{"status": r["status"], "reward": r["reward"]["replayed"], "seconds": r["seconds"]}
+                            for r in replays]
+        first["reward_flips"] = sum(r["reward"]["replayed"] != recorded for r in replays)
+        return first
+
+    todo = [(rec, check) for rec, check in checks if not check.refused]
+    rows = await asyncio.gather(*(one(rec, check) for rec, check in todo))
+    report.wall_s = time.perf_counter() - t0
+    for row in rows:
+        report.records.extend(row.pop("_records"))
+        report.rollouts.append(row)
+    return report
+
+
+async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, normalizers: Sequence[str],
+                       k: int) -> dict[str, Any]:
+    assert check.task is not None
+    policy = ReplayPolicy(rec, normalizers)
+    spec_data = dict(rec["spec"])
+    if backend:
+        spec_data["backend"] = backend
+    spec = SandboxSpec.model_validate(spec_data)
+    req = RolloutRequest(task=check.task, policy=policy, spec=spec, sample=int(rec.get("sample") or 0),
+                         run_id=f"replay-{rec.get('run_id', '')}", rollout_id=str(rec.get("rollout_id")),
+                         verify=str(rec.get("verify") or "shared"), record=str(rec.get("mode") or "commands"))
+    result = await run_with_retries(req, RetryPolicy(max_attempts=1))
+    diverged = policy.state.diverged
+    row = compare(rec, result.record, result.reward if diverged is None else None, diverged, normalizers)
+    row["seconds"] = {"recorded": (rec.get("result") or {}).get("duration_s"), "replayed": round(result.duration, 4)}
+    if result.status != "completed" and diverged is None:
+        row["status"] = "drifted"
+        row["failed"] = {"reason": result.reason, "error": result.error}
+    row["_records"] = [result.record] if result.record is not None else []
+    if k:
+        row["repeat"] = k
+    return row
+
+
+def _original_wall_s(run_dir: Path, records: list[dict[str, Any]]) -> float | None:
+    """The original run's wall time when all its rollouts are replayed, else the sum of the
+    replayed rollouts' durations (None if unknown)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+        if summary.get("n_rollouts") == len(records):
+            return float(summary["wall_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    total = [float((r.get("result") or {}).get("duration_s") or 0) for r in records]
+    return round(sum(total), 3) if total else None
+
+
+def write_out(report: ReplayReport, out: Path, text: str) -> None:
+    """``--out``: replay.json, report.txt and the replays' own records.jsonl."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "replay.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    (out / "report.txt").write_text(text + "\n")
+    (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in report.records))
+
+
+def report_text(report: ReplayReport) -> str:
+    """The report a person reads: per rollout, per command, then the summary."""
+    lines = [f"replay of {report.run_dir} (normalizers: {', '.join(report.normalizers) or 'none'})"]
+    for r in report.refused:
+        lines.append(f"REFUSED {r['rollout_id']}:")
+        lines += [f"  {why}" for why in r["why"]]
+    for row in report.rollouts:
+        rw = row["reward"]
+        same = "same reward" if row["same_reward"] else "reward differs"
+        lines.append(f"{row['rollout_id']}: {row['status']}, {same} ({rw['recorded']} -> {rw['replayed']}), "
+                     f"{row['commands_identical']}/{row['commands']} commands identical")
+        for t in row.get("tampered") or []:
+            lines.append(f"  tampered: {t}")
+        if row.get("diverged_at"):
+            d = row["diverged_at"]
+            lines.append(f"  diverged at turn {d['turn']}: {d['what']}")
+        if row.get("failed"):
+            lines.append(f"  replay failed: {row['failed']['reason']}: {row['failed']['error']}")
+        for c in row["command_rows"]:
+            lines.append("  " + _command_line(c))
+        if report.repeat > 1:
+            lines.append(f"  {report.repeat} replays: rewards {[x['reward'] for x in row['replays']]}, "
+                         f"{row['reward_flips']} flipped")
+    s = report.summary()
+    lines.append(f"summary: {s['rollouts']} replayed: {s['identical']} identical, {s['drifted']} drifted, "
+                 f"{s['diverged']} diverged; same reward {s['same_reward']}/{s['rollouts']}; "
+                 f"{s['refused']} refused, {s['tampered']} tampered")
+    if report.repeat > 1:
+        lines.append(f"reward flip rate over {report.repeat} replays each: {s['reward_flip_rate']:.1%}")
+    orig = f" (the original: {report.original_wall_s:.2f} s)" if report.original_wall_s else ""
+    lines.append(f"replay took {report.wall_s:.2f} s{orig}")
+    return "\n".join(lines)
+
+
+def _command_line(c: dict[str, Any]) -> str:
+    head = f"cmd {c['i'] + 1} (turn {c['turn']}) `{c['command'][:60]}`: "
+    if c.get("ran") is False:
+        return head + "not run"
+    parts = []
+    ec = c["exit_code"]
+    parts.append("same exit code" if ec == "same" else f"exit code {ec['recorded']} -> {ec['replayed']}")
+    out = c["output"]
+    if isinstance(out, str):
+        parts.append(f"output {out}")
+    else:
+        parts.append(f"output differs at line {out['line']}: recorded {out['recorded']!r}, "
+                     f"replayed {out['replayed']!r}")
+    return head + ", ".join(parts)

@@ -120,8 +120,8 @@ def test_bad_token_and_unsupported(svc: RunningService) -> None:
         assert r.status_code == 401, (path, r.text)
     with pytest.raises(Exception, match="language 'go' is not supported by sandfleet.*python, bash, cpp"):
         run_code(RunCodeRequest(code="package main", language="go"), endpoint=endpoint(svc), max_attempts=1)
-    r = httpx.post(f"{endpoint(svc)}/run_jupyter", json={"cells": ["1"]}, timeout=30)
-    assert r.status_code == 501 and "run_jupyter is not supported by sandfleet" in r.json()["detail"]
+    r = httpx.post(f"{endpoint(svc)}/submit", json={}, timeout=30)
+    assert r.status_code == 501 and "submit is not supported by sandfleet" in r.json()["detail"]
     r = httpx.post(f"{endpoint(svc)}/run_code", json={"code": 1, "language": "python"}, timeout=30)
     assert r.status_code == 400 and "code and language" in r.json()["detail"]
     r = httpx.post(f"{endpoint(svc)}/run_code", json={"code": "1", "language": "python", "run_timeout": -1},
@@ -233,3 +233,32 @@ def test_sandbox_lost_is_sandbox_error(svc: RunningService) -> None:
     assert run_code(RunCodeRequest(code="print(2)", language="python"), endpoint=endpoint(svc),
                     max_attempts=1).status == "Success"  # the service goes on
     assert live(svc) == []
+
+
+def test_run_jupyter(svc: RunningService) -> None:
+    from sandbox_fusion import RunJupyterRequest, run_jupyter
+
+    cells = ["a = 123", "a", "print(a)", 'import sys; sys.stderr.write("stderr message")',
+             'raise RuntimeError("error message")', "a + 1"]
+    before = live(svc)
+    resp = run_jupyter(RunJupyterRequest(cells=cells, files={"data.txt": base64.b64encode(b"42").decode()},
+                                         fetch_files=["out.txt"]),
+                       endpoint=endpoint(svc), max_attempts=1)
+    assert resp.status == "Failed" and resp.driver is not None and resp.driver.status == "Finished"
+    got = [(c.stdout, c.stderr, c.display, [e["ename"] for e in c.error]) for c in resp.cells]
+    assert got[:4] == [("", "", [], []), ("", "", [{"text/plain": "123"}], []), ("123\n", "", [], []),
+                       ("", "stderr message", [{"text/plain": "14"}], [])]
+    assert got[4][3] == ["RuntimeError"] and resp.cells[4].error[0]["evalue"] == "error message"
+    assert any("error message" in line for line in resp.cells[4].error[0]["traceback"])
+    assert got[5][2] == [{"text/plain": "124"}]  # cells after an error still run, in the same kernel
+    ok = run_jupyter(RunJupyterRequest(cells=["open('out.txt', 'w').write(open('data.txt').read())", "1 + 1"],
+                                       files={"data.txt": base64.b64encode(b"42").decode()},
+                                       fetch_files=["out.txt"]), endpoint=endpoint(svc), max_attempts=1)
+    assert ok.status == "Success" and ok.cells[1].display == [{"text/plain": "2"}]
+    assert base64.b64decode(ok.files["out.txt"]) == b"42"
+    # a cell past cell_timeout is interrupted; no later cell runs
+    slow = run_jupyter(RunJupyterRequest(cells=["import time; time.sleep(30)", "1"], cell_timeout=1),
+                       endpoint=endpoint(svc), max_attempts=1)
+    assert slow.status == "Failed" and slow.driver.status == "TimeLimitExceeded" and len(slow.cells) == 1
+    assert slow.cells[0].error[0]["ename"] == "KeyboardInterrupt"
+    assert live(svc) == before  # each call's sandbox is closed

@@ -20,7 +20,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandfleet import __version__
 from sandfleet.errors import SandfleetError
-from sandfleet.server import sandboxfusion, swerex, taskimages
+from sandfleet.server import fusion_jupyter, sandboxfusion, swerex, taskimages
 from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import dialect as e2b
@@ -90,5 +90,6 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     dialect = e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
-    sandboxfusion.install(app, service, tokens, metrics, service.config.fusion_image)  # /sandbox-fusion/<token>/
+    sandboxfusion.install(app, service, tokens, metrics, service.config.fusion_image,  # /sandbox-fusion/<token>/
+                          endpoints={"run_jupyter": fusion_jupyter.run_jupyter})
     return Edge(FastExec(PortProxy(app, dialect), service, tokens, metrics), service, metrics)

@@ -22,8 +22,9 @@ retries it, then raises). ``compile_result`` / ``run_result`` carry ``status`` `
 (it exited, whatever the code), ``TimeLimitExceeded`` (killed at its timeout, ``return_code``
 null) or ``Error`` (it could not start), ``return_code`` (128+N when killed by signal N),
 ``stdout``, ``stderr`` and ``execution_time`` (seconds). Admission is the service's: a call
-waits for a sandbox and a busy slot up to ``--deadline``, then 429. ``run_jupyter`` and the
-dataset endpoints (``get_prompts``, ``submit``, ...) answer 501, saying so.
+waits for a sandbox and a busy slot up to ``--deadline``, then 429. ``run_jupyter`` is
+:mod:`.fusion_jupyter` (cells in one stateful Python); the dataset endpoints
+(``get_prompts``, ``submit``, ...) answer 501, saying so.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import json
 import logging
 import posixpath
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +57,7 @@ log = logging.getLogger(__name__)
 PREFIX = "/sandbox-fusion/"
 WORKDIR = "/work"
 LANGUAGES = ("python", "bash", "cpp")
-NOT_SERVED = ("run_jupyter", "get_prompts", "get_prompt_by_id", "submit", "get_metrics", "get_metrics_function",
+NOT_SERVED = ("get_prompts", "get_prompt_by_id", "submit", "get_metrics", "get_metrics_function",
               "list_datasets", "list_ids")
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_MEMORY_MIB = 1024
@@ -299,8 +301,13 @@ def redact(text: str) -> str:
     return "".join(out) + rest
 
 
-def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metrics, image: str = "host") -> None:
-    """Add the SandboxFusion routes to ``app`` (none of them in the schema)."""
+Endpoint = Callable[["SandboxFusion", Request], Awaitable[dict[str, Any]]]
+
+
+def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metrics, image: str = "host",
+            endpoints: dict[str, Endpoint] | None = None) -> None:
+    """Add the SandboxFusion routes to ``app`` (none of them in the schema): ``run_code``, and
+    ``endpoints`` (name -> handler, answered and counted as run_code is)."""
     fusion = SandboxFusion(service, tokens, metrics, image)
     for name in ("uvicorn.access", "uvicorn.error"):
         logger = logging.getLogger(name)
@@ -310,9 +317,14 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metr
     def error(err: FusionError) -> JSONResponse:
         return JSONResponse({"detail": err.detail}, status_code=err.status, headers=err.headers)
 
-    async def run_code(request: Request) -> Response:
+    def served(fn: Endpoint) -> Callable[[Request], Awaitable[Response]]:
+        async def route(request: Request) -> Response:
+            return await answer_with(fn, request)
+        return route
+
+    async def answer_with(fn: Endpoint, request: Request) -> Response:
         try:
-            out = await fusion.run_code(request)
+            out = await fn(fusion, request)
         except FusionError as err:
             fusion.runs.labels(_language(request), str(err.status)).inc()
             return error(err)
@@ -336,10 +348,11 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metr
         name = request.path_params.get("rest", "")
         if name in NOT_SERVED:
             return error(FusionError(501, f"{name} is not supported by sandfleet: it serves run_code "
-                                          f"({', '.join(LANGUAGES)}) only"))
+                                          f"({', '.join(LANGUAGES)}) and run_jupyter only"))
         return error(FusionError(404, f"no SandboxFusion endpoint {name!r} here; sandfleet serves run_code"))
 
-    app.add_route(PREFIX + "{token}/run_code", run_code, methods=["POST"], include_in_schema=False)
+    for name, fn in {"run_code": SandboxFusion.run_code, **(endpoints or {})}.items():
+        app.add_route(PREFIX + "{token}/" + name, served(fn), methods=["POST"], include_in_schema=False)
     app.add_route(PREFIX + "{token}/{rest:path}", other, methods=["GET", "POST", "PUT", "DELETE"],
                   include_in_schema=False)
 

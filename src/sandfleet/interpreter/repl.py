@@ -228,6 +228,14 @@ def report(err):
           "traceback": "".join(lines)})
 
 
+def settle(pipes):
+    """Everything the cell printed goes out before its result, error or end."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    for p in pipes:
+        p.sync()
+
+
 def main():
     os.environ.setdefault("MPLBACKEND", "Agg")
     stdin = os.fdopen(os.dup(0), "rb")
@@ -272,14 +280,12 @@ def main():
                 os.environ.update({str(k): str(v) for k, v in env.items()})
                 os.chdir(ctx.cwd)
                 value = run(ctx, str(req.get("code") or ""), count)
-                sys.stdout.flush()
-                sys.stderr.flush()
+                settle(pipes)
                 show_figures()
                 if value is not None:
                     send({"id": CURRENT["id"], "type": "result", "is_main_result": True, **bundle(value)})
             except BaseException as err:  # the cell's, KeyboardInterrupt and SystemExit included
-                sys.stdout.flush()
-                sys.stderr.flush()
+                settle(pipes)
                 report(err)
             finally:
                 ctx.cwd = os.getcwd()  # noqa: PTH109
@@ -288,8 +294,6 @@ def main():
                         os.environ.pop(k, None)
                     else:
                         os.environ[k] = v
-                for p in pipes:
-                    p.sync()
         except KeyboardInterrupt:
             report(KeyboardInterrupt())
         send({"id": CURRENT["id"], "type": "end", "execution_count": count})

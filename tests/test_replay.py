@@ -14,7 +14,7 @@ import pytest
 
 from sandfleet.rollout import RunConfig, run_suite
 from sandfleet.rollout.agent import OpenAIPolicy
-from sandfleet.rollout.record import item_sha, read_records
+from sandfleet.rollout.record import image_digest, item_sha, read_records
 from sandfleet.rollout.replay_run import replay_run
 from sandfleet.testing.scripted_model import ScriptedModel
 from test_rollout_support import make_task, needs_bwrap
@@ -73,6 +73,26 @@ def test_edited_test_file_is_refused_naming_it(oracle_run: Path, tmp_path: Path)
     assert report["summary"]["rollouts"] == 0 and report["summary"]["refused"] == 1
     (why,) = report["refused"][0]["why"]
     assert "test file tests/test_outputs.py was edited" in why
+
+
+def test_edited_task_file_or_other_image_is_refused_before_anything_runs(oracle_run: Path, tmp_path: Path) -> None:
+    tasks, run = tmp_path / "tasks", tmp_path / "run"
+    shutil.copytree(oracle_run / "tasks", tasks)
+    shutil.copytree(oracle_run / "run", run)
+    (tasks / "csv-awk-aggregate" / "instruction.md").write_text("Do something else.\n")
+    records = read_records(run / "records.jsonl")
+    other = next(r for r in records if r["task"] == "shell-quoting-bug")
+    other["image"] = {"ref": "host", "digest": image_digest("host")}  # another image, made to look consistent
+    other["spec"]["image"] = "host"
+    (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    rc, report = replay_json(run, "--tasks", tasks)
+    assert rc == 1
+    s = report["summary"]
+    assert (s["rollouts"], s["refused"], s["identical"]) == (1, 2, 1)  # jq-json-summary still replays
+    why = {r["rollout_id"]: r["why"] for r in report["refused"]}
+    assert any("task file instruction.md was edited" in w for w in why["csv-awk-aggregate#0"])
+    assert "the record's image was changed after recording" in why["shell-quoting-bug#0"]
+    assert "the record's spec was changed after recording" in why["shell-quoting-bug#0"]
 
 
 def test_changed_command_output_in_the_record_diverges_at_its_turn(oracle_run: Path, tmp_path: Path) -> None:

@@ -43,6 +43,8 @@ RECORD_VERSION = 1
 OUTPUT_CAP = 8192
 """Characters of a command's output a record keeps (head and tail); the full output's length
 and digest are kept too."""
+HEAD = ("task", "task_dir", "task_digest", "image", "spec", "verify", "policy", "verifier", "result")
+"""The parts of a record whose digests its ``head`` keeps (its taped items carry their own)."""
 SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
@@ -273,14 +275,21 @@ def build_record(
                    "reward": result.reward, "verdict": result.verdict, "turns": result.turns,
                    "duration_s": round(result.duration, 4)},
     }  # fmt: skip
+    record["head"] = {k: sha(record[k]) for k in HEAD}
     record["cost"] = {"tape_ms": round(tape.seconds * 1000, 3),
                       "build_ms": round((time.perf_counter() - t0) * 1000, 3)}
     return record
 
 
 def tampered(record: dict[str, Any]) -> list[str]:
-    """The taped items whose content no longer matches their digest: edited after recording."""
+    """What no longer matches its digest, edited after recording: a part of the head
+    (``the record's image ...``: replay refuses it), or a taped item (``commands[2] ...``:
+    replayed, and the replay diverges there)."""
     out = []
+    head = record.get("head") if isinstance(record.get("head"), dict) else {}
+    for k in HEAD:
+        if head.get(k) != sha(record.get(k)):
+            out.append(f"the record's {k} was changed after recording")
     for kind in ("requests", "commands"):
         for entry in record.get(kind) or []:
             if not isinstance(entry, dict) or entry.get("sha") != item_sha(entry):

@@ -221,6 +221,7 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
     from sandfleet.tasks.reward import with_reward_selection
 
     out = Check(tampered=tampered(record))
+    out.refused += [t for t in out.tampered if t.startswith("the record's")]  # what to run can't be trusted
     if record.get("record") != RECORD_VERSION:
         out.refused.append(f"record version {record.get('record')!r} (this sandfleet reads {RECORD_VERSION})")
         return out

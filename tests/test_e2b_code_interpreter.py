@@ -134,6 +134,26 @@ def test_async_sdk(e2b_env: dict[str, str]) -> None:
     asyncio.run(main())
 
 
+def test_client_timeout_interrupts_the_cell(e2b_env: dict[str, str]) -> None:
+    """The SDK's ``timeout`` hangs up; the cell is interrupted, the kernel's state stays and
+    the next cell runs at once (not after the sleep)."""
+    import time
+
+    from e2b.exceptions import TimeoutException
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.run_code("kept = 5")
+        with pytest.raises(TimeoutException):
+            sbx.run_code("import time; time.sleep(60)", timeout=1)
+        t = time.monotonic()
+        assert sbx.run_code("kept").text == "5"
+        assert time.monotonic() - t < 15
+    finally:
+        sbx.kill()
+
+
 def test_dead_sandbox_and_bad_token(e2b_env: dict[str, str], svc: RunningService) -> None:
     import httpx
     from e2b.exceptions import TimeoutException

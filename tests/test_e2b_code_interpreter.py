@@ -167,3 +167,27 @@ def test_dead_sandbox_and_bad_token(e2b_env: dict[str, str], svc: RunningService
     sbx.kill()
     with pytest.raises(TimeoutException):  # 502 "was not found": the SDK's "sandbox timeout"
         sbx.run_code("1")
+
+
+def test_v1_run_code_shares_the_kernel(e2b_env: dict[str, str], svc: RunningService) -> None:
+    """sandfleet's own client (``RemoteSandbox.run_code``, ``POST /v1/sandboxes/{id}/run_code``)
+    and the E2B SDK reach one kernel per sandbox."""
+    from e2b_code_interpreter import Sandbox
+
+    from sandfleet.client import connect
+    from sandfleet.errors import ConfigError
+
+    async def main() -> None:
+        async with await connect(svc.url, svc.token) as c, await c.create_sandbox(ttl_s=120) as sb:
+            assert (await sb.run_code("shared = 41")).error is None
+            ex = await sb.run_code("print('out'); shared + 1")
+            assert ex.text == "42" and ex.stdout == ["out\n"] and ex.execution_count == 2
+            ex = await sb.run_code("import time; time.sleep(30)", timeout=0.5)
+            assert ex.error is not None and ex.error["name"] == "KeyboardInterrupt"
+            assert (await sb.run_code("shared", context="other")).error["name"] == "NameError"
+            with pytest.raises(ConfigError):
+                await sb.run_code("1", env={"A=B": "x"})
+            sbx = await asyncio.to_thread(Sandbox.connect, sb.id)
+            assert (await asyncio.to_thread(sbx.run_code, "shared")).text == "41"
+
+    asyncio.run(main())

@@ -8,14 +8,16 @@ exceptions for both sides. A command's answer is NDJSON records (see :class:`Exe
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from sandfleet.agent.protocol import MAX_OUTPUT
 from sandfleet.sandbox.spec import SandboxSpec
 
-__all__ = ["MAX_TIMEOUT_S", "Deleted", "ErrorBody", "ExecRequest", "ForkRequest", "Health", "KillRequest",
-           "SandboxInfo", "SandboxList", "SandboxSpec", "ServiceInfo", "SessionInfo", "SessionRequest", "SessionRun",
-           "SnapshotInfo", "TTLRequest", "TaskImage"]
+__all__ = ["MAX_TIMEOUT_S", "CodeExecution", "Deleted", "ErrorBody", "ExecRequest", "ForkRequest", "Health",
+           "KillRequest", "RunCodeRequest", "SandboxInfo", "SandboxList", "SandboxSpec", "ServiceInfo", "SessionInfo",
+           "SessionRequest", "SessionRun", "SnapshotInfo", "TTLRequest", "TaskImage"]
 
 MAX_TIMEOUT_S = 7 * 86400.0
 
@@ -108,6 +110,42 @@ class SessionRun(BaseModel):
     timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
     max_output: int = Field(1 << 20, ge=0, le=MAX_OUTPUT)
     stream: bool = False
+
+
+class RunCodeRequest(BaseModel):
+    """One cell for the sandbox's stateful Python (its kernel starts on the first one)."""
+
+    model_config = ConfigDict(extra="forbid")
+    code: str
+    context: str = Field("default", min_length=1, max_length=128)
+    """A separate globals dict, made on its first cell."""
+    cwd: str | None = None
+    """The context's working directory, when this cell makes it (default: the sandbox's)."""
+    env: dict[str, str] | None = None
+    """Environment variables for this cell only."""
+    timeout: float | None = Field(None, gt=0, le=MAX_TIMEOUT_S)
+    """Interrupt the cell (KeyboardInterrupt) after this many seconds; its state stays."""
+
+
+class CodeExecution(BaseModel):
+    """What a cell did: its results (the one with ``is_main_result`` is the value of its last
+    expression, as in Jupyter; the others are displays, such as matplotlib figures: ``text``,
+    and ``png``, ``html``, ... where there are), its output in the pieces it came in, and its
+    error (``name``, ``value``, ``traceback``), if any."""
+
+    results: list[dict[str, Any]] = Field(default_factory=list)
+    stdout: list[str] = Field(default_factory=list)
+    stderr: list[str] = Field(default_factory=list)
+    error: dict[str, str] | None = None
+    execution_count: int | None = None
+
+    @property
+    def text(self) -> str | None:
+        """The text of the cell's value (None when the cell ends in a statement or None)."""
+        for r in self.results:
+            if r.get("is_main_result"):
+                return r.get("text")
+        return None
 
 
 class KillRequest(BaseModel):

@@ -25,7 +25,7 @@ from sandfleet.agent.client import ExecResult, OutputCallback, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
 from sandfleet.client._http import JSON, body, checked_request, ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
-from sandfleet.client.models import ExecRequest, KillRequest, TTLRequest
+from sandfleet.client.models import CodeExecution, ExecRequest, KillRequest, RunCodeRequest, TTLRequest
 from sandfleet.errors import (
     ProtocolError,
     SandboxClosedError,
@@ -283,6 +283,20 @@ class RemoteSandbox(AgentSandbox):
             req = TTLRequest(ttl_s=ttl_s)
         resp = await self.runtime.request("POST", "/ttl", content=body(req), headers=JSON)
         self.runtime.expires = time.monotonic() + float(resp.json()["expires_in_s"])
+
+    async def run_code(self, code: str, *, context: str = "default", cwd: str | None = None,
+                       env: dict[str, str] | None = None, timeout: float | None = None) -> CodeExecution:
+        """Run a cell in the sandbox's stateful Python on the service (its kernel, started on
+        the first cell and shared with the E2B code interpreter): globals persist per
+        ``context``, ``.text`` is the value of the last expression, ``.error`` what it raised
+        (``name``, ``value``, ``traceback``). Past ``timeout`` the cell is interrupted."""
+        self._check()
+        with checked_request():
+            req = RunCodeRequest(code=code, context=context, cwd=cwd, env=env, timeout=timeout)
+        resp = await self.runtime.request("POST", "/run_code", content=body(req),
+                                          headers={**JSON, **self.service.deadline_header()},
+                                          timeout=None if timeout is None else timeout + EXEC_GRACE_S)
+        return CodeExecution.model_validate_json(resp.content)
 
     async def snapshot(self) -> Snapshot:
         self._check()

@@ -16,11 +16,12 @@ import logging
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any, Protocol
 
 from sandfleet.agent.client import ExecResult, OutputCallback, RunningCommand, StartCallback
+from sandfleet.client.models import CodeExecution as Execution
+from sandfleet.errors import GuestExecError
 
 log = logging.getLogger(__name__)
 
@@ -40,40 +41,22 @@ class Execing(Protocol):
                    on_start: StartCallback | None = ...) -> ExecResult: ...
 
 
-class KernelError(Exception):
-    """The kernel could not be started, or died."""
+class KernelError(GuestExecError):
+    """The kernel could not be started (no python3 in the image, ...): on the wire, the
+    GuestExecError a command that cannot start is."""
 
 
-@dataclass
-class Execution:
-    """What a cell did: its results (the last one with ``is_main_result`` is the cell's
-    value), its output in the pieces it came in, and its error (``name``, ``value``,
-    ``traceback``), if any."""
-
-    results: list[dict[str, Any]] = field(default_factory=list)
-    stdout: list[str] = field(default_factory=list)
-    stderr: list[str] = field(default_factory=list)
-    error: dict[str, str] | None = None
-    execution_count: int | None = None
-
-    @property
-    def text(self) -> str | None:
-        """The text of the cell's value (None when the cell ends in a statement or None)."""
-        for r in self.results:
-            if r.get("is_main_result"):
-                return r.get("text")
-        return None
-
-    def add(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("type")
-        if kind in ("stdout", "stderr"):
-            (self.stdout if kind == "stdout" else self.stderr).append(ev.get("text", ""))
-        elif kind == "result":
-            self.results.append({k: v for k, v in ev.items() if k not in ("type", "id")})
-        elif kind == "error":
-            self.error = {k: str(ev.get(k, "")) for k in ("name", "value", "traceback")}
-        elif kind == "end":
-            self.execution_count = ev.get("execution_count")
+def add(ex: Execution, ev: dict[str, Any]) -> None:
+    """Fold one event into a cell's execution."""
+    kind = ev.get("type")
+    if kind in ("stdout", "stderr"):
+        (ex.stdout if kind == "stdout" else ex.stderr).append(ev.get("text", ""))
+    elif kind == "result":
+        ex.results.append({k: v for k, v in ev.items() if k not in ("type", "id")})
+    elif kind == "error":
+        ex.error = {k: str(ev.get(k, "")) for k in ("name", "value", "traceback")}
+    elif kind == "end":
+        ex.execution_count = ev.get("execution_count")
 
 
 class Kernel:
@@ -193,7 +176,7 @@ class Kernel:
         """Run a cell to its end: its :class:`Execution`."""
         out = Execution()
         async for ev in self.events(code, context=context, cwd=cwd, env=env, timeout=timeout):
-            out.add(ev)
+            add(out, ev)
             if on_event is not None:
                 on_event(ev)
         return out

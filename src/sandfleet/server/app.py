@@ -25,8 +25,9 @@ from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import dialect as e2b
 from sandfleet.server.e2b.ports import PortProxy
+from sandfleet.server.kernels import Kernels
 from sandfleet.server.metrics import Metrics
-from sandfleet.server.routes import commands, files, meta, sandboxes, snapshots
+from sandfleet.server.routes import commands, files, interpreter, meta, sandboxes, snapshots
 from sandfleet.server.service import SandboxService
 from sandfleet.server.wire import Problem, problem_for, problem_response
 
@@ -83,12 +84,13 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     app.state.service = service
     app.state.metrics = metrics
-    for r in (meta.router, sandboxes.router, commands.router, files.router, snapshots.router):
+    app.state.kernels = kernels = Kernels(service)  # a sandbox's stateful Python: /v1 run_code and E2B's
+    for r in (meta.router, sandboxes.router, commands.router, files.router, snapshots.router, interpreter.router):
         app.include_router(r)
 
     taskimages.install(app, service, metrics)  # task images built here from uploaded folders
 
-    dialect = e2b.install(app, service, tokens)  # the E2B SDK's routes, outside /openapi.json
+    dialect = e2b.install(app, service, tokens, kernels)  # the E2B SDK's routes, outside /openapi.json
     swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
     sandboxfusion.install(app, service, tokens, metrics, service.config.fusion_image,  # /sandbox-fusion/<token>/
                           endpoints={"run_jupyter": fusion_jupyter.run_jupyter})

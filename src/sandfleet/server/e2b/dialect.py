@@ -43,6 +43,7 @@ from sandfleet.server.e2b.wire import (
     not_found,
     rfc3339,
 )
+from sandfleet.server.kernels import Kernels
 from sandfleet.server.service import Entry, SandboxService
 
 log = logging.getLogger(__name__)
@@ -318,8 +319,9 @@ class E2B(ProcessRPC, FsRPC):
         return e, b, user
 
 
-def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
-    """Add the E2B routes to ``app`` (none of them in the schema)."""
+def install(app: FastAPI, service: SandboxService, tokens: Tokens, kernels: Kernels) -> E2B:
+    """Add the E2B routes to ``app`` (none of them in the schema); the code interpreter's
+    cells run in ``kernels``."""
     e2b = E2B(service, tokens)
 
     def cp(fn: Any, status: int = 200) -> Any:
@@ -409,5 +411,5 @@ def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> E2B:
         return Response(status_code=204)
 
     app.add_api_route("/health", envd(health), methods=["GET"], include_in_schema=False)
-    e2b_interpreter.install(app, e2b)  # the code interpreter's port 49999: /execute, /contexts
+    e2b_interpreter.install(app, e2b, kernels)  # the code interpreter's port 49999: /execute, /contexts
     return e2b

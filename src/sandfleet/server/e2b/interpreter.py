@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from sandfleet.interpreter import Kernel, KernelError
 from sandfleet.server.e2b.wire import CPError, NotFound, cp_error, cp_response, not_found
+from sandfleet.server.kernels import Kernels
 
 if TYPE_CHECKING:
     from sandfleet.server.e2b.dialect import E2B
@@ -44,9 +45,9 @@ DEFAULT = "default"
 
 
 class CodeInterpreter:
-    def __init__(self, e2b: E2B):
+    def __init__(self, e2b: E2B, kernels: Kernels):
         self.e2b = e2b
-        self.kernels: dict[str, Kernel] = {}
+        self.kernels = kernels
         self.contexts: dict[str, dict[str, dict[str, str]]] = {}
         """Per sandbox: the contexts made by ``POST /contexts``, by id."""
 
@@ -63,13 +64,9 @@ class CodeInterpreter:
         return e
 
     def kernel(self, e: Entry) -> Kernel:
-        for gone in [sid for sid in self.kernels if sid not in self.e2b.service.live]:
-            self.kernels.pop(gone, None)
-            self.contexts.pop(gone, None)
-        k = self.kernels.get(e.sb.id)
-        if k is None:
-            k = self.kernels[e.sb.id] = Kernel(e.sb, cwd=e.spec.workdir)
-        return k
+        for gone in [sid for sid in self.contexts if sid not in self.e2b.service.live]:
+            del self.contexts[gone]
+        return self.kernels.get(e)
 
     def context(self, e: Entry, cid: str) -> dict[str, str]:
         ctx = self.contexts.get(e.sb.id, {}).get(cid)
@@ -160,9 +157,9 @@ def _line(msg: dict[str, Any]) -> bytes:
     return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
 
-def install(app: FastAPI, e2b: E2B) -> CodeInterpreter:
+def install(app: FastAPI, e2b: E2B, kernels: Kernels) -> CodeInterpreter:
     """Add the code interpreter's routes to ``app`` (none of them in the schema)."""
-    ci = CodeInterpreter(e2b)
+    ci = CodeInterpreter(e2b, kernels)
 
     def route(fn: Any) -> Any:
         async def handler(request: Request) -> Response:

@@ -24,11 +24,12 @@ from sandfleet.rollout.normalize import NORMALIZERS
               help="Compare outputs without this normalizer (repeatable; all: none of them).")
 @click.option("--repeat", default=1, show_default=True, type=click.IntRange(1, 1000),
               help="Replay each rollout K times and report the reward flip rate.")
-@click.option("--concurrency", default=4, show_default=True, type=click.IntRange(1, 1000))
+@click.option("--concurrency", default=None, type=click.IntRange(1, 1000),
+              help="Replays at once (default: as many sandboxes as this host's CPUs hold, as `run` admits).")
 @click.option("--tasks", "tasks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Find the tasks in this folder (by their folder name) instead of where they were recorded.")
 def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out_dir: Path | None, as_json: bool,
-           off: tuple[str, ...], repeat: int, concurrency: int, tasks_dir: Path | None) -> None:
+           off: tuple[str, ...], repeat: int, concurrency: int | None, tasks_dir: Path | None) -> None:
     """Replay RUN_DIR's rollouts (records.jsonl) in fresh sandboxes of the same images, the model
     answered from the record. Exits 1 when a record is refused (its task's files or image
     changed) or was edited after recording."""

@@ -33,6 +33,9 @@ NORMALIZERS: dict[str, list[tuple[re.Pattern[str], str]]] = {
         (re.compile(r"/tmp/[\w.@+-]+"), "/tmp/<temp>"),
         (re.compile(r"\btmp[._]?[A-Za-z0-9_]{6,}\b"), "<temp>"),  # mktemp, Python's tempfile
     ],
+    "git_hashes": [  # a commit's hash changes with its time: [main 95e5288], * 0fd46ac Merge
+        (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b|\b[0-9a-f]{40}\b"), "<hash>"),
+    ],
     "pids": [
         (re.compile(r"\b(pid|PID|process|Process)([ =:#]+)\d+\b"), r"\1\2<pid>"),
         (re.compile(r"\[\d{2,7}\]"), "[<pid>]"),  # bash's job table, syslog-style tags

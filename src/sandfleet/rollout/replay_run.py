@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
+from sandfleet.rollout.admission import choose_concurrency
 from sandfleet.rollout.normalize import DEFAULT
 from sandfleet.rollout.record import read_records
 from sandfleet.rollout.replay import Check, ReplayPolicy, check_record, compare
@@ -56,10 +57,12 @@ class ReplayReport:
 
 async def replay_run(
     run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
-    normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int = 4, tasks_dir: Path | None = None,
+    normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
+    tasks_dir: Path | None = None,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
-    times, at most ``concurrency`` at once; on ``backend`` (default: the recorded one)."""
+    times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
+    the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one)."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -76,6 +79,9 @@ async def replay_run(
         if check.refused:
             report.refused.append({"rollout_id": rec.get("rollout_id"), "task": rec.get("task"),
                                    "why": check.refused, "tampered": check.tampered})
+    if concurrency is None:
+        cpus = [float((r.get("spec") or {}).get("limits", {}).get("cpus") or 1.0) for r in records]
+        concurrency = choose_concurrency(None, cpus)[0]
     slots = asyncio.Semaphore(max(1, concurrency))
     t0 = time.perf_counter()
 

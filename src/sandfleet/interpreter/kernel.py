@@ -2,8 +2,10 @@
 :mod:`.repl` in the sandbox on first use (one long-lived exec: requests on its stdin, events
 on its stdout) and runs cells in it, one at a time.
 
-What uses it: the E2B code interpreter (``/execute``, ``/contexts``), SandboxFusion's
-``run_jupyter``, and Python code holding a sandbox (``Kernel(sb).run("x = 1")``).
+What uses it: the service's kernels (``sandfleet.server.kernels``: the E2B code
+interpreter's ``/execute`` and ``/contexts``, ``POST /v1/sandboxes/{id}/run_code``),
+SandboxFusion's ``run_jupyter``, and Python code holding a local sandbox
+(``await Kernel(sb).run("x = 1")``; a ``RemoteSandbox`` has ``run_code`` instead).
 """
 
 from __future__ import annotations

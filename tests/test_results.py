@@ -158,6 +158,10 @@ def test_sigkilled_run_resumes_losing_only_what_was_in_flight(
     traces = _lines(out / "trace.jsonl")
     finals = [t for t in traces if t["final"]]
     assert sorted(str(t["rollout_id"]) for t in finals) == sorted(ids)  # one final attempt each
+    # the replay records (docs/replay.md) follow rollouts.jsonl: one per rollout, none lost, none twice
+    replay_records = _lines(out / "records.jsonl")
+    assert sorted(str(r["rollout_id"]) for r in replay_records) == sorted(ids)
+    assert all(r["commands"] and r["requests"] for r in replay_records)
     superseded = [t for t in traces if not t["final"]]  # attempts of re-run groups the kill cut short
     assert all(t.get("superseded") == "resume" and str(t["group"]) not in finished for t in superseded)
     for t in finals:  # a re-run member is numbered after its superseded attempts

@@ -286,7 +286,8 @@ def tampered(record: dict[str, Any]) -> list[str]:
     (``the record's image ...``: replay refuses it), or a taped item (``commands[2] ...``:
     replayed, and the replay diverges there)."""
     out = []
-    head = record.get("head") if isinstance(record.get("head"), dict) else {}
+    head = record.get("head")
+    head = head if isinstance(head, dict) else {}
     for k in HEAD:
         if head.get(k) != sha(record.get(k)):
             out.append(f"the record's {k} was changed after recording")

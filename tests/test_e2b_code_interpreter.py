@@ -5,8 +5,11 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -103,19 +106,30 @@ def test_contexts(e2b_env: dict[str, str]) -> None:
         sbx.kill()
 
 
-def test_matplotlib_png(e2b_env: dict[str, str]) -> None:
+def test_matplotlib_png(e2b_env: dict[str, str], tmp_path: Path,
+                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A figure comes back as a PNG display result. The host image's python3 has no
+    matplotlib, so this runs on a process-backend service, in a sandbox whose PATH (envVars)
+    starts with this interpreter's bin directory: the kernel's python3 is this one."""
     from e2b_code_interpreter import Sandbox
 
-    sbx = Sandbox.create(timeout=120)
-    try:
-        if sbx.run_code("import matplotlib").error is not None:
-            pytest.skip("the sandbox's python3 has no matplotlib")
-        ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
-        assert ex.error is None
-        pngs = [r.png for r in ex.results if r.png]
-        assert len(pngs) == 1 and pngs[0].startswith("iVBOR")  # base64 of the PNG signature
-    finally:
-        sbx.kill()
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed here")
+    bindir = str(Path(sys.executable).parent)
+    with running_service(tmp_path, args=["--backend", "process"]) as s:
+        for k, v in {"E2B_API_URL": s.url, "E2B_SANDBOX_URL": s.url, "E2B_API_KEY": s.token}.items():
+            monkeypatch.setenv(k, v)
+        sbx = Sandbox.create(timeout=120, envs={"PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin"})
+        try:
+            if sbx.run_code("import matplotlib").error is not None:
+                pytest.skip("the process backend's python3 is not this interpreter")
+            ex = sbx.run_code("import matplotlib.pyplot as plt\nplt.plot([1, 2, 3])\nplt.show()")
+            assert ex.error is None
+            pngs = [r.png for r in ex.results if r.png]
+            assert len(pngs) == 1 and base64.b64decode(pngs[0]).startswith(b"\x89PNG\r\n\x1a\n")
+            assert "png" in list(ex.results[0].formats())
+        finally:
+            sbx.kill()
 
 
 def test_async_sdk(e2b_env: dict[str, str]) -> None:

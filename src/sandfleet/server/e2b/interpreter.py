@@ -90,7 +90,8 @@ class CodeInterpreter:
         env = body.get("env_vars") or {}
         if not isinstance(env, dict):
             raise CPError(400, "env_vars is an object of names to values")
-        ctx = self.context(e, str(cid)) if cid else {"id": DEFAULT, "cwd": e.spec.workdir or "/"}
+        # the default context starts where the kernel does (the sandbox's workdir, as the backend maps it)
+        ctx: dict[str, str | None] = dict(self.context(e, str(cid))) if cid else {"id": DEFAULT, "cwd": None}
         k = self.kernel(e)
         try:
             release = await self.e2b.service.admit_start(e.owner, None, e)
@@ -104,7 +105,7 @@ class CodeInterpreter:
             release()  # the kernel runs: from here on its sandbox's cgroup bounds it, not a slot
 
         async def lines() -> AsyncIterator[bytes]:
-            async for ev in k.events(body["code"], context=ctx["id"], cwd=ctx["cwd"],
+            async for ev in k.events(body["code"], context=str(ctx["id"]), cwd=ctx["cwd"],
                                          env={str(a): str(b) for a, b in env.items()}):
                 kind = ev.pop("type", None)
                 ev.pop("id", None)

@@ -5,7 +5,9 @@ of ``true``, alternating, two ways:
 
 - in process: ``Kernel(sb).run`` vs ``sb.exec(["true"])`` on a bwrap sandbox (no HTTP);
 - through ``sandfleet serve`` on loopback with the unmodified SDKs: the
-  e2b-code-interpreter SDK's ``run_code`` vs the e2b SDK's ``commands.run("true")``.
+  e2b-code-interpreter SDK's ``run_code`` vs the e2b SDK's ``commands.run("true")``;
+- through the same service with sandfleet's client: ``RemoteSandbox.run_code`` (``/v1``)
+  vs ``RemoteSandbox.exec(["true"])``.
 
 ``scripts/bench-interpreter.py [N]`` (default 200): prints p50 and p90 in ms of each.
 """
@@ -52,12 +54,30 @@ async def in_process(n: int, backend: str) -> None:
         await sb.close()
 
 
+async def through_v1(n: int, url: str, token: str) -> None:
+    from sandfleet.client import connect
+
+    async with await connect(url, token) as c, await c.create_sandbox(ttl_s=600) as sb:
+        await sb.run_code("x = 0")
+        got: dict[str, list[float]] = {"run_code('x += 1')": [], "exec(['true'])": []}
+        for i in range(n):
+            for name in (list(got) if i % 2 == 0 else list(reversed(got))):
+                t = time.perf_counter()
+                if name == "exec(['true'])":
+                    await sb.exec(["true"])
+                else:
+                    await sb.run_code("x += 1")
+                got[name].append((time.perf_counter() - t) * 1e3)
+        show("/v1 client", got)
+
+
 def through_service(n: int) -> None:
     from e2b_code_interpreter import Sandbox
 
     from sandfleet.server.testing import running_service
 
     with running_service(Path(tempfile.mkdtemp(prefix="bench-ci-")), args=["--max-ttl", "900"]) as s:
+        asyncio.run(through_v1(n, s.url, s.token))
         os.environ.update({"E2B_API_URL": s.url, "E2B_SANDBOX_URL": s.url, "E2B_API_KEY": s.token})
         sbx = Sandbox.create(timeout=600)
         try:

@@ -61,6 +61,8 @@ def test_oracle_run_replays_identical(oracle_run: Path) -> None:
     for row in report["rollouts"]:
         assert row["same_reward"] and row["diverged_at"] is None
         assert row["commands"] == row["commands_identical"] >= 1
+        assert row["verifier"]["exit_code"] == "same"
+        assert row["verifier"]["output"] in ("same", "same after normalizers")  # pytest: "passed in 0.27s"
 
 
 def test_edited_test_file_is_refused_naming_it(oracle_run: Path, tmp_path: Path) -> None:
@@ -174,3 +176,15 @@ async def test_repeat_reports_the_reward_flip_rate(tmp_path: Path) -> None:
     s = report.summary()
     assert s["repeat"] == 2 and s["reward_flip_rate"] == 0.0
     assert [r["reward"] for r in report.rollouts[0]["replays"]] == [1.0, 1.0]
+
+
+async def test_until_turn_stops_the_policy_there_and_still_scores(tmp_path: Path) -> None:
+    out = await scripted_run(tmp_path, "commands")
+    report = await replay_run(out, until_turn=2)
+    (row,) = report.rollouts
+    assert row["status"] == "identical" and row["diverged_at"] is None
+    assert row["commands"] == row["commands_identical"] == 2  # the commands of turns 1 and 2
+    assert row["reward"] == {"recorded": 1.0, "replayed": 0.0}  # /app/out.txt is written at turn 3
+    assert row["verifier"]["exit_code"] == "same"
+    (replayed,) = report.records
+    assert replayed["result"]["stop_reason"] == "until_turn" and len(replayed["commands"]) == 2

@@ -46,6 +46,10 @@ class ReplayDiverged(RolloutError):
         self.what = what
 
 
+class ReplayStop(Exception):
+    """The replay reached ``until_turn``: the policy stops there (the verifier still runs)."""
+
+
 @dataclass
 class ReplayState:
     """What one rollout's replay has consumed of its record, and where it diverged."""
@@ -54,6 +58,14 @@ class ReplayState:
     normalizers: tuple[str, ...] = DEFAULT
     requests: int = 0
     diverged: dict[str, Any] | None = None
+    until_turn: int | None = None
+    """Stop the policy before its first request or command of a later turn."""
+    stopped: bool = False
+
+    def stop_at(self, turn: int) -> None:
+        if self.until_turn is not None and turn > self.until_turn:
+            self.stopped = True
+            raise ReplayStop(turn)
 
     def diverge(self, turn: int, what: str) -> ReplayDiverged:
         if self.diverged is None:
@@ -81,6 +93,7 @@ class ReplayModel:
     ) -> ChatReply:
         st = self.state
         i = st.requests
+        st.stop_at(i + 1)
         st.requests += 1
         recorded = st.record.get("requests") or []
         if i >= len(recorded):
@@ -166,8 +179,8 @@ def rebuild_policy(record: dict[str, Any], state: ReplayState) -> Policy:
 class ReplayPolicy:
     """The recorded policy, acting again under the record's eye (one instance per rollout)."""
 
-    def __init__(self, record: dict[str, Any], normalizers: Sequence[str] = DEFAULT):
-        self.state = ReplayState(record, tuple(normalizers))
+    def __init__(self, record: dict[str, Any], normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None):
+        self.state = ReplayState(record, tuple(normalizers), until_turn=until_turn)
         self.inner = rebuild_policy(record, self.state)
         self.name = str(record.get("policy", {}).get("name") or self.inner.name)
         self.commands_run = 0
@@ -177,7 +190,11 @@ class ReplayPolicy:
             raise RolloutError("a replay needs its rollout taped (record mode commands or full)", reason="no_tape")
         recorded = self.state.record.get("commands") or []
         ctx.tape.expect = lambda entry: self._expect(entry, recorded)
-        stop = await self.inner.act(ctx)
+        try:
+            stop = await self.inner.act(ctx)
+        except ReplayStop:
+            ctx.info["replay_until_turn"] = self.state.until_turn
+            return "until_turn"
         ran, made = len(ctx.tape.commands), self.state.requests
         if ran < len(recorded):
             self.state.diverge(int(recorded[ran].get("turn") or 0),
@@ -189,6 +206,7 @@ class ReplayPolicy:
 
     def _expect(self, entry: dict[str, Any], recorded: list[dict[str, Any]]) -> None:
         i, turn = int(entry["i"]), int(entry["turn"])
+        self.state.stop_at(turn)
         if i >= len(recorded):
             raise self.state.diverge(turn, f"command {i + 1} `{entry['command'][:200]}` is not in the record "
                                            f"(the original ran {len(recorded)})")
@@ -263,10 +281,12 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
 
 def compare(
     record: dict[str, Any], replayed: dict[str, Any] | None, reward: float | None, diverged: dict[str, Any] | None,
-    normalizers: Sequence[str] = DEFAULT,
+    normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None,
 ) -> dict[str, Any]:
-    """One rollout's comparison: reward, and per command exit code and output."""
-    old = record.get("commands") or []
+    """One rollout's comparison: reward, per command exit code and output (only the commands
+    of turns up to ``until_turn``, where given: then the reward is shown, not compared), and the
+    verifier's exit code and output."""
+    old = [c for c in record.get("commands") or [] if until_turn is None or int(c.get("turn") or 0) <= until_turn]
     new = (replayed or {}).get("commands") or []
     rows = []
     identical = 0
@@ -285,10 +305,24 @@ def compare(
         rows.append(row)
     recorded_reward = (record.get("result") or {}).get("reward")
     same_reward = diverged is None and reward == recorded_reward
-    status = "diverged" if diverged else "identical" if same_reward and identical == len(old) else "drifted"
+    reward_counts = same_reward or until_turn is not None
+    status = "diverged" if diverged else "identical" if reward_counts and identical == len(old) else "drifted"
     return {"rollout_id": record.get("rollout_id"), "task": record.get("task"), "status": status,
             "same_reward": same_reward, "reward": {"recorded": recorded_reward, "replayed": reward},
-            "commands": len(old), "commands_identical": identical, "diverged_at": diverged, "command_rows": rows}
+            "commands": len(old), "commands_identical": identical, "diverged_at": diverged, "command_rows": rows,
+            "verifier": _verifier_same(record, replayed, normalizers)}
+
+
+def _verifier_same(record: dict[str, Any], replayed: dict[str, Any] | None, normalizers: Sequence[str]) -> Any:
+    """The verifier's exit code and output against the record's (shown; the reward decides)."""
+    old, new = record.get("verifier") or {}, (replayed or {}).get("verifier") or {}
+    if not new or new.get("exit_code") is None:
+        return None  # it did not run
+    a, b = str(old.get("output", "")), str(new.get("output", ""))
+    out = _output_same({"output": a, "output_sha": sha(a)}, {"output": b, "output_sha": sha(b)}, normalizers)
+    code = "same" if old.get("exit_code") == new.get("exit_code") else \
+        {"recorded": old.get("exit_code"), "replayed": new.get("exit_code")}
+    return {"exit_code": code, "output": out}
 
 
 def _output_same(rec: dict[str, Any], got: dict[str, Any], normalizers: Sequence[str]) -> Any:

@@ -33,6 +33,7 @@ class ReplayReport:
     original_wall_s: float | None = None
     normalizers: tuple[str, ...] = DEFAULT
     repeat: int = 1
+    until_turn: int | None = None
 
     def summary(self) -> dict[str, Any]:
         rows = self.rollouts
@@ -44,6 +45,7 @@ class ReplayReport:
             "refused": len(self.refused), "tampered": sum(bool(r.get("tampered")) for r in rows),
             "wall_s": round(self.wall_s, 3), "original_wall_s": self.original_wall_s,
             "normalizers": list(self.normalizers),
+            **({"until_turn": self.until_turn} if self.until_turn is not None else {}),
         }  # fmt: skip
         if self.repeat > 1:
             replays = sum(len(r["replays"]) for r in rows)
@@ -58,11 +60,12 @@ class ReplayReport:
 async def replay_run(
     run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
     normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
-    tasks_dir: Path | None = None,
+    tasks_dir: Path | None = None, until_turn: int | None = None,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
     times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
-    the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one)."""
+    the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one);
+    ``until_turn``: each policy stops before turn ``until_turn + 1`` (the verifier still runs)."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -72,7 +75,7 @@ async def replay_run(
         if missing:
             raise ConfigError(f"no record of rollout {', '.join(sorted(missing))} in {path}")
         records = [r for r in records if r.get("rollout_id") in rollout_ids]
-    report = ReplayReport(run_dir, normalizers=tuple(normalizers), repeat=repeat)
+    report = ReplayReport(run_dir, normalizers=tuple(normalizers), repeat=repeat, until_turn=until_turn)
     report.original_wall_s = _original_wall_s(run_dir, records)
     checks = [(rec, check_record(rec, tasks_dir)) for rec in records]  # all before anything runs
     for rec, check in checks:
@@ -89,7 +92,7 @@ async def replay_run(
         replays = []
         for k in range(repeat):
             async with slots:
-                replays.append(await _replay_once(rec, check, backend, normalizers, k))
+                replays.append(await _replay_once(rec, check, backend, normalizers, k, until_turn))
         first = dict(replays[0])
         recorded = first["reward"]["recorded"]
         first["tampered"] = check.tampered
@@ -108,9 +111,9 @@ async def replay_run(
 
 
 async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, normalizers: Sequence[str],
-                       k: int) -> dict[str, Any]:
+                       k: int, until_turn: int | None = None) -> dict[str, Any]:
     assert check.task is not None
-    policy = ReplayPolicy(rec, normalizers)
+    policy = ReplayPolicy(rec, normalizers, until_turn)
     spec_data = dict(rec["spec"])
     if backend:
         spec_data["backend"] = backend
@@ -120,7 +123,8 @@ async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, n
                          verify=str(rec.get("verify") or "shared"), record=str(rec.get("mode") or "commands"))
     result = await run_with_retries(req, RetryPolicy(max_attempts=1))
     diverged = policy.state.diverged
-    row = compare(rec, result.record, result.reward if diverged is None else None, diverged, normalizers)
+    row = compare(rec, result.record, result.reward if diverged is None else None, diverged, normalizers,
+                  until_turn=until_turn)
     row["seconds"] = {"recorded": (rec.get("result") or {}).get("duration_s"), "replayed": round(result.duration, 4)}
     if result.status != "completed" and diverged is None:
         row["status"] = "drifted"
@@ -172,6 +176,12 @@ def report_text(report: ReplayReport) -> str:
             lines.append(f"  replay failed: {row['failed']['reason']}: {row['failed']['error']}")
         for c in row["command_rows"]:
             lines.append("  " + _command_line(c))
+        if row.get("verifier"):
+            v = row["verifier"]
+            code = "same exit code" if v["exit_code"] == "same" else \
+                f"exit code {v['exit_code']['recorded']} -> {v['exit_code']['replayed']}"
+            out = v["output"] if isinstance(v["output"], str) else f"differs at line {v['output']['line']}"
+            lines.append(f"  verifier: {code}, output {out}")
         if report.repeat > 1:
             lines.append(f"  {report.repeat} replays: rewards {[x['reward'] for x in row['replays']]}, "
                          f"{row['reward_flips']} flipped")

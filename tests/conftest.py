@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import ast
+import importlib.util
+import inspect
 import os
+import re
 import shutil
-from collections.abc import AsyncIterator
+import sys
+import textwrap
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -99,3 +105,232 @@ def with_python_base_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPa
     """:func:`python_base_cache` as this test's ``SANDFLEET_CACHE``."""
     monkeypatch.setenv("SANDFLEET_CACHE", str(python_base_cache))
     return python_base_cache
+
+
+# --- the quick tier (scripts/test.sh --quick) --------------------------------------------------
+# A test that starts a sandbox or a server gets the `sandbox` marker, found here from the source
+# of the test, of the fixtures it uses and of the helpers they call (in its module, and in the
+# test-side modules it imports from: support.py, test_rollout_support.py, ...). The quick tier runs
+# `-m "not sandbox and ..."` with SANDFLEET_QUICK_GUARD=1: then tests/quickguard/sitecustomize.py
+# fails any test that starts one after all (bwrap, runsc, QEMU, the guest agent, sandfleet serve,
+# a listening TCP socket), in this process or in a Python it starts, which is how a misclassified
+# test shows. Mark one by hand with @pytest.mark.sandbox where the classifier misses it.
+
+TESTS = Path(__file__).resolve().parent
+SANDBOX_FIXTURES = frozenset({"sb", "isb", "backend", "isolated_backend", "python_base_cache",
+                              "with_python_base_cache"})
+"""Fixtures (above) that start a sandbox or build an image."""
+STARTS = re.compile(
+    r"create_sandbox|SyncSandbox|AsyncSandbox|Sandbox\(|sandbox_from|start_service|run_suite|run_group"
+    r"|validate_tasks|validate_backends|WarmPool|\bserve\b|agent_binary|uvicorn|HTTPServer|socketserver"
+    r"|\.listen\(|create_server|start_server|\bbwrap\b|\brunsc\b|\bgvisor\b|\bmicrovm\b|qemu|debootstrap"
+    r"|build_image|ensure_image|sandfleet-agent|\bcrun\b|\bpodman\b|FakeModelServer|model-server|SandboxFleet"
+    r"|run_bench|resolve_backend|running_service|RunningService"
+    # the CLI commands that start sandboxes: sandfleet run --tasks, tasks validate, sandbox run/create/exec
+    r"""|--backend["'], ["']process|backend=["']process|["']validate["']|["']sandbox["'], ["'](run|create|exec)"""
+    r"""|["']run["'], ["']--tasks""")
+"""Words in a test's source that say it may start a sandbox or a server (the classifier errs this way:
+a test it wrongly keeps out of the quick tier still runs in the full one)."""
+
+
+class _Module:
+    """Top-level names of a test-side module that start a sandbox or a server (fixpoint over the
+    module's functions, classes and assignments, and names imported from other test-side modules)."""
+
+    _cache: dict[Path, _Module] = {}
+
+    def __init__(self, path: Path):
+        self.flagged: set[str] = set()
+        self.modules: dict[str, _Module] = {}  # local name -> an imported test-side module
+        self.functions: dict[int, ast.AST] = {}  # first line (decorators included) -> every def in the module
+        self.lines: list[str] = []
+        _Module._cache[path] = self
+        try:
+            source = path.read_text()
+            tree = ast.parse(source)
+        except (OSError, SyntaxError):
+            return
+        self.lines = source.splitlines()
+        self.functions = {_first_line(n): n for n in ast.walk(tree)
+                          if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        defs: dict[str, ast.AST] = {}
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                defs[node.name] = node
+            elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for t in targets:
+                    if isinstance(t, ast.Name):
+                        defs[t.id] = node
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                other = _Module.find(node.module, path)
+                if other is not None:
+                    for a in node.names:
+                        if a.name in other.flagged:
+                            self.flagged.add(a.asname or a.name)
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    other = _Module.find(a.name, path)
+                    if other is not None:
+                        self.modules[a.asname or a.name] = other
+        texts = {name: self.text(node) for name, node in defs.items()}
+        refs = {name: _names(node) for name, node in defs.items()}
+        self.flagged |= {name for name, text in texts.items() if STARTS.search(text)}
+        while True:
+            more = {name for name in defs if name not in self.flagged and self.uses(refs[name])}
+            if not more:
+                break
+            self.flagged |= more
+
+    def text(self, node: ast.AST) -> str:
+        return "\n".join(self.lines[_first_line(node) - 1:node.end_lineno])  # type: ignore[attr-defined]
+
+    def uses(self, names: set[str]) -> bool:
+        if names & self.flagged:
+            return True
+        return any(m in self.modules and attr in self.modules[m].flagged
+                   for m, _, attr in (n.partition(".") for n in names if "." in n))
+
+    @classmethod
+    def of(cls, path: Path) -> _Module:
+        path = path.resolve()
+        return cls._cache.get(path) or cls(path)
+
+    @classmethod
+    def find(cls, module: str, importer: Path) -> _Module | None:
+        """The test-side module ``module`` (imported from ``importer``), or None."""
+        rel = module.removeprefix("tests.").replace(".", "/") + ".py"
+        for base in (importer.parent, TESTS):
+            p = (base / rel).resolve()
+            if p.is_file() and TESTS in p.parents:
+                if p in cls._cache:
+                    return cls._cache[p]
+                return cls.of(p)
+        return None
+
+
+def _first_line(node: ast.AST) -> int:
+    """The first line of a definition, its decorators included."""
+    return min([node.lineno, *(d.lineno for d in getattr(node, "decorator_list", ()))])  # type: ignore[attr-defined]
+
+
+def _names(node: ast.AST) -> set[str]:
+    """Names and ``name.attr`` pairs a piece of code refers to."""
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name):
+            out.add(f"{n.value.id}.{n.attr}")
+    return out
+
+
+_starts_cache: dict[object, bool] = {}
+
+
+def _starts(fn: object) -> bool:
+    """Whether the function ``fn`` (a test or a fixture, defined under tests/) may start a sandbox or a server."""
+    fn = inspect.unwrap(fn)  # type: ignore[arg-type]
+    key = getattr(fn, "__code__", fn)
+    if key not in _starts_cache:
+        _starts_cache[key] = _starts_uncached(fn)
+    return _starts_cache[key]
+
+
+def _starts_uncached(fn: object) -> bool:
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    path = Path(code.co_filename).resolve()
+    if TESTS not in path.parents:
+        return False
+    module = _Module.of(path)
+    node = module.functions.get(code.co_firstlineno)
+    if node is None:  # not found where Python says it starts: read it as inspect does
+        try:
+            node = ast.parse(textwrap.dedent(inspect.getsource(fn)))  # type: ignore[arg-type]
+            source = ast.unparse(node)
+        except (OSError, TypeError, SyntaxError):
+            return True
+    else:
+        source = module.text(node)
+    return bool(STARTS.search(source)) or module.uses(_names(node))
+
+
+def _is_sandbox_test(item: pytest.Item) -> bool:
+    if item.get_closest_marker("sandbox"):
+        return True
+    fixturenames = set(getattr(item, "fixturenames", ()))
+    if fixturenames & SANDBOX_FIXTURES:
+        return True
+    fn = getattr(item, "function", None)
+    if fn is None:
+        return False
+    if STARTS.search(getattr(item, "name", "")) or _starts(fn):
+        return True
+    cls = getattr(item, "cls", None)
+    if cls is not None and any(_starts(getattr(cls, m)) for m in ("setup_method", "setup_class") if hasattr(cls, m)):
+        return True
+    info = getattr(item, "_fixtureinfo", None)
+    for name in fixturenames:
+        defs = info.name2fixturedefs.get(name) if info is not None else None
+        if defs and _starts(defs[-1].func):
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        try:
+            starts = _is_sandbox_test(item)
+        except Exception:  # pragma: no cover - a test the classifier can't read is not quick
+            starts = True
+        if starts and not item.get_closest_marker("sandbox"):
+            item.add_marker(pytest.mark.sandbox)
+
+
+def _load_quickguard() -> object:
+    spec = importlib.util.spec_from_file_location("sandfleet_quickguard", TESTS / "quickguard" / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+QUICK_GUARD = os.environ.get("SANDFLEET_QUICK_GUARD") == "1"
+_refused: list[str] = []
+
+
+@pytest.fixture(scope="session")
+def _quickguard_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Under SANDFLEET_QUICK_GUARD=1: the guard in this process and in the Pythons the tests start."""
+    log = tmp_path_factory.mktemp("quickguard") / "refused.log"
+    guard = _load_quickguard()
+    guard.install(_refused.append)  # type: ignore[attr-defined]
+    old = {k: os.environ.get(k) for k in ("PYTHONPATH", "SANDFLEET_QUICK_GUARD_LOG")}
+    here = str(TESTS / "quickguard")
+    os.environ["PYTHONPATH"] = here + (os.pathsep + old["PYTHONPATH"] if old["PYTHONPATH"] else "")
+    os.environ["SANDFLEET_QUICK_GUARD_LOG"] = str(log)
+    try:
+        yield log
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+if QUICK_GUARD:
+    @pytest.fixture(autouse=True)
+    def _quickguard(request: pytest.FixtureRequest) -> Iterator[None]:
+        """Fail a quick-tier test that started a sandbox or a server (see tests/quickguard/)."""
+        log: Path = request.getfixturevalue("_quickguard_session")
+        _refused.clear()
+        log.write_text("")
+        yield
+        refused = _refused + log.read_text().splitlines()
+        _refused.clear()
+        if refused:
+            pytest.fail("\n".join(dict.fromkeys(refused)), pytrace=False)

@@ -54,8 +54,12 @@ def test_oracle_run_replays_identical(oracle_run: Path) -> None:
     records = read_records(oracle_run / "run" / "records.jsonl")
     assert sorted(r["task"] for r in records) == sorted(ORACLE_TASKS)
     assert all(r["mode"] == "commands" and r["commands"] and r["image"]["digest"] for r in records)
-    rc, report = replay_json(oracle_run / "run")
+    rc, report = replay_json(oracle_run / "run", "--out", oracle_run / "replay")
     assert rc == 0, report
+    assert json.loads((oracle_run / "replay" / "replay.json").read_text()) == report
+    html = (oracle_run / "replay" / "report.html").read_text()
+    assert html.count("<h2 class=identical>") == 3 and "csv-awk-aggregate#0" in html
+    assert len(read_records(oracle_run / "replay" / "records.jsonl")) == 3  # a replay can be replayed
     s = report["summary"]
     assert (s["rollouts"], s["same_reward"], s["identical"], s["drifted"], s["diverged"]) == (3, 3, 3, 0, 0)
     for row in report["rollouts"]:

@@ -18,7 +18,7 @@ from sandfleet.rollout.normalize import NORMALIZERS
 @click.option("--backend", type=click.Choice(["bwrap", "process", "microvm", "gvisor"]), default=None,
               help="Replay on this backend (default: the recorded one).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write replay.json, report.txt and the replays' own records.jsonl here.")
+              help="Write replay.json, report.txt, report.html and the replays' own records.jsonl here.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-normalize", "off", multiple=True, type=click.Choice([*NORMALIZERS, "all"]),
               help="Compare outputs without this normalizer (repeatable; all: none of them).")

@@ -287,7 +287,8 @@ def tampered(record: dict[str, Any]) -> list[str]:
     replayed, and the replay diverges there)."""
     out = []
     head = record.get("head")
-    head = head if isinstance(head, dict) else {}
+    if not isinstance(head, dict):
+        return ["the record's head has no digests (it was changed, or made by an older sandfleet)"]
     for k in HEAD:
         if head.get(k) != sha(record.get(k)):
             out.append(f"the record's {k} was changed after recording")

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -149,10 +150,11 @@ def _original_wall_s(run_dir: Path, records: list[dict[str, Any]]) -> float | No
 
 
 def write_out(report: ReplayReport, out: Path, text: str) -> None:
-    """``--out``: replay.json, report.txt and the replays' own records.jsonl."""
+    """``--out``: replay.json, report.txt, report.html and the replays' own records.jsonl."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "replay.json").write_text(json.dumps(report.to_json(), indent=2) + "\n")
     (out / "report.txt").write_text(text + "\n")
+    (out / "report.html").write_text(report_html(report))
     (out / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in report.records))
 
 
@@ -194,6 +196,45 @@ def report_text(report: ReplayReport) -> str:
     orig = f" (the original: {report.original_wall_s:.2f} s)" if report.original_wall_s else ""
     lines.append(f"replay took {report.wall_s:.2f} s{orig}")
     return "\n".join(lines)
+
+
+_CSS = ("body{font:14px sans-serif;margin:2em}table{border-collapse:collapse;margin:.5em 0 1.5em}"
+        "td,th{border:1px solid #ccc;padding:3px 8px;text-align:left;vertical-align:top}"
+        ".identical{background:#e6f4e6}.drifted{background:#fff4d6}.diverged,.refused{background:#fde2e2}"
+        "code{font-size:12px;white-space:pre-wrap}")
+
+
+def report_html(report: ReplayReport) -> str:
+    """The report as one self-contained HTML page: the summary, refused records, and per
+    rollout its status and a table of its commands."""
+    s = report.summary()
+    parts = [f"<!doctype html><meta charset=utf-8><title>replay of {escape(str(report.run_dir))}</title>",
+             f"<style>{_CSS}</style><h1>Replay of <code>{escape(str(report.run_dir))}</code></h1>",
+             "<table>" + "".join(f"<tr><th>{escape(k)}</th><td>{escape(str(v))}</td></tr>" for k, v in s.items())
+             + "</table>"]
+    if report.refused:
+        parts.append("<h2>Refused</h2><table>")
+        for r in report.refused:
+            parts.append(f"<tr class=refused><td>{escape(str(r['rollout_id']))}</td><td>"
+                         + "<br>".join(escape(w) for w in r["why"]) + "</td></tr>")
+        parts.append("</table>")
+    for row in report.rollouts:
+        rw = row["reward"]
+        parts.append(f"<h2 class={row['status']}>{escape(str(row['rollout_id']))}: {row['status']}</h2>"
+                     f"<p>reward {rw['recorded']} &rarr; {rw['replayed']} "
+                     f"({'same' if row['same_reward'] else 'differs'}); "
+                     f"{row['commands_identical']}/{row['commands']} commands identical</p>")
+        notes = [f"tampered: {t}" for t in row.get("tampered") or []]
+        if row.get("diverged_at"):
+            notes.append(f"diverged at turn {row['diverged_at']['turn']}: {row['diverged_at']['what']}")
+        parts += [f"<p class=diverged>{escape(n)}</p>" for n in notes]
+        parts.append("<table><tr><th>#</th><th>turn</th><th>command</th><th>exit code</th><th>output</th></tr>")
+        for c in row["command_rows"]:
+            cells = _command_line(c).split(": ", 1)[-1]
+            parts.append(f"<tr><td>{c['i'] + 1}</td><td>{c['turn']}</td><td><code>{escape(c['command'])}</code></td>"
+                         f"<td colspan=2>{escape(cells)}</td></tr>")
+        parts.append("</table>")
+    return "\n".join(parts) + "\n"
 
 
 def _command_line(c: dict[str, Any]) -> str:

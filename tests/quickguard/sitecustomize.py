@@ -25,7 +25,7 @@ FORBIDDEN = frozenset({"bwrap", "runsc", "qemu-system-x86_64", "qemu-system-aarc
                        "podman"})
 """Executables (basenames) that start a sandbox."""
 WRAPPERS = frozenset({"env", "setpriv", "unshare", "nsenter", "timeout", "nice", "ionice", "taskset", "chrt", "sudo",
-                      "stdbuf", "prlimit", "nohup", "setsid", "systemd-run"})
+                      "stdbuf", "prlimit", "nohup", "setsid", "systemd-run", "exec", "command"})
 """Commands that run the command after their options: the guard looks past them."""
 PROBES = frozenset({"--version", "-version", "version", "--help"})
 """The one argument with which a FORBIDDEN executable only says what it is (doctor's probes)."""

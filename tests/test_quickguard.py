@@ -1,0 +1,67 @@
+"""The quick tier's guard (tests/quickguard/sitecustomize.py) and classifier (tests/conftest.py):
+what they refuse and what they let through. Starts nothing."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+
+
+def _guard() -> object:
+    mod = sys.modules.get("sandfleet_quickguard")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("sandfleet_quickguard", HERE / "quickguard" / "sitecustomize.py")
+        assert spec is not None and spec.loader is not None
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod
+        spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(("args", "shell", "why"), [
+    (["/usr/bin/bwrap", "--ro-bind", "/", "/", "true"], False, "bwrap"),
+    (["env", "A=1", "timeout", "5", "runsc", "run", "x"], False, "runsc"),
+    (["setpriv", "--reuid=1000", "--", "/root/.cache/sandfleet/agent/x/sandfleet-agent", "launch"], False,
+     "sandfleet-agent"),
+    ("echo hi; exec qemu-system-x86_64 -m 64", True, "qemu-system-x86_64"),
+    ([sys.executable, "-m", "sandfleet", "serve", "--port", "0"], False, "sandfleet serve"),
+    (["sandfleet", "serve"], False, "sandfleet serve"),
+    (["/usr/bin/bwrap", "--version"], False, None),  # a probe
+    (["echo", "bwrap"], False, None),
+    ([sys.executable, "-m", "sandfleet", "tasks", "ls"], False, None),
+    ("git status", True, None),
+])  # fmt: skip
+def test_refusal_names_what_starts_a_sandbox_or_a_server(args: object, shell: bool, why: str | None) -> None:
+    got = _guard().refusal(args, None, shell)  # type: ignore[attr-defined]
+    assert (got is None) if why is None else (got is not None and why in got), got
+
+
+def test_the_guard_refuses_in_process_and_records(monkeypatch: pytest.MonkeyPatch) -> None:
+    guard = _guard()
+    if getattr(subprocess.Popen, "_quickguard", False):
+        pytest.skip("the guard is installed in this process already (scripts/test.sh --quick)")
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", subprocess.Popen._execute_child)  # type: ignore[attr-defined]
+    monkeypatch.setattr(socket.socket, "listen", socket.socket.listen)
+    monkeypatch.setattr(subprocess.Popen, "_quickguard", False, raising=False)
+    for name in ("posix_spawn", "posix_spawnp"):
+        if hasattr(os, name):
+            monkeypatch.setattr(os, name, getattr(os, name))
+    seen: list[str] = []
+    guard.install(seen.append)  # type: ignore[attr-defined]
+    with pytest.raises(guard.QuickGuardError, match="starts bwrap"):  # type: ignore[attr-defined]
+        subprocess.run(["bwrap", "--unshare-all", "true"], check=False)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        with pytest.raises(guard.QuickGuardError, match="listens on a TCP socket"):  # type: ignore[attr-defined]
+            s.listen()
+    assert len(seen) == 2 and "@pytest.mark.sandbox" in seen[0]
+    assert subprocess.run(["true"], check=False).returncode == 0  # everything else runs
+

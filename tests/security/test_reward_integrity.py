@@ -163,9 +163,15 @@ time.sleep(600)
 '''
 
 
+# The code under test fed to python on stdin: the seal's reward-folder rule (round III) does not
+# know such code for the workdir's, so the reward folder stays writable to it and these tests
+# reach the defence they are about (where the seal keeps it out, it never gets this far).
+STDIN_RUN = "cd /app && python3 - < solution.py\n"
+
+
 @MODES
 async def test_frozen_tests_time_out_to_zero_whatever_is_on_disk(tmp_path: Path, verify: str) -> None:
-    task = harbor_task(tmp_path, "freeze", "cd /app && python3 solution.py\n" + DECIDE, verifier_timeout=3)
+    task = harbor_task(tmp_path, "freeze", STDIN_RUN + DECIDE, verifier_timeout=3)
     results = await rollouts([task], [write("/app/solution.py", FREEZE)], verify)
     assert_zero(results, "verifier_timeout")
     for r in results:
@@ -178,10 +184,10 @@ OTHER_FILE = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1}\')\n
 
 @MODES
 async def test_reward_file_test_sh_did_not_write_cannot_override_its_decision(tmp_path: Path, verify: str) -> None:
-    task = harbor_task(tmp_path, "other-file", "cd /app && python3 solution.py\n" + DECIDE)
+    task = harbor_task(tmp_path, "other-file", STDIN_RUN + DECIDE)
     # test.sh stops before it writes its reward.txt (set -e and a failing check): the code's
     # reward.json, which no test file names, is not the tests' either
-    stopped = harbor_task(tmp_path, "stopped", "set -e\ncd /app && python3 solution.py\ngrep -q hello out.txt\n"
+    stopped = harbor_task(tmp_path, "stopped", "set -e\n" + STDIN_RUN + "grep -q hello out.txt\n"
                           + DECIDE)
     results = await rollouts([task, stopped], [write("/app/solution.py", OTHER_FILE), "echo goodbye > /app/out.txt"],
                              verify)
@@ -210,7 +216,7 @@ HUGE = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1e300}\')\n'
 
 @MODES
 async def test_reward_out_of_the_tasks_range_or_not_finite_scores_zero(tmp_path: Path, verify: str) -> None:
-    code = harbor_task(tmp_path, "huge", "cd /app && python3 solution.py\n")
+    code = harbor_task(tmp_path, "huge", STDIN_RUN)
     inf = harbor_task(tmp_path, "inf", f"echo inf > {REWARD}\n")
     five = harbor_task(tmp_path, "five", f"echo 5 > {REWARD}\n")
     results = await rollouts([code, inf, five], [write("/app/solution.py", HUGE)], verify)
@@ -516,7 +522,8 @@ COUNT_SLEEPERS = ("echo SLEEPERS=$(grep -l '^sleep' /proc/[0-9]*/comm 2>/dev/nul
 
 async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
     """Sandbox.exec(pid_namespace=True), what the verifier runs the tests with: the command is
-    pid 1 of a namespace of its own, and a setsid daemon it left is dead when exec returns."""
+    pid 2 of a namespace of its own (its warden is pid 1), and a setsid daemon it left is dead
+    when exec returns, counted in ``detached``."""
     from sandfleet.sandbox import create_sandbox
     from sandfleet.sandbox.spec import SandboxSpec
 
@@ -530,9 +537,10 @@ async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
                                "&& break; sleep 0.1; done; " + COUNT_SLEEPERS], cwd="/", timeout=30)
     finally:
         await box.close()
-    assert "PID=1 " in own.stdout and "SLEEPERS=0" in after.stdout, (own.output, after.output)
+    assert "PID=2 " in own.stdout and "SLEEPERS=0" in after.stdout, (own.output, after.output)
+    assert own.detached == 1 and plain.detached == 0, (own, plain)
     assert own.stdout.split("NS=")[1] != after.stdout.split("NS=")[1]  # another pid namespace
-    assert "PID=1 " not in plain.stdout and "SLEEPERS=1" in left.stdout, (plain.output, left.output)
+    assert "PID=2 " not in plain.stdout and "SLEEPERS=1" in left.stdout, (plain.output, left.output)
 
 
 # What a test's own pid namespace shows on its /proc: itself, named, at the pids it knows;
@@ -577,13 +585,14 @@ async def test_exec_in_a_pid_namespace_has_a_proc_of_its_own() -> None:
         await box.close()
     for user, res in own.items():
         f = _fields(res.stdout)
-        assert res.exit_code == 0 and f.get("SELF") == "1" and f.get("SHELL") == "1", (user, res.output)
+        assert res.exit_code == 0 and f.get("SELF") == "2" and f.get("SHELL") == "2", (user, res.output)
         assert f.get("STAT") == "(python3)", (user, res.output)  # /proc/<its pid> is itself
         assert f.get("PGREP") == f.get("CHILD") != ",", (user, res.output)  # its sleep, not the agent's
         assert f.get("KILLED") == "143", (user, res.output)
         assert f.get("UMOUNT") != "0" and f.get("SYSW") != "0" and f.get("SYSRQW") != "0", (user, res.output)
         comms = set(f.get("COMMS", "").split(","))  # (bash may exec its last command)
-        assert "python3" in comms and comms <= {"bash", "python3"}, (user, res.output)  # nothing of the sandbox's
+        # nothing of the sandbox's: the command's processes and its warden
+        assert "python3" in comms and comms <= {"bash", "python3", "sandfleet-init"}, (user, res.output)
     # the agent's daemon lived on, out of the tests' sight; the tests' /proc went with them
     assert _fields(plain.stdout) == {"AGENT": "1", "PROCS": "1"}, plain.output
 
@@ -662,7 +671,7 @@ for i in $(seq 200); do [ -n "$(pgrep -f 'http.server --bind 127.0.0.1 18765')" 
 [ "$(pgrep -f 'http.server --bind 127.0.0.1 18765')" = "$server" ] || ok=0
 pkill -f 'http.server --bind 127.0.0.1 18765'; wait $server; [ $? = 143 ] || ok=0
 others=$(python3 -c 'import os; print(",".join(c for c in (open(f"/proc/{p}/comm").read().strip()
-    for p in os.listdir("/proc") if p.isdigit()) if c not in ("bash", "test.sh", "python3")))')
+    for p in os.listdir("/proc") if p.isdigit()) if c not in ("bash", "test.sh", "python3", "sandfleet-init")))')
 [ -z "$others" ] || ok=0
 echo "self=$self shell=$$ me=$me server=$server others=$others ok=$ok"
 echo $ok > /logs/verifier/reward.txt
@@ -707,4 +716,4 @@ async def test_the_service_carries_the_pid_namespace_exec(tmp_path: Path) -> Non
                 after = stdout(await h.post(ex, json={"cmd": COUNT_SLEEPERS}))
             finally:
                 await h.delete(f"/v1/sandboxes/{sid}")
-    assert "PID=1 " in own and "SLEEPERS=0" in after, (own, after)
+    assert "PID=2 " in own and "SLEEPERS=0" in after, (own, after)

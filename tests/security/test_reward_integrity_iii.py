@@ -87,7 +87,10 @@ async def rollouts(tasks: Sequence[Task], commands: Sequence[str], verify: str =
 # -- 1. the reward write made to fail
 
 PRLIMIT = '''import os, resource
-open("/logs/verifier/reward.txt", "w").write("1")
+try:
+    open("/logs/verifier/reward.txt", "w").write("1")
+except OSError as e:  # the seal keeps the reward folder from the code under test
+    print("reward write:", e.strerror)
 try:
     resource.prlimit(os.getppid(), resource.RLIMIT_NOFILE, (0, 0))
     print("prlimit of test.sh: done")

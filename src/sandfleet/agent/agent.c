@@ -772,12 +772,14 @@ static void start_failed(int fd, const char *what, const char *user) {
 /* ---------- the warden of the verifier's tests (docs/security.md, "Reward integrity III") ----------
  * A sealed command in a pid namespace of its own runs as pid 2 under this warden, pid 1: every
  * process of the tests whose parent exits while the tests run (a daemon of the code under test:
- * fork and exit, setsid, double fork) is re-parented to it. It counts them -- reaped, or found
- * alive in /proc with it as their parent (every 10 ms and at each SIGCHLD) -- and at the
- * command's end also those that left the command's session. When it exits, the kernel kills
- * whatever is left in the namespace before the command's end is reported. It reports the
+ * fork and exit, setsid, a double fork) is re-parented to it, as the namespace's init. It counts
+ * them: those that end before the command (it reaps them), and those still there when the
+ * command ends that were not the command's own children the last time it looked (every 10 ms:
+ * the command's background jobs come to it too as the command exits). At the command's end it
+ * stops every process left (SIGSTOP: nothing changes while it looks, nothing writes after), and
+ * when it exits, the kernel kills them all before the command's end is reported. It reports the
  * command's wait status and the count on REPORT ("STATUS DETACHED\n"), and exits with the
- * command's code (a signal can't be raised by a namespace's init on itself). */
+ * command's code (a namespace's init can't raise a signal on itself). */
 static long proc_self_pid(void) {
     char b[32];
     ssize_t k = readlink("/proc/self", b, sizeof b - 1);
@@ -786,8 +788,8 @@ static long proc_self_pid(void) {
     return atol(b);
 }
 
-/* /proc/PID/stat's ppid and session, or -1 */
-static int proc_stat_ids(const char *pid, long *ppid, long *sid) {
+/* /proc/PID/stat's ppid, or -1 */
+static long proc_ppid(const char *pid) {
     char path[300], st[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -798,32 +800,41 @@ static int proc_stat_ids(const char *pid, long *ppid, long *sid) {
     st[k] = 0;
     char *rp = strrchr(st, ')');
     char state;
-    long pgrp;
-    if (!rp || sscanf(rp + 2, "%c %ld %ld %ld", &state, ppid, &pgrp, sid) != 4) return -1;
+    long ppid;
+    if (!rp || sscanf(rp + 2, "%c %ld", &state, &ppid) != 2) return -1;
+    return ppid;
+}
+
+#define WARDEN_MAX 4096
+static long warden_seen[WARDEN_MAX], warden_kids[WARDEN_MAX]; /* /proc's pids */
+static int warden_nseen, warden_nkids, warden_detached;
+
+static int warden_has(const long *set, int n, long pid) {
+    for (int i = 0; i < n; i++) if (set[i] == pid) return 1;
     return 0;
 }
 
-#define WARDEN_SEEN 256
-static long warden_seen[WARDEN_SEEN];
-static int warden_nseen, warden_detached;
-
 static void warden_note(long pid) {
-    for (int i = 0; i < warden_nseen; i++) if (warden_seen[i] == pid) return;
-    if (warden_nseen < WARDEN_SEEN) warden_seen[warden_nseen++] = pid;
+    if (warden_has(warden_seen, warden_nseen, pid)) return;
+    if (warden_nseen < WARDEN_MAX) warden_seen[warden_nseen++] = pid;
     warden_detached++;
 }
 
-/* the processes /proc shows with us as their parent, but the command; at_end: only those that
- * left the command's session (its own background jobs come to us as it exits) */
-static void warden_scan(long me, long cmd, long cmd_sid, int at_end) {
+/* While the command runs: our children but it are detached; its own children are noted. At
+ * its end: our children it did not have when last seen are detached. */
+static void warden_scan(long me, long cmd, int at_end) {
     DIR *d = opendir("/proc");
     if (!d) return;
     struct dirent *e;
     while ((e = readdir(d))) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-        long pid = atol(e->d_name), ppid = 0, sid = 0;
-        if (pid == cmd || pid == me || proc_stat_ids(e->d_name, &ppid, &sid) < 0 || ppid != me) continue;
-        if (!at_end || sid != cmd_sid) warden_note(pid);
+        long pid = atol(e->d_name);
+        if (pid == cmd || pid == me) continue;
+        long ppid = proc_ppid(e->d_name);
+        if (ppid == me && !(at_end && warden_has(warden_kids, warden_nkids, pid))) warden_note(pid);
+        else if (ppid == cmd && cmd > 0 && !at_end && !warden_has(warden_kids, warden_nkids, pid) &&
+                 warden_nkids < WARDEN_MAX)
+            warden_kids[warden_nkids++] = pid;
     }
     closedir(d);
 }
@@ -844,17 +855,13 @@ static void warden(int report, int pst_w, const char *user) {
         return;
     }
     close(cp[1]);
+    prctl(PR_SET_NAME, "sandfleet-init"); /* what the tests' /proc shows as their pid 1 */
     char b[32] = "";
     ssize_t k;
     while ((k = read(cp[0], b, sizeof b - 1)) < 0 && errno == EINTR) {}
     close(cp[0]);
     b[k > 0 ? k : 0] = 0;
-    long me = proc_self_pid(), cmd_p = k > 0 ? atol(b) : -1, ppid = 0, cmd_sid = -2;
-    if (cmd_p > 0) {
-        char s[32];
-        snprintf(s, sizeof s, "%ld", cmd_p);
-        if (proc_stat_ids(s, &ppid, &cmd_sid) < 0) cmd_sid = -2;
-    }
+    long me = proc_self_pid(), cmd_p = k > 0 ? atol(b) : -1;
     /* nothing of the command's stays open here (its pipes: EOF once it and its own are done) */
 #ifdef SYS_close_range
     if (report > 0 && syscall(SYS_close_range, 0, report - 1, 0) < 0) {
@@ -872,16 +879,19 @@ static void warden(int report, int pst_w, const char *user) {
     while (!done) {
         int w;
         pid_t p;
-        while ((p = waitpid(-1, &w, WNOHANG)) > 0) {
+        while (!done && (p = waitpid(-1, &w, WNOHANG)) > 0) {
             if (p == cmd) { st = w; done = 1; }
-            else warden_note((long)p); /* an orphan that ended */
+            /* an orphan that ended (not a background job of the command's, ending as it ended,
+               where /proc's pids are the namespace's) */
+            else if (!(pidns_proc() && warden_has(warden_kids, warden_nkids, (long)p))) warden_note((long)p);
         }
         if (done) break;
-        if (me > 0) warden_scan(me, cmd_p, cmd_sid, 0);
+        if (me > 0) warden_scan(me, cmd_p, 0);
         struct timespec ts = {0, 10 * 1000 * 1000};
         sigtimedwait(&chld, NULL, &ts);
     }
-    if (me > 0) warden_scan(me, cmd_p, cmd_sid, 1);
+    kill(-1, SIGSTOP); /* all but us: nothing left writes, or leaves, while we look */
+    if (me > 0) warden_scan(me, cmd_p, 1);
     char m[64];
     int n = snprintf(m, sizeof m, "%d %d\n", st, warden_detached);
     if (write(report, m, n) < 0) {}

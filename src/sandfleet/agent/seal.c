@@ -30,6 +30,28 @@
 #define EPERM 1
 #define SCOPE_SIGNAL (1ULL << 1)
 #define MAKE_BLOCK (1ULL << 11)
+/* the filesystem's write rights (Landlock ABI 1; REFER from 2, TRUNCATE from 3) */
+#define FS_WRITE_FILE (1ULL << 1)
+#define FS_WRITES ((1ULL << 1) | (1ULL << 4) | (1ULL << 5) | (1ULL << 6) | (1ULL << 7) | (1ULL << 8) | \
+                   (1ULL << 9) | (1ULL << 10) | (1ULL << 12))
+#define FS_REFER (1ULL << 13)
+#define FS_TRUNCATE (1ULL << 14)
+#define RULE_PATH_BENEATH 1
+#define O_RDONLY_DIR 0x10000 /* O_DIRECTORY */
+#define O_PATH_NOFOLLOW (010000000 | 0400000 | 02000000) /* O_PATH | O_NOFOLLOW | O_CLOEXEC */
+#define DT_DIR 4
+#define DT_LNK 10
+
+struct path_beneath {
+    unsigned long long allowed_access;
+    int parent_fd;
+} __attribute__((packed));
+
+/* The tests' folders, the reward folders and the workdir, written into this copy of the library
+ * by the verifier before it installs it (agent/seal.py, with_paths): "t:/tests\nr:/logs/verifier\nw:/app\n".
+ * Not from the environment: a grader that starts the code under test with an environment of
+ * its own choosing must not free it. Empty: no folder is kept from anyone. */
+static volatile const char seal_paths[512] = "@@SANDFLEET_SEAL_PATHS@@";
 
 struct ruleset_attr { /* landlock_ruleset_attr as of ABI 6 (older headers lack its fields) */
     unsigned long long handled_access_fs, handled_access_net, scoped;
@@ -77,6 +99,177 @@ static int exempt(void) {
             if (same(p, tools[j])) return 1;
     }
     return 0;
+}
+
+/* the next "K:" path of seal_paths from *pos into out; 0 at the end */
+static int next_path(int *pos, char kind, char *out, int size) {
+    while (*pos < (int)sizeof seal_paths && seal_paths[*pos]) {
+        int start = *pos, n = 0;
+        while (*pos < (int)sizeof seal_paths && seal_paths[*pos] && seal_paths[*pos] != '\n') (*pos)++;
+        int len = *pos - start;
+        if (*pos < (int)sizeof seal_paths && seal_paths[*pos] == '\n') (*pos)++;
+        if (len < 3 || seal_paths[start] != kind || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
+        for (int i = start + 2; i < start + len; i++) out[n++] = seal_paths[i];
+        out[n] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+/* s is dir or inside it */
+static int under(const char *s, const char *dir) {
+    while (*dir && *dir == *s) dir++, s++;
+    return !*dir && (!*s || *s == '/');
+}
+
+static char buf[65536];
+
+/* Is this program one of the tests' own? Its arguments (or argv[0]) name a path in a tests'
+ * folder, or it runs from one: a test runner, a grader, the test script. */
+static long cmdline_len;
+static int grader(void) {
+    char t[256];
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)buf, 4095, 0);
+    if (n > 0) {
+        buf[n] = 0;
+        for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
+            if (under(buf, t)) return 1;
+    }
+    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/cmdline", 02000000, 0, 0);
+    if (fd < 0) return 0;
+    long k = 0, r;
+    while (k < (long)sizeof buf - 1 && (r = sys5(__NR_read, fd, (long)(buf + k), sizeof buf - 1 - k, 0, 0)) > 0) k += r;
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    buf[k > 0 ? k : 0] = 0;
+    cmdline_len = k > 0 ? k : 0;
+    for (long i = 0; i < k; i += 1) {
+        const char *arg = buf + i;
+        for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
+            if (under(arg, t)) return 1;
+        while (i < k && buf[i]) i++;
+    }
+    return 0;
+}
+
+/* basename of s starts with one of the names (python3.11, bash, node ...) */
+static int named(const char *s, const char *const *names) {
+    const char *b = s;
+    for (const char *p = s; *p; p++) if (*p == '/') b = p + 1;
+    for (int i = 0; names[i]; i++) {
+        const char *n = names[i], *q = b;
+        while (*n && *n == *q) n++, q++;
+        if (!*n && (!*q || *q == '.' || (*q >= '0' && *q <= '9'))) return 1;
+    }
+    return 0;
+}
+
+static int under_kind(const char *s, char kind) {
+    char w[256];
+    for (int pos = 0; next_path(&pos, kind, w, sizeof w);)
+        if (under(s, w)) return 1;
+    return 0;
+}
+
+/* Is this program the code under test? Its executable is in the workdir (a "w:" path), or it
+ * is an interpreter given a script of the workdir (by absolute path, or relative to a cwd in
+ * the workdir: python3 solution.py, python3 -m pkg), or a build or package tool run in the
+ * workdir (make, npm, cargo, go: they run the workdir's own recipes). Call after grader(): buf
+ * holds the cmdline, cwd is read again. */
+static int code_under_test(long k) {
+    static const char *const interpreters[] = {"python", "pypy", "bash", "sh", "dash", "zsh", "ksh", "node",
+                                               "nodejs", "perl", "ruby", "php", "lua", "Rscript", "java",
+                                               "deno", "bun", "tclsh", "julia", 0};
+    static const char *const tools[] = {"make", "gmake", "npm", "npx", "yarn", "pnpm", "cargo", "go", "gradle",
+                                        "mvn", "ant", "cmake", "ctest", "ninja", "dotnet", 0};
+    char exe[512], cwd[512];
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
+    if (n <= 0) return 0;
+    exe[n] = 0;
+    if (under_kind(exe, 'w')) return 1;
+    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    cwd[n > 0 ? n : 0] = 0;
+    int in_workdir = n > 0 && under_kind(cwd, 'w');
+    if (named(exe, tools)) return in_workdir;
+    if (!named(exe, interpreters)) return 0;
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        if (arg[0] == '/' ? under_kind(arg, 'w')
+                          : (in_workdir && arg[0] && arg[0] != '-' &&
+                             sys5(__NR_faccessat, AT_FDCWD, (long)arg, 0 /* F_OK */, 0, 0) == 0))
+            return 1;
+        while (i < k && buf[i]) i++;
+    }
+    return 0;
+}
+
+struct dirent64 {
+    unsigned long long d_ino;
+    long long d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
+/* Grant the write rights on every entry of the folder DIRFD but SKIP (one path component):
+ * the rules that keep the reward folder's chain out of a program's reach. */
+static int grant_beside(long ruleset, long dirfd, const char *skip, unsigned long long rights) {
+    static char ents[32768];
+    for (;;) {
+        long n = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
+        if (n < 0) return -1;
+        if (n == 0) return 0;
+        for (long off = 0; off < n;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            const char *nm = d->d_name;
+            if ((nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) || same(nm, skip) || d->d_type == DT_LNK)
+                continue; /* a link leads to what another rule covers */
+            long fd = sys5(__NR_openat, dirfd, (long)nm, O_PATH_NOFOLLOW, 0, 0);
+            if (fd < 0) continue;
+            struct path_beneath pb = {d->d_type == DT_DIR ? rights : rights & (FS_WRITE_FILE | FS_TRUNCATE), (int)fd};
+            long rc = sys5(__NR_landlock_add_rule, ruleset, RULE_PATH_BENEATH, (long)&pb, 0, 0);
+            if (rc < 0 && d->d_type != DT_DIR) { /* DT_UNKNOWN: a folder after all? */
+                pb.allowed_access = rights;
+                sys5(__NR_landlock_add_rule, ruleset, RULE_PATH_BENEATH, (long)&pb, 0, 0);
+            }
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+        }
+    }
+}
+
+/* Everything writable as before but each reward folder (and the folders on its way, whose
+ * entries other than the way are granted). 0 when the rules are in place. */
+static int keep_rewards(long ruleset, unsigned long long rights) {
+    char r[256];
+    int any = 0;
+    for (int pos = 0; next_path(&pos, 'r', r, sizeof r);) {
+        if (r[0] != '/' || !r[1]) return -1;
+        any = 1;
+        /* walk r's components: at each folder, grant all entries but the next component */
+        char dir[256];
+        int dn = 1;
+        dir[0] = '/';
+        dir[1] = 0;
+        const char *p = r + 1;
+        while (*p) {
+            char comp[256];
+            int cn = 0;
+            while (*p && *p != '/' && cn < 255) comp[cn++] = *p++;
+            comp[cn] = 0;
+            while (*p == '/') p++;
+            long dfd = sys5(__NR_openat, AT_FDCWD, (long)dir, O_RDONLY_DIR | 02000000, 0, 0);
+            if (dfd < 0) return -1;
+            int rc = grant_beside(ruleset, dfd, comp, rights);
+            sys5(__NR_close, dfd, 0, 0, 0, 0);
+            if (rc < 0) return -1;
+            if (dn > 1) dir[dn++] = '/';
+            for (int i = 0; comp[i] && dn < 254; i++) dir[dn++] = comp[i];
+            dir[dn] = 0;
+        }
+    }
+    return any ? 0 : -1;
 }
 
 #if defined(__x86_64__)
@@ -130,13 +323,25 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     if (abi < 6) seal_signals(sys5(__NR_getpid, 0, 0, 0, 0, 0), &nnp);
     if (abi < 1) return;
+    /* a program that is not one of the tests' own (the code under test, and whatever it starts)
+       can't write in a reward folder: what the tests decide is theirs */
+    char t[256];
+    int pos = 0;
+    int keep = next_path(&pos, 't', t, sizeof t) && !grader() && code_under_test(cmdline_len);
+    unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
-    attr.handled_access_fs = MAKE_BLOCK;
+    attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);
     attr.handled_access_net = 0;
     attr.scoped = abi >= 6 ? SCOPE_SIGNAL : 0;
     long size = abi >= 6 ? 24 : abi >= 4 ? 16 : 8;
     long fd = sys5(__NR_landlock_create_ruleset, (long)&attr, size, 0, 0, 0);
     if (fd < 0) return;
+    if (keep && keep_rewards(fd, rights) < 0) { /* no rules: a domain that handles only MAKE_BLOCK */
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        attr.handled_access_fs = MAKE_BLOCK;
+        fd = sys5(__NR_landlock_create_ruleset, (long)&attr, size, 0, 0, 0);
+        if (fd < 0) return;
+    }
     long rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0);
     if (rc == -EPERM && !nnp && sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
         sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0); /* a non-root user: no_new_privs first */

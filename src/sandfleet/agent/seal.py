@@ -49,3 +49,22 @@ def seal_library() -> bytes | None:
     with _lock:
         _memo[machine] = data
     return data
+
+
+PATHS_MARK = b"@@SANDFLEET_SEAL_PATHS@@"
+PATHS_SIZE = 512
+"""The size of seal.c's ``seal_paths``, which starts with :data:`PATHS_MARK`."""
+
+
+def with_paths(lib: bytes, entries: list[str]) -> bytes:
+    """This copy of the seal with its folders written in: ``t:PATH`` for the tests' folders
+    (a program that names one, or runs from one, is the tests' own) and ``r:PATH`` for the
+    reward folders (no other program may write there). Raises ValueError when they don't fit
+    or the library has no place for them."""
+    text = "".join(f"{e}\n" for e in entries).encode()
+    at = lib.find(PATHS_MARK)
+    if at < 0 or lib.find(PATHS_MARK, at + 1) >= 0:
+        raise ValueError("the seal library has no single place for its folders")
+    if len(text) >= PATHS_SIZE or any("\n" in e or "\0" in e for e in entries):
+        raise ValueError(f"the tests' and reward folders don't fit in the seal ({len(text)} bytes)")
+    return lib[:at] + text.ljust(PATHS_SIZE, b"\0") + lib[at + PATHS_SIZE:]

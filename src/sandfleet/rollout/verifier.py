@@ -64,7 +64,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from sandfleet.agent.protocol import MAX_CAPTURE
-from sandfleet.agent.seal import seal_library
+from sandfleet.agent.seal import seal_library, with_paths
 from sandfleet.errors import (
     GuestError,
     GuestFileNotFoundError,
@@ -428,6 +428,11 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     dirs.append("w:" + _guest(sandbox, task.workdir))
     script = sanitize_git_script() + PREPARE
     seal = await asyncio.to_thread(seal_library) if isolated else None
+    if seal is not None:  # the reward folders kept from every program but the tests' own
+        try:
+            seal = with_paths(seal, [d for d in dirs if d[:2] in ("t:", "r:", "w:")])
+        except ValueError as e:
+            log.warning("the seal goes without its folders: %s", e)
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
                              env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else ""},
                              stdin=seal or b"")

@@ -51,9 +51,11 @@ GIT_OVERRIDES = (
 """Command-line config (``GIT_CONFIG_COUNT``, git >= 2.31) of the tests: it wins over any
 repository's config. ``safe.bareRepository=explicit``: a bare repository is never found by
 walking up from the cwd (a folder of the workdir laid out as one, whose config nobody
-sanitized, is not a repository to the tests' git). ``gc.autoDetach=false``: an automatic gc runs in the foreground, not as a daemon the verifier's warden would count. ``safe.directory=*``: every repository the
-tests reach was sanitized here, so git works for them whoever owns it (on microvm the tests
-run as root over a workdir of another uid: git refused it as of "dubious ownership")."""
+sanitized, is not a repository to the tests' git). ``gc.autoDetach=false``: an automatic gc
+runs in the foreground, not as a daemon the verifier's warden would count. ``safe.directory=*``:
+every repository the tests reach was sanitized here, so git works for them whoever owns it (on
+microvm the tests run as root over a workdir of another uid: git refused it as of "dubious
+ownership")."""
 
 # The git config filter: only allowlisted keys with plain values (no quotes, backslashes or
 # comments), each re-emitted under a header written here. What it can't parse is dropped, so

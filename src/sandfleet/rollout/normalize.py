@@ -36,6 +36,9 @@ NORMALIZERS: dict[str, list[tuple[re.Pattern[str], str]]] = {
     "git_hashes": [  # a commit's hash changes with its time: [main 95e5288], * 0fd46ac Merge
         (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b|\b[0-9a-f]{40}\b"), "<hash>"),
     ],
+    "addresses": [  # Python's <... object at 0x7f3a2c1b5e80>, a core dump's pointers
+        (re.compile(r"\b0x[0-9a-fA-F]{6,16}\b"), "0x<addr>"),
+    ],
     "pids": [
         (re.compile(r"\b(pid|PID|process|Process)([ =:#]+)\d+\b"), r"\1\2<pid>"),
         (re.compile(r"\[\d{2,7}\]"), "[<pid>]"),  # bash's job table, syslog-style tags

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from sandfleet import __version__
 from sandfleet.rollout.chat import ChatReply
-from sandfleet.rollout.normalize import normalize
+from sandfleet.rollout.normalize import DEFAULT, normalize
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
 
@@ -63,11 +63,12 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
     return f"{text[:head]}\n[... {len(text) - head - tail} characters not recorded ...]\n{text[-tail:]}"
 
 
-def message_digests(message: dict[str, Any]) -> dict[str, Any]:
+def message_digests(message: dict[str, Any], normalizers: Sequence[str] = DEFAULT) -> dict[str, Any]:
+    """A message's role, and the digests of it as it is (``sha``) and after ``normalizers`` (``norm``)."""
     content = message.get("content")
     text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
     rest = {k: v for k, v in message.items() if k != "content"}
-    return {"role": message.get("role"), "sha": sha([text, rest]), "norm": sha([normalize(text), rest])}
+    return {"role": message.get("role"), "sha": sha([text, rest]), "norm": sha([normalize(text, normalizers), rest])}
 
 
 class Tape:
@@ -263,7 +264,7 @@ def build_record(
                         "reward_key": task.verifier.reward_key, "reward_weights": task.verifier.reward_weights},
         "image": {"ref": spec.image, "digest": image_digest(spec.image)},
         "spec": spec.model_dump(mode="json"), "backend": result.backend, "verify": verify, "environment": environment(),
-        "policy": describe_policy(policy),
+        "policy": describe_policy(policy), "normalizers": list(DEFAULT),
         "requests": tape.requests, "commands": tape.commands,
         "verifier": {"exit_code": result.verifier_exit_code, "output": cap(result.verifier_output, tape.output_cap),
                      "reward": result.reward, "details": result.reward_details,

@@ -120,11 +120,13 @@ class ReplayModel:
         if len(messages) != m.get("n"):
             return f"{len(messages)} messages, recorded {m.get('n')}"
         start = int(m.get("from", 0))
-        use_norm = set(self.state.normalizers) == set(DEFAULT)  # the digests were made with them all
+        # the norm digests were made with the record's normalizers: usable where the replay allows them all
+        made_with = tuple(self.state.record.get("normalizers") or DEFAULT)
+        use_norm = set(made_with) <= set(self.state.normalizers)
         full = rec.get("new_messages") or []
         for j, digest in enumerate(m.get("new") or []):
             msg = messages[start + j]
-            now = message_digests(msg)
+            now = message_digests(msg, made_with)
             if now["sha"] == digest.get("sha") or (use_norm and now["norm"] == digest.get("norm")):
                 continue
             content = msg.get("content")

@@ -182,7 +182,9 @@ def report_text(report: ReplayReport) -> str:
             v = row["verifier"]
             code = "same exit code" if v["exit_code"] == "same" else \
                 f"exit code {v['exit_code']['recorded']} -> {v['exit_code']['replayed']}"
-            out = v["output"] if isinstance(v["output"], str) else f"differs at line {v['output']['line']}"
+            o = v["output"]
+            out = o if isinstance(o, str) else \
+                f"differs at line {o['line']}: recorded {o['recorded']!r}, replayed {o['replayed']!r}"
             lines.append(f"  verifier: {code}, output {out}")
         if report.repeat > 1:
             lines.append(f"  {report.repeat} replays: rewards {[x['reward'] for x in row['replays']]}, "

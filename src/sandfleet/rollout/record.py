@@ -188,9 +188,15 @@ class _TapedModel:
 # -- what the sandbox was
 
 
-def task_files(task: Task) -> dict[str, str]:
+_FILE_DIGESTS: dict[tuple[str, int, int], str] = {}
+"""(path, mtime_ns, size) -> digest: a task's files are hashed once per process, not per rollout."""
+
+
+def task_files(task: Task, *, cached: bool = True) -> dict[str, str]:
     """Every file of the task folder (and of its tests, where they live elsewhere), by path
-    relative to the folder: its SHA-256 (16 hex digits)."""
+    relative to the folder: its SHA-256 (16 hex digits). ``cached``: a file whose path,
+    modification time and size are unchanged since this process hashed it is not read again
+    (recording; replay's check reads every file)."""
     out: dict[str, str] = {}
     roots = [(task.path, "")]
     try:
@@ -200,7 +206,14 @@ def task_files(task: Task) -> dict[str, str]:
     for root, prefix in roots:
         for p in sorted(root.rglob("*")):
             if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts):
-                out[prefix + p.relative_to(root).as_posix()] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+                st = p.stat()
+                key = (str(p), st.st_mtime_ns, st.st_size)
+                digest = _FILE_DIGESTS.get(key) if cached else None
+                if digest is None:
+                    if len(_FILE_DIGESTS) > 100_000:
+                        _FILE_DIGESTS.clear()
+                    digest = _FILE_DIGESTS[key] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+                out[prefix + p.relative_to(root).as_posix()] = digest
     return out
 
 

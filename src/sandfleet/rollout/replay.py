@@ -257,7 +257,7 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
         out.refused.append(f"task {path} no longer loads: {e}")
         return out
     digest = record.get("task_digest") or {}
-    recorded, now = dict(digest.get("files") or {}), task_files(task)
+    recorded, now = dict(digest.get("files") or {}), task_files(task, cached=False)
     tests = str(record.get("tests_prefix") or "tests/")
     for name in sorted(set(recorded) | set(now)):
         if recorded.get(name) == now.get(name):

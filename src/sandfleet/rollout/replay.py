@@ -185,7 +185,6 @@ class ReplayPolicy:
         self.state = ReplayState(record, tuple(normalizers), until_turn=until_turn)
         self.inner = rebuild_policy(record, self.state)
         self.name = str(record.get("policy", {}).get("name") or self.inner.name)
-        self.commands_run = 0
 
     async def act(self, ctx: AgentContext) -> str:
         if ctx.tape is None:

@@ -192,3 +192,13 @@ async def test_until_turn_stops_the_policy_there_and_still_scores(tmp_path: Path
     assert row["verifier"]["exit_code"] == "same"
     (replayed,) = report.records
     assert replayed["result"]["stop_reason"] == "until_turn" and len(replayed["commands"]) == 2
+
+
+async def test_stop_before_verifier_compares_the_commands_only(tmp_path: Path) -> None:
+    out = await scripted_run(tmp_path, "commands")
+    report = await replay_run(out, stop_before_verifier=True)
+    (row,) = report.rollouts
+    assert row["status"] == "identical" and row["commands_identical"] == 3
+    assert row["reward"]["replayed"] is None and row["verifier"] is None  # the tests never ran
+    (replayed,) = report.records
+    assert replayed["verifier"]["exit_code"] is None

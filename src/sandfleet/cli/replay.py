@@ -26,13 +26,15 @@ from sandfleet.rollout.normalize import NORMALIZERS
               help="Replay each rollout K times and report the reward flip rate.")
 @click.option("--until-turn", "until_turn", default=None, type=click.IntRange(0, 100_000), metavar="T",
               help="Stop each policy after turn T (the verifier still runs; the reward is shown, not compared).")
+@click.option("--stop-before", "stop_before", type=click.Choice(["verifier"]), default=None,
+              help="End each replay before the verifier (the commands are compared, the reward is not).")
 @click.option("--concurrency", default=None, type=click.IntRange(1, 1000),
               help="Replays at once (default: as many sandboxes as this host's CPUs hold, as `run` admits).")
 @click.option("--tasks", "tasks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
               help="Find the tasks in this folder (by their folder name) instead of where they were recorded.")
 def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out_dir: Path | None, as_json: bool,
-           off: tuple[str, ...], repeat: int, until_turn: int | None, concurrency: int | None,
-           tasks_dir: Path | None) -> None:
+           off: tuple[str, ...], repeat: int, until_turn: int | None, stop_before: str | None,
+           concurrency: int | None, tasks_dir: Path | None) -> None:
     """Replay RUN_DIR's rollouts (records.jsonl) in fresh sandboxes of the same images, the model
     answered from the record. Exits 1 when a record is refused (its task's files or image
     changed) or was edited after recording."""
@@ -43,7 +45,7 @@ def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out
     try:
         report = asyncio.run(replay_run(run_dir, rollout_ids=rollout_ids, backend=backend, normalizers=normalizers,
                                         repeat=repeat, concurrency=concurrency, tasks_dir=tasks_dir,
-                                        until_turn=until_turn))
+                                        until_turn=until_turn, stop_before_verifier=stop_before == "verifier"))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     text = report_text(report)

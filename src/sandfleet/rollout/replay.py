@@ -50,6 +50,13 @@ class ReplayStop(Exception):
     """The replay reached ``until_turn``: the policy stops there (the verifier still runs)."""
 
 
+class ReplayStoppedBeforeVerifier(RolloutError):
+    """``--stop-before verifier``: the policy is done, the verifier does not run."""
+
+    def __init__(self) -> None:
+        super().__init__("replay stopped before the verifier", reason="replay_stopped_before_verifier")
+
+
 @dataclass
 class ReplayState:
     """What one rollout's replay has consumed of its record, and where it diverged."""
@@ -61,6 +68,8 @@ class ReplayState:
     until_turn: int | None = None
     """Stop the policy before its first request or command of a later turn."""
     stopped: bool = False
+    stop_before_verifier: bool = False
+    """End the rollout when the policy is done, before the verifier."""
 
     def stop_at(self, turn: int) -> None:
         if self.until_turn is not None and turn > self.until_turn:
@@ -181,8 +190,10 @@ def rebuild_policy(record: dict[str, Any], state: ReplayState) -> Policy:
 class ReplayPolicy:
     """The recorded policy, acting again under the record's eye (one instance per rollout)."""
 
-    def __init__(self, record: dict[str, Any], normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None):
-        self.state = ReplayState(record, tuple(normalizers), until_turn=until_turn)
+    def __init__(self, record: dict[str, Any], normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None,
+                 stop_before_verifier: bool = False):
+        self.state = ReplayState(record, tuple(normalizers), until_turn=until_turn,
+                                 stop_before_verifier=stop_before_verifier)
         self.inner = rebuild_policy(record, self.state)
         self.name = str(record.get("policy", {}).get("name") or self.inner.name)
 
@@ -195,7 +206,18 @@ class ReplayPolicy:
             stop = await self.inner.act(ctx)
         except ReplayStop:
             ctx.info["replay_until_turn"] = self.state.until_turn
+            if self.state.stop_before_verifier:
+                raise ReplayStoppedBeforeVerifier() from None
             return "until_turn"
+        self._check_done(ctx)
+        if self.state.stop_before_verifier:
+            raise ReplayStoppedBeforeVerifier()
+        return stop
+
+    def _check_done(self, ctx: AgentContext) -> None:
+        """A replay that made fewer commands or requests than the record diverges at the first it did not."""
+        assert ctx.tape is not None
+        recorded = self.state.record.get("commands") or []
         ran, made = len(ctx.tape.commands), self.state.requests
         if ran < len(recorded):
             self.state.diverge(int(recorded[ran].get("turn") or 0),
@@ -203,7 +225,6 @@ class ReplayPolicy:
         elif made < len(self.state.record.get("requests") or []) and "config" in self.state.record.get("policy", {}):
             self.state.diverge(made + 1, f"the replay stopped after {made} of "
                                f"{len(self.state.record.get('requests') or [])} recorded requests")
-        return stop
 
     def _expect(self, entry: dict[str, Any], recorded: list[dict[str, Any]]) -> None:
         i, turn = int(entry["i"]), int(entry["turn"])
@@ -282,7 +303,7 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
 
 def compare(
     record: dict[str, Any], replayed: dict[str, Any] | None, reward: float | None, diverged: dict[str, Any] | None,
-    normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None,
+    normalizers: Sequence[str] = DEFAULT, until_turn: int | None = None, scored: bool = True,
 ) -> dict[str, Any]:
     """One rollout's comparison: reward, per command exit code and output (only the commands
     of turns up to ``until_turn``, where given: then the reward is shown, not compared), and the
@@ -306,7 +327,7 @@ def compare(
         rows.append(row)
     recorded_reward = (record.get("result") or {}).get("reward")
     same_reward = diverged is None and reward == recorded_reward
-    reward_counts = same_reward or until_turn is not None
+    reward_counts = same_reward or until_turn is not None or not scored
     status = "diverged" if diverged else "identical" if reward_counts and identical == len(old) else "drifted"
     return {"rollout_id": record.get("rollout_id"), "task": record.get("task"), "status": status,
             "same_reward": same_reward, "reward": {"recorded": recorded_reward, "replayed": reward},

@@ -61,12 +61,13 @@ class ReplayReport:
 async def replay_run(
     run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
     normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
-    tasks_dir: Path | None = None, until_turn: int | None = None,
+    tasks_dir: Path | None = None, until_turn: int | None = None, stop_before_verifier: bool = False,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
     times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
     the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one);
-    ``until_turn``: each policy stops before turn ``until_turn + 1`` (the verifier still runs)."""
+    ``until_turn``: each policy stops before turn ``until_turn + 1`` (the verifier still runs);
+    ``stop_before_verifier``: no verifier runs (the commands are compared, the reward is not)."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -93,7 +94,8 @@ async def replay_run(
         replays = []
         for k in range(repeat):
             async with slots:
-                replays.append(await _replay_once(rec, check, backend, normalizers, k, until_turn))
+                replays.append(await _replay_once(rec, check, backend, normalizers, k, until_turn,
+                                                  stop_before_verifier))
         first = dict(replays[0])
         recorded = first["reward"]["recorded"]
         first["tampered"] = check.tampered
@@ -112,9 +114,9 @@ async def replay_run(
 
 
 async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, normalizers: Sequence[str],
-                       k: int, until_turn: int | None = None) -> dict[str, Any]:
+                       k: int, until_turn: int | None = None, stop_before_verifier: bool = False) -> dict[str, Any]:
     assert check.task is not None
-    policy = ReplayPolicy(rec, normalizers, until_turn)
+    policy = ReplayPolicy(rec, normalizers, until_turn, stop_before_verifier)
     spec_data = dict(rec["spec"])
     if backend:
         spec_data["backend"] = backend
@@ -124,10 +126,11 @@ async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, n
                          verify=str(rec.get("verify") or "shared"), record=str(rec.get("mode") or "commands"))
     result = await run_with_retries(req, RetryPolicy(max_attempts=1))
     diverged = policy.state.diverged
-    row = compare(rec, result.record, result.reward if diverged is None else None, diverged, normalizers,
-                  until_turn=until_turn)
+    stopped = result.reason == "replay_stopped_before_verifier"
+    reward = result.reward if diverged is None and not stopped else None
+    row = compare(rec, result.record, reward, diverged, normalizers, until_turn=until_turn, scored=not stopped)
     row["seconds"] = {"recorded": (rec.get("result") or {}).get("duration_s"), "replayed": round(result.duration, 4)}
-    if result.status != "completed" and diverged is None:
+    if result.status != "completed" and diverged is None and not stopped:
         row["status"] = "drifted"
         row["failed"] = {"reason": result.reason, "error": result.error}
     row["_records"] = [result.record] if result.record is not None else []

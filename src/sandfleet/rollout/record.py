@@ -20,6 +20,8 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
+import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -204,17 +206,27 @@ def task_files(task: Task, *, cached: bool = True) -> dict[str, str]:
     except ValueError:
         roots.append((task.tests_dir, "@tests/"))
     for root, prefix in roots:
-        for p in sorted(root.rglob("*")):
-            if p.is_file() and not SKIP_DIRS & set(p.relative_to(root).parts):
-                st = p.stat()
-                key = (str(p), st.st_mtime_ns, st.st_size)
-                digest = _FILE_DIGESTS.get(key) if cached else None
-                if digest is None:
-                    if len(_FILE_DIGESTS) > 100_000:
-                        _FILE_DIGESTS.clear()
-                    digest = _FILE_DIGESTS[key] = hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-                out[prefix + p.relative_to(root).as_posix()] = digest
-    return out
+        _hash_tree(str(root), prefix, out, cached)
+    return dict(sorted(out.items()))
+
+
+def _hash_tree(folder: str, prefix: str, out: dict[str, str], cached: bool) -> None:
+    with os.scandir(folder) as entries:
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False):
+                if entry.name not in SKIP_DIRS:
+                    _hash_tree(entry.path, f"{prefix}{entry.name}/", out, cached)
+                continue
+            st = entry.stat()
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            key = (entry.path, st.st_mtime_ns, st.st_size)
+            digest = _FILE_DIGESTS.get(key) if cached else None
+            if digest is None:
+                if len(_FILE_DIGESTS) > 100_000:
+                    _FILE_DIGESTS.clear()
+                digest = _FILE_DIGESTS[key] = hashlib.sha256(Path(entry.path).read_bytes()).hexdigest()[:16]
+            out[prefix + entry.name] = digest
 
 
 def tests_prefix(task: Task) -> str:

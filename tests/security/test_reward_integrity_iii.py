@@ -570,3 +570,77 @@ async def test_a_test_script_killed_after_its_reward_scores_zero(tmp_path: Path)
     with a reward file written before."""
     task = harbor_task(tmp_path, "killed", f"echo 1 > {REWARD}\nkill -9 $$\n")
     assert_zero(await rollouts([task], ["true"]), "tests_killed")
+
+
+# -- 7. the reward folders kept from the code under test (docs/security.md, "The reward folders kept ...")
+
+SERVER_PY = '''import signal, sys, time
+def stop(*_):
+    try:
+        open("/logs/verifier/reward.txt", "w").write("1")
+        print("server wrote 1", flush=True)
+    except OSError as e:
+        print("server:", e.strerror, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+print("serving", flush=True)
+while True:
+    time.sleep(1)
+'''
+SERVER_C = r'''#include <signal.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <unistd.h>
+static void stop(int s) {
+    (void)s;
+    int fd = open("/logs/verifier/reward.txt", O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd >= 0) { write(fd, "1", 1); close(fd); write(1, "server wrote 1\n", 15); }
+    else write(1, "server refused\n", 15);
+    _exit(0);
+}
+int main(void) { signal(SIGTERM, stop); for (;;) pause(); }
+'''
+STOP_AT_END = (f"sleep 1\n[ \"$(cat /app/out.txt 2>/dev/null)\" = hello ] && echo 1 > {REWARD} || echo 0 > {REWARD}\n"
+               "kill $SERVER; wait $SERVER\n")
+
+
+@MODES
+async def test_code_under_test_test_sh_runs_attached_cannot_write_the_reward(tmp_path: Path, verify: str) -> None:
+    """A server of the workdir that test.sh starts with & and stops at the end: its SIGTERM
+    handler runs after test.sh decided. A Python one (the seal's constructor), and a static C one
+    (the library never loads into it: bash's exec of a workdir program takes the rule first)."""
+    py = harbor_task(tmp_path, "py-server", "cd /app\npython3 /app/server.py &\nSERVER=$!\n" + STOP_AT_END)
+    results = await rollouts([py], [write("/app/server.py", SERVER_PY)], verify)
+    for r in results:
+        assert "server: Permission denied" in r.verifier_output, r.verifier_output
+    assert_zero(results)
+    if not shutil.which("gcc"):
+        pytest.skip("no gcc on this host for the static server")
+    static = harbor_task(tmp_path, "c-server", "cd /app\nfile server | grep -o 'statically linked'\n./server &\n"
+                         "SERVER=$!\n" + STOP_AT_END)
+    results = await rollouts([static], [write("/app/server.c", SERVER_C),
+                                        "cd /app && gcc -static -O1 -o server server.c"], verify)
+    for r in results:
+        assert "statically linked" in r.verifier_output and "server refused" in r.verifier_output, r.verifier_output
+    assert_zero(results)
+
+
+HONEST_WRITERS = f'''mkdir -p /logs/verifier
+cd /app
+python3 -c "open('/logs/verifier/from-python-c.txt', 'w').write('ok')"
+echo ok | tee /logs/verifier/from-tee.txt >/dev/null
+cp /app/out.txt /logs/verifier/copied.txt
+python3 /app/report.py > /logs/verifier/report.txt
+python3 /tests/grade.py
+'''
+
+
+async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path) -> None:
+    """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
+    redirect of the agent's program's output, a grader of the tests' folder."""
+    grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', 'from-tee.txt', "
+             f"'copied.txt', 'report.txt'))\nopen('{REWARD}', 'w').write('1' if ok else '0')\n")
+    task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
+    results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"])
+    for r in results:
+        assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)

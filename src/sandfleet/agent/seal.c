@@ -272,6 +272,98 @@ static int keep_rewards(long ruleset, unsigned long long rights) {
     return any ? 0 : -1;
 }
 
+/* ---- exec: a program of the workdir that the library won't load into (static) ----
+ * The tests' dynamically linked programs call exec through these (bash, Python's subprocess,
+ * timeout, xargs, env): a program about to exec one of the workdir's executables takes the
+ * reward rules first, so that a static one (which the constructor never runs in) has them too. */
+/* weak: a dynamically linked program without a libc still loads the library */
+extern int *__errno_location(void) __attribute__((weak));
+extern char **environ __attribute__((weak));
+static int dummy_errno;
+static int *errno_at(void) { return __errno_location ? __errno_location() : &dummy_errno; }
+static char **env_now(void) { return &environ ? environ : 0; }
+
+static int restrict_rewards(int abi);
+
+static int exec_target_is_code(const char *path, char *const argv[]) {
+    char w[256], cwd[512];
+    int pos = 0;
+    if (!next_path(&pos, 't', w, sizeof w) || !path) return 0;
+    if (argv)
+        for (int i = 0; argv[i]; i++)
+            if (under_kind(argv[i], 't')) return 0;
+    if (path[0] == '/') return under_kind(path, 'w');
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    if (n <= 0) return 0;
+    cwd[n] = 0;
+    return under_kind(cwd, 'w');
+}
+
+static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
+    if (exec_target_is_code(path, argv)) {
+        long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
+        if (abi >= 1) restrict_rewards((int)abi);
+    }
+    long r = sys5(__NR_execve, (long)path, (long)argv, (long)envp, 0, 0);
+    *errno_at() = (int)-r;
+    return -1;
+}
+
+__attribute__((visibility("default"))) int execve(const char *path, char *const argv[], char *const envp[]) {
+    return seal_exec(path, argv, envp);
+}
+
+__attribute__((visibility("default"))) int execv(const char *path, char *const argv[]) {
+    return seal_exec(path, argv, env_now());
+}
+
+/* execvp: a name without a slash is looked for on PATH (where the verifier left no workdir
+ * folder); a file that is not an executable format runs with /bin/sh, as glibc's does */
+__attribute__((visibility("default"))) int execvp(const char *file, char *const argv[]) {
+    const char *p = file;
+    int slash = 0;
+    if (!file || !*file) { *errno_at() = 2; return -1; } /* ENOENT */
+    for (; *p; p++) if (*p == '/') slash = 1;
+    if (slash) {
+        seal_exec(file, argv, env_now());
+        if (*errno_at() != 8) return -1; /* ENOEXEC */
+    }
+    const char *path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (char **e = env_now(); e && *e; e++)
+        if ((*e)[0] == 'P' && (*e)[1] == 'A' && (*e)[2] == 'T' && (*e)[3] == 'H' && (*e)[4] == '=') { path = *e + 5; break; }
+    int eacces = 0;
+    for (const char *d = slash ? "" : path;;) {
+        char full[4096];
+        int n = 0;
+        if (!slash) {
+            while (*d && *d != ':' && n < 4000) full[n++] = *d++;
+            if (n == 0) full[n++] = '.';
+            full[n++] = '/';
+        }
+        for (const char *f = file; *f && n < 4094; f++) full[n++] = *f;
+        full[n] = 0;
+        if (slash) *errno_at() = 8;
+        else seal_exec(full, argv, env_now());
+        int err = *errno_at();
+        if (err == 8) { /* ENOEXEC: a script without #!, run by the shell */
+            char *sh[1024];
+            int k = 0;
+            sh[k++] = (char *)"/bin/sh";
+            sh[k++] = full;
+            for (int i = 1; argv && argv[i] && k < 1023; i++) sh[k++] = argv[i];
+            sh[k] = 0;
+            seal_exec("/bin/sh", sh, env_now());
+            return -1;
+        }
+        if (err == 13) eacces = 1; /* EACCES */
+        else if (err != 2 && err != 20) return -1; /* not ENOENT, ENOTDIR: that's the answer */
+        if (slash || !*d) break;
+        d++;
+    }
+    *errno_at() = eacces ? 13 : 2;
+    return -1;
+}
+
 #if defined(__x86_64__)
 #define SEAL_ARCH AUDIT_ARCH_X86_64
 #elif defined(__aarch64__)
@@ -315,6 +407,25 @@ static void seal_signals(long me, int *nnp) {
         *nnp = 1;
         sys5(__NR_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0, 0);
     }
+}
+
+/* A domain of its own that keeps the reward folders from this process and what it starts. */
+static int restrict_rewards(int abi) {
+    unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
+    volatile struct ruleset_attr attr;
+    attr.handled_access_fs = rights;
+    attr.handled_access_net = 0;
+    attr.scoped = 0;
+    long fd = sys5(__NR_landlock_create_ruleset, (long)&attr, 8, 0, 0, 0);
+    if (fd < 0) return -1;
+    long rc = keep_rewards(fd, rights);
+    if (rc == 0) {
+        rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0);
+        if (rc == -EPERM && sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
+            rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0);
+    }
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    return rc == 0 ? 0 : -1;
 }
 
 __attribute__((constructor)) static void sandfleet_seal(void) {

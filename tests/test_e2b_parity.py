@@ -123,7 +123,12 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         other = Sandbox.connect(sbx.sandbox_id)
         assert other.commands.run("echo $GREETING").stdout == "hi\n"
         assert sbx.connect().sandbox_id == sbx.sandbox_id
-        row(S, "Sandbox.connect", "works", "class and instance method")
+        end = sbx.get_info().end_at
+        Sandbox.connect(sbx.sandbox_id, timeout=30)  # shorter than the 600 s left: kept
+        assert abs((sbx.get_info().end_at - end).total_seconds()) < 5
+        Sandbox.connect(sbx.sandbox_id, timeout=700)  # longer: extended
+        assert (sbx.get_info().end_at - end).total_seconds() > 60
+        row(S, "Sandbox.connect", "works", "class and instance method; timeout only extends the lifetime")
         assert sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
         row(S, "Sandbox.list", "works", "a paginator; metadata filter (test_e2b.py)")
         # users: E2B's `user` with HOME /home/user; root with HOME /root
@@ -222,8 +227,10 @@ def test_sync_pause_filesystem(e2b_env: dict[str, str]) -> None:
         paused = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED], metadata={"suite": "pause"}))
         assert [s.sandbox_id for s in paused.next_items()] == [sbx.sandbox_id]
         assert sbx.get_info().state == SandboxState.PAUSED
-        running = Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"})).next_items()
-        assert sbx.sandbox_id not in [s.sandbox_id for s in running]
+        running = Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING], metadata={"suite": "pause"}))
+        assert sbx.sandbox_id not in [s.sandbox_id for s in running.next_items()]
+        both = Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"})).next_items()  # no state: both
+        assert [(s.sandbox_id, s.state) for s in both] == [(sbx.sandbox_id, SandboxState.PAUSED)]
         row(S, "Sandbox.pause (mode=\"filesystem\")", "works",
             "a snapshot; the id stays, listed and get_info'd as paused; again: False")
         back = Sandbox.connect(sbx.sandbox_id)

@@ -192,14 +192,21 @@ class E2B(ProcessRPC, FsRPC):
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:
         owner = self.owner(request)
         p = self.paused.get(sid)
-        e = await e2b_pause.resume(self, owner, sid, p) if p is not None and p.owner == owner else (
-            self.entry(owner, sid))
+        resumed = p is not None and p.owner == owner
+        e = await e2b_pause.resume(self, owner, sid, p) if p is not None and resumed else self.entry(owner, sid)
         try:
             body = json.loads(await request.body() or b"{}")
         except ValueError:
             body = {}
         if isinstance(body, dict) and body.get("timeout"):
-            self.set_timeout(owner, sid, body["timeout"])
+            try:
+                ttl = float(body["timeout"])
+            except (TypeError, ValueError):
+                raise CPError(400, "timeout is a number of seconds") from None
+            # E2B: "for running sandboxes, the timeout will update only if the new timeout is
+            # longer than the existing one" (a resumed one takes it as given)
+            if resumed or ttl > e.expires - time.monotonic():
+                self.set_timeout(owner, sid, ttl)
         return self.sandbox_body(e)
 
     def set_timeout(self, owner: str, sid: str, timeout: Any) -> None:
@@ -211,7 +218,7 @@ class E2B(ProcessRPC, FsRPC):
     def list_sandboxes(self, request: Request) -> Response:
         owner = self.owner(request)
         q = request.query_params
-        states = set((q.get("state") or "running").split(","))
+        states = set((q.get("state") or "running,paused").split(","))  # E2B: no state filter lists both
         want = dict(parse_qsl(q.get("metadata") or ""))
         entries = [e for e in self.service.find(owner, {}) if e.sb.alive] if "running" in states else []
         entries = [e for e in entries if all(self.box(e).metadata.get(k) == v for k, v in want.items())]

@@ -34,6 +34,8 @@ def _guard() -> object:
     ("echo hi; exec qemu-system-x86_64 -m 64", True, "qemu-system-x86_64"),
     ([sys.executable, "-m", "sandfleet", "serve", "--port", "0"], False, "sandfleet serve"),
     (["sandfleet", "serve"], False, "sandfleet serve"),
+    (["unshare", "--pid", "--fork", "/tmp/agent-asan"], False, "unshare"),
+    (["/usr/bin/chromedriver", "--port=0"], False, "chromedriver"),
     (["/usr/bin/bwrap", "--version"], False, None),  # a probe
     (["echo", "bwrap"], False, None),
     ([sys.executable, "-m", "sandfleet", "tasks", "ls"], False, None),

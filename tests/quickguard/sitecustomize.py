@@ -5,9 +5,9 @@ every Python the tests start (``sandfleet ...`` CLI runs) imports this file as i
 ``sitecustomize`` and is guarded too; a child writes what it refused to ``SANDFLEET_QUICK_GUARD_LOG``
 (the test that started it fails at teardown).
 
-Refused: starting bwrap, runsc, QEMU, the guest agent (``sandfleet-agent``), crun, runc or podman
-(also behind env/setpriv/unshare/timeout/...), starting ``sandfleet serve``, and listen() on a
-TCP socket (a server). A refusal raises :class:`QuickGuardError` where it happens and is recorded,
+Refused: starting bwrap, runsc, QEMU, the guest agent (``sandfleet-agent``), crun, runc, podman or
+unshare (also behind env/setpriv/timeout/...), starting ``sandfleet serve`` or chromedriver, and
+listen() on a TCP socket (a server). A refusal raises :class:`QuickGuardError` where it happens and is recorded,
 so the test fails even if it swallows the error. Tests that do these things belong to the
 ``sandbox`` marker (tests/conftest.py classifies them; add ``@pytest.mark.sandbox`` by hand to one
 it misses)."""
@@ -22,9 +22,11 @@ from collections.abc import Callable
 from typing import Any
 
 FORBIDDEN = frozenset({"bwrap", "runsc", "qemu-system-x86_64", "qemu-system-aarch64", "sandfleet-agent", "crun", "runc",
-                       "podman"})
-"""Executables (basenames) that start a sandbox."""
-WRAPPERS = frozenset({"env", "setpriv", "unshare", "nsenter", "timeout", "nice", "ionice", "taskset", "chrt", "sudo",
+                       "podman", "unshare"})
+"""Executables (basenames) that start a sandbox (unshare: new namespaces, a sandbox by hand)."""
+SERVERS = frozenset({"chromedriver", "chromium", "chromium-browser", "google-chrome"})
+"""Executables (basenames) that start a server (chromedriver: a WebDriver server, and the browser it drives)."""
+WRAPPERS = frozenset({"env", "setpriv", "nsenter", "timeout", "nice", "ionice", "taskset", "chrt", "sudo",
                       "stdbuf", "prlimit", "nohup", "setsid", "systemd-run", "exec", "command"})
 """Commands that run the command after their options: the guard looks past them."""
 PROBES = frozenset({"--version", "-version", "version", "--help"})
@@ -84,6 +86,9 @@ def refusal(args: Any, executable: Any = None, shell: bool = False) -> str | Non
         return None  # bwrap --version: a probe, no sandbox
     if hit:
         return f"starts {sorted(hit)[0]} (a sandbox)"
+    hit = names & SERVERS
+    if hit:
+        return f"starts {sorted(hit)[0]} (a server)"
     for c in cmds:
         base = [_base(x) for x in c[:4]]
         if "serve" in base and any(x.startswith("sandfleet") for x in base):

@@ -281,3 +281,25 @@ def base64_out(msgs: list[tuple[int, dict[str, Any]]]) -> str:
 
     return "".join(base64.b64decode(m["event"]["data"]["stdout"]).decode()
                    for f, m in msgs if f == 0 and "data" in m.get("event", {}) and "stdout" in m["event"]["data"])
+
+
+def test_forgotten_sandbox_url_is_named(svc: RunningService, monkeypatch: pytest.MonkeyPatch) -> None:
+    """E2B_API_URL without E2B_SANDBOX_URL: create works, the SDK then sends envd calls to
+    https://<port>-<id>.<domain>; its error quotes that URL, whose userinfo names the variable."""
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    monkeypatch.setenv("E2B_API_URL", svc.url)
+    monkeypatch.setenv("E2B_API_KEY", svc.token)
+    for k in ("E2B_SANDBOX_URL", "E2B_DEBUG", "E2B_DOMAIN"):
+        monkeypatch.delenv(k, raising=False)
+    sbx = Sandbox.create(timeout=60)
+    try:
+        with pytest.raises(SandboxException) as ei:
+            sbx.commands.run("true")
+        assert "set-E2B_SANDBOX_URL" in str(ei.value)
+        with pytest.raises(Exception) as fe:
+            sbx.files.read("/etc/hostname")
+        assert "set-E2B_SANDBOX_URL" in str(fe.value), repr(fe.value)
+    finally:
+        sbx.kill()

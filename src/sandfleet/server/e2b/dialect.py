@@ -51,6 +51,8 @@ log = logging.getLogger(__name__)
 ENVD_VERSION = "0.5.7"
 HOME = "/home/user"
 DEFAULT_TIMEOUT_S = 300
+SANDBOX_URL_HINT = "set-E2B_SANDBOX_URL"
+"""In the ``domain`` of a plain-HTTP service (see :meth:`E2B.domain`; ports.py accepts it)."""
 
 
 @dataclass(eq=False)
@@ -82,6 +84,8 @@ class E2B(ProcessRPC, FsRPC):
         """The reverse of ``alias``."""
         self.host = "127.0.0.1"
         """The service's address as clients reach it (the Host of their last control-plane call)."""
+        self.tls = False
+        """Whether that call came over HTTPS (serve --ssl-certfile)."""
 
     # -- control plane
 
@@ -106,12 +110,15 @@ class E2B(ProcessRPC, FsRPC):
         if oid is None:
             raise CPError(401, "Invalid API key: X-API-Key must be a token of this service")
         self.host = request.headers.get("host") or self.host
+        self.tls = request.url.scheme == "https"
         return oid
 
     def domain(self, b: Box) -> str:
         """What the SDK's get_host(port) appends to "<port>-<id>.": the token as URL userinfo
-        at the service's own address (e2b_ports)."""
-        return f":{b.traffic_token}@{self.host}"
+        at the service's own address (e2b_ports). Over plain HTTP the userinfo also names
+        E2B_SANDBOX_URL: an SDK without it sends envd calls to https://<port>-<id>.<domain>,
+        and its TLS error quotes that URL, so it says what is missing."""
+        return f"{'' if self.tls else SANDBOX_URL_HINT}:{b.traffic_token}@{self.host}"
 
     def box(self, e: Entry) -> Box:
         """The E2B side of a sandbox (made on first use for one created through /v1)."""

@@ -35,7 +35,7 @@ from sandfleet.server.e2b.wire import UNSUPPORTED
 if TYPE_CHECKING:
     from sandfleet.server.e2b.dialect import E2B
 
-USER = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.(?:localhost)?$")
+USER = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.(?:localhost|set-E2B_SANDBOX_URL)?$")  # dialect.SANDBOX_URL_HINT
 HOST = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.localhost(?::[0-9]+)?$")
 RELAY = 'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 7; cat <&3 & cat >&3; wait'
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te", b"trailer",

@@ -49,6 +49,18 @@ def bare_spawn_ms(n: int) -> float:
     return percentile(ts, 50) * 1e3
 
 
+async def create_exec_close_ms(spec: SandboxSpec, n: int) -> list[float]:
+    """Milliseconds of each of ``n`` cycles: a fresh sandbox of ``spec``, ``true`` in it, closed."""
+    ts = []
+    for _ in range(n):
+        t = time.perf_counter()
+        sb = await create_sandbox(spec)
+        await sb.exec(["true"])
+        await sb.close()
+        ts.append((time.perf_counter() - t) * 1e3)
+    return ts
+
+
 async def run_micro(
     backend: str = "auto", *, n: int = 50, idle: int = 256, progress: Progress | None = None
 ) -> dict[str, Any]:
@@ -62,13 +74,7 @@ async def run_micro(
     await warm.close()
 
     say(f"create+exec+close x{n}")
-    ts = []
-    for _ in range(n):
-        t = time.perf_counter()
-        sb = await create_sandbox(spec)
-        await sb.exec(["true"])
-        await sb.close()
-        ts.append((time.perf_counter() - t) * 1e3)
+    ts = await create_exec_close_ms(spec, n)
     out["create_exec_close_p50_ms"] = round(percentile(ts, 50), 2)
     out["create_exec_close_p99_ms"] = round(percentile(ts, 99), 2)
     raw = raw_bwrap_true_ms(n) if out["backend"] == "bwrap" else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import click
 
@@ -13,7 +14,8 @@ from sandfleet.cli.bench_service import service
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: micro (sandbox layer), run (capacity), report (one run), compare (two hosts)."""
+    """Benchmarks: micro (sandbox layer), rollout (platform time per rollout), run (capacity), report (one
+    run), compare (two hosts)."""
 
 
 BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"])
@@ -52,6 +54,55 @@ def micro(backend: str, n: int, idle: int, as_json: bool, remote: str | None) ->
     if result.get("idle_stopped") and result.get("idle_created", 0) < idle:  # a host limit: one line, exit 1
         raise click.ClickException(f"held {result.get('idle_created', 0)} of {idle} idle sandboxes: "
                                    f"{result['idle_stopped']}")
+
+
+@bench.command("rollout")
+@click.option("--tasks", "tasks_dir", type=click.Path(exists=True, file_okay=False, path_type=Path), default=None,
+              help="A task folder, or a folder of task folders (default: the bundled examples/tasks).")
+@click.option("--task", "only", multiple=True, help="Run only these tasks (repeatable).")
+@click.option("--backend", type=BACKEND_CHOICE, default="bwrap", show_default=True)
+@click.option("-n", "n", default=1, show_default=True, type=click.IntRange(min=1), help="Rollouts per task.")
+@click.option("--concurrency", default=None, type=click.IntRange(min=1),
+              help="Rollouts in flight at once (default: this host's cores, at least -n).")
+@click.option("--micro-n", default=30, show_default=True, type=click.IntRange(min=1),
+              help="Create/exec/close cycles measured after the suite.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False, path_type=Path),
+              help="Keep the run's files here (default: a temporary folder, removed).")
+@click.option("--json", "as_json", is_flag=True)
+def rollout_cmd(tasks_dir: Path | None, only: tuple[str, ...], backend: str, n: int, concurrency: int | None,
+                micro_n: int, out_dir: Path | None, as_json: bool) -> None:
+    """Platform time per rollout (sandbox_start + other_sandbox spans of an oracle run of a
+    suite), per span, against create/exec/close of a bare sandbox (docs/bench.md)."""
+    from sandfleet.bench.rollout import run_rollout_bench
+    from sandfleet.errors import ConfigError
+
+    tasks_dir = tasks_dir or _bundled_tasks()
+    try:
+        result = asyncio.run(run_rollout_bench(
+            tasks_dir, backend=backend, n=n, concurrency=concurrency, only=only, micro_n=micro_n, out_dir=out_dir,
+            progress=None if as_json else lambda m: click.echo(f"... {m}", err=True)))
+    except ConfigError as e:
+        raise click.UsageError(str(e)) from None
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for k, v in result.items():
+        if k == "provenance":
+            continue
+        if k == "spans_ms_per_rollout":
+            click.echo("mean ms per rollout, by span:")
+            for what, ms in v.items():
+                click.echo(f"  {what:40} {ms:8.2f}")
+            continue
+        click.echo(f"{k:32} {v}")
+
+
+def _bundled_tasks() -> Path:
+    """examples/tasks of this checkout, or of the current folder."""
+    for base in (Path(__file__).resolve().parents[3], Path.cwd()):
+        if (base / "examples" / "tasks").is_dir():
+            return base / "examples" / "tasks"
+    raise click.UsageError("no bundled examples/tasks here: pass --tasks DIR")
 
 
 def _ints(text: str, option: str = "--ns") -> tuple[int, ...]:

@@ -68,6 +68,12 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--ssl-ca-certs", default=None, help="CA bundle to verify client certificates with.")
 @click.option("--swerex-max-output", "swerex_max_output_kib", type=int, default=1024, show_default=True,
               help="KiB of a SWE-ReX command's output returned; beyond, it is cut and the response says so.")
+@click.option("--max-output", "max_output_kib", type=int, default=1024, show_default=True,
+              help="KiB of a SandboxFusion run's output returned; beyond, it is cut and the run is Failed, "
+                   "its message saying so.")
+@click.option("--e2b-max-output", "e2b_max_output_mib", type=int, default=64, show_default=True,
+              help="MiB of an E2B command's output kept; beyond, the rest is dropped and the command ends "
+                   "with an error saying so.")
 @click.option("--fusion-image", default="host", show_default=True,
               help="The image SandboxFusion run_code calls (/sandbox-fusion/<token>/run_code) run in.")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
@@ -75,7 +81,8 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
           capacity_from: Path | None, quota: int | None, max_ttl_s: float, deadline_s: float, max_body_mib: float,
           drain_grace_s: float, state_dir: Path | None, allow_forward: str, ssl_certfile: str | None,
           ssl_keyfile: str | None, ssl_keyfile_password: str | None, ssl_ca_certs: str | None,
-          swerex_max_output_kib: int, fusion_image: str, access_log: bool) -> None:
+          swerex_max_output_kib: int, max_output_kib: int, e2b_max_output_mib: int, fusion_image: str,
+          access_log: bool) -> None:
     """Serve sandboxes over HTTP to trainers on other machines (docs/service.md)."""
     try:
         import uvicorn
@@ -102,13 +109,15 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
                         ("--drain-grace", drain_grace_s)):
             if not 0 < v < float("inf"):
                 raise click.BadParameter(f"must be a positive number, not {v}", param_hint=name)
-        if swerex_max_output_kib < 1:
-            raise click.BadParameter(f"must be at least 1, not {swerex_max_output_kib}",
-                                     param_hint="--swerex-max-output")
+        for name, n in (("--swerex-max-output", swerex_max_output_kib), ("--max-output", max_output_kib),
+                        ("--e2b-max-output", e2b_max_output_mib)):
+            if n < 1:
+                raise click.BadParameter(f"must be at least 1, not {n}", param_hint=name)
         config = ServiceConfig(backend=backend, quota=quota, max_ttl_s=max_ttl_s, deadline_s=deadline_s,
                                max_body_bytes=int(max_body_mib * (1 << 20)), state_dir=state_dir,
                                drain_grace_s=drain_grace_s, allow_forward=forwards,
-                               swerex_max_output=swerex_max_output_kib << 10, fusion_image=fusion_image)
+                               swerex_max_output=swerex_max_output_kib << 10, max_output=max_output_kib << 10,
+                               e2b_max_output=e2b_max_output_mib << 20, fusion_image=fusion_image)
         metrics = Metrics()
         service = SandboxService(config, limits, metrics)
     except (SandfleetError, ValueError) as e:

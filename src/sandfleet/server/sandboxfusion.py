@@ -134,6 +134,12 @@ def command_result(res: ExecResult) -> dict[str, Any]:
             "return_code": None if res.timed_out else res.exit_code, "stdout": res.stdout, "stderr": res.stderr}
 
 
+def truncated(res: ExecResult, cap: int, stage: str) -> str:
+    """The message of a run whose output was over the cap (its status is Failed)."""
+    return (f"{stage} output truncated: {res.stdout_dropped + res.stderr_dropped} bytes over the {cap}-byte "
+            "limit were not returned (sandfleet serve --max-output)")
+
+
 def not_started(e: GuestExecError) -> dict[str, Any]:
     return {"status": "Error", "execution_time": 0.0, "cpu_time": None, "return_code": None, "stdout": "",
             "stderr": str(e)}
@@ -221,6 +227,7 @@ class SandboxFusion:
     async def _run(self, owner: str, e: Entry, prog: Program, stdin: str | None, compile_t: float, run_t: float,
                    fetch: list[str]) -> dict[str, Any]:
         sb = e.sb
+        cap = self.service.config.max_output
         try:
             async with self.service.busy(owner, None, e):
                 dirs = sorted({posixpath.dirname(p) for p in prog.files} - {WORKDIR})
@@ -231,16 +238,18 @@ class SandboxFusion:
                 compiled = None
                 if prog.compile is not None:
                     try:
-                        res = await sb.exec(prog.compile, cwd=WORKDIR, timeout=compile_t, max_output=DEFAULT_MAX_OUTPUT)
+                        res = await sb.exec(prog.compile, cwd=WORKDIR, timeout=compile_t, max_output=cap)
                     except GuestExecError as err:
                         raise FusionError(400, f"this service's image {self.image!r} cannot compile this language: "
                                                f"{err}") from None
                     compiled = command_result(res)
+                    if res.truncated:
+                        return answer("Failed", compiled, None, {}, truncated(res, cap, "compile"))
                     if not res.ok:
                         return answer("Failed", compiled, None, {})
                 try:
                     res = await sb.exec(prog.run, cwd=WORKDIR, stdin=(stdin or "").encode(), timeout=run_t,
-                                        max_output=DEFAULT_MAX_OUTPUT)
+                                        max_output=cap)
                 except GuestExecError as err:
                     if prog.compile is None:
                         raise FusionError(400, f"this service's image {self.image!r} cannot run this language: "
@@ -252,6 +261,8 @@ class SandboxFusion:
                         got[p] = base64.b64encode(await sb.read_file(_path(p), max_bytes=DEFAULT_MAX_OUTPUT)).decode()
                     except SandfleetError as err:  # missing or unreadable: left out, as SandboxFusion does
                         log.debug("sandbox-fusion: fetch_files %s: %s", p, err)
+                if res.truncated:  # never a silent cut: the run failed, the message says why
+                    return answer("Failed", compiled, command_result(res), got, truncated(res, cap, "run"))
                 return answer("Success" if res.ok else "Failed", compiled, command_result(res), got)
         except (FusionError, Problem, ServiceError):
             raise
@@ -269,8 +280,8 @@ async def _disconnect(request: Request) -> None:
 
 
 def answer(status: str, compiled: dict[str, Any] | None, ran: dict[str, Any] | None,
-           files: dict[str, str]) -> dict[str, Any]:
-    return {"status": status, "message": "", "compile_result": compiled, "run_result": ran,
+           files: dict[str, str], message: str = "") -> dict[str, Any]:
+    return {"status": status, "message": message, "compile_result": compiled, "run_result": ran,
             "executor_pod_name": None, "files": files}
 
 

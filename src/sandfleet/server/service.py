@@ -72,6 +72,12 @@ class ServiceConfig:
     reap_interval_s: float = 0.2
     swerex_max_output: int = 1 << 20
     """Bytes of a SWE-ReX command's output returned (``--swerex-max-output``); beyond, cut."""
+    max_output: int = 1 << 20
+    """Bytes of a SandboxFusion run's output returned (``--max-output``); beyond, cut and the
+    run is Failed with a message saying so."""
+    e2b_max_output: int = 64 << 20
+    """Bytes of an E2B command's output kept (``--e2b-max-output``); beyond, the command ends
+    with an error saying so."""
     fusion_image: str = "host"
     """The image SandboxFusion ``run_code`` calls run in (``--fusion-image``)."""
 

@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from sandfleet.server.service import Entry, SandboxService
 
 PROCESS_OUTPUT_CAP = 64 << 20
-"""Bytes of a process's output buffered for its stream (beyond, the oldest is not kept)."""
+"""Bytes of a process's output kept for its stream (``serve --e2b-max-output``): beyond, the
+rest is dropped and the process ends with an error saying so."""
 SIGNALS = {9: "killed", 15: "terminated", 2: "interrupt", 1: "hangup"}
 SIGNAL_NAMES = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGINT": 2, "SIGNAL_SIGHUP": 1}
 START_WAIT_S = 30.0
@@ -58,14 +59,20 @@ class Proc:
     task: asyncio.Task[None] | None = None
     handle: RunningCommand | None = None
     kept: int = 0
+    cap: int = PROCESS_OUTPUT_CAP
+    dropped: int = 0
 
     def push(self, msg: dict[str, Any]) -> None:
         self.events.append(envelope(0, {"event": msg}))
         self.changed.set()
 
     def output(self, name: str, data: bytes) -> None:
-        if self.kept > PROCESS_OUTPUT_CAP:
-            return
+        room = self.cap - self.kept
+        if len(data) > room:
+            self.dropped += len(data) - max(0, room)
+            data = data[:max(0, room)]
+            if not data:
+                return
         self.kept += len(data)
         self.push({"data": {"pty" if self.pty else name: base64.b64encode(data).decode()}})
 
@@ -136,7 +143,7 @@ class ProcessRPC:
         b.next_pid += 1
         tag = req.get("tag")
         proc = Proc(pid=pid, config={"cmd": argv[0], "args": argv[1:], "envs": envs, **({"cwd": cwd} if cwd else {})},
-                    tag=str(tag) if tag else None, pty=size is not None,
+                    tag=str(tag) if tag else None, pty=size is not None, cap=self.service.config.e2b_max_output,
                     stdin=size is not None or req.get("stdin") is not False)
         proc.push({"start": {"pid": pid}})
         b.procs[pid] = proc
@@ -174,6 +181,12 @@ class ProcessRPC:
         finally:
             if release is not None:
                 release()
+            if proc.dropped and error is None:  # never a silent cut: envd's end error, and the stream's
+                why = (f"output truncated: {proc.dropped} bytes over the {proc.cap}-byte limit were not "
+                       "returned (sandfleet serve --e2b-max-output)")
+                error = {"code": "resource_exhausted", "message": why}
+                if end is not None:
+                    end["error"] = why
             if end is not None:
                 proc.push({"end": end})
             proc.events.append(end_stream(error))

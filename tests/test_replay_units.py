@@ -24,6 +24,7 @@ from sandfleet.rollout.replay import compare
     ("[main 95e5288] Add discount", "[main <hash>] Add discount"),
     ("<method count of str object at 0x2801ffc0>", "<method count of str object at 0x<addr>>"),
     ("pid 1234 [5678]", "pid <pid> [<pid>]"),
+    ("===== 3 passed in 0.27s =====  ", "=== 3 passed in <duration> ==="),
     ("ok 3 tests, 42 rows", "ok 3 tests, 42 rows"),  # plain numbers stay
 ])
 def test_normalizers(text: str, want: str) -> None:

@@ -39,6 +39,10 @@ NORMALIZERS: dict[str, list[tuple[re.Pattern[str], str]]] = {
     "addresses": [  # Python's <... object at 0x7f3a2c1b5e80>, a core dump's pointers
         (re.compile(r"\b0x[0-9a-fA-F]{6,16}\b"), "0x<addr>"),
     ],
+    "padding": [  # rules padded to a width: pytest's "=== 3 passed in 0.27s ===" is as long as its duration allows
+        (re.compile(r"([=\-_*#~])\1{2,}"), r"\1\1\1"),
+        (re.compile(r"[ \t]+$", re.MULTILINE), ""),
+    ],
     "pids": [
         (re.compile(r"\b(pid|PID|process|Process)([ =:#]+)\d+\b"), r"\1\2<pid>"),
         (re.compile(r"\[\d{2,7}\]"), "[<pid>]"),  # bash's job table, syslog-style tags

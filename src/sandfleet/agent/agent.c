@@ -863,14 +863,25 @@ static void warden(int report, int pst_w, const char *user) {
     b[k > 0 ? k : 0] = 0;
     long me = proc_self_pid(), cmd_p = k > 0 ? atol(b) : -1;
     /* nothing of the command's stays open here (its pipes: EOF once it and its own are done) */
+    int closed = 0;
 #ifdef SYS_close_range
-    if (report > 0 && syscall(SYS_close_range, 0, report - 1, 0) < 0) {
-        for (int fd = 0; fd < report; fd++) close(fd);
-    }
-    if (syscall(SYS_close_range, report + 1, ~0U, 0) < 0) {}
-#else
-    for (int fd = 0; fd < 1024; fd++) if (fd != report) close(fd);
+    closed = syscall(SYS_close_range, 0, report - 1, 0) == 0 && syscall(SYS_close_range, report + 1, ~0U, 0) == 0;
 #endif
+    if (!closed) { /* no close_range (gVisor's): every fd /proc lists, but REPORT */
+        DIR *d = opendir("/proc/self/fd");
+        if (d) {
+            int fds[4096], n = 0;
+            struct dirent *e;
+            while ((e = readdir(d)) && n < 4096)
+                if (e->d_name[0] >= '0' && e->d_name[0] <= '9') fds[n++] = atoi(e->d_name);
+            closedir(d);
+            for (int i = 0; i < n; i++) if (fds[i] != report) close(fds[i]);
+        } else {
+            long max = sysconf(_SC_OPEN_MAX);
+            if (max < 0 || max > 1 << 16) max = 1 << 16;
+            for (long fd = 0; fd < max; fd++) if (fd != report) close((int)fd);
+        }
+    }
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

@@ -370,5 +370,8 @@ def _print_summary(report: RunReport, out_dir: Path) -> None:
         click.echo(f"resumed: {report.resumed} rollouts of finished groups kept from the earlier run")
     if summary["close_failures"]:
         click.echo(f"warning: {summary['close_failures']} sandboxes failed to close (see the log)", err=True)
-    records = ", records.jsonl" if (out_dir / "records.jsonl").exists() else ""
+    records = ""
+    if (out_dir / "records.jsonl").exists():  # the replay records' size (docs/replay.md)
+        size, n = (out_dir / "records.jsonl").stat().st_size, summary["n_rollouts"]
+        records = f", records.jsonl ({size / 1024:.0f} KiB{f', {size / n / 1024:.1f} KiB per rollout' if n else ''})"
     click.echo(f"wrote {out_dir / 'rollouts.jsonl'}, groups.jsonl, trace.jsonl, summary.json{records}")

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sandfleet.rollout import RunConfig, run_suite
+from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.agent import OpenAIPolicy
 from sandfleet.rollout.record import image_digest, item_sha, read_records
 from sandfleet.rollout.replay_run import replay_run
@@ -202,3 +202,16 @@ async def test_stop_before_verifier_compares_the_commands_only(tmp_path: Path) -
     assert row["reward"]["replayed"] is None and row["verifier"] is None  # the tests never ran
     (replayed,) = report.records
     assert replayed["verifier"]["exit_code"] is None
+
+
+async def test_scripted_policy_replays_in_one_shell(tmp_path: Path) -> None:
+    task = make_task(tmp_path / "tasks")
+    out = tmp_path / "run"
+    policy = ScriptedPolicy(["cd /tmp && X=hel", "cd /app; echo ${X}lo > out.txt; echo $$ $PPID", "exit 3"])
+    report = await run_suite([task], policy, RunConfig(backend="bwrap"), out_dir=out)
+    assert report.results[0].reward == 1.0
+    (record,) = read_records(out / "records.jsonl")
+    assert record["policy"] == {"name": "scripted", "class": "ScriptedPolicy", "commands": policy.commands}
+    assert [c["exit_code"] for c in record["commands"]] == [0, 0, 3]
+    (row,) = (await replay_run(out)).rollouts
+    assert row["status"] == "identical" and row["commands_identical"] == 3, row

@@ -303,3 +303,27 @@ def test_forgotten_sandbox_url_is_named(svc: RunningService, monkeypatch: pytest
         assert "set-E2B_SANDBOX_URL" in str(fe.value), repr(fe.value)
     finally:
         sbx.kill()
+
+
+def test_metrics_are_a_series(e2b_env: dict[str, str]) -> None:
+    """get_metrics: one sample every 5 s over the sandbox's life (E2B's), start/end filter it."""
+    import datetime as dt
+
+    from e2b import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.commands.run("head -c 20000000 /dev/zero > /tmp/fill")
+        time.sleep(11.5)
+        m = sbx.get_metrics()
+        assert len(m) >= 2, m
+        stamps = [x.timestamp.timestamp() for x in m]
+        assert stamps == sorted(stamps)
+        assert all(4 <= b - a <= 7 for a, b in zip(stamps, stamps[1:], strict=False)), stamps
+        assert all(x.mem_used > 0 and x.disk_total > 0 for x in m)
+        late = sbx.get_metrics(start=dt.datetime.fromtimestamp(stamps[-1], dt.UTC))
+        assert 1 <= len(late) < len(m)
+        early = sbx.get_metrics(end=dt.datetime.fromtimestamp(stamps[0], dt.UTC))
+        assert [x.timestamp for x in early] == [m[0].timestamp]
+    finally:
+        sbx.kill()

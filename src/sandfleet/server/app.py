@@ -8,6 +8,7 @@ and ``/openapi.json`` do not. Errors are ``{"code", "message"}`` (see :mod:`.api
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,6 +25,7 @@ from sandfleet.server import fusion_jupyter, sandboxfusion, swerex, taskimages
 from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.e2b import dialect as e2b
+from sandfleet.server.e2b import metrics as e2b_metrics
 from sandfleet.server.e2b.ports import PortProxy
 from sandfleet.server.kernels import Kernels
 from sandfleet.server.metrics import Metrics
@@ -39,11 +41,13 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await service.start()
+        sampler = asyncio.create_task(e2b_metrics.sample_loop(dialect))  # get_metrics' 5 s series
         if on_ready is not None:
             on_ready()
         try:
             yield
         finally:
+            sampler.cancel()
             await service.close()
 
     app = FastAPI(title="sandfleet", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,

@@ -1,7 +1,7 @@
 """The E2B control plane beyond create/connect/list/kill: metrics, snapshots, forks, and
 the clear refusals of what sandfleet does not serve.
 
-- ``get_metrics``: the sandbox's cgroups (``e2b_metrics``).
+- ``get_metrics``: a series of 5 s samples of the sandbox's cgroups (``e2b_metrics``).
 - ``create_snapshot``: a sandfleet snapshot (its filesystem; memory where the backend saves
   it). Its id is a template: ``Sandbox.create(template=<snapshot id>)`` starts a sandbox
   from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own.
@@ -46,7 +46,13 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
 
     async def get_metrics(request: Request) -> Any:
         e = e2b.entry(e2b.owner(request), request.path_params["sid"])
-        return await metrics(e)
+        e2b.box(e)  # sampled from now on (one made through /v1)
+        q = request.query_params
+        try:
+            start, end = (int(q[k]) if q.get(k) else None for k in ("start", "end"))
+        except ValueError:
+            raise CPError(400, "start and end are Unix times in seconds") from None
+        return await metrics(e, start, end)
 
     async def snapshot(request: Request) -> Any:
         owner = e2b.owner(request)

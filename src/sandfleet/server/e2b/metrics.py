@@ -1,31 +1,64 @@
-"""``Sandbox.get_metrics()`` from the sandbox's own cgroups (v1 or v2) and its disk.
+"""``Sandbox.get_metrics()``: a series over the sandbox's life, as E2B's (one sample every
+5 s), from the sandbox's own cgroups (v1 or v2) and its disk.
 
-CPU is the group's usage (cpuacct or cpu.stat; else its processes' times in /proc) between
-two samples (the last call's, or one taken 100 ms before);
-memory is the group's usage, limit and page cache; disk is ``df`` of the sandbox's root, run
-inside it. A sandbox without cgroups (the process backend, a microVM) has no CPU and memory
-figures: the call is refused naming why, never answered with zeros.
+A sampler (:func:`sample_loop`, started with the service) takes a sample of every E2B sandbox
+every :data:`SAMPLE_S` seconds; ``get_metrics(start, end)`` answers the samples between the two
+(default: the sandbox's whole life, at most :data:`KEEP` of the newest). CPU is the group's usage
+(cpuacct or cpu.stat; else its processes' times in /proc) since the previous sample (the first:
+since the sandbox started); memory is the group's usage, limit and page cache; disk is ``df``
+of the sandbox's root, run inside it at most every :data:`DISK_EVERY_S` seconds (a sample in
+between carries the last figure). A call before the first sample takes one. A sandbox without
+cgroups (the process backend, a microVM) has no CPU and memory figures: the call is refused
+naming why, never answered with zeros.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandfleet.server.e2b.wire import CPError, rfc3339, unsupported
 from sandfleet.server.service import Entry
 
-_last: dict[str, tuple[float, int]] = {}
-"""Per sandbox: (monotonic time, CPU ns) of its last sample."""
+if TYPE_CHECKING:
+    from sandfleet.server.e2b.dialect import E2B
+
+log = logging.getLogger(__name__)
+
+SAMPLE_S = 5.0
+"""Seconds between two samples of a sandbox (E2B's own period)."""
+DISK_EVERY_S = 30.0
+"""Seconds between two ``df`` runs in a sandbox (an exec: dearer than reading its cgroups)."""
+KEEP = 4320
+"""Samples kept per sandbox (6 hours of them); older ones are dropped."""
+SAMPLERS = 8
+"""Sandboxes sampled at once."""
+
+
+@dataclass(eq=False)
+class Series:
+    samples: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=KEEP))
+    cpu: tuple[float, int] | None = None
+    """(monotonic time, CPU ns) of the last sample."""
+    disk: tuple[int, int] | None = None
+    """(bytes used, bytes in all) from the last df."""
+    disk_at: float = 0.0
+
+
+_series: dict[str, Series] = {}
+"""Per sandbox (sandfleet id): its samples."""
 
 
 def forget(sid: str) -> None:
-    """Drop a sandbox's last sample (it was killed)."""
-    _last.pop(sid, None)
+    """Drop a sandbox's samples (it was killed)."""
+    _series.pop(sid, None)
 
 
 def _read_int(path: Path) -> int | None:
@@ -93,31 +126,70 @@ def _mem_total() -> int:
     return 0
 
 
-async def metrics(e: Entry) -> list[dict[str, Any]]:
+def _dirs(e: Entry) -> list[Path]:
     cg = getattr(e.sb, "cgroup", None)
-    dirs: list[Path] = list(getattr(cg, "dirs", []) or [])
+    return list(getattr(cg, "dirs", []) or [])
+
+
+async def take(e: Entry) -> dict[str, Any]:
+    """One sample of the sandbox, appended to its series."""
+    dirs = _dirs(e)
     if not dirs:
         raise unsupported("get_metrics", f"the {e.sb.backend} sandbox {e.sb.id} has no cgroups to read them from")
     cpu, used, limit, cache = cgroup_figures(dirs)
     if cpu is None or used is None:
         raise unsupported("get_metrics", f"the cgroups of sandbox {e.sb.id} report no CPU or memory usage")
+    s = _series.setdefault(e.sb.id, Series())
     now = time.monotonic()
-    last = _last.get(e.sb.id)
-    if last is None or now - last[0] < 0.05:
-        await asyncio.sleep(0.1)
-        last = (now, cpu)
-        now = time.monotonic()
-        cpu = cgroup_figures(dirs)[0] or cpu
-    _last[e.sb.id] = (now, cpu)
+    if s.cpu is None:  # the first sample: the average since the sandbox started
+        spent, took = cpu, time.time() - e.created
+    else:
+        spent, took = cpu - s.cpu[1], now - s.cpu[0]
+    s.cpu = (now, cpu)
     cpus = e.spec.limits.cpus or (os.cpu_count() or 1)
-    pct = max(0.0, (cpu - last[1]) / 1e9 / max(now - last[0], 1e-6) / cpus * 100)
+    pct = max(0.0, spent / 1e9 / max(took, 1e-3) / cpus * 100)
     total = limit if limit is not None and limit < (1 << 60) else _mem_total()
-    try:
-        df = await e.sb.exec(["df", "-P", "-B1", "/"], cwd="/", user="root", timeout=10)
-        size, used_disk = (int(x) for x in df.stdout.splitlines()[-1].split()[1:3])
-    except Exception as err:  # a sandbox without df, or one that died: the figure is unknown, not 0
-        raise CPError(500, f"get_metrics: df in sandbox {e.sb.id} failed: {err}") from None
+    if s.disk is None or now - s.disk_at >= DISK_EVERY_S:
+        try:
+            df = await e.sb.exec(["df", "-P", "-B1", "/"], cwd="/", user="root", timeout=10)
+            size, used_disk = (int(x) for x in df.stdout.splitlines()[-1].split()[1:3])
+        except Exception as err:  # a sandbox without df, or one that died: the figure is unknown, not 0
+            raise CPError(500, f"get_metrics: df in sandbox {e.sb.id} failed: {err}") from None
+        s.disk, s.disk_at = (used_disk, size), now
     t = time.time()
-    return [{"timestamp": rfc3339(t), "timestampUnix": int(t), "cpuCount": max(1, round(cpus)),
-             "cpuUsedPct": round(pct, 2), "memUsed": used, "memTotal": total, "memCache": cache or 0,
-             "diskUsed": used_disk, "diskTotal": size}]
+    row = {"timestamp": rfc3339(t), "timestampUnix": int(t), "cpuCount": max(1, round(cpus)),
+           "cpuUsedPct": round(pct, 2), "memUsed": used, "memTotal": total, "memCache": cache or 0,
+           "diskUsed": s.disk[0], "diskTotal": s.disk[1]}
+    s.samples.append(row)
+    return row
+
+
+async def metrics(e: Entry, start: int | None = None, end: int | None = None) -> list[dict[str, Any]]:
+    """The sandbox's samples with ``start <= timestampUnix <= end`` (Unix seconds; None: open)."""
+    s = _series.get(e.sb.id)
+    if s is None or not s.samples:
+        await take(e)
+        s = _series[e.sb.id]
+    return [r for r in s.samples if (start is None or r["timestampUnix"] >= start)
+            and (end is None or r["timestampUnix"] <= end)]
+
+
+async def sample_loop(e2b: E2B) -> None:
+    """Every SAMPLE_S seconds, a sample of each live E2B sandbox that has cgroups."""
+    gate = asyncio.Semaphore(SAMPLERS)
+
+    async def one(e: Entry) -> None:
+        async with gate:
+            try:
+                await take(e)
+            except Exception as err:  # dying, or its cgroups went: the next round tries again
+                log.debug("e2b metrics: sample of %s: %s", e.sb.id, err)
+
+    due = time.monotonic()
+    while True:
+        due += SAMPLE_S
+        await asyncio.sleep(max(0.0, due - time.monotonic()))
+        due = max(due, time.monotonic() - SAMPLE_S)  # a slow round does not make a burst after it
+        live = [e for sid in list(e2b.boxes) if (e := e2b.service.live.get(sid)) is not None
+                and e.sb.alive and _dirs(e)]
+        await asyncio.gather(*(one(e) for e in live))

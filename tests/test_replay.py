@@ -79,6 +79,8 @@ def test_edited_test_file_is_refused_naming_it(oracle_run: Path, tmp_path: Path)
     assert report["summary"]["rollouts"] == 0 and report["summary"]["refused"] == 1
     (why,) = report["refused"][0]["why"]
     assert "test file tests/test_outputs.py was edited" in why
+    proc = sandfleet("replay", oracle_run / "run", "--tasks", tasks, "--rollout", "jq-json-summary#0", check=False)
+    assert proc.returncode == 1 and "refused jq-json-summary#0: test file tests/test_outputs.py" in proc.stderr
 
 
 def test_edited_task_file_or_other_image_is_refused_before_anything_runs(oracle_run: Path, tmp_path: Path) -> None:
@@ -110,7 +112,8 @@ def test_changed_command_output_in_the_record_diverges_at_its_turn(oracle_run: P
     (run / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     proc = sandfleet("replay", run, "--rollout", "csv-awk-aggregate#0", check=False)
     assert proc.returncode == 1
-    assert "tampered: commands[0] (turn 1)" in proc.stdout  # said before the replay's results
+    assert "tampered csv-awk-aggregate#0: commands[0] (turn 1)" in proc.stderr  # said before anything ran
+    assert "tampered: commands[0] (turn 1)" in proc.stdout  # and in the report
     rc, report = replay_json(run, "--rollout", "csv-awk-aggregate#0")
     (row,) = report["rollouts"]
     assert row["status"] == "diverged" and row["diverged_at"]["turn"] == 1

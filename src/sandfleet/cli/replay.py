@@ -45,7 +45,8 @@ def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out
     try:
         report = asyncio.run(replay_run(run_dir, rollout_ids=rollout_ids, backend=backend, normalizers=normalizers,
                                         repeat=repeat, concurrency=concurrency, tasks_dir=tasks_dir,
-                                        until_turn=until_turn, stop_before_verifier=stop_before == "verifier"))
+                                        until_turn=until_turn, stop_before_verifier=stop_before == "verifier",
+                                        on_checked=lambda line: click.echo(line, err=True)))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
     text = report_text(report)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -62,12 +62,14 @@ async def replay_run(
     run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
     normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
     tasks_dir: Path | None = None, until_turn: int | None = None, stop_before_verifier: bool = False,
+    on_checked: Callable[[str], None] | None = None,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
     times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
     the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one);
     ``until_turn``: each policy stops before turn ``until_turn + 1`` (the verifier still runs);
-    ``stop_before_verifier``: no verifier runs (the commands are compared, the reward is not)."""
+    ``stop_before_verifier``: no verifier runs (the commands are compared, the reward is not).
+    ``on_checked`` hears, before any sandbox starts, each refusal and each edited item found."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -84,6 +86,11 @@ async def replay_run(
         if check.refused:
             report.refused.append({"rollout_id": rec.get("rollout_id"), "task": rec.get("task"),
                                    "why": check.refused, "tampered": check.tampered})
+        if on_checked is not None:
+            for why in check.refused:
+                on_checked(f"refused {rec.get('rollout_id')}: {why}")
+            for what in check.tampered if not check.refused else ():
+                on_checked(f"tampered {rec.get('rollout_id')}: {what}")
     if concurrency is None:
         cpus = [float((r.get("spec") or {}).get("limits", {}).get("cpus") or 1.0) for r in records]
         concurrency = choose_concurrency(None, cpus)[0]

@@ -148,3 +148,18 @@ async def test_a_sandbox_killed_from_outside_is_an_infra_error_harbor_records(tm
             await box.download_file("/etc/hostname", tmp_path / "h")
     finally:
         await box.stop()
+
+
+def test_a_misspelt_or_badly_typed_option_is_refused_up_front() -> None:
+    from sandfleet.errors import ConfigError
+
+    for kw, what in (({"backend": "bwarp"}, "unknown backend 'bwarp'"), ({"memory_mib": "lots"}, "memory_mib"),
+                     ({"network": "maybe"}, "network"), ({"ttl_s": -1}, "ttl_s")):
+        with pytest.raises(ConfigError, match=what):
+            Options.pop_from(dict(kw))
+    harbors = {"self", "environment_dir", "stream", "override_cpus", "kwargs"}
+    kwargs = {"backnd": "bwrap", "stream": False, "override_cpus": 2}
+    Options.pop_from(kwargs)
+    with pytest.raises(ConfigError, match="no option 'backnd'.*its options: backend, cpus"):
+        Options.refuse_unknown(kwargs, harbors)
+    Options.refuse_unknown({"stream": False}, harbors)

@@ -60,6 +60,10 @@ def test_task_environment_and_use_from_worker_threads(tmp_path: Path) -> None:
 def test_bad_config_is_refused() -> None:
     with pytest.raises(ValueError, match="extra"):
         SandfleetEnvironment(imagee="host")
+    with pytest.raises(ValueError, match="unknown backend 'bwarp'"):  # before any sandbox is made
+        SandfleetEnvironment(backend="bwarp")
+    with pytest.raises(ValueError, match="memory_mib"):
+        SandfleetEnvironment(memory_mib="lots")
 
 
 def test_a_sandbox_killed_from_outside_ends_the_run_as_an_infra_fault() -> None:

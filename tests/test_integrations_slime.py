@@ -201,3 +201,15 @@ def test_router_and_sampling_params() -> None:
     assert slime.router_url(args) == "http://10.0.0.1:3000/v1"
     assert slime.request_kwargs({"max_new_tokens": 8, "top_k": 5, "stop": ["x"]}) == \
         {"max_tokens": 8, "top_k": 5, "stop": ["x"], "logprobs": True}
+
+
+def test_a_misspelt_or_badly_typed_option_is_refused_up_front() -> None:
+    from sandfleet.errors import ConfigError
+    from sandfleet.integrations._common import Settings
+
+    with pytest.raises(ConfigError, match="backnd"):
+        slime.SandfleetSandbox(backnd="bwrap")
+    with pytest.raises(ConfigError, match="memory_mib"):
+        slime.SandfleetSandbox(memory_mib="lots")
+    with pytest.raises(ConfigError, match=r"unknown backend 'bwarp' \(\$SANDFLEET_BACKEND\)"):
+        Settings.from_env({"SANDFLEET_BACKEND": "bwarp"})

@@ -29,6 +29,7 @@ from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
+from sandfleet.sandbox.spec import BACKENDS
 from sandfleet.tasks import Task, load_task
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,11 @@ class Settings:
     network: bool = False
     agent_user: str | None = None
     remote: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.backend != "auto" and self.backend not in BACKENDS:  # refused before any rollout
+            raise ConfigError(f"unknown backend {self.backend!r} ($SANDFLEET_BACKEND); known: auto, "
+                              f"{', '.join(BACKENDS)}")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:

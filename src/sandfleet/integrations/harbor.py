@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import posixpath
 import shlex
 import shutil
@@ -55,7 +56,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sandfleet.errors import GuestFileNotFoundError, ImageError
+from sandfleet.errors import ConfigError, GuestFileNotFoundError, ImageError
 from sandfleet.integrations._common import infra_fault_of
 from sandfleet.rollout.verifier import stop_everything_of
 from sandfleet.sandbox import create_sandbox, make_spec
@@ -82,10 +83,32 @@ class Options:
     agent_user: str | None = None
     """Who ``exec(user=None)`` runs as, over the task's declared user (``root`` for Docker's)."""
 
+    def __post_init__(self) -> None:
+        """A misspelt backend or a badly typed value (``memory_mib: "lots"``) is a ConfigError
+        when Harbor makes the environment, before any image or sandbox."""
+        limits = {k: getattr(self, k) for k in ("cpus", "memory_mib", "disk_mib", "pids", "ttl_s", "network")
+                  if getattr(self, k) is not None}
+        try:
+            make_spec(backend=self.backend, **limits)
+        except ConfigError as e:
+            raise ConfigError(f"sandfleet's Harbor environment (--ek / environment.kwargs): {e}") from None
+        if self.agent_user is not None and not isinstance(self.agent_user, str):
+            raise ConfigError(f"sandfleet's Harbor environment: agent_user is a user name, not {self.agent_user!r}")
+
     @classmethod
     def pop_from(cls, kwargs: dict[str, Any]) -> Options:
         """Take this environment's options out of Harbor's constructor kwargs."""
         return cls(**{f.name: kwargs.pop(f.name) for f in fields(cls) if f.name in kwargs})
+
+    @classmethod
+    def refuse_unknown(cls, kwargs: dict[str, Any], harbors: set[str]) -> None:
+        """After :meth:`pop_from`: a key that is neither Harbor's own (``harbors``, the
+        parameters of its BaseEnvironment) nor sandfleet's is a misspelt option: refused,
+        where Harbor would take it silently."""
+        unknown = sorted(set(kwargs) - harbors)
+        if unknown:
+            raise ConfigError(f"sandfleet's Harbor environment has no option {', '.join(map(repr, unknown))} "
+                              f"(--ek / environment.kwargs); its options: {', '.join(f.name for f in fields(cls))}")
 
 
 def check_definition(environment_dir: Path, docker_image: str | None) -> None:
@@ -286,6 +309,7 @@ def _make_environment_class() -> type:
 
         def __init__(self, *args: Any, **kwargs: Any):
             self._sf_options = Options.pop_from(kwargs)
+            Options.refuse_unknown(kwargs, set(inspect.signature(BaseEnvironment.__init__).parameters))
             self._sf: HarborSandbox | None = None
             super().__init__(*args, **kwargs)
 

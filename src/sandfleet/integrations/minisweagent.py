@@ -35,12 +35,13 @@ import weakref
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, field_validator
 
 from sandfleet.integrations._common import infra_fault_of, resolve_task, task_image
 from sandfleet.rollout.runner import task_spec
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.spec import BACKENDS
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -114,6 +115,13 @@ class SandfleetEnvironmentConfig(BaseModel):
     """The sandbox's lifetime: reaped after it even if this process is killed."""
     remote: str | None = None
     """The URL of a sandfleet service to make the sandbox on (token in ``$SANDFLEET_TOKEN``)."""
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        if v != "auto" and v not in BACKENDS:  # refused with the config, not at the first rollout
+            raise ValueError(f"unknown backend {v!r}; known: auto, {', '.join(BACKENDS)}")
+        return v
 
 
 class BackgroundLoop:

@@ -38,7 +38,7 @@ from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metric
 from sandfleet.integrations._session import SessionPolicy, Turn
 from sandfleet.rollout.agent import BASH_TOOL, AgentConfig
 from sandfleet.rollout.verdict import INFRA, settle
-from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
 
 TASK_KEY = "sandfleet_task"
@@ -56,6 +56,7 @@ class SandfleetSandbox:
     """
 
     def __init__(self, *, remote: str | None = None, **create_kwargs: Any):
+        make_spec(**dict(create_kwargs))  # a misspelt or badly typed option: a ConfigError now, not in a rollout
         self.remote = remote
         self.create_kwargs = create_kwargs
         self.sandbox_id = ""

@@ -94,12 +94,17 @@ sanitize_git() {
   w=$1
   [ -d "$w" ] && [ ! -L "$w" ] || return 0
   # one walk of the tree finds all three kinds (each list is worked through in this order)
-  local pointers=() configs=() hooks=() e
+  # (a pipe into the loop, which runs in this shell: lastpipe; not <(...), which needs /dev/fd,
+  # and a microvm guest had none: the walk found nothing and nothing was sanitized there)
+  local pointers=() configs=() hooks=() e lp
+  lp=$(shopt -p lastpipe); set +m; shopt -s lastpipe
+  find "$w" \( \( -name .git -o -name commondir \) \( -type f -o -type l \) -printf 'P%p\0' \) -o \
+       \( \( -name config -o -name config.worktree \) \( -type f -o -type l \) -printf 'C%p\0' \) -o \
+       \( -name hooks \( -type d -o -type l \) -printf 'H%p\0' \) 2>/dev/null |
   while IFS= read -r -d '' e; do
     case $e in P*) pointers+=("${e#?}") ;; C*) configs+=("${e#?}") ;; H*) hooks+=("${e#?}") ;; esac
-  done < <(find "$w" \( \( -name .git -o -name commondir \) \( -type f -o -type l \) -printf 'P%p\0' \) -o \
-             \( \( -name config -o -name config.worktree \) \( -type f -o -type l \) -printf 'C%p\0' \) -o \
-             \( -name hooks \( -type d -o -type l \) -printf 'H%p\0' \) 2>/dev/null)
+  done
+  $lp
   # pointers that lead out of the workdir: a .git file or link, a worktree's commondir
   for f in "${pointers[@]}"; do
     if [ -L "$f" ]; then t=$(readlink -m -- "$f")

@@ -67,6 +67,11 @@ $B mount --move /sys /newroot/sys
 $B mkdir -p /newroot/dev/pts /newroot/dev/shm
 $B mount -t devpts -o newinstance,ptmxmode=0666 devpts /newroot/dev/pts
 $B mount -t tmpfs -o mode=1777 shm /newroot/dev/shm
+# what udev makes elsewhere: bash's process substitution (<(...)) and /dev/stdin need them
+$B ln -sf /proc/self/fd /newroot/dev/fd
+$B ln -sf /proc/self/fd/0 /newroot/dev/stdin
+$B ln -sf /proc/self/fd/1 /newroot/dev/stdout
+$B ln -sf /proc/self/fd/2 /newroot/dev/stderr
 exec $B switch_root /newroot __AGENT__ --device $dev
 """
 

@@ -644,3 +644,30 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"])
     for r in results:
         assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
+# -- the attack fixtures of rounds III and IV (scripts/make-attacks-iii.py), each backend
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
+GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm"}}
+"""Forged where the mechanism is missing (docs/security.md: gVisor has no Landlock)."""
+MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
+    not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
+
+
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
+async def test_the_attack_fixtures_score_zero(backend: str) -> None:
+    """Every attack task of rounds III and IV (its solve.sh the attack, replayed by the oracle
+    agent) scores 0 and is never masked: the table of docs/security.md, as a test."""
+    from sandfleet.tasks import load_tasks
+
+    names = {"iii": ["git-textconv", "inotify-overwrite", "junit-rewrite", "pidfd-grader", "symlink-into-reward"],
+             "iv": ["last-moment-orphan", "server-sigterm", "static-server-sigterm", "subreaper-shield",
+                    "kill-test-script"]}
+    tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
+             if t.name in wanted and t.name not in GAPS.get(backend, set())]
+    cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
+    report = await run_suite(tasks, OraclePolicy(), cfg)
+    assert len(report.results) == len(tasks)
+    for r in report.results:
+        assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)

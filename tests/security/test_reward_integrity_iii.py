@@ -625,7 +625,7 @@ async def test_code_under_test_test_sh_runs_attached_cannot_write_the_reward(tmp
     assert_zero(results)
 
 
-HONEST_WRITERS = f'''mkdir -p /logs/verifier
+HONEST_WRITERS = '''mkdir -p /logs/verifier
 cd /app
 python3 -c "open('/logs/verifier/from-python-c.txt', 'w').write('ok')"
 echo ok | tee /logs/verifier/from-tee.txt >/dev/null
@@ -638,8 +638,8 @@ python3 /tests/grade.py
 async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path) -> None:
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
     redirect of the agent's program's output, a grader of the tests' folder."""
-    grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', 'from-tee.txt', "
-             f"'copied.txt', 'report.txt'))\nopen('{REWARD}', 'w').write('1' if ok else '0')\n")
+    grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
+             f"'from-tee.txt', 'copied.txt', 'report.txt'))\nopen('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"])
     for r in results:

@@ -164,5 +164,6 @@ def test_resolve_image_reuses_its_answer_only_while_the_cache_is_unchanged(tmp_p
     shutil.rmtree(d / "dddd4444")
     assert resolve_image("img").hash == "aaaa1111"
     shutil.rmtree(d / "aaaa1111")
-    with pytest.raises(Exception, match="unknown image 'img'; known images: host, other"):
+    with pytest.raises(Exception, match=r"^unknown image 'img' \(sandfleet image build makes one\)\n"
+                                        r"known images: host, other$"):
         resolve_image("img")

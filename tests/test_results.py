@@ -189,3 +189,21 @@ def test_sigterm_writes_summary_of_what_is_done(tmp_path: Path, env: dict[str, s
     assert [p.name for p in out.iterdir() if p.name.startswith(".")] == []  # no temp file left
     assert "Traceback" not in err
     assert [p.name for p in (tmp_path / "state").glob("sf-*")] == []  # every sandbox closed
+
+
+def test_an_unreachable_model_url_fails_up_front(tmp_path: Path, env: dict[str, str]) -> None:
+    """Nothing at --model-url: one line, exit 1, no rollout run (not every rollout failing on it)."""
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    tasks = _tasks(tmp_path / "tasks", ["a"])
+    out = tmp_path / "out"
+    argv = _argv(tasks, out)[:-2] + ["--agent", "openai", "--model-url", f"http://127.0.0.1:{port}"]
+    r = _run(argv, env)
+    assert r.returncode == 1, r.stderr
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and f"--model-url http://127.0.0.1:{port}: nothing answers there" in errors[0], r.stderr
+    assert "no rollout was started" in errors[0]
+    assert not (out / "rollouts.jsonl").exists()

@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import platform
+import textwrap
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -147,8 +148,9 @@ def resolve_image(name: str) -> Image:
         return hit[1][0]
     matches = [i for i in list_images()[1:] if i.name == name or i.hash.startswith(name)]
     if not matches:
-        known = ", ".join(sorted({i.name for i in list_images()}))
-        raise ConfigError(f"unknown image {name!r}; known images: {known} (build one: sandfleet image build)")
+        known = textwrap.fill(", ".join(sorted({i.name for i in list_images()})), width=100,
+                              initial_indent="known images: ", subsequent_indent="  ")
+        raise ConfigError(f"unknown image {name!r} (sandfleet image build makes one)\n{known}")
     matches.sort(key=_built_at, reverse=True)  # the newest build first, whatever its hash
     stamp = _stamp(d, matches)
     if stamp[0] is not None and time.time_ns() - max(t or 0 for t in stamp) > SETTLED_S * 1e9:

@@ -48,6 +48,28 @@ def make_policy(
     return OpenAIPolicy(model_url, model or "default", api_key_env=api_key_env, config=config)
 
 
+def check_model_url(url: str) -> None:
+    """Refuse a ``--model-url`` nothing answers at, in one line, before any rollout (else every
+    rollout would fail on it, each a policy error). Any HTTP answer to ``GET <url>/v1/models``,
+    even 401 or 404, is a server: only a transport failure is refused."""
+    import httpx
+
+    from sandfleet.rollout.chat import _tls
+
+    base = url.rstrip("/")
+    if not base.endswith("/v1"):
+        base += "/v1"
+    try:
+        with httpx.Client(verify=_tls() if base.startswith("https:") else False,
+                          timeout=httpx.Timeout(10.0, connect=5.0)) as http:
+            http.get(f"{base}/models")
+    except httpx.TransportError as e:
+        raise click.ClickException(f"--model-url {url}: nothing answers there ({type(e).__name__}: {e}); "
+                                   "no rollout was started") from None
+    except httpx.InvalidURL as e:
+        raise click.BadParameter(str(e), param_hint="--model-url") from None
+
+
 def summary_table(summary: dict[str, Any]) -> str:
     """The final table: pass rate, mean reward, throughput, mean seconds per span."""
     mean_reward = summary["mean_reward"]
@@ -198,6 +220,8 @@ def run(
     concurrency = _concurrency(where, explicit, tasks, n)
     policy = make_policy(agent, model_url=model_url, model=model, api_key_env=api_key_env, max_turns=max_turns,
                          tool_mode=tool_mode)
+    if agent == "openai" and model_url and where.ray is None:  # on Ray the nodes reach it, not necessarily here
+        check_model_url(model_url)
     config = _config(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
                      agent_user=agent_user, seccomp_allow=seccomp_allow, fork=fork, attempts=attempts,
                      record=record)

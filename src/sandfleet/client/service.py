@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import urllib.request
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -14,7 +15,7 @@ from sandfleet.client._http import JSON, answer, body, checked_request, raise_fo
 from sandfleet.client._transport import FastTransport
 from sandfleet.client.models import ForkRequest, TaskImage
 from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
-from sandfleet.errors import ConfigError, ImageBuildError, ServiceError, TaskError
+from sandfleet.errors import AuthError, ConfigError, ImageBuildError, ServiceError, TaskError
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec, make_spec
 
@@ -39,6 +40,11 @@ async def connect(url: str, token: str, *, transport: httpx.AsyncBaseTransport |
                            deadline_s=deadline_s, max_connections=max_connections, pools=pools, verify=verify)
     try:
         client.info = await client.get_json("/v1/info")
+    except AuthError as e:  # say where the refused token came from
+        await client.aclose()
+        env = os.environ.get("SANDFLEET_TOKEN", "").strip()
+        source = "$SANDFLEET_TOKEN" if env and env == token else "the token passed to connect()"
+        raise AuthError(f"{url} refused {source}: {e}", status=e.status, code=e.code) from None
     except BaseException:
         await client.aclose()
         raise

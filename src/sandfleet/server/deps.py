@@ -27,7 +27,9 @@ async def _auth(request: Request, _: Annotated[Any, Depends(_bearer)]) -> str:
     tokens: Tokens = request.app.state.tokens
     oid = tokens.owner(request.headers.get("authorization"))
     if oid is None:
-        raise Problem(401, "unauthorized", "a valid Authorization: Bearer <token> header is needed",
+        what = "this token is not" if request.headers.get("authorization") else "no token was sent: it must be"
+        raise Problem(401, "unauthorized", f"{what} a line of this service's --token-file "
+                      "(an Authorization: Bearer <token> header)",
                       headers={"WWW-Authenticate": "Bearer"})
     return oid
 

@@ -671,3 +671,24 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
+
+
+async def test_the_warden_and_the_reward_rule_hold_through_the_service(tmp_path: Path) -> None:
+    """--remote: the warden's count comes back in the exec's exit record, and the seal's copy
+    with its folders is what the guest runs."""
+    import importlib.util
+
+    if importlib.util.find_spec("fastapi") is None:
+        pytest.skip("the service needs the server extra")
+    from sandfleet.client.remote import remote
+    from sandfleet.server.testing import running_service
+    from sandfleet.tasks import load_tasks
+
+    tasks = [t for t in load_tasks(FIXTURES / "attacks-iv")[0] if t.name in ("last-moment-orphan", "server-sigterm")]
+    with running_service(tmp_path / "svc") as svc:
+        async with remote(svc.url, svc.token):
+            cfg = RunConfig(backend="bwrap", n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
+            report = await run_suite(tasks, OraclePolicy(), cfg)
+    by = {r.task: r for r in report.results}
+    assert by["last-moment-orphan"].reason == "tests_detached", by["last-moment-orphan"]
+    assert_zero(report.results)

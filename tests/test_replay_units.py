@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
+from decimal import Decimal
 from typing import Any
 
 import pytest
 
+from sandfleet.rollout.chat import ChatReply
 from sandfleet.rollout.normalize import DEFAULT, NORMALIZERS, check_names, first_difference, normalize
-from sandfleet.rollout.record import HEAD, item_sha, sha, tampered
+from sandfleet.rollout.record import HEAD, Tape, item_sha, sha, tampered
 from sandfleet.rollout.replay import compare
 
 
@@ -78,3 +81,22 @@ def test_compare_identical_drifted_diverged() -> None:
     assert compare(rec, same, 0.0, None)["status"] == "drifted"  # the reward flipped
     row = compare(rec, {"commands": []}, None, {"turn": 1, "what": "command 1 is `x`"})
     assert row["status"] == "diverged" and not row["same_reward"] and row["command_rows"][0]["ran"] is False
+
+
+class _Engine:
+    """A trainer's engine as the agent loop sees it: its reply carries what JSON can't hold."""
+
+    model = "engine"
+
+    async def complete(self, messages: list[dict[str, Any]], **kw: Any) -> ChatReply:
+        return ChatReply(content="done", raw_message={"role": "assistant", "content": "done"},
+                         raw_choice={"message": {"role": "assistant", "content": "done"}, "token_ids": {1, 2}})
+
+
+async def test_taping_takes_what_json_cannot_hold() -> None:
+    tape = Tape("full")
+    model = tape.model(_Engine())
+    await model.complete([{"role": "user", "content": "hi"}], extra={"seed": Decimal("1.5")})
+    (entry,) = tape.requests
+    assert tape.error is None and entry["reply"]["token_ids"] == "{1, 2}" and entry["params"]["extra"]["seed"] == "1.5"
+    assert json.loads(json.dumps(entry)) == entry and entry["sha"] == item_sha(entry)

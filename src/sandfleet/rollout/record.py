@@ -15,7 +15,6 @@ drifted (:func:`tampered`).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import json
@@ -52,8 +51,13 @@ SKIP_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 def sha(value: Any) -> str:
     """The SHA-256 of a JSON value (canonical: sorted keys) or of a string, 16 hex digits."""
-    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"))
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+
+
+def plain(value: Any) -> Any:
+    """``value`` as JSON reads it back (a trainer's numpy numbers and token arrays as text)."""
+    return json.loads(json.dumps(value, default=str))
 
 
 def cap(text: str, limit: int = OUTPUT_CAP) -> str:
@@ -68,7 +72,7 @@ def cap(text: str, limit: int = OUTPUT_CAP) -> str:
 def message_digests(message: dict[str, Any], normalizers: Sequence[str] = DEFAULT) -> dict[str, Any]:
     """A message's role, and the digests of it as it is (``sha``) and after ``normalizers`` (``norm``)."""
     content = message.get("content")
-    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+    text = content if isinstance(content, str) else json.dumps(content, sort_keys=True, default=str)
     rest = {k: v for k, v in message.items() if k != "content"}
     return {"role": message.get("role"), "sha": sha([text, rest]), "norm": sha([normalize(text, normalizers), rest])}
 
@@ -89,6 +93,13 @@ class Tape:
         """Time spent taping (the record's cost to the rollout)."""
         self._seen_messages = 0
         self._tools_sha: str | None = None
+        self.error: str | None = None
+        """Why taping stopped (it never fails the rollout; replay refuses such a record)."""
+
+    def failed(self, e: Exception) -> None:
+        if self.error is None:
+            log.warning("taping stopped: %s: %s", type(e).__name__, e)
+            self.error = f"{type(e).__name__}: {e}"[:500]
 
     # -- commands
     def before_command(self, command: str, *, turn: int, shell: bool, env: dict[str, str] | None) -> None:
@@ -99,6 +110,17 @@ class Tape:
         self, command: str, res: ExecResult, *, turn: int, shell: bool, env: dict[str, str] | None, timeout: float,
         argv: list[str] | None = None,
     ) -> None:
+        try:
+            self._command(command, res, turn=turn, shell=shell, env=env, timeout=timeout, argv=argv)
+        except Exception as e:
+            self.failed(e)
+
+    def _command(
+        self, command: str, res: ExecResult, *, turn: int, shell: bool, env: dict[str, str] | None, timeout: float,
+        argv: list[str] | None,
+    ) -> None:
+        if self.error is not None:
+            return
         t0 = time.perf_counter()
         output = res.output
         entry: dict[str, Any] = {
@@ -125,20 +147,21 @@ class Tape:
         tools_sha = sha(tools) if tools else None
         entry: dict[str, Any] = {
             "i": len(self.requests),
-            "params": {k: v for k, v in params.items() if k != "tools"},
+            "params": plain({k: v for k, v in params.items() if k != "tools"}),
             "tools_sha": tools_sha,
             "messages": {"n": len(messages), "sha": sha(messages), "from": len(messages) - len(new),
                          "new": [message_digests(m) for m in new]},
         }
         if tools and tools_sha != self._tools_sha:
-            entry["tools"] = tools  # in full where they change (the first request, mostly)
+            entry["tools"] = plain(tools)  # in full where they change (the first request, mostly)
         if self.mode == "full":
-            entry["new_messages"] = copy.deepcopy(new)
+            entry["new_messages"] = plain(new)
         return entry
 
     def reply(self, entry: dict[str, Any], reply: ChatReply | None, error: Exception | None, n_messages: int) -> None:
         if reply is not None:
-            entry["reply"] = reply.raw_choice or {"message": reply.raw_message, "finish_reason": reply.finish_reason}
+            entry["reply"] = plain(reply.raw_choice or {"message": reply.raw_message,
+                                                        "finish_reason": reply.finish_reason})
             entry["usage"] = {"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens}
         else:
             entry["error"] = {"type": type(error).__name__, "reason": getattr(error, "reason", None),
@@ -171,20 +194,34 @@ class _TapedModel:
         temperature: float | None = None,
         extra: dict[str, Any] | None = None,
     ) -> ChatReply:
+        tape = self.tape
         t0 = time.perf_counter()
         params = {"tools": tools, "max_tokens": max_tokens, "temperature": temperature, "extra": extra or {}}
-        entry = self.tape.request(messages, params)
-        self.tape.seconds += time.perf_counter() - t0
+        entry: dict[str, Any] | None = None
+        if tape.error is None:
+            try:
+                entry = tape.request(messages, params)
+            except Exception as e:  # taping never fails the rollout
+                tape.failed(e)
+        tape.seconds += time.perf_counter() - t0
         try:
             reply = await self.inner.complete(messages, tools=tools, max_tokens=max_tokens,
                                               temperature=temperature, extra=extra)
         except Exception as e:
-            self.tape.reply(entry, None, e, len(messages))
+            self._reply(entry, None, e, len(messages))
             raise
-        t0 = time.perf_counter()
-        self.tape.reply(entry, reply, None, len(messages))
-        self.tape.seconds += time.perf_counter() - t0
+        self._reply(entry, reply, None, len(messages))
         return reply
+
+    def _reply(self, entry: dict[str, Any] | None, reply: ChatReply | None, error: Exception | None, n: int) -> None:
+        if entry is None or self.tape.error is not None:
+            return
+        t0 = time.perf_counter()
+        try:
+            self.tape.reply(entry, reply, error, n)
+        except Exception as e:
+            self.tape.failed(e)
+        self.tape.seconds += time.perf_counter() - t0
 
 
 # -- what the sandbox was
@@ -301,6 +338,8 @@ def build_record(
                    "reward": result.reward, "verdict": result.verdict, "turns": result.turns,
                    "duration_s": round(result.duration, 4)},
     }  # fmt: skip
+    if tape.error is not None:
+        record["tape_error"] = tape.error
     record["head"] = {k: sha(record[k]) for k in HEAD}
     record["cost"] = {"tape_ms": round(tape.seconds * 1000, 3),
                       "build_ms": round((time.perf_counter() - t0) * 1000, 3)}

@@ -30,6 +30,7 @@ from sandfleet.rollout.record import (
     image_digest,
     item_sha,
     message_digests,
+    plain,
     sha,
     tampered,
     task_files,
@@ -110,7 +111,7 @@ class ReplayModel:
         rec = recorded[i]
         if rec.get("sha") != item_sha(rec):
             raise st.diverge(i + 1, f"the recorded reply to request {i + 1} was changed after recording")
-        params = {"max_tokens": max_tokens, "temperature": temperature, "extra": extra or {}}
+        params = plain({"max_tokens": max_tokens, "temperature": temperature, "extra": extra or {}})
         for key, value in params.items():
             if rec.get("params", {}).get(key) != value:
                 raise st.diverge(i + 1, f"request {i + 1}: {key} is {value!r}, recorded {rec['params'].get(key)!r}")
@@ -261,6 +262,8 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
     from sandfleet.tasks.reward import with_reward_selection
 
     out = Check(tampered=tampered(record))
+    if record.get("tape_error"):
+        out.refused.append(f"the record is incomplete: taping stopped ({record['tape_error']})")
     out.refused += [t for t in out.tampered if t.startswith("the record's")]  # what to run can't be trusted
     if record.get("record") != RECORD_VERSION:
         out.refused.append(f"record version {record.get('record')!r} (this sandfleet reads {RECORD_VERSION})")

@@ -74,6 +74,8 @@ CASES = [
     ("failed", "verifier_setup", "No space left on device", "verifier", "verifier_setup_failed"),
     ("completed", "verifier_setup_failed", "No space left on device", "verifier", "verifier_setup_failed"),
     ("completed", "tests_killed", "the tests' processes were killed", "verifier", "tests_killed"),
+    ("completed", "tests_detached", "1 process(es) of the tests outlived the program that started them", "verifier",
+     "tests_detached"),
     ("completed", "transfer_too_large", "workdir over 1 GiB", "verifier", "transfer_too_large"),
     ("completed", "transfer_refused", "a link leads outside", "verifier", "transfer_too_large"),
     ("failed", "model_http_400", "context window", "agent", "model_content"),

@@ -134,50 +134,79 @@ trust_parents() {
   done
 }
 owner=$1; shift
+umask 022
+# each step once for all the folders (one process each, not one per folder): spawns are what
+# this script costs; the workdir ("w:") comes after the test and reward folders, as given
+clear=() rewards=() work=() nested=
 for a; do
   d=${a#?:}
-  case $a in w:*)
-    if [ -d "$d" ] && [ ! -L "$d" ]; then
-      if [ -n "$owner" ]; then sanitize_git "$(readlink -f -- "$d")" | sed 's/^/git: /'; fi
-      if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
-      # one walk for both (each a fork and a walk of the tree less): 20 of each at most
-      find "$d" -maxdepth 6 -type f \( \( -name conftest.py -printf '%d conftest: %p\n' \) -o \
-        \( -name '*.pth' -path '*-packages/*' -printf '%d pth: %p\n' \) \) 2>/dev/null |
-      awk '($2 == "conftest:" && $1 <= 3 && c++ < 20) || ($2 == "pth:" && p++ < 20) { sub(/^[0-9]+ /, ""); print }'
-      for f in pytest.ini tox.ini setup.cfg pyproject.toml; do
-        if [ -f "$d/$f" ] && grep -qE '^[[:space:]]*(addopts|pytest_plugins|required_plugins)' "$d/$f" 2>/dev/null
-        then echo "toolconfig: $d/$f"; fi
-      done
-      for f in .npmrc .yarnrc .yarnrc.yml .pythonstartup; do
-        if [ -f "$d/$f" ]; then echo "toolconfig: $d/$f"; fi
-      done
-      for m in "$d"/*.py "$d"/*/__init__.py; do [ -e "$m" ] && echo "module: $m"; done | head -n 200
-    fi
-    continue ;;
+  case $a in
+    w:*) work+=("$d"); continue ;;
+    r:*) rewards+=("$d"); if [ -n "$owner" ]; then trust_parents "$d"; fi ;;
   esac
-  case $a in r:*) if [ -n "$owner" ]; then trust_parents "$d"; fi ;; esac
   if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -rf -- "$d"; fi
-  mkdir -p -- "$d"
-  find "$d" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
-  chmod 0755 -- "$d"
+  for o in "${clear[@]}"; do
+    case $d/ in "$o"/*) nested=1 ;; esac
+    case $o/ in "$d"/*) nested=1 ;; esac
+  done
+  clear+=("$d")
+done
+if [ ${#clear[@]} -gt 0 ]; then
+  mkdir -p -- "${clear[@]}"
+  find "${clear[@]}" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  # a folder inside another was removed with the other's contents: made again
+  if [ -n "$nested" ]; then mkdir -p -- "${clear[@]}"; fi
+  chmod 0755 -- "${clear[@]}"
   if [ -n "$owner" ]; then
-    chown 0:0 -- "$d"
-    case $a in r:*) [ "$owner" = 0 ] || chmod 0777 -- "$d" ;; esac
+    chown 0:0 -- "${clear[@]}"
+    if [ "$owner" != 0 ] && [ ${#rewards[@]} -gt 0 ]; then chmod 0777 -- "${rewards[@]}"; fi
+  fi
+fi
+for d in "${work[@]}"; do
+  if [ -d "$d" ] && [ ! -L "$d" ]; then
+    if [ -n "$owner" ]; then
+      # readlink -f, without a process where root may enter the folder
+      if cd -P -- "$d" 2>/dev/null; then real=$PWD; cd /; else real=$(readlink -f -- "$d"); fi
+      notes=$(sanitize_git "$real") || true
+      if [ -n "$notes" ]; then printf 'git: %s\n' "${notes//$'\n'/$'\n'git: }"; fi
+    fi
+    if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
+    # one walk for both (each a fork and a walk of the tree less): 20 of each at most
+    find "$d" -maxdepth 6 -type f \( \( -name conftest.py -printf '%d conftest: %p\n' \) -o \
+      \( -name '*.pth' -path '*-packages/*' -printf '%d pth: %p\n' \) \) 2>/dev/null |
+    { c=0; p=0
+      while IFS= read -r l; do
+        depth=${l%% *}; l=${l#* }
+        case $l in
+          "conftest: "*) if [ "$depth" -le 3 ] && [ $c -lt 20 ]; then c=$((c + 1)); printf '%s\n' "$l"; fi ;;
+          "pth: "*) if [ $p -lt 20 ]; then p=$((p + 1)); printf '%s\n' "$l"; fi ;;
+        esac
+      done; }
+    for f in pytest.ini tox.ini setup.cfg pyproject.toml; do
+      if [ -f "$d/$f" ] && grep -qE '^[[:space:]]*(addopts|pytest_plugins|required_plugins)' "$d/$f" 2>/dev/null
+      then echo "toolconfig: $d/$f"; fi
+    done
+    for f in .npmrc .yarnrc .yarnrc.yml .pythonstartup; do
+      if [ -f "$d/$f" ]; then echo "toolconfig: $d/$f"; fi
+    done
+    n=0
+    for m in "$d"/*.py "$d"/*/__init__.py; do
+      if [ $n -lt 200 ] && [ -e "$m" ]; then n=$((n + 1)); echo "module: $m"; fi
+    done
   fi
 done
-home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX)
+home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX)  # 0700 (mktemp), under umask 022
 if [ -n "$owner" ]; then chown "$owner" -- "$home"; fi
-chmod 0700 -- "$home"
 py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
-printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"
-chmod 0644 -- "$py/sitecustomize.py"; chmod 0755 -- "$py"
+printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
+chmod 0755 -- "$py"
 seal=
 if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; then
   # the name holds "libasan.so": a dynamic ASan runtime dies unless the first library loaded
   # is one of its own names (it checks the name only); the seal exports no symbol, so the
   # runtime still interposes malloc and the rest before libc as it would first
   seal=$py/sandfleet-seal.libasan.so
-  umask 022; cat > "$seal"  # root's, 0644
+  cat > "$seal"  # root's, 0644
   if [ -s "$seal" ]; then
     # every dynamically linked program, whatever environment it was given; where the sandbox's
     # /etc can't be written (the host image) the tests' LD_PRELOAD alone carries it
@@ -285,8 +314,10 @@ async def protect_task_dirs(sandbox: Sandbox) -> None:
     dirs = [d for d in TASK_DIRS if d in sandbox.spec.writable_dirs]
     if sandbox.backend not in ISOLATED_BACKENDS or not dirs:
         return
-    script = ('for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then '
-              'chown 0:0 -- "$d" && chmod 0755 -- "$d" || exit 1; fi; done')
+    # one chown and one chmod for them all (a process each, not two per folder)
+    # (the loop walks the arguments as given, keeping the real folders at the end, and shifts each)
+    script = ('for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then set -- "$@" "$d"; fi; shift; done; '
+              '[ $# -eq 0 ] || { chown 0:0 -- "$@" && chmod 0755 -- "$@"; } || exit 1')
     res = await sandbox.exec(["sh", "-c", script, "protect", *dirs], cwd="/", user="root", timeout=30)
     if res.exit_code != 0:
         raise RolloutError(f"could not give the task folders to root: {res.output.strip()[-300:]}",

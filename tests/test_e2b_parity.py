@@ -130,7 +130,7 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         assert (sbx.get_info().end_at - end).total_seconds() > 60
         row(S, "Sandbox.connect", "works", "class and instance method; timeout only extends the lifetime")
         assert sbx.sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
-        row(S, "Sandbox.list", "works", "a paginator; metadata filter (test_e2b.py)")
+        row(S, "Sandbox.list", "works", "a paginator; metadata filter (test_e2b.py); no state filter: paused too")
         # users: E2B's `user` with HOME /home/user; root with HOME /root
         r = sbx.commands.run("whoami; echo $HOME; id -u")
         assert r.stdout.split() == ["user", "/home/user", "1000"]

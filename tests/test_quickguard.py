@@ -67,3 +67,20 @@ def test_the_guard_refuses_in_process_and_records(monkeypatch: pytest.MonkeyPatc
     assert len(seen) == 2 and "@pytest.mark.sandbox" in seen[0]
     assert subprocess.run(["true"], check=False).returncode == 0  # everything else runs
 
+
+
+def test_the_classifier_follows_helpers_within_a_module_and_across_test_modules(tmp_path: Path) -> None:
+    import conftest
+
+    (tmp_path / "helpers_x.py").write_text("def boot():\n    return create_sandbox()\n\n\ndef plain():\n    return 1\n")
+    (tmp_path / "test_x.py").write_text(
+        "from helpers_x import boot, plain\n\n\n"
+        "def _indirect():\n    return boot()\n\n\n"
+        "def _twice():\n    return _indirect()\n\n\n"
+        "def _pure():\n    return plain()\n")  # fmt: skip
+    conftest.TESTS, old = tmp_path.resolve(), conftest.TESTS  # find() looks for helpers under tests/
+    try:
+        module = conftest._Module.of(tmp_path / "test_x.py")
+    finally:
+        conftest.TESTS = old
+    assert module.flagged == {"boot", "_indirect", "_twice"}

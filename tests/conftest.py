@@ -112,9 +112,10 @@ def with_python_base_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPa
 # of the test, of the fixtures it uses and of the helpers they call (in its module, and in the
 # test-side modules it imports from: support.py, test_rollout_support.py, ...). The quick tier runs
 # `-m "not sandbox and ..."` with SANDFLEET_QUICK_GUARD=1: then tests/quickguard/sitecustomize.py
-# fails any test that starts one after all (bwrap, runsc, QEMU, the guest agent, sandfleet serve,
-# a listening TCP socket), in this process or in a Python it starts, which is how a misclassified
-# test shows. Mark one by hand with @pytest.mark.sandbox where the classifier misses it.
+# fails any test that starts one after all (bwrap, runsc, QEMU, the guest agent, unshare, crun,
+# podman, sandfleet serve, chromedriver, a listening TCP socket), in this process or in a Python it
+# starts, which is how a misclassified test shows. Mark one by hand with @pytest.mark.sandbox where
+# the classifier misses it.
 
 TESTS = Path(__file__).resolve().parent
 SANDBOX_FIXTURES = frozenset({"sb", "isb", "backend", "isolated_backend", "python_base_cache",

@@ -270,7 +270,8 @@ class AgentSandbox:
                 tar.add(local, arcname=local.name)
         dest = self._path(remote_dir)
         res = await self.exec(
-            ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", dest],
+            # mkdir only where the folder is missing, and tar in the shell's place: one process, not three
+            ["sh", "-c", '{ [ -d "$1" ] || mkdir -p "$1"; } && exec tar -x --no-same-owner -C "$1"', "sh", dest],
             stdin=buf.getvalue(),
             cwd="/",
             user=user,

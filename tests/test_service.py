@@ -425,3 +425,12 @@ def test_openapi_documents_v1(svc: RunningService) -> None:
     assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
     assert "429" in paths["/v1/sandboxes"]["post"]["responses"]
     assert all(t not in json.dumps(doc) for t in svc.tokens)
+
+
+def test_served_openapi_is_the_golden_one(svc: RunningService) -> None:
+    """The running service answers the schema tests/golden/openapi.json keeps (tests/test_golden.py
+    asks the app in-process, in the quick tier; this is the same document over a real socket)."""
+    from test_golden import OPENAPI, openapi_text
+
+    served = httpx.get(svc.url + "/openapi.json", timeout=30).json()
+    assert openapi_text(served) == OPENAPI.read_text(), "tests/golden/README.md says how to regenerate it"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from conftest import BACKENDS, backend_skip
-from sandfleet.errors import GuestError, GuestFileNotFoundError, SandboxClosedError, SandboxPathError
+from sandfleet.errors import ConfigError, GuestError, GuestFileNotFoundError, SandboxClosedError, SandboxPathError
 from sandfleet.sandbox import create_sandbox, fork
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.state import state_root
@@ -97,6 +97,15 @@ async def test_exec_bad_cwd_and_program(sb: Sandbox) -> None:
     with pytest.raises(GuestError, match="no-such-program"):
         await sb.exec(["no-such-program"])
     assert (await sb.exec(["true"])).ok  # the sandbox carries on
+
+
+async def test_exec_unknown_option_is_named(sb: Sandbox) -> None:
+    """exec takes its options as one bundle (ExecOptions): a misspelt one from an untyped caller
+    is refused by name, never dropped."""
+    opts: dict[str, Any] = {"timout": 5}
+    with pytest.raises(ConfigError, match="no option timout .*timeout"):
+        await sb.exec(["true"], **opts)
+    assert (await sb.exec(["true"], **{"timeout": 5})).ok
 
 
 async def test_timeout_kills_whole_tree(sb: Sandbox) -> None:

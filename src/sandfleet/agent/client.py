@@ -11,6 +11,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from sandfleet.agent.protocol import (
     MAX_OUTPUT,
@@ -37,6 +38,27 @@ OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", chunk) as output arrives, when streaming."""
 StartCallback = Callable[["RunningCommand"], None]
 """Called once a command has started, with its handle (input, signals, terminal size)."""
+
+
+class CommandOptions(TypedDict, total=False):
+    """The keyword options every ``exec`` takes at every level (a sandbox, its runtime, the
+    guest agent's client): a new option is one line here, plus what each backend does with it.
+    Left out, each has the default its comment gives."""
+
+    cwd: str | None  # the sandbox's workdir
+    env: dict[str, str] | None  # added to the sandbox's environment
+    timeout: float | None  # none: until the sandbox's TTL
+    max_output: int  # 1 MiB (DEFAULT_MAX_OUTPUT) a stream; more is cut and ``truncated`` set
+    on_output: OutputCallback | None  # stream output as it comes
+    user: str | int | None  # the sandbox's user
+    network: bool  # True; False: a network namespace of its own, only a loopback
+    pid_namespace: bool  # False; True: pid 1 of a pid namespace of its own
+
+
+class RunOptions(CommandOptions, total=False):
+    """What a :class:`~sandfleet.agent.runtime.Runtime`'s ``exec`` takes besides argv."""
+
+    stdin: bytes | None  # bytes to feed, then EOF
 
 
 class RunningCommand:
@@ -345,18 +367,10 @@ class AgentClient:
         self,
         argv: Sequence[str],
         *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        max_output: int = 1 << 20,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
         keep_stdin: bool = False,
         pty: tuple[int, int] | None = None,
         on_start: StartCallback | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
+        **opts: Unpack[RunOptions],
     ) -> ExecResult:
         """Run argv to completion, as ``user`` (a name or uid in the sandbox; the guest's
         default when None). The guest kills the whole tree at ``timeout``; the host waits
@@ -374,6 +388,8 @@ class AgentClient:
         process it left (the verifier's tests, docs/security.md)."""
         if not argv:
             raise ConfigError("exec: empty command")
+        env, cwd, stdin, timeout = opts.get("env"), opts.get("cwd"), opts.get("stdin"), opts.get("timeout")
+        on_output, user = opts.get("on_output"), opts.get("user")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]
         if env is not None:
             fields += [(F.ENV, f"{k}={v}") for k, v in env.items()]
@@ -381,14 +397,14 @@ class AgentClient:
             fields.append((F.CWD, cwd))
         if timeout is not None:
             fields.append((F.TIMEOUT_MS, max(1, int(_seconds("timeout", timeout) * 1000))))
-        fields.append((F.MAX_OUTPUT, min(max(0, max_output), MAX_OUTPUT)))
+        fields.append((F.MAX_OUTPUT, min(max(0, opts.get("max_output", 1 << 20)), MAX_OUTPUT)))
         if on_output is not None:
             fields.append((F.STREAM, 1))
         if user is not None:
             fields.append((F.USER, user))
-        if not network:
+        if not opts.get("network", True):
             fields.append((F.NETWORK, 0))
-        if pid_namespace:
+        if opts.get("pid_namespace", False):
             fields.append((F.PIDNS, 1))
         if stdin:
             fields.append((F.DATA, stdin))

@@ -7,9 +7,9 @@ same line between a deployment (the sandbox: start, stop, alive) and its runtime
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, Unpack
 
-from sandfleet.agent.client import ExecResult, OutputCallback
+from sandfleet.agent.client import ExecResult, RunOptions
 
 
 class Runtime(Protocol):
@@ -20,20 +20,7 @@ class Runtime(Protocol):
     def error(self) -> BaseException | None:
         """Why it is not alive (None while it is)."""
 
-    async def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        max_output: int = 1 << 20,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
-    ) -> ExecResult: ...
+    async def exec(self, argv: Sequence[str], **opts: Unpack[RunOptions]) -> ExecResult: ...
 
     async def read_file(self, path: str, *, max_bytes: int = 64 << 20, user: str | int | None = None,
                         nofollow: bool = False) -> bytes: ...

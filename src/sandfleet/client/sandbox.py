@@ -17,11 +17,11 @@ import tarfile
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
 import httpx
 
-from sandfleet.agent.client import ExecResult, OutputCallback, _text
+from sandfleet.agent.client import ExecResult, OutputCallback, RunOptions, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
 from sandfleet.client._http import JSON, body, checked_request, ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
@@ -111,26 +111,14 @@ class RemoteRuntime:
             raise self._seen(e) from None
         return resp
 
-    async def exec(
-        self,
-        argv: Sequence[str],
-        *,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-        max_output: int = 1 << 20,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
-    ) -> ExecResult:
-        cap = min(max(0, max_output), MAX_OUTPUT)
+    async def exec(self, argv: Sequence[str], **opts: Unpack[RunOptions]) -> ExecResult:
+        cap = min(max(0, opts.get("max_output", 1 << 20)), MAX_OUTPUT)
+        stdin, timeout, on_output = opts.get("stdin"), opts.get("timeout"), opts.get("on_output")
         with checked_request():
-            req = ExecRequest(cmd=list(argv), cwd=cwd, env=env or None, timeout=timeout, max_output=cap,
-                                     stdin_b64=base64.b64encode(stdin).decode() if stdin else None,
-                                     stream=on_output is not None, user=user, network=network,
-                                     pid_namespace=pid_namespace)
+            req = ExecRequest(cmd=list(argv), cwd=opts.get("cwd"), env=opts.get("env") or None, timeout=timeout,
+                              max_output=cap, stdin_b64=base64.b64encode(stdin).decode() if stdin else None,
+                              stream=on_output is not None, user=opts.get("user"),
+                              network=opts.get("network", True), pid_namespace=opts.get("pid_namespace", False))
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
         return await self._run(self.exec_url, body(req), on_output, cap, wait)
 

@@ -19,11 +19,12 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from importlib import resources
-from typing import Any, Protocol
+from typing import Any, Protocol, Unpack
 
-from sandfleet.agent.client import ExecResult, OutputCallback, RunningCommand, StartCallback
+from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.client.models import CodeExecution as Execution
 from sandfleet.errors import GuestExecError
+from sandfleet.sandbox.base import ExecOptions
 
 log = logging.getLogger(__name__)
 
@@ -37,10 +38,7 @@ STDERR_KEEP = 8192
 class Execing(Protocol):
     """What a kernel needs of a sandbox: a local backend's ``exec`` (a live stdin)."""
 
-    async def exec(self, cmd: str | Sequence[str], *, cwd: str | None = ..., env: dict[str, str] | None = ...,
-                   stdin: bytes | str | bool | None = ..., timeout: float | None = ..., max_output: int = ...,
-                   on_output: OutputCallback | None = ..., user: str | int | None = ...,
-                   on_start: StartCallback | None = ...) -> ExecResult: ...
+    async def exec(self, cmd: str | Sequence[str], **opts: Unpack[ExecOptions]) -> ExecResult: ...
 
 
 class KernelError(GuestExecError):

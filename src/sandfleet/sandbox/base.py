@@ -20,9 +20,9 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Unpack, runtime_checkable
 
-from sandfleet.agent.client import AgentClient, ExecResult, OutputCallback, StartCallback
+from sandfleet.agent.client import AgentClient, CommandOptions, ExecResult, OutputCallback, RunOptions, StartCallback
 from sandfleet.agent.runtime import Runtime
 from sandfleet.errors import (
     ConfigError,
@@ -42,6 +42,19 @@ BASE_ENV = {
 }
 
 
+class ExecOptions(CommandOptions, total=False):
+    """A sandbox's ``exec`` options (``Sandbox.exec(cmd, **opts)``): every level's
+    :class:`~sandfleet.agent.client.CommandOptions`, and what only a sandbox's own guest agent
+    carries."""
+
+    stdin: bytes | str | bool | None  # bytes (or text) to feed, then EOF; True: kept open (on_start)
+    pty: tuple[int, int] | None  # (cols, rows): on a new pseudo-terminal
+    on_start: StartCallback | None  # gets the RunningCommand once it has started
+
+
+EXEC_OPTIONS = ExecOptions.__optional_keys__
+
+
 @runtime_checkable
 class Sandbox(Protocol):
     """What every sandbox offers, whatever the backend."""
@@ -53,22 +66,7 @@ class Sandbox(Protocol):
     @property
     def alive(self) -> bool: ...
 
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | str | bool | None = None,
-        timeout: float | None = None,
-        max_output: int = DEFAULT_MAX_OUTPUT,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
-        pty: tuple[int, int] | None = None,
-        on_start: StartCallback | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
-    ) -> ExecResult: ...
+    async def exec(self, cmd: str | Sequence[str], **opts: Unpack[ExecOptions]) -> ExecResult: ...
 
     async def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
                         nofollow: bool = False) -> bytes: ...
@@ -172,22 +170,7 @@ class AgentSandbox:
         return sandbox_path(path, self.spec.workdir)
 
     # -- operations
-    async def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | str | bool | None = None,
-        timeout: float | None = None,
-        max_output: int = DEFAULT_MAX_OUTPUT,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
-        pty: tuple[int, int] | None = None,
-        on_start: StartCallback | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
-    ) -> ExecResult:
+    async def exec(self, cmd: str | Sequence[str], **opts: Unpack[ExecOptions]) -> ExecResult:
         """Run ``cmd`` (argv list, or a string run by ``bash -c``) and wait for it, as ``user``
         (a name or uid inside the sandbox; default: the sandbox's user, ``spec.user``).
 
@@ -204,29 +187,22 @@ class AgentSandbox:
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise SandboxPathError("empty command")
-        keep = stdin is True
+        if unknown := opts.keys() - EXEC_OPTIONS:  # what a typed caller can't pass, an untyped one can
+            raise ConfigError(f"exec: no option {', '.join(sorted(unknown))} "
+                              f"(it takes {', '.join(sorted(EXEC_OPTIONS))})")
+        stdin, pty, on_start = opts.pop("stdin", None), opts.pop("pty", None), opts.pop("on_start", None)
+        common: CommandOptions = opts  # the rest travels as it is: a new option is not written out here
         data = stdin.encode() if isinstance(stdin, str) else (None if isinstance(stdin, bool) else stdin)
-        extra: dict[str, Any] = {}
+        run: RunOptions = {**common, "env": {**self.env, **(opts.get("env") or {})}, "stdin": data,
+                           "cwd": self._path(opts.get("cwd") or self.spec.workdir),
+                           "user": self._user(opts.get("user"))}
+        keep = stdin is True
         if keep or pty is not None or on_start is not None:
             if not isinstance(self.client, AgentClient):
                 raise ConfigError("stdin=True, pty and on_start need the sandbox's own guest agent "
                                   f"({type(self.client).__name__} can't carry them)")
-            extra = {"keep_stdin": keep, "pty": pty, "on_start": on_start}
-        if not network:
-            extra["network"] = False
-        if pid_namespace:
-            extra["pid_namespace"] = True
-        return await self.client.exec(
-            argv,
-            env={**self.env, **(env or {})},
-            cwd=self._path(cwd or self.spec.workdir),
-            stdin=data,
-            timeout=timeout,
-            max_output=max_output,
-            on_output=on_output,
-            user=self._user(user),
-            **extra,
-        )
+            return await self.client.exec(argv, keep_stdin=keep, pty=pty, on_start=on_start, **run)
+        return await self.client.exec(argv, **run)
 
     def _user(self, user: str | int | None) -> str:
         try:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, Unpack
 
 from sandfleet.agent.client import ExecResult, OutputCallback, StartCallback
 from sandfleet.errors import SandboxClosedError
 from sandfleet.sandbox import create_sandbox
-from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT, Sandbox, Session, Snapshot
+from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT, ExecOptions, Sandbox, Session, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
 
 T = TypeVar("T")
@@ -76,25 +76,8 @@ class SyncSandbox:
     def alive(self) -> bool:
         return self._sb.alive
 
-    def exec(
-        self,
-        cmd: str | Sequence[str],
-        *,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        stdin: bytes | str | bool | None = None,
-        timeout: float | None = None,
-        max_output: int = DEFAULT_MAX_OUTPUT,
-        on_output: OutputCallback | None = None,
-        user: str | int | None = None,
-        pty: tuple[int, int] | None = None,
-        on_start: StartCallback | None = None,
-        network: bool = True,
-        pid_namespace: bool = False,
-    ) -> ExecResult:
-        return self._run(self._sb.exec(
-            cmd, cwd=cwd, env=env, stdin=stdin, timeout=timeout, max_output=max_output, on_output=on_output,
-            user=user, pty=pty, on_start=on_start, network=network, pid_namespace=pid_namespace))
+    def exec(self, cmd: str | Sequence[str], **opts: Unpack[ExecOptions]) -> ExecResult:
+        return self._run(self._sb.exec(cmd, **opts))
 
     def read_file(self, path: str, *, user: str | int | None = None, max_bytes: int | None = None,
                   nofollow: bool = False) -> bytes:

@@ -25,6 +25,8 @@ except ImportError:  # pragma: no cover
 
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.registry import is_isolated
+from sandfleet.sandbox.spec import BACKENDS as SPEC_BACKENDS
 
 
 def backend_skip(name: str) -> str | None:
@@ -54,7 +56,8 @@ def backend_skip(name: str) -> str | None:
     return None
 
 
-BACKENDS = ["process", "bwrap", "microvm", "gvisor"]
+BACKENDS = list(SPEC_BACKENDS)  # every backend (sandfleet/sandbox/registry.py), process first
+ISOLATED_BACKENDS = [b for b in BACKENDS if is_isolated(b)]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -65,7 +68,7 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-@pytest.fixture(params=["bwrap", "microvm", "gvisor"])
+@pytest.fixture(params=ISOLATED_BACKENDS)
 def isolated_backend(request: pytest.FixtureRequest) -> str:
     why = backend_skip(request.param)
     if why:

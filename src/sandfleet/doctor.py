@@ -22,20 +22,6 @@ def _kvm() -> dict[str, Any]:
                 "reason": "/dev/kvm exists (not probed)" if present else "no /dev/kvm"}
 
 
-def _gvisor(root: bool) -> dict[str, Any]:
-    """runsc's version and the platform the gvisor backend picks here (KVM probed once, cached)."""
-    from sandfleet.sandbox.gvisor import INSTALL, choose_platform, runsc_version
-    from sandfleet.sandbox.spec import GvisorConfig
-
-    version = runsc_version()
-    if not version:
-        return {"available": False, "reason": f"gVisor missing: {INSTALL}"}
-    if not root:
-        return {"available": False, "reason": f"runsc {version}; needs root (runsc, its overlay root and cgroups)"}
-    plat, why = choose_platform(GvisorConfig())
-    return {"available": True, "platform": plat, "reason": f"runsc {version}; platform {plat}: {why}; no network yet"}
-
-
 def report() -> dict[str, Any]:
     """Facts about the host and each backend's availability, as a dict."""
     from sandfleet.imagestore import arch
@@ -44,33 +30,13 @@ def report() -> dict[str, Any]:
 
     lay = cgroups.detect()
     root = os.geteuid() == 0
-    bw = bwrap_version()
-    backends: dict[str, dict[str, Any]] = {
-        "process": {"available": True, "reason": "always available; isolates nothing (development only)"},
-    }
-    if not bw:
-        backends["bwrap"] = {"available": False, "reason": "bubblewrap missing: apt-get install bubblewrap"}
-    elif not root:
-        backends["bwrap"] = {"available": False, "reason": "needs root for its overlay root and cgroups"}
-    else:
-        from sandfleet.sandbox._spawn import PIDFD
+    from sandfleet.sandbox.registry import availability
 
-        # who enters a sandbox's namespaces (BwrapConfig.namespaces; bwrap without pidfds)
-        entry = "namespaces by sandfleet's launcher" if PIDFD else "namespaces by bubblewrap (no pidfds)"
-        backends["bwrap"] = {"available": True, "reason": f"{bw}; {entry}; cgroups {lay.version}"
-                             + ("" if lay.usable else " (not writable: limits off)")}
+    bw = bwrap_version()
+    backends = availability()  # each backend's probe (sandbox/registry.py)
     kvm = _kvm()
     qemu_name = "qemu-system-x86_64" if platform.machine() == "x86_64" else "qemu-system-aarch64"
     qemu = shutil.which(qemu_name)
-    try:
-        from sandfleet.sandbox.microvm import probe as mprobe
-
-        micro: dict[str, Any] = mprobe.availability()
-    except (ImportError, AttributeError):
-        micro = {"available": False, "reason": "microvm backend not installed in this build" if qemu
-                 else "QEMU missing: apt-get install qemu-system-x86 linux-image-cloud-amd64"}
-    backends["microvm"] = micro
-    backends["gvisor"] = _gvisor(root)
     default = "bwrap" if backends["bwrap"]["available"] else "process"
     from sandfleet.sandbox.disk import available as disk_available
     from sandfleet.sandbox.network import availability as network_availability

@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 
 from sandfleet.cli.bench_service import service
+from sandfleet.sandbox.registry import choices as backend_choices
 
 
 @click.group()
@@ -18,7 +19,7 @@ def bench() -> None:
     run), compare (two hosts)."""
 
 
-BACKEND_CHOICE = click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"])
+BACKEND_CHOICE = click.Choice(backend_choices())
 
 
 @bench.command("micro")

@@ -10,12 +10,13 @@ from pathlib import Path
 import click
 
 from sandfleet.rollout.normalize import NORMALIZERS
+from sandfleet.sandbox.registry import choices as backend_choices
 
 
 @click.command("replay")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--rollout", "rollout_ids", multiple=True, metavar="ID", help="Replay only these rollouts (repeatable).")
-@click.option("--backend", type=click.Choice(["bwrap", "process", "microvm", "gvisor"]), default=None,
+@click.option("--backend", type=click.Choice(backend_choices(auto=False)), default=None,
               help="Replay on this backend (default: the recorded one).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write replay.json, report.txt, report.html and the replays' own records.jsonl here.")

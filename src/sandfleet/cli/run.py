@@ -15,6 +15,7 @@ import click
 from sandfleet.cli.where import Where, dispatch, ray_option, refuse, remote_option
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
+from sandfleet.sandbox.registry import choices as backend_choices
 from sandfleet.traceschema import SPAN_NAMES
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ def summary_table(summary: dict[str, Any]) -> str:
               "auto: as many sandboxes as this host's CPUs hold at the tasks' declared cpus (at least -n); a "
               "larger number is allowed with a warning (the capacity benchmark tells how many more a host holds).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path))
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
+@click.option("--backend", type=click.Choice(backend_choices()), default="auto",
               show_default=True)
 @click.option("--no-limits", is_flag=True,
               help="Run sandboxes without cpu, memory and pids limits where cgroups are unusable (else refused).")

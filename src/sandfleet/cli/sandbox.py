@@ -16,12 +16,13 @@ import click
 
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox import create_sandbox, holder, make_spec, state
+from sandfleet.sandbox.registry import choices as backend_choices
 from sandfleet.sandbox.spec import SandboxSpec
 
 
 def spec_options(f: Any) -> Any:
     for opt in reversed([
-        click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
+        click.option("--backend", type=click.Choice(backend_choices()), default="auto",
                      show_default=True),
         click.option("--image", default="host", show_default=True, help="Image name or hash."),
         click.option("--cpus", type=float, default=1.0, show_default=True, help="CPU quota."),

@@ -15,6 +15,7 @@ from typing import Any, cast
 import click
 
 from sandfleet.errors import SandfleetError
+from sandfleet.sandbox.registry import choices as backend_choices
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def bind(host: str, port: int) -> socket.socket:
 @click.option("--port", default=8765, show_default=True, help="Port (0: any free one, printed when ready).")
 @click.option("--token-file", required=True, type=click.Path(path_type=Path),
               help="Bearer tokens, one per line; mode 600 (re-read on SIGHUP).")
-@click.option("--backend", type=click.Choice(["auto", "bwrap", "process", "microvm", "gvisor"]), default="auto",
+@click.option("--backend", type=click.Choice(backend_choices()), default="auto",
               show_default=True)
 @click.option("--max-sandboxes", type=int, default=None, help="Live sandboxes at most (default: from memory).")
 @click.option("--max-busy", type=int, default=None, help="Commands running at once at most (default: threads).")

@@ -15,10 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.sandbox.registry import ISOLATED, NAMES
+
 if TYPE_CHECKING:
     from sandfleet.rollout.validate import Verdict
 
-ORDER = ("bwrap", "gvisor", "microvm", "process")
+ORDER = (*sorted(ISOLATED), *(b for b in NAMES if b not in ISOLATED))
+"""``all``: the isolated backends by name (bwrap, gvisor, microvm), then process."""
 
 
 def chosen_backends(spec: str) -> tuple[list[str], dict[str, str]]:

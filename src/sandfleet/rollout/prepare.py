@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from sandfleet.errors import RolloutError
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox, Snapshot
+from sandfleet.sandbox.registry import is_isolated
 from sandfleet.sandbox.spec import AGENT_UID, SandboxSpec
 from sandfleet.tasks.model import Task
 
@@ -29,8 +30,6 @@ log = logging.getLogger(__name__)
 
 SCRIPT_PATH = "/tmp/.sandfleet-prepare.sh"
 """Where the script is put for its run (removed when it ends, so the prepared state holds none)."""
-ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
-"""Backends where users exist (the process backend has none: no root, no hand-over)."""
 OUTPUT_TAIL = 2000
 
 
@@ -40,7 +39,7 @@ async def run_prepare(task: Task, sandbox: Sandbox) -> None:
     plan = task.prepare
     if plan is None:
         return
-    isolated = sandbox.backend in ISOLATED_BACKENDS
+    isolated = is_isolated(sandbox.backend)  # the process backend has no users: no root, no hand-over
     user = "root" if isolated else None
     await sandbox.write_file(SCRIPT_PATH, plan.script.read_bytes(), mode=0o700, user=user)
     mapper = getattr(sandbox, "_path", None)  # the process backend keeps sandbox paths under its folder

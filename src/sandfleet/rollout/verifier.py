@@ -81,6 +81,7 @@ from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER
 from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
@@ -100,9 +101,9 @@ allocated bytes, measured before any is read, and their archive, which travels a
 output (the guest keeps at most ``MAX_CAPTURE``, 100 MiB, of it; the archive's headers fit in
 the last MiB)."""
 VERIFIER_USER = "verifier"
-ISOLATED_BACKENDS = ("bwrap", "microvm", "gvisor", "firecracker")
-"""Backends where users exist; elsewhere (``process``) owners are left alone."""
-USER_BACKENDS = ("bwrap", "gvisor")
+ISOLATED_BACKENDS = ISOLATED
+"""Backends where users exist; elsewhere (``process``) owners are left alone (sandbox/registry.py)."""
+USER_BACKENDS = RUNS_AS_USER
 """Backends whose commands run as the user they ask for (the guest agent isolates them); on
 microvm every command is root of the VM, so its tests are root's, whoever the task names."""
 

@@ -5,7 +5,7 @@ CLI flags, task files and the HTTP API all validate through these models.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     BaseModel,
@@ -199,7 +199,8 @@ class GvisorConfig(_Config):
 
 AnyConfig = ProcessConfig | BwrapConfig | MicrovmConfig | GvisorConfig
 BackendConfig = Annotated[AnyConfig, Field(discriminator="kind")]
-BACKENDS = ("process", "bwrap", "microvm", "gvisor")
+BACKENDS: tuple[str, ...] = tuple(str(c.model_fields["kind"].default) for c in get_args(AnyConfig))
+"""Every backend's name, from the configs (sandbox/registry.py adds what each one is)."""
 _adapter: TypeAdapter[Any] = TypeAdapter(BackendConfig)
 
 

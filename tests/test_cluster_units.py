@@ -132,3 +132,22 @@ def test_run_refuses_ray_with_remote_or_a_slower_host(tmp_path: Path) -> None:
         res = CliRunner().invoke(cli, ["run", "--tasks", str(tmp_path / "tasks"), "--out", str(tmp_path / "o"),
                                         "--ray", "local:2", *extra])
         assert res.exit_code == 2 and "--ray" in res.output, res.output
+
+
+async def test_pool_options_are_one_bundle_and_a_stray_one_is_named() -> None:
+    """Both pools take PoolOptions; an option no pool knows (an untyped caller's typo) or a bad
+    count is a ConfigError before any host is reached (none listens on these URLs)."""
+    from typing import Any
+
+    from sandfleet.cluster.pool import RolloutPool
+    from sandfleet.cluster.services import ServicePool
+
+    stray: dict[str, Any] = {"capacty": 2}
+    with pytest.raises(ConfigError, match="no option capacty .*capacity"):
+        await ServicePool.create("http://127.0.0.1:9", "t", **stray)
+    with pytest.raises(ConfigError, match="no option capacty"):
+        await RolloutPool.create("local:1", **stray)
+    with pytest.raises(ConfigError, match="placements must be at least 1, not 0"):
+        await ServicePool.create("http://127.0.0.1:9", "t", placements=0)
+    with pytest.raises(ConfigError, match="capacity must be at least 1, not 0"):
+        await RolloutPool.create("local:1", capacity=0)

@@ -13,11 +13,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, Unpack
 
 import click
 
 if TYPE_CHECKING:
+    from sandfleet.cluster.groups import PoolOptions
     from sandfleet.cluster.pool import RolloutPool
     from sandfleet.cluster.services import ServicePool
 
@@ -77,7 +78,7 @@ async def dispatch(
     *,
     here: Callable[[], Awaitable[T]],
     on_pool: Callable[[Pool], Awaitable[T]],
-    **pool_options: Any,
+    **pool_options: Unpack[PoolOptions],
 ) -> T:
     """``here()`` on this host, or on the one service of ``--remote URL``; else ``on_pool(pool)``
     over the pool of ``--ray`` or of several ``--remote`` URLs, made with ``pool_options``

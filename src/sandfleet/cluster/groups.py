@@ -11,15 +11,15 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from sandfleet.cluster.host import GroupJob
 from sandfleet.cluster.placement import Node, NoNodeError, Placer, task_arches
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult, group_advantages
-from sandfleet.rollout.runner import failure_reason
-from sandfleet.rollout.suite import RunConfig
+from sandfleet.rollout.runner import RetryPolicy, failure_reason
+from sandfleet.rollout.suite import RunConfig, new_run_id
 from sandfleet.rollout.trace import now
 from sandfleet.tasks.model import Task
 
@@ -58,19 +58,59 @@ class _Lost(Exception):
         self.cause = cause
 
 
+class PoolOptions(TypedDict, total=False):
+    """What every pool takes (``RolloutPool.create``, ``ServicePool.create``, the CLI's
+    ``--ray``/``--remote``): a new pool option is one line here, plus what uses it. Left out,
+    each has the default its comment gives; the rest are
+    :class:`~sandfleet.rollout.suite.RunConfig`'s."""
+
+    capacity: int | None  # rollouts at once per host (a Ray node: its CPUs; a service: its max_busy)
+    backend: str  # "auto"
+    network: bool  # False
+    fork: bool  # False
+    verify: str  # "shared"
+    agent_user: str | None  # each task's
+    retry: RetryPolicy | None  # RetryPolicy()
+    placements: int  # 3: how often a group may be placed (the first included) when hosts die under it
+    arch: str | None  # of tasks that name none; None: any
+    image: str | None  # run every task in this image instead of its own
+    run_id: str | None  # a new one
+
+
+POOL_OPTIONS = PoolOptions.__optional_keys__
+
+
+def check_pool_options(opts: PoolOptions) -> None:
+    """Refuse, before any host is reached, an option no pool knows (an untyped caller's) or
+    a placement count below 1."""
+    if unknown := opts.keys() - POOL_OPTIONS:
+        raise ConfigError(f"a pool takes no option {', '.join(sorted(unknown))} "
+                          f"(it takes {', '.join(sorted(POOL_OPTIONS))})")
+    if (placements := opts.get("placements", 3)) < 1:
+        raise ConfigError(f"placements must be at least 1, not {placements}")
+    if (capacity := opts.get("capacity")) is not None and capacity < 1:
+        raise ConfigError(f"capacity must be at least 1, not {capacity}")
+
+
+def pool_config(opts: PoolOptions, concurrency: int) -> RunConfig:
+    """The :class:`RunConfig` a pool's groups run under."""
+    return RunConfig(n=1, concurrency=max(1, concurrency), backend=opts.get("backend", "auto"),
+                     network=opts.get("network", False), fork=opts.get("fork", False),
+                     verify=opts.get("verify", "shared"), agent_user=opts.get("agent_user"),
+                     retry=opts.get("retry") or RetryPolicy(), run_id=opts.get("run_id") or new_run_id())
+
+
 class GroupPool:
     """Groups on hosts: placement (:class:`~sandfleet.cluster.placement.Placer`), node loss,
     re-placement, attempt numbering. Subclasses run a group on one host."""
 
-    def __init__(self, placer: Placer, config: RunConfig, *, placements: int, arch: str | None,
-                 image: str | None) -> None:
-        if placements < 1:
-            raise ConfigError(f"placements must be at least 1, not {placements}")
+    def __init__(self, placer: Placer, config: RunConfig, opts: PoolOptions) -> None:
+        check_pool_options(opts)
         self.placer = placer
         self.config = config
-        self.placements = placements
-        self.arch = arch
-        self.image = image
+        self.placements = opts.get("placements", 3)
+        self.arch = opts.get("arch")
+        self.image = opts.get("image")
         self.runs: list[GroupRun] = []
         self._closed = False
         self._seq = 0

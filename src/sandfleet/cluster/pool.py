@@ -22,10 +22,10 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sandfleet.cluster._ray import import_ray, is_node_loss
-from sandfleet.cluster.groups import CANCEL_WAIT_S, GroupPool, _Lost
+from sandfleet.cluster.groups import CANCEL_WAIT_S, GroupPool, PoolOptions, _Lost, check_pool_options, pool_config
 from sandfleet.cluster.groups import NODE_LOST as NODE_LOST  # noqa: F401 (its home before groups.py)
 from sandfleet.cluster.groups import GroupRun as GroupRun  # noqa: F401
 from sandfleet.cluster.host import GroupJob, HostActor, NodeStatus
@@ -33,8 +33,7 @@ from sandfleet.cluster.local import LocalCluster, parse_local
 from sandfleet.cluster.placement import Node, Placer
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.runner import RetryPolicy
-from sandfleet.rollout.suite import RunConfig, new_run_id
+from sandfleet.rollout.suite import RunConfig
 from sandfleet.tasks.bundle import Bundle, pack
 from sandfleet.tasks.model import Task
 
@@ -44,9 +43,9 @@ log = logging.getLogger(__name__)
 class RolloutPool(GroupPool):
     """GRPO groups on a Ray cluster; make one with :meth:`create`."""
 
-    def __init__(self, ray: Any, placer: Placer, config: RunConfig, *, placements: int, arch: str | None,
-                 image: str | None, owns_ray: bool, local: LocalCluster | None) -> None:
-        super().__init__(placer, config, placements=placements, arch=arch, image=image)
+    def __init__(self, ray: Any, placer: Placer, config: RunConfig, opts: PoolOptions, *, owns_ray: bool,
+                 local: LocalCluster | None) -> None:
+        super().__init__(placer, config, opts)
         self.ray = ray
         self.owns_ray = owns_ray
         self.local = local
@@ -57,20 +56,10 @@ class RolloutPool(GroupPool):
         cls,
         address: str | None = None,
         *,
-        capacity: int | None = None,
-        backend: str = "auto",
-        network: bool = False,
-        fork: bool = False,
-        verify: str = "shared",
-        agent_user: str | None = None,
-        retry: RetryPolicy | None = None,
-        placements: int = 3,
-        arch: str | None = None,
-        image: str | None = None,
         warm: int = 0,
         nodes: Sequence[str] | None = None,
-        run_id: str | None = None,
         namespace: str = "sandfleet",
+        **opts: Unpack[PoolOptions],
     ) -> RolloutPool:
         """Connect to a cluster and start a host actor on each of its nodes.
 
@@ -82,12 +71,10 @@ class RolloutPool(GroupPool):
         nodes die under it. ``arch``: the architecture of tasks that name none (default:
         any). ``image``: run every task in this image instead of building its own on the
         node. ``warm``: sandboxes kept ready per recent spec on each node. ``nodes``: only
-        these node ids. The rest are :class:`~sandfleet.rollout.suite.RunConfig`'s."""
-        if placements < 1:
-            raise ConfigError(f"placements must be at least 1, not {placements}")
-        config = RunConfig(n=1, concurrency=max(1, capacity or 1), backend=backend, network=network, fork=fork,
-                           verify=verify, agent_user=agent_user, retry=retry or RetryPolicy(),
-                           run_id=run_id or new_run_id())
+        these node ids. The rest are :class:`~sandfleet.cluster.groups.PoolOptions`."""
+        check_pool_options(opts)
+        capacity, backend = opts.get("capacity"), opts.get("backend", "auto")
+        config = pool_config(opts, capacity or 1)
         local: LocalCluster | None = None
         count = parse_local(address) if address else None
         if count is not None:
@@ -109,8 +96,7 @@ class RolloutPool(GroupPool):
                                       "address= (host:port, auto, or local:N)")
                 # in this thread (Ray installs its signal handlers here); about a second
                 ray.init(address=address, namespace=namespace, log_to_driver=local is None, configure_logging=False)
-            pool = cls(ray, Placer(), config, placements=placements, arch=arch, image=image, owns_ray=owns,
-                       local=local)
+            pool = cls(ray, Placer(), config, opts, owns_ray=owns, local=local)
             await pool._start_actors(capacity, backend, warm, nodes)
         except BaseException:
             if local is not None:

@@ -29,18 +29,17 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 from urllib.parse import urlsplit
 
 import httpx
 
-from sandfleet.cluster.groups import GroupPool, _Lost
+from sandfleet.cluster.groups import GroupPool, PoolOptions, _Lost, check_pool_options, pool_config
 from sandfleet.cluster.host import GroupJob
 from sandfleet.cluster.placement import Node, Placer
 from sandfleet.errors import ConfigError, ServiceError
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.runner import RetryPolicy
-from sandfleet.rollout.suite import RunConfig, new_run_id
+from sandfleet.rollout.suite import RunConfig
 from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -82,9 +81,9 @@ def _dead(e: BaseException) -> bool:
 class ServicePool(GroupPool):
     """GRPO groups over several sandbox services; make one with :meth:`create`."""
 
-    def __init__(self, clients: dict[str, Any], placer: Placer, config: RunConfig, *, placements: int,
-                 arch: str | None, image: str | None, probe_s: float) -> None:
-        super().__init__(placer, config, placements=placements, arch=arch, image=image)
+    def __init__(self, clients: dict[str, Any], placer: Placer, config: RunConfig, opts: PoolOptions, *,
+                 probe_s: float) -> None:
+        super().__init__(placer, config, opts)
         self.clients = clients
         self.probe_s = probe_s
         self._groups: dict[str, set[asyncio.Task[Any]]] = {url: set() for url in clients}
@@ -98,19 +97,9 @@ class ServicePool(GroupPool):
         urls: str | Sequence[str],
         token: str | None = None,
         *,
-        capacity: int | None = None,
-        backend: str = "auto",
-        network: bool = False,
-        fork: bool = False,
-        verify: str = "shared",
-        agent_user: str | None = None,
-        retry: RetryPolicy | None = None,
-        placements: int = 3,
-        arch: str | None = None,
-        image: str | None = None,
-        run_id: str | None = None,
         probe_s: float = 0.5,
-        **connect_kw: Any,
+        connect_kw: dict[str, Any] | None = None,
+        **opts: Unpack[PoolOptions],
     ) -> ServicePool:
         """Connect to every service (``URL,URL,...`` or a list; the token in
         ``$SANDFLEET_TOKEN`` unless given) and read its limits and arch. ``capacity``: rollouts
@@ -121,12 +110,10 @@ class ServicePool(GroupPool):
         from sandfleet.client.service import connect
 
         hosts = parse_urls(urls)
-        if placements < 1:
-            raise ConfigError(f"placements must be at least 1, not {placements}")
-        if capacity is not None and capacity < 1:
-            raise ConfigError(f"capacity must be at least 1, not {capacity}")
+        check_pool_options(opts)
+        capacity = opts.get("capacity")
         token = token or token_from_env()
-        got = await asyncio.gather(*(connect(u, token, **connect_kw) for u in hosts), return_exceptions=True)
+        got = await asyncio.gather(*(connect(u, token, **(connect_kw or {})) for u in hosts), return_exceptions=True)
         clients = {u: c for u, c in zip(hosts, got, strict=True) if not isinstance(c, BaseException)}
         bad = [(u, c) for u, c in zip(hosts, got, strict=True) if isinstance(c, BaseException)]
         if bad:
@@ -142,10 +129,7 @@ class ServicePool(GroupPool):
             total += cap
             placer.add(Node(url, str(info.get("arch") or "unknown"), cap, c, draining=bool(info.get("draining")),
                             label=_label(url)))
-        config = RunConfig(n=1, concurrency=max(1, total), backend=backend, network=network, fork=fork,
-                           verify=verify, agent_user=agent_user, retry=retry or RetryPolicy(),
-                           run_id=run_id or new_run_id())
-        pool = cls(clients, placer, config, placements=placements, arch=arch, image=image, probe_s=probe_s)
+        pool = cls(clients, placer, pool_config(opts, total), opts, probe_s=probe_s)
         pool._watchers = [asyncio.create_task(pool._watch(n)) for n in placer.nodes.values()]
         return pool
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
-from sandfleet.cluster.groups import GroupPool
+from sandfleet.cluster.groups import GroupPool, PoolOptions
 from sandfleet.rollout.policy import NoopPolicy, OraclePolicy
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.validate import Verdict, fidelity, judge
@@ -22,7 +21,7 @@ from sandfleet.tasks.model import Task
 
 
 def pool_options(repeats: int, concurrency: int | None, backend: str, agent_user: str | None,
-                 network: bool, verify: str = "shared") -> dict[str, Any]:
+                 network: bool, verify: str = "shared") -> PoolOptions:
     """A validation pool's options, Ray's or the services': at least ``repeats`` at once per
     host (a task's repeats are one group; None: the host's default, its CPU count or the
     service's ``max_busy``), no retries (a verdict counts every run)."""

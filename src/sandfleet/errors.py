@@ -17,6 +17,7 @@ inside a sandbox's guest agent come back to the host with their type::
     │   ├── SandboxTimeoutError (TimeoutError)  an operation outlived its deadline
     │   │   └── SandboxUnresponsiveError     the guest agent did not answer in time (sandbox is dead)
     │   ├── SandboxPathError (ValueError)    a path escapes the sandbox or is invalid
+    │   ├── BranchError                      a branch would lose running processes (names them)
     │   ├── GuestError                       an error raised inside the guest, re-raised by type:
     │   │   ├── GuestFileNotFoundError (FileNotFoundError)
     │   │   ├── GuestPermissionError (PermissionError)
@@ -68,6 +69,16 @@ class ImageBuildError(ImageError):
 
 class SandboxError(SandfleetError):
     """Something went wrong with one sandbox."""
+
+
+class BranchError(SandboxError):
+    """``branch()`` refused: processes run in the source that this backend can't carry into
+    its children (``processes`` lists ``(pid, comm, cmdline)``), or the chain of stacked
+    layers is at its limit. Pass ``processes="drop"`` to branch without them."""
+
+    def __init__(self, message: str, processes: list[tuple[int, str, str]] | None = None):
+        super().__init__(message)
+        self.processes = processes or []
 
 
 class SandboxClosedError(SandboxError):
@@ -215,6 +226,7 @@ WIRE: tuple[tuple[str, int, type[SandfleetError]], ...] = (
     ("sandbox_lost", 410, SandboxLostError),
     ("sandbox_died", 410, SandboxDiedError),
     ("sandbox_died", 410, ProtocolError),
+    ("branch_refused", 409, BranchError),
     ("unknown_image", 400, ImageError),
     ("invalid_request", 400, ConfigError),
     ("unsupported", 400, HostUnsupportedError),

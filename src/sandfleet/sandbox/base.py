@@ -20,12 +20,13 @@ import time
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol, Unpack, runtime_checkable
+from typing import Any, Literal, Protocol, Unpack, runtime_checkable
 
 from sandfleet.agent.client import AgentClient, CommandOptions, ExecResult, OutputCallback, RunOptions, StartCallback
 from sandfleet.agent.runtime import Runtime
 from sandfleet.errors import (
     ConfigError,
+    HostUnsupportedError,
     SandboxClosedError,
     SandboxDiedError,
     SandboxPathError,
@@ -78,6 +79,10 @@ class Sandbox(Protocol):
     def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
                 user: str | int | None = None) -> Session: ...
     async def snapshot(self) -> Snapshot: ...
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        """``n`` live sandboxes that continue from this one's state at this instant; this one
+        keeps running. Each child's ``branch_info`` says what was carried (docs/branching.md)."""
+        ...
     async def close(self) -> None: ...
 
 
@@ -150,6 +155,8 @@ class AgentSandbox:
         self.created = time.time()
         self._closed = False
         self.env = {**BASE_ENV, "HOME": "/home/agent", **spec.env}
+        self.sessions: list[Session] = []  # the open ones: a branch continues them in its children
+        self.branch_info: Any = None  # a child of branch(): what it was made from (sandbox.branching.BranchInfo)
 
     # -- state
     @property
@@ -302,10 +309,15 @@ class AgentSandbox:
     def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
                 user: str | int | None = None) -> Session:
         """A shell session as ``user``: cwd, exported and shell variables survive between commands."""
-        return Session(self, cwd=cwd or self.spec.workdir, env=env or {}, user=user)
+        s = Session(self, cwd=cwd or self.spec.workdir, env=env or {}, user=user)
+        self.sessions.append(s)
+        return s
 
     async def snapshot(self) -> Snapshot:
         raise NotImplementedError(f"{self.backend} sandboxes can't snapshot")
+
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        raise HostUnsupportedError(f"{self.backend} sandboxes can't branch (bwrap, gvisor and microvm can)")
 
     async def close(self) -> None:
         raise NotImplementedError
@@ -376,6 +388,8 @@ class Session:
         )
 
     async def close(self) -> None:
+        with contextlib.suppress(ValueError):
+            self.sandbox.sessions.remove(self)
         if self.sandbox.alive:
             with contextlib.suppress(Exception):
                 path = self.sandbox._path(self.state_file)

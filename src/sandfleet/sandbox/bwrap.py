@@ -36,15 +36,17 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Literal
 
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_group
-from sandfleet.sandbox import cgroups, disk, network, seccomp, uids
+from sandfleet.sandbox import branching, cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import PIDFD, AgentProcess, LocalSandbox
-from sandfleet.sandbox.base import Snapshot, create_many, new_id
+from sandfleet.sandbox.base import Sandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
 from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, state_root
 from sandfleet.stats import percentile
@@ -156,6 +158,9 @@ class BwrapSandbox(LocalSandbox):
                  cg: cgroups.Cgroup | None, layers: list[Path]):
         super().__init__(sid, spec, agent, sdir, cg)
         self.layers = layers  # snapshot layers this sandbox started from, above its image
+        self.stack: list[branching.Held] = []  # sealed layers (branching.py) it stacks, held until close
+        self.host_image = False  # over the host's root (layers copied up) rather than an image's
+        self.create: Any = None  # its backend's create (a branch makes its children with it)
 
     @property
     def upper(self) -> Path:
@@ -178,6 +183,12 @@ class BwrapSandbox(LocalSandbox):
                         layers=[snap / "layer", *self.layers],
                         cleanup=lambda: shutil.rmtree(snap, ignore_errors=True))
 
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        """``n`` sandboxes over this one's sealed writable layer, each with a new upper layer of
+        its own; this one goes on over it too, on a new guest agent (docs/branching.md)."""
+        children: list[Sandbox] = await branching.branch_local(self, n, processes, create=self.create)
+        return children
+
     def memory_events(self) -> dict[str, int]:
         return self.cgroup.memory_events() if self.cgroup else {}
 
@@ -197,6 +208,8 @@ class BwrapSandbox(LocalSandbox):
             finally:
                 if self.slot is not None and self.agent.proc.returncode is not None:
                     self.slot.release()
+                branching.drop_all(self.stack)
+                self.stack = []
 
 
 class BwrapBackend:
@@ -229,7 +242,8 @@ class BwrapBackend:
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None, loop: disk.Loop | None = None,
-              seed: disk.Seed | None = None, slot: uids.Slot | None = None) -> list[str]:
+              seed: disk.Seed | None = None, slot: uids.Slot | None = None, sealed: int = 0,
+              hostname: str = "sandbox") -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
         then bwrap runs as root of the sandbox's user namespace P (owned by the slot's
         unprivileged owner uid), and the guest agent makes the commands' namespace S and
@@ -277,17 +291,26 @@ class BwrapBackend:
             # directories the sandbox must not see become opaque (empty) upper directories.
             # The host's files stay owned by host root: unmapped, so nobody inside can
             # change them.
-            for layer in reversed(lowers[:-1]):
+            # (sealed layers of a branch are on disks of their own, not below "/": stacked, and
+            # their top one hides the host already)
+            for layer in reversed(lowers[sealed:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
-            seed = seed or self._seed()  # (read once per start: create() passes the one it read)
-            made = loop.seed if loop is not None and loop.seed is not None else None
-            for path, mode in seed.opaque:  # what the disk was not made with (disk.Seed)
-                if made is None or (path, mode) not in made.opaque:
-                    a += ["--opaque", f"{rw}/upper{path}", *raw_root_ids, f"{mode:04o}"]
-            for path in seed.whiteouts:
-                if made is None or path not in made.whiteouts:
-                    a += ["--whiteout", f"{rw}/upper{path}"]
-            lowers = lowers[-1:]
+            if not sealed:
+                seed = seed or self._seed()  # (read once per start: create() passes the one it read)
+                made = loop.seed if loop is not None and loop.seed is not None else None
+                for path, mode in seed.opaque:  # what the disk was not made with (disk.Seed)
+                    if made is None or (path, mode) not in made.opaque:
+                        a += ["--opaque", f"{rw}/upper{path}", *raw_root_ids, f"{mode:04o}"]
+                for path in seed.whiteouts:
+                    if made is None or path not in made.whiteouts:
+                        a += ["--whiteout", f"{rw}/upper{path}"]
+            stacked = []
+            for i, layer in enumerate(lowers[:sealed]):  # written in the canonical range, as stored layers
+                if slot.shifted:
+                    a += ["--shift", str(layer), str(sdir / f"l{i}")]
+                    layer = sdir / f"l{i}"
+                stacked.append(layer)
+            lowers = [*stacked, lowers[-1]]
         else:
             # A base image is owned by host root on disk: mount it idmapped, so its files
             # belong to the sandbox's root as in a container. Layers we wrote are in the
@@ -323,7 +346,7 @@ class BwrapBackend:
                 a += ["--sandbox-ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]
             if delegated is not None:
                 a += ["--sandbox-bind", str(delegated), CGROUP_DIR]
-            a += ["--hostname", "sandbox"]
+            a += ["--hostname", hostname]
             for cap in AGENT_CAPS:
                 a += ["--keep-cap", cap]
             return [*a, "--", *agent_argv]
@@ -343,7 +366,7 @@ class BwrapBackend:
         # there, and when it exits the kernel ends everything left): no bwrap init between,
         # one process fewer per sandbox, one fork and one exit fewer per cycle
         a += ["--unshare-pid", *(["--as-pid-1"] if PIDFD else []), "--unshare-ipc", "--unshare-uts",
-              "--unshare-cgroup-try", "--hostname", "sandbox", "--die-with-parent", "--new-session",
+              "--unshare-cgroup-try", "--hostname", hostname, "--die-with-parent", "--new-session",
               "--cap-drop", "ALL"]
         # what the agent needs to make S and drop to its own uid; it keeps none of them
         for cap in AGENT_CAPS:
@@ -352,9 +375,13 @@ class BwrapBackend:
         a.append("--unshare-net")  # always; network=True attaches user-mode networking (network.py)
         return [*a, "--", *agent_argv]
 
-    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> BwrapSandbox:
+    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None,
+                     stack: Sequence[branching.Held] = (), hostname: str | None = None) -> BwrapSandbox:
+        """A sandbox over ``layers`` (stored, top first) and the image; a branch's child also
+        over ``stack`` (sealed layers, above them) with ``hostname`` ("" for its own id)."""
         image = resolve_image(spec.image)
-        lowers = [*(layers or []), *image.lowers]
+        sealed = [h for h in stack if isinstance(h, branching.SealedLayer)]
+        lowers = [*(h.path for h in sealed), *(layers or []), *image.lowers]
         sid = new_id("bwrap")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)  # no silent loss of limits: refused without cgroups
         loop: disk.Loop | None = None
@@ -370,16 +397,18 @@ class BwrapBackend:
         try:
             if cg is not None:
                 cg.create(spec.limits)
-            seed = self._seed() if lowers[-1] == Path("/") else None
+            seed = self._seed() if lowers[-1] == Path("/") and not sealed else None
             if self.config.disk == "ext4" and disk.available():
                 loop = await disk.take_loop_async(spec.limits.disk_mib, seed)
             slot = uids.take_slot(self.config)
             meta["uid_slot"] = slot.index
-            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot)
+            argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot, sealed=len(sealed),
+                              hostname=sid if hostname == "" else (hostname or "sandbox"))
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, new_session=True,
-                                             pass_fds=(loop.mnt_fd,) if loop is not None else (),
+                                             pass_fds=((loop.mnt_fd,) if loop is not None else ())
+                                             + tuple(h.fd for h in sealed),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow))
             if loop is not None:
                 loop.hold_mounts_of(agent.proc.pid)
@@ -399,6 +428,9 @@ class BwrapBackend:
             shutil.rmtree(sdir, ignore_errors=True)
             raise
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+        box.stack = [h.take() for h in stack]
+        box.host_image = image.lowers[-1] == Path("/")
+        box.create = self.create
         box.net = net
         box.loop = loop
         box.slot = slot

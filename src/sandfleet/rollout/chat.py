@@ -12,7 +12,7 @@ import functools
 import json
 import ssl
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 import httpx
 
@@ -101,6 +101,17 @@ def warm_up() -> None:
     httpx.AsyncHTTPTransport(verify=False)
 
 
+class CompletionOptions(TypedDict, total=False):
+    """What a :class:`~sandfleet.rollout.policy.Model`'s ``complete`` takes besides the
+    messages (every model: the HTTP client, the taping and replaying ones, the scripted one):
+    a new sampling option is one line here. Each is None when left out."""
+
+    tools: list[dict[str, Any]] | None  # OpenAI's chat format; offered last
+    max_tokens: int | None  # None: the model's
+    temperature: float | None  # None: the model's
+    extra: dict[str, Any] | None  # a trainer's sampling settings, which win over both
+
+
 class ChatClient:
     """``POST {base_url}/chat/completions`` with one model name; async, reusable, closeable."""
 
@@ -129,17 +140,11 @@ class ChatClient:
             timeout=httpx.Timeout(timeout_s, connect=10.0),
         )
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> ChatReply:
+    async def complete(self, messages: list[dict[str, Any]], **opts: Unpack[CompletionOptions]) -> ChatReply:
         """One completion. ``extra`` fields go into the body over ``max_tokens`` and
         ``temperature`` (a trainer's sampling settings win); ``tools`` are set last."""
+        tools, max_tokens, temperature, extra = (opts.get("tools"), opts.get("max_tokens"), opts.get("temperature"),
+                                                 opts.get("extra"))
         body: dict[str, Any] = {"model": self.model, "messages": messages, **self.extra_body}
         if max_tokens is not None:
             body["max_tokens"] = max_tokens

@@ -19,11 +19,11 @@ from __future__ import annotations
 import stat
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import RolloutError
-from sandfleet.rollout.chat import ChatReply
+from sandfleet.rollout.chat import ChatReply, CompletionOptions
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.sandbox.base import Sandbox, Session
 from sandfleet.tasks.model import Task, Upload
@@ -128,15 +128,7 @@ class Model(Protocol):
     refused request: the policy then drops the tools). Concurrent rollouts may share one
     model; whoever made it closes it."""
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> ChatReply: ...
+    async def complete(self, messages: list[dict[str, Any]], **opts: Unpack[CompletionOptions]) -> ChatReply: ...
 
 
 @runtime_checkable

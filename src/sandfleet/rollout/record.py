@@ -24,10 +24,10 @@ import stat
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sandfleet import __version__
-from sandfleet.rollout.chat import ChatReply
+from sandfleet.rollout.chat import ChatReply, CompletionOptions
 from sandfleet.rollout.normalize import DEFAULT, normalize
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.tasks.model import Task
@@ -185,18 +185,11 @@ class _TapedModel:
         self.tape = tape
         self.model = getattr(inner, "model", None)
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> ChatReply:
+    async def complete(self, messages: list[dict[str, Any]], **opts: Unpack[CompletionOptions]) -> ChatReply:
         tape = self.tape
         t0 = time.perf_counter()
-        params = {"tools": tools, "max_tokens": max_tokens, "temperature": temperature, "extra": extra or {}}
+        params = {"tools": opts.get("tools"), "max_tokens": opts.get("max_tokens"),
+                  "temperature": opts.get("temperature"), "extra": opts.get("extra") or {}}
         entry: dict[str, Any] | None = None
         if tape.error is None:
             try:
@@ -205,8 +198,7 @@ class _TapedModel:
                 tape.failed(e)
         tape.seconds += time.perf_counter() - t0
         try:
-            reply = await self.inner.complete(messages, tools=tools, max_tokens=max_tokens,
-                                              temperature=temperature, extra=extra)
+            reply = await self.inner.complete(messages, **opts)
         except Exception as e:
             self._reply(entry, None, e, len(messages))
             raise

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from sandfleet.errors import ModelError, RolloutError
 from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
-from sandfleet.rollout.chat import ChatReply, parse_completion
+from sandfleet.rollout.chat import ChatReply, CompletionOptions, parse_completion
 from sandfleet.rollout.normalize import DEFAULT, first_difference, normalize
 from sandfleet.rollout.policy import AgentContext, NoopPolicy, OraclePolicy, Policy, ScriptedPolicy
 from sandfleet.rollout.record import (
@@ -92,15 +92,9 @@ class ReplayModel:
         self.state = state
         self.model = state.record.get("policy", {}).get("model")
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> ChatReply:
+    async def complete(self, messages: list[dict[str, Any]], **opts: Unpack[CompletionOptions]) -> ChatReply:
+        tools, max_tokens, temperature, extra = (opts.get("tools"), opts.get("max_tokens"), opts.get("temperature"),
+                                                 opts.get("extra"))
         st = self.state
         i = st.requests
         st.stop_at(i + 1)

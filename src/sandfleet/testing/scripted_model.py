@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Unpack
 
 from sandfleet.errors import ConfigError
-from sandfleet.rollout.chat import ChatReply, parse_completion
+from sandfleet.rollout.chat import ChatReply, CompletionOptions, parse_completion
 from sandfleet.testing.fake_server import DONE_TEXT, completion_for
 
 
@@ -38,15 +38,9 @@ class ScriptedModel:
         """Every request, in order: ``messages`` (a copy, as sent), ``tools``, ``max_tokens``,
         ``temperature`` and the ``extra`` fields."""
 
-    async def complete(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        max_tokens: int | None = None,
-        temperature: float | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> ChatReply:
+    async def complete(self, messages: list[dict[str, Any]], **opts: Unpack[CompletionOptions]) -> ChatReply:
+        tools, max_tokens, temperature, extra = (opts.get("tools"), opts.get("max_tokens"), opts.get("temperature"),
+                                                 opts.get("extra"))
         self.requests.append({"messages": copy.deepcopy(messages), "tools": tools, "max_tokens": max_tokens,
                               "temperature": temperature, **(extra or {})})
         turn = sum(1 for m in messages if m.get("role") == "assistant")

@@ -232,7 +232,7 @@ def test_killed_owner_leaves_no_vm(tmp_path: Path) -> None:
 
 @needs_vm
 def test_bench_micro_reports_cold_and_prestarted_restores_and_leaves_nothing() -> None:
-    from sandfleet.sandbox.microvm import bench
+    from sandfleet.bench import microvm as bench
 
     before = set(state_root().glob("sf-microvm-*"))
     out = bench.run(n=2, restores=2, execs=3)

@@ -23,7 +23,7 @@ Figures (keys of the JSON), each the p50 unless named otherwise:
   background process holds none).
 - ``fusion_run_code_p50_ms_c1`` / ``_c16`` and ``v1_oneshot_p50_ms_c1`` / ``_c16``: a python
   snippet through SandboxFusion's ``run_code`` and through ``/v1`` (create, exec, close), at
-  concurrency 1 and 16 (or ``--concurrency`` where lower; :mod:`sandfleet.server.bench_fusion`).
+  concurrency 1 and 16 (or ``--concurrency`` where lower; :mod:`sandfleet.bench.fusion`).
 
 Remote and local rounds alternate, so a change in the host's load falls on both sides alike.
 The service is a real ``sandfleet serve`` started on 127.0.0.1 for the run (same backend),
@@ -129,7 +129,7 @@ async def measure(url: str, token: str, *, backend: str = "auto", n: int = 30, r
     out["exec_rtt_goal_met"] = out["exec_rtt_p50_ms_remote"] <= 3.0
     out.update(await measure_e2b(url, token, svc_spec=spec, n=n, rtt_n=rtt_n, say=say))
     out.update(await measure_e2b_background(url, token, n=max(n, 30), say=say))
-    from sandfleet.server.bench_fusion import measure_fusion
+    from sandfleet.bench.fusion import measure_fusion
 
     out.update(await measure_fusion(url, token, n=n, levels=(1, min(16, conc)), say=say))
     out["load_average"] = [round(x, 2) for x in os.getloadavg()]

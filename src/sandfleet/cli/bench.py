@@ -33,8 +33,8 @@ BACKEND_CHOICE = click.Choice(backend_choices())
 def micro(backend: str, n: int, idle: int, as_json: bool, remote: str | None) -> None:
     """Sandbox-layer figures: create/exec/close latency, warm acquire, exec RTT, density."""
     if backend == "microvm":
+        from sandfleet.bench import microvm as mbench
         from sandfleet.provenance import provenance
-        from sandfleet.sandbox.microvm import bench as mbench
 
         result = mbench.run()
         result.setdefault("provenance", provenance({"bench": "micro", "backend": backend}))

@@ -1,5 +1,5 @@
 """SandboxFusion ``run_code`` against ``/v1``'s one-shot run, on one service: part of
-``sandfleet bench service``, or on its own with ``python -m sandfleet.server.bench_fusion``.
+``sandfleet bench service``, or on its own with ``python -m sandfleet.bench.fusion``.
 
 Figures (keys of the JSON), p50 and p99 in ms, at concurrency 1 and 16 (``c1``, ``c16``):
 
@@ -100,7 +100,7 @@ async def measure_fusion(url: str, token: str, *, n: int = 30, rounds: int = 6, 
 
 
 def main(argv: list[str]) -> None:
-    """``python -m sandfleet.server.bench_fusion [N]``: a service on loopback, the figures as JSON."""
+    """``python -m sandfleet.bench.fusion [N]``: a service on loopback, the figures as JSON."""
     import os
 
     from sandfleet.provenance import provenance

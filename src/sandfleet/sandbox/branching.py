@@ -15,8 +15,10 @@ the source wrote; the chain of sealed layers is bounded by :data:`MAX_DEPTH`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+import shutil
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sandfleet.errors import BranchError, ConfigError
 from sandfleet.sandbox import disk
 from sandfleet.sandbox.base import create_many
+from sandfleet.sandbox.state import new_snapshot_dir
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.base import AgentSandbox, Session
@@ -151,8 +154,26 @@ def drop_all(held: Sequence[Held]) -> None:
         h.drop()
 
 
+def identity_layer() -> tuple[Path, Callable[[], None]]:
+    """A layer holding a new /etc/machine-id, owned as the host's /etc (host root), for the
+    launcher to copy into a child's upper layer over the host's root, where no one inside may
+    write /etc (the directory and file modes are the host's own). Returns (layer, remove)."""
+    snap = new_snapshot_dir()  # marked with its owner: reaped if the owner dies
+    etc = snap / "layer" / "etc"
+    etc.mkdir(parents=True)
+    host = Path("/etc")
+    with contextlib.suppress(OSError):
+        etc.chmod(host.stat().st_mode & 0o7777)
+    (etc / "machine-id").write_text(uuid.uuid4().hex + "\n")
+    (etc / "machine-id").chmod(0o444)
+    return snap / "layer", lambda: shutil.rmtree(snap, ignore_errors=True)
+
+
 async def fresh_identity(child: AgentSandbox) -> None:
-    """A new /etc/machine-id (where the image has one, or an /etc to hold it)."""
+    """A new /etc/machine-id (where the image has one, or an /etc to hold it); over the host's
+    root the launcher wrote it already (:func:`identity_layer`)."""
+    if getattr(child, "host_image", False):
+        return
     mid = uuid.uuid4().hex
     res = await child.exec(["sh", "-c", '[ -d /etc ] && [ -w /etc ] || [ -w /etc/machine-id ] || exit 0; '
                             'printf "%s\\n" "$1" > /etc/machine-id', "sh", mid], user="root", cwd="/", timeout=30)

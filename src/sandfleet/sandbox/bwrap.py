@@ -243,7 +243,7 @@ class BwrapBackend:
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None, loop: disk.Loop | None = None,
               seed: disk.Seed | None = None, slot: uids.Slot | None = None, sealed: int = 0,
-              hostname: str = "sandbox") -> list[str]:
+              hostname: str = "sandbox", identity: Path | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
         then bwrap runs as root of the sandbox's user namespace P (owned by the slot's
         unprivileged owner uid), and the guest agent makes the commands' namespace S and
@@ -293,6 +293,8 @@ class BwrapBackend:
             # change them.
             # (sealed layers of a branch are on disks of their own, not below "/": stacked, and
             # their top one hides the host already)
+            if identity is not None:  # a branch's child: its own /etc/machine-id (branching.identity_layer)
+                a += ["--copy", str(identity), str(rw / "upper")]
             for layer in reversed(lowers[sealed:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
             if not sealed:
@@ -389,6 +391,7 @@ class BwrapBackend:
         meta = {"id": sid, "backend": "bwrap", "image": image.name, "ttl_s": spec.limits.ttl_s,
                 "cgroup": cg is not None, "labels": spec.labels}
         sdir = state_root() / sid
+        identity: tuple[Path, Any] | None = None
         try:  # the marker names its owner before there is anything to reap (rw/ and root/: see _argv)
             sdir = new_sandbox_dir(sid, meta)
         except OSError as e:  # (a full state directory): no marker, no directory left behind
@@ -402,8 +405,11 @@ class BwrapBackend:
                 loop = await disk.take_loop_async(spec.limits.disk_mib, seed)
             slot = uids.take_slot(self.config)
             meta["uid_slot"] = slot.index
+            if hostname == "" and lowers[-1] == Path("/"):
+                identity = branching.identity_layer()
             argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot, sealed=len(sealed),
-                              hostname=sid if hostname == "" else (hostname or "sandbox"))
+                              hostname=sid if hostname == "" else (hostname or "sandbox"),
+                              identity=identity[0] if identity else None)
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, new_session=True,
@@ -427,6 +433,9 @@ class BwrapBackend:
                 slot.release()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
+        finally:
+            if identity is not None:
+                identity[1]()
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
         box.stack = [h.take() for h in stack]
         box.host_image = image.lowers[-1] == Path("/")

@@ -37,16 +37,17 @@ import shutil
 import signal
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_adopted
-from sandfleet.sandbox import cgroups, disk, network, seccomp
+from sandfleet.sandbox import branching, cgroups, disk, network, seccomp
 from sandfleet.sandbox._spawn import AgentProcess, LocalSandbox, _off_loop
-from sandfleet.sandbox.base import Snapshot, create_many, new_id
+from sandfleet.sandbox.base import Sandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.bwrap import FRESH_MODES, _agent_dir, _host_hidden
 from sandfleet.sandbox.gvisor_net import NetNamespace
 from sandfleet.sandbox.spec import (
@@ -154,6 +155,19 @@ class GvisorSandbox(LocalSandbox):
         super().__init__(sid, spec, agent, sdir, cg)
         self.layers = layers
         self.net = net
+        self.stack: list[branching.Held] = []  # sealed layers (branching.py) it stacks, held until close
+        self.host_image = False
+        self.create: Any = None  # its backend's create (a branch makes its children with it)
+
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        """As bwrap's (docs/branching.md): the Sentry first writes back what it caches (sync)."""
+        async def sync() -> None:
+            res = await self.exec(["sync"], user="root", cwd="/", timeout=60)
+            if res.exit_code != 0:
+                raise SandboxError(f"branch of {self.id} failed: sync in the sandbox: {res.output.strip()}")
+
+        children: list[Sandbox] = await branching.branch_local(self, n, processes, create=self.create, prepare=sync)
+        return children
 
     @property
     def upper(self) -> Path:
@@ -199,6 +213,8 @@ class GvisorSandbox(LocalSandbox):
             if self.loop is not None:  # runsc's processes are gone: the mount and the device may go
                 self.loop.release()
                 self.loop = None
+            branching.drop_all(self.stack)
+            self.stack = []
 
 
 class GvisorBackend:
@@ -217,7 +233,7 @@ class GvisorBackend:
         self.platform, self.platform_why = choose_platform(self.config)
 
     def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path, uid_base: int,
-               netns: str | None = None) -> dict[str, Any]:
+               netns: str | None = None, hostname: str = "sandbox") -> dict[str, Any]:
         """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay). The
         user namespace's map is runsc's gofer's: it serves the files with host uid
         ``uid_base + i`` as uid ``i`` (how stored layers are owned), and what the sandbox
@@ -234,7 +250,7 @@ class GvisorBackend:
                         "capabilities": {k: CAPS for k in ("bounding", "effective", "permitted")},
                         "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1 << 20, "soft": 1 << 20}]},
             "root": {"path": str(root), "readonly": False},
-            "hostname": "sandbox",
+            "hostname": hostname,
             "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
                        {"destination": "/dev", "type": "tmpfs", "source": "tmpfs"},
                        # as in Docker: a tmpfs of its own, mode 1777, 64 MiB (POSIX semaphores,
@@ -257,7 +273,7 @@ class GvisorBackend:
 
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, lowers: list[Path], cg: cgroups.Cgroup | None,
               agent_dir: Path, uid_base: int, net: NetNamespace | None = None,
-              loop: disk.Loop | None = None) -> list[str]:
+              loop: disk.Loop | None = None, sealed: int = 0, identity: Path | None = None) -> list[str]:
         """The launcher's argv: the same layers as bwrap's, owned as stored (host uid
         ``uid_base + i`` is the sandbox's uid ``i``, through the gofer's map in the bundle);
         a base image (owned by host root on disk) through an idmapped mount onto that range."""
@@ -275,14 +291,17 @@ class GvisorBackend:
             a += ["--tmpfs", str(rw), f"{lim.disk_mib}m"]
         a += ["--mkdir", str(rw / "upper"), *root_ids, "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
         if lowers[-1] == Path("/"):  # the host's root: layers copied up, the hidden host made empty
-            for layer in reversed(lowers[:-1]):
+            if identity is not None:  # a branch's child: its own /etc/machine-id (branching.identity_layer)
+                a += ["--copy", str(identity), str(rw / "upper")]
+            for layer in reversed(lowers[sealed:-1]):  # (a branch's sealed layers are stacked: bwrap.py)
                 a += ["--copy", str(layer), str(rw / "upper")]
-            hidden_dirs, hidden_other = _host_hidden()
-            for path in hidden_dirs:
-                a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
-            for path in hidden_other:
-                a += ["--whiteout", f"{rw}/upper{path}"]
-            lowers = lowers[-1:]
+            if not sealed:
+                hidden_dirs, hidden_other = _host_hidden()
+                for path in hidden_dirs:
+                    a += ["--opaque", f"{rw}/upper{path}", *root_ids, FRESH_MODES.get(path, "0755")]
+                for path in hidden_other:
+                    a += ["--whiteout", f"{rw}/upper{path}"]
+            lowers = [*lowers[:sealed], lowers[-1]]
         else:  # a base image is owned by host root on disk: its files belong to the sandbox's root
             a += ["--idmap-ns", str(uid_base), str(SANDBOX_UIDS), "--idmap", str(lowers[-1]), str(sdir / "base")]
             lowers = [*lowers[:-1], sdir / "base"]
@@ -307,10 +326,13 @@ class GvisorBackend:
               sid]
         return a
 
-    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None) -> GvisorSandbox:
+    async def create(self, spec: SandboxSpec, *, layers: list[Path] | None = None,
+                     stack: Sequence[branching.Held] = (), hostname: str | None = None) -> GvisorSandbox:
+        """As bwrap's create: ``stack`` and ``hostname`` for a branch's children."""
         image: Image = resolve_image(spec.image)
         uid_base = _uid_base(image)
-        lowers = [*(layers or []), *image.lowers]
+        sealed = [h for h in stack if isinstance(h, branching.SealedLayer)]
+        lowers = [*(h.path for h in sealed), *(layers or []), *image.lowers]
         sid = new_id("gvisor")
         cg = cgroups.sandbox_cgroup(sid, spec.limits)
         meta: dict[str, Any] = {"id": sid, "backend": "gvisor", "image": image.name, "ttl_s": spec.limits.ttl_s,
@@ -320,6 +342,7 @@ class GvisorBackend:
         sdir = new_sandbox_dir(sid, meta)  # the marker names its owner before there is anything to reap
         net: NetNamespace | None = None
         loop: disk.Loop | None = None
+        identity: tuple[Path, Any] | None = None
         try:
             if cg is not None:
                 cg.create(spec.limits)
@@ -330,10 +353,15 @@ class GvisorBackend:
             agent_dir = _agent_dir()
             (sdir / "bundle").mkdir()
             (sdir / "bundle/config.json").write_text(
-                json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None)))
-            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net, loop)
+                json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None,
+                                       hostname=sid if hostname == "" else (hostname or "sandbox"))))
+            if hostname == "" and lowers[-1] == Path("/"):
+                identity = branching.identity_layer()
+            argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net, loop, sealed=len(sealed),
+                              identity=identity[0] if identity else None)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
-                                             pass_fds=(loop.mnt_fd,) if loop is not None else (),
+                                             pass_fds=((loop.mnt_fd,) if loop is not None else ())
+                                             + tuple(h.fd for h in sealed),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow, protect_init=True))
             if loop is not None:
                 loop.hold_mounts_of(agent.proc.pid)
@@ -346,8 +374,14 @@ class GvisorBackend:
                 cg.remove()
             shutil.rmtree(sdir, ignore_errors=True)
             raise
+        finally:
+            if identity is not None:
+                identity[1]()
         box = GvisorSandbox(sid, spec, agent, sdir, cg, list(layers or []), net)
         box.loop = loop
+        box.stack = [h.take() for h in stack]
+        box.host_image = image.lowers[-1] == Path("/")
+        box.create = self.create
         return box
 
     async def fork(self, snapshot: Snapshot, n: int) -> list[GvisorSandbox]:

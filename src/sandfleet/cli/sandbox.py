@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -112,25 +110,11 @@ def create(remote: str | None, **kw: Any) -> None:
         except SandfleetError as e:
             raise click.ClickException(str(e)) from None
         return
-    r, w = os.pipe()
-    # Until the sandbox exists the holder's stderr is this scratch file (read back if the
-    # creation fails); then the holder logs to <state>/<id>/holder.log, never to this terminal.
-    with tempfile.TemporaryFile() as early:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sandfleet.sandbox.holder", spec.model_dump_json(), str(w)],
-            pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL, stderr=early,
-        )
-        os.close(w)
-        with os.fdopen(r) as f:
-            line = f.readline()
-        if not line:
-            proc.wait()
-            early.seek(0)
-            err = early.read().decode(errors="replace").strip()
-            why = err.splitlines()[-1] if err else f"the holder exited with {proc.returncode}"
-            raise click.ClickException(f"sandbox creation failed: {why}")
-    click.echo(json.loads(line)["id"])
+    try:
+        made = holder.spawn(spec)
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    click.echo(made["id"])
 
 
 def _find(sid: str) -> dict[str, Any]:

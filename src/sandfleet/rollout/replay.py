@@ -249,9 +249,10 @@ class Check:
     task: Task | None = None
 
 
-def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check:
+def check_record(record: dict[str, Any], tasks_dir: Path | None = None, *, local_image: bool = True) -> Check:
     """Refuse a record whose task files or image are not the recorded ones (naming what
-    differs; an edited test file by name), and list its items edited after recording."""
+    differs; an edited test file by name), and list its items edited after recording.
+    ``local_image=False``: the image is not looked for here (a replay on a service checks it there)."""
     from sandfleet.tasks import load_task
     from sandfleet.tasks.reward import with_reward_selection
 
@@ -283,7 +284,7 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None) -> Check
         kind = "test file" if tests and name.startswith(tests) else "task file"
         out.refused.append(f"{kind} {name} was {how} after the record ({recorded.get(name)} -> {now.get(name)})")
     image = record.get("image") or {}
-    current = image_digest(str(image.get("ref")))
+    current = image_digest(str(image.get("ref"))) if local_image else image.get("digest")
     if current != image.get("digest"):
         out.refused.append(f"image {image.get('ref')} is {current or 'not found'} here, recorded {image.get('digest')}")
     try:

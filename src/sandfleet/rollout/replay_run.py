@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import Callable, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
@@ -18,7 +19,12 @@ from sandfleet.rollout.normalize import DEFAULT
 from sandfleet.rollout.record import read_records
 from sandfleet.rollout.replay import Check, ReplayPolicy, check_record, compare
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries
+from sandfleet.sandbox import backend_in_use, use_backend
+from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec
+
+KEEP_TTL_S = 600.0
+"""How long a replay's kept sandbox lives by default (``--stop-before verifier``, ``--until-turn``)."""
 
 
 @dataclass
@@ -35,6 +41,9 @@ class ReplayReport:
     normalizers: tuple[str, ...] = DEFAULT
     repeat: int = 1
     until_turn: int | None = None
+    where: dict[str, Any] = field(default_factory=dict)
+    """Where the replays ran: ``backend`` (when not the recorded one), ``remote`` (a service's URL),
+    ``keep_ttl_s`` (sandboxes left alive)."""
 
     def summary(self) -> dict[str, Any]:
         rows = self.rollouts
@@ -47,6 +56,7 @@ class ReplayReport:
             "wall_s": round(self.wall_s, 3), "original_wall_s": self.original_wall_s,
             "normalizers": list(self.normalizers),
             **({"until_turn": self.until_turn} if self.until_turn is not None else {}),
+            **self.where,
         }  # fmt: skip
         if self.repeat > 1:
             replays = sum(len(r["replays"]) for r in rows)
@@ -62,14 +72,19 @@ async def replay_run(
     run_dir: Path, *, rollout_ids: Sequence[str] = (), backend: str | None = None,
     normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
     tasks_dir: Path | None = None, until_turn: int | None = None, stop_before_verifier: bool = False,
-    on_checked: Callable[[str], None] | None = None,
+    on_checked: Callable[[str], None] | None = None, keep: bool = False, keep_ttl_s: float = KEEP_TTL_S,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
     times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
     the tasks' cpus, as ``sandfleet run`` admits them); on ``backend`` (default: the recorded one);
     ``until_turn``: each policy stops before turn ``until_turn + 1`` (the verifier still runs);
     ``stop_before_verifier``: no verifier runs (the commands are compared, the reward is not).
-    ``on_checked`` hears, before any sandbox starts, each refusal and each edited item found."""
+    ``on_checked`` hears, before any sandbox starts, each refusal and each edited item found.
+    ``keep``: each replay's sandbox is left alive for ``keep_ttl_s`` seconds (from its start)
+    instead of closed: made by a holder process here (``sandfleet sandbox ls/exec/rm``), or on
+    the service in force (:func:`sandfleet.client.remote.remote`: ``sandbox ls --remote``).
+    Inside ``remote(...)`` the sandboxes run on that service, and each record's image is checked
+    there (the service builds the task's image and its digest must be the recorded one)."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -81,7 +96,24 @@ async def replay_run(
         records = [r for r in records if r.get("rollout_id") in rollout_ids]
     report = ReplayReport(run_dir, normalizers=tuple(normalizers), repeat=repeat, until_turn=until_turn)
     report.original_wall_s = _original_wall_s(run_dir, records)
-    checks = [(rec, check_record(rec, tasks_dir)) for rec in records]  # all before anything runs
+    service = backend_in_use()
+    if backend:
+        report.where["backend"] = backend
+    if service is not None:
+        report.where["remote"] = str(getattr(service, "url", service.name))
+    if keep:
+        report.where["keep_ttl_s"] = keep_ttl_s
+    if service is None:
+        from sandfleet.rollout.record import environment
+
+        here = str(environment().get("host", {}).get("hostname"))
+        hosts = sorted({str(((r.get("environment") or {}).get("host") or {}).get("hostname")) for r in records})
+        if hosts and hosts != [here]:
+            report.where["host"] = {"recorded": hosts, "replayed": here}
+    # all before anything runs; on a service, the image where the sandboxes run
+    checks = [(rec, check_record(rec, tasks_dir, local_image=service is None)) for rec in records]
+    if service is not None:
+        await _check_images_on(service, checks)
     for rec, check in checks:
         if check.refused:
             report.refused.append({"rollout_id": rec.get("rollout_id"), "task": rec.get("task"),
@@ -102,7 +134,7 @@ async def replay_run(
         for k in range(repeat):
             async with slots:
                 replays.append(await _replay_once(rec, check, backend, normalizers, k, until_turn,
-                                                  stop_before_verifier))
+                                                  stop_before_verifier, keep_ttl_s if keep else None))
         first = dict(replays[0])
         recorded = first["reward"]["recorded"]
         first["tampered"] = check.tampered
@@ -120,26 +152,97 @@ async def replay_run(
     return report
 
 
+async def _check_images_on(service: Any, checks: list[tuple[dict[str, Any], Check]]) -> None:
+    """Refuse the records whose image, as the service builds it for their task, is not the
+    recorded one (a task on the host image runs on the service's host image: not compared)."""
+    from sandfleet.tasks.images import ensure_task_image, remote_builder
+
+    builder = remote_builder()
+    for rec, check in checks:
+        image = rec.get("image") or {}
+        if check.task is None or builder is None or image.get("ref") == "host":
+            continue
+        try:
+            there = await ensure_task_image(check.task, builder=builder)
+        except Exception as e:
+            check.refused.append(f"image of task {check.task.name} can't be had on the service: {e}")
+            check.task = None
+            continue
+        if there != image.get("digest"):
+            check.refused.append(f"image {image.get('ref')} is {there} on the service, recorded {image.get('digest')}")
+            check.task = None
+
+
+class _Kept:
+    """A replay's sandbox that its rollout's close leaves alive (to its holder or its service)."""
+
+    def __init__(self, sandbox: Sandbox):
+        self._sandbox = sandbox
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sandbox, name)
+
+    async def close(self) -> None:
+        release = getattr(self._sandbox, "release", None)
+        if release is not None:  # a held sandbox: its holder keeps it
+            release()
+        # a service's sandbox: left there, its TTL running
+
+
+class _Keeping:
+    """A Backend that makes each sandbox where ``inner`` makes it, and leaves it alive at close."""
+
+    def __init__(self, inner: Any):
+        self.inner = inner
+        self.name = str(getattr(inner, "name", "keeping"))
+
+    async def create(self, spec: SandboxSpec) -> Sandbox:
+        sandbox = await self.inner.create(spec)
+        kept: Sandbox = _Kept(sandbox)
+        return kept
+
+    async def fork(self, snapshot: Snapshot, n: int) -> list[Sandbox]:
+        return [_Kept(sb) for sb in await self.inner.fork(snapshot, n)]
+
+
 async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, normalizers: Sequence[str],
-                       k: int, until_turn: int | None = None, stop_before_verifier: bool = False) -> dict[str, Any]:
+                       k: int, until_turn: int | None = None, stop_before_verifier: bool = False,
+                       keep_ttl_s: float | None = None) -> dict[str, Any]:
     assert check.task is not None
-    policy = ReplayPolicy(rec, normalizers, until_turn, stop_before_verifier)
+    keep = keep_ttl_s is not None
+    policy = ReplayPolicy(rec, normalizers, until_turn, stop_before_verifier or keep)
     spec_data = dict(rec["spec"])
     if backend:
         spec_data["backend"] = backend
+    if keep:
+        spec_data["limits"] = {**(spec_data.get("limits") or {}), "ttl_s": keep_ttl_s}
     spec = SandboxSpec.model_validate(spec_data)
     req = RolloutRequest(task=check.task, policy=policy, spec=spec, sample=int(rec.get("sample") or 0),
                          run_id=f"replay-{rec.get('run_id', '')}", rollout_id=str(rec.get("rollout_id")),
                          verify=str(rec.get("verify") or "shared"), record=str(rec.get("mode") or "commands"))
-    result = await run_with_retries(req, RetryPolicy(max_attempts=1))
+    service = backend_in_use()
+    where: Any = nullcontext()
+    if keep:
+        from sandfleet.sandbox.held import HeldBackend
+
+        where = use_backend(_Keeping(service if service is not None else HeldBackend()))
+    with where:
+        result = await run_with_retries(req, RetryPolicy(max_attempts=1))
     diverged = policy.state.diverged
     stopped = result.reason == "replay_stopped_before_verifier"
     reward = result.reward if diverged is None and not stopped else None
     row = compare(rec, result.record, reward, diverged, normalizers, until_turn=until_turn, scored=not stopped)
+    if stopped:
+        row["scored"] = False  # no verifier ran: the reward is not compared
     row["seconds"] = {"recorded": (rec.get("result") or {}).get("duration_s"), "replayed": round(result.duration, 4)}
     if result.status != "completed" and diverged is None and not stopped:
         row["status"] = "drifted"
         row["failed"] = {"reason": result.reason, "error": result.error}
+    if keep and result.sandbox_id:
+        row["kept"] = {"sandbox_id": result.sandbox_id, "ttl_s": keep_ttl_s,
+                       "remote": str(getattr(service, "url", "")) or None}
+    if result.backend != rec.get("backend"):
+        row["backend"] = {"recorded": rec.get("backend"), "replayed": result.backend}
     row["_records"] = [result.record] if result.record is not None else []
     if k:
         row["repeat"] = k
@@ -171,12 +274,19 @@ def write_out(report: ReplayReport, out: Path, text: str) -> None:
 def report_text(report: ReplayReport) -> str:
     """The report a person reads: per rollout, per command, then the summary."""
     lines = [f"replay of {report.run_dir} (normalizers: {', '.join(report.normalizers) or 'none'})"]
+    w = report.where
+    if w.get("remote"):
+        lines.append(f"on the service at {w['remote']}")
+    if w.get("host"):
+        lines.append(f"on host {w['host']['replayed']}, recorded on {', '.join(w['host']['recorded'])}")
     for r in report.refused:
         lines.append(f"REFUSED {r['rollout_id']}:")
         lines += [f"  {why}" for why in r["why"]]
     for row in report.rollouts:
         rw = row["reward"]
         same = "same reward" if row["same_reward"] else "reward differs"
+        if row.get("scored") is False:
+            same = "not scored"
         lines.append(f"{row['rollout_id']}: {row['status']}, {same} ({rw['recorded']} -> {rw['replayed']}), "
                      f"{row['commands_identical']}/{row['commands']} commands identical")
         for t in row.get("tampered") or []:
@@ -186,6 +296,10 @@ def report_text(report: ReplayReport) -> str:
             lines.append(f"  diverged at turn {d['turn']}: {d['what']}")
         if row.get("failed"):
             lines.append(f"  replay failed: {row['failed']['reason']}: {row['failed']['error']}")
+        if row.get("backend"):
+            lines.append(f"  replayed on {row['backend']['replayed']}, recorded on {row['backend']['recorded']}")
+        if row.get("kept"):
+            lines.append("  " + kept_line(row["kept"]))
         for c in row["command_rows"]:
             lines.append("  " + _command_line(c))
         if row.get("verifier"):
@@ -240,6 +354,11 @@ def report_html(report: ReplayReport) -> str:
         if row.get("diverged_at"):
             notes.append(f"diverged at turn {row['diverged_at']['turn']}: {row['diverged_at']['what']}")
         parts += [f"<p class=diverged>{escape(n)}</p>" for n in notes]
+        if row.get("backend"):
+            parts.append(f"<p>replayed on {escape(str(row['backend']['replayed']))}, "
+                         f"recorded on {escape(str(row['backend']['recorded']))}</p>")
+        if row.get("kept"):
+            parts.append(f"<p><code>{escape(kept_line(row['kept']))}</code></p>")
         parts.append("<table><tr><th>#</th><th>turn</th><th>command</th><th>exit code</th><th>output</th></tr>")
         for c in row["command_rows"]:
             cells = _command_line(c).split(": ", 1)[-1]
@@ -247,6 +366,14 @@ def report_html(report: ReplayReport) -> str:
                          f"<td colspan=2>{escape(cells)}</td></tr>")
         parts.append("</table>")
     return "\n".join(parts) + "\n"
+
+
+def kept_line(kept: dict[str, Any]) -> str:
+    """Where a kept sandbox is, and how to reach it."""
+    sid, remote = kept["sandbox_id"], kept.get("remote")
+    on = f" --remote {remote}" if remote else ""
+    return (f"sandbox {sid} left alive for {kept['ttl_s']:g} s from its start: "
+            f"sandfleet sandbox exec{on} {sid} -- bash -lc '...'; sandfleet sandbox rm{on} {sid}")
 
 
 def _command_line(c: dict[str, Any]) -> str:

@@ -11,6 +11,11 @@ truncated, late, or not a valid request gets an error reply (``{"ok": false, "er
 Requests: ``{"op": "exec", "argv": [...], "timeout": s|null, "cwd": path|null}`` (``op``
 may be left out) answers ``{"ok": true, "exit_code", "stdout", "stderr", "timed_out",
 "truncated"}``; ``{"op": "close"}`` answers ``{"ok": true}`` and ends the holder.
+``{"op": "rt", "call": "exec"|"read_file"|"write_file"|"kill_user", "args": {...}}`` is one
+call of the sandbox's runtime (:class:`~sandfleet.agent.runtime.Runtime`; bytes as base64):
+how :mod:`sandfleet.sandbox.held` drives a held sandbox from another process (a replay that
+leaves its sandbox for a look, docs/replay.md). It answers ``{"ok": true, "result": ...}``,
+or ``{"ok": false, "error", "code", "status"}`` with the sandfleet error's wire code.
 
 The holder logs to ``<state>/<id>/holder.log`` (its stderr, once the sandbox exists), never
 to the terminal that created it. It exits, closing the sandbox, on ``close``, on
@@ -20,6 +25,7 @@ SIGTERM/SIGINT, or when the sandbox dies (for example at its TTL).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import logging
 import os
@@ -43,6 +49,13 @@ MAX_REPLY = 16 << 20
 REQUEST_TIMEOUT_S = 30.0
 """A request must arrive whole within this long after the connection opens."""
 LOG_NAME = "holder.log"
+
+
+RT_CALLS = {"exec": {"argv", "env", "cwd", "stdin_b64", "timeout", "max_output", "user", "network", "pid_namespace"},
+            "read_file": {"path", "max_bytes", "user", "nofollow"},
+            "write_file": {"path", "data_b64", "mode", "user"},
+            "kill_user": {"user"}}
+"""The runtime calls of ``op: rt``, with the arguments each takes."""
 
 
 class FrameError(Exception):
@@ -97,6 +110,13 @@ def check_request(req: dict[str, Any]) -> dict[str, Any]:
     op = req.get("op", "exec")
     if op == "close":
         extra = set(req) - {"op"}
+    elif op == "rt":
+        extra = set(req) - {"op", "call", "args"}
+        if req.get("call") not in RT_CALLS:
+            raise FrameError(f"malformed request: unknown runtime call {req.get('call')!r} "
+                             f"({', '.join(sorted(RT_CALLS))})")
+        if not isinstance(req.get("args"), dict):
+            raise FrameError("malformed request: 'args' must be an object")
     elif op == "exec":
         extra = set(req) - {"op", "argv", "timeout", "cwd"}
         argv = req.get("argv")
@@ -109,7 +129,7 @@ def check_request(req: dict[str, Any]) -> dict[str, Any]:
         if req.get("cwd") is not None and not isinstance(req["cwd"], str):
             raise FrameError("malformed request: 'cwd' must be a string or null")
     else:
-        raise FrameError(f"malformed request: unknown op {op!r} (exec or close)")
+        raise FrameError(f"malformed request: unknown op {op!r} (exec, rt or close)")
     if extra:
         raise FrameError(f"malformed request: unknown key(s) {', '.join(sorted(map(repr, extra)))}")
     return req
@@ -175,6 +195,86 @@ async def _let_finish(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 
 
 
+async def runtime_call(sb: Any, call: str, args: dict[str, Any]) -> dict[str, Any]:
+    """One call of ``sb``'s runtime for ``op: rt``; its paths are the sandbox's (translated by
+    the sandbox as its own calls are), its bytes base64."""
+    unknown = set(args) - RT_CALLS[call]
+    if unknown:
+        return {"ok": False, "error": f"unknown argument(s) of {call}: {', '.join(sorted(unknown))}",
+                "code": "invalid", "status": 400}
+    try:
+        kw = dict(args)
+        for key in ("cwd", "path"):
+            if kw.get(key) is not None:
+                kw[key] = sb._path(str(kw[key]))
+        client = sb.client
+        if call == "exec":
+            stdin = kw.pop("stdin_b64", None)
+            res = await client.exec(list(kw.pop("argv")), stdin=base64.b64decode(stdin) if stdin else None, **kw)
+            return {"ok": True, "result": {
+                "exit_code": res.exit_code, "stdout_b64": base64.b64encode(res.stdout_bytes).decode(),
+                "stdout": res.stdout, "stderr": res.stderr, "duration_s": res.duration_s, "timed_out": res.timed_out,
+                "signal": res.signal, "stdout_dropped": res.stdout_dropped, "stderr_dropped": res.stderr_dropped,
+                "detached": res.detached}}
+        if call == "read_file":
+            data = await client.read_file(**kw)
+            return {"ok": True, "result": {"data_b64": base64.b64encode(data).decode()}}
+        if call == "write_file":
+            await client.write_file(kw.pop("path"), base64.b64decode(kw.pop("data_b64", "")), **kw)
+            return {"ok": True, "result": None}
+        await client.kill_user(**kw)
+        return {"ok": True, "result": None}
+    except Exception as e:
+        from sandfleet.errors import to_wire
+
+        wire = to_wire(e)
+        if wire is None:
+            log.warning("runtime call %s failed: %s: %s", call, type(e).__name__, e)
+            return {"ok": False, "error": f"{type(e).__name__}: {e}", "code": "error", "status": 500}
+        status, code, extra = wire
+        return {"ok": False, "error": str(e), "code": code, "status": status, **extra}
+
+
+def spawn(spec: SandboxSpec) -> dict[str, Any]:
+    """Start a holder for a new sandbox of ``spec`` (a process of its own, in a session of
+    its own); returns ``{"id", "socket"}`` once the sandbox exists. Raises SandboxError with
+    the holder's last line when the creation fails."""
+    import subprocess
+    import tempfile
+
+    from sandfleet.errors import SandboxError
+
+    r, w = os.pipe()
+    # Until the sandbox exists the holder's stderr is this scratch file (read back if the
+    # creation fails); then the holder logs to <state>/<id>/holder.log, never to this terminal.
+    with tempfile.TemporaryFile() as early:
+        try:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sandfleet.sandbox.holder", spec.model_dump_json(), str(w)],
+                pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=early,
+            )
+        finally:
+            os.close(w)
+        with os.fdopen(r) as f:
+            line = f.readline()
+        if not line:
+            proc.wait()
+            early.seek(0)
+            err = early.read().decode(errors="replace").strip()
+            why = err.splitlines()[-1] if err else f"the holder exited with {proc.returncode}"
+            raise SandboxError(f"sandbox creation failed: {why}")
+    _spawned[:] = [p for p in _spawned if p.poll() is None]  # reap the holders that ended
+    _spawned.append(proc)
+    out: dict[str, Any] = json.loads(line)
+    return out
+
+
+_spawned: list[Any] = []
+"""The holders this process started (subprocess.Popen), kept to be waited for once they end
+(they outlive this process freely: each is in a session of its own)."""
+
+
 def _log_to(path: str) -> None:
     """Send this process's stderr (and so its log) to ``path`` from now on."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
@@ -203,6 +303,8 @@ async def serve(spec: SandboxSpec, ready_fd: int) -> None:
             raise FrameError(f"truncated request: not received whole within {REQUEST_TIMEOUT_S:g} s") from None
         if req.get("op") == "close":
             return {"ok": True, "closing": True}
+        if req.get("op") == "rt":
+            return await runtime_call(sb, req["call"], req["args"])
         try:
             res = await sb.exec(req["argv"], timeout=req.get("timeout"), cwd=req.get("cwd"))
         except Exception as e:

@@ -175,6 +175,13 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--record", "record", type=click.Choice(["none", "commands", "full"]), default="commands",
               show_default=True, help="What records.jsonl keeps of each rollout, for `sandfleet replay`: commands (all "
               "but the model's messages, kept as digests), full (the messages too), none (docs/replay.md).")
+@click.option("--branch", "branch", default=None, metavar="TURN:WIDTH[,TURN:WIDTH...]",
+              help="Rollouts that branch: after the agent's TURN-th turn the sandbox and the conversation split "
+              "into WIDTH children that go on with independent samples (2:4; 1:2,3:2 for two levels). Each leaf is "
+              "a rollout row; a group is -n trees (docs/rollouts.md#trees).")
+@click.option("--branch-processes", type=click.Choice(["error", "drop"]), default="error", show_default=True,
+              help="At a split, processes the backend can't carry into the children: fail the branch naming "
+              "them (those children are masked), or drop them.")
 @remote_option("the groups over them (docs/cluster.md), --concurrency then per host")
 @ray_option("Spread the groups over a Ray cluster (docs/cluster.md): host:port, auto ($RAY_ADDRESS), or local:N (N "
             "loopback-only nodes here, stopped afterwards); --concurrency is then per node.")
@@ -205,6 +212,8 @@ def run(
     cpu_fraction: float | None,
     tool_mode: str,
     record: str,
+    branch: str | None,
+    branch_processes: str,
     remote: str | None,
     ray_address: str | None,
 ) -> None:
@@ -215,22 +224,24 @@ def run(
     if no_limits:
         os.environ["SANDFLEET_NO_LIMITS"] = "1"
     explicit = _explicit_concurrency(concurrency_opt)
-    _check(where, n=n, concurrency=explicit or n, out_dir=out_dir, resume=resume, overwrite=overwrite,
+    leaves = _branch_leaves(branch, agent)
+    _check(where, n=n * leaves, concurrency=explicit or n * leaves, out_dir=out_dir, resume=resume,
+           overwrite=overwrite,
            cpu_fraction=cpu_fraction)
     tasks = _load(tasks_dir, only, reward_key, reward_weights)
-    concurrency = _concurrency(where, explicit, tasks, n)
+    concurrency = _concurrency(where, explicit, tasks, n * leaves)
     policy = make_policy(agent, model_url=model_url, model=model, api_key_env=api_key_env, max_turns=max_turns,
                          tool_mode=tool_mode)
     if agent == "openai" and model_url and where.ray is None:  # on Ray the nodes reach it, not necessarily here
         check_model_url(model_url)
     config = _config(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
                      agent_user=agent_user, seccomp_allow=seccomp_allow, fork=fork, attempts=attempts,
-                     record=record)
+                     record=record, branch=branch or "", branch_processes=branch_processes)
     _check_image(image)
     click.echo(f"run {config.run_id}: {len(tasks)} tasks x {n} with {agent}, concurrency {concurrency} -> {out_dir}",
                err=True)
     mode = "resume" if resume else "overwrite" if overwrite else "new"
-    with _progress(len(tasks) * n) as progress, contextlib.ExitStack() as stack:
+    with _progress(len(tasks) * n * leaves) as progress, contextlib.ExitStack() as stack:
         if cpu_fraction is not None:
             from sandfleet.sandbox.cgroups import throttled_parent
 
@@ -239,6 +250,23 @@ def run(
     _print_summary(report, out_dir)
     if report.summary()["n_completed"] == 0:
         raise SystemExit(1)
+
+
+def _branch_leaves(branch: str | None, agent: str) -> int:
+    """The leaves of one tree of ``--branch`` (1 without it); a usage error for a bad spec or an
+    agent that takes no turns."""
+    if branch is None:
+        return 1
+    from sandfleet.errors import ConfigError
+    from sandfleet.rollout.tree import parse_branch
+
+    try:
+        plan = parse_branch(branch)
+    except ConfigError as e:
+        raise click.BadParameter(str(e).removeprefix("--branch "), param_hint="--branch") from None
+    if agent != "openai":
+        raise click.UsageError(f"--branch needs an agent that takes turns (--agent openai), not --agent {agent}")
+    return plan.leaves
 
 
 def _explicit_concurrency(value: str) -> int | None:
@@ -313,7 +341,8 @@ def _load(tasks_dir: Path, only: tuple[str, ...], reward_key: str | None, reward
 
 
 def _config(*, n: int, concurrency: int, backend: str, network: bool, verify: str, agent_user: str | None,
-            seccomp_allow: tuple[str, ...], fork: bool, attempts: int, record: str = "commands") -> RunConfig:
+            seccomp_allow: tuple[str, ...], fork: bool, attempts: int, record: str = "commands", branch: str = "",
+            branch_processes: str = "error") -> RunConfig:
     from sandfleet.errors import ConfigError
     from sandfleet.rollout.runner import RetryPolicy
     from sandfleet.rollout.suite import RunConfig
@@ -321,7 +350,7 @@ def _config(*, n: int, concurrency: int, backend: str, network: bool, verify: st
     try:
         return RunConfig(n=n, concurrency=concurrency, backend=backend, network=network, verify=verify,
                          agent_user=agent_user, fork=fork, retry=RetryPolicy(max_attempts=max(1, attempts)),
-                         record=record,
+                         record=record, branch=branch, branch_processes=branch_processes,
                          seccomp_allow=tuple(r for v in seccomp_allow for r in v.split(",") if r.strip()))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None

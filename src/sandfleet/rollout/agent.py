@@ -10,12 +10,13 @@ generated, or at the task's agent timeout.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sandfleet.errors import ConfigError, ModelError
@@ -88,6 +89,14 @@ class AgentConfig:
     """Sampling temperature sent with each request; None leaves it to the server."""
     system_prompt: str = SYSTEM_PROMPT
     """System message; ``{how}`` is replaced by how to run commands in the tool mode."""
+
+
+@dataclass
+class Conversation:
+    """The state of the agent loop between turns: what a tree copies into each child."""
+
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    use_tools: bool = True
 
 
 class OpenAIPolicy:
@@ -164,27 +173,43 @@ class OpenAIPolicy:
         messages.append(reply.raw_message or {"role": "assistant", "content": reply.content})
 
     async def act(self, ctx: AgentContext) -> str:
+        async with self.open_model() as model:
+            stop = await self.play(ctx, model, self.begin(ctx), until_turn=None)
+        assert stop is not None  # without a turn to stop at, the loop ends only with a reason
+        return stop
+
+    # -- the loop in steps (rollout/tree.py splits a rollout at a turn and plays each child on)
+    def open_model(self) -> contextlib.AbstractAsyncContextManager[Model]:
+        """The model of one rollout (or of one tree of them): closed when it ends."""
+        return self._model()
+
+    def begin(self, ctx: AgentContext) -> Conversation:
+        """The conversation's state before its first turn (a tree copies it at each split)."""
+        ctx.command_timeout_s = self.config.command_timeout_s
+        ctx.info.update(model=self.model, tool_mode=self.config.tool_mode)
+        return Conversation(self.initial_messages(ctx), self.config.tool_mode != "text")
+
+    async def play(self, ctx: AgentContext, model: Model, state: Conversation, until_turn: int | None) -> str | None:
+        """Take turns until the agent stops (its stop reason), or until ``ctx.turns`` reaches
+        ``until_turn`` (None: the turn's commands ran, the next model request is not sent)."""
         cfg = self.config
-        ctx.command_timeout_s = cfg.command_timeout_s
-        ctx.info.update(model=self.model, tool_mode=cfg.tool_mode)
-        messages = self.initial_messages(ctx)
-        use_tools = cfg.tool_mode != "text"
-        async with self._model() as model:
-            if ctx.tape is not None:  # the record of the run (rollout/record.py)
-                model = ctx.tape.model(model)
-            while True:
-                if ctx.turns >= cfg.max_turns:
-                    return "max_turns"
-                if ctx.completion_tokens >= cfg.max_tokens:
-                    return "max_tokens"
-                reply = await self._ask(ctx, model, messages, use_tools)
-                if reply is None:  # the server refused tools: fall back to text
-                    use_tools = False
-                    continue
-                self.add_reply(ctx, messages, reply, use_tools)
-                ctx.turns += 1
-                if not await self._run_reply(ctx, reply, messages):
-                    return "done"
+        if ctx.tape is not None:  # the record of the run (rollout/record.py)
+            model = ctx.tape.model(model)
+        while True:
+            if ctx.turns >= cfg.max_turns:
+                return "max_turns"
+            if ctx.completion_tokens >= cfg.max_tokens:
+                return "max_tokens"
+            if until_turn is not None and ctx.turns >= until_turn:
+                return None
+            reply = await self._ask(ctx, model, state.messages, state.use_tools)
+            if reply is None:  # the server refused tools: fall back to text
+                state.use_tools = False
+                continue
+            self.add_reply(ctx, state.messages, reply, state.use_tools)
+            ctx.turns += 1
+            if not await self._run_reply(ctx, reply, state.messages):
+                return "done"
 
     async def _ask(
         self, ctx: AgentContext, model: Model, messages: list[dict[str, Any]], use_tools: bool
@@ -196,7 +221,7 @@ class OpenAIPolicy:
                     tools=[BASH_TOOL] if use_tools else None,
                     max_tokens=self.config.max_tokens_per_turn,
                     temperature=self.config.temperature,
-                    extra=self.extra_body,
+                    extra=self._extra(ctx),
                 )
             except ModelError as e:
                 span["error"] = e.reason
@@ -210,6 +235,14 @@ class OpenAIPolicy:
         ctx.prompt_tokens += reply.prompt_tokens or 0
         ctx.completion_tokens += reply.completion_tokens or 0
         return reply
+
+    def _extra(self, ctx: AgentContext) -> dict[str, Any]:
+        """The fields sent with each request: the trainer's, and in a tree (``--branch``) the
+        node's ``seed`` (added to the trainer's own), so that siblings sample independently."""
+        if ctx.seed is None:
+            return self.extra_body
+        base = self.extra_body.get("seed")
+        return {**self.extra_body, "seed": ctx.seed + (base if isinstance(base, int) else 0)}
 
     async def _run_reply(
         self, ctx: AgentContext, reply: ChatReply, messages: list[dict[str, Any]]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import stat
 from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, Unpack, runtime_checkable
 
@@ -54,6 +55,9 @@ class AgentContext:
     tape: Tape | None = None
     """Where the rollout's record is taped (every command here, every model request through
     :meth:`~sandfleet.rollout.record.Tape.model`); None when the run records nothing."""
+    seed: int | None = None
+    """The ``seed`` a model-driven policy sends with each request: set in a tree
+    (:mod:`sandfleet.rollout.tree`, one per node), None otherwise (nothing sent)."""
     _session: Session | None = None
 
     def remaining(self) -> float:
@@ -176,7 +180,8 @@ class OraclePolicy:
 
 
 class ScriptedPolicy:
-    """Replays fixed shell commands in one session (tests, demos)."""
+    """Replays fixed shell commands in one session (tests, demos); one command a turn. It
+    takes turns, so a tree can split it (every child then plays the same rest)."""
 
     name = "scripted"
 
@@ -184,7 +189,34 @@ class ScriptedPolicy:
         self.commands = list(commands)
 
     async def act(self, ctx: AgentContext) -> str:
-        for command in self.commands:
+        return await self.play(ctx, None, self.begin(ctx), until_turn=None) or "done"
+
+    def open_model(self) -> AbstractAsyncContextManager[None]:
+        return nullcontext()
+
+    def begin(self, ctx: AgentContext) -> list[int]:
+        return [0]  # the next command's index, in a list a tree copies
+
+    async def play(self, ctx: AgentContext, model: object, state: list[int], until_turn: int | None) -> str | None:
+        while state[0] < len(self.commands):
+            if until_turn is not None and ctx.turns >= until_turn:
+                return None
             ctx.turns += 1
-            await ctx.run(command)
+            state[0] += 1
+            await ctx.run(self.commands[state[0] - 1])
         return "done"
+
+
+@runtime_checkable
+class TurnTaker(Protocol):
+    """A policy that takes turns and can stop between them: a tree (``--branch``) plays it
+    to a turn, copies its state into each child and plays each on (:mod:`sandfleet.rollout.tree`).
+    ``act(ctx)`` is ``play(ctx, model, begin(ctx), None)`` within ``open_model()``."""
+
+    name: str
+
+    def open_model(self) -> AbstractAsyncContextManager[Any]: ...
+
+    def begin(self, ctx: AgentContext) -> Any: ...
+
+    async def play(self, ctx: AgentContext, model: Any, state: Any, until_turn: int | None) -> str | None: ...

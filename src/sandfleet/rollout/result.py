@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from sandfleet.rollout.verdict import Verdict, counted, settle
+from sandfleet.rollout.verdict import Verdict, counted, verdict_of
 from sandfleet.traceschema import SCHEMA
 
 Status = Literal["completed", "failed", "cancelled"]
@@ -50,7 +50,8 @@ class RolloutResult:
     info: dict[str, Any] = field(default_factory=dict)
     verdict: Verdict | None = None
     """``scored``, ``policy_fault`` (reward 0) or ``infra_fault`` (masked: reward None), given
-    by :func:`sandfleet.rollout.verdict.settle` when the attempt ends (docs/rollouts.md)."""
+    by :func:`sandfleet.rollout.verdict.settle` when the attempt ends (docs/rollouts.md), once;
+    everything else reads it."""
     contention: dict[str, Any] = field(default_factory=dict)
     """Per phase (``agent``, ``verifier``): how much the sandbox's runnable threads waited for
     a CPU because of work outside it, and its own throttling
@@ -58,6 +59,12 @@ class RolloutResult:
     measure it, and absent where the phase never began."""
     fault: dict[str, Any] | None = None
     """A fault's evidence: ``cause``, ``phase``, ``reason``, ``sandbox_end``, ``log_tail``."""
+    tree: dict[str, Any] | None = None
+    """A leaf of a branched rollout (``--branch``, :mod:`sandfleet.rollout.tree`): its
+    ``tree_id``, ``node_id``, ``parent_node`` and ``branch_turn``; None for a straight one."""
+    tree_advantages: list[float | None] | None = None
+    """Per turn of a leaf's trajectory, its node's value minus its parent's (Tree-GRPO's
+    intra-tree advantage; docs/figures.md), set when the group is complete."""
     record: dict[str, Any] | None = field(default=None, repr=False, compare=False)
     """What replay needs to run it again (:mod:`sandfleet.rollout.record`), when the run
     records: its ``records.jsonl`` line, kept out of the trace and ``rollouts.jsonl``."""
@@ -65,7 +72,7 @@ class RolloutResult:
     @property
     def masked(self) -> bool:
         """An infra fault: left out of pass rates and GRPO statistics, reward None."""
-        return settle(self) == "infra_fault"
+        return verdict_of(self) == "infra_fault"
 
     @property
     def duration(self) -> float:
@@ -87,7 +94,8 @@ class RolloutResult:
             "task": self.task, "group": self.group, "sample": self.sample,
             "attempt": self.attempt, "final": self.final, "sandbox_id": self.sandbox_id, "backend": self.backend,
             "agent": self.agent, "start": self.start, "end": self.end, "status": self.status,
-            "error": self.error, "reason": self.reason, "verdict": settle(self), "reward": self.reward,
+            "error": self.error, "reason": self.reason, "verdict": verdict_of(self), "reward": self.reward,
+            **(self.tree or {}),
             **({"fault": self.fault} if self.fault else {}),
             **({"contention": self.contention} if self.contention else {}), "spans": self.spans,
         }  # fmt: skip
@@ -96,7 +104,7 @@ class RolloutResult:
         return {
             "rollout_id": self.rollout_id, "task": self.task, "group": self.group,
             "sample": self.sample, "attempt": self.attempt, "final": self.final, "agent": self.agent,
-            "status": self.status, "verdict": settle(self), "reason": self.reason, "error": self.error,
+            "status": self.status, "verdict": verdict_of(self), "reason": self.reason, "error": self.error,
             **({"fault": self.fault} if self.fault else {}), "reward": self.reward,
             "reward_details": self.reward_details,
             "advantage": self.advantage, "passed": self.passed, "stop_reason": self.stop_reason,
@@ -105,6 +113,7 @@ class RolloutResult:
             "spans_s": self.span_seconds(), "sandbox_id": self.sandbox_id,
             "verifier_exit_code": self.verifier_exit_code, "verifier_output": self.verifier_output,
             "contention": self.contention, "info": self.info,
+            **({**self.tree, "tree_advantages": self.tree_advantages} if self.tree else {}),
         }  # fmt: skip
 
 

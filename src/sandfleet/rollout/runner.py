@@ -13,20 +13,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandfleet.errors import (
-    ImageError,
-    RolloutError,
-    SandboxDiedError,
-    SandboxTimeoutError,
-    SandfleetError,
-)
+from sandfleet.errors import SandboxTimeoutError, SandfleetError
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.prepare import close_logged as close_sandbox
 from sandfleet.rollout.prepare import run_prepare, start_sandbox
 from sandfleet.rollout.record import Tape, build_record, make_tape
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
-from sandfleet.rollout.verdict import INFRA, settle
+from sandfleet.rollout.verdict import INFRA, settle, verdict_of
 from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
 from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
@@ -57,7 +51,7 @@ class RetryPolicy:
     def should_retry(self, result: RolloutResult) -> bool:
         if result.status == "cancelled" or result.attempt >= self.max_attempts:
             return False  # a completed rollout is masked only as host_contention: refilled too
-        return settle(result) == INFRA and (result.reason or "") not in self.never
+        return verdict_of(result) == INFRA and (result.reason or "") not in self.never
 
 
 def task_spec(
@@ -92,17 +86,10 @@ def image_user(image: str) -> str | None:
 
 
 def failure_reason(error: BaseException) -> str:
-    """A short machine-readable cause for an exception."""
-    if isinstance(error, RolloutError):
-        return error.reason
-    if isinstance(error, ImageError):
-        return "image_build"
-    if isinstance(error, SandboxDiedError):
-        return "sandbox_died"
-    if isinstance(error, SandboxTimeoutError):
-        return str(getattr(error, "reason", "sandbox_timeout"))  # SandboxUnresponsiveError: agent_unresponsive
+    """A short machine-readable cause for an exception: a sandfleet error's ``reason``
+    (:mod:`sandfleet.errors`), ``internal_<its class>`` for any other (a bug of ours)."""
     if isinstance(error, SandfleetError):
-        return type(error).__name__
+        return error.reason
     return f"internal_{type(error).__name__}"
 
 
@@ -157,22 +144,12 @@ async def run_rollout(
     sandbox: Sandbox | None = None
     probe: Probe | None = None
     phase = "start"  # nothing of the agent's has run: a failure now is infra (rollout/verdict.py)
+    failed_with: BaseException | None = None  # its type carries its cause (rollout/verdict.py)
     tape = make_tape(req.record)
     try:
         with rec.span("sandbox_start"):
             sandbox = await _start(req)
-        result.sandbox_id, result.backend = sandbox.id, sandbox.backend
-        if req.snapshot is not None:
-            result.info["prepared_from"] = req.snapshot.id
-        elif task.prepare is not None:  # a fresh sandbox runs the prepare step itself
-            with rec.span("sandbox_start", what="prepare"):
-                await run_prepare(task, sandbox)
-            result.info["prepare"] = "ran"
-        result.info["agent_user"] = req.spec.user
-        if task.verifier.load_sensitive:  # its failures under outside contention are masked
-            result.info["load_sensitive"] = True
-        with rec.span("sandbox_start", what="task folders to root"):
-            await protect_task_dirs(sandbox)
+        await ready_sandbox(req, sandbox, rec, result)
         ctx = AgentContext(
             task=task, sandbox=sandbox, recorder=rec, deadline=now() + task.agent_timeout_s, tape=tape
         )
@@ -198,24 +175,9 @@ async def run_rollout(
         # separate mode runs the tests in another sandbox, made inside run_verifier_separately:
         # not measured (null)
         probe = _probe(sandbox, result, "verifier") if req.verify != "separate" else None
-        result.contention.setdefault("verifier", None)
-        if req.verify == "separate":
-            outcome = await run_verifier_separately(task, sandbox, rec, lambda: _start(req))
-        else:
-            outcome = await run_verifier(task, sandbox, rec)
+        await score(req, sandbox, rec, result)
         _stop_probe(probe, result, "verifier")
         probe = None
-        if outcome.reason is None and outcome.timed_out and outcome.reward == 0.0 and not outcome.details:
-            outcome.reason = "verifier_timeout"  # no reward came before the limit: a policy fault
-            outcome.error = f"the tests outlived their {task.verifier.timeout_s:g} s limit"
-        if outcome.reason is not None:  # scored 0 whatever the tests said (bad_reward_file)
-            result.reason, result.info["reward_error"] = outcome.reason, outcome.error
-        result.reward, result.reward_details = outcome.reward, outcome.details
-        result.verifier_exit_code, result.verifier_output = outcome.exit_code, outcome.output
-        if outcome.timed_out:
-            result.info["verifier_timed_out"] = True
-        if outcome.risks:
-            result.info["verifier_risks"] = outcome.risks
         result.status = "completed"
     except asyncio.CancelledError:
         result.status, result.reason, result.error = "cancelled", "cancelled", "rollout cancelled"
@@ -223,21 +185,62 @@ async def run_rollout(
     except Exception as e:  # a failed rollout is a result, never a crash of the run
         result.reason, result.error = failure_reason(e), str(e) or type(e).__name__
         result.info["phase"] = phase
+        failed_with = e
     finally:
         _stop_probe(probe, result, phase)
         if sandbox is not None:
             with rec.span("other_sandbox", what="close"):
                 await asyncio.shield(_close(sandbox, result))
         result.end = rec.finish()
-        settle(result)
+        settle(result, failed_with)  # once: everything after reads result.verdict
         if tape is not None:
-            _record(tape, req, result)
+            record_of(tape, req, result)
         if on_result is not None:
             on_result(result)
     return result
 
 
-def _record(tape: Tape, req: RolloutRequest, result: RolloutResult) -> None:
+async def ready_sandbox(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:
+    """A started sandbox made ready for the agent: the task's prepare step (unless forked
+    from a prepared state), the task folders given to root."""
+    task = req.task
+    result.sandbox_id, result.backend = sandbox.id, sandbox.backend
+    if req.snapshot is not None:
+        result.info["prepared_from"] = req.snapshot.id
+    elif task.prepare is not None:  # a fresh sandbox runs the prepare step itself
+        with rec.span("sandbox_start", what="prepare"):
+            await run_prepare(task, sandbox)
+        result.info["prepare"] = "ran"
+    result.info["agent_user"] = req.spec.user
+    if task.verifier.load_sensitive:  # its failures under outside contention are masked
+        result.info["load_sensitive"] = True
+    with rec.span("sandbox_start", what="task folders to root"):
+        await protect_task_dirs(sandbox)
+
+
+async def score(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:
+    """The verifier phase: the tests run (in ``sandbox``, or in a fresh one with ``verify:
+    separate``) and their reward, reasons and output set on ``result``."""
+    task = req.task
+    result.contention.setdefault("verifier", None)
+    if req.verify == "separate":
+        outcome = await run_verifier_separately(task, sandbox, rec, lambda: _start(req))
+    else:
+        outcome = await run_verifier(task, sandbox, rec)
+    if outcome.reason is None and outcome.timed_out and outcome.reward == 0.0 and not outcome.details:
+        outcome.reason = "verifier_timeout"  # no reward came before the limit: a policy fault
+        outcome.error = f"the tests outlived their {task.verifier.timeout_s:g} s limit"
+    if outcome.reason is not None:  # scored 0 whatever the tests said (bad_reward_file)
+        result.reason, result.info["reward_error"] = outcome.reason, outcome.error
+    result.reward, result.reward_details = outcome.reward, outcome.details
+    result.verifier_exit_code, result.verifier_output = outcome.exit_code, outcome.output
+    if outcome.timed_out:
+        result.info["verifier_timed_out"] = True
+    if outcome.risks:
+        result.info["verifier_risks"] = outcome.risks
+
+
+def record_of(tape: Tape, req: RolloutRequest, result: RolloutResult) -> None:
     """Attach the rollout's record (docs/replay.md); recording never fails a rollout."""
     try:
         result.record = build_record(tape, task=req.task, spec=req.spec, policy=req.policy, result=result,

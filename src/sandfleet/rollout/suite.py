@@ -40,6 +40,14 @@ from sandfleet.rollout.prepare import Prepared, delete_snapshot, prepared_snapsh
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, failure_reason, run_with_retries, task_spec
 from sandfleet.rollout.trace import SpanRecorder, now
+from sandfleet.rollout.tree import (
+    LINEAGE,
+    BranchPlan,
+    check_policy,
+    parse_branch,
+    run_tree_with_retries,
+    tree_advantages,
+)
 from sandfleet.rollout.verdict import INFRA, counted, settle, verdict_counts
 from sandfleet.sandbox.bwrap import raw_bwrap_true_ms
 from sandfleet.sandbox.spec import SandboxSpec
@@ -95,6 +103,24 @@ class RunConfig:
     record: str = "commands"
     """What each rollout's record in ``records.jsonl`` keeps: ``none``, ``commands`` (all but
     the model's messages) or ``full`` (docs/replay.md)."""
+    branch: str = ""
+    """``TURN:WIDTH[,TURN:WIDTH...]``: each rollout is a tree that splits its sandbox and
+    conversation at those turns (:mod:`sandfleet.rollout.tree`); a group is ``n`` trees and
+    takes ``n`` x leaves slots. Empty: straight rollouts."""
+    branch_processes: str = "error"
+    """At a split, processes the backend can't carry: ``error`` fails the branch naming them
+    (the children are then masked), ``drop`` leaves them behind."""
+
+    @property
+    def plan(self) -> BranchPlan | None:
+        """The parsed ``branch``, or None."""
+        return parse_branch(self.branch) if self.branch else None
+
+    @property
+    def group_slots(self) -> int:
+        """Slots one group holds: its rollouts, a tree counting its leaves."""
+        plan = self.plan
+        return self.n * (plan.leaves if plan else 1)
 
     def __post_init__(self) -> None:
         from sandfleet.sandbox.spec import BACKENDS
@@ -111,8 +137,10 @@ class RunConfig:
             raise ConfigError(f"record must be none, commands or full, not {self.record!r}")
         if self.admission not in ("group", "rollout"):
             raise ConfigError(f"admission must be group or rollout, not {self.admission!r}")
-        if self.admission == "group" and self.concurrency < self.n:
-            raise ConfigError(group_too_big(self.n, self.concurrency))
+        if self.branch_processes not in ("error", "drop"):
+            raise ConfigError(f"branch processes must be error or drop, not {self.branch_processes!r}")
+        if self.admission == "group" and self.concurrency < self.group_slots:
+            raise ConfigError(group_too_big(self.group_slots, self.concurrency))
         from sandfleet.sandbox.seccomp import check_allow
 
         try:
@@ -242,6 +270,7 @@ def _result_from(trace: dict[str, Any], record: dict[str, Any] | None) -> Rollou
         verifier_exit_code=rec.get("verifier_exit_code"), verifier_output=rec.get("verifier_output") or "",
         info=rec.get("info") or {}, verdict=trace.get("verdict") or rec.get("verdict"),
         fault=trace.get("fault") or rec.get("fault"),
+        tree={k: trace.get(k) for k in LINEAGE} if trace.get("tree_id") else None,
     )  # fmt: skip
 
 
@@ -360,6 +389,9 @@ class _Writer:
         if base:  # after the superseded attempts of a resumed run: never two rows of one attempt
             r.attempt += base
             r.rollout_id = f"{r.group}#{r.sample}~{r.attempt}"
+            if r.tree:  # a tree's leaf: its tree renumbered with it
+                r.tree["tree_id"] = r.rollout_id
+                r.rollout_id += f"/{r.tree['node_id']}"
         self._append("trace.jsonl", [r.to_trace()])
 
     def rollout(self, r: RolloutResult) -> None:
@@ -397,7 +429,7 @@ def image_failure(
         spans=rec.spans, run_id=cfg.run_id, reason=failure_reason(error), error=str(error),
         info={"phase": "start"},
     )  # fmt: skip
-    settle(result)
+    settle(result, error)
     return result
 
 
@@ -426,8 +458,12 @@ async def run_suite(
     if not members_of or not all(0 <= i < cfg.n for i in members_of):
         raise ConfigError(f"samples must be distinct members 0..{cfg.n - 1} of the group, not {samples!r}")
     slots = slots or Slots(cfg.concurrency)
-    if cfg.admission == "group" and slots.capacity < cfg.n:
-        raise ConfigError(group_too_big(cfg.n, slots.capacity))
+    plan = cfg.plan
+    leaves = plan.leaves if plan else 1
+    if plan is not None:
+        check_policy(policy)
+    if cfg.admission == "group" and slots.capacity < cfg.n * leaves:
+        raise ConfigError(group_too_big(cfg.n * leaves, slots.capacity))
     writer = _Writer(out_dir, cfg, out_mode)
     prev = writer.previous
     attempts: list[RolloutResult] = list(prev.attempts)
@@ -464,6 +500,24 @@ async def run_suite(
         writer.rollout(result)
         return result
 
+    async def tree(req: RolloutRequest, plan: BranchPlan, admission: Admission | None) -> list[RolloutResult]:
+        try:
+            if admission is None:  # per-rollout admission: a tree holds its leaves' slots
+                async with slots.admit(plan.leaves):
+                    leaves = await run_tree_with_retries(req, plan, cfg.retry, processes=cfg.branch_processes,
+                                                         on_result=record)
+            else:
+                leaves = await run_tree_with_retries(req, plan, cfg.retry, processes=cfg.branch_processes,
+                                                     on_result=record)
+        finally:
+            if admission is not None:
+                for _ in range(plan.leaves):
+                    admission.release_one()
+        for leaf in leaves:
+            finals.append(leaf)
+            writer.rollout(leaf)
+        return leaves
+
     async def prepare(task: Task, spec: SandboxSpec, admission: Admission | None) -> Prepared:
         if admission is None:
             async with slots.admit(1):
@@ -493,6 +547,9 @@ async def run_suite(
                                record=cfg.record)
                 for i in members_of
             ]
+            if plan is not None:
+                trees = await asyncio.gather(*(tree(r, plan, admission) for r in reqs))
+                return [leaf for leaves in trees for leaf in leaves]
             return list(await asyncio.gather(*(one(r, admission) for r in reqs)))
         finally:
             if prepared is not None and await delete_snapshot(prepared.snapshot) is not None:
@@ -510,11 +567,14 @@ async def run_suite(
             results = failed(task, e)
         else:
             if cfg.admission == "group":
-                async with slots.admit(len(members_of)) as admission:  # the whole group, never part of it
+                async with slots.admit(len(members_of) * leaves) as admission:  # the whole group, never part of it
                     results = await members(task, spec, admission, info)
             else:
                 results = await members(task, spec, None, info)
         stats = group_advantages(results)
+        if plan is not None:  # node values per tree; each leaf's per-turn tree advantages
+            info["trees"] = tree_advantages(results, plan)
+            info["tree_advantages"] = {r.rollout_id: r.tree_advantages for r in results}
         groups[task.name] = stats
         info["end"] = max((r.end for r in results), default=None)  # its slowest final attempt's end
         info["attempts"] = sum(r.attempt for r in results)
@@ -546,7 +606,7 @@ async def run_groups(tasks: Sequence[Task], group: Callable[[Task], Coroutine[An
     finally:
         writer.close()
         order = {t.name: i for i, t in enumerate(tasks)}
-        finals.sort(key=lambda r: (order.get(r.task, 0), r.sample))
+        finals.sort(key=lambda r: (order.get(r.task, 0), r.sample, str((r.tree or {}).get("node_id", ""))))
         done = report(prev.wall_s + time.perf_counter() - t0, interrupted)
         writer.summary(done.summary())
     return done

@@ -45,10 +45,12 @@ class SpanRecorder:
         self.end: float | None = None
         self._cursor = self.start
         self.spans: list[dict[str, Any]] = []
+        self.tags: dict[str, Any] = {}
+        """Keys every span recorded from now on carries (a tree's ``node``: rollout/tree.py)."""
 
     def _fill(self, until: float) -> None:
         if until > self._cursor:
-            self.spans.append({"name": "overhead", "start": self._cursor, "end": until})
+            self.spans.append({"name": "overhead", "start": self._cursor, "end": until, **self.tags})
             self._cursor = until
 
     @contextmanager
@@ -61,13 +63,22 @@ class SpanRecorder:
             raise ValueError(f"unknown span name {name!r}")
         start = self._now()
         self._fill(start)
-        extra: dict[str, Any] = dict(attrs)
+        extra: dict[str, Any] = {**self.tags, **attrs}
         try:
             yield extra
         finally:
             end = self._now()
             self.spans.append({"name": name, "start": self._cursor, "end": end, **extra})
             self._cursor = end
+
+    def split(self) -> SpanRecorder:
+        """A recorder that starts now, on the same clock, with no spans (a tree's other
+        children: their lines begin where they split off; rollout/tree.py)."""
+        self._fill(self._now())
+        other = SpanRecorder.__new__(SpanRecorder)
+        other._now, other.start, other.end, other._cursor = self._now, self._cursor, None, self._cursor
+        other.spans, other.tags = [], dict(self.tags)
+        return other
 
     def finish(self) -> float:
         """End the rollout now; the time since the last span becomes ``overhead``."""

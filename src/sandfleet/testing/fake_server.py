@@ -18,7 +18,10 @@ A script entry is one of::
 that dies mid-answer; ``huge``: a valid completion of about ``huge_mib`` MiB, for memory
 faults on the client's side.)
 
-and may carry ``"delay_s"``. ``faults`` (a list of fault names) are served first, one per
+and may carry ``"delay_s"``. ``{"choices": [entry, entry, ...]}`` answers one of its entries,
+picked by the request's ``seed`` (``seed % len``; the first without one): a tree's children
+(``--branch``) send their node's seed, so each child of a split gets its own continuation.
+``faults`` (a list of fault names) are served first, one per
 request, whatever the turn, then the script plays normally: that is how retries are tested.
 
 ``strict_sessions=True`` plays a session server (Miles' ``--use-session-server``): each
@@ -213,7 +216,7 @@ class FakeModelServer(ChatHTTPServer):
             if why is not None:
                 return 400, json.dumps({"error": {"message": why}}).encode()
         turn = sum(1 for m in messages if isinstance(m, dict) and m.get("role") == "assistant")
-        entry: Any = self.script[turn] if turn < len(self.script) else DONE_TEXT
+        entry: Any = pick(self.script[turn] if turn < len(self.script) else DONE_TEXT, body.get("seed"))
         if isinstance(entry, dict):
             fault = fault or entry.get("fault")
             delay = float(entry.get("delay_s", self.delay_s))
@@ -245,6 +248,14 @@ class FakeModelServer(ChatHTTPServer):
 
     def _completion(self, entry: Any, messages: list[Any], turn: int) -> dict[str, Any]:
         return completion_for(entry, messages, turn, self.model)
+
+
+def pick(entry: Any, seed: Any) -> Any:
+    """The entry a ``{"choices": [...]}`` entry answers for a request's ``seed`` (any other entry: itself)."""
+    if isinstance(entry, dict) and isinstance(entry.get("choices"), list) and entry["choices"]:
+        index = seed % len(entry["choices"]) if isinstance(seed, int) else 0
+        return pick(entry["choices"][index], None)
+    return entry
 
 
 def completion_for(entry: Any, messages: list[Any], turn: int, model: str) -> dict[str, Any]:

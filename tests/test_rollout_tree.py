@@ -1,0 +1,145 @@
+"""Rollouts that branch (issue 44): the bundled example (examples/branch) split at turn 2 into
+4 with the shipped scripted model, on real sandboxes; lineage, the prefix once, tree advantages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from conftest import backend_skip
+from sandfleet.cli import cli
+from sandfleet.errors import ConfigError
+from sandfleet.rollout import OpenAIPolicy, RunConfig, run_suite
+from sandfleet.rollout.result import RolloutResult
+from sandfleet.rollout.tree import node_values, parse_branch, tree_advantages
+from sandfleet.tasks import load_task
+from sandfleet.testing.fake_server import FakeModelServer
+from sandfleet.testing.scripted_model import ScriptedModel
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "branch"
+SCRIPT = json.loads((EXAMPLE / "script.json").read_text())
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+@pytest.mark.parametrize(("spec", "why"), [
+    ("0:2", "at least 1"), ("2:1", "at least 2 children"), ("3:2,3:2", "must increase"),
+    ("3:2,2:2", "must increase"), ("2", "not TURN:WIDTH"), ("a:b", "not TURN:WIDTH"), ("1:2,", "not TURN:WIDTH"),
+    ("1:64,2:64", "more than 1024"),
+])  # fmt: skip
+def test_bad_branch_specs_are_refused_by_name(spec: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why):
+        parse_branch(spec)
+    res = CliRunner().invoke(cli, ["run", "--tasks", str(EXAMPLE / "tasks"), "--out", "/nonexistent/x",
+                                   "--agent", "openai", "--model-url", "http://127.0.0.1:9/v1", "--branch", spec])
+    assert res.exit_code == 2 and "--branch" in res.output and why in res.output, res.output
+
+
+def test_branch_needs_an_agent_that_takes_turns() -> None:
+    res = CliRunner().invoke(cli, ["run", "--tasks", str(EXAMPLE / "tasks"), "--out", "/nonexistent/x",
+                                   "--agent", "oracle", "--branch", "2:4"])
+    assert res.exit_code == 2 and "takes turns" in res.output, res.output
+    assert parse_branch("1:2,3:2").leaves == 4 and str(parse_branch(" 2:4 ")) == "2:4"
+
+
+def leaf(node: str, reward: float | None, turns: int, tree: str = "t#0") -> RolloutResult:
+    r = RolloutResult(rollout_id=f"{tree}/{node}", task="t", group="t", sample=0, agent="a", backend="b",
+                      start=0, end=1, status="completed" if reward is not None else "failed", spans=[],
+                      reward=reward, turns=turns, reason=None if reward is not None else "sandbox_died",
+                      info={} if reward is not None else {"phase": "start"})
+    r.tree = {"tree_id": tree, "node_id": node, "parent_node": node.rpartition(".")[0] or None, "branch_turn": 1}
+    return r
+
+
+def test_tree_advantages_are_child_value_minus_parent_value() -> None:
+    plan = parse_branch("1:2,2:2")  # root takes turn 1, level-1 nodes turn 2, leaves turns 3+
+    leaves = [leaf("0.0.0", 1.0, 3), leaf("0.0.1", 1.0, 3), leaf("0.1.0", 1.0, 4), leaf("0.1.1", 0.0, 3),
+              leaf("0.1.2", None, 3)]  # an infra fault: masked, left out of every value
+    values = tree_advantages(leaves, plan)["t#0"]
+    assert values == {"0": 0.75, "0.0": 1.0, "0.1": 0.5, "0.0.0": 1.0, "0.0.1": 1.0, "0.1.0": 1.0, "0.1.1": 0.0,
+                      "0.1.2": None}
+    assert leaves[0].tree_advantages == [0.0, 0.25, 0.0]
+    assert leaves[2].tree_advantages == [0.0, -0.25, 0.5, 0.5]  # its turn 4 is still its own node's
+    assert leaves[3].tree_advantages == [0.0, -0.25, -0.5]
+    assert leaves[4].tree_advantages is None and leaves[4].masked
+    assert node_values([leaf("0", 1.0, 1, tree="u#1")]) == {"u#1": {"0": 1.0}}
+
+
+def check_example(out: Path, rows: list[dict[str, Any]]) -> None:
+    """The done-when checks of issue 44 on a run of the example with --branch 2:4."""
+    assert len(rows) == 4
+    by_node = {r["node_id"]: r for r in rows}
+    assert sorted(by_node) == ["0.0", "0.1", "0.2", "0.3"]
+    assert {r["tree_id"] for r in rows} == {"branch-demo#0"}
+    assert all(r["parent_node"] == "0" and r["branch_turn"] == 2 for r in rows)
+    assert [by_node[f"0.{k}"]["reward"] for k in range(4)] == [1.0, 0.0, 1.0, 0.0]
+    assert len({r["sandbox_id"] for r in rows}) == 4
+    records = {r["rollout_id"]: r for r in lines(out / "records.jsonl")}
+    group = lines(out / "groups.jsonl")[0]
+    for k in range(4):
+        row = by_node[f"0.{k}"]
+        cmds = records[row["rollout_id"]]["commands"]
+        assert len(cmds) == 4 and cmds[0]["command"] == "echo prefix-one > /app/prefix.txt"
+        assert cmds[2]["output"] == "prefix-one\nprefix-two\n"  # the child sees what the prefix wrote
+        assert f"child-{k}" in cmds[2]["command"]  # and differs afterwards
+        assert cmds[3]["output"].split() == [f"c{k}"]  # no sibling's write is seen
+        assert records[row["rollout_id"]]["tree"]["node_id"] == f"0.{k}"
+        assert group["tree_advantages"][row["rollout_id"]] == [0.0, 0.0] + [0.5 if k % 2 == 0 else -0.5] * 3
+    traces = lines(out / "trace.jsonl")
+    commands = [s for t in traces for s in t["spans"] if s["name"] == "agent_command"]
+    assert sum("prefix-one" in s["command"] for s in commands) == 1  # the prefix's commands once
+    assert sum("prefix-two" in s["command"] for s in commands) == 1
+    assert len(commands) == 2 + 4 * 2
+    models = [s for t in traces for s in t["spans"] if s["name"] == "model"]
+    assert len(models) == 2 + 4 * 3
+    for t in traces:  # spans tile each line; the prefix's (node 0) only on the first child's
+        assert t["spans"][0]["start"] == t["start"] and t["spans"][-1]["end"] == t["end"]
+        nodes = {s.get("node") for s in t["spans"]}
+        assert nodes == ({"0", "0.0"} if t["node_id"] == "0.0" else {t["node_id"]})
+    assert group["trees"]["branch-demo#0"] == {"0": 0.5, "0.0": 1.0, "0.1": 0.0, "0.2": 1.0, "0.3": 0.0}
+
+
+def backends() -> list[Any]:
+    out = []
+    for name in ("bwrap", "gvisor", "microvm"):
+        marks = [pytest.mark.skipif(backend_skip(name) is not None, reason=str(backend_skip(name)))]
+        if name != "bwrap":
+            marks.append(pytest.mark.slow)
+        out.append(pytest.param(name, marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("backend", backends())
+async def test_the_example_branches_at_turn_2_into_4(tmp_path: Path, backend: str) -> None:
+    task = load_task(EXAMPLE / "tasks" / "branch-demo")
+    model = ScriptedModel(SCRIPT)
+    report = await run_suite([task], OpenAIPolicy(model=model), RunConfig(n=1, concurrency=4, backend=backend,
+                                                                          branch="2:4"), out_dir=tmp_path)
+    assert [r.status for r in report.results] == ["completed"] * 4, [r.error for r in report.results]
+    assert len(model.requests) == 2 + 4 * 3  # the prefix's two requests once, then three per child
+    assert [m.get("seed") for m in model.requests[:2]] == [0, 0]
+    assert sorted(m.get("seed") for m in model.requests[2:6]) == [0, 1, 2, 3]
+    check_example(tmp_path, lines(tmp_path / "rollouts.jsonl"))
+
+
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+def test_cli_two_levels_over_the_scripted_server(tmp_path: Path) -> None:
+    with FakeModelServer(SCRIPT) as server:
+        res = CliRunner().invoke(cli, ["run", "--tasks", str(EXAMPLE / "tasks"), "--out", str(tmp_path / "o"),
+                                       "--backend", "bwrap", "--agent", "openai", "--model-url", server.url,
+                                       "-n", "2", "--branch", "1:2,3:2"])
+    assert res.exit_code == 0, res.output
+    rows = lines(tmp_path / "o" / "rollouts.jsonl")
+    assert len(rows) == 2 * 4 and {r["tree_id"] for r in rows} == {"branch-demo#0", "branch-demo#1"}
+    assert sorted(r["node_id"] for r in rows if r["tree_id"] == "branch-demo#0") == [
+        "0.0.0", "0.0.1", "0.1.0", "0.1.1"]
+    assert {(r["parent_node"], r["branch_turn"]) for r in rows} == {("0.0", 3), ("0.1", 3)}
+    group = lines(tmp_path / "o" / "groups.jsonl")[0]
+    assert group["n"] == 8 and set(group["trees"]) == {"branch-demo#0", "branch-demo#1"}
+    assert len(server.requests) == 2 * (1 + 2 * 2 + 4 * 2)  # per tree: 1 root, 2 per level-1 node, 2 per leaf

@@ -9,12 +9,15 @@ only does lifecycle.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import logging
 import math
+import os
 import shutil
+import uuid
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,10 +26,10 @@ import sandfleet.sandbox.microvm.host as host
 import sandfleet.sandbox.microvm.rootfs as rootfs
 from sandfleet.agent.build import agent_binary
 from sandfleet.agent.client import AgentClient
-from sandfleet.errors import ConfigError
+from sandfleet.errors import ConfigError, SandboxError
 from sandfleet.imagestore import resolve_image
-from sandfleet.sandbox import seccomp
-from sandfleet.sandbox.base import AgentSandbox, Snapshot, create_many, new_id
+from sandfleet.sandbox import branching, seccomp
+from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.microvm.fork import snapshot_vm
 from sandfleet.sandbox.microvm.probe import probe_kvm
 from sandfleet.sandbox.microvm.template import Template, ensure_template, launch, restore
@@ -73,6 +76,8 @@ class MicrovmSandbox(AgentSandbox):
                          f"GIT_CONFIG_VALUE_{n}": "*"})
         self.vm = vm
         self.template = tpl
+        self.stack: list[branching.Held] = []  # a branch's snapshot it was restored from, held until close
+        self.restore: Any = None  # its backend's restore (a branch makes its children with it)
         self._ttl: asyncio.TimerHandle | None = None
         if spec.limits.ttl_s:
             self._ttl = asyncio.get_running_loop().call_later(spec.limits.ttl_s, self._expire)
@@ -92,7 +97,37 @@ class MicrovmSandbox(AgentSandbox):
         try:
             await self.client.close()
         finally:
-            await self.vm.stop()
+            try:
+                await self.vm.stop()
+            finally:
+                branching.drop_all(self.stack)
+                self.stack = []
+
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        """``n`` VMs restored from a snapshot of this one taken now (memory, so its processes,
+        and its disk); this one resumes. Each child gets a new hostname and /etc/machine-id, and
+        fresh bytes mixed into its kernel's random pool (docs/branching.md: what a process that
+        holds its own random state sees)."""
+        branching.check_count(n, processes)
+        self._check()
+        snap = await self.snapshot()
+        assert isinstance(snap, MicrovmSnapshot)
+        held = branching.Held(snap.delete, f"snapshot {snap.id} of {self.id}").take()
+        tpl = snap.memory_template
+        try:
+            children: list[MicrovmSandbox] = await create_many([lambda: self.restore(tpl, self.spec)] * n)
+        finally:
+            held.drop()  # each child holds it now
+        for c in children:
+            c.stack = [held.take()]
+        try:
+            await asyncio.gather(*(_reseed(c) for c in children))
+        except BaseException:
+            await branching.close_quietly(children)
+            raise
+        await branching.finish_children(self, children, ["filesystem", "sessions", "memory", "processes"], [],
+                                        identity=False)
+        return list(children)
 
     async def snapshot(self) -> Snapshot:
         """Save this VM's memory and disk state; :meth:`MicrovmBackend.fork` restores it."""
@@ -195,7 +230,9 @@ class MicrovmBackend:
         finally:
             if self.options.prestart:
                 self._refill(tpl)  # after the restore: a QEMU starting would compete with it
-        return MicrovmSandbox(vm.id, spec, vm, client, tpl)
+        box = MicrovmSandbox(vm.id, spec, vm, client, tpl)
+        box.restore = self.restore
+        return box
 
     async def _take_spare(self, tpl: Template) -> Vm | None:
         """A QEMU started ahead for ``tpl`` in this event loop and still alive, or None."""
@@ -227,6 +264,18 @@ class MicrovmBackend:
         if tpl is None:
             raise ConfigError(f"snapshot {snapshot.id} is not a microvm snapshot")
         return await create_many([lambda: self.restore(tpl, snapshot.spec)] * n)
+
+
+async def _reseed(child: MicrovmSandbox) -> None:
+    """A new identity for a restored child: /etc/machine-id, and 64 fresh bytes written to
+    /dev/urandom (mixed into the kernel's pool, so the children's kernel random streams part;
+    no vmgenid device: docs/branching.md). The hostname stays the guest's: commands can't
+    change it (no CAP_SYS_ADMIN over the guest's UTS namespace)."""
+    script = 'printf "%s\\n" "$2" > /etc/machine-id && printf "%s" "$3" | base64 -d > /dev/urandom'
+    res = await child.exec(["sh", "-c", script, "sh", child.id, uuid.uuid4().hex,
+                            base64.b64encode(os.urandom(64)).decode()], user="root", cwd="/", timeout=60)
+    if res.exit_code != 0:
+        raise SandboxError(f"branch child {child.id}: its new identity failed: {res.output.strip()[:300]}")
 
 
 class _Spares:

@@ -501,6 +501,10 @@ async def test_tasks_validate_scores_every_attack_zero_and_calls_it_invalid(tmp_
     attacks as the tasks' solutions, two repeats at once: every oracle reward is 0.0, a number
     (no attack raised it, none turned into a failure), so every task is invalid, and none
     passes as root either."""
+    if _backend == "gvisor" and verify == "separate":  # (issue 43: the backend matrix where it adds coverage)
+        pytest.skip("a repeat: on gvisor these attacks in separate mode are test_sandfleet_run_rows_of_attack_"
+                    "rollouts_hold_reward_zero[gvisor-separate], and validate's separate mode is the verifier's "
+                    "(a fresh sandbox given the workdir), covered here on bwrap; 65 s of the slow pass")
     from sandfleet.rollout.validate import validate_tasks
 
     root = tmp_path / "tasks"

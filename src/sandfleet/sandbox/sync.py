@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, TypeVar, Unpack
+from typing import Any, Literal, TypeVar, Unpack
 
 from sandfleet.agent.client import ExecResult, OutputCallback, StartCallback
 from sandfleet.errors import SandboxClosedError
@@ -56,6 +56,7 @@ class SyncSandbox:
 
     def __init__(self, spec: SandboxSpec | None = None, **fields: Any):
         self._runner = asyncio.Runner()
+        self._users = [1]  # the sandboxes on this loop (a branch's children share it): closed by the last
         self._closed = False
         try:
             self._sb: Sandbox = self._runner.run(create_sandbox(spec, **fields))
@@ -65,6 +66,30 @@ class SyncSandbox:
         self.id = self._sb.id
         self.backend = self._sb.backend
         self.spec = self._sb.spec
+
+    @classmethod
+    def _on(cls, sb: Sandbox, parent: SyncSandbox) -> SyncSandbox:
+        """``sb`` (made on ``parent``'s loop) driven through that loop."""
+        self = object.__new__(cls)
+        self._runner, self._users, self._closed, self._sb = parent._runner, parent._users, False, sb
+        self._users[0] += 1
+        self.id, self.backend, self.spec = sb.id, sb.backend, sb.spec
+        return self
+
+    @property
+    def branch_info(self) -> Any:
+        """What this sandbox was branched from (:class:`~sandfleet.sandbox.branching.BranchInfo`), or None."""
+        return getattr(self._sb, "branch_info", None)
+
+    def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[SyncSandbox]:
+        """``n`` sandboxes that continue from this one's state now (:meth:`Sandbox.branch`); they
+        share this one's loop, which stays open until the last of them closes. Their sessions:
+        ``child.branch_info.sessions`` (async ones: :meth:`sessions` wraps them)."""
+        return [SyncSandbox._on(c, self) for c in self._run(self._sb.branch(n, processes=processes))]
+
+    def sessions(self) -> list[SyncSession]:
+        """The open sessions (a branch's child: the source's, continued)."""
+        return [SyncSession(s, self._run) for s in getattr(self._sb, "sessions", [])]
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         if self._closed:
@@ -112,7 +137,9 @@ class SyncSandbox:
         try:
             self._runner.run(self._sb.close())
         finally:
-            self._runner.close()
+            self._users[0] -= 1
+            if self._users[0] <= 0:
+                self._runner.close()
 
     def __enter__(self) -> SyncSandbox:
         return self

@@ -38,8 +38,6 @@ if [ "$quick" = 1 ]; then
     -m "not sandbox and not slow and not chaos and not model and not rl" "$@"
   exit 0
 fi
-# with its cache (.import_linter_cache, keyed on the files' mtimes), as mypy with .mypy_cache: 0.25-0.44 s
-# against 0.46-0.61 s with --no-cache here (2026-12-04)
-echo "== lint-imports"; lint-imports
+echo "== lint-imports"; lint-imports --no-cache
 echo "== pytest (fast)"; pytest -q --durations=30 -m "not slow and not chaos and not model and not rl" "$@"
 echo "== pytest (slow)"; pytest -q --durations=30 -m "(slow or chaos) and not model and not rl" "$@"

@@ -8,7 +8,7 @@ exceptions for both sides. A command's answer is NDJSON records (see :class:`Exe
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -166,6 +166,26 @@ class ForkRequest(BaseModel):
     ttl_s: float | None = Field(None, gt=0, le=30 * 86400)
     """TTL of each new sandbox (default: the snapshotted sandbox's)."""
     labels: dict[str, str] | None = None
+
+
+class BranchRequest(BaseModel):
+    """``POST /v1/sandboxes/{sid}/branch``: ``n`` live sandboxes that continue from this one's
+    state now; it keeps running (docs/branching.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(1, ge=1, le=100)
+    processes: Literal["error", "drop"] = "error"
+    """What to do with running processes the backend can't carry (bwrap, gvisor): "error"
+    refuses with their names (409 branch_refused), "drop" branches without them."""
+
+
+class BranchResult(BaseModel):
+    sandboxes: list[SandboxInfo]
+    """The children, in order; each continues the source's sessions under the same ids."""
+    carried: list[str]
+    """What the children carry: "filesystem", "sessions" (and "memory", "processes" on microvm)."""
+    dropped: list[tuple[int, str, str]] = []
+    """The processes left out (``processes="drop"``): pid, comm, command line."""
 
 
 class ServiceInfo(BaseModel):

@@ -17,7 +17,7 @@ import tarfile
 import time
 from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
-from typing import Any, Protocol, Unpack
+from typing import Any, Literal, Protocol, Unpack
 
 import httpx
 
@@ -25,7 +25,15 @@ from sandfleet.agent.client import ExecResult, OutputCallback, RunOptions, _text
 from sandfleet.agent.protocol import MAX_OUTPUT, MAX_READ
 from sandfleet.client._http import JSON, body, checked_request, ndjson, raise_for_status, transport_error
 from sandfleet.client._transport import FastTransport
-from sandfleet.client.models import CodeExecution, ExecRequest, KillRequest, RunCodeRequest, TTLRequest
+from sandfleet.client.models import (
+    BranchRequest,
+    BranchResult,
+    CodeExecution,
+    ExecRequest,
+    KillRequest,
+    RunCodeRequest,
+    TTLRequest,
+)
 from sandfleet.errors import (
     ProtocolError,
     SandboxClosedError,
@@ -36,6 +44,7 @@ from sandfleet.errors import (
     from_wire,
 )
 from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot
+from sandfleet.sandbox.branching import BranchInfo, carry_sessions
 from sandfleet.sandbox.spec import SandboxSpec
 
 log = logging.getLogger(__name__)
@@ -290,6 +299,24 @@ class RemoteSandbox(AgentSandbox):
         self._check()
         resp = await self.runtime.request("POST", "/snapshot")
         return RemoteSnapshot(self.service, str(resp.json()["id"]), self.spec)
+
+    async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
+        """``n`` sandboxes on the service that continue from this one's state now
+        (``POST /v1/sandboxes/{sid}/branch``); each continues this one's sessions."""
+        self._check()
+        with checked_request():
+            req = BranchRequest(n=n, processes=processes)
+        resp = await self.runtime.request("POST", "/branch", content=body(req),
+                                          headers={**JSON, **self.service.deadline_header()})
+        got = BranchResult.model_validate(resp.json())
+        kids: list[Sandbox] = []
+        for i, info in enumerate(got.sandboxes):
+            kid = RemoteSandbox(self.service, info.model_dump(mode="json"))
+            kid.branch_info = BranchInfo(parent=self.id, carried=list(got.carried), index=i,
+                                         dropped=[tuple(d) for d in got.dropped],
+                                         sessions=carry_sessions(self, kid))
+            kids.append(kid)
+        return kids
 
     async def close(self) -> None:
         """Delete the sandbox on the service (one already gone there is fine)."""

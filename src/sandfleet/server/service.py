@@ -23,6 +23,7 @@ from collections import Counter, OrderedDict
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Literal
 
 from sandfleet.client.models import SandboxInfo
 from sandfleet.errors import (
@@ -498,6 +499,42 @@ class SandboxService:
         visible = base.model_copy(update={"labels": labels if labels is not None else s.labels,
                                           "limits": base.limits.model_copy(update={"ttl_s": ttl})})
         return [self._register(k, owner, visible, ttl) for k in kids]
+
+    async def branch(self, owner: str, sid: str, n: int, *, processes: Literal["error", "drop"],
+                     deadline_ms: str | None) -> tuple[list[Entry], Any]:
+        """``n`` children of the owner's sandbox ``sid`` (Sandbox.branch), each registered with
+        the source's spec and TTL, and each continuing the source's sessions under their ids.
+        Returns the entries and the first child's BranchInfo (what was carried)."""
+        e = self.entry(owner, sid)
+        self._take_quota(owner, n)
+        try:
+            await self._admit(self.sandbox_gate, owner, deadline_ms, n)
+        except BaseException:
+            self._give_quota(owner, n)
+            raise
+        try:
+            kids = await asyncio.shield(e.sb.branch(n, processes=processes))
+        except OSError as err:  # the host, not the request (as in fork)
+            self._give_quota(owner, n)
+            self.sandbox_gate.release(n)
+            log.error("branching %s into %d failed on the host: %s", sid, n, err)
+            raise ServiceError(f"the service's host could not branch {sid} into {n}: {err}", code="host_error",
+                               retry_after=1) from None
+        except BaseException:
+            self._give_quota(owner, n)
+            self.sandbox_gate.release(n)
+            raise
+        ttl = e.spec.limits.ttl_s or self.config.max_ttl_s
+        made = []
+        for k in kids:
+            ke = self._register(k, owner, e.spec, ttl)
+            carried = getattr(k, "branch_info", None)
+            opened = list(getattr(e.sb, "sessions", []))
+            for sess_id, s in e.sessions.items():
+                if carried is not None and s in opened:
+                    ke.sessions[sess_id] = carried.sessions[opened.index(s)]
+            made.append(ke)
+        return made, getattr(kids[0], "branch_info", None) if kids else None
 
     # -- sessions
 

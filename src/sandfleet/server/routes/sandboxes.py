@@ -26,6 +26,17 @@ async def create(service: Service, spec: models.SandboxSpec, owner: Owner, deadl
     return e.info()
 
 
+@router.post("/v1/sandboxes/{sid}/branch", status_code=201, tags=["sandboxes"], responses=ERRORS)
+async def branch(service: Service, sid: str, body: models.BranchRequest, owner: Owner,
+                 deadline: Deadline = None) -> models.BranchResult:
+    """``n`` live sandboxes that continue from this one's state now (its files and sessions; on
+    microvm its memory and processes too); this one keeps running. Running processes the backend
+    can't carry: 409 ``branch_refused`` naming them, unless ``processes`` is "drop"."""
+    kids, info = await service.branch(owner, sid, body.n, processes=body.processes, deadline_ms=deadline)
+    return models.BranchResult(sandboxes=[k.info() for k in kids], carried=list(info.carried) if info else [],
+                               dropped=list(info.dropped) if info else [])
+
+
 @router.get("/v1/sandboxes", tags=["sandboxes"], responses=ERRORS)
 async def list_(service: Service, owner: Owner, label: Labels = None) -> models.SandboxList:
     return models.SandboxList(sandboxes=[e.info() for e in service.find(owner, parse_labels(label or []))])

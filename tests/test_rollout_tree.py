@@ -143,3 +143,22 @@ def test_cli_two_levels_over_the_scripted_server(tmp_path: Path) -> None:
     group = lines(tmp_path / "o" / "groups.jsonl")[0]
     assert group["n"] == 8 and set(group["trees"]) == {"branch-demo#0", "branch-demo#1"}
     assert len(server.requests) == 2 * (1 + 2 * 2 + 4 * 2)  # per tree: 1 root, 2 per level-1 node, 2 per leaf
+
+
+@pytest.fixture(scope="module")
+def service(running_services: Any) -> Any:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
+
+
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+def test_the_example_branches_on_a_service_with_remote(tmp_path: Path, service: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """--remote URL: the tree's sandboxes are the service's, branched there (RemoteSandbox.branch)."""
+    monkeypatch.setenv("SANDFLEET_TOKEN", service.token)
+    with FakeModelServer(SCRIPT) as server:
+        res = CliRunner().invoke(cli, ["run", "--tasks", str(EXAMPLE / "tasks"), "--out", str(tmp_path / "o"),
+                                       "--backend", "bwrap", "--agent", "openai", "--model-url", server.url,
+                                       "--remote", service.url, "--branch", "2:4"])
+    assert res.exit_code == 0, res.output
+    check_example(tmp_path / "o", lines(tmp_path / "o" / "rollouts.jsonl"))

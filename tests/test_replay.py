@@ -39,7 +39,7 @@ def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("oracle")
     for name in ORACLE_TASKS:
         shutil.copytree(EXAMPLES / name, root / "tasks" / name)
-    sandfleet("run", "--tasks", root / "tasks", "--agent", "oracle", "-n", 1, "--backend", "bwrap",
+    sandfleet("run", "--tasks", root / "tasks", "--agent", "oracle", "-n", "1", "--backend", "bwrap",
               "--out", root / "run")
     return root
 

@@ -4,6 +4,7 @@ process keeps it, ``sandbox ls/exec/rm`` reach it, its TTL ends it) and replay o
 
 from __future__ import annotations
 
+import asyncio
 import importlib.util
 import json
 import shutil
@@ -36,7 +37,7 @@ def holder_gone(sid: str) -> list[str]:
 def oracle_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("live")
     shutil.copytree(EXAMPLES / "csv-awk-aggregate", root / "tasks" / "csv-awk-aggregate")
-    sandfleet("run", "--tasks", root / "tasks", "--agent", "oracle", "-n", 1, "--backend", "bwrap",
+    sandfleet("run", "--tasks", root / "tasks", "--agent", "oracle", "-n", "1", "--backend", "bwrap",
               "--out", root / "run")
     return root / "run"
 
@@ -78,7 +79,7 @@ async def test_until_turn_leaves_the_sandbox_at_that_turn_until_its_ttl(tmp_path
         assert (got.stdout, got.returncode) == ("hel\n", 1)  # turn 2 ran, turn 3 did not
         deadline = time.monotonic() + 60
         while listed(sid) is not None and time.monotonic() < deadline:
-            time.sleep(0.5)
+            await asyncio.sleep(0.5)
         assert listed(sid) is None, f"still listed {time.monotonic() - t0:.1f} s after a TTL of 8 s"
         assert time.monotonic() - t0 >= 7  # not before its TTL
         assert holder_gone(sid) == []
@@ -123,3 +124,23 @@ def test_remote_replays_in_the_services_sandboxes(oracle_run: Path, service: Any
     monkeypatch.setenv("SANDFLEET_TOKEN", "not-a-token")
     bad = sandfleet("replay", oracle_run, "--remote", service.url, check=False)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr and "refused" in bad.stderr, bad.stderr
+
+
+async def test_resume_takes_the_journal_and_refuses_other_options(tmp_path: Path) -> None:
+    from sandfleet.errors import ConfigError
+
+    out = await scripted_run(tmp_path, "commands")
+    d = tmp_path / "replay"
+    first = await replay_run(out, journal_dir=d)
+    (row,) = first.rollouts
+    lines = (d / "replays.jsonl").read_text().splitlines()
+    assert len(lines) == 2 and json.loads(lines[1])["rollout_id"] == row["rollout_id"]
+    (d / "replays.jsonl").write_text("\n".join(lines) + '\n{"rollout_id": "torn')  # a kill mid-line
+    again = await replay_run(out, journal_dir=d, resume=True)
+    assert again.summary()["resumed"] == 1 and again.rollouts[0]["status"] == row["status"] == "identical"
+    assert len(again.records) == 1 and again.records[0]["rollout_id"] == row["rollout_id"]
+    assert (d / "replays.jsonl").read_text().splitlines() == lines  # the torn line cut off
+    with pytest.raises(ConfigError, match="written with normalizers"):
+        await replay_run(out, journal_dir=d, resume=True, normalizers=("dates",))
+    usage = sandfleet("replay", out, "--resume", check=False)
+    assert usage.returncode == 2 and "--resume needs --out DIR" in usage.stderr

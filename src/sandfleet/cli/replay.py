@@ -18,7 +18,8 @@ from sandfleet.rollout.normalize import NORMALIZERS
 @click.option("--backend", type=click.Choice(["bwrap", "process", "microvm", "gvisor"]), default=None,
               help="Replay on this backend (default: the recorded one).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="Write replay.json, report.txt, report.html and the replays' own records.jsonl here.")
+              help="Write replay.json, report.txt, report.html and the replays' own records.jsonl here "
+                   "(and replays.jsonl as each rollout ends: --resume goes on from it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.option("--no-normalize", "off", multiple=True, type=click.Choice([*NORMALIZERS, "all"]),
               help="Compare outputs without this normalizer (repeatable; all: none of them).")
@@ -36,6 +37,9 @@ from sandfleet.rollout.normalize import NORMALIZERS
                    "--ttl or `sandbox rm` (with --remote: on the service, those commands with --remote).")
 @click.option("--ttl", "ttl_s", default=600.0, show_default=True, type=click.FloatRange(1, 7 * 86400),
               help="A kept sandbox's lifetime from its start, seconds.")
+@click.option("--resume", is_flag=True,
+              help="Go on with the replay that --out DIR holds (killed or stopped): the rollouts its "
+                   "replays.jsonl holds are not replayed again.")
 @click.option("--remote", metavar="URL", default=None,
               help="Replay in the sandboxes of the sandfleet service at URL (its token in $SANDFLEET_TOKEN); "
                    "each record's image is checked there.")
@@ -46,7 +50,7 @@ from sandfleet.rollout.normalize import NORMALIZERS
 def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out_dir: Path | None, as_json: bool,
            off: tuple[str, ...], repeat: int, until_turn: int | None, stop_before: str | None,
            concurrency: int | None, tasks_dir: Path | None, keep: bool | None, ttl_s: float,
-           remote: str | None) -> None:
+           resume: bool, remote: str | None) -> None:
     """Replay RUN_DIR's rollouts (records.jsonl) in fresh sandboxes of the same images, the model
     answered from the record. Exits 1 when a record is refused (its task's files or image
     changed) or was edited after recording."""
@@ -55,6 +59,8 @@ def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out
     from sandfleet.rollout.replay_run import replay_run, report_text, write_out
 
     normalizers = () if "all" in off else tuple(n for n in NORMALIZERS if n not in off)
+    if resume and out_dir is None:
+        raise click.UsageError("--resume needs --out DIR: the replay to go on with")
     if keep is None:
         keep = stop_before is not None or until_turn is not None
     try:
@@ -62,6 +68,7 @@ def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out
             run_dir, rollout_ids=rollout_ids, backend=backend, normalizers=normalizers, repeat=repeat,
             concurrency=concurrency, tasks_dir=tasks_dir, until_turn=until_turn,
             stop_before_verifier=stop_before == "verifier", keep=keep, keep_ttl_s=ttl_s,
+            journal_dir=out_dir, resume=resume,
             on_checked=lambda line: click.echo(line, err=True))))
     except ConfigError as e:
         raise click.UsageError(str(e)) from None

@@ -4,6 +4,7 @@ ones that pass in fresh sandboxes, compare, and sum up (docs/replay.md)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -73,6 +74,7 @@ async def replay_run(
     normalizers: Sequence[str] = DEFAULT, repeat: int = 1, concurrency: int | None = None,
     tasks_dir: Path | None = None, until_turn: int | None = None, stop_before_verifier: bool = False,
     on_checked: Callable[[str], None] | None = None, keep: bool = False, keep_ttl_s: float = KEEP_TTL_S,
+    journal_dir: Path | None = None, resume: bool = False,
 ) -> ReplayReport:
     """Replay the records of ``run_dir`` (those of ``rollout_ids``, default all), each ``repeat``
     times, at most ``concurrency`` at once (None: as many sandboxes as this host's CPUs hold at
@@ -84,7 +86,10 @@ async def replay_run(
     instead of closed: made by a holder process here (``sandfleet sandbox ls/exec/rm``), or on
     the service in force (:func:`sandfleet.client.remote.remote`: ``sandbox ls --remote``).
     Inside ``remote(...)`` the sandboxes run on that service, and each record's image is checked
-    there (the service builds the task's image and its digest must be the recorded one)."""
+    there (the service builds the task's image and its digest must be the recorded one).
+    ``journal_dir``: each rollout's replays go to ``journal_dir/replays.jsonl`` as they end (one
+    line, flushed: a killed replay loses only those in flight); ``resume``: the rollouts that
+    journal holds are taken from it, not replayed again (its options must be these)."""
     path = run_dir / "records.jsonl"
     if not path.exists():
         raise ConfigError(f"{run_dir} holds no records.jsonl (run with --record commands or full)")
@@ -127,6 +132,16 @@ async def replay_run(
         cpus = [float((r.get("spec") or {}).get("limits", {}).get("cpus") or 1.0) for r in records]
         concurrency = choose_concurrency(None, cpus)[0]
     slots = asyncio.Semaphore(max(1, concurrency))
+    done: dict[str, dict[str, Any]] = {}
+    journal = None
+    if journal_dir is not None:
+        options = {"run_dir": str(run_dir.resolve()), "rollouts": sorted(rollout_ids), "backend": backend,
+                   "normalizers": list(normalizers), "repeat": repeat, "until_turn": until_turn,
+                   "stop_before_verifier": stop_before_verifier, "keep": keep,
+                   "remote": report.where.get("remote")}
+        journal = _open_journal(journal_dir / JOURNAL, options, resume, done)
+        if resume:
+            report.where["resumed"] = len(done)
     t0 = time.perf_counter()
 
     async def one(rec: dict[str, Any], check: Check) -> dict[str, Any]:
@@ -141,15 +156,66 @@ async def replay_run(
         first["replays"] = [{"status": r["status"], "reward": r["reward"]["replayed"], "seconds": r["seconds"]}
                             for r in replays]
         first["reward_flips"] = sum(r["reward"]["replayed"] != recorded for r in replays)
+        first.pop("_records", None)
+        first["_records"] = [x for r in replays for x in r.get("_records") or []]
+        if journal is not None:
+            journal.write(json.dumps(first, default=str) + "\n")
+            journal.flush()
         return first
 
-    todo = [(rec, check) for rec, check in checks if not check.refused]
-    rows = await asyncio.gather(*(one(rec, check) for rec, check in todo))
+    todo = [(rec, check) for rec, check in checks if not check.refused and str(rec.get("rollout_id")) not in done]
+    try:
+        new = await asyncio.gather(*(one(rec, check) for rec, check in todo))
+    finally:
+        if journal is not None:
+            journal.close()
     report.wall_s = time.perf_counter() - t0
-    for row in rows:
-        report.records.extend(row.pop("_records"))
+    rows = {str(r["rollout_id"]): r for r in [*done.values(), *new]}
+    for rec, check in checks:  # in the records' order, each rollout once
+        row = rows.get(str(rec.get("rollout_id")))
+        if row is None or check.refused:
+            continue
+        report.records.extend(row.pop("_records", None) or [])
         report.rollouts.append(row)
     return report
+
+
+JOURNAL = "replays.jsonl"
+"""Each replayed rollout's row (and its replays' records, ``_records``), a line as it ends."""
+
+
+def _open_journal(path: Path, options: dict[str, Any], resume: bool, done: dict[str, dict[str, Any]]) -> Any:
+    """The journal, opened to append; on ``resume``, the rows it holds go to ``done`` (a torn
+    last line is dropped: that rollout runs again) after its options are checked against these."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if resume and path.exists():
+        lines = path.read_text().splitlines()
+        head: dict[str, Any] = {}
+        with contextlib.suppress(ValueError, IndexError):
+            head = json.loads(lines[0])
+        if head.get("replay_journal") != 1:
+            raise ConfigError(f"{path} is not a replay's journal: can't resume from it")
+        old = head.get("options") or {}
+        differ = [k for k in options if old.get(k) != options[k]]
+        if differ:
+            k = differ[0]
+            raise ConfigError(f"--resume: {path} was written with {k} {old.get(k)!r}, not {options[k]!r} "
+                              "(resume with the same options, or replay into another --out)")
+        good = 1
+        for i, line in enumerate(lines[1:], start=1):
+            try:
+                row = json.loads(line)
+            except ValueError:  # torn by a kill: dropped, and the file cut there
+                break
+            done[str(row["rollout_id"])] = row
+            good = i + 1
+        if good < len(lines):
+            path.write_text("".join(x + "\n" for x in lines[:good]))
+        return path.open("a")
+    f = path.open("w")
+    f.write(json.dumps({"replay_journal": 1, "options": options}) + "\n")
+    f.flush()
+    return f
 
 
 async def _check_images_on(service: Any, checks: list[tuple[dict[str, Any], Check]]) -> None:

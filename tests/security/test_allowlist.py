@@ -241,7 +241,7 @@ def test_e2b_allow_and_deny_lists_through_a_real_service(servers: tuple[str, str
 
 
 def test_e2b_network_lists_map_onto_limits() -> None:
-    from sandfleet.server.e2b.network import network_limits
+    from sandfleet.server.dialects.e2b.network import network_limits
 
     assert network_limits({}) == {"network": False}
     assert network_limits({"allow_internet_access": True}) == {"network": True}

@@ -1,9 +1,10 @@
 """The HTTP API of ``sandfleet serve`` (FastAPI), composed: the routers of :mod:`.routes`,
-the dialects (E2B, SWE-ReX, SandboxFusion), task images, the error handlers, and the pure
-ASGI layers of :mod:`.asgi` around them.
+the dialects of :mod:`.dialects` (E2B, SWE-ReX, SandboxFusion), task images, the error
+handlers, and the pure ASGI layers of :mod:`.asgi` around them.
 
 Every ``/v1`` route and ``/metrics`` need ``Authorization: Bearer <token>``; ``/healthz``
-and ``/openapi.json`` do not. Errors are ``{"code", "message"}`` (see :mod:`.api`).
+and ``/openapi.json`` do not. Errors are ``{"code", "message"}`` (:mod:`.wire`: the table of
+:func:`~sandfleet.server.wire.problem_for`).
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from sandfleet import __version__
 from sandfleet.errors import SandfleetError
-from sandfleet.server import fusion_jupyter, sandboxfusion, swerex, taskimages
+from sandfleet.server import taskimages
 from sandfleet.server.asgi import Edge, FastExec
 from sandfleet.server.auth import Tokens
-from sandfleet.server.e2b import dialect as e2b
-from sandfleet.server.e2b import metrics as e2b_metrics
-from sandfleet.server.e2b.ports import PortProxy
+from sandfleet.server.dialects import Shared, e2b, sandboxfusion, swerex
+from sandfleet.server.dialects.e2b import metrics as e2b_metrics
+from sandfleet.server.dialects.e2b.ports import PortProxy
 from sandfleet.server.kernels import Kernels
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.routes import commands, files, interpreter, meta, sandboxes, snapshots
@@ -94,8 +95,10 @@ def create_app(service: SandboxService, tokens: Tokens, metrics: Metrics, *,
 
     taskimages.install(app, service, metrics)  # task images built here from uploaded folders
 
-    dialect = e2b.install(app, service, tokens, kernels)  # the E2B SDK's routes, outside /openapi.json
-    swerex.install(app, service, tokens)  # swerex-remote under /swerex/<sandbox-id>/
-    sandboxfusion.install(app, service, tokens, metrics, service.config.fusion_image,  # /sandbox-fusion/<token>/
-                          endpoints={"run_jupyter": fusion_jupyter.run_jupyter})
+    # the dialects, each outside /openapi.json: the E2B SDK's routes, swerex-remote under
+    # /swerex/<sandbox-id>/, SandboxFusion under /sandbox-fusion/<token>/
+    shared = Shared(tokens, metrics, kernels)
+    dialect = e2b.install(app, service, shared)
+    swerex.install(app, service, shared)
+    sandboxfusion.install(app, service, shared)
     return Edge(FastExec(PortProxy(app, dialect), service, tokens, metrics), service, metrics)

@@ -15,9 +15,27 @@ Template ``base`` (or none) is the service's default image with ``/home/user`` a
 directory and home; the E2B user ``user`` is the sandbox's default user. Any other template is
 a sandfleet image name.
 
-Modules: :mod:`.dialect` (the state, create/connect/kill, files up and down, the routes),
+Modules: :mod:`.dialect` (the state, create/connect/kill, files up and down, the routes:
+:func:`install`),
 :mod:`.control` (templates, snapshots, timeouts), :mod:`.process` (process.Process),
 :mod:`.fs` (filesystem.Filesystem, watchers), :mod:`.wire` (Connect framing, error mapping),
 :mod:`.pause`, :mod:`.metrics`, :mod:`.network` (egress lists), :mod:`.image` (template
 ``base``), :mod:`.ports` (the port proxy).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sandfleet.server.dialects.e2b.dialect import E2B, install_routes
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from sandfleet.server.dialects import Shared
+    from sandfleet.server.service import SandboxService
+
+
+def install(app: FastAPI, service: SandboxService, shared: Shared) -> E2B:
+    """The E2B routes on ``app``; the code interpreter's cells run in ``shared.kernels``."""
+    return install_routes(app, service, shared.tokens, shared.kernels)

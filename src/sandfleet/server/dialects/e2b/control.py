@@ -21,12 +21,12 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from sandfleet.server.e2b import pause as e2b_pause
-from sandfleet.server.e2b.metrics import metrics
-from sandfleet.server.e2b.wire import CPError, cp_error, unsupported
+import sandfleet.server.dialects.e2b.pause as e2b_pause
+from sandfleet.server.dialects.e2b.metrics import metrics
+from sandfleet.server.dialects.e2b.wire import CPError, cp_error, unsupported
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import E2B
+    from sandfleet.server.dialects.e2b.dialect import E2B
 
 Route = Callable[[Request], Awaitable[Any]]
 

@@ -20,19 +20,19 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+import sandfleet.server.dialects.e2b.control as e2b_control
+import sandfleet.server.dialects.e2b.interpreter as e2b_interpreter
+import sandfleet.server.dialects.e2b.metrics as e2b_metrics
+import sandfleet.server.dialects.e2b.pause as e2b_pause
 from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
-from sandfleet.server.e2b import control as e2b_control
-from sandfleet.server.e2b import interpreter as e2b_interpreter
-from sandfleet.server.e2b import metrics as e2b_metrics
-from sandfleet.server.e2b import pause as e2b_pause
-from sandfleet.server.e2b.fs import FsRPC, Watcher
-from sandfleet.server.e2b.image import base_image
-from sandfleet.server.e2b.network import network_limits
-from sandfleet.server.e2b.pause import Paused
-from sandfleet.server.e2b.process import Proc, ProcessRPC
-from sandfleet.server.e2b.wire import (
+from sandfleet.server.dialects.e2b.fs import FsRPC, Watcher
+from sandfleet.server.dialects.e2b.image import base_image
+from sandfleet.server.dialects.e2b.network import network_limits
+from sandfleet.server.dialects.e2b.pause import Paused
+from sandfleet.server.dialects.e2b.process import Proc, ProcessRPC
+from sandfleet.server.dialects.e2b.wire import (
     UNSUPPORTED,
     CPError,
     EnvdError,
@@ -333,7 +333,7 @@ class E2B(ProcessRPC, FsRPC):
         return e, b, user
 
 
-def install(app: FastAPI, service: SandboxService, tokens: Tokens, kernels: Kernels) -> E2B:
+def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens, kernels: Kernels) -> E2B:
     """Add the E2B routes to ``app`` (none of them in the schema); the code interpreter's
     cells run in ``kernels``."""
     e2b = E2B(service, tokens)

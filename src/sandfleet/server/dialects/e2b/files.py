@@ -16,18 +16,25 @@ from fastapi.responses import Response
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
-from sandfleet.server.e2b.wire import CONNECT_STATUS, CPError, EnvdError, guest_envd_error, request_message, rfc3339
+from sandfleet.server.dialects.e2b.wire import (
+    CONNECT_STATUS,
+    CPError,
+    EnvdError,
+    guest_envd_error,
+    request_message,
+    rfc3339,
+)
 from sandfleet.server.wire import FormError, form_parts
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import Box
+    from sandfleet.server.dialects.e2b.dialect import Box
     from sandfleet.server.service import Entry, SandboxService
 
 HOME = "/home/user"
 
 
 class FilesRPC:
-    """The file calls, mixed into :class:`sandfleet.server.e2b.dialect.E2B`."""
+    """The file calls, mixed into :class:`sandfleet.server.dialects.e2b.dialect.E2B`."""
 
     service: SandboxService
     envd: Callable[[Request], tuple[Entry, Box, str | None]]

@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
-from sandfleet.server.e2b.files import FilesRPC
-from sandfleet.server.e2b.wire import CONNECT_JSON, EnvdError, end_stream, envelope, request_message
+from sandfleet.server.dialects.e2b.files import FilesRPC
+from sandfleet.server.dialects.e2b.wire import CONNECT_JSON, EnvdError, end_stream, envelope, request_message
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import Box
+    from sandfleet.server.dialects.e2b.dialect import Box
     from sandfleet.server.service import Entry
 
 WATCH_INTERVAL_S = 0.25
@@ -48,7 +48,7 @@ Listing = dict[str, tuple[str, str, str, int]]
 
 
 class FsRPC(FilesRPC):
-    """The filesystem extras (on the file calls), mixed into :class:`sandfleet.server.e2b.dialect.E2B`."""
+    """The filesystem extras (on the file calls), mixed into :class:`sandfleet.server.dialects.e2b.dialect.E2B`."""
 
     async def move(self, request: Request) -> dict[str, Any]:
         e, _, user = self.envd(request)

@@ -30,11 +30,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from sandfleet.interpreter import Kernel, KernelError
-from sandfleet.server.e2b.wire import CPError, NotFound, cp_error, cp_response, not_found
+from sandfleet.server.dialects.e2b.wire import CPError, NotFound, cp_error, cp_response, not_found
 from sandfleet.server.kernels import Kernels
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import E2B
+    from sandfleet.server.dialects.e2b.dialect import E2B
     from sandfleet.server.service import Entry
 
 PORT = 49999

@@ -24,11 +24,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from sandfleet.server.e2b.wire import CPError, rfc3339, unsupported
+from sandfleet.server.dialects.e2b.wire import CPError, rfc3339, unsupported
 from sandfleet.server.service import Entry
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import E2B
+    from sandfleet.server.dialects.e2b.dialect import E2B
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sandfleet.server.e2b.wire import CPError, cp_error, rfc3339, unsupported
+from sandfleet.server.dialects.e2b.wire import CPError, cp_error, rfc3339, unsupported
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import E2B
+    from sandfleet.server.dialects.e2b.dialect import E2B
     from sandfleet.server.service import Entry
 
 

@@ -30,10 +30,10 @@ import h11
 from starlette.types import Receive, Scope, Send
 
 from sandfleet.agent.client import RunningCommand
-from sandfleet.server.e2b.wire import UNSUPPORTED
+from sandfleet.server.dialects.e2b.wire import UNSUPPORTED
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import E2B
+    from sandfleet.server.dialects.e2b.dialect import E2B
 
 USER = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.(?:localhost|set-E2B_SANDBOX_URL)?$")  # dialect.SANDBOX_URL_HINT
 HOST = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.localhost(?::[0-9]+)?$")

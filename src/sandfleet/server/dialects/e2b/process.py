@@ -22,7 +22,7 @@ from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from sandfleet.agent.client import ExecResult, RunningCommand
-from sandfleet.server.e2b.wire import (
+from sandfleet.server.dialects.e2b.wire import (
     CONNECT_JSON,
     EnvdError,
     end_stream,
@@ -33,7 +33,7 @@ from sandfleet.server.e2b.wire import (
 )
 
 if TYPE_CHECKING:
-    from sandfleet.server.e2b.dialect import Box
+    from sandfleet.server.dialects.e2b.dialect import Box
     from sandfleet.server.service import Entry, SandboxService
 
 PROCESS_OUTPUT_CAP = 64 << 20
@@ -117,7 +117,7 @@ async def _stream_messages(request: Request) -> AsyncIterator[dict[str, Any]]:
 
 
 class ProcessRPC:
-    """The process half of envd, mixed into :class:`sandfleet.server.e2b.E2B`."""
+    """The process half of envd, mixed into :class:`sandfleet.server.dialects.e2b.E2B`."""
 
     service: SandboxService
     envd: Callable[[Request], tuple[Entry, Box, str | None]]

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from sandfleet.errors import SandfleetError
 from sandfleet.server.wire import Problem, problem_for
 
-log = logging.getLogger("sandfleet.server.e2b")
+log = logging.getLogger("sandfleet.server.dialects.e2b")
 
 CONNECT_JSON = "application/connect+json"
 CONNECT_STATUS = {"invalid_argument": 400, "unauthenticated": 401, "permission_denied": 403, "not_found": 404,

@@ -315,8 +315,8 @@ def redact(text: str) -> str:
 Endpoint = Callable[["SandboxFusion", Request], Awaitable[dict[str, Any]]]
 
 
-def install(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metrics, image: str = "host",
-            endpoints: dict[str, Endpoint] | None = None) -> None:
+def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens, metrics: Metrics, image: str = "host",
+                   endpoints: dict[str, Endpoint] | None = None) -> None:
     """Add the SandboxFusion routes to ``app`` (none of them in the schema): ``run_code``, and
     ``endpoints`` (name -> handler, answered and counted as run_code is)."""
     fusion = SandboxFusion(service, tokens, metrics, image)

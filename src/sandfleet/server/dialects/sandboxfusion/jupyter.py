@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
+import sandfleet.server.dialects.sandboxfusion.api as sf
 from sandfleet.errors import SandfleetError, ServiceError
 from sandfleet.interpreter import Kernel, KernelError
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
-from sandfleet.server import sandboxfusion as sf
-from sandfleet.server.sandboxfusion import SandboxFusion
+from sandfleet.server.dialects.sandboxfusion.api import SandboxFusion
 from sandfleet.server.wire import problem_for
 
 if TYPE_CHECKING:

@@ -36,10 +36,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+import sandfleet.server.dialects.swerex.pty as swerex_pty
 from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.errors import SandboxError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import Session
-from sandfleet.server import swerex_pty
 from sandfleet.server.auth import Tokens
 from sandfleet.server.service import Entry, SandboxService
 from sandfleet.server.wire import FormError, Problem, check_tar, form_parts, problem_for
@@ -392,7 +392,7 @@ def zip_to_tar(data: bytes) -> bytes:
     return buf.getvalue()
 
 
-def install(app: FastAPI, service: SandboxService, tokens: Tokens) -> SweRex:
+def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens) -> SweRex:
     rex = SweRex(service, tokens)
 
     def route(fn: Any, replayable: bool = True) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -15,13 +15,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
 
 if importlib.util.find_spec("fastapi") is not None:
-    from sandfleet.server.testing import RunningService, running_service
+    from sandfleet.server.testing import RunningService
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("swerex"), args=["--max-ttl", "900"]) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view("--max-ttl", "900")
 
 
 def make_sandbox(svc: RunningService) -> str:
@@ -117,6 +117,30 @@ def test_auth_and_unknown(svc: RunningService) -> None:
         assert h.get(f"/swerex/{sid}/is_alive", headers={"X-API-Key": "x" * 20}).status_code == 401
         assert h.get(f"/swerex/{sid}/is_alive", headers={"X-API-Key": svc.tokens[1]}).status_code == 404
         assert h.get("/swerex/nope/is_alive", headers={"X-API-Key": svc.token}).status_code == 404
+
+
+def test_request_models_and_the_error_mapper(svc: RunningService) -> None:
+    """The bodies are read through the request models: a field of the wrong type is a 422
+    naming it (swerex-remote's own answer), a missing one too, fields SWE-ReX sends that
+    sandfleet does not use are ignored; a sandbox error is a 511 swerexception naming the class
+    the client raises again (builtins.FileNotFoundError)."""
+    sid = make_sandbox(svc)
+    key = {"X-API-Key": svc.token}
+    with httpx.Client(base_url=f"{svc.url}/swerex/{sid}", timeout=30, headers=key) as h:
+        r = h.post("/execute", json={"command": "echo hi", "shell": True, "timeout": "soon"})
+        assert r.status_code == 422 and "malformed body" in r.json()["detail"] and "timeout" in r.json()["detail"]
+        r = h.post("/read_file", json={"encoding": "utf-8"})
+        assert r.status_code == 422 and "path" in r.json()["detail"]
+        r = h.post("/execute", json={"command": ["echo", "hi"], "timeout": 5, "no_such_field": 1})
+        assert r.status_code == 200 and r.json()["stdout"] == "hi\n"
+        r = h.post("/read_file", json={"path": "/nope/missing"})
+        assert r.status_code == 511
+        exc = r.json()["swerexception"]
+        assert exc["class_path"] == "builtins.FileNotFoundError" and "/nope/missing" in exc["message"]
+        r = h.post("/run_in_session", json={"session": "none-such", "command": "true"})
+        assert r.status_code == 511 and r.json()["swerexception"]["class_path"].endswith("SessionDoesNotExistError")
+        r = h.post("/execute", content=b"{not json")
+        assert r.status_code == 422 and "malformed body" in r.json()["detail"]
 
 
 def test_remote_deployment(svc: RunningService) -> None:

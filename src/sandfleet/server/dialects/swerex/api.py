@@ -35,12 +35,24 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 
 import sandfleet.server.dialects.swerex.pty as swerex_pty
 from sandfleet.agent.client import ExecResult, RunningCommand
 from sandfleet.errors import SandboxError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import Session
 from sandfleet.server.auth import Tokens
+from sandfleet.server.dialects.swerex.models import (
+    Body,
+    CloseSession,
+    CreateSession,
+    Empty,
+    Execute,
+    ReadFile,
+    RunInSession,
+    WriteFile,
+    parse,
+)
 from sandfleet.server.service import Entry, SandboxService
 from sandfleet.server.wire import FormError, Problem, check_tar, form_parts, problem_for
 
@@ -86,6 +98,28 @@ def _guest(e: BaseException) -> SwerexError:
     return SwerexError("builtins.RuntimeError", f"{type(e).__name__}: {e}")
 
 
+def error_response(err: BaseException) -> JSONResponse | None:
+    """The one place an error becomes SWE-ReX's wire error (None: not one of ours, the app's
+    handlers answer it): auth, an unknown sandbox and a malformed body are ``{"detail"}``
+    (401/404/422); the rest is HTTP 511 ``{"swerexception"}``, which the client raises again as
+    the class it names: what a handler raises (:class:`SwerexError`), and what the sandbox or
+    the service does (a missing file is ``builtins.FileNotFoundError``, a denied one
+    ``builtins.PermissionError``, a gone sandbox ``SwerexException``, anything else
+    ``builtins.RuntimeError``)."""
+    if isinstance(err, HTTPError):
+        return JSONResponse({"detail": err.detail}, status_code=err.status)
+    if isinstance(err, SandfleetError | Problem):
+        err = _guest(err)
+    if isinstance(err, SwerexError):
+        return JSONResponse({"swerexception": {"message": err.message, "class_path": err.class_path,
+                                               "traceback": "", "extra_info": {}}}, status_code=511)
+    if isinstance(err, ValidationError):
+        return JSONResponse({"detail": f"malformed body: {err}"}, status_code=422)
+    if isinstance(err, ValueError):  # the JSON itself
+        return JSONResponse({"detail": f"malformed body: {err}"}, status_code=422)
+    return None
+
+
 class SweRex:
     def __init__(self, service: SandboxService, tokens: Tokens):
         self.service = service
@@ -112,26 +146,20 @@ class SweRex:
             rt = self.runtimes[sid] = Runtime()
         return e, rt
 
-    async def _exec(self, e: Entry, argv: list[str], **kw: Any) -> ExecResult:
-        try:
-            return await e.sb.exec(argv, user=USER, **kw)
-        except Exception as err:
-            raise _guest(err) from None
-
-    async def is_alive(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    async def is_alive(self, request: Request, e: Entry, rt: Runtime, body: Empty) -> dict[str, Any]:
         return {"is_alive": e.sb.alive, "message": "" if e.sb.alive else f"sandbox {e.sb.id} is not alive"}
 
-    async def create_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        name = str(body.get("session") or "default")
-        if body.get("session_type", "bash") != "bash":
-            raise SwerexError("builtins.ValueError", f"unknown session type: {body.get('session_type')!r}")
+    async def create_session(self, request: Request, e: Entry, rt: Runtime, body: CreateSession) -> dict[str, Any]:
+        name = body.name
+        if body.session_type != "bash":
+            raise SwerexError("builtins.ValueError", f"unknown session type: {body.session_type!r}")
         if name in rt.sessions:
             raise SwerexError(EXC + "SessionExistsError", f"session {name} already exists")
         s = e.sb.session(cwd="/", env={}, user=USER)
         rt.sessions[name] = s
         output = ""
-        for src in body.get("startup_source") or []:
-            res = await self._session_run(s, f"source {shlex.quote(str(src))}", None)
+        for src in body.startup_source or []:
+            res = await self._session_run(s, f"source {shlex.quote(src)}", None)
             output += res.output
         return {"output": output, "session_type": "bash"}
 
@@ -148,8 +176,6 @@ class SweRex:
         try:
             return await s.run("{\n" + command + "\n} 2>&1", timeout=timeout, on_start=on_start,
                                max_output=self.service.config.swerex_max_output)
-        except Exception as err:
-            raise _guest(err) from None
         finally:
             ended.set()
             if rt is not None:
@@ -159,14 +185,11 @@ class SweRex:
                 if rt.running.get(name, (None, None))[1] is ended:
                     del rt.running[name]
 
-    async def _interrupt(self, rt: Runtime, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _interrupt(self, rt: Runtime, name: str, body: RunInSession) -> dict[str, Any]:
         """SIGINT to the session's foreground command (its process group), as a terminal's ^C;
         after ``n_retry`` x ``timeout`` seconds without it ending, SIGKILL to its whole tree."""
         obs = {"output": "", "exit_code": 0, "failure_reason": "", "expect_string": "", "session_type": "bash"}
-        try:
-            wait = max(0.05, float(body.get("timeout") or 0.2)) * max(1, int(body.get("n_retry") or 3))
-        except (TypeError, ValueError):
-            raise SwerexError("builtins.ValueError", "timeout and n_retry are numbers") from None
+        wait = max(0.05, body.timeout or 0.2) * max(1, body.n_retry or 3)
         t_end = time.monotonic() + wait
         while name not in rt.running and name in rt.pending and time.monotonic() < t_end:
             await asyncio.sleep(0.02)  # a command sent just before is still starting
@@ -184,44 +207,40 @@ class SweRex:
             return {**obs, "failure_reason": f"the command ignored SIGINT for {wait:g}s and was killed"}
         return obs
 
-    async def run_in_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        name = str(body.get("session") or "default")
+    async def run_in_session(self, request: Request, e: Entry, rt: Runtime, body: RunInSession) -> dict[str, Any]:
+        name = body.name
         s = rt.sessions.get(name)
         if s is None:
             raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
-        if body.get("action_type") == "bash_interrupt":
+        if body.action_type == "bash_interrupt":
             return await self._interrupt(rt, name, body)
         prog = rt.programs.get(name)
         if prog is not None and prog.ended:  # it ended on its own since the last call
             rt.programs.pop(name, None)
-        if body.get("is_interactive_command") or body.get("is_interactive_quit") or body.get("expect") or (
-                name in rt.programs):
+        if body.interactive or name in rt.programs:
             return await self._interactive(s, rt, name, body)
-        command = str(body.get("command") or "")
-        timeout = body.get("timeout")
-        res = await self._session_run(s, command, float(timeout) if timeout else None, rt, name)
+        command = body.command or ""
+        timeout = body.timeout
+        res = await self._session_run(s, command, timeout or None, rt, name)
         if res.timed_out:
             raise SwerexError(EXC + "CommandTimeoutError",
                               f"timeout after {timeout} seconds while running command {command!r}")
-        check = body.get("check", "raise")
+        check = body.check
         output = res.stdout
         if check == "raise" and res.exit_code != 0:
             msg = f"Command {command!r} failed with exit code {res.exit_code}. Here is the output:\n{output!r}"
-            if body.get("error_msg"):
-                msg = f"{body['error_msg']}: {msg}"
+            if body.error_msg:
+                msg = f"{body.error_msg}: {msg}"
             raise SwerexError(EXC + "NonZeroExitCodeError", msg)
         return {"output": output, "exit_code": None if check == "ignore" else res.exit_code,
                 "failure_reason": self._cut(res), "expect_string": "", "session_type": "bash"}
 
-    async def _interactive(self, s: Session, rt: Runtime, name: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _interactive(self, s: Session, rt: Runtime, name: str, body: RunInSession) -> dict[str, Any]:
         """SWE-ReX's interactive commands, ``expect`` and ``is_interactive_quit`` (swerex_pty)."""
-        command = str(body.get("command") or "")
-        expect = [str(x) for x in body.get("expect") or []]
-        try:
-            timeout = float(body["timeout"]) if body.get("timeout") else None
-        except (TypeError, ValueError):
-            raise SwerexError("builtins.ValueError", "timeout is a number of seconds") from None
-        quit_ = bool(body.get("is_interactive_quit"))
+        command = body.command or ""
+        expect = body.expect or []
+        timeout = body.timeout or None
+        quit_ = bool(body.is_interactive_quit)
         obs = {"exit_code": 0, "failure_reason": "", "session_type": "bash"}
         prog = rt.programs.get(name)
         try:
@@ -236,13 +255,13 @@ class SweRex:
                     rt.programs.pop(name, None)
                     err = prog.task.exception() if prog.task is not None and not prog.task.cancelled() else None
                     if err is not None:
-                        raise _guest(err)
+                        raise err
                     code = prog.task.result().exit_code if prog.task is not None else None
                     return {**obs, "output": swerex_pty.clean(text), "expect_string": "",
-                            "exit_code": 0 if body.get("is_interactive_command") else code}
+                            "exit_code": 0 if body.is_interactive_command else code}
                 return {**obs, "output": swerex_pty.clean(text), "expect_string": hit,
-                        "exit_code": 0 if body.get("is_interactive_command") else None}
-            if not (body.get("is_interactive_command") or quit_):
+                        "exit_code": 0 if body.is_interactive_command else None}
+            if not (body.is_interactive_command or quit_):
                 raise SwerexError(EXC + "SwerexException",
                                   f"session {name!r} is running the interactive program {prog.command!r}: send "
                                   "is_interactive_command input to it, or is_interactive_quit to end it")
@@ -268,8 +287,8 @@ class SweRex:
                 f"{self.service.config.swerex_max_output}-byte limit were not returned "
                 "(sandfleet serve --swerex-max-output)")
 
-    async def close_session(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        name = str(body.get("session") or "default")
+    async def close_session(self, request: Request, e: Entry, rt: Runtime, body: CloseSession) -> dict[str, Any]:
+        name = body.name
         s = rt.sessions.pop(name, None)
         if s is None:
             raise SwerexError(EXC + "SessionDoesNotExistError", f"session {name!r} does not exist")
@@ -279,62 +298,54 @@ class SweRex:
         await s.close()
         return {"session_type": "bash"}
 
-    async def execute(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        cmd = body.get("command")
+    async def execute(self, request: Request, e: Entry, rt: Runtime, body: Execute) -> dict[str, Any]:
+        cmd = body.command
         if isinstance(cmd, list):
-            argv = [str(a) for a in cmd]
-            if body.get("shell"):
+            argv = list(cmd)
+            if body.shell:
                 argv = ["bash", "-c", " ".join(argv)]
-        elif body.get("shell"):
-            argv = ["bash", "-c", str(cmd)]
+        elif body.shell:
+            argv = ["bash", "-c", cmd or ""]
         else:
-            argv = shlex.split(str(cmd))
+            argv = shlex.split(cmd or "")
         if not argv:
             raise SwerexError("builtins.ValueError", "an empty command")
-        if body.get("merge_output_streams"):
+        if body.merge_output_streams:
             argv = ["sh", "-c", 'exec "$@" 2>&1', "sh", *argv]
-        timeout = body.get("timeout")
-        env = {str(k): str(v) for k, v in (body.get("env") or {}).items()} or None
-        res = await self._exec(e, argv, cwd=body.get("cwd") or "/", env=env,
-                               timeout=float(timeout) if timeout else None,
-                               max_output=self.service.config.swerex_max_output)
+        timeout = body.timeout
+        res = await e.sb.exec(argv, user=USER, cwd=body.cwd or "/", env=body.env or None, timeout=timeout or None,
+                              max_output=self.service.config.swerex_max_output)
         if res.timed_out:
             raise SwerexError(EXC + "CommandTimeoutError", f"Timeout ({timeout}s) exceeded while running command")
-        if body.get("check") and res.exit_code != 0:
+        if body.check and res.exit_code != 0:
             msg = (f"Command {cmd!r} failed with exit code {res.exit_code}. "
                    f"Stdout:\n{res.stdout!r}\nStderr:\n{res.stderr!r}")
-            if body.get("error_msg"):
-                msg = f"{body['error_msg']}: {msg}"
+            if body.error_msg:
+                msg = f"{body.error_msg}: {msg}"
             raise SwerexError(EXC + "NonZeroExitCodeError", msg)
         return {"stdout": res.stdout, "stderr": res.stderr, "exit_code": res.exit_code}
 
-    async def read_file(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    async def read_file(self, request: Request, e: Entry, rt: Runtime, body: ReadFile) -> dict[str, Any]:
+        data = await e.sb.read_file(body.path, user=USER)
         try:
-            data = await e.sb.read_file(str(body.get("path")), user=USER)
-        except Exception as err:
-            raise _guest(err) from None
-        try:
-            return {"content": data.decode(body.get("encoding") or "utf-8", body.get("errors") or "strict")}
+            return {"content": data.decode(body.encoding or "utf-8", body.errors or "strict")}
         except (UnicodeDecodeError, LookupError) as err:
             raise SwerexError("builtins.ValueError", str(err)) from None
 
     async def _write(self, e: Entry, path: str, data: bytes) -> None:
         try:
-            try:
-                await e.sb.write_file(path, data, user=USER)
-            except SandfleetError as err:
-                if getattr(err, "errno", None) != 2:
-                    raise
-                await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=USER)
-                await e.sb.write_file(path, data, user=USER)
-        except Exception as err:
-            raise _guest(err) from None
+            await e.sb.write_file(path, data, user=USER)
+        except SandfleetError as err:
+            if getattr(err, "errno", None) != 2:
+                raise
+            await e.sb.exec(["mkdir", "-p", posixpath.dirname(path)], cwd="/", user=USER)
+            await e.sb.write_file(path, data, user=USER)
 
-    async def write_file(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
-        await self._write(e, str(body.get("path")), str(body.get("content") or "").encode())
+    async def write_file(self, request: Request, e: Entry, rt: Runtime, body: WriteFile) -> dict[str, Any]:
+        await self._write(e, body.path, (body.content or "").encode())
         return {}
 
-    async def upload(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    async def upload(self, request: Request, e: Entry, rt: Runtime, body: Empty) -> dict[str, Any]:
         try:
             form = await form_parts(request.headers, await request.body(), max_part_size=1 << 20)
         except FormError as err:
@@ -349,13 +360,13 @@ class SweRex:
             return {}
         tar = zip_to_tar(data)
         check_tar(tar)
-        res = await self._exec(e, ["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", target],
-                               stdin=tar, cwd="/")
+        res = await e.sb.exec(["sh", "-c", 'mkdir -p "$1" && tar -x --no-same-owner -C "$1"', "sh", target],
+                              user=USER, stdin=tar, cwd="/")
         if res.exit_code != 0:
             raise SwerexError("builtins.OSError", f"unpacking into {target} failed: {res.stderr.strip()}")
         return {}
 
-    async def close(self, request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    async def close(self, request: Request, e: Entry, rt: Runtime, body: Empty) -> dict[str, Any]:
         """The runtime's end is the sandbox's (SWE-agent's remote deployment stops by closing)."""
         rt.sessions.clear()
         rt.running.clear()
@@ -395,41 +406,41 @@ def zip_to_tar(data: bytes) -> bytes:
 def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens) -> SweRex:
     rex = SweRex(service, tokens)
 
-    def route(fn: Any, replayable: bool = True) -> Any:
+    def route(fn: Any, model: type[Body], replayable: bool = True) -> Any:
         async def handler(request: Request) -> Response:
             try:
                 e, rt = rex.target(request)
                 rid = request.headers.get("x-request-id")
                 if replayable and rid and rid in rt.replies:
                     return JSONResponse(rt.replies[rid])
-                body: dict[str, Any] = {}
+                loaded: Any = {}
                 if request.method == "POST" and not request.headers.get("content-type", "").startswith("multipart/"):
                     raw = await request.body()
                     if raw:
                         loaded = json.loads(raw)
-                        body = loaded if isinstance(loaded, dict) else {}
-                out = await fn(request, e, rt, body)
+                out = await fn(request, e, rt, parse(model, loaded))
                 if replayable and rid:
                     rt.replies[rid] = out
                     while len(rt.replies) > REPLAYS_KEPT:
                         rt.replies.popitem(last=False)
                 return JSONResponse(out)
-            except HTTPError as err:
-                return JSONResponse({"detail": err.detail}, status_code=err.status)
-            except ValueError as err:
-                return JSONResponse({"detail": f"malformed body: {err}"}, status_code=422)
-            except SwerexError as err:
-                return JSONResponse({"swerexception": {"message": err.message, "class_path": err.class_path,
-                                                       "traceback": "", "extra_info": {}}}, status_code=511)
+            except Exception as err:
+                answer = error_response(err)
+                if answer is None:
+                    raise
+                return answer
         return handler
 
-    async def hello(request: Request, e: Entry, rt: Runtime, body: dict[str, Any]) -> dict[str, Any]:
+    async def hello(request: Request, e: Entry, rt: Runtime, body: Empty) -> dict[str, Any]:
         return {"message": "hello world"}
 
-    app.add_api_route("/swerex/{sid}/", route(hello, False), methods=["GET"], include_in_schema=False)
-    app.add_api_route("/swerex/{sid}/is_alive", route(rex.is_alive, False), methods=["GET"], include_in_schema=False)
-    for name in ("create_session", "run_in_session", "close_session", "execute", "read_file", "write_file",
-                 "upload", "close"):
-        app.add_api_route(f"/swerex/{{sid}}/{name}", route(getattr(rex, name)), methods=["POST"],
+    app.add_api_route("/swerex/{sid}/", route(hello, Empty, False), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/swerex/{sid}/is_alive", route(rex.is_alive, Empty, False), methods=["GET"],
+                      include_in_schema=False)
+    posts: dict[str, type[Body]] = {
+        "create_session": CreateSession, "run_in_session": RunInSession, "close_session": CloseSession,
+        "execute": Execute, "read_file": ReadFile, "write_file": WriteFile, "upload": Empty, "close": Empty}
+    for name, model in posts.items():
+        app.add_api_route(f"/swerex/{{sid}}/{name}", route(getattr(rex, name), model), methods=["POST"],
                           include_in_schema=False)
     return rex

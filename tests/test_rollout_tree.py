@@ -3,7 +3,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +165,19 @@ def test_the_example_branches_on_a_service_with_remote(tmp_path: Path, service: 
                                        "--remote", service.url, "--branch", "2:4"])
     assert res.exit_code == 0, res.output
     check_example(tmp_path / "o", lines(tmp_path / "o" / "rollouts.jsonl"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="the ray extra is not installed")
+def test_the_example_branches_on_a_local_ray_cluster(tmp_path: Path) -> None:
+    """--ray local:1: the group's trees run whole on a node; the lineage and the prefix once as here."""
+    with FakeModelServer(SCRIPT) as server:
+        res = subprocess.run([sys.executable, "-m", "sandfleet", "run", "--tasks", str(EXAMPLE / "tasks"), "--out",
+                              str(tmp_path / "o"), "--backend", "bwrap", "--agent", "openai", "--model-url",
+                              server.url, "--ray", "local:1", "--branch", "2:4"],
+                             capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr[-3000:]
+    rows = lines(tmp_path / "o" / "rollouts.jsonl")
+    check_example(tmp_path / "o", rows)
+    assert len({r["info"].get("node") for r in rows}) == 1  # a tree stays on one host

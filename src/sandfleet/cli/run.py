@@ -409,6 +409,7 @@ def _run(where: Where, tasks: list[Task], policy: Policy, config: RunConfig, *, 
             on_pool=lambda pool: run_suite_on_pool(tasks, policy, pool, config.n, out_dir=out_dir,
                                                    on_result=on_result, out_mode=mode),
             capacity=config.concurrency, backend=config.backend, network=config.network, fork=config.fork,
+            branch=config.branch, branch_processes=config.branch_processes,
             verify=config.verify, agent_user=config.agent_user, retry=config.retry, image=image,
             run_id=config.run_id))
     except ConfigError as e:

@@ -75,6 +75,8 @@ class PoolOptions(TypedDict, total=False):
     arch: str | None  # of tasks that name none; None: any
     image: str | None  # run every task in this image instead of its own
     run_id: str | None  # a new one
+    branch: str  # "": straight rollouts; TURN:WIDTH[,...]: trees, each kept whole on one host (rollout/tree.py)
+    branch_processes: str  # "error"
 
 
 POOL_OPTIONS = PoolOptions.__optional_keys__
@@ -97,7 +99,8 @@ def pool_config(opts: PoolOptions, concurrency: int) -> RunConfig:
     return RunConfig(n=1, concurrency=max(1, concurrency), backend=opts.get("backend", "auto"),
                      network=opts.get("network", False), fork=opts.get("fork", False),
                      verify=opts.get("verify", "shared"), agent_user=opts.get("agent_user"),
-                     retry=opts.get("retry") or RetryPolicy(), run_id=opts.get("run_id") or new_run_id())
+                     retry=opts.get("retry") or RetryPolicy(), run_id=opts.get("run_id") or new_run_id(),
+                     branch=opts.get("branch", ""), branch_processes=opts.get("branch_processes", "error"))
 
 
 class GroupPool:
@@ -164,17 +167,18 @@ class GroupPool:
         name = group or task.name
         digest, payload = await self._prepare(task)
         arches = task_arches(task.metadata, self.arch)
-        cfg = RunConfig(**{**self.config.__dict__, "n": n, "concurrency": n})
+        leaves = self.config.plan.leaves if self.config.plan else 1  # a tree holds a slot per leaf
+        cfg = RunConfig(**{**self.config.__dict__, "n": n, "concurrency": n * leaves})
         attempts: list[RolloutResult] = []
         used: dict[int, int] = {}  # sample -> attempts recorded so far
-        kept: dict[int, RolloutResult] = {}  # sample -> its final result, from a placement that was lost
+        kept: dict[tuple[int, str], RolloutResult] = {}  # (sample, leaf) -> its final result, from a lost placement
         info: dict[str, Any] = {"placements": []}
         t_first = time.perf_counter()
         final: list[RolloutResult] | None = None
         for k in range(1, self.placements + 1):
-            todo = [i for i in range(n) if i not in kept]  # a refill runs only the members not finished
+            todo = [i for i in range(n) if not any(key[0] == i for key in kept)]  # a refill runs only the unfinished
             try:
-                node = await self.placer.place(len(todo), arches)
+                node = await self.placer.place(len(todo) * leaves, arches)
             except NoNodeError as e:
                 final = self._merge(kept, self._failed(task, policy, name, todo, used, attempts, "no_node", str(e)))
                 break
@@ -200,10 +204,13 @@ class GroupPool:
                     if r.final and r.masked:
                         r.final = False  # an infra fault as the node went: refilled on the next placement
                     elif r.final and r.sample in todo:
-                        kept[r.sample] = r
+                        kept[_member(r)] = r
                 last = k == self.placements
+                if leaves > 1:  # a tree is kept whole or run again whole: its leaves of this placement go
+                    for key in [key for key in kept if key[0] in todo and key[1]]:
+                        kept.pop(key).final = False
                 lost_now = [self._lost(task, policy, name, i, used, node, where, lost.cause, last)
-                            for i in todo if i not in kept]
+                            for i in todo if not any(key[0] == i for key in kept)]
                 attempts += lost_now
                 if last:
                     final = self._merge(kept, lost_now)
@@ -214,7 +221,7 @@ class GroupPool:
                                                        str(e)))
                 break
             finally:
-                self.placer.release(node, len(todo))
+                self.placer.release(node, len(todo) * leaves)
             where.update(seconds=time.perf_counter() - t0, node_s=end["node_s"], received_s=end["received"])
             got = sorted(end["attempts"], key=lambda r: (r.end, r.sample))
             self._renumber(got, name, used, final=None)
@@ -236,11 +243,12 @@ class GroupPool:
         return run
 
     @staticmethod
-    def _merge(kept: dict[int, RolloutResult], new: list[RolloutResult]) -> list[RolloutResult]:
-        """The group's final results in sample order: those kept from lost placements and the new ones."""
+    def _merge(kept: dict[tuple[int, str], RolloutResult], new: list[RolloutResult]) -> list[RolloutResult]:
+        """The group's final results in sample order (a tree's leaves in node order): those kept
+        from lost placements and the new ones."""
         out = dict(kept)
         for r in new:
-            out[r.sample] = r
+            out[_member(r)] = r
         return [out[i] for i in sorted(out)]
 
     def _renumber(self, got: list[RolloutResult], name: str, used: dict[int, int], final: bool | None) -> None:
@@ -251,6 +259,9 @@ class GroupPool:
             used[r.sample] = max(used.get(r.sample, 0), r.attempt)
             r.group = name
             r.rollout_id = f"{name}#{r.sample}" + (f"~{r.attempt}" if r.attempt > 1 else "")
+            if r.tree:  # a tree's leaf: ``name#i[~k]/node``, its tree renumbered with it
+                r.tree["tree_id"] = r.rollout_id
+                r.rollout_id += f"/{r.tree['node_id']}"
             r.run_id = self.config.run_id
             if final is not None:
                 r.final = final
@@ -296,3 +307,8 @@ class GroupPool:
             t.cancel()
         if running:
             await asyncio.wait(running, timeout=CANCEL_WAIT_S)
+
+
+def _member(r: RolloutResult) -> tuple[int, str]:
+    """What a final result stands for in its group: its sample, and its node in a tree."""
+    return r.sample, str((r.tree or {}).get("node_id") or "")

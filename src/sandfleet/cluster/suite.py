@@ -21,6 +21,7 @@ from sandfleet.cluster.groups import GroupPool
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.suite import RunConfig, RunReport, _Writer, run_groups
+from sandfleet.rollout.tree import tree_advantages
 from sandfleet.tasks.model import Task
 from sandfleet.traceschema import SPAN_NAMES
 
@@ -68,7 +69,8 @@ async def run_suite_on_pool(
 ) -> ClusterRunReport:
     """Run ``n`` rollouts of every task as groups on the pool's nodes; every group is
     submitted at once and waits its turn for a node (first come first served)."""
-    cfg = RunConfig(**{**pool.config.__dict__, "n": n, "concurrency": max(n, pool.config.concurrency)})
+    leaves = pool.config.plan.leaves if pool.config.plan else 1  # --branch: a tree holds a slot per leaf
+    cfg = RunConfig(**{**pool.config.__dict__, "n": n, "concurrency": max(n * leaves, pool.config.concurrency)})
     writer = _Writer(out_dir, cfg, out_mode)
     prev = writer.previous
     attempts: list[RolloutResult] = list(prev.attempts)
@@ -90,6 +92,9 @@ async def run_suite_on_pool(
         groups[task.name] = run.stats
         info = {k: run.info.get(k) for k in ("node", "label", "admitted", "end", "attempts", "placements",
                                              "node_s", "driver_s")}
+        if cfg.plan is not None:  # node values per tree, each leaf's per-turn tree advantages (rollout/tree.py)
+            info["trees"] = tree_advantages(run.results, cfg.plan)
+            info["tree_advantages"] = {r.rollout_id: r.tree_advantages for r in run.results}
         infos[task.name] = info
         writer.group(task.name, run.stats, run.results, info)
 

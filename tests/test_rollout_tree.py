@@ -17,6 +17,7 @@ from conftest import backend_skip
 from sandfleet.cli import cli
 from sandfleet.errors import ConfigError
 from sandfleet.rollout import OpenAIPolicy, RunConfig, run_suite
+from sandfleet.rollout.replay import check_record
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.tree import node_values, parse_branch, tree_advantages
 from sandfleet.tasks import load_task
@@ -127,8 +128,13 @@ async def test_the_example_branches_at_turn_2_into_4(tmp_path: Path, backend: st
     assert [r.status for r in report.results] == ["completed"] * 4, [r.error for r in report.results]
     assert len(model.requests) == 2 + 4 * 3  # the prefix's two requests once, then three per child
     assert [m.get("seed") for m in model.requests[:2]] == [0, 0]
-    assert sorted(m.get("seed") for m in model.requests[2:6]) == [0, 1, 2, 3]
+    firsts = [m for m in model.requests if sum(x["role"] == "assistant" for x in m["messages"]) == 2]
+    assert sorted(m.get("seed") for m in firsts) == [0, 1, 2, 3]  # each child's first request: its own seed
     check_example(tmp_path, lines(tmp_path / "rollouts.jsonl"))
+    if backend == "bwrap":  # a leaf's record is refused by replay, saying why
+        for record in lines(tmp_path / "records.jsonl"):
+            why = check_record(record).refused
+            assert len(why) == 1 and why[0].startswith("a leaf of a branched rollout (tree branch-demo#0, node 0."), why
 
 
 @pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))

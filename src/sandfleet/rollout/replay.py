@@ -259,6 +259,10 @@ def check_record(record: dict[str, Any], tasks_dir: Path | None = None, *, local
     out = Check(tampered=tampered(record))
     if record.get("tape_error"):
         out.refused.append(f"the record is incomplete: taping stopped ({record['tape_error']})")
+    if isinstance(tree := record.get("tree"), dict):  # --branch (rollout/tree.py; docs/replay.md)
+        out.refused.append(f"a leaf of a branched rollout (tree {tree.get('tree_id')}, node {tree.get('node_id')}): "
+                           "replay runs straight rollouts, and this one's path was played by several sandboxes "
+                           "with its nodes' seeds")
     out.refused += [t for t in out.tampered if t.startswith("the record's")]  # what to run can't be trusted
     if record.get("record") != RECORD_VERSION:
         out.refused.append(f"record version {record.get('record')!r} (this sandfleet reads {RECORD_VERSION})")

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 Processes = Literal["error", "drop"]
+DRAIN_S = 2.0
+"""How long a branch waits for the source's calls already under way before it lists processes."""
 MAX_BRANCH = 100
 """The most children one call makes (E2B's ``fork(count<=100)``)."""
 MAX_DEPTH = 64
@@ -90,9 +93,13 @@ done
 """
 
 
-async def foreign_processes(sb: AgentSandbox) -> list[tuple[int, str, str]]:
-    """(pid, comm, cmdline) of each process in ``sb`` that is not sandfleet's own."""
-    res = await sb.exec(["bash", "-c", _LIST], user="root", cwd="/", timeout=30)
+async def foreign_processes(sb: AgentSandbox, client: Any = None) -> list[tuple[int, str, str]]:
+    """(pid, comm, cmdline) of each process in ``sb`` that is not sandfleet's own (asked through
+    ``client``, its guest agent's, when its own runtime is held by a :class:`Gate`)."""
+    if client is None:
+        res = await sb.exec(["bash", "-c", _LIST], user="root", cwd="/", timeout=30)
+    else:
+        res = await client.exec(["bash", "-c", _LIST], env=dict(sb.env), user="root", cwd="/", timeout=30)
     if res.exit_code != 0:
         raise BranchError(f"listing the processes of {sb.id} failed: {res.output.strip()[:300]}")
     out = []
@@ -258,23 +265,43 @@ def _clone(sb: Any) -> Any:
     return shell
 
 
+async def _drain(client: Any, timeout: float = DRAIN_S) -> None:
+    """Wait (at most ``timeout``) for the calls already sent to ``client`` to be answered."""
+    waiters = getattr(client, "_waiters", None)
+    deadline = time.monotonic() + timeout
+    while waiters and time.monotonic() < deadline:
+        await asyncio.sleep(0.002)
+
+
 async def branch_local(source: Any, n: int, processes: str, *, create: Callable[..., Awaitable[Any]],
-                       prepare: Callable[[], Awaitable[None]] | None = None) -> list[Any]:
+                       prepare: Callable[[Any], Awaitable[None]] | None = None) -> list[Any]:
     """bwrap's and gvisor's branch. ``create(spec, layers=, stack=, hostname=)`` makes one
-    sandbox over ``stack`` (sealed layers, top first) and ``layers`` (stored ones)."""
+    sandbox over ``stack`` (sealed layers, top first) and ``layers`` (stored ones);
+    ``prepare(client)`` runs through the source's guest agent once its new calls wait."""
     check_count(n, processes)
     source._check()
-    procs = await foreign_processes(source)
-    if procs and processes == "error":
-        raise lost_error(source.id, source.backend, procs)
-    carried = ["filesystem", "sessions"]
     if len(source.stack) + 1 > MAX_DEPTH:
         raise BranchError(f"branch of {source.id}: {len(source.stack)} layers are stacked already, the most is "
                           f"{MAX_DEPTH} (the overlay's mount options fit one page): start from a snapshot instead")
-    if prepare is not None:
-        await prepare()
+    carried = ["filesystem", "sessions"]
+    old_client = source.client
+    gate = Gate(old_client)
+    source.client = gate  # from here the source's new calls wait: what they would write comes after the branch
+    try:
+        await _drain(old_client)  # calls already under way (a command still running then counts as a process)
+        procs = await foreign_processes(source, old_client)
+        if procs and processes == "error":
+            raise lost_error(source.id, source.backend, procs)
+        if prepare is not None:
+            await prepare(old_client)
+    except BaseException:
+        source.client = old_client
+        gate.open(old_client)
+        raise
     host_image = source.host_image
     if source.loop is None or procs:
+        source.client = old_client
+        gate.open(old_client)
         # a tmpfs layer (no second mount of it from here), or processes left running in the
         # source: copy the layer (cost grows with it), the source untouched
         snap = await source.snapshot()
@@ -286,13 +313,14 @@ async def branch_local(source: Any, n: int, processes: str, *, create: Callable[
             held.drop()
         await finish_children(source, children, carried, procs)
         return children
-    gate = Gate(source.client)
+    disk.want_ready(source.spec.limits.disk_mib, None, n + 1)  # the next branch's disks, bound ahead
     old = _clone(source)
-    source.client = gate
+    old.client = old_client
     try:
         sealed = SealedLayer(disk.fsmount_ext4(source.loop.path), f"sealed layer of {source.id}")
     except BaseException:
-        source.client = old.client
+        source.client = old_client
+        gate.open(old_client)
         raise
     stack: list[Held] = [sealed, *source.stack]
     for h in stack:
@@ -300,22 +328,31 @@ async def branch_local(source: Any, n: int, processes: str, *, create: Callable[
     try:
         await old.close()  # the old guest agent and everything of it; its files stay, sealed
         layers = [] if host_image else list(source.layers)
-        made: list[Any] = []
-        try:
-            made = await create_many([lambda: create(source.spec, layers=layers, stack=stack, hostname="sandbox")]
-                                      + [lambda: create(source.spec, layers=layers, stack=stack, hostname="")] * n)
-        except BaseException as e:
-            try:  # the source at least goes on
+
+        async def go_on() -> None:
+            """The source's continuation, first: its commands wait only for this one start."""
+            try:
                 twin = await create(source.spec, layers=layers, stack=stack, hostname="sandbox")
             except BaseException:
-                gate.fail(e)
-                raise e from None
+                try:  # once more: the source must go on
+                    twin = await create(source.spec, layers=layers, stack=stack, hostname="sandbox")
+                except BaseException as e:
+                    gate.fail(e)
+                    raise
             _transplant(source, twin)
             gate.open(source.client)
+
+        source_task = asyncio.ensure_future(go_on())
+        try:
+            children = await create_many([lambda: create(source.spec, layers=layers, stack=stack, hostname="")] * n)
+        except BaseException:
+            await asyncio.gather(source_task, return_exceptions=True)  # (its failure is in the gate)
             raise
-        twin, children = made[0], made[1:]
-        _transplant(source, twin)
-        gate.open(source.client)
+        try:
+            await source_task
+        except BaseException:
+            await close_quietly(children)
+            raise
     finally:
         drop_all(stack)
     await finish_children(source, children, carried, [])

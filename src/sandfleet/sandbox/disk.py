@@ -293,10 +293,12 @@ def _background() -> None:
 class _Pool:
     """A few bound loop devices per (size, seed), refilled in a background thread. Only the
     latest seed of a size is kept ready: when the host's root changes, the devices made for
-    the old one are let go."""
+    the old one are let go (empty ones, no seed, are kept beside it: a branch's children
+    take those, and as many as its last branch had, :meth:`want`)."""
 
     def __init__(self, keep: int = 4):
         self.keep = keep
+        self.wanted: dict[tuple[int, Seed | None], int] = {}
         self.ready: dict[tuple[int, Seed | None], list[Loop]] = {}
         self.cond = threading.Condition()
         self.thread: threading.Thread | None = None
@@ -305,7 +307,7 @@ class _Pool:
         """A ready device; else, with ``wait``, one bound now (blocking), without it None."""
         key = (size_mib, seed)
         with self.cond:
-            for old in [k for k in self.ready if k[0] == size_mib and k != key]:
+            for old in [k for k in self.ready if k[0] == size_mib and k != key and None not in (k[1], seed)]:
                 for stale in self.ready.pop(old):
                     stale.release()
             ready = self.ready.setdefault(key, [])
@@ -320,7 +322,7 @@ class _Pool:
         _background()
         while True:
             with self.cond:
-                want = [k for k, r in self.ready.items() if len(r) < self.keep]
+                want = [k for k, r in self.ready.items() if len(r) < self.wanted.get(k, self.keep)]
                 if not want:
                     self.cond.wait()
                     continue
@@ -336,6 +338,22 @@ class _Pool:
                     self.ready[key].append(loop)
                 else:  # its seed was replaced meanwhile
                     loop.release()
+
+
+    def want(self, size_mib: int, seed: Seed | None, n: int) -> None:
+        """Keep ``n`` devices of (size, seed) ready from now on (at most :data:`MAX_READY`)."""
+        key = (size_mib, seed)
+        with self.cond:
+            self.wanted[key] = max(self.keep, min(n, MAX_READY))
+            self.ready.setdefault(key, [])
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._fill, name="sandfleet-loop-pool", daemon=True)
+                self.thread.start()
+            self.cond.notify()
+
+
+MAX_READY = 33
+"""The most loop devices kept ready for one (size, seed) (a branch to 32 and its source)."""
 
 
 class _Closer:
@@ -386,6 +404,11 @@ async def take_loop_async(size_mib: int, seed: Seed | None = None) -> Loop:
 
     ready = take_loop_nowait(size_mib, seed)
     return ready if ready is not None else await asyncio.to_thread(take_loop, size_mib, seed)
+
+
+def want_ready(size_mib: int, seed: Seed | None, n: int) -> None:
+    """Keep ``n`` empty disks of ``size_mib`` ready ahead (a branch's next children)."""
+    _pool.want(size_mib, seed, n)
 
 
 def take_loop_nowait(size_mib: int, seed: Seed | None = None) -> Loop | None:

@@ -161,8 +161,8 @@ class GvisorSandbox(LocalSandbox):
 
     async def branch(self, n: int, *, processes: Literal["error", "drop"] = "error") -> list[Sandbox]:
         """As bwrap's (docs/branching.md): the Sentry first writes back what it caches (sync)."""
-        async def sync() -> None:
-            res = await self.exec(["sync"], user="root", cwd="/", timeout=60)
+        async def sync(client: Any) -> None:
+            res = await client.exec(["sync"], env=dict(self.env), user="root", cwd="/", timeout=60)
             if res.exit_code != 0:
                 raise SandboxError(f"branch of {self.id} failed: sync in the sandbox: {res.output.strip()}")
 

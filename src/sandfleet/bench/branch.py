@@ -1,0 +1,162 @@
+"""``sandfleet bench micro --branch``: what a branch costs, measured side by side in one run.
+
+Figures (keys of the JSON; medians by :func:`sandfleet.stats.percentile`):
+- ``create_exec_close_p50_ms``: a fresh sandbox, ``true`` in it, closed (the yardstick);
+- ``branch_p50_ms``: ``{"1MiB": {"1": ms, "8": ms, "32": ms}, "512MiB": {...}}``: ``branch(n)``
+  of a sandbox that wrote that much (one file, by ``dd``), from the call to the last child
+  ready; each sample a fresh source (its layer flushed first: the write's own writeback is not
+  the branch's), the children closed after;
+- ``exec_rtt_p50_ms`` / ``exec_rtt_during_branch_p50_ms`` (and ``_max_ms``): the source's
+  ``true`` round trip alone, and while ``branch(8)`` runs again and again;
+- microvm (``--backend microvm``): ``microvm_branch4_ms`` (a running VM to 4 children, with
+  memory) against ``microvm_restore_ms`` (one sandbox restored from its template), few samples
+  (QEMU under TCG here: seconds each).
+The targets (docs/branching.md): branch to 8 within 3x create→exec→close; 512 MiB within 1.3x
+of 1 MiB; the exec round trip within 2x during a branch; microvm branch-4 within 2x one restore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sandfleet.bench.micro import create_exec_close_ms
+from sandfleet.provenance import provenance
+from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.spec import Limits, SandboxSpec
+from sandfleet.stats import percentile
+
+Progress = Callable[[str], None]
+SIZES_MIB = (1, 512)
+WIDTHS = (1, 8, 32)
+
+
+async def _written(spec: SandboxSpec, mib: int) -> Sandbox:
+    sb = await create_sandbox(spec)
+    res = await sb.exec(["dd", "if=/dev/zero", "of=/home/agent/written", "bs=1M", f"count={mib}", "status=none"],
+                        timeout=300)
+    if res.exit_code == 0:
+        res = await sb.exec(["sync", "-f", "/home/agent/written"], timeout=300)
+    if res.exit_code != 0:
+        await sb.close()
+        raise RuntimeError(f"writing {mib} MiB failed: {res.output.strip()}")
+    return sb
+
+
+async def branch_ms(spec: SandboxSpec, mib: int, width: int, samples: int) -> list[float]:
+    """Milliseconds of ``branch(width)`` of a fresh sandbox that wrote ``mib`` MiB, per sample."""
+    ts = []
+    for _ in range(samples):
+        src = await _written(spec, mib)
+        try:
+            t = time.perf_counter()
+            kids = await src.branch(width)
+            ts.append((time.perf_counter() - t) * 1e3)
+            await asyncio.gather(*(k.close() for k in kids))
+        finally:
+            await src.close()
+    return ts
+
+
+async def rtt_during_branch(spec: SandboxSpec, n: int, width: int = 8) -> tuple[list[float], list[float], int]:
+    """The source's ``true`` round trips alone (``n``), then while ``branch(width)`` runs over and
+    over (until ``n`` round trips are in); and how many branches ran meanwhile."""
+    src = await create_sandbox(spec)
+    try:
+        alone = []
+        for _ in range(n):
+            t = time.perf_counter()
+            await src.exec(["true"])
+            alone.append((time.perf_counter() - t) * 1e3)
+        during: list[float] = []
+        branches = 0
+        stop = asyncio.Event()
+
+        async def branching() -> None:
+            nonlocal branches
+            while not stop.is_set():
+                kids = await src.branch(width)
+                branches += 1
+                await asyncio.gather(*(k.close() for k in kids))
+
+        task = asyncio.ensure_future(branching())
+        try:
+            await asyncio.sleep(0.005)  # into the first branch
+            while len(during) < n:
+                t = time.perf_counter()
+                await src.exec(["true"])
+                during.append((time.perf_counter() - t) * 1e3)
+        finally:
+            stop.set()
+            await task
+        return alone, during, branches
+    finally:
+        await src.close()
+
+
+async def run_branch(backend: str = "auto", *, n: int = 5, progress: Progress | None = None) -> dict[str, Any]:
+    say = progress or (lambda _m: None)
+    if backend == "microvm":
+        return await run_microvm(n=min(n, 3), progress=say)
+    spec = SandboxSpec(backend=backend, limits=Limits(disk_mib=1024))
+    out: dict[str, Any] = {"backend": backend, "n": n,
+                           "provenance": provenance({"bench": "micro --branch", "backend": backend, "n": n})}
+    warm = await create_sandbox(spec)
+    out["backend"] = warm.backend
+    await warm.close()
+    say(f"create+exec+close x{max(n, 10)}")
+    cec = await create_exec_close_ms(spec, max(n, 10))
+    out["create_exec_close_p50_ms"] = round(percentile(cec, 50), 2)
+    table: dict[str, dict[str, float]] = {}
+    for mib in SIZES_MIB:
+        row = table[f"{mib}MiB"] = {}
+        for width in WIDTHS:
+            say(f"branch({width}) of a {mib} MiB layer x{n}")
+            row[str(width)] = round(percentile(await branch_ms(spec, mib, width, n), 50), 2)
+    out["branch_p50_ms"] = table
+    say("the source's exec round trip, alone and during branches")
+    alone, during, branches = await rtt_during_branch(spec, max(n * 20, 100))
+    out["exec_rtt_p50_ms"] = round(percentile(alone, 50), 3)
+    out["exec_rtt_during_branch_p50_ms"] = round(percentile(during, 50), 3)
+    out["exec_rtt_during_branch_max_ms"] = round(max(during), 2)
+    out["branches_during_rtt"] = branches
+    b8 = table["1MiB"]["8"]
+    out["ratio_branch8_to_create_exec_close"] = round(b8 / out["create_exec_close_p50_ms"], 2)
+    out["ratio_512MiB_to_1MiB_branch8"] = round(table["512MiB"]["8"] / b8, 2)
+    out["ratio_exec_rtt_during_branch"] = round(out["exec_rtt_during_branch_p50_ms"] / out["exec_rtt_p50_ms"], 2)
+    out["targets"] = {"branch8_within_3x_create": out["ratio_branch8_to_create_exec_close"] <= 3,
+                      "512MiB_within_1.3x_1MiB": out["ratio_512MiB_to_1MiB_branch8"] <= 1.3,
+                      "exec_rtt_within_2x_during_branch": out["ratio_exec_rtt_during_branch"] <= 2}
+    return out
+
+
+async def run_microvm(*, n: int = 2, progress: Progress | None = None) -> dict[str, Any]:
+    """microvm: a running VM branched to 4 (memory carried) against one restore, ``n`` samples each."""
+    say = progress or (lambda _m: None)
+    spec = SandboxSpec(backend="microvm", image="debian-bookworm-amd64")
+    out: dict[str, Any] = {"backend": "microvm", "n": n,
+                           "provenance": provenance({"bench": "micro --branch", "backend": "microvm", "n": n})}
+    warm = await create_sandbox(spec)  # builds the template
+    await warm.close()
+    restores, branches = [], []
+    for i in range(n):
+        say(f"microvm restore, branch to 4 ({i + 1}/{n})")
+        t = time.perf_counter()
+        src = await create_sandbox(spec)
+        restores.append((time.perf_counter() - t) * 1e3)
+        try:
+            await src.exec("sleep 600 >/dev/null 2>&1 &")  # a process the children carry
+            t = time.perf_counter()
+            kids = await src.branch(4)
+            branches.append((time.perf_counter() - t) * 1e3)
+            await asyncio.gather(*(k.close() for k in kids))
+        finally:
+            await src.close()
+    out["microvm_restore_ms"] = round(percentile(restores, 50), 1)
+    out["microvm_branch4_ms"] = round(percentile(branches, 50), 1)
+    out["ratio_microvm_branch4_to_restore"] = round(out["microvm_branch4_ms"] / out["microvm_restore_ms"], 2)
+    out["targets"] = {"microvm_branch4_within_2x_restore": out["ratio_microvm_branch4_to_restore"] <= 2}
+    return out

@@ -178,7 +178,7 @@ def summary_table(summary: dict[str, Any]) -> str:
 @click.option("--branch", "branch", default=None, metavar="TURN:WIDTH[,TURN:WIDTH...]",
               help="Rollouts that branch: after the agent's TURN-th turn the sandbox and the conversation split "
               "into WIDTH children that go on with independent samples (2:4; 1:2,3:2 for two levels). Each leaf is "
-              "a rollout row; a group is -n trees (docs/rollouts.md#trees).")
+              "a rollout row; a group is -n trees (docs/trees.md).")
 @click.option("--branch-processes", type=click.Choice(["error", "drop"]), default="error", show_default=True,
               help="At a split, processes the backend can't carry into the children: fail the branch naming "
               "them (those children are masked), or drop them.")

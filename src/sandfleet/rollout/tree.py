@@ -55,11 +55,11 @@ from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.rollout.verdict import counted, settle
 from sandfleet.sandbox import get_backend
 from sandfleet.sandbox.base import Sandbox
+from sandfleet.traceschema import LINEAGE
 
 log = logging.getLogger(__name__)
 
-LINEAGE = ("tree_id", "node_id", "parent_node", "branch_turn")
-"""The lineage fields of a leaf's trace line and rollout row."""
+__all__ = ["LINEAGE", "BranchPlan", "parse_branch", "run_tree", "run_tree_with_retries", "tree_advantages"]
 MAX_LEAVES = 1024
 PROCESSES = ("error", "drop")
 

@@ -15,6 +15,17 @@ from pathlib import Path
 
 import pytest
 
+from sandfleet.cluster.services import HostLostError
+from sandfleet.errors import (
+    GuestError,
+    GuestExecError,
+    ImageBuildError,
+    ModelError,
+    SandboxDiedError,
+    SandboxEnd,
+    SandboxExpiredError,
+    ServiceError,
+)
 from sandfleet.rollout import OpenAIPolicy, OraclePolicy, RetryPolicy, RunConfig
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.suite import run_suite
@@ -35,6 +46,20 @@ OOM = ("sandbox sb-1: the guest agent's stream ended; its process was killed by 
 HOST_OOM = ("sandbox sb-1: the guest agent's stream ended; its process was killed by SIGKILL; "
             "1 OOM kill(s) in its memory cgroup; its own memory limit was never reached (killed by an OOM killer "
             "outside its cgroup); its log ends: agent: serving")
+
+
+def died(text: str, end: SandboxEnd) -> SandboxDiedError:
+    """The error a local sandbox's owner raises (agent/client.py), its text made from ``end``:
+    checked to be the text it has always had."""
+    head = "sandbox sb-1: the guest agent's stream ended"
+    assert f"{head}; {end.describe()}" == text
+    return SandboxDiedError(text, end=end, head=f"{head}; {end.describe(log=False)}")
+
+
+KILLED_E = died(KILLED, SandboxEnd(signal="SIGKILL", log_tail="agent: serving"))
+OOM_E = died(OOM, SandboxEnd(signal="SIGKILL", oom_kills=2, own_limit_reached=True, log_tail="agent: serving"))
+HOST_OOM_E = died(HOST_OOM, SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=False,
+                                       log_tail="agent: serving"))
 
 
 def _needs_bwrap() -> pytest.MarkDecorator:
@@ -61,7 +86,8 @@ def test_the_rule_is_written_down_cause_by_cause() -> None:
 
 
 # (status, reason, error, phase) -> cause, for each cause of the table; the ones made by real
-# rollouts below are checked there too.
+# rollouts below are checked there too. The error is the exception the rollout failed with where
+# its type decides (a text: a reason code alone decides; the text is never read).
 CASES = [
     ("completed", None, None, "verifier", "scored"),
     ("completed", "verifier_timeout", "the tests outlived their 2 s limit", "verifier", "verifier_timeout"),
@@ -81,21 +107,22 @@ CASES = [
     ("failed", "model_http_400", "context window", "agent", "model_content"),
     ("failed", "model_http_413", "too large", "agent", "model_content"),
     ("failed", "model_content", "no action in the reply", "agent", "model_content"),
-    ("failed", "sandbox_died", OOM, "agent", "sandbox_oom"),
+    ("failed", "sandbox_died", OOM_E, "agent", "sandbox_oom"),
     ("failed", "agent_unresponsive", "the guest agent did not answer", "agent", "agent_unresponsive"),
     ("failed", "sandbox_timeout", "read_file outlived 30 s", "agent", "sandbox_timeout"),
     ("failed", "no_solution", "task t has no reference solution", "agent", "no_solution"),
     ("failed", "internal_KeyError", "'x'", "agent", "unlisted"),
-    ("failed", "GuestExecError", "no such program", "agent", "unlisted"),
+    ("failed", "GuestExecError", GuestExecError("no such program"), "agent", "unlisted"),
     ("completed", "image_build", "an infra reason on a verified rollout is still the policy's", "verifier",
      "unlisted"),
-    ("failed", "GuestError", "prepare.sh: no such file", "start", "sandbox_start"),
+    ("failed", "GuestError", GuestError("prepare.sh: no such file"), "start", "sandbox_start"),
     ("failed", "prepare_failed", "prepare.sh exited with 3", "start", "sandbox_start"),
-    ("failed", "image_build", "Dockerfile:3: RUN false", "start", "image_build"),
-    ("failed", "sandbox_died", KILLED, "agent", "sandbox_died"),
-    ("failed", "sandbox_died", HOST_OOM, "agent", "sandbox_died"),  # OOM-killed from outside its cgroup
-    ("failed", "sandbox_died", "sandbox sb-1 expired (its TTL passed)", "verifier", "sandbox_died"),
-    ("failed", "sandbox_died", OOM, "start", "sandbox_start"),  # the prepare step's OOM: the agent had not acted
+    ("failed", "image_build", ImageBuildError("RUN false", file="Dockerfile", line=3), "start", "image_build"),
+    ("failed", "sandbox_died", KILLED_E, "agent", "sandbox_died"),
+    ("failed", "sandbox_died", HOST_OOM_E, "agent", "sandbox_died"),  # OOM-killed from outside its cgroup
+    ("failed", "sandbox_died", SandboxExpiredError("sandbox sb-1 expired (its TTL passed)"), "verifier",
+     "sandbox_died"),
+    ("failed", "sandbox_died", OOM_E, "start", "sandbox_start"),  # the prepare step's OOM: the agent had not acted
     ("failed", "node_lost", "node n1 was lost", None, "node_lost"),
     ("failed", "no_node", "no node of arch arm64", None, "no_node"),
     ("failed", "model_unreachable", "ConnectError", "agent", "model_unreachable"),
@@ -104,8 +131,9 @@ CASES = [
     ("failed", "model_http_429", "rate limited", "agent", "model_overloaded"),
     ("failed", "model_http_401", "bad key", "agent", "model_refused_auth"),
     ("failed", "model_malformed", "not a chat completion", "agent", "model_malformed"),
-    ("failed", "ServiceError", "cannot reach the service at http://h:1", "agent", "service_unreachable"),
-    ("failed", "HostLostError", "host lost", "verifier", "service_unreachable"),
+    ("failed", "ServiceError", ServiceError("cannot reach the service at http://h:1"), "agent",
+     "service_unreachable"),
+    ("failed", "HostLostError", HostLostError("host lost"), "verifier", "service_unreachable"),
     ("failed", "grader_missing", "needs the swebench package", "verifier", "task_grader"),
     ("cancelled", "cancelled", "rollout cancelled", "agent", "cancelled"),
 ]
@@ -113,9 +141,14 @@ CASES = [
 
 @pytest.mark.parametrize(("status", "reason", "error", "phase", "cause"), CASES,
                          ids=[f"{c[4]}-{c[1]}-{c[3]}" for c in CASES])
-def test_cause_of_each_ending(status: str, reason: str | None, error: str | None, phase: str | None,
-                              cause: str) -> None:
-    assert cause_of(status, reason, error, phase) == cause
+def test_cause_of_each_ending(status: str, reason: str | None, error: BaseException | str | None,
+                              phase: str | None, cause: str) -> None:
+    err = error if isinstance(error, BaseException) else None
+    assert cause_of(status, reason, err, phase) == cause
+    if err is not None:  # the reason the runner records for it is the row's
+        from sandfleet.rollout.runner import failure_reason
+
+        assert failure_reason(err) == reason
 
 
 # (status, reason, reward, verifier outside_share) -> cause: the contention rule (docs/rollouts.md),
@@ -145,32 +178,39 @@ def test_every_cause_of_the_table_has_a_case() -> None:
     assert {c[4] for c in CASES} | {c[4] for c in CONTENTION_CASES} == set(CAUSES)
 
 
-def _result(status: str, reason: str | None, reward: float | None, error: str | None = None,
+def _result(status: str, reason: str | None, reward: float | None, error: BaseException | str | None = None,
             phase: str | None = None, sample: int = 0) -> RolloutResult:
-    return RolloutResult(f"t#{sample}", "t", "t", sample, "a", "bwrap", 0.0, 1.0, status, [], reason=reason,  # type: ignore[arg-type]
-                         reward=reward, error=error, info={"phase": phase} if phase else {})
+    """A result as the runner leaves it: settled with the exception it failed with, where there is one."""
+    r = RolloutResult(f"t#{sample}", "t", "t", sample, "a", "bwrap", 0.0, 1.0, status, [], reason=reason,  # type: ignore[arg-type]
+                      reward=reward, error=str(error) if error is not None else None,
+                      info={"phase": phase} if phase else {})
+    if isinstance(error, BaseException):
+        settle(r, error)
+    return r
 
 
 def test_settle_sets_reward_and_evidence() -> None:
-    masked = _result("failed", "sandbox_died", None, KILLED, "agent")
+    masked = _result("failed", "sandbox_died", None, KILLED_E, "agent")
     assert settle(masked) == INFRA and masked.reward is None and masked.masked
     assert masked.fault is not None and masked.fault["cause"] == "sandbox_died"
     assert masked.fault["sandbox_end"]["signal"] == "SIGKILL" and masked.fault["sandbox_end"]["oom_kills"] == 0
     assert masked.fault["log_tail"] == "agent: serving"
-    oom = _result("failed", "sandbox_died", None, OOM, "agent")
+    oom = _result("failed", "sandbox_died", None, OOM_E, "agent")
     assert settle(oom) == POLICY and oom.reward == 0.0 and oom.fault and oom.fault["sandbox_end"]["oom_kills"] == 2
     scored = _result("completed", None, 0.0)
     assert settle(scored) == SCORED and scored.fault is None and scored.reward == 0.0
     # a masked row's reward is null in both files, never 0; a policy fault's is 0
     assert masked.to_record()["reward"] is None and masked.to_trace()["verdict"] == INFRA
     assert oom.to_record()["reward"] == 0.0 and oom.to_record()["verdict"] == POLICY
-    assert sandbox_end("model server answered HTTP 500") is None
+    assert sandbox_end(ModelError("model server answered HTTP 500", reason="model_http_500")) is None
+    assert masked.fault["sandbox_end"]["text"] == "sandbox sb-1: the guest agent's stream ended; its process was " \
+        "killed by SIGKILL"
 
 
 def test_group_statistics_leave_masked_members_out() -> None:
     rs = [_result("completed", None, 1.0, sample=0), _result("completed", None, 0.0, sample=1),
           _result("failed", "reward_missing", None, "no reward", "verifier", sample=2),
-          _result("failed", "sandbox_died", None, KILLED, "agent", sample=3)]
+          _result("failed", "sandbox_died", None, KILLED_E, "agent", sample=3)]
     stats = group_advantages(rs)
     assert stats["n"] == 3 and stats["masked"] == 1 and stats["complete"] is False
     assert stats["mean"] == pytest.approx(1 / 3)  # the policy fault counts as 0, the masked one not at all
@@ -179,9 +219,9 @@ def test_group_statistics_leave_masked_members_out() -> None:
 
 def test_retry_refills_infra_faults_only() -> None:
     policy = RetryPolicy(max_attempts=3)
-    assert policy.should_retry(_result("failed", "sandbox_died", None, KILLED, "agent"))
+    assert policy.should_retry(_result("failed", "sandbox_died", None, KILLED_E, "agent"))
     assert policy.should_retry(_result("failed", "node_lost", None, "lost"))
-    assert not policy.should_retry(_result("failed", "sandbox_died", None, OOM, "agent"))  # its own OOM
+    assert not policy.should_retry(_result("failed", "sandbox_died", None, OOM_E, "agent"))  # its own OOM
     assert not policy.should_retry(_result("failed", "reward_missing", None, "none", "verifier"))
     assert not policy.should_retry(_result("failed", "model_http_400", None, "too long", "agent"))
 

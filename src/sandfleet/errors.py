@@ -33,6 +33,13 @@ inside a sandbox's guest agent come back to the host with their type::
     └── RolloutError                         a rollout failed (model server down, ...)
         └── ModelError                       the model server failed or answered garbage
 
+Each class carries what a rollout that ends with it is (rollout/verdict.py): ``reason``, the
+short code its result records (the class's own name unless it, or a class above it that says
+so with ``reason_inherits``, declares one), and ``cause``, its row of the verdict table (None:
+by its reason code). A :class:`SandboxDiedError` carries how its sandbox ended,
+:class:`SandboxEnd`, as the owner of the sandbox saw it (exit status or signal, the memory
+cgroup's OOM kills): no verdict reads an error's name or message.
+
 Between the service and its client an error travels as an HTTP status and a ``code``; the
 one table between codes and exceptions is :data:`WIRE`: the server answers with
 :func:`to_wire`, the client raises :func:`from_wire`.
@@ -40,9 +47,24 @@ one table between codes and exceptions is :data:`WIRE`: the server answers with
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
 
 class SandfleetError(Exception):
     """Base of every sandfleet error."""
+
+    reason: ClassVar[str] = "SandfleetError"
+    """The short code a failed rollout's result records for it."""
+    reason_inherits: ClassVar[bool] = False
+    """Subclasses record this class's ``reason`` (True), or their own name (False)."""
+    cause: str | None = None
+    """Its cause in the verdict table (rollout/verdict.py ``RULES``); None: by ``reason``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "reason" not in cls.__dict__ and not cls.reason_inherits:
+            cls.reason = cls.__qualname__.rpartition(".")[2]
 
 
 class ConfigError(SandfleetError, ValueError):
@@ -52,9 +74,15 @@ class ConfigError(SandfleetError, ValueError):
 class HostUnsupportedError(SandfleetError):
     """The host lacks something a backend needs; the message says what and how to get it."""
 
+    cause = "sandbox_start"
+
 
 class ImageError(SandfleetError):
     """An image can't be found, read or built."""
+
+    reason = "image_build"
+    reason_inherits = True
+    cause = "image_build"
 
 
 class ImageBuildError(ImageError):
@@ -85,8 +113,87 @@ class SandboxClosedError(SandboxError):
     """The sandbox was already closed."""
 
 
+@dataclass(frozen=True)
+class SandboxEnd:
+    """How a sandbox's process ended, as its owner saw it (sandbox/_spawn.py): the evidence of
+    a :class:`SandboxDiedError`, and what tells the agent's own memory from a kill from outside."""
+
+    exit_status: int | None = None
+    """Its exit status; None when killed by a signal or not seen."""
+    signal: str | None = None
+    """The signal that killed it (``SIGKILL``, or ``signal N``); None when it exited or was not seen."""
+    running: bool = False
+    """Its process was still running when the stream ended."""
+    oom_kills: int = 0
+    """OOM kills in its memory cgroup (``memory.events`` ``oom_kill``)."""
+    own_limit_reached: bool | None = None
+    """Its own memory limit was hit (``memory.events`` ``oom`` > 0, or cgroup v1); False: the
+    kills came from an OOM killer outside its cgroup; None: no OOM kill."""
+    state_dir_gone: bool = False
+    """Its state directory was gone (reaped by another process)."""
+    log_tail: str = ""
+    """The end of its agent.log."""
+
+    @property
+    def oom_own(self) -> bool:
+        """OOM kills its own memory limit caused (the agent's memory: a policy fault)."""
+        return bool(self.oom_kills) and self.own_limit_reached is not False
+
+    def describe(self, *, log: bool = True) -> str:
+        """The words an error says it in (``log``: with the log's tail)."""
+        if self.signal:
+            parts = [f"its process was killed by {self.signal}"]
+        elif self.exit_status is not None:
+            parts = [f"its process exited with status {self.exit_status}"]
+        else:
+            parts = ["its process is still running"]
+        if self.oom_kills:
+            parts.append(f"{self.oom_kills} OOM kill(s) in its memory cgroup")
+            if self.own_limit_reached is False:
+                parts.append(OOM_OUTSIDE)
+        if self.state_dir_gone:
+            parts.append("its state directory is gone (reaped by another process?)")
+        if log and self.log_tail:
+            parts.append(f"its log ends: {self.log_tail}")
+        return "; ".join(parts)
+
+    def to_wire(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, body: object) -> SandboxEnd | None:
+        """The end a wire body carries (unknown keys and ill-typed values left out)."""
+        if not isinstance(body, dict):
+            return None
+        kinds = {"exit_status": int, "signal": str, "running": bool, "oom_kills": int,
+                 "own_limit_reached": bool, "state_dir_gone": bool, "log_tail": str}
+        kept = {f.name: body[f.name] for f in fields(cls) if isinstance(body.get(f.name), kinds[f.name])}
+        return cls(**kept)
+
+
+OOM_OUTSIDE = "its own memory limit was never reached (killed by an OOM killer outside its cgroup)"
+"""Said of a sandbox whose processes were OOM-killed while its own memory limit was never hit
+(cgroup v2 ``memory.events`` ``oom`` 0): the host's or a parent cgroup's OOM killer, not the
+sandbox's own memory (rollout/verdict.py: an infra fault)."""
+
+
 class SandboxDiedError(SandboxError):
-    """The sandbox (or its guest agent) died; it can't be used any more."""
+    """The sandbox (or its guest agent) died; it can't be used any more. ``end`` is how its
+    process ended, where its owner saw it (None: a service's TTL, a lost host, a stream cut)."""
+
+    reason = "sandbox_died"
+    reason_inherits = True
+
+    def __init__(self, message: str, *, end: SandboxEnd | None = None, head: str | None = None):
+        super().__init__(message)
+        self.end = end
+        self.head = head if head is not None else message
+        """The message without the log's tail."""
+
+    @property
+    def cause(self) -> str:  # type: ignore[override]
+        """``sandbox_oom`` for OOM kills its own memory limit caused, else ``sandbox_died``."""
+        return "sandbox_oom" if self.end is not None and self.end.oom_own else "sandbox_died"
 
 
 class SandboxExpiredError(SandboxDiedError):
@@ -100,6 +207,10 @@ class SandboxLostError(SandboxDiedError):
 class SandboxTimeoutError(SandboxError, TimeoutError):
     """An operation on a sandbox outlived its deadline."""
 
+    reason = "sandbox_timeout"
+    reason_inherits = True
+    cause = "sandbox_timeout"
+
 
 class SandboxUnresponsiveError(SandboxTimeoutError):
     """The guest agent did not answer a call within its deadline (stopped, wedged or lying).
@@ -108,6 +219,7 @@ class SandboxUnresponsiveError(SandboxTimeoutError):
     and nothing more is sent to it. ``reason`` is ``"agent_unresponsive"``."""
 
     reason = "agent_unresponsive"
+    cause = "agent_unresponsive"
 
 
 class SandboxPathError(SandboxError, ValueError):
@@ -151,12 +263,16 @@ class ProtocolError(SandboxError):
 class PoolError(SandfleetError):
     """The warm pool is closed or can't admit more sandboxes."""
 
+    cause = "service_unreachable"
+
 
 class ServiceError(SandfleetError):
     """The sandbox service (``sandfleet serve``) refused or failed a request, or can't be
     reached. ``code`` is the service's error code, ``status`` the HTTP status (0 when there
     was no answer; raised inside the service, 0 means the status :data:`WIRE` gives the
     code), ``retry_after`` the service's advice in seconds, when it gave one."""
+
+    cause = "service_unreachable"
 
     def __init__(self, message: str, *, status: int = 0, code: str = "service_error",
                  retry_after: float | None = None):
@@ -191,11 +307,15 @@ class TaskError(SandfleetError):
 
 
 class RolloutError(SandfleetError):
-    """A rollout failed; ``reason`` is a short machine-readable cause."""
+    """A rollout failed; ``reason`` is a short machine-readable cause (its row of the verdict
+    table is the reason code's: rollout/verdict.py ``REASON_CAUSES``)."""
+
+    reason = "error"
+    reason_inherits = True
 
     def __init__(self, message: str, *, reason: str = "error"):
         super().__init__(message)
-        self.reason = reason
+        self.reason = reason  # type: ignore[misc]
 
 
 class ModelError(RolloutError):
@@ -266,6 +386,8 @@ def to_wire(e: BaseException) -> tuple[int, str, dict[str, object]] | None:
         return e.status or _STATUS.get(e.code, 500), e.code, {}
     for code, status, cls in WIRE:
         if isinstance(e, cls):
+            if isinstance(e, SandboxDiedError) and e.end is not None:
+                return status, code, {"end": e.end.to_wire(), "head": e.head}
             return status, code, ({"guest_type": e.guest_type, "errno": e.errno} if isinstance(e, GuestError) else {})
     return None
 
@@ -290,4 +412,7 @@ def from_wire(status: int, body: dict[str, object], retry_after: float | None = 
                 return ConfigError(msg)
             cls = {401: AuthError, 429: ServiceBusyError}.get(status, ServiceError)
         return cls(msg, status=status, code=code, retry_after=retry_after)
+    if issubclass(cls, SandboxDiedError):  # how it ended, as the service's owner of it saw it
+        head = body.get("head")
+        return cls(msg, end=SandboxEnd.from_wire(body.get("end")), head=head if isinstance(head, str) else None)
     return cls(msg)

@@ -30,6 +30,7 @@ from sandfleet.errors import (
     HostUnsupportedError,
     ProtocolError,
     SandboxDiedError,
+    SandboxEnd,
     SandboxUnresponsiveError,
     guest_error,
 )
@@ -202,10 +203,11 @@ class AgentClient:
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"agent-reader-{name}")
         self.guest_pid: int | None = None
         self.clock_set = False
-        self.describe_death: Callable[[], Awaitable[str]] | None = None
+        self.describe_death: Callable[[], Awaitable[SandboxEnd]] | None = None
         """What the owner can add when the stream ends unasked (a local sandbox: how its
         process ended, its memory cgroup's OOM kills, its log's tail), so that a death
         under load names its cause; awaited for at most DEATH_DETAIL_S."""
+        self._end: SandboxEnd | None = None
 
     @property
     def alive(self) -> bool:
@@ -218,6 +220,9 @@ class AgentClient:
 
     def mark_dead(self, why: str, *, error: BaseException | None = None) -> None:
         """Mark the sandbox dead (the first reason sticks) and wake every waiter with it."""
+        if self._dead is None and error is None and self._end is not None:  # how it ended, carried
+            text, tail = f"sandbox {self._name}: {why}", f"; its log ends: {self._end.log_tail}"
+            error = SandboxDiedError(text, end=self._end, head=text.removesuffix(tail) if self._end.log_tail else text)
         if self._dead is None:
             self._dead = error if error is not None else SandboxDiedError(f"sandbox {self._name}: {why}")
         for q in self._waiters.values():
@@ -266,10 +271,10 @@ class AgentClient:
             return ""
         try:
             async with asyncio.timeout(DEATH_DETAIL_S):
-                detail = await self.describe_death()
+                self._end = await self.describe_death()
         except Exception:  # a diagnosis must never be what fails
             return ""
-        return f"; {detail}" if detail else ""
+        return f"; {self._end.describe()}"
 
     def _send(self, frame: bytes) -> None:
         if self._dead is not None:

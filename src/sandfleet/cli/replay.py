@@ -10,12 +10,13 @@ from pathlib import Path
 import click
 
 from sandfleet.rollout.normalize import NORMALIZERS
+from sandfleet.sandbox.registry import choices as backend_choices
 
 
 @click.command("replay")
 @click.argument("run_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--rollout", "rollout_ids", multiple=True, metavar="ID", help="Replay only these rollouts (repeatable).")
-@click.option("--backend", type=click.Choice(["bwrap", "process", "microvm", "gvisor"]), default=None,
+@click.option("--backend", type=click.Choice(backend_choices(auto=False)), default=None,
               help="Replay on this backend (default: the recorded one).")
 @click.option("--out", "out_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Write replay.json, report.txt, report.html and the replays' own records.jsonl here "
@@ -54,6 +55,7 @@ def replay(run_dir: Path, rollout_ids: tuple[str, ...], backend: str | None, out
     """Replay RUN_DIR's rollouts (records.jsonl) in fresh sandboxes of the same images, the model
     answered from the record. Exits 1 when a record is refused (its task's files or image
     changed) or was edited after recording."""
+    import sandfleet.integrations._session  # noqa: F401  (its session policy's rebuilder: records of a trainer's run)
     from sandfleet.client.remote import on_remote
     from sandfleet.errors import ConfigError, SandfleetError
     from sandfleet.rollout.replay_run import replay_run, report_text, write_out

@@ -21,6 +21,7 @@ from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, failure_reason
 from sandfleet.rollout.suite import RunConfig, new_run_id
 from sandfleet.rollout.trace import now
+from sandfleet.rollout.verdict import settle
 from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -218,7 +219,7 @@ class GroupPool:
             except Exception as e:  # an error of ours on the node (not a rollout failure)
                 where.update(error=f"{type(e).__name__}: {e}"[:300])
                 final = self._merge(kept, self._failed(task, policy, name, todo, used, attempts, failure_reason(e),
-                                                       str(e)))
+                                                       str(e), e))
                 break
             finally:
                 self.placer.release(node, len(todo) * leaves)
@@ -281,7 +282,10 @@ class GroupPool:
         )  # fmt: skip
 
     def _failed(self, task: Task, policy: Policy, name: str, samples: list[int], used: dict[int, int],
-                attempts: list[RolloutResult], reason: str, error: str) -> list[RolloutResult]:
+                attempts: list[RolloutResult], reason: str, error: str,
+                failed_with: BaseException | None = None) -> list[RolloutResult]:
+        """Failed results of ``samples``, settled with the error they failed with (its type
+        carries its cause: rollout/verdict.py)."""
         out = []
         for i in samples:
             attempt = used.get(i, 0) + 1
@@ -291,6 +295,7 @@ class GroupPool:
                 sample=i, agent=policy.name, backend=self.config.backend, start=t, end=t, status="failed",
                 spans=[], run_id=self.config.run_id, attempt=attempt, reason=reason, error=error,
             )  # fmt: skip
+            settle(r, failed_with)
             attempts.append(r)
             out.append(r)
         return out

@@ -215,8 +215,8 @@ def infra_fault_of(error: BaseException, phase: str = "agent") -> dict[str, Any]
     from sandfleet.rollout.verdict import INFRA, cause_of, log_tail, sandbox_end, verdict_of_cause
 
     reason, text = failure_reason(error), str(error) or type(error).__name__
-    cause = cause_of("failed", reason, text, phase)
+    cause = cause_of("failed", reason, error, phase)
     if verdict_of_cause(cause) != INFRA:
         return None
-    return {"cause": cause, "phase": phase, "reason": reason, "sandbox_end": sandbox_end(text),
-            "log_tail": log_tail(text)}
+    return {"cause": cause, "phase": phase, "reason": reason, "sandbox_end": sandbox_end(error),
+            "log_tail": log_tail(error, text)}

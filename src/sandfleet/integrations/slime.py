@@ -37,7 +37,7 @@ from sandfleet.errors import GuestFileNotFoundError, SandboxClosedError
 from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy, Turn
 from sandfleet.rollout.agent import BASH_TOOL, AgentConfig
-from sandfleet.rollout.verdict import INFRA, settle
+from sandfleet.rollout.verdict import INFRA, verdict_of
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox
 
@@ -292,7 +292,7 @@ async def generate(args: Any, sample: Any, sampling_params: dict[str, Any], eval
     except Aborted:
         metadata["sandfleet"] = {"verdict": INFRA, "fault": {"cause": "cancelled", "reason": "aborted"}}
         return _masked(sample, status)
-    verdict = settle(result)
+    verdict = verdict_of(result)
     tokenizer = await tokenizer_for(args)
     try:
         traj = trajectory(tokenizer, policy.messages, policy.turns)

@@ -48,7 +48,7 @@ from sandfleet.integrations._common import LIVE, Settings, resolve_task, sandbox
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
-from sandfleet.rollout.verdict import INFRA, settle
+from sandfleet.rollout.verdict import INFRA, verdict_of
 from sandfleet.rollout.verifier import PTH_RISK, TOOL_CONFIG_RISK
 from sandfleet.tasks import Task
 
@@ -142,7 +142,7 @@ class Runner:
 def reward_of(result: RolloutResult) -> float | None:
     """A rollout's reward for training, by its verdict: the verifier's (scored), 0.0 (a policy
     fault), None (an infra fault: masked, TRL's "can't score this completion")."""
-    if settle(result) == INFRA:
+    if verdict_of(result) == INFRA:
         return None
     return float(result.reward or 0.0)
 

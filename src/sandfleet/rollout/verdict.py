@@ -6,22 +6,33 @@ Every rollout ends with exactly one verdict, decided here and nowhere else:
 - ``policy_fault``: reward 0, for something the agent or its commands could have caused;
 - ``infra_fault``: masked (reward None, never 0), for something the agent can't cause.
 
-The rule is one table, :data:`RULES` (cause -> verdict), and :func:`classify`, which maps
-what a rollout ended with (status, reason, error text, the phase it failed in) to a cause of
-the table. When in doubt it is a ``policy_fault``: an agent must never be able to turn its
-own failure into a mask. A rollout that fails before its agent ran (the sandbox could not
-be made or prepared) is an ``infra_fault`` whatever the cause: the agent had not acted yet.
+The rule is one table, :data:`RULES` (cause -> verdict), and :func:`cause_of`, which maps
+what a rollout ended with (status, the error it failed with, its reason code, the phase it
+failed in) to a cause of the table. An error names its own cause (``cause`` of
+:mod:`sandfleet.errors`' classes; a :class:`~sandfleet.errors.SandboxDiedError` from how its
+sandbox ended, :class:`~sandfleet.errors.SandboxEnd`); reason codes without an error (the
+verifier's outcomes, a lost node) are looked up in :data:`REASON_CAUSES`. Nothing here reads an
+exception's name or message (tests/test_verdicts.py checks it). When in doubt it is a
+``policy_fault``: an agent must never be able to turn its own failure into a mask. A rollout
+that fails before its agent ran (the sandbox could not be made or prepared) is an
+``infra_fault`` whatever the cause: the agent had not acted yet.
 
 A faulted rollout carries the evidence, ``fault``: the ``cause``, how its sandbox ended
 (``sandbox_end``: exit status, signal, OOM kills in its memory cgroup, its state directory
-gone, as :class:`~sandfleet.errors.SandboxDiedError`'s text says) and the ``log_tail``.
+gone, from :class:`~sandfleet.errors.SandboxDiedError`'s ``end``) and the ``log_tail``.
+
+The runner settles each rollout once, when it ends, with the error in hand (:func:`settle`);
+the property, the serializers, the counters and the integrations read the verdict
+(:func:`verdict_of`). A result made by hand (a test, a caller's own) is settled from its
+recorded fields the first time it is read.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
+
+from sandfleet.errors import SandboxDiedError, SandfleetError
 
 if TYPE_CHECKING:
     from sandfleet.rollout.result import RolloutResult
@@ -102,9 +113,7 @@ CONTENDED_CAUSES: Final = frozenset({"scored", "verifier_timeout"})
 the tests ran and failed, or outlived their limit. Other policy causes (a broken reward
 file, killed tests ...) are not what a slow CPU makes."""
 
-# Failure reasons (RolloutResult.reason) -> cause. Reasons absent here are 'unlisted'
-# (policy), unless the rollout failed before its agent started.
-_REASONS: dict[str, str] = {
+REASON_CAUSES: dict[str, str] = {
     # the verifier's outcome reasons (rollout completed, reward 0) and the errors it raises
     "verifier_timeout": "verifier_timeout", "no_reward_file": "no_reward_file", "reward_missing": "no_reward_file",
     "bad_reward_file": "bad_reward_file", "bad_reward_value": "bad_reward_value",
@@ -121,16 +130,12 @@ _REASONS: dict[str, str] = {
     "model_malformed": "model_malformed", "sandbox_start": "sandbox_start",
     "prepare_failed": "sandbox_start", "prepare_timeout": "sandbox_start", "sandbox_setup": "sandbox_start",
     "grader_missing": "task_grader", "parser": "task_grader", "cancelled": "cancelled",
-    # the sandbox service's errors (runner.failure_reason names them by class)
-    "ServiceError": "service_unreachable", "ServiceBusyError": "service_unreachable",
-    "AuthError": "service_unreachable", "HostLostError": "service_unreachable", "PoolError": "service_unreachable",
-    "HostUnsupportedError": "sandbox_start",
 }  # fmt: skip
+"""Reason codes (``RolloutResult.reason``: a :class:`~sandfleet.errors.RolloutError`'s, the
+verifier's outcomes, the cluster's ``node_lost``/``no_node``) -> cause, for an ending whose
+error names no cause of its own; ``model_http_N`` by :func:`model_http_cause`. Codes absent
+here are ``unlisted`` (policy), unless the rollout failed before its agent started."""
 
-_OOM = re.compile(r"(\d+) OOM kill\(s\) in its memory cgroup")
-_SIGNAL = re.compile(r"killed by (SIG[A-Z0-9]+|signal \d+)")
-_STATUS = re.compile(r"exited with status (-?\d+)")
-_LOG = re.compile(r"its log ends: (.*)\Z", re.DOTALL)
 LOG_TAIL_CHARS = 600
 
 
@@ -143,10 +148,11 @@ def model_http_cause(status: int) -> str:
     return "model_content"  # 400, 413, 422 ...: the request the policy's conversation made
 
 
-def cause_of(status: str, reason: str | None, error: str | None = None, phase: str | None = None, *,
+def cause_of(status: str, reason: str | None, error: BaseException | None = None, phase: str | None = None, *,
              reward: float | None = None, outside_share: float | None = None, load_sensitive: bool = False) -> str:
     """The cause, a key of :data:`CAUSES`, of a rollout that ended with ``status``
-    (completed, failed, cancelled), ``reason``, the ``error`` text and the ``phase`` it failed in;
+    (completed, failed, cancelled), ``reason``, the ``error`` it failed with (its own ``cause``,
+    else its reason code's) and the ``phase`` it failed in;
     ``reward``, the verifier phase's ``outside_share`` and whether the task declares itself
     ``load_sensitive`` decide ``host_contention``.
 
@@ -162,27 +168,39 @@ def cause_of(status: str, reason: str | None, error: str | None = None, phase: s
     return cause
 
 
-def _cause_of(status: str, reason: str | None, error: str | None, phase: str | None) -> str:
-    if status == "cancelled":
-        return "cancelled"
+def reason_cause(reason: str | None) -> str:
+    """The cause of a reason code (:data:`REASON_CAUSES`, ``model_http_N``); ``unlisted`` if none."""
     r = reason or ""
-    cause = _REASONS.get(r, "unlisted")
     if r.startswith("model_http_"):
         try:
-            cause = model_http_cause(int(r.removeprefix("model_http_")))
+            return model_http_cause(int(r.removeprefix("model_http_")))
         except ValueError:
-            cause = "unlisted"
+            return "unlisted"
+    return REASON_CAUSES.get(r, "unlisted")
+
+
+def error_cause(error: BaseException | None, reason: str | None = None) -> str:
+    """The cause ``error`` carries (:mod:`sandfleet.errors`: a class's ``cause``, a dead
+    sandbox's OOM kills), else that of its reason code (``reason``, or the error's own)."""
+    own = error.cause if isinstance(error, SandfleetError) else None
+    if own:
+        return own
+    return reason_cause(reason if reason is not None or not isinstance(error, SandfleetError) else error.reason)
+
+
+def _cause_of(status: str, reason: str | None, error: BaseException | None, phase: str | None) -> str:
+    if status == "cancelled":
+        return "cancelled"
+    cause = error_cause(error, reason)
+    if cause not in CAUSES:  # an error class naming a cause the table lacks: our bug, the policy's
+        cause = "unlisted"
     if status == "completed":  # the verifier ran: scored, or 0 for a reason the agent could cause
         if reason is None:
             return "scored"
         return cause if CAUSES[cause].verdict == POLICY else "unlisted"
     if phase == "start":  # nothing of the agent's had run
         return cause if CAUSES[cause].verdict == INFRA else "sandbox_start"
-    if r == "sandbox_died":  # OOM kills its own limit caused are the agent's memory; others came from outside
-        text = error or ""
-        return "sandbox_oom" if _oom_kills(text) and "own memory limit was never reached" not in text \
-            else "sandbox_died"
-    return cause
+    return cause  # sandbox_oom: OOM kills its own limit caused (SandboxEnd.oom_own), the agent's memory
 
 
 def verifier_outside_share(result: RolloutResult) -> float | None:
@@ -196,79 +214,94 @@ def verdict_of_cause(cause: str) -> Verdict:
     return CAUSES[cause].verdict
 
 
-def _oom_kills(text: str) -> int:
-    m = _OOM.search(text)
-    return int(m.group(1)) if m else 0
-
-
-def sandbox_end(error: str | None) -> dict[str, Any] | None:
-    """How a sandbox ended, read from a :class:`~sandfleet.errors.SandboxDiedError` text:
-    ``exit_status``, ``signal``, ``oom_kills``, ``state_dir_gone``, ``text`` (None: no such text)."""
-    text = error or ""
-    sig, status = _SIGNAL.search(text), _STATUS.search(text)
-    died = ("died" in text or "its process" in text or "expired" in text or "may be lost" in text
-            or "closed the connection" in text or "state directory" in text)
-    if not (sig or status or died):
+def sandbox_end(error: BaseException | None) -> dict[str, Any] | None:
+    """How a sandbox ended, from a :class:`~sandfleet.errors.SandboxDiedError`'s ``end`` (its
+    owner saw it: fields None or 0 where it did not): ``exit_status``, ``signal``,
+    ``oom_kills``, ``own_limit_reached``, ``state_dir_gone``, ``text`` (the error without its
+    log's tail). None for any other error."""
+    if not isinstance(error, SandboxDiedError):
         return None
-    head = _LOG.split(text)[0].rstrip("; ")
+    end = error.end
     return {
-        "exit_status": int(status.group(1)) if status else None,
-        "signal": sig.group(1) if sig else None,
-        "oom_kills": _oom_kills(text),
-        "own_limit_reached": None if not _oom_kills(text) else "own memory limit was never reached" not in text,
-        "state_dir_gone": "state directory is gone" in text,
-        "text": head[:LOG_TAIL_CHARS],
+        "exit_status": end.exit_status if end else None,
+        "signal": end.signal if end else None,
+        "oom_kills": end.oom_kills if end else 0,
+        "own_limit_reached": end.own_limit_reached if end and end.oom_kills else None,
+        "state_dir_gone": end.state_dir_gone if end else False,
+        "text": error.head.rstrip("; ")[:LOG_TAIL_CHARS],
     }
 
 
-def log_tail(error: str | None, output: str = "") -> str:
-    """The sandbox log's tail where the error quotes it, else the error's or output's tail."""
-    text = error or ""
-    m = _LOG.search(text)
-    if m:
-        return m.group(1).strip()[-LOG_TAIL_CHARS:]
+def log_tail(error: BaseException | None, text: str | None, output: str = "") -> str:
+    """The sandbox log's tail a dead sandbox's ``error`` carries, else the tail of the recorded
+    error ``text`` or of ``output``."""
+    end = error.end if isinstance(error, SandboxDiedError) else None
+    if end is not None and end.log_tail:
+        return end.log_tail[-LOG_TAIL_CHARS:]
     return (text or output)[-LOG_TAIL_CHARS:]
 
 
-def settle(result: RolloutResult) -> Verdict:
-    """Give ``result`` its verdict (once): sets ``verdict``, ``fault`` (the evidence, on a
-    fault) and the reward (0.0 for a policy fault, None for an infra fault)."""
-    if result.verdict is not None:
-        return result.verdict
+@dataclass(frozen=True)
+class Ruling:
+    """A rollout's verdict, decided once (:func:`rule`): the ``verdict``, its ``cause``, the
+    evidence (``fault``, None when scored) and the ``reward`` it leaves (None: masked)."""
+
+    verdict: Verdict
+    cause: str
+    fault: dict[str, Any] | None
+    reward: float | None
+
+
+def rule(result: RolloutResult, error: BaseException | None = None) -> Ruling:
+    """The ruling on ``result``, ended with ``error`` (None: from its recorded reason code)."""
     phase = result.info.get("phase")
-    cause = cause_of(result.status, result.reason, result.error, phase, reward=result.reward,
+    cause = cause_of(result.status, result.reason, error, phase, reward=result.reward,
                      outside_share=verifier_outside_share(result),
                      load_sensitive=bool(result.info.get("load_sensitive")))
     verdict = verdict_of_cause(cause)
-    result.verdict = verdict
     if verdict == SCORED:
-        result.fault = None
-        return verdict
+        return Ruling(verdict, cause, None, result.reward)
     if cause == "host_contention":
         phase = "verifier"
-    result.fault = {
+    fault = {
         "cause": cause, "phase": phase, "reason": result.reason,
-        "sandbox_end": sandbox_end(result.error),
-        "log_tail": log_tail(result.error or result.info.get("reward_error"), result.verifier_output),
+        "sandbox_end": sandbox_end(error),
+        "log_tail": log_tail(error, result.error or result.info.get("reward_error"), result.verifier_output),
         **({"contention": result.contention.get("verifier"), "tests_reward": result.reward}
            if cause == "host_contention" else {}),
     }  # fmt: skip
-    if verdict == INFRA:
-        result.reward, result.reward_details, result.advantage = None, {}, None
-    elif result.reward is None:
-        result.reward = 0.0
-    return verdict
+    reward = None if verdict == INFRA else (0.0 if result.reward is None else result.reward)
+    return Ruling(verdict, cause, fault, reward)
+
+
+def settle(result: RolloutResult, error: BaseException | None = None) -> Verdict:
+    """Give ``result`` its verdict, once (a settled result keeps its own): ``verdict``,
+    ``fault`` (the evidence, on a fault) and the reward (0.0 for a policy fault, None for an
+    infra fault). ``error`` is what it failed with, where the caller has it."""
+    if result.verdict is not None:
+        return result.verdict
+    ruling = rule(result, error)
+    result.verdict, result.fault, result.reward = ruling.verdict, ruling.fault, ruling.reward
+    if ruling.verdict == INFRA:
+        result.reward_details, result.advantage = {}, None
+    return ruling.verdict
+
+
+def verdict_of(result: RolloutResult) -> Verdict:
+    """The verdict ``result`` was settled to (one made by hand, never settled: settled now
+    from its recorded fields)."""
+    return result.verdict if result.verdict is not None else settle(result)
 
 
 def counted(results: Any) -> list[RolloutResult]:
     """The results that train (scored and policy-fault ones): what pass rates and GRPO
     statistics are computed over."""
-    return [r for r in results if settle(r) != INFRA]
+    return [r for r in results if verdict_of(r) != INFRA]
 
 
 def verdict_counts(results: Any) -> dict[str, int]:
     """How many results got each verdict (every verdict present, 0 included)."""
     out: dict[str, int] = dict.fromkeys(VERDICTS, 0)
     for r in results:
-        out[settle(r)] += 1
+        out[verdict_of(r)] += 1
     return out

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import IO
 
 from sandfleet.agent.client import AgentClient
-from sandfleet.errors import SandboxDiedError
+from sandfleet.errors import SandboxDiedError, SandboxEnd
 from sandfleet.reaping import adopt_children, reap_group, reap_group_nowait, wait_adopted
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
@@ -32,10 +32,6 @@ def _pidfd_works() -> bool:
 
 PIDFD = _pidfd_works()
 """This kernel has pidfds (Linux 5.3+)."""
-OOM_OUTSIDE = "its own memory limit was never reached (killed by an OOM killer outside its cgroup)"
-"""Said of a sandbox whose processes were OOM-killed while its own memory limit was never hit
-(cgroup v2 ``memory.events`` ``oom`` 0): the host's or a parent cgroup's OOM killer, not the
-sandbox's own memory (rollout/verdict.py: an infra fault)."""
 LOG_TAIL = 600
 """Bytes of a dead sandbox's agent.log put in its error."""
 
@@ -182,38 +178,35 @@ class LocalSandbox(AgentSandbox):
         self.cgroup = cg
         agent.client.describe_death = self._death_detail
 
-    async def _death_detail(self) -> str:
+    async def _death_detail(self) -> SandboxEnd:
         """How the sandbox's process ended (waited for a moment: the stream ends first), its
-        memory cgroup's OOM kills and its log's tail: the cause of a death, in its error."""
+        memory cgroup's OOM kills and its log's tail: the cause of a death, carried by its
+        error (:class:`~sandfleet.errors.SandboxEnd`; rollout/verdict.py reads it)."""
         proc = self.agent.proc
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(0.5):
                 await proc.wait()
         rc = proc.returncode
-        if rc is None:
-            parts = ["its process is still running"]
-        elif rc < 0:
+        status: int | None = None
+        sig: str | None = None
+        if rc is not None and rc < 0:
             try:
-                name = signal.Signals(-rc).name
+                sig = signal.Signals(-rc).name
             except ValueError:
-                name = f"signal {-rc}"
-            parts = [f"its process was killed by {name}"]
-        else:
-            parts = [f"its process exited with status {rc}"]
+                sig = f"signal {-rc}"
+        elif rc is not None:
+            status = rc
+        kills, own = 0, None
         if self.cgroup is not None:
             events = self.cgroup.memory_events()
             kills = events.get("oom_kill", 0)
-            if kills:
-                parts.append(f"{kills} OOM kill(s) in its memory cgroup")
-                if "oom" in events and not events["oom"]:  # v2: its own limit never hit
-                    parts.append(OOM_OUTSIDE)
-        if not self.dir.exists():
-            parts.append("its state directory is gone (reaped by another process?)")
+            if kills:  # v2's "oom" 0: its own limit never hit (an OOM killer outside its cgroup)
+                own = not ("oom" in events and not events["oom"])
+        tail = ""
         with contextlib.suppress(OSError):
             tail = self.agent.log.read_bytes()[-LOG_TAIL:].decode(errors="replace").strip()
-            if tail:
-                parts.append(f"its log ends: {tail}")
-        return "; ".join(parts)
+        return SandboxEnd(exit_status=status, signal=sig, running=rc is None, oom_kills=kills, own_limit_reached=own,
+                          state_dir_gone=not self.dir.exists(), log_tail=tail)
 
     async def close(self) -> None:
         if self._closed:

@@ -170,6 +170,8 @@ class AgentSandbox:
             err = self.client.error
             if isinstance(err, SandboxUnresponsiveError):  # keep the reason: agent_unresponsive
                 raise SandboxUnresponsiveError(f"sandbox {self.id} is dead: {err}")
+            if isinstance(err, SandboxDiedError):  # keep how it ended (rollout/verdict.py reads it)
+                raise SandboxDiedError(str(err), end=err.end, head=err.head)
             raise SandboxDiedError(str(err) if err is not None else f"sandbox {self.id} died")
 
     def _path(self, path: str) -> str:

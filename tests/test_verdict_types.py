@@ -1,0 +1,124 @@
+"""Verdicts from types (issue 43): each error carries its cause, a dead sandbox's error how it
+ended; nothing in rollout/verdict.py reads an exception's name or message."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import sandfleet.errors as errors_module
+from sandfleet.errors import (
+    ConfigError,
+    SandboxDiedError,
+    SandboxEnd,
+    SandboxUnresponsiveError,
+    SandfleetError,
+    ServiceError,
+    from_wire,
+    to_wire,
+)
+from sandfleet.rollout import verdict
+from sandfleet.rollout.runner import failure_reason
+from sandfleet.sandbox import create_sandbox
+from sandfleet.testing.faultpolicies import kill_from_host
+from test_rollout_support import needs_bwrap
+
+VERDICT = Path(verdict.__file__)
+
+
+def test_no_verdict_code_reads_an_exceptions_name_or_message() -> None:
+    """No ``__name__``/``__class__``/``.args``, no ``str(...)``/``type(...)``/``repr(...)``, no
+    regular expression in rollout/verdict.py."""
+    tree = ast.parse(VERDICT.read_text())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("__name__", "__class__", "__qualname__", "args"):
+            found.append(f"{node.lineno}: .{node.attr}")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("str", "type", "repr",
+                                                                                              "format"):
+            found.append(f"{node.lineno}: {node.func.id}()")
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+            if "re" in names or "traceback" in names:
+                found.append(f"{node.lineno}: import {names}")
+        elif isinstance(node, ast.JoinedStr):  # an f-string could quote an error
+            found.append(f"{node.lineno}: f-string")
+    assert not found, found
+
+
+def _classes() -> list[type[SandfleetError]]:
+    out, todo = [], [SandfleetError]
+    while todo:
+        cls = todo.pop()
+        out.append(cls)
+        todo += cls.__subclasses__()
+    return out
+
+
+def test_no_reason_code_is_a_class_name() -> None:
+    """The reason codes the verdict looks up are codes, not exception classes' names."""
+    names = {c.__name__ for c in _classes()}
+    assert not names & set(verdict.REASON_CAUSES)
+    assert set(verdict.REASON_CAUSES.values()) <= set(verdict.CAUSES)
+
+
+def test_every_error_class_names_a_cause_of_the_table_or_none() -> None:
+    for cls in _classes():
+        own = cls.__dict__.get("cause")
+        assert own is None or isinstance(own, property) or own in verdict.CAUSES, cls
+        assert isinstance(cls.reason, str) and cls.reason, cls
+    assert errors_module.ImageBuildError.reason == "image_build"  # a class above it says so
+    assert failure_reason(SandboxUnresponsiveError("x")) == "agent_unresponsive"
+    assert failure_reason(ConfigError("x")) == "ConfigError"
+    assert failure_reason(KeyError("x")) == "internal_KeyError"
+
+
+@pytest.mark.parametrize(("end", "cause"), [
+    (None, "sandbox_died"),
+    (SandboxEnd(signal="SIGKILL"), "sandbox_died"),
+    (SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=True), "sandbox_oom"),
+    (SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=False), "sandbox_died"),  # an OOM killer outside
+    (SandboxEnd(exit_status=1, oom_kills=3, own_limit_reached=None), "sandbox_oom"),  # cgroup v1: no "oom" count
+])
+def test_a_dead_sandboxs_cause_is_how_it_ended(end: SandboxEnd | None, cause: str) -> None:
+    e = SandboxDiedError("whatever the text says: 9 OOM kill(s) in its memory cgroup", end=end)
+    assert e.cause == cause
+    assert verdict.cause_of("failed", "sandbox_died", e, "agent") == cause
+    # across the wire (a sandbox of a service) the end travels with it
+    status, code, extra = to_wire(e) or (0, "", {})
+    back = from_wire(status, {"code": code, "message": str(e), **extra})
+    assert isinstance(back, SandboxDiedError) and back.end == end and back.cause == cause
+
+
+def test_an_errors_text_decides_nothing() -> None:
+    """The words of a message are not evidence: a model error that quotes a dead sandbox's
+    words is not a dead sandbox, a service error says service_unreachable whatever it says."""
+    quoting = ServiceError("its process was killed by SIGKILL; 2 OOM kill(s) in its memory cgroup")
+    assert verdict.cause_of("failed", "ServiceError", quoting, "agent") == "service_unreachable"
+    assert verdict.sandbox_end(quoting) is None
+
+
+@needs_bwrap()
+async def test_a_sandbox_killed_from_the_host_carries_how_it_ended() -> None:
+    """A real bwrap sandbox SIGKILLed from the host: its error carries the signal (its owner
+    saw the process end), the same words as before, and the cause sandbox_died."""
+    sb = await create_sandbox(backend="bwrap", ttl_s=120)
+    try:
+        assert (await sb.exec(["true"], timeout=10)).exit_code == 0
+        kill_from_host(sb)
+        with pytest.raises(SandboxDiedError) as info:
+            for _ in range(50):
+                await sb.exec(["true"], timeout=10)
+        with pytest.raises(SandboxDiedError) as again:  # a later call on the dead sandbox: the same evidence
+            await sb.exec(["true"], timeout=10)
+        assert again.value.end == info.value.end and again.value is not info.value
+    finally:
+        await sb.close()
+    e = info.value
+    assert e.end is not None and e.end.signal == "SIGKILL" and e.end.oom_kills == 0, e.end
+    assert "its process was killed by SIGKILL" in str(e) and e.head in str(e)
+    assert e.cause == "sandbox_died" and failure_reason(e) == "sandbox_died"
+    fault = verdict.sandbox_end(e)
+    assert fault is not None and fault["signal"] == "SIGKILL" and "its log ends" not in fault["text"]

@@ -12,6 +12,7 @@ import sys
 import textwrap
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,6 +118,57 @@ def with_python_base_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPa
     return python_base_cache
 
 
+class RunningServices:
+    """The ``sandfleet serve`` processes a test session shares (issue 43): one per set of
+    arguments, started when a module first asks for it and stopped (drained) at the end of the
+    session. Each module gets a view of it with two tokens no other module holds, so what one
+    module creates is not in another's listings, quota or sandbox ids (the service keeps them per
+    token); /metrics and serve.log are the whole service's (read them before and after, or start
+    a service of the module's own). A module that needs flags of its own, a service it stops or
+    kills, or an empty service (leftovers after it ends) starts its own with ``running_service``."""
+
+    TOKENS = 128
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.started: dict[tuple[str, ...], Any] = {}
+        self.handed: dict[tuple[str, ...], int] = {}
+
+    def view(self, *args: str) -> Any:
+        """The shared service of ``args`` (started if it is not running), with two tokens of this
+        module's own."""
+        import dataclasses
+
+        from sandfleet.server.testing import start_service, write_tokens
+
+        svc = self.started.get(args)
+        if svc is None or svc.proc.poll() is not None:
+            d = self.root / f"service-{len(self.started)}-{svc is not None}"
+            d.mkdir(parents=True)
+            tokens = write_tokens(d / "tokens", self.TOKENS)
+            svc = self.started[args] = start_service(d, args=args, tokens=tokens)
+            self.handed[args] = 0
+        i = self.handed[args]
+        if i + 2 > len(svc.tokens):
+            raise RuntimeError(f"the shared service {args} has handed out all its {self.TOKENS} tokens")
+        self.handed[args] = i + 2
+        return dataclasses.replace(svc, tokens=svc.tokens[i:i + 2])
+
+    def stop(self) -> None:
+        for svc in self.started.values():
+            svc.stop()
+
+
+@pytest.fixture(scope="session")
+def running_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServices]:
+    """:class:`RunningServices`: ``running_services.view("--max-ttl", "900")`` in a module's fixture."""
+    services = RunningServices(tmp_path_factory.mktemp("services"))
+    try:
+        yield services
+    finally:
+        services.stop()
+
+
 # --- the quick tier (scripts/test.sh --quick) --------------------------------------------------
 # A test that starts a sandbox or a server gets the `sandbox` marker, found here from the source
 # of the test, of the fixtures it uses and of the helpers they call (in its module, and in the
@@ -129,7 +181,7 @@ def with_python_base_cache(python_base_cache: Path, monkeypatch: pytest.MonkeyPa
 
 TESTS = Path(__file__).resolve().parent
 SANDBOX_FIXTURES = frozenset({"sb", "isb", "backend", "isolated_backend", "python_base_cache",
-                              "with_python_base_cache"})
+                              "with_python_base_cache", "running_services"})
 """Fixtures (above) that start a sandbox or build an image."""
 STARTS = re.compile(
     r"create_sandbox|SyncSandbox|AsyncSandbox|Sandbox\(|sandbox_from|start_service|run_suite|run_group"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -16,13 +15,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
 
 if importlib.util.find_spec("fastapi") is not None:
-    from sandfleet.server.testing import RunningService, running_service
+    from sandfleet.server.testing import RunningService
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("e2b"), args=["--max-ttl", "900"]) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view("--max-ttl", "900")
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import asyncio
 import base64
 import importlib.util
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,9 @@ if importlib.util.find_spec("fastapi") is not None:
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("e2b-ci"), args=["--max-ttl", "900"]) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view("--max-ttl", "900")
 
 
 @pytest.fixture

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +26,9 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    from sandfleet.server.testing import running_service
-
-    with running_service(tmp_path_factory.mktemp("service")) as svc:
-        yield svc
+def service(running_services: Any) -> Any:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
 
 
 async def test_miles_run_slime_sandbox_and_mini_on_the_service(tmp_path: Path, service: Any,

@@ -20,8 +20,8 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -33,13 +33,13 @@ pytestmark = [
 ]
 
 if importlib.util.find_spec("fastapi") is not None:
-    from sandfleet.server.testing import RunningService, leftovers, running_service
+    from sandfleet.server.testing import RunningService, leftovers
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("nemogym")) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
 
 
 DRIVER = """

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +23,9 @@ REMOTE = "remote"
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One real service for the module: 127.0.0.1, an ephemeral port, a 0600 token file."""
-    from sandfleet.server.testing import running_service
-
-    with running_service(tmp_path_factory.mktemp("service")) as svc:
-        yield svc
+def service(running_services: Any) -> Any:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
 
 
 @pytest.fixture(params=[*BACKENDS, REMOTE])

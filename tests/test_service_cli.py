@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,13 +19,13 @@ pytestmark = pytest.mark.skipif(importlib.util.find_spec("fastapi") is None,
                                 reason="the service needs the server extra (pip install -e '.[server]')")
 
 if importlib.util.find_spec("fastapi") is not None:
-    from sandfleet.server.testing import RunningService, leftovers, running_service
+    from sandfleet.server.testing import RunningService, leftovers
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("svc")) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
 
 
 def created(svc: RunningService) -> float:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import threading
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
@@ -29,13 +28,13 @@ pytestmark = [
 ]
 
 if importlib.util.find_spec("fastapi") is not None:
-    from sandfleet.server.testing import RunningService, running_service
+    from sandfleet.server.testing import RunningService
 
 
 @pytest.fixture(scope="module")
-def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
-    with running_service(tmp_path_factory.mktemp("verl")) as s:
-        yield s
+def svc(running_services: Any) -> RunningService:
+    """The session's shared service, with two tokens of this module's own (tests/conftest.py)."""
+    return running_services.view()
 
 
 TESTS = {"inputs": ["1 2\n", "10 -3\n", "0 0\n"], "outputs": ["3\n", "7\n", "0\n"]}

@@ -10,7 +10,11 @@ Settings a trainer can't pass per call come from the environment:
   the non-root ``agent``);
 - ``SANDFLEET_REMOTE``: the URL of a sandfleet service (``sandfleet serve``, token in
   ``$SANDFLEET_TOKEN``; docs/service.md) that makes every sandbox instead of this host;
-- ``SANDFLEET_RAY``: refused until sandfleet's Ray cluster lands.
+- ``SANDFLEET_RAY``: refused until sandfleet's Ray cluster lands;
+- ``SANDFLEET_RECORD_DIR``: a folder (the training run's output) where every rollout's record
+  is appended to ``records.jsonl`` as it ends, so that ``sandfleet replay FOLDER`` runs a
+  rollout seen in training again (docs/replay.md); ``SANDFLEET_RECORD``: ``commands``
+  (default) or ``full`` (the model's messages too).
 """
 
 from __future__ import annotations
@@ -45,11 +49,22 @@ class Settings:
     network: bool = False
     agent_user: str | None = None
     remote: str | None = None
+    record_dir: str | None = None
+    """Where each rollout's record is appended (``records.jsonl``); None: no record."""
+    record: str = "commands"
+    """What a record keeps: ``commands`` or ``full`` (docs/replay.md)."""
 
     def __post_init__(self) -> None:
         if self.backend != "auto" and self.backend not in BACKENDS:  # refused before any rollout
             raise ConfigError(f"unknown backend {self.backend!r} ($SANDFLEET_BACKEND); known: auto, "
                               f"{', '.join(BACKENDS)}")
+        if self.record not in ("commands", "full"):
+            raise ConfigError(f"unknown record mode {self.record!r} ($SANDFLEET_RECORD); known: commands, full")
+
+    @property
+    def record_mode(self) -> str:
+        """The rollouts' record mode: ``none`` without a ``record_dir``."""
+        return self.record if self.record_dir else "none"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
@@ -61,6 +76,8 @@ class Settings:
             network=env.get("SANDFLEET_NETWORK", "0").lower() in ("1", "true", "yes"),
             agent_user=env.get("SANDFLEET_AGENT_USER") or None,
             remote=env.get("SANDFLEET_REMOTE") or None,
+            record_dir=env.get("SANDFLEET_RECORD_DIR") or None,
+            record=env.get("SANDFLEET_RECORD") or "commands",
         )
         return cls(**{**made.__dict__, **{k: v for k, v in overrides.items() if v is not None}})
 
@@ -175,12 +192,49 @@ async def run_task(task: Task, policy: Policy, settings: Settings, *, rollout_id
     """One rollout of ``task`` by ``policy`` in a fresh sandbox: sandfleet's runner (spans,
     verifier, reward), tracked so that ``abort`` can end it. With ``settings.remote`` the
     sandboxes are the service's; it must have the task's image (it is looked up by name:
-    build it there, or share the image cache)."""
+    build it there, or share the image cache). With ``settings.record_dir`` its record is
+    appended there (:func:`keep_record`)."""
     async with sandboxes_on(settings.remote):
         image = await task_image(task)
         spec = task_spec(task, image, settings.backend, network=settings.network, agent_user=settings.agent_user)
-        req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group, rollout_id=rollout_id)
-        return await LIVE.track(run_rollout(req))
+        if rollout_id is None and settings.record_dir:
+            rollout_id = recorded_id(task, sample)
+        req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group, rollout_id=rollout_id,
+                             record=settings.record_mode)
+        result = await LIVE.track(run_rollout(req))
+        keep_record(result, settings)
+        return result
+
+
+def recorded_id(task: Task, n: int) -> str:
+    """A rollout id no other rollout of this training run has: its record is found by it."""
+    import uuid
+
+    return f"{task.name}#{n}-{uuid.uuid4().hex[:8]}"
+
+
+_RECORDS_LOCK = threading.Lock()
+
+
+def keep_record(result: RolloutResult, settings: Settings) -> None:
+    """Append the rollout's record to ``settings.record_dir``/records.jsonl (one write of one
+    line, as ``sandfleet run`` writes it: a kill loses only the rollouts in flight)."""
+    if not settings.record_dir or result.record is None:
+        return
+    import json
+
+    line = (json.dumps(result.record) + "\n").encode()
+    folder = Path(settings.record_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with _RECORDS_LOCK:
+            fd = os.open(folder / "records.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+    except OSError as e:  # a record never fails a rollout
+        log.warning("no record of %s written to %s: %s", result.rollout_id, folder, e)
 
 
 def span_seconds(result: RolloutResult) -> dict[str, float]:

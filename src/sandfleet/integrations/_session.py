@@ -22,6 +22,7 @@ from typing import Any
 from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.chat import ChatReply
 from sandfleet.rollout.policy import AgentContext, Model
+from sandfleet.rollout.replay import register_rebuilder
 
 
 @dataclass
@@ -60,6 +61,10 @@ class SessionPolicy(OpenAIPolicy):
         """The conversation so far (the prompt, replies, command outputs)."""
         self.turns: list[Turn] = []
 
+    def replay_args(self) -> dict[str, Any]:
+        """What its record keeps to make it again (docs/replay.md): the prompt it was given."""
+        return {"prompt": self.prompt}
+
     def initial_messages(self, ctx: AgentContext) -> list[dict[str, Any]]:
         """The prompt as given when it is a messages list; else sandfleet's system prompt and
         the prompt text (or the task's instruction)."""
@@ -76,3 +81,14 @@ class SessionPolicy(OpenAIPolicy):
         message = echoed(reply.raw_choice["message"])
         self.turns.append(Turn(len(messages), message, reply.raw_choice, use_tools))
         messages.append(message)
+
+
+def _rebuild(desc: dict[str, Any], model: Model, config: AgentConfig) -> SessionPolicy:
+    """A recorded session policy, made again over ``model`` (replay's, answering from the record)."""
+    policy = SessionPolicy("", (desc.get("args") or {}).get("prompt"), model=model,
+                           request_kwargs=desc.get("extra_body"), config=config)
+    policy.name = str(desc.get("name") or policy.name)
+    return policy
+
+
+register_rebuilder(SessionPolicy.__name__, _rebuild)

@@ -44,7 +44,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandfleet.integrations._common import LIVE, Settings, resolve_task, sandboxes_on, task_image
+from sandfleet.integrations._common import (
+    LIVE,
+    Settings,
+    keep_record,
+    recorded_id,
+    resolve_task,
+    sandboxes_on,
+    task_image,
+)
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
@@ -128,11 +136,14 @@ class Runner:
             if self.cpus is not None:
                 spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
             n = next(self._ids)
+            rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
             req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group or task.name,
-                                 run_id=self.run_id, rollout_id=f"{task.name}#{n}")  # fmt: skip
+                                 run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
 
             def record(r: RolloutResult) -> None:
                 r.info.update(info or {})
+                if r.final:  # the rollout's last attempt: its record (docs/replay.md)
+                    keep_record(r, self.settings)
                 if self.on_result is not None:
                     self.on_result(r)
 

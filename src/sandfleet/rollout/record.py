@@ -298,6 +298,9 @@ def describe_policy(policy: Policy) -> dict[str, Any]:
     out: dict[str, Any] = {"name": policy.name, "class": type(policy).__qualname__}
     if isinstance(policy, OpenAIPolicy):
         out.update(model=policy.model, config=dataclasses.asdict(policy.config), extra_body=policy.extra_body)
+    args = getattr(policy, "replay_args", None)
+    if callable(args):  # what a policy of its own needs to be made again (rollout/replay.py, REBUILDERS)
+        out["args"] = plain(args())
     elif isinstance(policy, ScriptedPolicy):
         out["commands"] = list(policy.commands)
     return out

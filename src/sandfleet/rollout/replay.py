@@ -14,7 +14,7 @@ after recording (tampered: replayed, and the replay diverges at the first of the
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Unpack
@@ -161,10 +161,26 @@ class _RecordedCommands:
         return "done"
 
 
+Rebuilder = Callable[[dict[str, Any], "ReplayModel", AgentConfig], Policy]
+REBUILDERS: dict[str, Rebuilder] = {}
+"""Agent-loop policies of other layers (an integration's session policy), by their recorded
+``class``: each makes the policy again from its record's ``policy`` (with the ``args`` its
+``replay_args()`` gave), over the replay's model and recorded config. Registered with
+:func:`register_rebuilder` where the class is defined; ``sandfleet replay`` imports them."""
+
+
+def register_rebuilder(cls_name: str, build: Rebuilder) -> None:
+    REBUILDERS[cls_name] = build
+
+
 def rebuild_policy(record: dict[str, Any], state: ReplayState) -> Policy:
     """The recorded policy, its model (if any) answering from the record."""
     desc = record.get("policy") or {}
     name = str(desc.get("name", ""))
+    build = REBUILDERS.get(str(desc.get("class")))
+    if build is not None and "config" in desc:
+        fields = set(AgentConfig.__dataclass_fields__)
+        return build(desc, ReplayModel(state), AgentConfig(**{k: v for k, v in desc["config"].items() if k in fields}))
     if name == "oracle":
         return OraclePolicy()
     if name == "noop":

@@ -5,8 +5,9 @@ the clear refusals of what sandfleet does not serve.
 - ``create_snapshot``: a sandfleet snapshot (its filesystem; memory where the backend saves
   it). Its id is a template: ``Sandbox.create(template=<snapshot id>)`` starts a sandbox
   from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own.
-- ``Sandbox.fork``: a snapshot of the sandbox, then ``count`` sandboxes from it (the
-  snapshot is kept, listed as ``fork-of-<id>``: the children's roots stack on its layer).
+- ``Sandbox.fork``: ``Sandbox.branch(count)`` (docs/branching.md): the children continue
+  from the sandbox's state now and the sandbox keeps running; processes running in it that
+  the backend can't carry (bwrap, gvisor) are refused by name (409), never lost silently.
 - ``pause(mode="filesystem")`` and resume: ``e2b_pause``; a pause with memory and
   ``update_network`` answer 501 "<feature> is not supported by sandfleet" with what to do
   instead; the SDK raises it as a SandboxException.
@@ -15,6 +16,7 @@ the clear refusals of what sandfleet does not serve.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +24,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 import sandfleet.server.dialects.e2b.pause as e2b_pause
+from sandfleet.errors import HostUnsupportedError
 from sandfleet.server.dialects.e2b.metrics import metrics
 from sandfleet.server.dialects.e2b.wire import CPError, cp_error, unsupported
 
@@ -101,22 +104,18 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
             raise CPError(400, "count and timeout are numbers") from None
         if not 1 <= count <= 64:
             raise CPError(400, f"count {count} is not 1..64")
-        try:
-            snap_id, _ = await service.snapshot(owner, e.sb.id)
-        except NotImplementedError as err:
-            raise unsupported("fork", f"{err} (this service's backend has no snapshots)") from None
+        try:  # the same primitive as POST /v1/sandboxes/{sid}/branch
+            made, _ = await service.branch(owner, e.sb.id, count, processes="error", deadline_ms=None)
+        except HostUnsupportedError as err:
+            raise unsupported("fork", f"{err}") from None
         except Exception as err:
             raise cp_error(err) from None
-        try:
-            kids = await service.fork(owner, snap_id, count, ttl_s=timeout, labels=None, deadline_ms=None)
-        except Exception as err:
-            service.delete_snapshot(owner, snap_id)
-            raise cp_error(err) from None
-        # kept: the children's root stacks on its layer (a snapshot of a child names it too);
-        # list_snapshots shows it, delete_snapshot drops it, the service's stop removes it
-        e2b.snapshot_names[snap_id] = f"fork-of-{sid}"
+        if timeout is not None:
+            timeout = min(timeout, service.config.max_ttl_s)
+            for k in made:
+                k.expires = time.monotonic() + timeout
         parent = e2b.box(e)
-        return [{"sandbox": e2b.sandbox_body(e2b.adopt(k, parent.template, dict(parent.metadata)))} for k in kids]
+        return [{"sandbox": e2b.sandbox_body(e2b.adopt(k, parent.template, dict(parent.metadata)))} for k in made]
 
     def refuse(feature: str, why: str) -> Route:
         async def route(request: Request) -> Any:

@@ -131,7 +131,17 @@ async def test_the_example_branches_at_turn_2_into_4(tmp_path: Path, backend: st
     firsts = [m for m in model.requests if sum(x["role"] == "assistant" for x in m["messages"]) == 2]
     assert sorted(m.get("seed") for m in firsts) == [0, 1, 2, 3]  # each child's first request: its own seed
     check_example(tmp_path, lines(tmp_path / "rollouts.jsonl"))
-    if backend == "bwrap":  # a leaf's record is refused by replay, saying why
+    if backend == "bwrap":  # analyze draws the tree and counts the work saved; replay refuses a leaf
+        res = CliRunner().invoke(cli, ["analyze", str(tmp_path), "--json", "--html", str(tmp_path / "r.html")])
+        assert res.exit_code == 0, res.output
+        ws = json.loads(res.output)["trees"]["A"]["work_saved"]
+        assert (ws["trees"], ws["leaves"], ws["branches"]) == (1, 4, 1)
+        assert ws["ran"]["commands"] == 10 and ws["independent"]["commands"] == 16 and ws["saved"]["commands"] == 6
+        assert ws["ran"]["model_calls"] == 14 and ws["saved"]["model_calls"] == 6  # the prefix's 2 calls, 3 more times
+        assert ws["saved"]["model_tokens"] > 0 and ws["saved"]["command_s"] > 0
+        html = (tmp_path / "r.html").read_text()
+        assert "tree branch-demo#0" in html and html.count("reward 1.0") == 2 and html.count("reward 0.0") == 2
+        assert html.count("echo prefix-one") == 1 and all(f"echo child-{k}" in html for k in range(4))
         for record in lines(tmp_path / "records.jsonl"):
             why = check_record(record).refused
             assert len(why) == 1 and why[0].startswith("a leaf of a branched rollout (tree branch-demo#0, node 0."), why

@@ -23,6 +23,7 @@ from sandfleet.analysis.fmt import num as _f
 from sandfleet.analysis.fmt import pct as _pct
 from sandfleet.analysis.report import LABELS
 from sandfleet.analysis.trace import Run
+from sandfleet.analysis.trees import trees_html
 from sandfleet.traceschema import SPAN_NAMES
 
 if TYPE_CHECKING:
@@ -266,6 +267,8 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
     else:
         parts.append(_omitted("group-wait", "no group has a completed rollout that took time"))
     parts.append(_staleness_html(a, labs))
+    for lab in labs:  # the trees of a --branch run, drawn, and the work they saved
+        parts.append(trees_html((a.get("trees") or {}).get(lab)))
     parts.append(
         "<h2>Provenance</h2><details><summary>Where and from what this report was made</summary>"
         f"<pre>{escape(json.dumps(a.get('provenance'), indent=2))}</pre></details>"

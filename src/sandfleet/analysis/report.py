@@ -42,6 +42,7 @@ from typing import Any
 import sandfleet.analysis.breakdown as bd
 import sandfleet.analysis.figures as fg
 from sandfleet.analysis.trace import STATUSES, VERDICTS, Run, final_attempts
+from sandfleet.analysis.trees import tree_figures
 from sandfleet.errors import ConfigError
 from sandfleet.provenance import provenance
 from sandfleet.stats import percentile
@@ -232,6 +233,7 @@ def analyze(
         lab: [_num(x) for x in w.per_rollout] for lab, w in waits.items()
     }
     out["staleness"] = _staleness(runs, labels, step_time_s, staleness_bound)
+    out["trees"] = {lab: tree_figures(final_attempts(run.rollouts)) for lab, run in pairs}  # --branch runs
     return out
 
 

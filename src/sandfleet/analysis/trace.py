@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
-from sandfleet.traceschema import SCHEMA, SPAN_NAMES
+from sandfleet.traceschema import LINEAGE, SCHEMA, SPAN_NAMES
 
 STATUSES = ("completed", "failed", "cancelled")
 VERDICTS = ("scored", "policy_fault", "infra_fault")
@@ -76,6 +76,9 @@ class Rollout:
     contention: Mapping[str, Any] | None = None
     """Per phase (``agent``, ``verifier``) the sandbox's contention figures, or None
     (docs/rollouts.md, "Contention"); None where the trace has none."""
+    lineage: Mapping[str, Any] | None = None
+    """A leaf of a branched rollout: ``tree_id``, ``node_id``, ``parent_node``,
+    ``branch_turn`` (docs/trace-schema.md); None for a straight rollout."""
 
     @property
     def masked(self) -> bool:
@@ -89,8 +92,9 @@ class Rollout:
     def key(self) -> tuple[str, str]:
         """What identifies the rollout across its attempts: its group and sample, or, when
         the trace has no sample, its ``rollout_id`` without the ``~N`` attempt suffix."""
-        if self.sample is not None:
-            return self.group, f"sample {self.sample}"
+        if self.sample is not None:  # a tree's leaves share their tree's sample: the node tells them apart
+            node = f" node {self.lineage['node_id']}" if self.lineage else ""
+            return self.group, f"sample {self.sample}{node}"
         return self.group, _ATTEMPT_SUFFIX.sub("", self.rollout_id)
 
     def span_seconds(self) -> dict[str, float]:
@@ -221,6 +225,7 @@ def parse_rollout(obj: Any, default_id: str = "?") -> Rollout:
         verdict=verdict,
         cause=str(fault["cause"]) if isinstance(fault := obj.get("fault"), dict) and fault.get("cause") else None,
         contention=obj["contention"] if isinstance(obj.get("contention"), dict) else None,
+        lineage={k: obj.get(k) for k in LINEAGE} if obj.get("tree_id") and obj.get("node_id") else None,
     )
 
 

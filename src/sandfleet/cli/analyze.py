@@ -174,6 +174,15 @@ def render_text(a: dict[str, Any]) -> str:
             ],
         )
     )
+    for lab in labs:  # a --branch run: the work its trees did not redo (docs/figures.md)
+        tf = (a.get("trees") or {}).get(lab)
+        if tf:
+            ws = tf["work_saved"]
+            out.append(f"\nTrees of run {lab}: {ws['trees']} trees, {ws['leaves']} leaves, {ws['branches']} branches "
+                       f"({_f(ws['branch_s'])} s); work saved against independent rollouts to the same leaves")
+            out.append(table(["work", "ran", "independent", "saved", "saved share"],
+                             [[k, f"{ws['ran'][k]:.6g}", f"{ws['independent'][k]:.6g}", f"{ws['saved'][k]:.6g}",
+                               _pct(ws["saved_fraction"][k])] for k in ws["ran"]]))
     st = a["staleness"]
     given = "given" if st["step_time_given"] else "the step time run A's bound allows"
     out.append(

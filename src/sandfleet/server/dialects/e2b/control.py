@@ -8,7 +8,8 @@ the clear refusals of what sandfleet does not serve.
 - ``Sandbox.fork``: ``Sandbox.branch(count)`` (docs/branching.md): the children continue
   from the sandbox's state now and the sandbox keeps running; processes running in it that
   the backend can't carry (bwrap, gvisor) are refused by name (409), never lost silently.
-- ``pause(mode="filesystem")`` and resume: ``e2b_pause``; a pause with memory and
+- ``pause(mode="filesystem")`` and resume: ``e2b_pause`` (``/resume`` is connect's, in
+  :mod:`.dialect`); a pause with memory and
   ``update_network`` answer 501 "<feature> is not supported by sandfleet" with what to do
   instead; the SDK raises it as a SandboxException.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -26,10 +27,8 @@ from fastapi.responses import Response
 import sandfleet.server.dialects.e2b.pause as e2b_pause
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.server.dialects.e2b.metrics import metrics
+from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import CPError, cp_error, unsupported
-
-if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import E2B
 
 Route = Callable[[Request], Awaitable[Any]]
 
@@ -44,7 +43,7 @@ async def _body(request: Request) -> dict[str, Any]:
     return body
 
 
-def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
+def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
     service = e2b.service
 
     async def get_metrics(request: Request) -> Any:
@@ -127,9 +126,6 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
         await e2b_pause.pause(e2b, e2b.owner(request), request.path_params["sid"], await _body(request))
         return Response(status_code=204)
 
-    async def resume(request: Request) -> Any:  # older SDKs; 2.63 resumes through connect
-        return await e2b.connect(request, request.path_params["sid"])
-
     network = refuse("update_network", "a sandbox's network is chosen at create (allow_internet_access)")
     app.add_api_route("/sandboxes/{sid}/metrics", cp(get_metrics), methods=["GET"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/snapshots", cp(snapshot, 201), methods=["POST"], include_in_schema=False)
@@ -137,5 +133,4 @@ def install(app: FastAPI, e2b: E2B, cp: Callable[..., Any]) -> None:
     app.add_api_route("/templates/{tid}", cp(delete_snapshot), methods=["DELETE"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/fork", cp(fork, 201), methods=["POST"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/pause", cp(pause), methods=["POST"], include_in_schema=False)
-    app.add_api_route("/sandboxes/{sid}/resume", cp(resume, 201), methods=["POST"], include_in_schema=False)
     app.add_api_route("/sandboxes/{sid}/network", cp(network), methods=["PUT"], include_in_schema=False)

@@ -3,17 +3,10 @@ control-plane create/connect/list/kill, envd files, and :func:`install`, which a
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import hashlib
-import hmac
 import json
 import logging
-import os
-import secrets
 import time
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -24,125 +17,38 @@ import sandfleet.server.dialects.e2b.control as e2b_control
 import sandfleet.server.dialects.e2b.interpreter as e2b_interpreter
 import sandfleet.server.dialects.e2b.metrics as e2b_metrics
 import sandfleet.server.dialects.e2b.pause as e2b_pause
-from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
-from sandfleet.server.dialects.e2b.fs import FsRPC, Watcher
+from sandfleet.server.dialects.e2b.fs import FsRPC
 from sandfleet.server.dialects.e2b.image import base_image
 from sandfleet.server.dialects.e2b.network import network_limits
-from sandfleet.server.dialects.e2b.pause import Paused
-from sandfleet.server.dialects.e2b.process import Proc, ProcessRPC
+from sandfleet.server.dialects.e2b.process import ProcessRPC
+from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import (
     UNSUPPORTED,
     CPError,
-    EnvdError,
-    NotFound,
     cp_error,
-    cp_response,
-    envd_response,
-    not_found,
-    rfc3339,
+    route,
 )
 from sandfleet.server.kernels import Kernels
-from sandfleet.server.service import Entry, SandboxService
+from sandfleet.server.service import SandboxService
 
 log = logging.getLogger(__name__)
 
-ENVD_VERSION = "0.5.7"
 HOME = "/home/user"
 DEFAULT_TIMEOUT_S = 300
-SANDBOX_URL_HINT = "set-E2B_SANDBOX_URL"
-"""In the ``domain`` of a plain-HTTP service (see :meth:`E2B.domain`; ports.py accepts it)."""
 
 
-@dataclass(eq=False)
-class Box:
-    """What E2B adds to a sandfleet sandbox: its access token, template and processes."""
+class E2B(Boxes):
+    """The E2B dialect: its state (:class:`~.state.Boxes`), the control plane's calls here,
+    and envd's two halves as components, :attr:`process` (process.Process) and :attr:`fs`
+    (filesystem.Filesystem and /files)."""
 
-    token: str
-    template: str
-    metadata: dict[str, str]
-    traffic_token: str = field(default_factory=lambda: secrets.token_urlsafe(18))
-    procs: dict[int, Proc] = field(default_factory=dict)
-    next_pid: int = 1000
-    watchers: dict[str, Watcher] = field(default_factory=dict)
-
-
-class E2B(ProcessRPC, FsRPC):
     def __init__(self, service: SandboxService, tokens: Tokens):
-        self.service = service
-        self.tokens = tokens
-        self.boxes: dict[str, Box] = {}
-        self.snapshot_names: dict[str, str] = {}
-        self.paused: dict[str, Paused] = {}
-        """Paused sandboxes by id (pause with mode "filesystem": a snapshot, resumed by connect)."""
-        self.pause_snaps: set[str] = set()
-        """Snapshots made by pause (not the token's own: list_snapshots leaves them out)."""
-        self.alias: dict[str, str] = {}
-        """A resumed sandbox's E2B id -> its sandfleet id (a resume is a new sandbox)."""
-        self.public: dict[str, str] = {}
-        """The reverse of ``alias``."""
-        self.host = "127.0.0.1"
-        """The service's address as clients reach it (the Host of their last control-plane call)."""
-        self.tls = False
-        """Whether that call came over HTTPS (serve --ssl-certfile)."""
-
-    # -- control plane
-
-    def adopt(self, e: Entry, template: str, metadata: dict[str, str]) -> Entry:
-        """Give a sandbox made here (create, fork) its E2B side: an access token."""
-        for gone in [k for k in self.boxes if k not in self.service.live]:  # expired, deleted through /v1
-            self.forget(gone)
-        if e.sb.id not in self.boxes:
-            self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=template, metadata=metadata)
-        return e
-
-    def real(self, sid: str) -> str:
-        """The sandfleet id behind an E2B sandbox id (they differ once it was paused and resumed)."""
-        return self.alias.get(sid, sid)
-
-    def pub(self, real_id: str) -> str:
-        return self.public.get(real_id, real_id)
-
-    def owner(self, request: Request) -> str:
-        key = request.headers.get("x-api-key")
-        oid = self.tokens.owner(f"Bearer {key}") if key else None
-        if oid is None:
-            raise CPError(401, "Invalid API key: X-API-Key must be a token of this service")
-        self.host = request.headers.get("host") or self.host
-        self.tls = request.url.scheme == "https"
-        return oid
-
-    def domain(self, b: Box) -> str:
-        """What the SDK's get_host(port) appends to "<port>-<id>.": the token as URL userinfo
-        at the service's own address (e2b_ports). Over plain HTTP the userinfo also names
-        E2B_SANDBOX_URL: an SDK without it sends envd calls to https://<port>-<id>.<domain>,
-        and its TLS error quotes that URL, so it says what is missing."""
-        return f"{'' if self.tls else SANDBOX_URL_HINT}:{b.traffic_token}@{self.host}"
-
-    def box(self, e: Entry) -> Box:
-        """The E2B side of a sandbox (made on first use for one created through /v1)."""
-        b = self.boxes.get(e.sb.id)
-        if b is None:
-            b = self.boxes[e.sb.id] = Box(token=secrets.token_urlsafe(24), template=e.spec.image,
-                                          metadata=dict(e.spec.labels))
-        return b
-
-    def sandbox_body(self, e: Entry) -> dict[str, Any]:
-        b = self.box(e)
-        return {"templateID": b.template, "sandboxID": self.pub(e.sb.id), "clientID": "sandfleet", "alias": b.template,
-                "envdVersion": ENVD_VERSION, "envdAccessToken": b.token, "trafficAccessToken": b.traffic_token,
-                "domain": self.domain(b)}
-
-    def listed(self, e: Entry) -> dict[str, Any]:
-        b = self.box(e)
-        lim = e.spec.limits
-        end = time.time() + max(0.0, e.expires - time.monotonic())
-        return {"templateID": b.template, "alias": b.template, "sandboxID": self.pub(e.sb.id), "clientID": "sandfleet",
-                "startedAt": rfc3339(e.created), "endAt": rfc3339(end),
-                "cpuCount": max(1, round(lim.cpus or (os.cpu_count() or 1))),
-                "memoryMB": lim.memory_mib or 0, "diskSizeMB": lim.disk_mib, "state": "running",
-                "envdVersion": ENVD_VERSION, "metadata": b.metadata}
+        super().__init__(service, tokens)
+        self.process = ProcessRPC(self)
+        self.fs = FsRPC(self)
+        self.on_forget.append(e2b_metrics.forget)
 
     async def create(self, request: Request) -> dict[str, Any]:
         owner = self.owner(request)
@@ -190,12 +96,6 @@ class E2B(ProcessRPC, FsRPC):
             raise cp_error(err) from None
         return self.sandbox_body(self.adopt(e, template, metadata))
 
-    def entry(self, owner: str, sid: str) -> Entry:
-        try:
-            return self.service.entry(owner, self.real(sid))
-        except SandfleetError as err:
-            raise cp_error(err) from None
-
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:
         owner = self.owner(request)
         p = self.paused.get(sid)
@@ -215,12 +115,6 @@ class E2B(ProcessRPC, FsRPC):
             if resumed or ttl > e.expires - time.monotonic():
                 self.set_timeout(owner, sid, ttl)
         return self.sandbox_body(e)
-
-    def set_timeout(self, owner: str, sid: str, timeout: Any) -> None:
-        try:
-            self.service.extend(owner, self.real(sid), float(timeout))
-        except Exception as err:
-            raise cp_error(err) from None
 
     def list_sandboxes(self, request: Request) -> Response:
         owner = self.owner(request)
@@ -265,87 +159,12 @@ class E2B(ProcessRPC, FsRPC):
         await self.service.delete_soon(e)
         return Response(status_code=204)
 
-    def forget(self, sid: str) -> None:
-        pub = self.public.pop(sid, None)
-        if pub is not None:
-            self.alias.pop(pub, None)
-        b = self.boxes.pop(sid, None)
-        if b is not None:
-            for p in b.procs.values():
-                if p.task is not None:
-                    p.task.cancel()
-            for w in b.watchers.values():
-                if w.task is not None:
-                    w.task.cancel()
-        e2b_metrics.forget(sid)
-
-    # -- envd
-
-    def signed_sandbox(self, request: Request) -> str:
-        """The sandbox whose access token signed a ``download_url`` / ``upload_url`` (E2B's v1
-        signature: sha256 of path, operation, user, token and expiry); 401 for none, or an
-        expired one. The URL is the service's own ``/files``: no other address is involved."""
-        q = request.query_params
-        op = "read" if request.method == "GET" else "write"
-        exp = q.get("signature_expiration")
-        if exp is not None:
-            if not exp.isdigit():
-                raise CPError(400, "signature_expiration is a Unix time")
-            if int(exp) < time.time():
-                raise CPError(401, "this file URL's signature has expired")
-        for sid, b in list(self.boxes.items()):
-            raw = f"{q.get('path') or ''}:{op}:{q.get('username') or ''}:{b.token}" + (f":{exp}" if exp else "")
-            want = "v1_" + base64.b64encode(hashlib.sha256(raw.encode()).digest()).rstrip(b"=").decode()
-            if hmac.compare_digest(want.encode(), (q.get("signature") or "").encode()):
-                return sid
-        raise CPError(401, f"the signature does not match this file URL's path, user and operation ({op})")
-
-    def user_env(self, e: Entry, user: str | None) -> dict[str, str]:
-        """What envd sets per user: root's HOME is /root (the sandbox's env names the default user's)."""
-        if user in ("root", "0"):
-            return {"HOME": "/root", "USER": "root", "LOGNAME": "root"}
-        return {}
-
-    def envd(self, request: Request) -> tuple[Entry, Box, str | None]:
-        """The sandbox an envd request names, checked against its access token; the user."""
-        sid = self.real(request.headers.get("e2b-sandbox-id") or "")
-        signed = not sid and request.url.path == "/files" and bool(request.query_params.get("signature"))
-        if signed:
-            sid = self.signed_sandbox(request)
-        e = self.service.live.get(sid)
-        b = self.boxes.get(sid)
-        if e is None or b is None or not e.sb.alive:
-            if e is None:
-                self.forget(sid)
-            raise NotFound(sid)
-        tok = request.headers.get("x-access-token") or ""
-        if not signed and not hmac.compare_digest(tok.encode(), b.token.encode()):
-            raise EnvdError("unauthenticated", "a valid X-Access-Token for this sandbox is needed")
-        user = request.query_params.get("username")
-        auth = request.headers.get("authorization") or ""
-        if user is None and auth.lower().startswith("basic "):
-            try:
-                user = base64.b64decode(auth[6:].strip()).decode().split(":", 1)[0] or None
-            except (binascii.Error, UnicodeDecodeError):
-                raise EnvdError("unauthenticated", "a malformed Authorization: Basic header") from None
-        if user == "user":
-            user = None  # E2B's default user is the sandbox's own user
-        return e, b, user
-
-
 def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens, kernels: Kernels) -> E2B:
     """Add the E2B routes to ``app`` (none of them in the schema); the code interpreter's
     cells run in ``kernels``."""
     e2b = E2B(service, tokens)
 
-    def cp(fn: Any, status: int = 200) -> Any:
-        async def route(request: Request) -> Response:
-            try:
-                out = await fn(request)
-            except CPError as err:
-                return cp_response(err)
-            return out if isinstance(out, Response) else JSONResponse(out, status_code=status)
-        return route
+    cp = envd = route  # the control plane's routes and envd's: errors through wire.error_response
 
     async def create(request: Request) -> Any:
         return await e2b.create(request)
@@ -391,34 +210,24 @@ def install_routes(app: FastAPI, service: SandboxService, tokens: Tokens, kernel
                           include_in_schema=False)
         app.add_api_route(f"{prefix}/sandboxes/{{sid}}/connect", cp(connect), methods=["POST"],
                           include_in_schema=False)
+    # older SDKs resume through /resume (2.63 through connect)
+    app.add_api_route("/sandboxes/{sid}/resume", cp(connect, 201), methods=["POST"], include_in_schema=False)
 
-    def envd(fn: Any) -> Any:
-        async def route(request: Request) -> Response:
-            try:
-                out = await fn(request)
-            except NotFound as err:
-                return not_found(str(err))
-            except EnvdError as err:
-                return envd_response(err)
-            except CPError as err:
-                return cp_response(err)
-            return out if isinstance(out, Response) else JSONResponse(out)
-        return route
-
-    rpcs = {"/process.Process/Start": e2b.start, "/process.Process/Connect": e2b.connect_process,
-            "/process.Process/SendSignal": e2b.send_signal, "/process.Process/List": e2b.list_processes,
-            "/process.Process/SendInput": e2b.send_input, "/process.Process/StreamInput": e2b.stream_input,
-            "/process.Process/CloseStdin": e2b.close_stdin, "/process.Process/Update": e2b.update,
-            "/filesystem.Filesystem/ListDir": e2b.list_dir, "/filesystem.Filesystem/Stat": e2b.stat_,
-            "/filesystem.Filesystem/MakeDir": e2b.make_dir, "/filesystem.Filesystem/Remove": e2b.remove,
-            "/filesystem.Filesystem/Move": e2b.move, "/filesystem.Filesystem/WatchDir": e2b.watch_dir,
-            "/filesystem.Filesystem/CreateWatcher": e2b.create_watcher,
-            "/filesystem.Filesystem/GetWatcherEvents": e2b.get_watcher_events,
-            "/filesystem.Filesystem/RemoveWatcher": e2b.remove_watcher}
+    proc, fs = e2b.process, e2b.fs
+    rpcs = {"/process.Process/Start": proc.start, "/process.Process/Connect": proc.connect_process,
+            "/process.Process/SendSignal": proc.send_signal, "/process.Process/List": proc.list_processes,
+            "/process.Process/SendInput": proc.send_input, "/process.Process/StreamInput": proc.stream_input,
+            "/process.Process/CloseStdin": proc.close_stdin, "/process.Process/Update": proc.update,
+            "/filesystem.Filesystem/ListDir": fs.list_dir, "/filesystem.Filesystem/Stat": fs.stat_,
+            "/filesystem.Filesystem/MakeDir": fs.make_dir, "/filesystem.Filesystem/Remove": fs.remove,
+            "/filesystem.Filesystem/Move": fs.move, "/filesystem.Filesystem/WatchDir": fs.watch_dir,
+            "/filesystem.Filesystem/CreateWatcher": fs.create_watcher,
+            "/filesystem.Filesystem/GetWatcherEvents": fs.get_watcher_events,
+            "/filesystem.Filesystem/RemoveWatcher": fs.remove_watcher}
     for path, fn in rpcs.items():
         app.add_api_route(path, envd(fn), methods=["POST"], include_in_schema=False)
-    app.add_api_route("/files", envd(e2b.read), methods=["GET"], include_in_schema=False)
-    app.add_api_route("/files", envd(e2b.write), methods=["POST"], include_in_schema=False)
+    app.add_api_route("/files", envd(fs.read), methods=["GET"], include_in_schema=False)
+    app.add_api_route("/files", envd(fs.write), methods=["POST"], include_in_schema=False)
 
     async def health(request: Request) -> Response:
         e2b.envd(request)

@@ -8,7 +8,6 @@ import gzip
 import posixpath
 import stat
 import zlib
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
@@ -16,6 +15,7 @@ from fastapi.responses import Response
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import SandfleetError
+from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import (
     CONNECT_STATUS,
     CPError,
@@ -27,17 +27,16 @@ from sandfleet.server.dialects.e2b.wire import (
 from sandfleet.server.wire import FormError, form_parts
 
 if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import Box
-    from sandfleet.server.service import Entry, SandboxService
+    from sandfleet.server.service import Entry
 
 HOME = "/home/user"
 
 
 class FilesRPC:
-    """The file calls, mixed into :class:`sandfleet.server.dialects.e2b.dialect.E2B`."""
+    """The file calls (``/files``), a component of :class:`~.dialect.E2B` over its :class:`~.state.Boxes`."""
 
-    service: SandboxService
-    envd: Callable[[Request], tuple[Entry, Box, str | None]]
+    def __init__(self, boxes: Boxes):
+        self.boxes = boxes
 
     async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
         script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
@@ -76,13 +75,13 @@ class FilesRPC:
         return out
 
     async def list_dir(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         req = await request_message(request)
         depth = int(req.get("depth") or 1)
         return {"entries": await self._entries(e, str(req.get("path") or HOME), max(1, depth), user)}
 
     async def stat_(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         req = await request_message(request)
         ents = await self._entries(e, str(req.get("path") or HOME), 0, user)
         if not ents:
@@ -99,7 +98,7 @@ class FilesRPC:
         return posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
 
     async def make_dir(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         path = self._abs(e, str((await request_message(request)).get("path") or ""))
         res = await self._sh(e, user, '[ -e "$1" ] && exit 3; mkdir -p "$1"', path)
         if res.exit_code == 3:
@@ -109,7 +108,7 @@ class FilesRPC:
         return {}
 
     async def remove(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         path = self._abs(e, str((await request_message(request)).get("path") or ""))
         res = await self._sh(e, user, '[ -e "$1" ] || [ -L "$1" ] || exit 3; rm -rf "$1"', path)
         if res.exit_code == 3:
@@ -117,7 +116,7 @@ class FilesRPC:
         return {}
 
     async def read(self, request: Request) -> Response:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         path = request.query_params.get("path")
         if not path:
             raise CPError(400, "path is needed")
@@ -130,7 +129,7 @@ class FilesRPC:
         return Response(data, media_type="application/octet-stream")
 
     async def write(self, request: Request) -> list[dict[str, Any]]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         ctype = request.headers.get("content-type", "")
         raw = await request.body()
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -141,7 +140,7 @@ class FilesRPC:
         qpath = request.query_params.get("path")
         if ctype.startswith("multipart/form-data"):
             try:
-                parts = await form_parts(request.headers, raw, max_part_size=self.service.config.max_body_bytes)
+                parts = await form_parts(request.headers, raw, max_part_size=self.boxes.service.config.max_body_bytes)
             except FormError as err:
                 raise CPError(400, f"the body is not a multipart form: {err}") from None
             named = [(filename or field, data) for field, filename, data in parts]  # the file's name, else the field's

@@ -16,17 +16,16 @@ import contextlib
 import posixpath
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from sandfleet.server.dialects.e2b.files import FilesRPC
+from sandfleet.server.dialects.e2b.state import Box, Watcher
 from sandfleet.server.dialects.e2b.wire import CONNECT_JSON, EnvdError, end_stream, envelope, request_message
 
 if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import Box
     from sandfleet.server.service import Entry
 
 WATCH_INTERVAL_S = 0.25
@@ -36,22 +35,14 @@ WATCHERS_PER_SANDBOX = 16
 EVENTS_KEPT = 10_000
 
 
-@dataclass(eq=False)
-class Watcher:
-    task: asyncio.Task[None] | None = None
-    events: list[dict[str, Any]] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    error: EnvdError | None = None
-
-
 Listing = dict[str, tuple[str, str, str, int]]
 
 
 class FsRPC(FilesRPC):
-    """The filesystem extras (on the file calls), mixed into :class:`sandfleet.server.dialects.e2b.dialect.E2B`."""
+    """filesystem.Filesystem (on the file calls), a component of :class:`~.dialect.E2B`."""
 
     async def move(self, request: Request) -> dict[str, Any]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         req = await request_message(request)
         src, dst = self._abs(e, str(req.get("source") or "")), self._abs(e, str(req.get("destination") or ""))
         if src == "/" or dst == "/":
@@ -104,7 +95,7 @@ class FsRPC(FilesRPC):
             w.changed.set()
 
     async def _new_watcher(self, request: Request, b: Box) -> tuple[Watcher, str]:
-        e, _, user = self.envd(request)
+        e, _, user = self.boxes.envd(request)
         req = await request_message(request)
         path = self._abs(e, str(req.get("path") or ""))
         recursive = bool(req.get("recursive"))
@@ -120,7 +111,7 @@ class FsRPC(FilesRPC):
         return w, wid
 
     async def create_watcher(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         _, wid = await self._new_watcher(request, b)
         return {"watcherId": wid}
 
@@ -132,7 +123,7 @@ class FsRPC(FilesRPC):
         return wid, w
 
     async def get_watcher_events(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         _, w = self._watcher(b, await request_message(request))
         if w.error is not None:
             raise w.error
@@ -140,7 +131,7 @@ class FsRPC(FilesRPC):
         return {"events": events}
 
     async def remove_watcher(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         wid, w = self._watcher(b, await request_message(request))
         del b.watchers[wid]
         if w.task is not None:
@@ -148,7 +139,7 @@ class FsRPC(FilesRPC):
         return {}
 
     async def watch_dir(self, request: Request) -> Response:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         w, wid = await self._new_watcher(request, b)
 
         async def stream() -> AsyncIterator[bytes]:

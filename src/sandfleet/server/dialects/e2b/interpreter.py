@@ -27,14 +27,14 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
 from sandfleet.interpreter import Kernel, KernelError
-from sandfleet.server.dialects.e2b.wire import CPError, NotFound, cp_error, cp_response, not_found
+from sandfleet.server.dialects.e2b.state import Boxes
+from sandfleet.server.dialects.e2b.wire import CPError, NotFound, cp_error, route
 from sandfleet.server.kernels import Kernels
 
 if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import E2B
     from sandfleet.server.service import Entry
 
 PORT = 49999
@@ -45,7 +45,7 @@ DEFAULT = "default"
 
 
 class CodeInterpreter:
-    def __init__(self, e2b: E2B, kernels: Kernels):
+    def __init__(self, e2b: Boxes, kernels: Kernels):
         self.e2b = e2b
         self.kernels = kernels
         self.contexts: dict[str, dict[str, dict[str, str]]] = {}
@@ -158,20 +158,9 @@ def _line(msg: dict[str, Any]) -> bytes:
     return (json.dumps(msg, separators=(",", ":")) + "\n").encode()
 
 
-def install(app: FastAPI, e2b: E2B, kernels: Kernels) -> CodeInterpreter:
+def install(app: FastAPI, e2b: Boxes, kernels: Kernels) -> CodeInterpreter:
     """Add the code interpreter's routes to ``app`` (none of them in the schema)."""
     ci = CodeInterpreter(e2b, kernels)
-
-    def route(fn: Any) -> Any:
-        async def handler(request: Request) -> Response:
-            try:
-                out = await fn(request)
-            except NotFound as err:
-                return not_found(str(err))
-            except CPError as err:
-                return cp_response(err)
-            return out if isinstance(out, Response) else JSONResponse(out)
-        return handler
 
     app.add_api_route("/execute", route(ci.execute), methods=["POST"], include_in_schema=False)
     app.add_api_route("/contexts", route(ci.create_context), methods=["POST"], include_in_schema=False)

@@ -22,13 +22,11 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import CPError, rfc3339, unsupported
 from sandfleet.server.service import Entry
-
-if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import E2B
 
 log = logging.getLogger(__name__)
 
@@ -181,7 +179,7 @@ async def metrics(e: Entry, start: int | None = None, end: int | None = None) ->
     return [_row(x) for x in s.samples if (start is None or int(x[0]) >= start) and (end is None or int(x[0]) <= end)]
 
 
-async def sample_loop(e2b: E2B) -> None:
+async def sample_loop(e2b: Boxes) -> None:
     """Every SAMPLE_S seconds, a sample of each live E2B sandbox that has cgroups."""
     gate = asyncio.Semaphore(SAMPLERS)
 

@@ -1,6 +1,6 @@
 """E2B's pause and resume on sandfleet snapshots.
 
-``pause(mode="filesystem")`` (E2B: "the in-memory state is dropped and only the filesystem
+``pause(mode="filesystem")`` (Boxes: "the in-memory state is dropped and only the filesystem
 is persisted; resuming cold-boots it") is a sandfleet snapshot of the sandbox, which is then
 closed; the id stays, listed with state "paused". ``Sandbox.connect(id)`` (and the older
 ``/resume``) starts a sandbox from the snapshot and answers under the same id: the E2B id
@@ -14,30 +14,16 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from sandfleet.server.dialects.e2b.state import Boxes, Paused
 from sandfleet.server.dialects.e2b.wire import CPError, cp_error, rfc3339, unsupported
 
 if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import E2B
     from sandfleet.server.service import Entry
 
 
-@dataclass(eq=False)
-class Paused:
-    owner: str
-    snap: str
-    template: str
-    metadata: dict[str, str]
-    started: float
-    timeout: float
-    cpus: float | None
-    memory_mib: int | None
-    disk_mib: int
-
-
-async def pause(e2b: E2B, owner: str, sid: str, body: dict[str, Any]) -> None:
+async def pause(e2b: Boxes, owner: str, sid: str, body: dict[str, Any]) -> None:
     if sid in e2b.paused:
         raise CPError(409, f"sandbox {sid} is paused already")
     e = e2b.entry(owner, sid)
@@ -64,7 +50,7 @@ async def pause(e2b: E2B, owner: str, sid: str, body: dict[str, Any]) -> None:
         raise cp_error(err) from None
 
 
-async def resume(e2b: E2B, owner: str, sid: str, p: Paused) -> Entry:
+async def resume(e2b: Boxes, owner: str, sid: str, p: Paused) -> Entry:
     try:
         kids = await e2b.service.fork(owner, p.snap, 1, ttl_s=p.timeout, labels=p.metadata, deadline_ms=None)
     except Exception as err:
@@ -76,7 +62,7 @@ async def resume(e2b: E2B, owner: str, sid: str, p: Paused) -> Entry:
     return e2b.adopt(e, p.template, p.metadata)
 
 
-def drop(e2b: E2B, sid: str) -> None:
+def drop(e2b: Boxes, sid: str) -> None:
     """Kill a paused sandbox: its snapshot goes."""
     p = e2b.paused.pop(sid)
     e2b.pause_snaps.discard(p.snap)
@@ -86,7 +72,7 @@ def drop(e2b: E2B, sid: str) -> None:
         pass  # gone already (the service stopped its snapshots)
 
 
-def listed(e2b: E2B, sid: str, p: Paused) -> dict[str, Any]:
+def listed(e2b: Boxes, sid: str, p: Paused) -> dict[str, Any]:
     return {"templateID": p.template, "alias": p.template, "sandboxID": sid, "clientID": "sandfleet",
             "startedAt": rfc3339(p.started), "endAt": rfc3339(time.time() + p.timeout),
             "cpuCount": max(1, round(p.cpus or (os.cpu_count() or 1))), "memoryMB": p.memory_mib or 0,

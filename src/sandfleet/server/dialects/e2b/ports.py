@@ -24,16 +24,14 @@ import contextlib
 import hmac
 import re
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import h11
 from starlette.types import Receive, Scope, Send
 
 from sandfleet.agent.client import RunningCommand
+from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import UNSUPPORTED
-
-if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import E2B
 
 USER = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.(?:localhost|set-E2B_SANDBOX_URL)?$")  # dialect.SANDBOX_URL_HINT
 HOST = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.localhost(?::[0-9]+)?$")
@@ -70,7 +68,7 @@ async def _answer(send: Send, status: int, text: str) -> None:
 class PortProxy:
     """Pure ASGI: requests for ``<port>-<sandbox>`` go to that port in the sandbox."""
 
-    def __init__(self, app: Any, e2b: E2B):
+    def __init__(self, app: Any, e2b: Boxes):
         self.app = app
         self.e2b = e2b
 

@@ -15,13 +15,13 @@ import base64
 import binascii
 import signal
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 from fastapi.responses import Response, StreamingResponse
 
 from sandfleet.agent.client import ExecResult, RunningCommand
+from sandfleet.server.dialects.e2b.state import Box, Boxes, Proc
 from sandfleet.server.dialects.e2b.wire import (
     CONNECT_JSON,
     EnvdError,
@@ -33,51 +33,12 @@ from sandfleet.server.dialects.e2b.wire import (
 )
 
 if TYPE_CHECKING:
-    from sandfleet.server.dialects.e2b.dialect import Box
-    from sandfleet.server.service import Entry, SandboxService
+    from sandfleet.server.service import Entry
 
-PROCESS_OUTPUT_CAP = 64 << 20
-"""Bytes of a process's output kept for its stream (``serve --e2b-max-output``): beyond, the
-rest is dropped and the process ends with an error saying so."""
 SIGNALS = {9: "killed", 15: "terminated", 2: "interrupt", 1: "hangup"}
 SIGNAL_NAMES = {"SIGNAL_SIGKILL": 9, "SIGNAL_SIGTERM": 15, "SIGNAL_SIGINT": 2, "SIGNAL_SIGHUP": 1}
 START_WAIT_S = 30.0
 """How long input or a resize waits for a process that is still being admitted."""
-
-
-@dataclass(eq=False)
-class Proc:
-    pid: int
-    config: dict[str, Any]
-    tag: str | None = None
-    pty: bool = False
-    stdin: bool = True
-    events: list[bytes] = field(default_factory=list)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    started: asyncio.Event = field(default_factory=asyncio.Event)
-    done: bool = False
-    task: asyncio.Task[None] | None = None
-    handle: RunningCommand | None = None
-    kept: int = 0
-    cap: int = PROCESS_OUTPUT_CAP
-    dropped: int = 0
-
-    def push(self, msg: dict[str, Any]) -> None:
-        self.events.append(envelope(0, {"event": msg}))
-        self.changed.set()
-
-    def output(self, name: str, data: bytes) -> None:
-        room = self.cap - self.kept
-        if len(data) > room:
-            self.dropped += len(data) - max(0, room)
-            data = data[:max(0, room)]
-            if not data:
-                return
-        self.kept += len(data)
-        self.push({"data": {"pty" if self.pty else name: base64.b64encode(data).decode()}})
-
-    def info(self) -> dict[str, Any]:
-        return {"config": self.config, "pid": self.pid, **({"tag": self.tag} if self.tag else {})}
 
 
 def _size(pty: Any) -> tuple[int, int]:
@@ -117,14 +78,13 @@ async def _stream_messages(request: Request) -> AsyncIterator[dict[str, Any]]:
 
 
 class ProcessRPC:
-    """The process half of envd, mixed into :class:`sandfleet.server.dialects.e2b.E2B`."""
+    """process.Process of envd, a component of :class:`~.dialect.E2B` over its :class:`~.state.Boxes`."""
 
-    service: SandboxService
-    envd: Callable[[Request], tuple[Entry, Box, str | None]]
-    user_env: Callable[[Entry, str | None], dict[str, str]]
+    def __init__(self, boxes: Boxes):
+        self.boxes = boxes
 
     async def start(self, request: Request) -> Response:
-        e, b, user = self.envd(request)
+        e, b, user = self.boxes.envd(request)
         if request.headers.get("content-type", "").split(";")[0].strip() != CONNECT_JSON:
             raise EnvdError("invalid_argument", f"Process/Start is a server-streaming call: {CONNECT_JSON}")
         req = await request_message(request)
@@ -143,11 +103,11 @@ class ProcessRPC:
         b.next_pid += 1
         tag = req.get("tag")
         proc = Proc(pid=pid, config={"cmd": argv[0], "args": argv[1:], "envs": envs, **({"cwd": cwd} if cwd else {})},
-                    tag=str(tag) if tag else None, pty=size is not None, cap=self.service.config.e2b_max_output,
+                    tag=str(tag) if tag else None, pty=size is not None, cap=self.boxes.service.config.e2b_max_output,
                     stdin=size is not None or req.get("stdin") is not False)
         proc.push({"start": {"pid": pid}})
         b.procs[pid] = proc
-        env = {**self.user_env(e, user), **envs}
+        env = {**self.boxes.user_env(e, user), **envs}
         proc.task = asyncio.create_task(self._run(e, b, proc, argv, env, cwd, timeout, user, size))
         return StreamingResponse(self._events(proc, 0), media_type=CONNECT_JSON)
 
@@ -164,7 +124,7 @@ class ProcessRPC:
             proc.started.set()
 
         try:
-            release = await self.service.admit_start(e.owner, None, e)
+            release = await self.boxes.service.admit_start(e.owner, None, e)
             res: ExecResult = await e.sb.exec(argv, cwd=cwd, env=env, timeout=timeout, on_output=proc.output,
                                               user=user, max_output=0, stdin=True if proc.stdin else None,
                                               pty=size, on_start=on_start)
@@ -238,7 +198,7 @@ class ProcessRPC:
         return proc.handle
 
     async def connect_process(self, request: Request) -> Response:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         proc = self._select(b, await request_message(request))
 
         async def stream() -> AsyncIterator[bytes]:
@@ -249,7 +209,7 @@ class ProcessRPC:
         return StreamingResponse(stream(), media_type=CONNECT_JSON)
 
     async def send_signal(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         req = await request_message(request)
         proc = self._select(b, req)
         raw = req.get("signal", 9)
@@ -265,7 +225,7 @@ class ProcessRPC:
         return {}
 
     async def list_processes(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         return {"processes": [p.info() for p in b.procs.values() if not p.done]}
 
     def _feed(self, proc: Proc, h: RunningCommand, inp: Any) -> None:
@@ -277,7 +237,7 @@ class ProcessRPC:
         h.send_stdin(_b64(inp.get("pty") if "pty" in inp else inp.get("stdin"), "input"))
 
     async def send_input(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         req = await request_message(request)
         proc = self._select(b, req)
         self._feed(proc, await self._running(proc), req.get("input"))
@@ -286,7 +246,7 @@ class ProcessRPC:
     async def stream_input(self, request: Request) -> Response:
         """Client-streaming: a start event naming the process, then data events (and
         keepalives), each fed as it arrives; the stream stays open as long as the client's."""
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         proc: Proc | None = None
         async for msg in _stream_messages(request):
             if "start" in msg:
@@ -298,7 +258,7 @@ class ProcessRPC:
         return Response(envelope(0, {}) + end_stream(), media_type=CONNECT_JSON)
 
     async def close_stdin(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         proc = self._select(b, await request_message(request))
         h = await self._running(proc)
         if not proc.stdin:
@@ -307,7 +267,7 @@ class ProcessRPC:
         return {}
 
     async def update(self, request: Request) -> dict[str, Any]:
-        _, b, _ = self.envd(request)
+        _, b, _ = self.boxes.envd(request)
         req = await request_message(request)
         proc = self._select(b, req)
         if req.get("pty") is None:

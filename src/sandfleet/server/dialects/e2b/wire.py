@@ -7,10 +7,11 @@ import datetime as dt
 import json
 import logging
 import struct
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from sandfleet.errors import SandfleetError
 from sandfleet.server.wire import Problem, problem_for
@@ -128,6 +129,37 @@ def envd_response(e: EnvdError) -> JSONResponse:
 
 def not_found(sid: str) -> JSONResponse:
     return JSONResponse({"code": 502, "message": f"The sandbox {sid} was not found"}, status_code=502)
+
+
+def error_response(err: BaseException) -> JSONResponse | None:
+    """The one place a handler's error becomes E2B's wire error (None: not one of ours, the
+    app's handlers answer it): a control-plane error is ``{"code": <status>, "message"}``, an
+    envd one Connect's ``{"code": <name>, "message"}``, an unknown or dead sandbox 502 "...
+    was not found" (the SDK's SandboxNotRunning). Sandbox and service errors become one of the
+    three where they happen (:func:`cp_error`, :func:`guest_envd_error`): which, depends on the
+    route family."""
+    if isinstance(err, NotFound):
+        return not_found(str(err))
+    if isinstance(err, EnvdError):
+        return envd_response(err)
+    if isinstance(err, CPError):
+        return cp_response(err)
+    return None
+
+
+def route(fn: Callable[[Request], Awaitable[Any]], status: int = 200) -> Callable[[Request], Awaitable[Response]]:
+    """An E2B route: ``fn``'s answer as JSON with ``status`` (a Response as it is), its errors
+    through :func:`error_response`."""
+    async def handler(request: Request) -> Response:
+        try:
+            out = await fn(request)
+        except Exception as err:
+            answer = error_response(err)
+            if answer is None:
+                raise
+            return answer
+        return out if isinstance(out, Response) else JSONResponse(out, status_code=status)
+    return handler
 
 
 def guest_envd_error(e: BaseException) -> EnvdError:

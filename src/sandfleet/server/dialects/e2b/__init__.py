@@ -15,12 +15,13 @@ Template ``base`` (or none) is the service's default image with ``/home/user`` a
 directory and home; the E2B user ``user`` is the sandbox's default user. Any other template is
 a sandfleet image name.
 
-Modules: :mod:`.dialect` (the state, create/connect/kill, files up and down, the routes:
-:func:`install`),
-:mod:`.control` (templates, snapshots, timeouts), :mod:`.process` (process.Process),
-:mod:`.fs` (filesystem.Filesystem, watchers), :mod:`.wire` (Connect framing, error mapping),
-:mod:`.pause`, :mod:`.metrics`, :mod:`.network` (egress lists), :mod:`.image` (template
-``base``), :mod:`.ports` (the port proxy).
+Modules: :mod:`.state` (what every other module takes: the sandboxes' E2B side, who may
+call), :mod:`.dialect` (create/connect/kill/list, and the routes, composing process.Process
+and filesystem.Filesystem as components), :mod:`.control` (templates, snapshots, timeouts),
+:mod:`.process` (process.Process), :mod:`.files` and :mod:`.fs` (``/files``,
+filesystem.Filesystem, watchers), :mod:`.wire` (Connect framing, the one error mapper,
+:func:`~.wire.error_response`), :mod:`.pause`, :mod:`.metrics`, :mod:`.network` (egress
+lists), :mod:`.image` (template ``base``), :mod:`.ports` (the port proxy), :mod:`.interpreter`.
 """
 
 from __future__ import annotations

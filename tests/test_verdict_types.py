@@ -73,6 +73,10 @@ def test_every_error_class_names_a_cause_of_the_table_or_none() -> None:
     assert failure_reason(SandboxUnresponsiveError("x")) == "agent_unresponsive"
     assert failure_reason(ConfigError("x")) == "ConfigError"
     assert failure_reason(KeyError("x")) == "internal_KeyError"
+    refused = errors_module.ImageBuildError("base image 'x': unknown base")
+    refused.reason = "unknown base"  # images/bases.py: the coverage group, not the rollout's reason
+    assert failure_reason(refused) == "image_build"
+    assert verdict.cause_of("failed", None, refused, "start") == "image_build"
 
 
 @pytest.mark.parametrize(("end", "cause"), [

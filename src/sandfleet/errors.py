@@ -54,8 +54,9 @@ from typing import Any, ClassVar
 class SandfleetError(Exception):
     """Base of every sandfleet error."""
 
-    reason: ClassVar[str] = "SandfleetError"
-    """The short code a failed rollout's result records for it."""
+    reason: str = "SandfleetError"
+    """The short code a failed rollout's result records for it (its class's: ``type(e).reason``;
+    a :class:`RolloutError` gives its own per error)."""
     reason_inherits: ClassVar[bool] = False
     """Subclasses record this class's ``reason`` (True), or their own name (False)."""
     cause: str | None = None
@@ -65,6 +66,13 @@ class SandfleetError(Exception):
         super().__init_subclass__(**kwargs)
         if "reason" not in cls.__dict__ and not cls.reason_inherits:
             cls.reason = cls.__qualname__.rpartition(".")[2]
+
+
+def reason_code(e: SandfleetError) -> str:
+    """The reason code a failed rollout records for ``e``: a :class:`RolloutError`'s own, else
+    its class's (an instance may carry a ``reason`` of another kind: an ImageBuildError's is the
+    coverage group of a refused base)."""
+    return e.reason if isinstance(e, RolloutError) else type(e).reason
 
 
 class ConfigError(SandfleetError, ValueError):
@@ -315,7 +323,7 @@ class RolloutError(SandfleetError):
 
     def __init__(self, message: str, *, reason: str = "error"):
         super().__init__(message)
-        self.reason = reason  # type: ignore[misc]
+        self.reason = reason
 
 
 class ModelError(RolloutError):

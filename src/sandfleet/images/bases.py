@@ -203,7 +203,7 @@ class _Refuse:
     def __call__(self, why: str, reason: str | None = None) -> ImageBuildError:
         error = ImageBuildError(f"base image {self.ref!r}: {why}", file=self.file, line=self.line)
         # the coverage group (tasks/coverage.py): the reason without its details
-        error.reason = reason or re.split(r" \(|;|: | -- ", why)[0]  # type: ignore[attr-defined]
+        error.reason = reason or re.split(r" \(|;|: | -- ", why)[0]
         return error
 
 

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sandfleet.errors import SandboxTimeoutError, SandfleetError
+from sandfleet.errors import SandboxTimeoutError, SandfleetError, reason_code
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.prepare import close_logged as close_sandbox
 from sandfleet.rollout.prepare import run_prepare, start_sandbox
@@ -89,7 +89,7 @@ def failure_reason(error: BaseException) -> str:
     """A short machine-readable cause for an exception: a sandfleet error's ``reason``
     (:mod:`sandfleet.errors`), ``internal_<its class>`` for any other (a bug of ours)."""
     if isinstance(error, SandfleetError):
-        return error.reason
+        return reason_code(error)
     return f"internal_{type(error).__name__}"
 
 

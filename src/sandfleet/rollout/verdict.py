@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from sandfleet.errors import SandboxDiedError, SandfleetError
+from sandfleet.errors import SandboxDiedError, SandfleetError, reason_code
 
 if TYPE_CHECKING:
     from sandfleet.rollout.result import RolloutResult
@@ -185,7 +185,9 @@ def error_cause(error: BaseException | None, reason: str | None = None) -> str:
     own = error.cause if isinstance(error, SandfleetError) else None
     if own:
         return own
-    return reason_cause(reason if reason is not None or not isinstance(error, SandfleetError) else error.reason)
+    if reason is None and isinstance(error, SandfleetError):
+        reason = reason_code(error)
+    return reason_cause(reason)
 
 
 def _cause_of(status: str, reason: str | None, error: BaseException | None, phase: str | None) -> str:

@@ -85,6 +85,22 @@ async def test_children_carry_files_and_sessions_and_part_afterwards(src: Sandbo
         await asyncio.gather(*(k.close() for k in kids))
 
 
+async def test_calls_during_a_branch_wait_and_land_after_it(src: Sandbox) -> None:
+    """A call made on the source while it branches waits, then runs on the source after the
+    branch: the children never see it (a terminal command too: it needs the guest agent itself)."""
+    task = asyncio.ensure_future(src.branch(2))
+    await asyncio.sleep(0)  # the branch holds the source's calls from its first step
+    r = await src.exec("echo during > /home/agent/during.txt")
+    t = await src.exec("tty", pty=(80, 24))
+    kids = await task
+    try:
+        assert r.exit_code == 0 and t.exit_code == 0 and "/dev/pts" in t.stdout
+        assert (await src.read_file("/home/agent/during.txt")) == b"during\n"
+        assert not any([await has(k, "/home/agent/during.txt") for k in kids])
+    finally:
+        await asyncio.gather(*(k.close() for k in kids))
+
+
 async def test_processes_are_named_or_dropped(src: Sandbox) -> None:
     await src.exec("sleep 300 >/dev/null 2>&1 &")
     with pytest.raises(BranchError) as ei:

@@ -193,6 +193,10 @@ class AgentSandbox:
         ``pid_namespace=True`` runs it as the first process of a pid namespace of its own: when
         it exits, the kernel kills every process it left (bwrap and microvm; elsewhere ignored)."""
         self._check()
+        settling = getattr(self.client, "settled", None)  # a branch moving this sandbox (branching.Gate)
+        if settling is not None:
+            await settling()
+            self._check()
         argv = ["bash", "-c", cmd] if isinstance(cmd, str) else list(cmd)
         if not argv:
             raise SandboxPathError("empty command")

@@ -236,6 +236,10 @@ class Gate:
     def error(self) -> BaseException | None:
         return self._error if self._error is not None else (self._new.error if self._new is not None else None)
 
+    async def settled(self) -> None:
+        """Wait until the move is over (then the sandbox's runtime is the new one itself)."""
+        await self._ready.wait()
+
     async def _target(self) -> Any:
         await self._ready.wait()
         if self._error is not None:

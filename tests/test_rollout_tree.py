@@ -50,6 +50,10 @@ def test_branch_needs_an_agent_that_takes_turns() -> None:
                                    "--agent", "oracle", "--branch", "2:4"])
     assert res.exit_code == 2 and "takes turns" in res.output, res.output
     assert parse_branch("1:2,3:2").leaves == 4 and str(parse_branch(" 2:4 ")) == "2:4"
+    with pytest.raises(ConfigError, match="process can't"):
+        RunConfig(branch="2:4", backend="process", concurrency=4)
+    with pytest.raises(ConfigError, match="less than the group size n=8"):
+        RunConfig(n=2, branch="2:4", concurrency=4)  # a group of 2 trees holds 8 slots
 
 
 def leaf(node: str, reward: float | None, turns: int, tree: str = "t#0") -> RolloutResult:
@@ -197,3 +201,29 @@ def test_the_example_branches_on_a_local_ray_cluster(tmp_path: Path) -> None:
     rows = lines(tmp_path / "o" / "rollouts.jsonl")
     check_example(tmp_path / "o", rows)
     assert len({r["info"].get("node") for r in rows}) == 1  # a tree stays on one host
+
+
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+@pytest.mark.parametrize("processes", ["error", "drop"])
+async def test_a_process_the_branch_cannot_carry_masks_the_children_or_is_dropped(tmp_path: Path,
+                                                                                  processes: str) -> None:
+    """The prefix leaves a process running: with processes=error the branch refuses naming it, is
+    tried again from the same point (--attempts), and the children are failed leaves, masked,
+    saying why; with drop the tree goes on without it."""
+    task = load_task(EXAMPLE / "tasks" / "branch-demo")
+    script = [{"bash": "echo prefix-one > /app/prefix.txt; setsid sleep 300 > /dev/null 2>&1 &"}, *SCRIPT[1:]]
+    report = await run_suite([task], OpenAIPolicy(model=ScriptedModel(script)),
+                             RunConfig(n=1, concurrency=4, backend="bwrap", branch="2:4", branch_processes=processes),
+                             out_dir=tmp_path)
+    rows = lines(tmp_path / "rollouts.jsonl")
+    assert sorted(r["node_id"] for r in rows) == ["0.0", "0.1", "0.2", "0.3"]
+    if processes == "drop":
+        assert [r.reward for r in report.results] == [1.0, 0.0, 1.0, 0.0]
+        return
+    assert all(r["verdict"] == "infra_fault" and r["reward"] is None and r["info"]["phase"] == "start"
+               for r in rows), rows
+    assert all("branch failed" in str(r["error"]) and "sleep" in str(r["error"]) for r in rows), rows[0]["error"]
+    trace = lines(tmp_path / "trace.jsonl")
+    branches = [s for t in trace for s in t["spans"] if s.get("what") == "branch"]
+    assert [s["attempt"] for s in branches] == [1, 2]  # refilled from the same point, then given up
+    assert report.summary()["verdicts"]["infra_fault"] == 4

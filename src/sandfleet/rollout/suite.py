@@ -137,6 +137,9 @@ class RunConfig:
             raise ConfigError(f"record must be none, commands or full, not {self.record!r}")
         if self.admission not in ("group", "rollout"):
             raise ConfigError(f"admission must be group or rollout, not {self.admission!r}")
+        if self.branch and self.backend == "process":
+            raise ConfigError("--branch needs a backend that can branch a live sandbox (bwrap, gvisor, microvm); "
+                              "process can't")
         if self.branch_processes not in ("error", "drop"):
             raise ConfigError(f"branch processes must be error or drop, not {self.branch_processes!r}")
         if self.admission == "group" and self.concurrency < self.group_slots:

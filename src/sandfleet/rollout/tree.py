@@ -37,7 +37,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandfleet.errors import ConfigError, HostUnsupportedError, SandboxTimeoutError
+from sandfleet.errors import ConfigError, SandboxTimeoutError
 from sandfleet.rollout.policy import AgentContext, TurnTaker
 from sandfleet.rollout.record import make_tape
 from sandfleet.rollout.result import RolloutResult
@@ -53,7 +53,6 @@ from sandfleet.rollout.runner import (
 )
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.rollout.verdict import counted, settle
-from sandfleet.sandbox import get_backend
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.traceschema import LINEAGE
 
@@ -115,19 +114,10 @@ def check_policy(policy: Any) -> TurnTaker:
     return policy
 
 
-async def branch_sandbox(sandbox: Sandbox, n: int, processes: str, keep: list[Callable[[], None]]) -> list[Sandbox]:
-    """``n`` live sandboxes continuing from ``sandbox``'s state now (``sandbox.branch``); where a
-    sandbox has no ``branch``, a snapshot forked ``n`` ways (deleted by ``keep``'s callbacks
-    when the tree ends: its children stack on it)."""
-    branch = getattr(sandbox, "branch", None)
-    if branch is not None:
-        try:
-            return list(await branch(n, processes=processes))
-        except HostUnsupportedError:  # TEMPORARY (issue 44): until every backend's branch has landed
-            pass
-    snap = await sandbox.snapshot()
-    keep.append(snap.delete)
-    return list(await get_backend(snap.backend).fork(snap, n))
+async def branch_sandbox(sandbox: Sandbox, n: int, processes: str) -> list[Sandbox]:
+    """``n`` live sandboxes continuing from ``sandbox``'s state now (``sandbox.branch``:
+    docs/branching.md says what each backend carries)."""
+    return list(await sandbox.branch(n, processes="drop" if processes == "drop" else "error"))
 
 
 @dataclass
@@ -140,7 +130,6 @@ class _Tree:
     base_id: str
     model: Any = None
     leaves: list[RolloutResult] = field(default_factory=list)
-    snapshots: list[Callable[[], None]] = field(default_factory=list)
     on_result: Callable[[RolloutResult], None] | None = None
 
 
@@ -160,16 +149,9 @@ async def run_tree(
     rec = SpanRecorder()
     rec.tags = {"node": "0"}
     result = _result(tree, rec, "0", None, None)
-    try:
-        async with policy.open_model() as model:
-            tree.model = model
-            await _root(tree, rec, result)
-    finally:
-        for delete in tree.snapshots:
-            try:
-                delete()
-            except Exception as e:
-                log.error("deleting a branch snapshot of %s failed: %s", base, e)
+    async with policy.open_model() as model:
+        tree.model = model
+        await _root(tree, rec, result)
     return tree.leaves
 
 
@@ -272,7 +254,6 @@ async def _node(tree: _Tree, node: str, level: int, ctx: AgentContext, state: An
 
 def _leaf_done(tree: _Tree, result: RolloutResult, rec: SpanRecorder, tape: Any) -> None:
     result.end = rec.finish()
-    result.sandbox_id = result.sandbox_id or None
     settle(result)
     if result.tree and result.tree["node_id"] == "0":  # never split: retried whole like a straight rollout
         result.final = not tree.retry.should_retry(result)
@@ -296,7 +277,7 @@ async def _split(tree: _Tree, node: str, level: int, ctx: AgentContext, state: A
         for attempt in range(1, tree.retry.max_attempts + 1):
             try:
                 with rec.span("sandbox_start", what="branch", width=width - len(kids), attempt=attempt):
-                    got = await branch_sandbox(ctx.sandbox, width - len(kids), tree.processes, tree.snapshots)
+                    got = await branch_sandbox(ctx.sandbox, width - len(kids), tree.processes)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

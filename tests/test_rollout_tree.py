@@ -227,3 +227,25 @@ async def test_a_process_the_branch_cannot_carry_masks_the_children_or_is_droppe
     branches = [s for t in trace for s in t["spans"] if s.get("what") == "branch"]
     assert [s["attempt"] for s in branches] == [1, 2]  # refilled from the same point, then given up
     assert report.summary()["verdicts"]["infra_fault"] == 4
+
+
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+async def test_an_infra_fault_in_one_leaf_masks_that_leaf_alone(tmp_path: Path) -> None:
+    """Child 1's model request answers 500 (the model server's fault, not the agent's): that leaf
+    is masked; its siblings score, and the tree's values leave it out."""
+    children = list(SCRIPT[2]["choices"])
+    children[1] = {"fault": "500"}
+    script = [*SCRIPT[:2], {"choices": children}, *SCRIPT[3:]]
+    task = load_task(EXAMPLE / "tasks" / "branch-demo")
+    with FakeModelServer(script) as server:
+        report = await run_suite([task], OpenAIPolicy(server.url, "fake"),
+                                 RunConfig(n=1, concurrency=4, backend="bwrap", branch="2:4"), out_dir=tmp_path)
+    by_node = {r.tree["node_id"]: r for r in report.results if r.tree}
+    assert by_node["0.1"].verdict == "infra_fault" and by_node["0.1"].reward is None
+    assert by_node["0.1"].reason == "model_http_500" and by_node["0.1"].tree_advantages is None
+    assert [by_node[f"0.{k}"].reward for k in (0, 2, 3)] == [1.0, 1.0, 0.0]
+    group = lines(tmp_path / "groups.jsonl")[0]
+    assert group["masked"] == 1 and group["n"] == 3
+    values = group["trees"]["branch-demo#0"]
+    assert values["0"] == pytest.approx(2 / 3) and values["0.1"] is None
+    assert group["tree_advantages"]["branch-demo#0/0.3"][2:] == [pytest.approx(-2 / 3)] * 3

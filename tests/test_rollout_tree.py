@@ -249,3 +249,18 @@ async def test_an_infra_fault_in_one_leaf_masks_that_leaf_alone(tmp_path: Path) 
     values = group["trees"]["branch-demo#0"]
     assert values["0"] == pytest.approx(2 / 3) and values["0.1"] is None
     assert group["tree_advantages"]["branch-demo#0/0.3"][2:] == [pytest.approx(-2 / 3)] * 3
+
+
+@pytest.mark.skipif(backend_skip("bwrap") is not None, reason=str(backend_skip("bwrap")))
+async def test_each_child_goes_on_in_its_copy_of_the_agents_shell(tmp_path: Path) -> None:
+    """The branch carries the agent's shell session (cwd, variables): a child's first command
+    runs where the prefix left the shell; a child's own change stays its own."""
+    task = load_task(EXAMPLE / "tasks" / "branch-demo")
+    script = [{"bash": "mkdir -p /app/children && cd /app/children && SEEN=prefix"},
+              {"choices": [{"bash": 'echo "$(pwd) $SEEN"; cd /; SEEN=mine'}, {"bash": 'echo "$(pwd) $SEEN"'}]},
+              {"bash": 'echo "$(pwd) $SEEN"'}, "Done."]
+    await run_suite([task], OpenAIPolicy(model=ScriptedModel(script)),
+                    RunConfig(n=1, concurrency=2, backend="bwrap", branch="1:2"), out_dir=tmp_path)
+    records = {r["tree"]["node_id"]: r["commands"] for r in lines(tmp_path / "records.jsonl")}
+    assert [c["output"] for c in records["0.0"][1:]] == ["/app/children prefix\n", "/ mine\n"]
+    assert [c["output"] for c in records["0.1"][1:]] == ["/app/children prefix\n", "/app/children prefix\n"]

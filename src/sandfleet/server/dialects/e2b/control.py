@@ -16,7 +16,6 @@ the clear refusals of what sandfleet does not serve.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,19 +27,11 @@ import sandfleet.server.dialects.e2b.pause as e2b_pause
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.server.dialects.e2b.metrics import metrics
 from sandfleet.server.dialects.e2b.state import Boxes
-from sandfleet.server.dialects.e2b.wire import CPError, cp_error, unsupported
+from sandfleet.server.dialects.e2b.wire import CPError, cp_error, json_body, unsupported
 
 Route = Callable[[Request], Awaitable[Any]]
 
 
-async def _body(request: Request) -> dict[str, Any]:
-    try:
-        body = json.loads(await request.body() or b"{}")
-    except ValueError:
-        raise CPError(400, "the body is not JSON") from None
-    if not isinstance(body, dict):
-        raise CPError(400, "the body is not a JSON object")
-    return body
 
 
 def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
@@ -60,7 +51,7 @@ def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
         owner = e2b.owner(request)
         sid = request.path_params["sid"]
         real = e2b.entry(owner, sid).sb.id
-        body = await _body(request)
+        body = await json_body(request)
         try:
             snap_id, _ = await service.snapshot(owner, real)
         except NotImplementedError as err:
@@ -95,7 +86,7 @@ def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
         owner = e2b.owner(request)
         sid = request.path_params["sid"]
         e = e2b.entry(owner, sid)
-        body = await _body(request)
+        body = await json_body(request)
         try:
             count = int(body.get("count") or 1)
             timeout = float(body["timeout"]) if body.get("timeout") else None
@@ -123,7 +114,7 @@ def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
         return route
 
     async def pause(request: Request) -> Any:
-        await e2b_pause.pause(e2b, e2b.owner(request), request.path_params["sid"], await _body(request))
+        await e2b_pause.pause(e2b, e2b.owner(request), request.path_params["sid"], await json_body(request))
         return Response(status_code=204)
 
     network = refuse("update_network", "a sandbox's network is chosen at create (allow_internet_access)")

@@ -28,6 +28,7 @@ from sandfleet.server.dialects.e2b.wire import (
     UNSUPPORTED,
     CPError,
     cp_error,
+    json_body,
     route,
 )
 from sandfleet.server.kernels import Kernels
@@ -52,12 +53,7 @@ class E2B(Boxes):
 
     async def create(self, request: Request) -> dict[str, Any]:
         owner = self.owner(request)
-        try:
-            body = json.loads(await request.body() or b"{}")
-        except ValueError:
-            raise CPError(400, "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise CPError(400, "the body is not a JSON object")
+        body = await json_body(request)
         for feature, key in (("MCP", "mcp"), ("volume mounts", "volumeMounts"), ("auto-pause", "autoPause"),
                              ("IAM", "iam")):
             if body.get(key):

@@ -106,6 +106,17 @@ async def request_message(request: Request) -> dict[str, Any]:
     return req
 
 
+async def json_body(request: Request) -> dict[str, Any]:
+    """A control-plane call's JSON object (none: ``{}``); 400 for anything else."""
+    try:
+        body = json.loads(await request.body() or b"{}")
+    except ValueError:
+        raise CPError(400, "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise CPError(400, "the body is not a JSON object")
+    return body
+
+
 def rfc3339(t: float) -> str:
     return dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 

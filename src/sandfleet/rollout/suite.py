@@ -504,6 +504,15 @@ async def run_suite(
         return result
 
     async def tree(req: RolloutRequest, plan: BranchPlan, admission: Admission | None) -> list[RolloutResult]:
+        released = 0
+
+        def leaf_ended(r: RolloutResult) -> None:  # a leaf gives its slot back as it ends
+            nonlocal released
+            record(r)
+            if admission is not None and r.final and released < plan.leaves:
+                admission.release_one()
+                released += 1
+
         try:
             if admission is None:  # per-rollout admission: a tree holds its leaves' slots
                 async with slots.admit(plan.leaves):
@@ -511,10 +520,10 @@ async def run_suite(
                                                          on_result=record)
             else:
                 leaves = await run_tree_with_retries(req, plan, cfg.retry, processes=cfg.branch_processes,
-                                                     on_result=record)
+                                                     on_result=leaf_ended)
         finally:
-            if admission is not None:
-                for _ in range(plan.leaves):
+            if admission is not None:  # the slots of leaves the tree never grew (it stopped early)
+                for _ in range(plan.leaves - released):
                     admission.release_one()
         for leaf in leaves:
             finals.append(leaf)

@@ -163,10 +163,11 @@ time.sleep(600)
 '''
 
 
-# The code under test fed to python on stdin: the seal's reward-folder rule (round III) does not
-# know such code for the workdir's, so the reward folder stays writable to it and these tests
-# reach the defence they are about (where the seal keeps it out, it never gets this far).
-STDIN_RUN = "cd /app && python3 - < solution.py\n"
+# The code under test run inside a one-liner of the tests' own (exec of its text, its path in the
+# environment): code in a grader's own process is the grader's to the seal (docs/security.md, "Where
+# the line is"), so the reward folder stays writable to it and these tests reach the defence they
+# are about (where the seal keeps it out, it never gets this far).
+STDIN_RUN = "cd /app && S=solution.py python3 -c 'import os; exec(open(os.environ[\"S\"]).read())'\n"
 
 
 @MODES

@@ -637,15 +637,21 @@ python3 -c "open('/logs/verifier/from-python-c.txt', 'w').write('ok')"
 echo ok | tee /logs/verifier/from-tee.txt >/dev/null
 cp /app/out.txt /logs/verifier/copied.txt
 python3 /app/report.py > /logs/verifier/report.txt
+python3 - <<'E'
+open('/logs/verifier/from-heredoc.txt', 'w').write('ok')
+E
+sh -c 'echo ok > /logs/verifier/from-sh-c.txt'
 python3 /tests/grade.py
 '''
 
 
 async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path) -> None:
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
-    redirect of the agent's program's output, a grader of the tests' folder."""
+    redirect of the agent's program's output, a python heredoc, an sh -c, a grader of the tests'
+    folder (round V's line: the system's tools and the tests' own one-liners and heredocs write)."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
-             f"'from-tee.txt', 'copied.txt', 'report.txt'))\nopen('{REWARD}', 'w').write('1' if ok else '0')\n")
+             f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt'))\n"
+             f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"])
     for r in results:
@@ -655,7 +661,8 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
 # -- the attack fixtures of rounds III and IV (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm"}}
+GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm", "module-server", "dash-c-server", "launcher-script",
+                   "runpy-server"}}
 """Forged where the mechanism is missing (docs/security.md: gVisor has no Landlock)."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
@@ -663,13 +670,18 @@ MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III and IV (its solve.sh the attack, replayed by the oracle
-    agent) scores 0 and is never masked: the table of docs/security.md, as a test."""
+    """Every attack task of rounds III, IV and V that a mechanism holds (its solve.sh the attack,
+    replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
+    a test (round V's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
 
     names = {"iii": ["git-textconv", "inotify-overwrite", "junit-rewrite", "pidfd-grader", "symlink-into-reward"],
              "iv": ["last-moment-orphan", "server-sigterm", "static-server-sigterm", "subreaper-shield",
-                    "kill-test-script"]}
+                    "kill-test-script"],
+             # round V: code under test that the line of the seal used to call the tests' own (a
+             # module, a one-liner's import, runpy, a launcher outside the system's folders, a
+             # cleanup script of the workdir after the decision)
+             "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

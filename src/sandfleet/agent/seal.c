@@ -124,6 +124,18 @@ static int under(const char *s, const char *dir) {
 
 static char buf[65536];
 
+/* ARG names a path in a tests' folder: itself, or after an option's '=' (--rootdir=/tests) */
+static int names_tests(const char *arg) {
+    char t[256];
+    for (int pos = 0; next_path(&pos, 't', t, sizeof t);) {
+        if (under(arg, t)) return 1;
+        if (arg[0] == '-')
+            for (const char *e = arg; *e; e++)
+                if (*e == '=') { if (under(e + 1, t)) return 1; break; }
+    }
+    return 0;
+}
+
 /* Is this program one of the tests' own? Its arguments (or argv[0]) name a path in a tests'
  * folder, or it runs from one: a test runner, a grader, the test script. */
 static long cmdline_len;
@@ -143,9 +155,7 @@ static int grader(void) {
     buf[k > 0 ? k : 0] = 0;
     cmdline_len = k > 0 ? k : 0;
     for (long i = 0; i < k; i += 1) {
-        const char *arg = buf + i;
-        for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
-            if (under(arg, t)) return 1;
+        if (names_tests(buf + i)) return 1;
         while (i < k && buf[i]) i++;
     }
     return 0;
@@ -170,38 +180,115 @@ static int under_kind(const char *s, char kind) {
     return 0;
 }
 
-/* Is this program the code under test? Its executable is in the workdir (a "w:" path), or it
- * is an interpreter given a script of the workdir (by absolute path, or relative to a cwd in
- * the workdir: python3 solution.py, python3 -m pkg), or a build or package tool run in the
- * workdir (make, npm, cargo, go: they run the workdir's own recipes). Call after grader(): buf
- * holds the cmdline, cwd is read again. */
-static int code_under_test(long k) {
-    static const char *const interpreters[] = {"python", "pypy", "bash", "sh", "dash", "zsh", "ksh", "node",
-                                               "nodejs", "perl", "ruby", "php", "lua", "Rscript", "java",
-                                               "deno", "bun", "tclsh", "julia", 0};
-    static const char *const tools[] = {"make", "gmake", "npm", "npx", "yarn", "pnpm", "cargo", "go", "gradle",
-                                        "mvn", "ant", "cmake", "ctest", "ninja", "dotnet", 0};
-    char exe[512], cwd[512];
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
-    if (n <= 0) return 0;
-    exe[n] = 0;
-    if (under_kind(exe, 'w')) return 1;
-    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
-    cwd[n > 0 ? n : 0] = 0;
-    int in_workdir = n > 0 && under_kind(cwd, 'w');
-    if (named(exe, tools)) return in_workdir;
-    if (!named(exe, interpreters)) return 0;
-    long i = 0;
-    while (i < k && buf[i]) i++; /* past argv[0] */
-    for (i++; i < k; i++) {
-        const char *arg = buf + i;
-        if (arg[0] == '/' ? under_kind(arg, 'w')
-                          : (in_workdir && arg[0] && arg[0] != '-' &&
-                             sys5(__NR_faccessat, AT_FDCWD, (long)arg, 0 /* F_OK */, 0, 0) == 0))
-            return 1;
-        while (i < k && buf[i]) i++;
+/* Interpreters run what they are given; build and package tools run the recipes of the folder
+ * they are pointed at (make, npm, cargo, go). */
+static const char *const interpreters[] = {"python", "pypy", "bash", "sh", "dash", "zsh", "ksh", "mksh", "ash",
+                                           "node", "nodejs", "perl", "ruby", "php", "lua", "Rscript", "java",
+                                           "deno", "bun", "tclsh", "wish", "expect", "julia", "awk", "gawk",
+                                           "mawk", "nawk", "sed", "gdb", 0};
+static const char *const build_tools[] = {"make", "gmake", "npm", "npx", "yarn", "pnpm", "cargo", "go", "gradle",
+                                          "mvn", "ant", "cmake", "ctest", "ninja", "dotnet", "uv", "pip", 0};
+/* the image's own programs: root's folders, which the agent (not root) can't write */
+static const char *const system_dirs[] = {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/local/bin/",
+                                          "/usr/local/sbin/", "/usr/lib/", "/usr/libexec/", "/lib/", 0};
+
+static int prefix(const char *s, const char *p) {
+    while (*p && *p == *s) p++, s++;
+    return !*p;
+}
+
+static int in_system_dirs(const char *path) {
+    for (int i = 0; system_dirs[i]; i++)
+        if (prefix(path, system_dirs[i])) return 1;
+    return 0;
+}
+
+/* S mentions a path of kind KIND anywhere (a one-liner's code: "import sys; sys.path.insert(0, '/app')") */
+static int mentions_kind(const char *s, char kind) {
+    char w[256];
+    for (int pos = 0; next_path(&pos, kind, w, sizeof w);)
+        for (const char *p = s; *p; p++) {
+            const char *a = p, *b = w;
+            while (*b && *a == *b) a++, b++;
+            char c = *a;
+            if (!*b && !((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                         c == '-' || c == '.'))
+                return 1;
+        }
+    return 0;
+}
+
+/* An interpreter's search path from the environment names the workdir (PYTHONPATH=/app) */
+static int env_reaches_workdir(void) {
+    static const char *const vars[] = {"PYTHONPATH=", "PYTHONSTARTUP=", "NODE_PATH=", "NODE_OPTIONS=", "PERL5LIB=",
+                                       "PERLLIB=", "PERL5OPT=", "RUBYLIB=", "RUBYOPT=", "CLASSPATH=", "BASH_ENV=",
+                                       "ENV=", "LD_LIBRARY_PATH=", 0};
+    static char env[32768];
+    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/environ", 02000000, 0, 0);
+    if (fd < 0) return 0;
+    long k = 0, r;
+    while (k < (long)sizeof env - 1 && (r = sys5(__NR_read, fd, (long)(env + k), sizeof env - 1 - k, 0, 0)) > 0) k += r;
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    env[k > 0 ? k : 0] = 0;
+    for (long i = 0; i < k; i++) {
+        const char *e = env + i;
+        for (int v = 0; vars[v]; v++)
+            if (prefix(e, vars[v]) && mentions_kind(e, 'w')) return 1;
+        while (i < k && env[i]) i++;
     }
     return 0;
+}
+
+/* Is this program the code under test? The default: yes. The reward folders stay open only to
+ * the tests' own programs (grader(), asked first: a program that names a tests' path or runs
+ * from a tests' folder) and to the image's own tools that run no code but their own (cat, tee,
+ * cp, rm, jq ...: a program of the system's folders that is not an interpreter or a build tool),
+ * or an interpreter's one-liner of the tests' own (python3 -c CODE, bash -c CODE: code that names
+ * no workdir path, with no search path of the environment in it; in the workdir too, where test
+ * scripts cd before they write). Not a
+ * list of what the code under test may look like: whatever is not known to be the tests' is it.
+ * Call after grader(): buf holds the cmdline (K bytes), cwd is read again. */
+static int code_under_test(long k) {
+    char exe[512], cwd[512];
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
+    if (n <= 0) return 1;
+    exe[n] = 0;
+    if (!in_system_dirs(exe) || under_kind(exe, 'w')) return 1; /* the workdir's, /tmp's, a venv's */
+    const char *name = exe;
+    if (named(exe, (const char *const[]){"busybox", 0}) && k > 0) name = buf; /* busybox: by argv[0] */
+    if (named(name, build_tools)) return 1;
+    if (!named(name, interpreters)) return 0; /* a tool that runs no code but its own */
+    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    cwd[n > 0 ? n : 0] = 0;
+    if (n <= 0 || env_reaches_workdir()) return 1;
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    int one_liner = 0;
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        long len = 0;
+        while (i + len < k && buf[i + len]) len++;
+        int cluster = arg[0] == '-' && len >= 2 && len <= 4;
+        for (long j = 1; cluster && j < len; j++) cluster = arg[j] >= 'a' && arg[j] <= 'z';
+        if (cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e')) {
+            /* -c CODE, -e CODE, bash -ec CODE: the next argument is code */
+            i += len + 1;
+            if (i >= k || mentions_kind(buf + i, 'w')) return 1;
+            one_liner = 1;
+            break;
+        }
+        if (arg[0] != '-') return 1; /* a script (not a tests' one: grader() said so) */
+        if (mentions_kind(arg, 'w')) return 1;                              /* -I/app, --path=/app */
+        if (arg[1] == 'm' || arg[1] == 'r' || arg[1] == 'f') return 1;      /* -m MOD, -r LIB, -f FILE */
+        i += len;
+    }
+    if (one_liner) return 0;
+    /* no script and no code: what it reads from its input, a heredoc of the tests' (a pipe or a
+       temporary file) or a file of the workdir (python3 - < /app/solution.py) */
+    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/fd/0", (long)cwd, sizeof cwd - 1, 0);
+    if (n <= 0) return 0;
+    cwd[n] = 0;
+    return under_kind(cwd, 'w');
 }
 
 struct dirent64 {
@@ -286,17 +373,19 @@ static char **env_now(void) { return &environ ? environ : 0; }
 static int restrict_rewards(int abi);
 
 static int exec_target_is_code(const char *path, char *const argv[]) {
-    char w[256], cwd[512];
+    char t[256], cwd[512];
     int pos = 0;
-    if (!next_path(&pos, 't', w, sizeof w) || !path) return 0;
+    if (!next_path(&pos, 't', t, sizeof t) || !path) return 0;
     if (argv)
         for (int i = 0; argv[i]; i++)
-            if (under_kind(argv[i], 't')) return 0;
-    if (path[0] == '/') return under_kind(path, 'w');
+            if (names_tests(argv[i])) return 0;
     long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
-    if (n <= 0) return 0;
+    if (n <= 0) return 1;
     cwd[n] = 0;
-    return under_kind(cwd, 'w');
+    if (under_kind(cwd, 't')) return 0; /* run from a tests' folder: the tests' own */
+    /* a program of the system's folders decides in its own constructor (a static one runs no code
+       of the workdir's); any other -- the workdir's, /tmp's, relative to a cwd -- is code under test */
+    return path[0] != '/' || !in_system_dirs(path) || under_kind(path, 'w');
 }
 
 static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
@@ -426,6 +515,20 @@ static int restrict_rewards(int abi) {
     }
     sys5(__NR_close, fd, 0, 0, 0, 0);
     return rc == 0 ? 0 : -1;
+}
+
+/* Called by the tests' Python guard (rollout/testguard.py) when a program that started as one of
+ * the tests' own one-liners loads code of the workdir (an import found there, a compile of a
+ * workdir file): from then on it is code under test, unless it is a grader (which names the
+ * tests: code the tests' runner imports is the runner's). 0 when the rule is in place or not
+ * needed. */
+__attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
+    char t[256];
+    int pos = 0;
+    if (!next_path(&pos, 't', t, sizeof t) || grader()) return 0;
+    long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
+    if (abi < 1) return -1;
+    return restrict_rewards((int)abi);
 }
 
 __attribute__((constructor)) static void sandfleet_seal(void) {

@@ -190,6 +190,28 @@ def _sandfleet_guard():
         def is_frozen(name):
             return False
 
+    sealed = []
+
+    def seal_rewards():
+        """This program loads code of the workdir: the seal's rule (agent/seal.c,
+        sandfleet_seal_rewards) keeps the reward folders from it, unless it is a grader."""
+        if sealed:
+            return
+        sealed.append(1)
+        try:
+            import ctypes
+
+            ctypes.CDLL(None).sandfleet_seal_rewards()
+        except (ImportError, OSError, AttributeError):  # no seal loaded (gVisor keeps none)
+            pass
+
+    def audit(event, args):
+        if event != "compile" or sealed or len(args) < 2 or not isinstance(args[1], (str, bytes)):
+            return
+        name = os.fsdecode(args[1])
+        if name and not name.startswith("<") and untrusted_path(name):  # a workdir file (runpy.run_path)
+            seal_rewards()
+
     class SandfleetTrustedFirst:
         """Top-level modules that a trusted sys.path entry has: from there, first."""
 
@@ -199,6 +221,8 @@ def _sandfleet_guard():
                 return None
             spec = PathFinder.find_spec(name, paths)
             if spec is None:
+                if not sealed and PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)]) is not None:
+                    seal_rewards()  # found in the workdir (or the cwd): the import goes on from there
                 return None
             if spec.loader is None:  # a namespace package: of the trusted portions only
                 portions = list(spec.submodule_search_locations or ())
@@ -212,6 +236,7 @@ def _sandfleet_guard():
             return None
 
     sys.meta_path.insert(0, SandfleetTrustedFirst)
+    sys.addaudithook(audit)
 
     def untrusted_path(p):
         real = os.path.realpath(str(p))

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import ConfigError
+from sandfleet.settings import current as current_settings
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,7 @@ class Image:
 def arch() -> str:
     """Debian's name of the architecture images are built and run for: this machine's, or the
     one ``--arch`` chose (``$SANDFLEET_ARCH``, run under emulation: sandfleet/images/emulation.py)."""
-    return os.environ.get("SANDFLEET_ARCH") or host_arch()
+    return current_settings().arch or host_arch()
 
 
 def host_arch() -> str:

@@ -31,6 +31,8 @@ import sys
 import time
 from pathlib import Path
 
+from sandfleet.settings import current as current_settings
+
 PR_SET_CHILD_SUBREAPER = 36
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
              signal.SIGWINCH)
@@ -210,7 +212,7 @@ def run_as_init() -> None:
     """As PID 1: fork; this process becomes the namespace's init (reap all, forward
     signals, exit with the worker's status) and never returns; the worker returns and
     goes on as sandfleet. Elsewhere: returns at once. ``SANDFLEET_NO_INIT=1`` turns it off."""
-    if os.getpid() != 1 or os.environ.get("SANDFLEET_NO_INIT") == "1":
+    if os.getpid() != 1 or current_settings().no_init:
         return
     tty = sys.stdin.isatty()
     child = os.fork()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
 
 SOURCE = Path(__file__).with_name("agent.c")
 BINARY_NAME = "sandfleet-agent"
@@ -31,8 +32,9 @@ _memo: dict[Path, Path] = {}
 
 
 def _cache_base() -> Path:
-    env = os.environ.get("SANDFLEET_CACHE")
-    return Path(env) if env else Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sandfleet"
+    settings = current_settings()
+    env = settings.cache
+    return Path(env) if env else Path(settings.xdg_cache_home or Path.home() / ".cache") / "sandfleet"
 
 
 def cache_dir() -> Path:
@@ -109,7 +111,7 @@ def toolchain() -> tuple[str, list[str]]:
     0.07 ms with musl, and every sandbox start execs the agent twice (the launcher, then the
     agent itself). The agent uses nothing of libc that differs between the two (its own
     passwd parser, no NSS, raw syscalls for the new mount API)."""
-    cc = os.environ.get("CC")
+    cc = current_settings().cc
     if cc:
         return "cc", [cc, "-O2", "-static"]
     musl = shutil.which("musl-gcc")

@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import itertools
 import math
-import os
 import signal
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,6 +33,7 @@ from sandfleet.errors import (
     SandboxUnresponsiveError,
     guest_error,
 )
+from sandfleet.settings import current as current_settings
 
 OutputCallback = Callable[[str, bytes], None]
 """Called with ("stdout" | "stderr", chunk) as output arrives, when streaming."""
@@ -156,7 +156,7 @@ ReplyQueue = asyncio.Queue[Frame | BaseException]
 
 def default_call_timeout() -> float:
     """$SANDFLEET_CALL_TIMEOUT, or 60 s."""
-    raw = os.environ.get("SANDFLEET_CALL_TIMEOUT")
+    raw = current_settings().call_timeout
     return DEFAULT_CALL_TIMEOUT if not raw else _seconds("SANDFLEET_CALL_TIMEOUT", raw)
 
 

@@ -12,6 +12,7 @@ import threading
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
 
 SOURCE = Path(__file__).with_name("seal.c")
 NAME = "sandfleet-seal.so"
@@ -21,7 +22,7 @@ _memo: dict[str, bytes | None] = {}
 
 
 def _compile(out: Path) -> None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = current_settings().cc or shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise HostUnsupportedError("no C compiler to build the verifier's seal: install gcc")
     cmd = [cc, *FLAGS, "-o", str(out), str(SOURCE)]

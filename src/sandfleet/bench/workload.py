@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandfleet.errors import SandfleetError
+from sandfleet.settings import env_var
 
 VERSION = "1"
 TOOLZ = "toolz==0.12.1"
@@ -162,7 +163,7 @@ def _extract(archive: Path, dest: Path, *, strip: str) -> None:
 def make_repo(src: Path, dest: Path, commits: int = 240) -> None:
     """A git repository with history: the files of ``src`` added one by one, then edited."""
     files = sorted(p for p in src.rglob("*.py") if p.is_file())
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(dest),
+    env = {"PATH": env_var("PATH") or "/usr/bin:/bin", "HOME": str(dest),
            "GIT_CONFIG_NOSYSTEM": "1", "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@sandfleet",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@sandfleet"}
     dest.mkdir(parents=True)

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib
 import logging
-import os
 import signal
 import sys
 from typing import Any
 
 import click
+
+from sandfleet.settings import Settings, installed
 
 # name -> "module:attribute" of a click command or group (all in this package), and its help line
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -62,8 +63,10 @@ class LazyGroup(click.Group):
 def cli(verbose: int) -> None:
     """sandfleet: agentic RL rollouts in isolated sandboxes."""
     level = {0: logging.WARNING, 1: logging.INFO}.get(verbose, logging.DEBUG)
+    # the environment, read once here: the command and everything below read these settings
+    settings = click.get_current_context().with_resource(installed(Settings.from_env()))
     logging.basicConfig(
-        level=log_level(os.environ.get("SANDFLEET_LOG_LEVEL"), level),
+        level=log_level(settings.log_level, level),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
 

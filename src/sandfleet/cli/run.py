@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,6 +15,8 @@ from sandfleet.cli.where import Where, dispatch, ray_option, refuse, remote_opti
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.sandbox.registry import choices as backend_choices
+from sandfleet.settings import current as current_settings
+from sandfleet.settings import install
 from sandfleet.traceschema import SPAN_NAMES
 
 if TYPE_CHECKING:
@@ -221,8 +222,8 @@ def run(
     trace.jsonl and summary.json to OUT and print a summary. An OUT that is not empty is
     refused unless --resume or --overwrite is given."""
     where = Where(remote, ray_address)
-    if no_limits:
-        os.environ["SANDFLEET_NO_LIMITS"] = "1"
+    if no_limits:  # for this command's sandboxes and the processes it starts (settings.child_env)
+        install(current_settings().replace(no_limits=True))
     explicit = _explicit_concurrency(concurrency_opt)
     leaves = _branch_leaves(branch, agent)
     _check(where, n=n * leaves, concurrency=explicit or n * leaves, out_dir=out_dir, resume=resume,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,8 @@ from sandfleet.errors import SandfleetError
 from sandfleet.sandbox import create_sandbox, holder, make_spec, state
 from sandfleet.sandbox.registry import choices as backend_choices
 from sandfleet.sandbox.spec import SandboxSpec
+from sandfleet.settings import current as current_settings
+from sandfleet.settings import install
 
 
 def spec_options(f: Any) -> Any:
@@ -41,8 +42,8 @@ def spec_options(f: Any) -> Any:
 
 
 def _spec(kw: dict[str, Any]) -> SandboxSpec:
-    if kw.pop("no_limits", False):
-        os.environ["SANDFLEET_NO_LIMITS"] = "1"  # also for a detached sandbox's holder process
+    if kw.pop("no_limits", False):  # also for a detached sandbox's holder process (settings.child_env)
+        install(current_settings().replace(no_limits=True))
     kw["seccomp_allow"] = tuple(r for v in kw.get("seccomp_allow", ()) for r in v.split(",") if r.strip())
     return make_spec(**kw)
 

@@ -8,13 +8,13 @@ local backend for that context.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from sandfleet.client.service import ServiceClient, connect
 from sandfleet.errors import ConfigError
+from sandfleet.settings import current as current_settings
 
 T = TypeVar("T")
 TOKEN_ENV = "SANDFLEET_TOKEN"
@@ -22,7 +22,7 @@ HELP = "Run the sandboxes on a sandfleet service at URL (its token in $SANDFLEET
 
 
 def token_from_env() -> str:
-    token = os.environ.get(TOKEN_ENV, "").strip()
+    token = (current_settings().token or "").strip()
     if not token:
         raise ConfigError(f"--remote needs the service's token in ${TOKEN_ENV}")
     return token

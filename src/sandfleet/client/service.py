@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import urllib.request
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
@@ -18,6 +17,7 @@ from sandfleet.client.sandbox import RemoteSandbox, RemoteSnapshot
 from sandfleet.errors import AuthError, ConfigError, ImageBuildError, ServiceError, TaskError
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.spec import SandboxSpec, make_spec
+from sandfleet.settings import current as current_settings
 
 if TYPE_CHECKING:
     from sandfleet.tasks.model import Task
@@ -42,7 +42,7 @@ async def connect(url: str, token: str, *, transport: httpx.AsyncBaseTransport |
         client.info = await client.get_json("/v1/info")
     except AuthError as e:  # say where the refused token came from
         await client.aclose()
-        env = os.environ.get("SANDFLEET_TOKEN", "").strip()
+        env = (current_settings().token or "").strip()
         source = "$SANDFLEET_TOKEN" if env and env == token else "the token passed to connect()"
         raise AuthError(f"{url} refused {source}: {e}", status=e.status, code=e.code) from None
     except BaseException:

@@ -34,6 +34,8 @@ from typing import Any
 
 from sandfleet.cluster._ray import import_ray, loopback_only
 from sandfleet.errors import ConfigError
+from sandfleet.settings import child_env
+from sandfleet.settings import current as current_settings
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +118,8 @@ class LocalCluster:
         try:
             # Cluster() writes the head's address to <Ray's default temp dir>/ray_current_cluster
             # (removed at shutdown) and fails where that directory does not exist yet
-            ray_tmp = Path(os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp") / "ray"
+            settings = current_settings()
+            ray_tmp = Path(settings.ray_tmpdir or settings.tmpdir or "/tmp") / "ray"
             self._ray_tmp = ray_tmp
             if not ray_tmp.exists():
                 ray_tmp.mkdir()
@@ -253,7 +256,7 @@ def reap_nodes(envs: list[dict[str, str]]) -> list[str]:
                 *(p for r in roots for p in (r / parent).glob("sf-*"))]
         if left:
             procs.append((env, subprocess.Popen([sys.executable, "-m", "sandfleet", "sandbox", "rm", "--orphans"],
-                                                env={**os.environ, **env}, stdout=subprocess.PIPE,
+                                                env=child_env(env), stdout=subprocess.PIPE,
                                                 stderr=subprocess.PIPE, text=True)))
     reaped: list[str] = []
     for env, proc in procs:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -34,6 +33,7 @@ from sandfleet.cluster.placement import Node, Placer
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.suite import RunConfig
+from sandfleet.settings import current as current_settings
 from sandfleet.tasks.bundle import Bundle, pack
 from sandfleet.tasks.model import Task
 
@@ -84,7 +84,7 @@ class RolloutPool(GroupPool):
             local = LocalCluster(count)
             address = await asyncio.to_thread(local.start)
         elif address == "auto":
-            address = os.environ.get("RAY_ADDRESS", "").strip()
+            address = (current_settings().ray_address or "").strip()
             if not address:
                 raise ConfigError("--ray auto needs the cluster's address in $RAY_ADDRESS")
         try:

@@ -37,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
+from sandfleet.settings import install
 
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 BINFMT_CONF = Path("/usr/lib/binfmt.d")
@@ -57,14 +59,16 @@ def host_arch() -> str:
 def target() -> str:
     """The architecture images are built and run for: ``$SANDFLEET_ARCH`` (``--arch``), else
     this host's."""
-    return os.environ.get(ENV) or host_arch()
+    return current_settings().arch or host_arch()
 
 
 def set_target(arch: str | None) -> None:
     """Build and run for ``arch`` from now on, in this process and the ones it starts (None or
     the host's own: native)."""
-    if arch and normalize(arch) != host_arch():
-        os.environ[ENV] = normalize(arch)
+    wanted = normalize(arch) if arch and normalize(arch) != host_arch() else None
+    install(current_settings().replace(arch=wanted))
+    if wanted:  # the processes it starts that are not given child_env(): written for them too
+        os.environ[ENV] = wanted
     else:
         os.environ.pop(ENV, None)
 

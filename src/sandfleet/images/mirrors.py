@@ -24,12 +24,14 @@ Nothing here names a registry or a mirror:
 from __future__ import annotations
 
 import functools
-import os
 import re
 import shlex
 import subprocess
 import sys
 from pathlib import Path
+
+from sandfleet.settings import current as current_settings
+from sandfleet.settings import env_var
 
 PROXY_VARS = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 NETWORK_ERRORS = ("Could not resolve", "Temporary failure in name resolution", "Temporary failure resolving",
@@ -68,7 +70,8 @@ CA_NAME = ".sandfleet-host-ca.crt"
 
 def host_ca_bundle() -> Path | None:
     """The CA bundle the host's pip (or Python's TLS) is configured to trust, if any."""
-    for value in (pip_config().get("cert"), os.environ.get("SSL_CERT_FILE"), os.environ.get("REQUESTS_CA_BUNDLE")):
+    settings = current_settings()
+    for value in (pip_config().get("cert"), settings.ssl_cert_file, settings.requests_ca_bundle):
         if value and Path(value).is_file():
             return Path(value).resolve()
     return None
@@ -98,9 +101,10 @@ def build_env() -> dict[str, str]:
     if trusted:
         env["PIP_TRUSTED_HOST"] = " ".join(trusted)
         env["UV_INSECURE_HOST"] = " ".join(trusted)
-    for var in PROXY_VARS:
-        if os.environ.get(var):
-            env[var] = os.environ[var]
+    for var in PROXY_VARS:  # the host's own proxy variables, passed on
+        value = env_var(var)
+        if value:
+            env[var] = value
     return env
 
 

@@ -34,6 +34,8 @@ from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
 from sandfleet.sandbox.spec import BACKENDS
+from sandfleet.settings import current as current_settings
+from sandfleet.settings import environment
 from sandfleet.tasks import Task, load_task
 
 log = logging.getLogger(__name__)
@@ -68,7 +70,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, **overrides: Any) -> Settings:
-        env = dict(os.environ) if env is None else env
+        env = environment() if env is None else env
         if env.get("SANDFLEET_RAY"):
             raise ConfigError("SANDFLEET_RAY is set, but this sandfleet has no Ray cluster support yet")
         made = cls(
@@ -103,7 +105,7 @@ def resolve_task(ref: str | os.PathLike[str], tasks_root: str | None = None) -> 
     """A task from a folder path, or from a name under ``tasks_root`` (default
     ``$SANDFLEET_TASKS``); loaded once per process."""
     path = Path(ref).expanduser()
-    root = tasks_root or os.environ.get(TASKS_ENV)
+    root = tasks_root or current_settings().tasks
     if not path.is_dir() and root and not path.is_absolute():
         path = Path(root).expanduser() / path
     if not path.is_dir():

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -22,6 +21,7 @@ from typing import Any, Literal
 from sandfleet.errors import ConfigError, ModelError
 from sandfleet.rollout.chat import ChatClient, ChatReply, warm_up
 from sandfleet.rollout.policy import AgentContext, Model
+from sandfleet.settings import env_var
 
 ToolMode = Literal["auto", "tools", "text"]
 
@@ -137,7 +137,7 @@ class OpenAIPolicy:
             self.chat = model
             self.model = str(getattr(model, "model", None) or type(model).__name__)
         self.base_url = base_url
-        self.api_key = api_key if api_key is not None else os.environ.get(api_key_env)
+        self.api_key = api_key if api_key is not None else env_var(api_key_env)
         self.config = config or AgentConfig()
         self.request_timeout_s = request_timeout_s
         self.extra_body = dict(extra_body or {})

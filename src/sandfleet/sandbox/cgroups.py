@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sandfleet.errors import ConfigError, HostUnsupportedError
 from sandfleet.sandbox.spec import Limits
+from sandfleet.settings import current as current_settings
 
 ROOT = Path("/sys/fs/cgroup")
 GROUP_DEFAULT = "sandfleet"
@@ -37,7 +38,7 @@ def group() -> str:
     throttle = _THROTTLE.get()
     if throttle is not None:
         return throttle[0]
-    value = os.environ.get("SANDFLEET_CGROUP_PARENT", GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
+    value = (current_settings().cgroup_parent or GROUP_DEFAULT).strip("/") or GROUP_DEFAULT
     if any(part in ("..", ".") for part in value.split("/")) or "\x00" in value:
         raise ConfigError(f"SANDFLEET_CGROUP_PARENT must be a relative cgroup path without '..', not {value!r}")
     return value
@@ -50,7 +51,7 @@ def cpu_fraction() -> float:
     throttle = _THROTTLE.get()
     if throttle is not None:
         return throttle[1]
-    text = os.environ.get("SANDFLEET_CPU_FRACTION", "").strip()
+    text = (current_settings().cpu_fraction or "").strip()
     if not text:
         return 1.0
     try:
@@ -81,11 +82,12 @@ def sandbox_cgroup(sid: str, limits: Limits) -> Cgroup | None:
     with a HostUnsupportedError, unless ``SANDFLEET_NO_LIMITS=1`` (``--no-limits``) says to run
     it without limits."""
     lay = detect()
-    off = os.environ.get("SANDFLEET_CGROUPS", "").strip().lower() in ("0", "off", "no", "false")
+    settings = current_settings()
+    off = settings.cgroups_off
     if lay.usable and not off:
         return Cgroup(sid, lay)
     wanted = [k for k in ("cpus", "memory_mib", "pids") if getattr(limits, k)]
-    if not wanted or os.environ.get("SANDFLEET_NO_LIMITS", "").strip() in ("1", "yes", "true"):
+    if not wanted or settings.no_limits:
         return None
     why = "SANDFLEET_CGROUPS=off" if off else (
         "no cgroup cpu/memory/pids controller" if not lay.mounts else "the cgroup tree is not writable (not root?)"

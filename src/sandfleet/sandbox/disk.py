@@ -34,6 +34,7 @@ from pathlib import Path
 
 from sandfleet.agent.build import cache_dir
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -44,7 +45,7 @@ def available() -> bool:
     """Whether sandboxes can get an ext4 disk (else a memory-charged tmpfs, with a warning
     once). ``SANDFLEET_DISK=tmpfs`` turns it off for a whole process."""
     global _warned
-    if os.environ.get("SANDFLEET_DISK") == "tmpfs":
+    if current_settings().disk == "tmpfs":
         return False
     ok = (os.geteuid() == 0 and Path("/dev/loop-control").exists() and _mkfs() is not None
           and _fsmount_works())

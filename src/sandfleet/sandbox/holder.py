@@ -38,6 +38,7 @@ from typing import Any
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.sandbox.state import state_root
+from sandfleet.settings import child_env
 
 log = logging.getLogger("sandfleet.holder")
 
@@ -252,7 +253,7 @@ def spawn(spec: SandboxSpec) -> dict[str, Any]:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sandfleet.sandbox.holder", spec.model_dump_json(), str(w)],
                 pass_fds=(w,), start_new_session=True, stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL, stderr=early,
+                stdout=subprocess.DEVNULL, stderr=early, env=child_env(),  # --no-limits, ... reach it
             )
         finally:
             os.close(w)

@@ -49,6 +49,7 @@ from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
 from sandfleet.sandbox.allowlist import Egress, run_quiet
 from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, Limits
+from sandfleet.settings import current as current_settings
 
 if TYPE_CHECKING:
     from sandfleet.sandbox.uids import Slot
@@ -69,7 +70,7 @@ def helper_uid(config: BwrapConfig | None = None, slot_base: int | None = None) 
     """The host uid that runs the network helper: $SANDFLEET_NET_UID, or the owner of the
     sandbox's uid slot, ``base + 65537`` (``uid_base + 65537`` for slot 0 and image builds)."""
     cfg = config or BwrapConfig()
-    env = os.environ.get("SANDFLEET_NET_UID", "").strip()
+    env = (current_settings().net_uid or "").strip()
     if env:
         if not env.isdigit() or not 0 < int(env) < 2**32 - 1:
             raise HostUnsupportedError(f"SANDFLEET_NET_UID must be a host uid number, not {env!r}")
@@ -86,7 +87,8 @@ def helper_uid(config: BwrapConfig | None = None, slot_base: int | None = None) 
 def _tool(name: str) -> str | None:
     """A helper binary by absolute path: $SANDFLEET_PASTA / $SANDFLEET_NFT / $SANDFLEET_SETPRIV
     when set (None if that is not executable), else the first in the system directories."""
-    env = os.environ.get(f"SANDFLEET_{name.upper()}")
+    env = {"pasta": current_settings().pasta, "nft": current_settings().nft,
+           "setpriv": current_settings().setpriv}.get(name)
     if env is not None:
         return env if Path(env).is_absolute() and os.access(env, os.X_OK) else None
     for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
@@ -103,7 +105,7 @@ def availability() -> dict[str, object]:
         return {"available": False, "reason": "missing " + ", ".join(missing)}
     if os.geteuid() != 0:
         return {"available": False, "reason": "needs root (the helper joins the sandbox's namespaces)"}
-    who = (f"host uid {helper_uid()}" if os.environ.get("SANDFLEET_NET_UID", "").strip()
+    who = (f"host uid {helper_uid()}" if (current_settings().net_uid or "").strip()
            else f"each uid slot's owner (slot 0: host uid {helper_uid()})")
     return {"available": True, "reason": f"pasta as {who}, nftables table inet {TABLE}"}
 
@@ -301,7 +303,7 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
     a sandbox whose own loopback is not the namespace's (gVisor's netstack)."""
     check_available()
     ports = _check_ports(forward)
-    if allow is not None and os.environ.get("SANDFLEET_NET_UID", "").strip():
+    if allow is not None and (current_settings().net_uid or "").strip():
         raise HostUnsupportedError("allowlist networking needs a network helper uid per sandbox; "
                                    "unset SANDFLEET_NET_UID")
     uid = helper_uid() if uid is None else uid

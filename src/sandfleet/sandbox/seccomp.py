@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
 
 UNCONFINED = "unconfined"
 """The ``seccomp_allow`` value that turns the filter off."""
@@ -225,7 +226,7 @@ _memo: dict[tuple[tuple[str, ...], str, bool], bytes] = {}
 
 
 def _compile_gen(out: Path) -> None:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    cc = current_settings().cc or shutil.which("cc") or shutil.which("gcc")
     cmd = [cc or "cc", "-O2", "-o", str(out), str(GEN_SOURCE), "-lseccomp"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -23,6 +23,7 @@ from typing import Any
 import sandfleet.sandbox.cgroups as cgroups
 from sandfleet.errors import ConfigError
 from sandfleet.reaping import proc_start_time, reap_pids
+from sandfleet.settings import current as current_settings
 
 log = logging.getLogger(__name__)
 
@@ -41,15 +42,16 @@ def state_root() -> Path:
     user (the reaper trusts the markers inside: the pids it kills, the cgroups it removes),
     and the user's own top directory is private (0700). One that someone else created is
     refused with a ConfigError naming it."""
-    env = os.environ.get("SANDFLEET_STATE")
+    settings = current_settings()
+    env = settings.state
     if env:
         root = Path(env)
         private_dir(root, 0o711 if os.geteuid() == 0 else 0o700, ours=False)
         return root
     if os.geteuid() == 0:
         root = _root_default()
-    elif os.environ.get("XDG_RUNTIME_DIR"):
-        root = Path(os.environ["XDG_RUNTIME_DIR"]) / "sandfleet"
+    elif settings.runtime_dir:
+        root = Path(settings.runtime_dir) / "sandfleet"
     else:
         import tempfile
 

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from sandfleet.errors import SandboxError
 from sandfleet.sandbox.spec import GUEST_AGENT_UID, SANDBOX_UIDS, UID_STRIDE, BwrapConfig
+from sandfleet.settings import current as current_settings
 
 __all__ = ["NS_LIMITS", "OWNER_OFFSET", "Slot", "slot_dir", "take_slot"]
 
@@ -122,7 +123,7 @@ _hint: dict[int, int] = {}  # uid_base -> the slot (>= 1) this process's next se
 def slot_dir(config: BwrapConfig) -> Path:
     """The lock files of ``config.uid_base``'s slots: host-wide (the kernel's uids are), in
     $SANDFLEET_UID_SLOTS or /run/sandfleet-uid-slots/<uid_base>."""
-    root = Path(os.environ.get("SANDFLEET_UID_SLOTS") or "/run/sandfleet-uid-slots")
+    root = Path(current_settings().uid_slots or "/run/sandfleet-uid-slots")
     d = root / str(config.uid_base)
     if not d.is_dir():
         d.mkdir(parents=True, mode=0o700, exist_ok=True)

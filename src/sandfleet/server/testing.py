@@ -22,6 +22,8 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandfleet.settings import child_env
+
 READY = "sandfleet serve: listening on "
 
 
@@ -83,7 +85,7 @@ def start_service(dir: Path, *, args: Sequence[str] = (), tokens: list[str] | No
             "--token-file", str(token_file), *args]
     with open(dir / "serve.log", "ab") as log:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                env={**os.environ, **(env or {})})
+                                env=child_env(env))
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)

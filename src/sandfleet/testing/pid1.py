@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sandfleet.server.testing import READY, leftovers, write_tokens
+from sandfleet.settings import child_env
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Pid1Service:
         # parent) removes sandbox cgroups it has no marker for (docs/security.md, known gap)
         self.cgroup_parent = f"sandfleet-pid1-{os.getpid()}"
         self.left: list[str] = []
-        env = {**os.environ, "SANDFLEET_CGROUP_PARENT": self.cgroup_parent}
+        env = child_env({"SANDFLEET_CGROUP_PARENT": self.cgroup_parent})
         with open(dir / "serve.log", "ab") as log:
             self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, env=env)
         assert self.proc.stdout is not None

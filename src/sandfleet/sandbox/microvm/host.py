@@ -3,7 +3,6 @@ is :mod:`sandfleet.sandbox.microvm.probe`'s question)."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from functools import cache
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.settings import current as current_settings
 
 #: what to install when something is missing (Debian package names)
 PACKAGES = "qemu-system-x86 linux-image-cloud-amd64 busybox-static lz4 e2fsprogs util-linux"
@@ -28,7 +28,7 @@ def cache_dir() -> Path:
 
 def qemu_binary() -> Path:
     """The ``qemu-system-x86_64`` binary, or :class:`HostUnsupportedError` saying how to get it."""
-    found = os.environ.get("SANDFLEET_QEMU") or shutil.which("qemu-system-x86_64")
+    found = current_settings().qemu or shutil.which("qemu-system-x86_64")
     if not found:
         raise HostUnsupportedError(f"qemu-system-x86_64 not found; install it with: apt-get install {PACKAGES}")
     return Path(found)
@@ -52,7 +52,7 @@ class GuestKernel:
 
 def find_kernel() -> GuestKernel:
     """The guest kernel: ``$SANDFLEET_GUEST_KERNEL`` or the newest ``*-cloud-amd64`` in /boot."""
-    wanted = os.environ.get("SANDFLEET_GUEST_KERNEL")
+    wanted = current_settings().guest_kernel
     candidates = [Path(wanted)] if wanted else sorted(Path("/boot").glob("vmlinuz-*-cloud-amd64"))
     for image in reversed(candidates):
         version = image.name.removeprefix("vmlinuz-")

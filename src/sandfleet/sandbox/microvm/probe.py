@@ -22,6 +22,7 @@ from typing import Any
 import sandfleet.sandbox.microvm.host as host
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.sandbox.microvm.guest import PROBE_MARKER, probe_initramfs, vmlinux
+from sandfleet.settings import current as current_settings
 
 PROBE_TIMEOUT_S = 8.0
 
@@ -46,7 +47,7 @@ def probe_kvm(*, refresh: bool = False) -> AccelChoice:
 
     ``SANDFLEET_MICROVM_ACCEL=kvm|tcg`` forces the answer. The probe result is cached.
     """
-    forced = os.environ.get("SANDFLEET_MICROVM_ACCEL")
+    forced = current_settings().microvm_accel
     if forced in ("kvm", "tcg"):
         return AccelChoice(forced, "forced by SANDFLEET_MICROVM_ACCEL")
     if not os.access("/dev/kvm", os.R_OK | os.W_OK):

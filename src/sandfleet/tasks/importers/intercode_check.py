@@ -14,6 +14,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from sandfleet.settings import child_env
+
 GOLD_ROOT = "/testbed"
 
 
@@ -71,7 +73,7 @@ def main():
         capture_output=True,
         text=True,
         timeout=60,
-        env={**os.environ, "HOME": str(base)},
+        env=child_env({"HOME": str(base)}),
     )
     gold_out = normalize_text(run.stdout, gold_dir)
     ok = True

@@ -5,9 +5,10 @@ Figures (keys of the JSON; medians by :func:`sandfleet.stats.percentile`):
 - ``branch_p50_ms``: ``{"1MiB": {"1": ms, "8": ms, "32": ms}, "512MiB": {...}}``: ``branch(n)``
   of a sandbox that wrote that much (one file, by ``dd``), from the call to the last child
   ready; each sample a fresh source (its layer flushed first: the write's own writeback is not
-  the branch's), the children closed after;
+  the branch's), the children closed after; ``n`` rounds, each one sample of every figure, so
+  that a change of the host's load during the run falls on all of them alike;
 - ``exec_rtt_p50_ms`` / ``exec_rtt_during_branch_p50_ms`` (and ``_max_ms``): the source's
-  ``true`` round trip alone, and while ``branch(8)`` runs again and again;
+  ``true`` round trip alone, and while ``branch(8)`` runs (alternately, round by round);
 - microvm (``--backend microvm``): ``microvm_branch4_ms`` (a running VM to 4 children, with
   memory) against ``microvm_restore_ms`` (one sandbox restored from its template), few samples
   (QEMU under TCG here: seconds each).
@@ -61,38 +62,29 @@ async def branch_ms(spec: SandboxSpec, mib: int, width: int, samples: int) -> li
     return ts
 
 
-async def rtt_during_branch(spec: SandboxSpec, n: int, width: int = 8) -> tuple[list[float], list[float], int]:
-    """The source's ``true`` round trips alone (``n``), then while ``branch(width)`` runs over and
-    over (until ``n`` round trips are in); and how many branches ran meanwhile."""
+async def rtt_during_branch(spec: SandboxSpec, rounds: int, width: int = 8) -> tuple[list[float], list[float], int]:
+    """The source's ``true`` round trips alone and during ``branch(width)``, alternately: each
+    round 10 alone, then as many as fit in one branch (the first waits for the source's move).
+    Returns (alone, during, branches)."""
     src = await create_sandbox(spec)
+    alone: list[float] = []
+    during: list[float] = []
+
+    async def once() -> float:
+        t = time.perf_counter()
+        await src.exec(["true"])
+        return (time.perf_counter() - t) * 1e3
+
     try:
-        alone = []
-        for _ in range(n):
-            t = time.perf_counter()
-            await src.exec(["true"])
-            alone.append((time.perf_counter() - t) * 1e3)
-        during: list[float] = []
-        branches = 0
-        stop = asyncio.Event()
-
-        async def branching() -> None:
-            nonlocal branches
-            while not stop.is_set():
-                kids = await src.branch(width)
-                branches += 1
-                await asyncio.gather(*(k.close() for k in kids))
-
-        task = asyncio.ensure_future(branching())
-        try:
-            await asyncio.sleep(0.005)  # into the first branch
-            while len(during) < n:
-                t = time.perf_counter()
-                await src.exec(["true"])
-                during.append((time.perf_counter() - t) * 1e3)
-        finally:
-            stop.set()
-            await task
-        return alone, during, branches
+        for _ in range(rounds):
+            alone += [await once() for _ in range(10)]
+            task = asyncio.ensure_future(src.branch(width))
+            await asyncio.sleep(0.005)  # into the branch
+            while not task.done():
+                during.append(await once())
+            kids = await task
+            await asyncio.gather(*(k.close() for k in kids))
+        return alone, during, rounds
     finally:
         await src.close()
 
@@ -107,18 +99,23 @@ async def run_branch(backend: str = "auto", *, n: int = 5, progress: Progress | 
     warm = await create_sandbox(spec)
     out["backend"] = warm.backend
     await warm.close()
-    say(f"create+exec+close x{max(n, 10)}")
-    cec = await create_exec_close_ms(spec, max(n, 10))
+    # rounds, each one sample of everything (create->exec->close, then each width over each size):
+    # a host whose load changes during the run changes every figure alike
+    cec: list[float] = []
+    samples: dict[tuple[int, int], list[float]] = {(mib, w): [] for mib in SIZES_MIB for w in WIDTHS}
+    for r in range(n):
+        say(f"round {r + 1}/{n}: create+exec+close x2, branch(1, 8, 32) of a 1 MiB and a 512 MiB layer")
+        cec += await create_exec_close_ms(spec, 2)
+        for width in WIDTHS:
+            for mib in SIZES_MIB:
+                samples[(mib, width)] += await branch_ms(spec, mib, width, 1)
     out["create_exec_close_p50_ms"] = round(percentile(cec, 50), 2)
     table: dict[str, dict[str, float]] = {}
-    for mib in SIZES_MIB:
-        row = table[f"{mib}MiB"] = {}
-        for width in WIDTHS:
-            say(f"branch({width}) of a {mib} MiB layer x{n}")
-            row[str(width)] = round(percentile(await branch_ms(spec, mib, width, n), 50), 2)
+    for (mib, width), ts in samples.items():
+        table.setdefault(f"{mib}MiB", {})[str(width)] = round(percentile(ts, 50), 2)
     out["branch_p50_ms"] = table
     say("the source's exec round trip, alone and during branches")
-    alone, during, branches = await rtt_during_branch(spec, max(n * 20, 100))
+    alone, during, branches = await rtt_during_branch(spec, max(n * 2, 10))
     out["exec_rtt_p50_ms"] = round(percentile(alone, 50), 3)
     out["exec_rtt_during_branch_p50_ms"] = round(percentile(during, 50), 3)
     out["exec_rtt_during_branch_max_ms"] = round(max(during), 2)

@@ -129,6 +129,34 @@ def test_bad_token_and_unsupported(svc: RunningService) -> None:
     assert r.status_code == 400 and "run_timeout" in r.json()["detail"]
 
 
+# what each malformed body answers, pinned before the request models replaced the hand checks
+# (issue 43): the same detail, in the same order of checks, through the models
+MALFORMED = [
+    ("run_code", {"code": "x", "language": "ruby", "stdin": 5},
+     "language 'ruby' is not supported by sandfleet's SandboxFusion dialect (it runs python, bash, cpp)"),
+    ("run_code", {"code": "x", "language": "python", "stdin": 5, "run_timeout": "x"}, "stdin must be a string or null"),
+    ("run_code", {"code": "x", "language": "python", "run_timeout": True},
+     "run_timeout must be a number from 0.001 to 86400, not True"),
+    ("run_code", {"code": "x", "language": "python", "run_timeout": 10**9},
+     "run_timeout must be a number from 0.001 to 86400, not 1000000000"),
+    ("run_code", {"code": "x", "language": "python", "memory_limit_MB": "big"},
+     "memory_limit_MB must be a number from 16 to 1.67772e+07, not 'big'"),
+    ("run_code", {"code": "x", "language": "python", "files": {"a": 5}}, "files['a'] is not base64 text"),
+    ("run_code", {"code": "x", "language": "python", "fetch_files": [1]},
+     "files must be an object of path -> base64 text, fetch_files a list of paths"),
+    ("run_jupyter", {"cells": 3, "kernel": 5}, "cells is a required list of strings"),
+    ("run_jupyter", {"cells": ["1"], "kernel": 5}, "kernel 5 is not supported by sandfleet (python3)"),
+    ("run_jupyter", {"cells": ["1"], "cell_timeout": -1}, "cell_timeout must be a number from 0 to 86400, not -1"),
+]
+
+
+@pytest.mark.parametrize(("path", "body", "detail"), MALFORMED)
+def test_a_malformed_body_is_a_400_naming_the_field(svc: RunningService, path: str, body: dict[str, Any],
+                                                     detail: str) -> None:
+    r = httpx.post(f"{endpoint(svc)}/{path}", json=body, timeout=30)
+    assert (r.status_code, r.json()) == (400, {"detail": detail})
+
+
 def test_extra_fields_limits_and_files(svc: RunningService) -> None:
     """What verl sends (memory_limit_MB and all) is accepted; the memory limit is the
     sandbox's; files go in, fetch_files come back."""

@@ -43,12 +43,14 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import Counter
+from pydantic import ValidationError
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import GuestExecError, SandfleetError, ServiceError
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
+from sandfleet.server.dialects.sandboxfusion.models import RunCode, RunJupyter, problem
 from sandfleet.server.metrics import Metrics
 from sandfleet.server.service import Entry, SandboxService
 from sandfleet.server.wire import Problem, problem_for
@@ -95,31 +97,24 @@ def program(language: str) -> Program:
                            f"(it runs {', '.join(LANGUAGES)})")
 
 
-def _number(body: dict[str, Any], key: str, default: float, *, low: float, high: float) -> float:
-    v = body.get(key)
+def _number(key: str, v: float | None, default: float, *, low: float, high: float) -> float:
     if v is None:
         return default
-    if isinstance(v, bool) or not isinstance(v, int | float) or not low <= v <= high:
+    if not low <= v <= high:
         raise FusionError(400, f"{key} must be a number from {low:g} to {high:g}, not {v!r}")
     return float(v)
 
 
-def _files(body: dict[str, Any]) -> tuple[dict[str, bytes], list[str]]:
-    files = body.get("files") or {}
-    fetch = body.get("fetch_files") or []
-    if not isinstance(files, dict) or not isinstance(fetch, list) or not all(isinstance(p, str) for p in fetch):
-        raise FusionError(400, "files must be an object of path -> base64 text, fetch_files a list of paths")
+def _files(req: RunCode | RunJupyter) -> dict[str, bytes]:
     out: dict[str, bytes] = {}
-    for path, b64 in files.items():
+    for path, b64 in (req.files or {}).items():
         if b64 is None:
             continue
-        if not isinstance(b64, str):
-            raise FusionError(400, f"files[{path!r}] is not base64 text")
         try:
             out[_path(path)] = base64.b64decode(b64, validate=True)
         except (binascii.Error, ValueError):
             raise FusionError(400, f"files[{path!r}] is not valid base64") from None
-    return out, fetch
+    return out
 
 
 def _path(p: str) -> str:
@@ -172,22 +167,27 @@ class SandboxFusion:
             raise FusionError(400, "the body is not JSON") from None
         if not isinstance(body, dict):
             raise FusionError(400, "the body is not a JSON object")
-        code, language = body.get("code"), body.get("language")
-        if not isinstance(code, str) or not isinstance(language, str):
-            raise FusionError(400, "code and language are required strings")
-        request.state.fusion_language = language
-        prog = program(language)
-        stdin = body.get("stdin")
-        if stdin is not None and not isinstance(stdin, str):
-            raise FusionError(400, "stdin must be a string or null")
         max_t = self.service.config.max_ttl_s
-        compile_t = _number(body, "compile_timeout", DEFAULT_TIMEOUT_S, low=0.001, high=max_t)
-        run_t = _number(body, "run_timeout", DEFAULT_TIMEOUT_S, low=0.001, high=max_t)
-        mem = body.get("memory_limit_MB")
-        memory = (DEFAULT_MEMORY_MIB if mem is None or (isinstance(mem, int | float) and mem <= 0)
-                  else int(_number(body, "memory_limit_MB", DEFAULT_MEMORY_MIB, low=16, high=16 << 20)))
-        prog.files, fetch = _files(body)
-        prog.files[_path(prog.source)] = code.encode()
+        bounds = {"compile_timeout": (0.001, max_t), "run_timeout": (0.001, max_t), "memory_limit_MB": (16, 16 << 20)}
+        try:
+            req = RunCode.model_validate(body)
+        except ValidationError as err:
+            detail = problem(err, RunCode, bounds)
+            code, language = body.get("code"), body.get("language")
+            if isinstance(code, str) and isinstance(language, str):  # as SandboxFusion: the language first
+                request.state.fusion_language = language
+                program(language)
+            raise FusionError(400, detail) from None
+        request.state.fusion_language = req.language
+        prog = program(req.language)
+        stdin = req.stdin
+        compile_t = _number("compile_timeout", req.compile_timeout, DEFAULT_TIMEOUT_S, low=0.001, high=max_t)
+        run_t = _number("run_timeout", req.run_timeout, DEFAULT_TIMEOUT_S, low=0.001, high=max_t)
+        mem = req.memory_limit_MB
+        memory = (DEFAULT_MEMORY_MIB if mem is None or mem <= 0
+                  else int(_number("memory_limit_MB", mem, DEFAULT_MEMORY_MIB, low=16, high=16 << 20)))
+        prog.files, fetch = _files(req), req.fetch_files or []
+        prog.files[_path(prog.source)] = req.code.encode()
         ttl = min(max_t, compile_t + run_t + GRACE_S)
         spec = SandboxSpec(image=self.image, workdir=WORKDIR, labels={"dialect": "sandbox-fusion"},
                            limits=Limits(memory_mib=memory, ttl_s=ttl))

@@ -26,6 +26,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
+from pydantic import ValidationError
 
 import sandfleet.server.dialects.sandboxfusion.api as sf
 from sandfleet.errors import SandfleetError, ServiceError
@@ -33,6 +34,7 @@ from sandfleet.interpreter import Kernel, KernelError
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.dialects.sandboxfusion.api import SandboxFusion
+from sandfleet.server.dialects.sandboxfusion.models import RunJupyter, problem
 from sandfleet.server.wire import problem_for
 
 if TYPE_CHECKING:
@@ -60,15 +62,18 @@ async def run_jupyter(fusion: SandboxFusion, request: Request) -> dict[str, Any]
         raise sf.FusionError(400, "the body is not JSON") from None
     if not isinstance(body, dict):
         raise sf.FusionError(400, "the body is not a JSON object")
-    cells = body.get("cells")
-    if not isinstance(cells, list) or not all(isinstance(c, str) for c in cells):
-        raise sf.FusionError(400, "cells is a required list of strings")
-    if (body.get("kernel") or "python3") != "python3":
-        raise sf.FusionError(400, f"kernel {body.get('kernel')!r} is not supported by sandfleet (python3)")
     max_t = fusion.service.config.max_ttl_s
-    cell_t = sf._number(body, "cell_timeout", 0.0, low=0.0, high=max_t)
-    total_t = sf._number(body, "total_timeout", DEFAULT_TOTAL_S, low=0.001, high=max_t)
-    files, fetch = sf._files(body)
+    try:
+        req = RunJupyter.model_validate(body)
+    except ValidationError as err:
+        raise sf.FusionError(400, problem(err, RunJupyter, {"cell_timeout": (0.0, max_t),
+                                                            "total_timeout": (0.001, max_t)})) from None
+    cells = req.cells
+    if (req.kernel or "python3") != "python3":
+        raise sf.FusionError(400, f"kernel {req.kernel!r} is not supported by sandfleet (python3)")
+    cell_t = sf._number("cell_timeout", req.cell_timeout, 0.0, low=0.0, high=max_t)
+    total_t = sf._number("total_timeout", req.total_timeout, DEFAULT_TOTAL_S, low=0.001, high=max_t)
+    files, fetch = sf._files(req), req.fetch_files or []
     spec = SandboxSpec(image=fusion.image, workdir=sf.WORKDIR, labels={"dialect": "sandbox-fusion"},
                        limits=Limits(memory_mib=sf.DEFAULT_MEMORY_MIB, ttl_s=min(max_t, total_t + sf.GRACE_S)))
     try:

@@ -313,7 +313,7 @@ class RemoteSandbox(AgentSandbox):
         for i, info in enumerate(got.sandboxes):
             kid = RemoteSandbox(self.service, info.model_dump(mode="json"))
             kid.branch_info = BranchInfo(parent=self.id, carried=list(got.carried), index=i,
-                                         dropped=[tuple(d) for d in got.dropped],
+                                         dropped=[(int(p), str(c), str(cmd)) for p, c, cmd in got.dropped],
                                          sessions=carry_sessions(self, kid))
             kids.append(kid)
         return kids

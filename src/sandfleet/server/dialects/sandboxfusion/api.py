@@ -36,7 +36,7 @@ import json
 import logging
 import posixpath
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -203,15 +203,22 @@ class SandboxFusion:
             if known.status_code == 400:  # the request's fault: an unknown image, a bad limit
                 raise FusionError(400, known.message) from None
             return sandbox_error(f"the sandbox could not be made: {err}")
-        run = asyncio.create_task(self._run(owner, e, prog, stdin, compile_t, run_t, fetch))
+        out = await self.in_sandbox(request, owner, e, self._run(owner, e, prog, stdin, compile_t, run_t, fetch))
+        self.exec_seconds.observe(time.perf_counter() - t0)
+        return out
+
+    async def in_sandbox(self, request: Request, owner: str, e: Entry,
+                         work: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+        """``work``'s answer (the call's commands in sandbox ``e``), unless the client hangs up
+        first: then the work is cancelled (its command killed with its sandbox) and the answer
+        is 499. The sandbox is deleted either way."""
+        run = asyncio.create_task(work)
         gone = asyncio.create_task(_disconnect(request))
         try:
             await asyncio.wait({run, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if not run.done():  # the client hung up: its command is killed with its sandbox
-                run.cancel()
-                await asyncio.wait({run})
+            if not run.done():
                 raise FusionError(499, "the client went away")
-            out = run.result()
+            return run.result()
         finally:
             gone.cancel()
             if not run.done():
@@ -221,8 +228,6 @@ class SandboxFusion:
                 await self.service.delete(owner, e.sb.id)
             except Exception as err:  # closed already (TTL, lost): the service logged it
                 log.debug("sandbox-fusion: closing %s: %s", e.sb.id, err)
-        self.exec_seconds.observe(time.perf_counter() - t0)
-        return out
 
     async def _run(self, owner: str, e: Entry, prog: Program, stdin: str | None, compile_t: float, run_t: float,
                    fetch: list[str]) -> dict[str, Any]:

@@ -17,7 +17,6 @@ an error, ``Failed`` otherwise, ``SandboxError`` when the sandbox could not be m
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import logging
@@ -85,22 +84,7 @@ async def run_jupyter(fusion: SandboxFusion, request: Request) -> dict[str, Any]
         if known is not None and known.status_code == 400:
             raise sf.FusionError(400, known.message) from None
         return _error(f"the sandbox could not be made: {err}")
-    run = asyncio.create_task(_cells(fusion, owner, e, cells, cell_t, total_t, files, fetch))
-    gone = asyncio.create_task(sf._disconnect(request))
-    try:
-        await asyncio.wait({run, gone}, return_when=asyncio.FIRST_COMPLETED)
-        if not run.done():
-            raise sf.FusionError(499, "the client went away")
-        return run.result()
-    finally:
-        gone.cancel()
-        if not run.done():
-            run.cancel()
-            await asyncio.wait({run})
-        try:
-            await fusion.service.delete(owner, e.sb.id)
-        except Exception as err:  # closed already (TTL, lost): the service logged it
-            log.debug("sandbox-fusion: closing %s: %s", e.sb.id, err)
+    return await fusion.in_sandbox(request, owner, e, _cells(fusion, owner, e, cells, cell_t, total_t, files, fetch))
 
 
 async def _cells(fusion: SandboxFusion, owner: str, e: Entry, cells: list[str], cell_t: float, total_t: float,

@@ -290,3 +290,20 @@ def test_run_jupyter(svc: RunningService) -> None:
     assert slow.status == "Failed" and slow.driver.status == "TimeLimitExceeded" and len(slow.cells) == 1
     assert slow.cells[0].error[0]["ename"] == "KeyboardInterrupt"
     assert live(svc) == before  # each call's sandbox is closed
+
+
+@pytest.mark.parametrize("path", ["run_code", "run_jupyter"])
+def test_a_client_that_hangs_up_leaves_no_sandbox(svc: RunningService, path: str) -> None:
+    """Both endpoints run their work in_sandbox: a client gone mid-run cancels it and its
+    sandbox is deleted at once (not at its TTL)."""
+    import time
+
+    body = ({"code": "import time; time.sleep(60)", "language": "python", "run_timeout": 120} if path == "run_code"
+            else {"cells": ["import time; time.sleep(60)"], "total_timeout": 120})
+    before = set(live(svc))
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(f"{endpoint(svc)}/{path}", json=body, timeout=httpx.Timeout(30, read=4))
+    deadline = time.monotonic() + 20
+    while set(live(svc)) - before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert set(live(svc)) - before == set()

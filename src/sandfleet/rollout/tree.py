@@ -52,7 +52,7 @@ from sandfleet.rollout.runner import (
     score,
 )
 from sandfleet.rollout.trace import SpanRecorder, now
-from sandfleet.rollout.verdict import counted, settle
+from sandfleet.rollout.verdict import counted, settle, verdict_of
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.traceschema import LINEAGE
 
@@ -201,7 +201,7 @@ async def _root(tree: _Tree, rec: SpanRecorder, result: RolloutResult) -> None:
         if sandbox is not None:
             with rec.span("other_sandbox", what="close"):
                 await asyncio.shield(_close(sandbox, result))
-        _leaf_done(tree, result, rec, None)
+        _leaf_done(tree, result, rec, None, e)
         return
     ctx = AgentContext(task=req.task, sandbox=sandbox, recorder=rec, deadline=now() + req.task.agent_timeout_s,
                        tape=make_tape(req.record), seed=req.sample)
@@ -214,6 +214,7 @@ async def _node(tree: _Tree, node: str, level: int, ctx: AgentContext, state: An
     end; a leaf runs the verifier and is recorded, a split runs its children."""
     req, rec, sandbox = tree.req, ctx.recorder, ctx.sandbox
     phase, leaf, tape = "agent", True, ctx.tape
+    failed_with: BaseException | None = None  # its type carries its cause (rollout/verdict.py)
     try:
         if close_first is not None:  # the parent, once every child has started (first child's line)
             with rec.span("other_sandbox", what="close", node=node.rpartition(".")[0]):
@@ -245,16 +246,18 @@ async def _node(tree: _Tree, node: str, level: int, ctx: AgentContext, state: An
     except Exception as e:  # a failed leaf is a result, never a crash of the run
         result.reason, result.error = failure_reason(e), str(e) or type(e).__name__
         result.info["phase"] = phase
+        failed_with = e
     finally:
         if leaf:
             with rec.span("other_sandbox", what="close"):
                 await asyncio.shield(_close(sandbox, result))
-            _leaf_done(tree, result, rec, tape)
+            _leaf_done(tree, result, rec, tape, failed_with)
 
 
-def _leaf_done(tree: _Tree, result: RolloutResult, rec: SpanRecorder, tape: Any) -> None:
+def _leaf_done(tree: _Tree, result: RolloutResult, rec: SpanRecorder, tape: Any,
+               error: BaseException | None = None) -> None:
     result.end = rec.finish()
-    settle(result)
+    settle(result, error)  # once, with the error it failed with: everything after reads the verdict
     if result.tree and result.tree["node_id"] == "0":  # never split: retried whole like a straight rollout
         result.final = not tree.retry.should_retry(result)
     if tape is not None:
@@ -348,7 +351,7 @@ async def _unborn(tree: _Tree, result: RolloutResult, rec: SpanRecorder, error: 
     result.reason, result.error = failure_reason(e), f"branch failed: {e}"
     result.info["phase"] = "start"
     result.sandbox_id = None
-    _leaf_done(tree, result, rec, None)
+    _leaf_done(tree, result, rec, None, e)
 
 
 # -- tree advantages (docs/figures.md, "Tree advantages")
@@ -388,5 +391,5 @@ def tree_advantages(leaves: list[RolloutResult], plan: BranchPlan) -> dict[str, 
                 continue
             mine, up = vals.get(".".join(path[: depth + 1])), vals.get(".".join(path[:depth]))
             out.append(None if mine is None or up is None else mine - up)
-        r.tree_advantages = out if settle(r) != "infra_fault" else None
+        r.tree_advantages = out if verdict_of(r) != "infra_fault" else None
     return values

@@ -294,7 +294,8 @@ async def test_a_failed_batch_raises_its_first_error_and_closes_what_it_made() -
         return sb
 
     async def bad() -> Sandbox:
-        await asyncio.sleep(0.2)  # after the good ones exist: they must be closed
+        await until(lambda: len(made) == 2, timeout=30)  # after the good ones exist: they must be closed
+        # (a fixed 0.2 s was not enough at a load of 14: issue 43)
         raise SandboxDiedError("no room")
 
     with pytest.raises(SandboxDiedError, match="no room"):

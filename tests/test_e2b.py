@@ -163,6 +163,11 @@ def test_errors_and_schema(svc: RunningService) -> None:
         assert r.status_code == 401 and r.json()["code"] == 401
         r = h.post("/v2/sandboxes", json={"templateID": "no-such-image"}, headers={"X-API-Key": svc.token})
         assert r.status_code == 400 and isinstance(r.json()["code"], int)
+        # the body through its model (e2b/models.py): a wrongly typed field is a 400 naming it (a 500 before)
+        for bad, field in (({"metadata": ["a"]}, "metadata"), ({"envVars": "x"}, "envVars"),
+                           ({"timeout": "soon"}, "timeout")):
+            r = h.post("/v2/sandboxes", json=bad, headers={"X-API-Key": svc.token})
+            assert r.status_code == 400 and r.json()["message"].startswith(f"invalid sandbox: {field}:"), r.text
         r = h.get("/sandboxes/nope", headers={"X-API-Key": svc.token})
         assert r.status_code == 404 and r.json() == {"code": 404, "message": r.json()["message"]}
         r = h.get("/health", headers={"E2b-Sandbox-Id": "nope"})

@@ -12,6 +12,7 @@ from urllib.parse import parse_qsl
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
+from pydantic import ValidationError
 
 import sandfleet.server.dialects.e2b.control as e2b_control
 import sandfleet.server.dialects.e2b.interpreter as e2b_interpreter
@@ -21,6 +22,7 @@ from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
 from sandfleet.server.dialects.e2b.fs import FsRPC
 from sandfleet.server.dialects.e2b.image import base_image
+from sandfleet.server.dialects.e2b.models import UNSUPPORTED_FIELDS, NewSandbox, problem
 from sandfleet.server.dialects.e2b.network import network_limits
 from sandfleet.server.dialects.e2b.process import ProcessRPC
 from sandfleet.server.dialects.e2b.state import Boxes
@@ -54,14 +56,16 @@ class E2B(Boxes):
     async def create(self, request: Request) -> dict[str, Any]:
         owner = self.owner(request)
         body = await json_body(request)
-        for feature, key in (("MCP", "mcp"), ("volume mounts", "volumeMounts"), ("auto-pause", "autoPause"),
-                             ("IAM", "iam")):
+        for feature, key in UNSUPPORTED_FIELDS:
             if body.get(key):
                 raise CPError(501, f"{feature} ({key}) is {UNSUPPORTED}")
-        template = str(body.get("templateID") or "base")
-        timeout = body.get("timeout") or DEFAULT_TIMEOUT_S
-        metadata = {str(k): str(v) for k, v in (body.get("metadata") or {}).items()}
-        envs = {str(k): str(v) for k, v in (body.get("envVars") or {}).items()}
+        try:
+            req = NewSandbox.model_validate(body)
+        except ValidationError as err:
+            raise CPError(400, problem(err)) from None
+        template = req.templateID or "base"
+        timeout = req.timeout or DEFAULT_TIMEOUT_S
+        metadata, envs = req.metadata or {}, req.envVars or {}
         snap = self.service.snapshots.get(template)
         if snap is not None and snap.owner == owner:  # a snapshot's id is a template (create_snapshot)
             try:

@@ -317,7 +317,6 @@ async def branch_local(source: Any, n: int, processes: str, *, create: Callable[
             held.drop()
         await finish_children(source, children, carried, procs)
         return children
-    disk.want_ready(source.spec.limits.disk_mib, None, n + 1)  # the next branch's disks, bound ahead
     old = _clone(source)
     old.client = old_client
     try:
@@ -359,6 +358,8 @@ async def branch_local(source: Any, n: int, processes: str, *, create: Callable[
             raise
     finally:
         drop_all(stack)
+    # the next branch's disks, bound ahead from now (not during this one: its starts need the cores)
+    disk.want_ready(source.spec.limits.disk_mib, None, n + 1)
     await finish_children(source, children, carried, [])
     return children
 

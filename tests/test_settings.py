@@ -120,3 +120,14 @@ def test_no_limits_travels_in_the_settings(monkeypatch: pytest.MonkeyPatch) -> N
         assert "SANDFLEET_NO_LIMITS" not in os.environ
     with pytest.raises(HostUnsupportedError):  # gone with the block
         cgroups.sandbox_cgroup("sb-x", Limits(memory_mib=256))
+
+
+def test_a_local_clusters_nodes_get_the_commands_settings(tmp_path: Path) -> None:
+    """--no-limits with --ray local:N: each node's processes are started with it in their environment."""
+    from sandfleet.cluster.local import LocalCluster
+
+    cluster = LocalCluster(2, root=tmp_path)
+    with installed(Settings.from_env({}).replace(no_limits=True)):
+        env = cluster.node_env(1)
+    assert env["SANDFLEET_NO_LIMITS"] == "1" and env["SANDFLEET_STATE"] == str(tmp_path / "n1" / "state")
+    assert "SANDFLEET_NO_LIMITS" not in cluster.node_env(1) or os.environ.get("SANDFLEET_NO_LIMITS")

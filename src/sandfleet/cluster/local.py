@@ -102,7 +102,8 @@ class LocalCluster:
 
     def node_env(self, i: int) -> dict[str, str]:
         d = self.root / f"n{i}"
-        return {"SANDFLEET_STATE": str(d / "state"), "SANDFLEET_CACHE": str(d / "cache"),
+        return {**current_settings().to_env(),  # the command's settings (--no-limits) reach the node's processes
+                "SANDFLEET_STATE": str(d / "state"), "SANDFLEET_CACHE": str(d / "cache"),
                 "SANDFLEET_CGROUP_PARENT": f"sandfleet-ray-{self.token}-n{i}"}
 
     def start(self) -> str:

@@ -110,6 +110,8 @@ async def test_processes_are_named_or_dropped(src: Sandbox) -> None:
     assert comm == "sleep" and cmd == "sleep 300" and f"pid {pid}" in str(ei.value)
     await src.write_file("/home/agent/f.txt", "x")
     kids = await src.branch(2, processes="drop")
+    copied = kids[0].stack[0]  # type: ignore[attr-defined]  # the copy of the layer (processes left running)
+    assert copied.refs == 2 and copied is kids[1].stack[0]  # type: ignore[attr-defined]
     try:
         for k in kids:
             assert k.branch_info.dropped == ei.value.processes  # type: ignore[attr-defined]
@@ -119,6 +121,7 @@ async def test_processes_are_named_or_dropped(src: Sandbox) -> None:
         assert "sleep 300" in (await src.exec("cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' ' '")).stdout
     finally:
         await asyncio.gather(*(k.close() for k in kids))
+    assert copied.refs == 0 and copied._cleanup is None  # removed with the last child
 
 
 async def test_bad_counts_and_unsupported() -> None:
@@ -284,6 +287,9 @@ async def test_microvm_carries_memory_and_processes() -> None:
         await src.exec("sleep 600 >/dev/null 2>&1 & echo $! > /home/agent/pid; echo x > /home/agent/f")
         pid = (await src.read_file("/home/agent/pid")).decode().strip()
         kids = await src.branch(2)
+        held = [h for k in kids for h in k.stack]  # type: ignore[attr-defined]
+        snap_dir = kids[0].template.dir  # type: ignore[attr-defined]
+        assert snap_dir.is_dir() and kids[1].template.dir == snap_dir  # type: ignore[attr-defined]
         try:
             mids = set()
             for k in kids:
@@ -298,5 +304,8 @@ async def test_microvm_carries_memory_and_processes() -> None:
             assert (await src.read_file(f"/proc/{pid}/comm")) == b"sleep\n"  # and in the source
         finally:
             await asyncio.gather(*(k.close() for k in kids))
+        # the snapshot the children were restored from goes with the last of them
+        assert held and all(h.refs == 0 for h in held)
+        assert not snap_dir.exists()
     finally:
         await src.close()

@@ -116,10 +116,10 @@ class MicrovmSandbox(AgentSandbox):
         tpl = snap.memory_template
         try:
             children: list[MicrovmSandbox] = await create_many([lambda: self.restore(tpl, self.spec)] * n)
+            for c in children:
+                c.stack = [held.take()]
         finally:
-            held.drop()  # each child holds it now
-        for c in children:
-            c.stack = [held.take()]
+            held.drop()  # each child holds it now (or, failed, none does: removed)
         try:
             await asyncio.gather(*(_reseed(c) for c in children))
         except BaseException:

@@ -343,6 +343,9 @@ ATTACKS_V: dict[str, dict[str, object]] = {
         why="the server found through PYTHONPATH from the tests' folder (cwd /tests, as a grader's)",
         test=served("/tests", "PYTHONPATH=/app python3 -m server"), files={},
         solve=heredoc("/app/server.py", SERVER_PY)),
+    "tests-cwd-server": dict(
+        why="the workdir's server run by its absolute path from the tests' folder (cwd /tests, as a grader's)",
+        test=served("/tests", "python3 /app/server.py"), files={}, solve=heredoc("/app/server.py", SERVER_PY)),
     "sourced-server": dict(
         why="test.sh's helper shell sources the workdir's env script, whose trap writes 1 when the helper is "
             "stopped",

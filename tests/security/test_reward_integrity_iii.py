@@ -662,7 +662,7 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm", "module-server", "dash-c-server", "launcher-script",
-                   "runpy-server"}}
+                   "runpy-server", "cleanup-after-decision", "pythonpath-server", "tests-cwd-server"}}
 """Forged where the mechanism is missing (docs/security.md: gVisor has no Landlock)."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
@@ -681,7 +681,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # round V: code under test that the line of the seal used to call the tests' own (a
              # module, a one-liner's import, runpy, a launcher outside the system's folders, a
              # cleanup script of the workdir after the decision)
-             "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision"]}
+             "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision",
+                   "pythonpath-server", "tests-cwd-server"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

@@ -139,16 +139,20 @@ static int names_tests(const char *arg) {
 /* Is this program one of the tests' own? Its arguments (or argv[0]) name a path in a tests'
  * folder, or it runs from one: a test runner, a grader, the test script. */
 static long cmdline_len;
+static int module_in_workdir(const char *mod);
+static int under_kind(const char *s, char kind);
+
 static int grader(void) {
     char t[256];
+    int cwd_tests = 0;
     long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)buf, 4095, 0);
     if (n > 0) {
         buf[n] = 0;
         for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
-            if (under(buf, t)) return 1;
+            if (under(buf, t)) cwd_tests = 1;
     }
     long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/cmdline", 02000000, 0, 0);
-    if (fd < 0) return 0;
+    if (fd < 0) return cwd_tests;
     long k = 0, r;
     while (k < (long)sizeof buf - 1 && (r = sys5(__NR_read, fd, (long)(buf + k), sizeof buf - 1 - k, 0, 0)) > 0) k += r;
     sys5(__NR_close, fd, 0, 0, 0, 0);
@@ -158,7 +162,19 @@ static int grader(void) {
         if (names_tests(buf + i)) return 1;
         while (i < k && buf[i]) i++;
     }
-    return 0;
+    if (!cwd_tests) return 0;
+    /* run from a tests' folder: the tests' own, unless it names a program of the workdir
+       (python3 /app/server.py) or runs a module its search path finds there (cd /tests &&
+       PYTHONPATH=/app python3 -m server) */
+    for (long i = 0; i < k; i += 1) {
+        const char *arg = buf + i;
+        while (i < k && buf[i]) i++;
+        if (arg[0] == '/' && under_kind(arg, 'w')) return 0;
+        if (arg[0] == '-' && arg[1] == 'm' && (arg[2] ? module_in_workdir(arg + 2)
+                                                      : i + 1 < k && module_in_workdir(buf + i + 1)))
+            return 0;
+    }
+    return 1;
 }
 
 /* basename of s starts with one of the names (python3.11, bash, node ...) */
@@ -235,6 +251,41 @@ static int env_reaches_workdir(void) {
         for (int v = 0; vars[v]; v++)
             if (prefix(e, vars[v]) && mentions_kind(e, 'w')) return 1;
         while (i < k && env[i]) i++;
+    }
+    return 0;
+}
+
+/* MOD (python -m's argument) is found in an entry of PYTHONPATH inside the workdir */
+static int module_in_workdir(const char *mod) {
+    static char env[32768];
+    char top[256], path[1024];
+    int tn = 0;
+    while (mod[tn] && mod[tn] != '.' && tn < 200) { top[tn] = mod[tn]; tn++; }
+    top[tn] = 0;
+    if (!tn) return 0;
+    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/environ", 02000000, 0, 0);
+    if (fd < 0) return 0;
+    long k = 0, r;
+    while (k < (long)sizeof env - 1 && (r = sys5(__NR_read, fd, (long)(env + k), sizeof env - 1 - k, 0, 0)) > 0) k += r;
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    env[k > 0 ? k : 0] = 0;
+    for (long i = 0; i < k; i++) {
+        const char *e = env + i;
+        while (i < k && env[i]) i++;
+        if (!prefix(e, "PYTHONPATH=")) continue;
+        for (const char *p = e + 11; *p;) {
+            int n = 0;
+            while (*p && *p != ':' && n < 700) path[n++] = *p++;
+            if (*p == ':') p++;
+            path[n] = 0;
+            if (!n || !under_kind(path, 'w')) continue;
+            path[n++] = '/';
+            for (int j = 0; top[j]; j++) path[n++] = top[j];
+            path[n] = 0;
+            if (sys5(__NR_faccessat, AT_FDCWD, (long)path, 0, 0, 0) == 0) return 1; /* a package */
+            path[n++] = '.'; path[n++] = 'p'; path[n++] = 'y'; path[n] = 0;
+            if (sys5(__NR_faccessat, AT_FDCWD, (long)path, 0, 0, 0) == 0) return 1;
+        }
     }
     return 0;
 }

@@ -4,6 +4,8 @@ ended; nothing in rollout/verdict.py reads an exception's name or message."""
 from __future__ import annotations
 
 import ast
+import asyncio
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from sandfleet.errors import (
 from sandfleet.rollout import verdict
 from sandfleet.rollout.runner import failure_reason
 from sandfleet.sandbox import create_sandbox
+from sandfleet.settings import current, installed
 from sandfleet.testing.faultpolicies import kill_from_host
 from test_rollout_support import needs_bwrap
 
@@ -126,3 +129,31 @@ async def test_a_sandbox_killed_from_the_host_carries_how_it_ended() -> None:
     assert e.cause == "sandbox_died" and failure_reason(e) == "sandbox_died"
     fault = verdict.sandbox_end(e)
     assert fault is not None and fault["signal"] == "SIGKILL" and "its log ends" not in fault["text"]
+
+
+@needs_bwrap()
+@pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="the service needs the server extra")
+async def test_a_service_that_reaped_a_killed_sandbox_still_says_how_it_ended(tmp_path: Path) -> None:
+    """A sandbox of a service, SIGKILLed from the host and reaped by the service before the
+    client's next call: the answer's error carries the signal (the words as before)."""
+    from sandfleet.client.remote import on_remote
+    from sandfleet.server.testing import running_service
+
+    async def go() -> SandboxDiedError:
+        sb = await create_sandbox(backend="bwrap", ttl_s=120)
+        try:
+            kill_from_host(sb)
+            await asyncio.sleep(2.0)  # the service's reaper (every 0.2 s) closes it meanwhile
+            with pytest.raises(SandboxDiedError) as info:
+                await sb.exec(["true"], timeout=10)
+            return info.value
+        finally:
+            await sb.close()
+
+    with running_service(tmp_path / "svc") as svc:
+        with installed(current().replace(token=svc.token)):
+            e = await on_remote(svc.url, go)
+    assert str(e).endswith(" died") and e.end is not None and e.end.signal == "SIGKILL", (e, e.end)
+    assert verdict.cause_of("failed", failure_reason(e), e, "agent") == "sandbox_died"
+    fault = verdict.sandbox_end(e)
+    assert fault is not None and fault["signal"] == "SIGKILL" and "killed by SIGKILL" in fault["text"]

@@ -400,9 +400,10 @@ def to_wire(e: BaseException) -> tuple[int, str, dict[str, object]] | None:
     return None
 
 
-def error_of(code: str, message: str) -> SandfleetError:
-    """The exception of ``code`` (its first row in :data:`WIRE`), as the service raises it."""
-    return from_wire(_STATUS.get(code, 0), {"code": code, "message": message})
+def error_of(code: str, message: str, extra: dict[str, Any] | None = None) -> SandfleetError:
+    """The exception of ``code`` (its first row in :data:`WIRE`), as the service raises it
+    (``extra``: what :func:`to_wire` added, e.g. a dead sandbox's ``end``)."""
+    return from_wire(_STATUS.get(code, 0), {**(extra or {}), "code": code, "message": message})
 
 
 def from_wire(status: int, body: dict[str, object], retry_after: float | None = None) -> SandfleetError:

@@ -29,11 +29,13 @@ from sandfleet.client.models import SandboxInfo
 from sandfleet.errors import (
     ConfigError,
     ImageError,
+    SandboxDiedError,
     SandboxPathError,
     SandfleetError,
     ServiceBusyError,
     ServiceError,
     error_of,
+    to_wire,
 )
 from sandfleet.sandbox import create_sandbox, fork, resolve_backend
 from sandfleet.sandbox.base import Sandbox, Session, Snapshot
@@ -106,6 +108,8 @@ class Gone:
     owner: str
     code: str
     message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+    """What the error adds on the wire (a dead sandbox's ``end``: how it ended, errors.SandboxEnd)."""
 
 
 @dataclass(eq=False)
@@ -183,15 +187,17 @@ class SandboxService:
                 if e.expires <= now:
                     self.metrics.expired.inc()
                     self._close_soon(e, "sandbox_expired", f"sandbox {e.sb.id} expired (its TTL passed)")
-                elif not e.sb.alive and e.busy == 0:
-                    self._close_soon(e, "sandbox_died", f"sandbox {e.sb.id} died")
+                elif not e.sb.alive and e.busy == 0:  # how it died goes with the answers that say so
+                    died = getattr(getattr(e.sb, "client", None), "error", None)
+                    wire = to_wire(died) if isinstance(died, SandboxDiedError) else None
+                    self._close_soon(e, "sandbox_died", f"sandbox {e.sb.id} died", wire[2] if wire else None)
 
-    def _close_soon(self, e: Entry, code: str, message: str) -> None:
-        t = asyncio.create_task(self._close(e, code, message))
+    def _close_soon(self, e: Entry, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
+        t = asyncio.create_task(self._close(e, code, message, extra))
         self._closing.add(t)
         t.add_done_callback(self._closing.discard)
 
-    async def _close(self, e: Entry, code: str, message: str) -> None:
+    async def _close(self, e: Entry, code: str, message: str, extra: dict[str, Any] | None = None) -> None:
         sid = e.sb.id
         if self.live.get(sid) is not e:
             return
@@ -199,7 +205,7 @@ class SandboxService:
         self.owned[e.owner] -= 1
         if self.owned[e.owner] <= 0:
             del self.owned[e.owner]
-        self._remember(sid, Gone(e.owner, code, message))
+        self._remember(sid, Gone(e.owner, code, message, extra or {}))
         if code == "sandbox_lost":
             self._journal_move(sid)
         else:
@@ -228,7 +234,7 @@ class SandboxService:
             return e
         g = self.gone.get(sid)
         if g is not None and g.owner == owner:
-            raise error_of(g.code, g.message)
+            raise error_of(g.code, g.message, g.extra)
         raise ServiceError(f"no sandbox {sid!r}", code="sandbox_not_found")
 
     def find(self, owner: str, labels: dict[str, str]) -> list[Entry]:

@@ -23,7 +23,6 @@ HAS_SERVER = importlib.util.find_spec("fastapi") is not None
 
 
 async def has(sb: Sandbox, path: str) -> bool:
-    # (test -e, not ls: gVisor's statx on this host answers EINVAL to ls)
     return (await sb.exec(["test", "-e", path])).exit_code == 0
 
 
@@ -81,6 +80,28 @@ async def test_children_carry_files_and_sessions_and_part_afterwards(src: Sandbo
                 assert not await has(g, "/home/agent/kid1.txt")
         finally:
             await asyncio.gather(*(g.close() for g in grand))
+    finally:
+        await asyncio.gather(*(k.close() for k in kids))
+
+
+async def test_a_directory_made_before_the_branch_is_listed_and_read_in_each_child(src: Sandbox) -> None:
+    """coreutils' ls and stat, as a task's tests use them (the example's test.sh: ls | wc -l).
+    On gvisor they failed everywhere, branch or not ("ls: cannot access '/tmp/d': Invalid
+    argument"): Debian's runsc refuses statx's AT_NO_AUTOMOUNT, which the stat shim drops
+    (agent/statcompat.c); a caller's own LD_PRELOAD keeps it."""
+    r = await src.exec("mkdir -p /tmp/d/sub && echo hi > /tmp/d/f && echo top > /tmp/t")
+    assert r.exit_code == 0, r.output
+    kids = await src.branch(2)
+    try:
+        for i, k in enumerate(kids):
+            r = await k.exec(f"ls /tmp/d && cat /tmp/d/f /tmp/t && stat -c '%F %n' /tmp/d /tmp/d/sub && "
+                             f"echo {i} > /tmp/d/g{i} && ls /tmp/d | wc -l")
+            assert r.exit_code == 0, r.output
+            assert r.stdout.split("\n") == ["f", "sub", "hi", "top", "directory /tmp/d", "directory /tmp/d/sub",
+                                             "3", ""], r.output
+            r = await k.exec("ls -d /tmp/d", env={"LD_PRELOAD": ""})  # a caller's own (empty) LD_PRELOAD
+            assert (r.exit_code, r.stdout) == (0, "/tmp/d\n"), r.output
+        assert (await src.exec("ls /tmp/d")).stdout.split() == ["f", "sub"]  # no child's g0, g1
     finally:
         await asyncio.gather(*(k.close() for k in kids))
 

@@ -292,6 +292,8 @@ static void kill_tree(pid_t root) {
 /* ---------- users and isolation (docs/security.md, "The uid model") ---------- */
 static int isolated = 0;     /* commands run in user namespace S as the user they ask for */
 static int oom_protected = 0; /* the launcher lowered our oom_score_adj: commands go back to 0 */
+static const char *g_preload; /* --preload LIB: appended to every command's LD_PRELOAD (gVisor's
+                                  stat shim, statcompat.c) */
 static int s_userns = -1;    /* S, owned by this agent, which lives in S's parent */
 
 static int write_str(const char *path, const char *v) {
@@ -909,6 +911,29 @@ static void warden(int report, int pst_w, const char *user) {
     _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + (WIFSIGNALED(st) ? WTERMSIG(st) : 0));
 }
 
+/* The command's environment with --preload's library last in LD_PRELOAD (after the verifier's
+ * seal, which must come first: statcompat.c exports statx, an ASan runtime wants to be first).
+ * In the forked child, just before exec: nothing to free. */
+static char **with_preload(char **envp) {
+    if (!g_preload) return envp;
+    size_t n = 0, at = (size_t)-1;
+    for (; envp[n]; n++)
+        if (!strncmp(envp[n], "LD_PRELOAD=", 11)) at = n;
+    char **out = calloc(n + 2, sizeof *out);
+    size_t len = strlen(g_preload) + (at != (size_t)-1 ? strlen(envp[at]) : 11) + 2;
+    char *v = malloc(len);
+    if (!out || !v) return envp;
+    memcpy(out, envp, n * sizeof *out);
+    if (at == (size_t)-1) {
+        snprintf(v, len, "LD_PRELOAD=%s", g_preload);
+        out[n] = v;
+    } else {
+        snprintf(v, len, "%s%s%s", envp[at], envp[at][11] ? " " : "", g_preload);
+        out[at] = v;
+    }
+    return out;
+}
+
 static void start_exec(const req_t *r) {
     char **argv = get_list(r, F_ARGV);
     char **envp = get_list(r, F_ENV);
@@ -1062,7 +1087,7 @@ static void start_exec(const req_t *r) {
             _exit(127);
         }
         static char *no_env[] = {NULL};
-        environ = envp ? envp : no_env;
+        environ = with_preload(envp ? envp : no_env);
         execvp(argv[0], argv);
         int e = errno;
         snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
@@ -2466,6 +2491,8 @@ int main(int argc, char **argv) {
             /* As root of a sandbox whose kernel is not the host's (gVisor's Sentry, which
              * can't setns into a user namespace): commands take their users directly. */
             isolate_wanted = 2;
+        } else if (!strcmp(argv[i], "--preload") && i + 1 < argc) {
+            g_preload = argv[++i];
         } else if (!strcmp(argv[i], "--cgroup-dir") && i + 1 < argc) {
             snprintf(cg_dir, sizeof cg_dir, "%s", argv[++i]);
         } else if (!strcmp(argv[i], "--version")) {
@@ -2473,7 +2500,7 @@ int main(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
-                            "[--cgroup-dir DIR] | launch ... | tether OWNER -- ARGV\n");
+                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV\n");
             return 64;
         }
     }

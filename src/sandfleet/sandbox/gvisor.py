@@ -20,6 +20,9 @@ none reaches the host kernel directly. Start-up of one sandbox (docs/security.md
    user namespace, so commands take their users directly inside the Sentry), which serves
    the host over runsc's stdin/stdout (``runsc run`` hands its stdio to the container's init);
    the commands' seccomp filter refuses signals to it (pid 1: seccomp.py, ``protect_init``).
+   Every command gets the stat shim last in its LD_PRELOAD (agent/statcompat.c, ``--preload``):
+   Debian's runsc answers EINVAL to statx/newfstatat with AT_NO_AUTOMOUNT, which coreutils'
+   ls and stat pass on every path.
 
 The mounts exist only in the launcher's namespace: they vanish with the sandbox. runsc's
 state directory is inside the sandbox's marker directory; close() and the reaper remove
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import os
 import shutil
@@ -59,6 +63,7 @@ from sandfleet.sandbox.spec import (
     SandboxSpec,
 )
 from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
+from sandfleet.settings import current as current_settings
 
 INSTALL = "apt-get install runsc"
 KVM_PROBE_S = 8.0
@@ -138,6 +143,33 @@ def choose_platform(config: GvisorConfig) -> tuple[str, str]:
         return config.platform, "chosen in the backend config"
     ok, why = probe_kvm(config.runsc)
     return ("kvm", why) if ok else ("ptrace", f"no KVM platform ({why})")
+
+
+STATCOMPAT = Path(__file__).parent.parent / "agent" / "statcompat.c"
+STATCOMPAT_FLAGS = ["-shared", "-fPIC", "-nostdlib", "-ffreestanding", "-fno-builtin", "-fno-stack-protector", "-Os"]
+
+
+def _statcompat(agent_dir: Path) -> str:
+    """The stat shim (agent/statcompat.c: Debian's runsc answers EINVAL to statx with
+    AT_NO_AUTOMOUNT, so coreutils' ls and stat failed on every path), built once per source
+    into the agent's directory; its path inside the sandbox (/.sandfleet/...)."""
+    from sandfleet.agent.build import install
+
+    digest = hashlib.sha256(STATCOMPAT.read_bytes()).hexdigest()[:16]
+    name = f"sandfleet-statcompat-{digest}.so"
+
+    def compile_(out: Path) -> None:
+        cc = current_settings().cc or shutil.which("cc") or shutil.which("gcc")
+        cmd = [cc or "cc", *STATCOMPAT_FLAGS, "-o", str(out), str(STATCOMPAT)]
+        try:
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as e:
+            raise HostUnsupportedError(f"building gVisor's stat shim needs a C compiler: {e}") from None
+        if proc.returncode != 0:
+            raise HostUnsupportedError(f"building gVisor's stat shim failed ({' '.join(cmd)}):\n{proc.stderr[-2000:]}")
+
+    install(agent_dir / name, compile_, mode=0o644)
+    return f"/.sandfleet/{name}"
 
 
 def _uid_base(image: Image) -> int:
@@ -233,7 +265,7 @@ class GvisorBackend:
         self.platform, self.platform_why = choose_platform(self.config)
 
     def bundle(self, spec: SandboxSpec, root: Path, agent_dir: Path, uid_base: int,
-               netns: str | None = None, hostname: str = "sandbox") -> dict[str, Any]:
+               netns: str | None = None, hostname: str = "sandbox", preload: str | None = None) -> dict[str, Any]:
         """The OCI runtime spec: the agent as init, as root, over ``root`` (the overlay). The
         user namespace's map is runsc's gofer's: it serves the files with host uid
         ``uid_base + i`` as uid ``i`` (how stored layers are owned), and what the sandbox
@@ -241,6 +273,8 @@ class GvisorBackend:
         # a cgroup per command in gVisor's own cgroupfs (runsc --cgroupfs): the timeout's tree
         # kill reaches orphans that called setsid(), as bwrap's delegated cgroup does
         args = ["/.sandfleet/sandfleet-agent", "--switch-users", "--cgroup-dir", GUEST_CGROUP]
+        if preload:  # the stat shim (_statcompat), last in every command's LD_PRELOAD
+            args += ["--preload", preload]
         if spec.limits.ttl_s:
             args += ["--ttl", str(spec.limits.ttl_s)]
         return {
@@ -354,7 +388,8 @@ class GvisorBackend:
             (sdir / "bundle").mkdir()
             (sdir / "bundle/config.json").write_text(
                 json.dumps(self.bundle(spec, sdir.resolve() / "root", agent_dir, uid_base, net.path if net else None,
-                                       hostname=sid if hostname == "" else (hostname or "sandbox"))))
+                                       hostname=sid if hostname == "" else (hostname or "sandbox"),
+                                       preload=await asyncio.to_thread(_statcompat, agent_dir))))
             if hostname == "" and lowers[-1] == Path("/"):
                 identity = branching.identity_layer()
             argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net, loop, sealed=len(sealed),

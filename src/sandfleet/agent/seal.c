@@ -123,6 +123,18 @@ static int under(const char *s, const char *dir) {
 }
 
 static char buf[65536];
+static char env[32768]; /* /proc/self/environ, read by who needs it */
+
+/* PATH's contents into OUT (SIZE, a NUL after them): their length, -1 when it can't be opened */
+static long read_whole(const char *path, char *out, long size) {
+    long fd = sys5(__NR_openat, AT_FDCWD, (long)path, 02000000, 0, 0);
+    if (fd < 0) return -1;
+    long k = 0, r;
+    while (k < size - 1 && (r = sys5(__NR_read, fd, (long)(out + k), size - 1 - k, 0, 0)) > 0) k += r;
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    out[k] = 0;
+    return k;
+}
 
 /* ARG names a path in a tests' folder: itself, or after an option's '=' (--rootdir=/tests) */
 static int names_tests(const char *arg) {
@@ -151,13 +163,9 @@ static int grader(void) {
         for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
             if (under(buf, t)) cwd_tests = 1;
     }
-    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/cmdline", 02000000, 0, 0);
-    if (fd < 0) return cwd_tests;
-    long k = 0, r;
-    while (k < (long)sizeof buf - 1 && (r = sys5(__NR_read, fd, (long)(buf + k), sizeof buf - 1 - k, 0, 0)) > 0) k += r;
-    sys5(__NR_close, fd, 0, 0, 0, 0);
-    buf[k > 0 ? k : 0] = 0;
-    cmdline_len = k > 0 ? k : 0;
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    if (k < 0) return cwd_tests;
+    cmdline_len = k;
     for (long i = 0; i < k; i += 1) {
         if (names_tests(buf + i)) return 1;
         while (i < k && buf[i]) i++;
@@ -239,13 +247,7 @@ static int env_reaches_workdir(void) {
     static const char *const vars[] = {"PYTHONPATH=", "PYTHONSTARTUP=", "NODE_PATH=", "NODE_OPTIONS=", "PERL5LIB=",
                                        "PERLLIB=", "PERL5OPT=", "RUBYLIB=", "RUBYOPT=", "CLASSPATH=", "BASH_ENV=",
                                        "ENV=", "LD_LIBRARY_PATH=", 0};
-    static char env[32768];
-    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/environ", 02000000, 0, 0);
-    if (fd < 0) return 0;
-    long k = 0, r;
-    while (k < (long)sizeof env - 1 && (r = sys5(__NR_read, fd, (long)(env + k), sizeof env - 1 - k, 0, 0)) > 0) k += r;
-    sys5(__NR_close, fd, 0, 0, 0, 0);
-    env[k > 0 ? k : 0] = 0;
+    long k = read_whole("/proc/self/environ", env, sizeof env);
     for (long i = 0; i < k; i++) {
         const char *e = env + i;
         for (int v = 0; vars[v]; v++)
@@ -257,18 +259,12 @@ static int env_reaches_workdir(void) {
 
 /* MOD (python -m's argument) is found in an entry of PYTHONPATH inside the workdir */
 static int module_in_workdir(const char *mod) {
-    static char env[32768];
     char top[256], path[1024];
     int tn = 0;
     while (mod[tn] && mod[tn] != '.' && tn < 200) { top[tn] = mod[tn]; tn++; }
     top[tn] = 0;
     if (!tn) return 0;
-    long fd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/environ", 02000000, 0, 0);
-    if (fd < 0) return 0;
-    long k = 0, r;
-    while (k < (long)sizeof env - 1 && (r = sys5(__NR_read, fd, (long)(env + k), sizeof env - 1 - k, 0, 0)) > 0) k += r;
-    sys5(__NR_close, fd, 0, 0, 0, 0);
-    env[k > 0 ? k : 0] = 0;
+    long k = read_whole("/proc/self/environ", env, sizeof env);
     for (long i = 0; i < k; i++) {
         const char *e = env + i;
         while (i < k && env[i]) i++;

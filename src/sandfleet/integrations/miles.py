@@ -35,7 +35,7 @@ from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metric
 from sandfleet.integrations._session import SessionPolicy
 from sandfleet.rollout.agent import AgentConfig
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.verdict import INFRA, settle
+from sandfleet.rollout.verdict import INFRA, verdict_of
 
 TASK_KEY = "sandfleet_task"
 """The sample-metadata key naming the task."""
@@ -90,7 +90,7 @@ async def run(base_url: str, prompt: Any, request_kwargs: dict[str, Any], metada
 def outcome(result: RolloutResult) -> dict[str, Any]:
     """What :func:`run` returns for a finished rollout."""
     completed = result.status == "completed"
-    verdict = settle(result)
+    verdict = verdict_of(result)
     return {
         "reward": None if verdict == INFRA else float(result.reward or 0.0),
         "verdict": verdict, **({"fault": result.fault} if result.fault else {}),

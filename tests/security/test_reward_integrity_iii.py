@@ -711,3 +711,33 @@ async def test_the_warden_and_the_reward_rule_hold_through_the_service(tmp_path:
     by = {r.task: r for r in report.results}
     assert by["last-moment-orphan"].reason == "tests_detached", by["last-moment-orphan"]
     assert_zero(report.results)
+
+
+def test_a_test_script_that_sources_what_the_agent_could_write_is_flagged() -> None:
+    """Code that a test script sources runs in the script's own process, where the seal can't
+    tell it apart (docs/security.md, "Where the line is"): the verifier flags it as a risk. Of the
+    bundled tasks and every fixture, only round V's exit-trap-in-env is flagged."""
+    from sandfleet.tasks import load_tasks
+    from sandfleet.tasks.scan import sourced_from_workdir
+
+    root = FIXTURES.parent.parent
+    flagged = {}
+    for folder in (root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "attacks-iii", FIXTURES / "attacks-iv",
+                   FIXTURES / "attacks-v", FIXTURES / "harbor-parity"):
+        for task in load_tasks(folder)[0]:
+            found = sourced_from_workdir(task)
+            if found:
+                flagged[task.name] = found
+    assert flagged == {"exit-trap-in-env": ["tests/test.sh:4: [ -f .env ] && . ./.env"]}
+
+
+async def test_the_sourcing_risk_reaches_the_row() -> None:
+    """The flag is in the rollout's verifier_risks, and `tasks validate` warns of it."""
+    from sandfleet.tasks import load_tasks
+    from sandfleet.tasks.scan import SOURCED_RISK
+
+    tasks = [t for t in load_tasks(FIXTURES / "attacks-v")[0] if t.name == "exit-trap-in-env"]
+    cfg = RunConfig(backend="bwrap", n=1, concurrency=1, retry=RetryPolicy(max_attempts=1))
+    report = await run_suite(tasks, OraclePolicy(), cfg)
+    (r,) = report.results
+    assert any(x.startswith(SOURCED_RISK) for x in r.info.get("verifier_risks", [])), r.info.get("verifier_risks")

@@ -258,9 +258,11 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
         CONFTEST_RISK,
         GUARD_OFF_RISK,
         NEEDS_NETWORK,
+        SOURCED_RISK,
         WORKDIR_PATH_RISK,
         downloads_at_test_time,
         python_guard_off,
+        sourced_from_workdir,
         workdir_conftest_risk,
         workdir_path_risk,
     )
@@ -293,6 +295,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.warnings += [f"{CONFTEST_RISK}: {line}" for line in workdir_conftest_risk(task)]
     verdict.warnings += [f"{GUARD_OFF_RISK}: {line}" for line in python_guard_off(task)]
     verdict.warnings += [f"{WORKDIR_PATH_RISK}: {line}" for line in workdir_path_risk(task)]
+    verdict.warnings += [f"{SOURCED_RISK}: {line}" for line in sourced_from_workdir(task)]
     if verdict.needs_network and not network:
         what = f"{NEEDS_NETWORK}: " + "; ".join(verdict.needs_network) + " (run with --network)"
         verdict.warnings.append(what)

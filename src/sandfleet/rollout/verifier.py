@@ -85,7 +85,7 @@ from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER
 from sandfleet.sandbox.spec import USERS
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
-from sandfleet.tasks.scan import without_workdir, workdir_path_entries
+from sandfleet.tasks.scan import SOURCED_RISK, sourced_from_workdir, without_workdir, workdir_path_entries
 
 log = logging.getLogger(__name__)
 
@@ -538,6 +538,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
             risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")
         elif kept:
             env["PATH"] = without_workdir(base.get("PATH", ""), task.workdir)
+    sourced = sourced_from_workdir(task)
+    if sourced:
+        risks.append(f"{SOURCED_RISK}: {'; '.join(sourced[:5])}")
     argv = await _test_command(task, sandbox, user)
     _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:

@@ -119,6 +119,44 @@ def python_guard_off(task: Task) -> list[str]:
     return found
 
 
+SOURCED_RISK = ("a test script sources a file the agent could write (what it runs is the test script's own code: "
+                "an EXIT trap or a function defined there decides with it; the seal separates processes, not code "
+                "within one)")
+_SOURCE = re.compile(r"(?:^|[;&|(]|\bthen|\bdo|\belse)\s*(?:source|\.)\s+[\"']?([^\s;&|\"')]+)")
+"""``source PATH`` or ``. PATH`` where a command starts (a line, after ``;``, ``&&``, ``|``, ``(``,
+``then``, ``do``, ``else``)."""
+_VENV = re.compile(r"\bvenv\s+(?:-\S+\s+)*([^\s;&|-][^\s;&|]*)")
+"""A virtual environment the script makes (``uv venv X``, ``python3 -m venv X``): its ``activate``
+is the script's own, not the agent's."""
+
+
+def sourced_from_workdir(task: Task) -> list[str]:
+    """``file:line: the command`` for each file the tests' scripts source that the agent could
+    have written: a path in the workdir, or a relative one that the script's folder does not hold
+    and the script did not make as a virtual environment (``cd /app && . ./.env``). Code sourced
+    into test.sh runs in test.sh's own process, where the seal can't keep the reward from it
+    (docs/security.md, "Where the line is")."""
+    workdir = posixpath.normpath(task.workdir).rstrip("/") + "/"
+    scripts = {str(p.relative_to(task.path) if p.is_relative_to(task.path) else p): p for p in _scripts(task)}
+    found: list[str] = []
+    made: dict[str, set[str]] = {}  # per script: virtual environments it makes itself (uv venv X)
+    for rel, number, line, code in _script_lines(task):
+        if line.startswith("#!"):
+            continue
+        made.setdefault(rel, set()).update(posixpath.normpath(v) for v in _VENV.findall(code))
+        for m in _SOURCE.finditer(code):
+            path = m.group(1)
+            if path.startswith(("$", "-", "/dev/")) or posixpath.normpath(path).split("/")[0] in made[rel]:
+                continue
+            if path.startswith("/"):
+                risky = (posixpath.normpath(path) + "/").startswith(workdir)
+            else:
+                risky = not (scripts[rel].parent / path).exists()
+            if risky:
+                found.append(f"{rel}:{number}: {line.strip()[:160]}")
+    return found
+
+
 DOCKER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 

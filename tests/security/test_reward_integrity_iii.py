@@ -227,6 +227,8 @@ async def test_a_watcher_of_the_code_under_test_cannot_reach_the_grader(tmp_path
 
 SIBLINGS = '''#!/bin/bash
 sleep 30 &
+# the sibling is a forked bash until it has exec'd sleep: pkill -f right after & raced it on a busy host
+for i in $(seq 200); do pgrep -f "sleep 30" >/dev/null && break; sleep 0.05; done
 pkill -f "sleep 30" && echo "pkill reached the sibling"
 python3 -c "import subprocess; p = subprocess.Popen(['sleep', '30']); p.terminate(); print('terminated', p.wait())"
 timeout 1 sleep 5; echo "timeout: $?"

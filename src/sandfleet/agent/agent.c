@@ -822,8 +822,8 @@ static void warden_note(long pid) {
     warden_detached++;
 }
 
-/* While the command runs: our children but it are detached; its own children are noted. At
- * its end: our children it did not have when last seen are detached. */
+/* Our children that were never the command's own are detached (while it runs, and at its end);
+ * the command's own children are noted while it runs. */
 static void warden_scan(long me, long cmd, int at_end) {
     DIR *d = opendir("/proc");
     if (!d) return;
@@ -833,7 +833,9 @@ static void warden_scan(long me, long cmd, int at_end) {
         long pid = atol(e->d_name);
         if (pid == cmd || pid == me) continue;
         long ppid = proc_ppid(e->d_name);
-        if (ppid == me && !(at_end && warden_has(warden_kids, warden_nkids, pid))) warden_note(pid);
+        /* (one of the command's own that is ours now: the command exited since we last waited,
+           between that wait and this scan, and its background jobs came to us -- not detached) */
+        if (ppid == me && !warden_has(warden_kids, warden_nkids, pid)) warden_note(pid);
         else if (ppid == cmd && cmd > 0 && !at_end && !warden_has(warden_kids, warden_nkids, pid) &&
                  warden_nkids < WARDEN_MAX)
             warden_kids[warden_nkids++] = pid;

@@ -331,3 +331,57 @@ def test_metrics_are_a_series(e2b_env: dict[str, str]) -> None:
         assert [x.timestamp for x in early] == [m[0].timestamp]
     finally:
         sbx.kill()
+
+
+def _ifaces(sbx: Any) -> list[str]:
+    out: str = sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1").stdout
+    return out.split()
+
+
+def test_internet_by_default_and_off_when_asked(e2b_env: dict[str, str], svc: RunningService) -> None:
+    """E2B's default: a create that does not set allow_internet_access has the internet (a
+    network device beside lo); allow_internet_access=False has only lo, and get_host still
+    reaches its ports (the service relays inside the sandbox's own namespace)."""
+    from e2b import Sandbox
+
+    on = Sandbox.create(timeout=60)
+    off = Sandbox.create(timeout=60, allow_internet_access=False)
+    try:
+        assert "lo" in _ifaces(on) and len(_ifaces(on)) > 1, _ifaces(on)
+        assert _ifaces(off) == ["lo"]
+        off.files.write("/home/user/here.txt", "here")
+        off.commands.run("python3 -m http.server 8001 --bind 127.0.0.1 -d /home/user", background=True)
+        host = off.get_host(8001)
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                r = httpx.get(f"http://{host}/here.txt", timeout=10)
+                if r.status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the sandbox's web server never answered"
+            time.sleep(0.2)
+        assert r.text == "here"
+    finally:
+        on.kill()
+        off.kill()
+
+
+def test_serve_without_e2b_internet(running_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve --no-e2b-internet: a create that does not say has no network; one that asks has it."""
+    from e2b import Sandbox
+
+    svc = running_services.view("--max-ttl", "900", "--no-e2b-internet")
+    for k, v in {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token}.items():
+        monkeypatch.setenv(k, v)
+    for k in ("E2B_DEBUG", "E2B_DOMAIN"):
+        monkeypatch.delenv(k, raising=False)
+    quiet = Sandbox.create(timeout=60)
+    asked = Sandbox.create(timeout=60, allow_internet_access=True)
+    try:
+        assert _ifaces(quiet) == ["lo"]
+        assert len(_ifaces(asked)) > 1, _ifaces(asked)
+    finally:
+        quiet.kill()
+        asked.kill()

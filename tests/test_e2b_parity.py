@@ -186,10 +186,8 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         assert httpx.get(f"http://{bad}/kept.txt", timeout=30).status_code == 401
         by_host = {"Host": f"8000-{sbx.sandbox_id}.localhost", "e2b-traffic-access-token": sbx.traffic_access_token}
         assert httpx.get(f"{svc.url}/kept.txt", headers=by_host, timeout=30).text == "kept"  # for *.localhost DNS
-        ifaces = sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1").stdout.split()
-        assert ifaces == ["lo"], ifaces  # the sandbox still has no network but its loopback
         row(S, "Sandbox.get_host", "works", "http://<get_host(port)> reaches the port through the service; "
-                                            "a wrong token is 401; the sandbox still has only `lo`")
+                                            "a wrong token is 401 (test_e2b.py: also without network)")
         # signed file URLs, on the service's own address
         url = sbx.download_url("/home/user/kept.txt")
         assert httpx.get(url, timeout=30).content == b"kept"

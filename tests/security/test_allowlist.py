@@ -243,7 +243,8 @@ def test_e2b_allow_and_deny_lists_through_a_real_service(servers: tuple[str, str
 def test_e2b_network_lists_map_onto_limits() -> None:
     from sandfleet.server.dialects.e2b.network import network_limits
 
-    assert network_limits({}) == {"network": False}
+    assert network_limits({}) == {"network": True}  # E2B's default: the internet
+    assert network_limits({}, default=False) == {"network": False}  # serve --no-e2b-internet
     assert network_limits({"allow_internet_access": True}) == {"network": True}
     assert network_limits({"allow_internet_access": False, "network": {"allowOut": ["a.test"]}}) == {
         "network": True, "allow": ("a.test",)}

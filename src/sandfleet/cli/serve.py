@@ -77,13 +77,16 @@ def bind(host: str, port: int) -> socket.socket:
                    "with an error saying so.")
 @click.option("--fusion-image", default="host", show_default=True,
               help="The image SandboxFusion run_code calls (/sandbox-fusion/<token>/run_code) run in.")
+@click.option("--e2b-internet/--no-e2b-internet", default=True, show_default=True,
+              help="An E2B sandbox whose create does not set allow_internet_access gets the internet, as on "
+                   "E2B (sandfleet's own /v1 sandboxes have none unless asked).")
 @click.option("--access-log/--no-access-log", default=False, show_default=True)
 def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: int | None, max_busy: int | None,
           capacity_from: Path | None, quota: int | None, max_ttl_s: float, deadline_s: float, max_body_mib: float,
           drain_grace_s: float, state_dir: Path | None, allow_forward: str, ssl_certfile: str | None,
           ssl_keyfile: str | None, ssl_keyfile_password: str | None, ssl_ca_certs: str | None,
           swerex_max_output_kib: int, max_output_kib: int, e2b_max_output_mib: int, fusion_image: str,
-          access_log: bool) -> None:
+          e2b_internet: bool, access_log: bool) -> None:
     """Serve sandboxes over HTTP to trainers on other machines (docs/service.md)."""
     try:
         import uvicorn
@@ -118,7 +121,8 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
                                max_body_bytes=int(max_body_mib * (1 << 20)), state_dir=state_dir,
                                drain_grace_s=drain_grace_s, allow_forward=forwards,
                                swerex_max_output=swerex_max_output_kib << 10, max_output=max_output_kib << 10,
-                               e2b_max_output=e2b_max_output_mib << 20, fusion_image=fusion_image)
+                               e2b_max_output=e2b_max_output_mib << 20, fusion_image=fusion_image,
+                               e2b_internet=e2b_internet)
         metrics = Metrics()
         service = SandboxService(config, limits, metrics)
     except (SandfleetError, ValueError) as e:

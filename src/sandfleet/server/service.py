@@ -83,6 +83,9 @@ class ServiceConfig:
     with an error saying so."""
     fusion_image: str = "host"
     """The image SandboxFusion ``run_code`` calls run in (``--fusion-image``)."""
+    e2b_internet: bool = True
+    """An E2B create without ``allow_internet_access`` gets the internet, as on E2B
+    (``--e2b-internet/--no-e2b-internet``); sandfleet's own ``/v1`` keeps its default off."""
 
 
 @dataclass(eq=False)

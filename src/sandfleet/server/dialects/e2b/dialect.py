@@ -86,7 +86,7 @@ class E2B(Boxes):
             raise CPError(503, f"the E2B base image could not be made on this host: {err}") from None
         try:
             spec = SandboxSpec(image=image, workdir=HOME, env=env, labels=metadata,
-                               limits=Limits(ttl_s=float(timeout), **network_limits(body)),  # allowOut/denyOut
+                               limits=Limits(ttl_s=float(timeout), **network_limits(body, self.internet())),
                                **({"user": "user"} if users else {}))
         except ValueError as err:
             raise CPError(400, f"invalid sandbox: {err}") from None
@@ -95,6 +95,11 @@ class E2B(Boxes):
         except Exception as err:
             raise cp_error(err) from None
         return self.sandbox_body(self.adopt(e, template, metadata))
+
+    def internet(self) -> bool:
+        """Whether a create that does not say gets the internet: E2B's default, unless serve
+        was told ``--no-e2b-internet``; off on microvm, whose sandboxes have no network device."""
+        return self.service.config.e2b_internet and self.service.backend != "microvm"
 
     async def connect(self, request: Request, sid: str) -> dict[str, Any]:
         owner = self.owner(request)

@@ -1,8 +1,10 @@
 """E2B's egress lists (``network.allowOut`` / ``network.denyOut`` of a create request) as
 sandfleet's allowlist policy (sandbox/allowlist.py), the same one Harbor's ``allowlist`` gets.
 
-E2B's rules: without lists, ``allow_internet_access`` decides (sandfleet: network only when
-it is true); ``allow_internet_access = false`` is ``denyOut = ["0.0.0.0/0"]``; ``allowOut``
+E2B's rules: without lists, ``allow_internet_access`` decides, and when a client leaves it out
+the sandbox has the internet, as on E2B (``sandfleet serve --no-e2b-internet`` turns that
+default off for the whole service; a backend without network, microvm, has it off);
+``allow_internet_access = false`` is ``denyOut = ["0.0.0.0/0"]``; ``allowOut``
 entries (CIDRs, IPs, names, ``*.domain``) take precedence over ``denyOut`` ones (CIDRs and
 IPs only). So: everything denied -> an allowlist of ``allowOut``; some CIDRs denied -> a
 denylist that ``allowOut`` gets past; only ``allowOut`` -> everything is allowed anyway.
@@ -15,10 +17,11 @@ from typing import Any
 ALL_TRAFFIC = "0.0.0.0/0"
 
 
-def network_limits(body: dict[str, Any]) -> dict[str, Any]:
-    """``Limits`` fields (``network``, ``allow``, ``deny``) for a create request's body;
-    ValueError naming a malformed list."""
-    internet = bool(body.get("allow_internet_access"))
+def network_limits(body: dict[str, Any], default: bool = True) -> dict[str, Any]:
+    """``Limits`` fields (``network``, ``allow``, ``deny``) for a create request's body
+    (``default``: the internet when the body does not say); ValueError naming a malformed list."""
+    asked = body.get("allow_internet_access")
+    internet = default if asked is None else bool(asked)
     net = body.get("network") or {}
     if not isinstance(net, dict):
         raise ValueError("network must be an object")

@@ -11,6 +11,10 @@ shell of later shell-form RUNs). Ignored without error, as they change nothing a
 commands see: LABEL, EXPOSE, CMD, ENTRYPOINT, HEALTHCHECK, VOLUME, STOPSIGNAL, MAINTAINER.
 Everything else -- heredocs, ``RUN --mount``, ``COPY --from`` any other image, ``ADD <url>``,
 ONBUILD -- raises :class:`ImageBuildError` naming the file and line (and the image).
+
+Each instruction has one handler in :data:`HANDLERS` (keyword to function over the parse's
+state, :class:`_Parse`); an instruction not in the table is refused there. To support one
+more, add its handler and its row.
 """
 
 from __future__ import annotations
@@ -18,8 +22,10 @@ from __future__ import annotations
 import json
 import platform
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import NoReturn
 
 from sandfleet.errors import ImageBuildError
 from sandfleet.images.bases import BaseRef, resolve_base
@@ -227,7 +233,7 @@ class _Fail:
     def __init__(self, file: str, line: int = 0):
         self.file, self.line = file, line
 
-    def __call__(self, message: str) -> None:
+    def __call__(self, message: str) -> NoReturn:
         raise ImageBuildError(message, file=self.file, line=self.line or None)
 
 
@@ -239,6 +245,176 @@ def _base_config(ref: str) -> tuple[dict[str, str], str | None]:
     except ImageBuildError:
         return {}, None
     return dict(base.env), base.workdir
+
+
+@dataclass
+class _Parse:
+    """What the instructions read so far leave in force: the handlers' shared state."""
+
+    fail: _Fail
+    overrides: dict[str, str]
+    """``--build-arg`` values, over every ARG default."""
+    global_args: dict[str, str]
+    """ARGs before the first FROM (and the predefined platform ones): FROM lines see them."""
+    scope: dict[str, str] = field(default_factory=dict)
+    """ARGs and ENVs visible to substitution in the stage."""
+    args: dict[str, str] = field(default_factory=dict)
+    """ARGs of the stage (passed to RUN)."""
+    env: dict[str, str] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)
+    stages: list[Stage] = field(default_factory=list)
+    base: From | None = None
+    parent: int | None = None
+    workdir: str | None = None
+    user: str | None = None
+    shell_argv: tuple[str, ...] | None = None
+    shells: list[tuple[str, ...] | None] = field(default_factory=list)
+    """Each closed stage's SHELL (a stage started from it inherits it)."""
+
+    def close_stage(self) -> None:
+        if self.base is not None:
+            self.shells.append(self.shell_argv)
+            self.stages.append(Stage(len(self.stages), self.base.stage, self.base, self.parent, tuple(self.steps),
+                                     self.workdir, dict(self.env), self.user))
+
+
+Handler = Callable[[_Parse, str, int, str], None]
+"""One instruction: ``(state, keyword, line number, the rest of the line)``."""
+
+
+def _arg(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    for word in split_words(rest, p.scope if p.base else p.global_args):
+        name, eq, default = word.partition("=")
+        if not _NAME.match(name):
+            p.fail(f"bad ARG name {name!r}")
+        if p.base is None:
+            p.global_args[name] = p.overrides.get(name, default if eq else "")
+            continue
+        if name in p.overrides:
+            value = p.overrides[name]
+        elif eq:
+            value = default
+        else:
+            value = p.global_args.get(name, "")
+        p.args[name] = value
+        if name not in p.env:
+            p.scope[name] = value
+
+
+def _from(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    p.close_stage()
+    words = split_words(rest, p.global_args)
+    if not words or words[0].startswith("--"):
+        p.fail("FROM needs an image (flags such as --platform are not supported)")
+    stage = None
+    if len(words) == 3 and words[1].upper() == "AS":
+        stage = words[2].lower()
+        if any(st.name == stage for st in p.stages):
+            p.fail(f"stage name {stage!r} is used twice")
+    elif len(words) != 1:
+        p.fail(f"can't parse FROM {rest!r}")
+    p.base = From(number, words[0], stage)
+    p.parent = _stage_index(words[0], p.stages, by_number=False)
+    p.steps, p.args = [p.base], {}
+    if p.parent is not None:  # a stage's image config carries over; its ARGs don't
+        before = p.stages[p.parent]
+        p.env, p.workdir, p.user, p.shell_argv = dict(before.env), before.workdir, before.user, p.shells[p.parent]
+    else:  # the named image's own config: a language image's PATH, GOPATH, WORKDIR /go
+        (p.env, p.workdir), p.user, p.shell_argv = _base_config(words[0]), None, None
+    p.scope = {"PATH": DEFAULT_PATH, **p.env}  # a base without PATH gets Docker's default
+
+
+def _run(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    _, rest = _flags(rest, set(), p.fail)
+    argv = _exec_form(rest)
+    in_scope = tuple(p.args.items())
+    if argv is not None:
+        p.steps.append(Run(number, None, tuple(argv), in_scope))
+    else:
+        p.steps.append(Run(number, rest, None, in_scope, p.shell_argv))
+
+
+def _shell(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    chosen = _exec_form(rest)
+    if not chosen:
+        p.fail("SHELL needs a JSON array, e.g. SHELL [\"/bin/bash\", \"-c\"]")
+    p.shell_argv = tuple(chosen or ())
+
+
+def _copy(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    """COPY and ADD."""
+    flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, p.fail)
+    source_stage = image = None
+    if "from" in flags:
+        source = expand(flags["from"], p.scope)
+        source_stage = _stage_index(source, p.stages, by_number=True)
+        if source_stage is None:
+            image = source
+            if not is_tool_image(source):
+                p.fail(f"{keyword} --from={source}: copying from the image {source!r} is not supported "
+                       f"(sandfleet can't pull images; it builds the stages of this Dockerfile and maps "
+                       f"only the uv image, {', '.join(TOOL_IMAGES)}, to its package)")
+        if keyword == "ADD":
+            p.fail("ADD --from is not supported; use COPY --from")
+    listed = _exec_form(rest)
+    words = [expand(w, p.scope) for w in listed] if listed else split_words(rest, p.scope)
+    if len(words) < 2:
+        p.fail(f"{keyword} needs a source and a destination")
+    for src in words[:-1]:
+        if re.match(r"^[a-z][a-z0-9+.-]*://|^git@", src):
+            p.fail(f"{keyword} of a URL ({src}) is not supported; download it in a RUN")
+        if "from" in flags:
+            continue  # a path in the other stage or image
+        if src.startswith("/") or ".." in PurePosixPath(src).parts:
+            p.fail(f"{keyword} source {src!r} is outside the build context")
+    dest = _absolute(words[-1], p.workdir, keep_slash=True)
+    chown = expand(flags["chown"], p.scope) if "chown" in flags else None
+    p.steps.append(Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"), keyword == "ADD",
+                        source_stage, image))
+
+
+def _workdir(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    p.workdir = _absolute(expand(rest, p.scope), p.workdir)
+    p.steps.append(Workdir(number, p.workdir))
+
+
+def _env(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    pairs = _env_pairs(rest, p.scope, p.fail)
+    for key, value in pairs:
+        p.env[key] = p.scope[key] = value
+    p.steps.append(Env(number, tuple(pairs)))
+
+
+def _user(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    user = expand(rest, p.scope)
+    if not user:
+        p.fail("USER needs a user")
+    p.user = user
+    p.steps.append(User(number, user))
+
+
+def _ignore(p: _Parse, keyword: str, number: int, rest: str) -> None:
+    """An instruction that changes nothing a task's commands see (:data:`IGNORED`)."""
+
+
+HANDLERS: dict[str, Handler] = {
+    "ARG": _arg,
+    "FROM": _from,
+    "RUN": _run,
+    "SHELL": _shell,
+    "COPY": _copy,
+    "ADD": _copy,
+    "WORKDIR": _workdir,
+    "ENV": _env,
+    "USER": _user,
+    **dict.fromkeys(sorted(IGNORED), _ignore),
+}
+"""Instruction keyword (upper case) to its handler; any other keyword is an
+:class:`ImageBuildError` ("instruction X is not supported") naming the file and line."""
+BEFORE_FROM = frozenset({"ARG", "FROM"})
+"""The instructions allowed before the first FROM."""
+HEREDOC_INSTRUCTIONS = frozenset({"RUN", "COPY", "ADD"})
+"""Where Docker reads heredocs (refused: not supported)."""
 
 
 def parse_dockerfile(
@@ -254,134 +430,23 @@ def parse_dockerfile(
         if directive != "\\":
             fail(f"parser directive escape={directive} is not supported")
     overrides = dict(build_args or {})
-    global_args = {**_default_args(arch), **overrides}
-    scope: dict[str, str] = {}  # ARGs and ENVs visible to substitution in the stage
-    args: dict[str, str] = {}  # ARGs of the stage (passed to RUN)
-    env: dict[str, str] = {}
-    steps: list[Step] = []
-    notes: list[str] = []
-    stages: list[Stage] = []
-    base: From | None = None
-    parent: int | None = None
-    workdir: str | None = None
-    user: str | None = None
-    shell_argv: tuple[str, ...] | None = None
-    shells: list[tuple[str, ...] | None] = []
-
-    def close_stage() -> None:
-        if base is not None:
-            shells.append(shell_argv)
-            stages.append(Stage(len(stages), base.stage, base, parent, tuple(steps), workdir, dict(env), user))
-
+    p = _Parse(fail, overrides, {**_default_args(arch), **overrides})
     for number, line in _logical_lines(text):
         fail.line = number
         keyword, _, rest = line.partition(" ")
         keyword, rest = keyword.upper(), rest.strip()
-        if keyword in ("RUN", "COPY", "ADD") and _HEREDOC.search(rest):
+        if keyword in HEREDOC_INSTRUCTIONS and _HEREDOC.search(rest):
             fail(f"{keyword} with a heredoc is not supported")
-        if keyword != "FROM" and keyword != "ARG" and base is None:
+        if keyword not in BEFORE_FROM and p.base is None:
             fail(f"{keyword} before FROM")
-        if keyword == "ARG":
-            for word in split_words(rest, scope if base else global_args):
-                name, eq, default = word.partition("=")
-                if not _NAME.match(name):
-                    fail(f"bad ARG name {name!r}")
-                if base is None:
-                    global_args[name] = overrides.get(name, default if eq else "")
-                    continue
-                if name in overrides:
-                    value = overrides[name]
-                elif eq:
-                    value = default
-                else:
-                    value = global_args.get(name, "")
-                args[name] = value
-                if name not in env:
-                    scope[name] = value
-        elif keyword == "FROM":
-            close_stage()
-            words = split_words(rest, global_args)
-            if not words or words[0].startswith("--"):
-                fail("FROM needs an image (flags such as --platform are not supported)")
-            stage = None
-            if len(words) == 3 and words[1].upper() == "AS":
-                stage = words[2].lower()
-                if any(st.name == stage for st in stages):
-                    fail(f"stage name {stage!r} is used twice")
-            elif len(words) != 1:
-                fail(f"can't parse FROM {rest!r}")
-            base = From(number, words[0], stage)
-            parent = _stage_index(words[0], stages, by_number=False)
-            steps, args = [base], {}
-            if parent is not None:  # a stage's image config carries over; its ARGs don't
-                env, workdir, user = dict(stages[parent].env), stages[parent].workdir, stages[parent].user
-                shell_argv = shells[parent]
-            else:  # the named image's own config: a language image's PATH, GOPATH, WORKDIR /go
-                (env, workdir), user, shell_argv = _base_config(words[0]), None, None
-            scope = {"PATH": DEFAULT_PATH, **env}  # a base without PATH gets Docker's default
-        elif keyword == "RUN":
-            flags, rest = _flags(rest, set(), fail)
-            argv = _exec_form(rest)
-            in_scope = tuple(args.items())
-            if argv is not None:
-                steps.append(Run(number, None, tuple(argv), in_scope))
-            else:
-                steps.append(Run(number, rest, None, in_scope, shell_argv))
-        elif keyword == "SHELL":
-            chosen = _exec_form(rest)
-            if not chosen:
-                fail("SHELL needs a JSON array, e.g. SHELL [\"/bin/bash\", \"-c\"]")
-            shell_argv = tuple(chosen or ())
-        elif keyword in ("COPY", "ADD"):
-            flags, rest = _flags(rest, {"chown", "chmod", "link", "from"}, fail)
-            source_stage = image = None
-            if "from" in flags:
-                source = expand(flags["from"], scope)
-                source_stage = _stage_index(source, stages, by_number=True)
-                if source_stage is None:
-                    image = source
-                    if not is_tool_image(source):
-                        fail(f"{keyword} --from={source}: copying from the image {source!r} is not supported "
-                             f"(sandfleet can't pull images; it builds the stages of this Dockerfile and maps "
-                             f"only the uv image, {', '.join(TOOL_IMAGES)}, to its package)")
-                if keyword == "ADD":
-                    fail("ADD --from is not supported; use COPY --from")
-            listed = _exec_form(rest)
-            words = [expand(w, scope) for w in listed] if listed else split_words(rest, scope)
-            if len(words) < 2:
-                fail(f"{keyword} needs a source and a destination")
-            for src in words[:-1]:
-                if re.match(r"^[a-z][a-z0-9+.-]*://|^git@", src):
-                    fail(f"{keyword} of a URL ({src}) is not supported; download it in a RUN")
-                if "from" in flags:
-                    continue  # a path in the other stage or image
-                if src.startswith("/") or ".." in PurePosixPath(src).parts:
-                    fail(f"{keyword} source {src!r} is outside the build context")
-            dest = _absolute(words[-1], workdir, keep_slash=True)
-            chown = expand(flags["chown"], scope) if "chown" in flags else None
-            steps.append(Copy(number, tuple(words[:-1]), dest, chown, flags.get("chmod"), keyword == "ADD",
-                              source_stage, image))
-        elif keyword == "WORKDIR":
-            workdir = _absolute(expand(rest, scope), workdir)
-            steps.append(Workdir(number, workdir))
-        elif keyword == "ENV":
-            pairs = _env_pairs(rest, scope, fail)
-            for key, value in pairs:
-                env[key] = scope[key] = value
-            steps.append(Env(number, tuple(pairs)))
-        elif keyword == "USER":
-            user = expand(rest, scope)
-            if not user:
-                fail("USER needs a user")
-            steps.append(User(number, user))
-        elif keyword in IGNORED:
-            pass
-        else:
+        handler = HANDLERS.get(keyword)
+        if handler is None:
             fail(f"instruction {keyword} is not supported")
-    if base is None:
+        handler(p, keyword, number, rest)
+    if p.base is None:
         raise ImageBuildError("no FROM", file=str(path))
-    close_stage()
-    return Dockerfile(path, tuple(steps), base, workdir, env, user, tuple(notes), tuple(stages))
+    p.close_stage()
+    return Dockerfile(path, tuple(p.steps), p.base, p.workdir, p.env, p.user, (), tuple(p.stages))
 
 
 def _stage_index(ref: str, stages: list[Stage], *, by_number: bool) -> int | None:

@@ -72,6 +72,12 @@ def test_idle_sandboxes_past_one_process_open_file_limit_are_held_by_helpers(sta
     assert out["idle_pss_mib"] > 0 and out["idle_mem_drop_mib"] > 0
     for k in ("idle_slab_kib", "idle_pagetables_kib", "idle_kernelstack_kib"):
         assert k in out
+    # the create rate at each end of the hold, over half of it each (fewer than 2,000 held);
+    # the helpers' batches count (the last 50 were made by them)
+    assert out["idle_create_window"] == 50
+    assert out["idle_create_per_s_first_1000"] > 0 and out["idle_create_per_s_last_1000"] > 0
+    assert out["idle_create_last_to_first"] == pytest.approx(
+        out["idle_create_per_s_first_1000"] / out["idle_create_per_s_last_1000"], rel=0.05)
     assert leaks([], marks=[str(state), "sandfleet.bench.idle"], state=state) == []
     assert cgroups_left() == []
 

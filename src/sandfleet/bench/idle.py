@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,6 +73,9 @@ class Fill:
     """Stopped at this process's open-file limit: another process may go on."""
     stopped: str | None = None
     """Stopped at a host limit (or a creation failed): the one line that says which and what to do."""
+    batches: list[tuple[int, float]] = field(default_factory=list)
+    """Each batch created, in order: (sandboxes, seconds its creation took; the limit checks between
+    batches not counted)."""
 
 
 async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
@@ -114,7 +118,10 @@ async def fill(spec: SandboxSpec, want: int, say: Say | None = None) -> Fill:
             break
         last = (avail, k)
         try:
-            out.boxes += await create_many([lambda: create_sandbox(spec)] * k)
+            t = time.perf_counter()
+            made = await create_many([lambda: create_sandbox(spec)] * k)
+            out.batches.append((len(made), time.perf_counter() - t))
+            out.boxes += made
         except OSError as e:
             if e.errno == errno.EMFILE and out.boxes:  # the estimate was short: full all the same
                 out.full = True
@@ -173,6 +180,7 @@ class Helper:
     pss_kib_total: float
     full: bool
     stopped: str | None
+    batches: list[tuple[int, float]] = field(default_factory=list)
 
     @classmethod
     async def start(cls, spec: SandboxSpec, want: int) -> Helper:
@@ -188,7 +196,8 @@ class Helper:
             await _finish(proc)
             return cls(proc, 0, 0.0, False, f"a helper process holding idle sandboxes failed "
                        f"(exit status {proc.returncode}); its error is above")
-        return cls(proc, int(r["created"]), float(r["pss_kib_total"]), bool(r["full"]), r.get("stopped"))
+        return cls(proc, int(r["created"]), float(r["pss_kib_total"]), bool(r["full"]), r.get("stopped"),
+                   [(int(k), float(s)) for k, s in r.get("batches", [])])
 
     async def close(self) -> int:
         """Close its sandboxes (its stdin's end tells it); how many failed to close."""
@@ -220,6 +229,8 @@ class Hold:
     own: list[Sandbox]
     helpers: list[Helper]
     stopped: str | None
+    batches: list[tuple[int, float]] = field(default_factory=list)
+    """This process's batches, then each helper's (the order they were made in)."""
 
     @property
     def created(self) -> int:
@@ -240,7 +251,7 @@ class Hold:
 async def hold(spec: SandboxSpec, want: int, say: Say | None = None) -> Hold:
     """Hold ``want`` idle sandboxes: as many as this process can, helpers for the rest."""
     mine = await fill(spec, want, say)
-    h = Hold(mine.boxes, [], mine.stopped)
+    h = Hold(mine.boxes, [], mine.stopped, list(mine.batches))
     try:
         full = mine.full and not mine.stopped
         while full and h.created < want:
@@ -248,6 +259,7 @@ async def hold(spec: SandboxSpec, want: int, say: Say | None = None) -> Hold:
                 say(f"this process is at its open-file limit with {h.created}: a helper process holds more")
             helper = await Helper.start(spec, want - h.created)
             h.helpers.append(helper)
+            h.batches += helper.batches
             h.stopped, full = helper.stopped, helper.full and not helper.stopped
             if helper.created == 0 and not h.stopped:
                 h.stopped = "a helper process could hold no sandbox at all (its open-file limit?)"
@@ -255,6 +267,30 @@ async def hold(spec: SandboxSpec, want: int, say: Say | None = None) -> Hold:
         await h.close()
         raise
     return h
+
+
+WINDOW = 1000
+"""The creations whose rate ``create_rates`` reports at each end of a hold."""
+
+
+def create_rates(batches: list[tuple[int, float]], window: int = WINDOW) -> tuple[float, float, int] | None:
+    """Sandboxes created per second over the first and the last ``window`` of a hold (whole
+    batches: at least ``window`` each), and the window used: ``window``, or half of what was
+    created where that is less (then the two ends don't overlap). None: nothing created."""
+    total = sum(k for k, _ in batches)
+    if not total:
+        return None
+    w = min(window, max(total // 2, 1))
+
+    def rate(seq: list[tuple[int, float]]) -> float:
+        n, s = 0, 0.0
+        for k, sec in seq:
+            if n >= w:
+                break
+            n, s = n + k, s + sec
+        return n / s if s > 0 else 0.0
+
+    return rate(batches), rate(batches[::-1]), w
 
 
 def _say_json(obj: dict[str, Any]) -> bool:
@@ -279,7 +315,7 @@ async def _helper_main(want: int, spec: SandboxSpec) -> int:
     failed = 0
     try:
         if _say_json({"created": len(mine.boxes), "pss_kib_total": sandbox_pss_kib(mine.boxes) * len(mine.boxes),
-                      "full": mine.full, "stopped": mine.stopped}):
+                      "full": mine.full, "stopped": mine.stopped, "batches": mine.batches}):
             await asyncio.to_thread(sys.stdin.buffer.read)
     finally:
         failed = await close_all(mine.boxes)

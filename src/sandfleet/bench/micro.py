@@ -10,6 +10,10 @@ and ``provenance`` says where it ran):
 - ``idle_pss_mib``: proportional set size per idle sandbox (all its processes, and its
   writable layer), and ``idle_capacity``: how many such idle sandboxes fit in this host's
   available memory (``idle_created`` says how many were really held at once);
+- ``idle_create_per_s_first_1000`` / ``_last_1000``: sandboxes created per second (batches
+  of 32) over the first and the last 1,000 of the idle hold (``idle_create_window``: fewer,
+  half the hold, where it is under 2,000), and ``idle_create_last_to_first``: how much
+  slower the last came (the first rate over the last);
 - ``exec_per_s_64``: ``true`` execs per second across 64 concurrent sandboxes.
 """
 
@@ -23,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sandfleet.bench.idle import hold
+from sandfleet.bench.idle import create_rates, hold
 from sandfleet.bench.procfs import meminfo, raise_nofile
 from sandfleet.provenance import provenance
 from sandfleet.sandbox import create_sandbox
@@ -115,6 +119,12 @@ async def run_micro(
         n_held = held.created
         out["idle_created"] = n_held
         out["idle_processes"] = 1 + len(held.helpers)
+        rates = create_rates(held.batches)
+        if rates:
+            out["idle_create_per_s_first_1000"] = round(rates[0], 1)
+            out["idle_create_per_s_last_1000"] = round(rates[1], 1)
+            out["idle_create_window"] = rates[2]  # 1000, or half of what was held where fewer
+            out["idle_create_last_to_first"] = round(rates[0] / rates[1], 2) if rates[1] else None
         if held.stopped:
             out["idle_stopped"] = held.stopped
         if n_held:

@@ -660,11 +660,13 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
         assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
-# -- the attack fixtures of rounds III and IV (scripts/make-attacks-iii.py), each backend
+# -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm", "module-server", "dash-c-server", "launcher-script",
-                   "runpy-server", "cleanup-after-decision", "pythonpath-server", "tests-cwd-server"}}
+                   "runpy-server", "cleanup-after-decision", "pythonpath-server", "tests-cwd-server",
+                   "parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
+                   "fresh-env-oneliner", "cwd-in-rewards"}}
 """Forged where the mechanism is missing (docs/security.md: gVisor has no Landlock)."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
@@ -672,9 +674,9 @@ MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III, IV and V that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to VI that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
-    a test (round V's forged rows are the line's limits, named there)."""
+    a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
 
     names = {"iii": ["git-textconv", "inotify-overwrite", "junit-rewrite", "pidfd-grader", "symlink-into-reward"],
@@ -684,7 +686,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # module, a one-liner's import, runpy, a launcher outside the system's folders, a
              # cleanup script of the workdir after the decision)
              "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision",
-                   "pythonpath-server", "tests-cwd-server"]}
+                   "pythonpath-server", "tests-cwd-server"],
+             # round VI: test.sh's background job racing the warden's stop at its end, the parent-death
+             # signal, the reward folder swapped under its path, a system tool or a fresh environment
+             # started by the code under test, the reward folder as its cwd
+             "vi": ["parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
+                    "fresh-env-oneliner", "cwd-in-rewards"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
@@ -725,7 +732,7 @@ def test_a_test_script_that_sources_what_the_agent_could_write_is_flagged() -> N
     root = FIXTURES.parent.parent
     flagged = {}
     for folder in (root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "attacks-iii", FIXTURES / "attacks-iv",
-                   FIXTURES / "attacks-v", FIXTURES / "harbor-parity"):
+                   FIXTURES / "attacks-v", FIXTURES / "attacks-vi", FIXTURES / "harbor-parity"):
         for task in load_tasks(folder)[0]:
             found = sourced_from_workdir(task)
             if found:

@@ -173,9 +173,9 @@ def test_errors_and_schema(svc: RunningService) -> None:
         r = h.get("/health", headers={"E2b-Sandbox-Id": "nope"})
         assert r.status_code == 502 and "was not found" in r.json()["message"]
         r = h.post("/v2/sandboxes", json={}, headers={"X-API-Key": svc.token})
-        assert r.status_code == 201
+        assert r.status_code == 201, r.text
         body: dict[str, Any] = r.json()
-        assert body["envdVersion"] == "0.5.7"
+        assert body["envdVersion"] == "0.6.4"
         hdr = {"E2b-Sandbox-Id": body["sandboxID"]}
         assert h.get("/health", headers={**hdr, "X-Access-Token": "wrong"}).status_code == 401
         assert h.get("/health", headers={**hdr, "X-Access-Token": body["envdAccessToken"]}).status_code == 204
@@ -385,3 +385,43 @@ def test_serve_without_e2b_internet(running_services: Any, monkeypatch: pytest.M
     finally:
         quiet.kill()
         asked.kill()
+
+
+def test_file_metadata_and_watch_entries(e2b_env: dict[str, str]) -> None:
+    """envd 0.6.2's file metadata (user.e2b.* attributes: written, listed, stat'ed, renamed,
+    set out of band) and 0.6.3's watch events with their entry: the SDK refused both while
+    sandfleet advertised 0.5.7."""
+    from e2b import FileType, InvalidArgumentException, Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        w = sbx.files.write("/home/user/m/a.txt", "a", metadata={"Owner": "alice", "stage": "2"})
+        assert w.metadata == {"owner": "alice", "stage": "2"}
+        assert sbx.files.get_info("/home/user/m/a.txt").metadata == {"owner": "alice", "stage": "2"}
+        listed = {x.name: x.metadata for x in sbx.files.list("/home/user/m")}
+        assert listed == {"a.txt": {"owner": "alice", "stage": "2"}}
+        moved = sbx.files.rename("/home/user/m/a.txt", "/home/user/m/b.txt")
+        assert moved.metadata == {"owner": "alice", "stage": "2"}
+        sbx.files.write("/home/user/m/plain.txt", "p")
+        assert sbx.files.get_info("/home/user/m/plain.txt").metadata is None
+        sbx.commands.run("python3 -c \"import os; os.setxattr('/home/user/m/plain.txt', 'user.e2b.by', b'hand')\"")
+        assert sbx.files.get_info("/home/user/m/plain.txt").metadata == {"by": "hand"}
+        with pytest.raises(InvalidArgumentException):
+            sbx.files.write("/home/user/m/c.txt", "c", metadata={"bad key": "x"})
+        # watch events with their entry (include_entry)
+        handle = sbx.files.watch_dir("/home/user/m", include_entry=True)
+        try:
+            sbx.files.write("/home/user/m/new.txt", "12345", metadata={"k": "v"})
+            deadline = time.monotonic() + 20
+            seen: list[Any] = []
+            while not any(ev.name == "new.txt" and ev.entry is not None for ev in seen):
+                assert time.monotonic() < deadline, seen
+                time.sleep(0.3)
+                seen += handle.get_new_events()
+            ev = next(ev for ev in seen if ev.name == "new.txt" and ev.entry is not None)
+            assert ev.entry.type == FileType.FILE and ev.entry.size == 5, ev
+            assert ev.entry.path == "/home/user/m/new.txt"
+        finally:
+            handle.stop()
+    finally:
+        sbx.kill()

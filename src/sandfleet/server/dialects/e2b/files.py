@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import posixpath
+import re
 import stat
 import zlib
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,30 @@ if TYPE_CHECKING:
     from sandfleet.server.service import Entry
 
 HOME = "/home/user"
+META_HEADER = "x-metadata-"
+"""A file's metadata travels as ``X-Metadata-<key>: <value>`` headers of its upload (envd 0.6.2)."""
+META_KEY = re.compile(r"^[!#$%&'*+.^_`|~0-9a-z-]+$")
+META_VALUE = re.compile(r"^[\x20-\x7e]*$")
+META_SET = ("import os, sys\n"
+            "p, a = sys.argv[1], sys.argv[2:]\n"
+            "try:\n"
+            "    for k, v in zip(a[::2], a[1::2]):\n"
+            "        os.setxattr(p, 'user.e2b.' + k, v.encode())\n"
+            "except OSError as e:\n"
+            "    sys.exit(f'{e.strerror}')\n")
+"""Sets a file's metadata as E2B's envd does: ``user.e2b.<key>`` extended attributes."""
+META_GET = ("import os, sys\n"
+            "w = sys.stdout.buffer.write\n"
+            "for p in sys.stdin.buffer.read().split(b'\\0'):\n"
+            "    try:\n"
+            "        names = [n for n in os.listxattr(p, follow_symlinks=False) if n.startswith('user.e2b.')]\n"
+            "        for n in names:\n"
+            "            w(b'x\\t' + n[9:].encode() + b'\\t' + os.getxattr(p, n, follow_symlinks=False)"
+            " + b'\\t' + p + b'\\0')\n"
+            "    except OSError:\n"
+            "        pass\n")
+"""Prints ``x<TAB>key<TAB>value<TAB>path`` records (NUL-ended) of the ``user.e2b.*`` attributes
+of the paths on its stdin; a record of find's own never starts with ``x``."""
 
 
 class FilesRPC:
@@ -38,14 +63,19 @@ class FilesRPC:
     def __init__(self, boxes: Boxes):
         self.boxes = boxes
 
-    async def _entries(self, e: Entry, path: str, depth: int, user: str | None) -> list[dict[str, Any]]:
-        script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; '
+    async def _entries(self, e: Entry, path: str, depth: int, user: str | None,
+                       meta: bool = True) -> list[dict[str, Any]]:
+        """The entries of ``path`` (itself at depth 0), with their metadata (``user.e2b.*``
+        attributes, read by the image's python3 where it has one) unless ``meta`` is false."""
+        script = ('[ -e "$1" ] || [ -L "$1" ] || exit 3; [ "$2" = 0 ] || [ -d "$1" ] || exit 4; m=$3; '
                   'if [ "$2" = 0 ]; then set -- "$1" -maxdepth 0; else set -- "$1" -mindepth 1 -maxdepth "$2"; fi; '
-                  "exec find \"$@\" -printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%p\\0'")
+                  "find \"$@\" -printf '%y\\t%s\\t%m\\t%u\\t%g\\t%T@\\t%l\\t%p\\0'; rc=$?; "
+                  '[ -z "$m" ] || ! command -v python3 >/dev/null 2>&1 || find "$@" -print0 | python3 -S -c "$m"; '
+                  "exit $rc")
         full = posixpath.normpath(posixpath.join(e.sb.spec.workdir, path))
         try:
-            res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth)], cwd="/", user=user,
-                                  max_output=64 << 20)
+            res = await e.sb.exec(["sh", "-c", script, "sh", full, str(depth), META_GET if meta else ""], cwd="/",
+                                  user=user, max_output=64 << 20)
         except Exception as err:
             raise guest_envd_error(err) from None
         if res.exit_code == 3:
@@ -53,7 +83,12 @@ class FilesRPC:
         if res.exit_code == 4:
             raise EnvdError("invalid_argument", f"path {full} is not a directory")
         out = []
+        metas: dict[str, dict[str, str]] = {}
         for rec in res.stdout_bytes.split(b"\0"):
+            if rec.startswith(b"x\t"):
+                _, key, value, p = rec.decode(errors="replace").split("\t", 3)
+                metas.setdefault(p, {})[key] = value
+                continue
             parts = rec.decode(errors="replace").split("\t", 7)
             if len(parts) != 8:
                 continue
@@ -72,6 +107,9 @@ class FilesRPC:
             out.append(ent)
         if res.exit_code != 0 and not out:
             raise EnvdError("invalid_argument", res.stderr.strip() or f"listing {full} failed")
+        for ent in out:
+            if ent["path"] in metas:
+                ent["metadata"] = metas[ent["path"]]
         return out
 
     async def list_dir(self, request: Request) -> dict[str, Any]:
@@ -151,6 +189,11 @@ class FilesRPC:
             files = [(qpath, raw)]
         if not files:
             raise CPError(400, "no file in the request")
+        meta = {k[len(META_HEADER):].lower(): v for k, v in request.headers.items()
+                if k.lower().startswith(META_HEADER)}
+        for k, v in meta.items():
+            if not META_KEY.match(k) or not META_VALUE.match(v):
+                raise CPError(400, f"invalid metadata {k!r}: keys are HTTP token characters, values printable ASCII")
         out = []
         for name, data in files:
             path = self._abs(e, name)
@@ -165,5 +208,20 @@ class FilesRPC:
             except Exception as err:
                 ee = guest_envd_error(err)
                 raise CPError(403 if ee.code == "permission_denied" else 400, ee.message) from None
-            out.append({"name": posixpath.basename(path), "type": "file", "path": path})
+            info: dict[str, Any] = {"name": posixpath.basename(path), "type": "file", "path": path}
+            if meta:
+                await self._set_meta(e, user, path, meta)
+                info["metadata"] = meta
+            out.append(info)
         return out
+
+    async def _set_meta(self, e: Entry, user: str | None, path: str, meta: dict[str, str]) -> None:
+        """A file's metadata as ``user.e2b.<key>`` extended attributes (python3 in the sandbox sets them)."""
+        args = [x for kv in meta.items() for x in kv]
+        script = 'command -v python3 >/dev/null 2>&1 || exit 127; exec python3 -S -c "$@"'
+        res = await self._sh(e, user, script, META_SET, path, *args)
+        if res.exit_code == 127:
+            raise CPError(400, "file metadata needs python3 in the sandbox's image (it sets the file's "
+                               "user.e2b.* extended attributes); this image has none")
+        if res.exit_code != 0:
+            raise CPError(400, f"file metadata could not be set on {path}: {res.stderr.strip()}")

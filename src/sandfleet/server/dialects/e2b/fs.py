@@ -57,8 +57,9 @@ class FsRPC(FilesRPC):
         ents = await self._entries(e, dst, 0, user)
         return {"entry": ents[0]} if ents else {}
 
-    async def _listing(self, e: Entry, path: str, depth: int, user: str | None) -> tuple[Listing, dict[str, Any]]:
-        ents = await self._entries(e, path, depth, user)
+    async def _listing(self, e: Entry, path: str, depth: int, user: str | None,
+                       meta: bool = False) -> tuple[Listing, dict[str, Any]]:
+        ents = await self._entries(e, path, depth, user, meta=meta)
         return ({x["path"]: (x["type"], str(x["size"]), x["modifiedTime"], int(x["mode"])) for x in ents},
                 {x["path"]: x for x in ents})
 
@@ -70,7 +71,7 @@ class FsRPC(FilesRPC):
             while True:
                 await asyncio.sleep(WATCH_INTERVAL_S)
                 try:
-                    cur, ents = await self._listing(e, path, depth, user)
+                    cur, ents = await self._listing(e, path, depth, user, meta=include)
                 except EnvdError as err:
                     w.error = err
                     return

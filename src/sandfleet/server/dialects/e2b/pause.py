@@ -16,7 +16,7 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
-from sandfleet.server.dialects.e2b.state import Boxes, Paused
+from sandfleet.server.dialects.e2b.state import ENVD_VERSION, Boxes, Paused
 from sandfleet.server.dialects.e2b.wire import CPError, cp_error, rfc3339, unsupported
 
 if TYPE_CHECKING:
@@ -76,4 +76,4 @@ def listed(e2b: Boxes, sid: str, p: Paused) -> dict[str, Any]:
     return {"templateID": p.template, "alias": p.template, "sandboxID": sid, "clientID": "sandfleet",
             "startedAt": rfc3339(p.started), "endAt": rfc3339(time.time() + p.timeout),
             "cpuCount": max(1, round(p.cpus or (os.cpu_count() or 1))), "memoryMB": p.memory_mib or 0,
-            "diskSizeMB": p.disk_mib, "state": "paused", "envdVersion": "0.5.7", "metadata": p.metadata}
+            "diskSizeMB": p.disk_mib, "state": "paused", "envdVersion": ENVD_VERSION, "metadata": p.metadata}

@@ -36,7 +36,10 @@ from sandfleet.server.dialects.e2b.wire import (
 )
 from sandfleet.server.service import Entry, SandboxService
 
-ENVD_VERSION = "0.5.7"
+ENVD_VERSION = "0.6.4"
+"""The envd the SDK is told it talks to: the newest whose features the SDK checks are all
+served (0.5.7 octet-stream uploads, 0.6.2 file metadata, 0.6.3 watch events with their
+entry, 0.6.4 watching any mount: a watcher here compares listings, so any filesystem does)."""
 SANDBOX_URL_HINT = "set-E2B_SANDBOX_URL"
 """In the ``domain`` of a plain-HTTP service (see :meth:`Boxes.domain`; ports.py accepts it)."""
 PROCESS_OUTPUT_CAP = 64 << 20

@@ -171,3 +171,89 @@ async def test_an_infra_fault_is_refilled_then_masked_as_none(tasks: dict[str, P
     assert (result.verdict, result.attempt, result.reward, reward_of(result)) == ("infra_fault", 2, None, None)
     assert result.fault and result.fault["cause"] == "sandbox_died"
     assert mine() == []
+
+
+# -- trees (issue 44): a TRL rollout_func whose groups are branched rollouts
+BRANCH = Path(__file__).resolve().parent.parent / "examples" / "branch"
+
+
+def test_token_and_combined_advantages() -> None:
+    from sandfleet.integrations.trl import combine_advantages, token_advantages
+
+    # glue (turn 0) gets 0; a turn past the list, or a None value, 0
+    assert token_advantages([1, 1, 0, 2, 2, 0, 3], [0.0, 0.5, None]) == [0.0, 0.0, 0.0, 0.5, 0.5, 0.0, 0.0]
+    assert token_advantages([1, 2], None) == [0.0, 0.0]
+    assert combine_advantages(1.5, [0.0, -0.5], "sum") == [1.5, 1.0]
+    assert combine_advantages(1.5, [0.0, -0.5], "tree") == [0.0, -0.5]
+    assert combine_advantages(1.5, [0.0, -0.5], "group") == [1.5, 1.5]
+    with pytest.raises(ValueError, match="combine must be one of"):
+        combine_advantages(0.0, [], "mean")
+
+
+class _Trainer:  # what TreeRollout reads of a GRPOTrainer
+    def __init__(self, n: int):
+        self.num_generations = n
+
+
+@needs_bwrap()
+def test_tree_rollout_gives_trl_a_branched_group_with_tree_advantages() -> None:
+    import json
+
+    from sandfleet.integrations.trl import TreeRollout, tree_reward
+    from sandfleet.testing.token_engine import CharEngine
+
+    task = BRANCH / "tasks" / "branch-demo"
+    script = json.loads((BRANCH / "script.json").read_text())
+    prompt = [{"role": "user", "content": (task / "instruction.md").read_text()}]
+    got: list[RolloutResult] = []
+    engine = CharEngine(script)
+    rollout = TreeRollout(engine, "2:4", [{"prompt": prompt, "sandfleet_task": str(task)}],
+                          runner=Runner(settings=BWRAP, on_result=got.append))
+    try:
+        with pytest.raises(ValueError, match="multiple of it"):
+            rollout([prompt] * 6, _Trainer(6))
+        out = rollout([prompt] * 4, _Trainer(4))
+        rows = rollout.rows
+        assert len(out["completion_ids"]) == 4 and out["logprobs"] is None
+        assert sorted(str((r.leaf.tree or {})["node_id"]) for r in rows if r.leaf) == ["0.0", "0.1", "0.2", "0.3"]
+        rewards = out["sandfleet_reward"]
+        assert tree_reward(sandfleet_reward=rewards) == rewards
+        assert all(r.leaf is not None and r.leaf.status == "completed" for r in rows), [r.leaf for r in rows]
+        assert sorted(rewards) == [0.0, 0.0, 1.0, 1.0]  # two children write 42, two 41
+        mean = sum(rewards) / 4
+        prefix = None
+        for r, ids, mask, adv in zip(rows, out["completion_ids"], out["env_mask"], out["sandfleet_tree_advantages"],
+                                     strict=True):  # fmt: skip
+            assert len(ids) == len(mask) == len(adv)
+            text = engine.decode([i for i, m in zip(ids, mask, strict=True) if m], skip_special=False)
+            # the model's tokens: its three replies, as sampled; the commands' output is glue (mask 0)
+            assert text.count("```bash") == 3 and "prefix-one" in text and "exit code" not in text
+            glue = engine.decode([i for i, m in zip(ids, mask, strict=True) if not m], skip_special=False)
+            assert "exit code: 0" in glue
+            # turns 1 and 2 (the root's) 0; turn 3 the leaf's value minus the root's
+            assert r.reward is not None and r.leaf is not None
+            assert {a for a, m in zip(adv, mask, strict=True) if m} == {0.0, r.reward - mean}  # 0/1 over 4: exact
+            assert sum(1 for a, m in zip(adv, mask, strict=True) if m and a) == len(engine.encode(
+                "```bash\n" + script[2]["choices"][0]["bash"] + "\n```")) + 1  # turn 3's reply and its end token
+            assert r.leaf.tree_advantages == [0.0, 0.0, r.reward - mean]
+            # the prefix ran once and every leaf trains on the same prefix tokens
+            cut = engine.decode(ids, skip_special=False).index("echo child")
+            upto = next(k for k in range(len(ids)) if len(engine.decode(ids[:k], skip_special=False)) >= cut)
+            prefix = prefix or ids[:upto]
+            assert ids[:upto] == prefix and len(prefix) > 100
+        assert len({req[1] for req in engine.requests[2:]}) == 4  # each child samples with a seed of its own
+        assert len(engine.requests) == 2 + 4  # turns 1-2 once, turn 3 per child
+        assert len(got) == 4 and mine() == []
+
+        # a tree whose agent stops before its split is one leaf: the rest are fillers TRL masks
+        early = TreeRollout(engine, "5:2", [{"prompt": prompt, "sandfleet_task": str(task)}],
+                            runner=Runner(settings=BWRAP))
+        try:
+            out = early([prompt] * 2, _Trainer(2))
+        finally:
+            early.close()
+        assert out["sandfleet_reward"][1] is None and out["env_mask"][1] == [0]
+        assert early.rows[0].leaf is not None and (early.rows[0].leaf.tree or {})["node_id"] == "0"
+        assert mine() == []
+    finally:
+        rollout.close()

@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
@@ -41,6 +41,7 @@ from sandfleet.tasks import Task, load_task
 log = logging.getLogger(__name__)
 
 TASKS_ENV = "SANDFLEET_TASKS"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class Live:
         with self.lock:
             self.sandboxes.pop(id(sandbox), None)
 
-    async def track(self, work: Awaitable[RolloutResult]) -> RolloutResult:
+    async def track(self, work: Awaitable[T]) -> T:
         """Run ``work`` as a task ``abort`` can cancel; raise :class:`Aborted` if it did."""
         job = asyncio.ensure_future(work)
         with self.lock:

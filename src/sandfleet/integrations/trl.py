@@ -42,7 +42,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from sandfleet.integrations._common import (
     LIVE,
@@ -53,6 +53,7 @@ from sandfleet.integrations._common import (
     sandboxes_on,
     task_image,
 )
+from sandfleet.integrations._session import SessionPolicy
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
@@ -148,6 +149,35 @@ class Runner:
                     self.on_result(r)
 
             return await LIVE.track(run_with_retries(req, retry or self.retry, record))
+
+    async def tree(self, task: Task, policy: Policy, plan: Any, *, sample: int = 0, processes: str = "error",
+                   info: dict[str, Any] | None = None) -> list[RolloutResult]:
+        """One branched rollout (``--branch``, :mod:`sandfleet.rollout.tree`) of ``task`` by
+        ``policy`` (one that takes turns): its leaves, each a rollout of its own (records and
+        ``on_result`` as :meth:`rollout`'s). A tree that fails before its first split is run
+        again whole per :attr:`retry`; a child that fails to start is refilled in place."""
+        from sandfleet.rollout.tree import run_tree_with_retries
+
+        async with sandboxes_on(self.settings.remote):
+            image = await task_image(task)
+            spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
+                             agent_user=self.settings.agent_user)  # fmt: skip
+            if self.cpus is not None:
+                spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
+            n = next(self._ids)
+            rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
+            req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=task.name,
+                                 run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
+
+            def record(r: RolloutResult) -> None:
+                r.info.update(info or {})
+                if r.final:
+                    keep_record(r, self.settings)
+                if self.on_result is not None:
+                    self.on_result(r)
+
+            return await LIVE.track(run_tree_with_retries(req, plan, self.retry, processes=processes,
+                                                          on_result=record))  # fmt: skip
 
 
 def reward_of(result: RolloutResult) -> float | None:
@@ -487,3 +517,367 @@ class HackMonitor:
             return None
         return {"task": task.name, "flags": flags, "reward": reward, "rerun_reward": again, "script": script[:2000],
                 "digest": rerun.info.get("digest"), "oracle_digest": oracle, "risks": risks}
+
+
+# -- trees (``--branch``, issue 44): a GRPO group of branched rollouts, per-turn tree advantages
+TREE_KEY = "sandfleet_trajectory"
+"""The key an assistant message of a :class:`TokenModel` conversation carries: its trajectory's id."""
+COMBINE = ("sum", "tree", "group")
+
+
+class TokenEngine(Protocol):
+    """The trainer's model seen token by token: how :class:`TokenModel` renders a conversation
+    and samples a reply. :class:`HFEngine` is one over a transformers model; tests use
+    :class:`sandfleet.testing.token_engine.CharEngine`."""
+
+    eos_id: int
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        """The conversation as the model reads it, with the prompt of the assistant's next turn."""
+        ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int], *, skip_special: bool) -> str: ...
+
+    async def generate(self, ids: list[int], *, seed: int | None, max_tokens: int | None,
+                       temperature: float | None) -> list[int]:
+        """Sampled token ids after ``ids`` (the end-of-turn token included when it was sampled)."""
+        ...
+
+
+@dataclass
+class Trajectory:
+    """A conversation's tokens so far: the first request's ``prompt_ids``, then the
+    completion: the model's tokens (``mask`` 1, ``turn`` its turn number, from 1) and the
+    template's glue and the commands' output between them (``mask`` 0, ``turn`` 0)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    turn: list[int] = field(default_factory=list)
+    broken: str | None = None
+    """Why the tokens are not what the model saw (the template did not render the next request
+    as an extension of the last one): such a leaf is not trained on."""
+
+    @property
+    def ids(self) -> list[int]:
+        return self.prompt_ids + self.completion_ids
+
+
+class TokenModel:
+    """A :class:`~sandfleet.rollout.policy.Model` over a :class:`TokenEngine` that keeps every
+    conversation's tokens exactly as sampled: the next request of a conversation is its last
+    tokens plus the template's new text, never a re-tokenization of the whole, so the
+    trajectory trained on is the one sampled. Each reply's message carries
+    ``sandfleet_trajectory``, an id into :attr:`trajectories` (a tree copies conversations at
+    each split, so a leaf's last reply names its whole path)."""
+
+    def __init__(self, engine: TokenEngine, *, model: str = "trainer"):
+        self.engine = engine
+        self.model = model
+        self.trajectories: dict[str, Trajectory] = {}
+        self._ids = itertools.count()
+
+    async def complete(self, messages: list[dict[str, Any]], **opts: Any) -> Any:
+        from sandfleet.rollout.chat import ChatReply
+
+        clean = [{k: v for k, v in m.items() if k != TREE_KEY} for m in messages]
+        text = self.engine.render(clean)
+        last = next((m.get(TREE_KEY) for m in reversed(messages) if m.get("role") == "assistant"), None)
+        before = self.trajectories.get(str(last)) if last is not None else None
+        if before is None:
+            traj = Trajectory(self.engine.encode(text))
+        else:
+            traj = Trajectory(list(before.prompt_ids), list(before.completion_ids), list(before.mask),
+                              list(before.turn), before.broken)  # fmt: skip
+            seen = self.engine.decode(before.ids, skip_special=False)
+            if text.startswith(seen):
+                glue = self.engine.encode(text[len(seen):])
+            else:  # the template re-rendered the past differently: train on nothing of this leaf
+                glue = self.engine.encode(text)[len(before.ids):]
+                traj.broken = traj.broken or "the chat template does not render the conversation as a growing prefix"
+            traj.completion_ids += glue
+            traj.mask += [0] * len(glue)
+            traj.turn += [0] * len(glue)
+        extra = opts.get("extra") or {}
+        seed = extra.get("seed")
+        gen = await self.engine.generate(traj.ids, seed=seed if isinstance(seed, int) else None,
+                                         max_tokens=opts.get("max_tokens"), temperature=opts.get("temperature"))
+        turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
+        prompt_len = len(traj.ids)
+        traj.completion_ids += gen
+        traj.mask += [1] * len(gen)
+        traj.turn += [turn] * len(gen)
+        key = f"t{next(self._ids)}"
+        self.trajectories[key] = traj
+        content = self.engine.decode(gen, skip_special=True)
+        finish = "stop" if gen and gen[-1] == self.engine.eos_id else "length"
+        message = {"role": "assistant", "content": content, TREE_KEY: key}
+        return ChatReply(content=content, finish_reason=finish, prompt_tokens=prompt_len, completion_tokens=len(gen),
+                         raw_message=message, raw_choice={"message": message, "finish_reason": finish})
+
+
+class _TreeAgent(SessionPolicy):
+    """The agent loop from the trainer's prompt over a :class:`TokenModel` (fenced bash blocks);
+    a leaf notes its last reply's trajectory in ``info["sandfleet_trajectory"]``."""
+
+    name = "trl-tree"
+
+    async def play(self, ctx: AgentContext, model: Any, state: Any, until_turn: int | None) -> str | None:
+        stop = await super().play(ctx, model, state, until_turn)
+        if stop is not None:
+            ctx.info[TREE_KEY] = next((m.get(TREE_KEY) for m in reversed(state.messages)
+                                       if m.get("role") == "assistant"), None)  # fmt: skip
+        return stop
+
+
+def token_advantages(turns: Sequence[int], per_turn: Sequence[float | None] | None) -> list[float]:
+    """Each completion token's tree advantage: that of the turn it was sampled in (glue and
+    output tokens, turn 0, get 0.0; so does a turn whose value is None)."""
+    values = list(per_turn or [])
+    out: list[float] = []
+    for t in turns:
+        v = values[t - 1] if 0 < t <= len(values) else None
+        out.append(float(v) if v is not None else 0.0)
+    return out
+
+
+def combine_advantages(group: float, tokens: Sequence[float], combine: str = "sum") -> list[float]:
+    """A completion's per-token advantage: TRL's group advantage plus the token's tree advantage
+    (``sum``, Tree-GRPO's inter-tree plus intra-tree terms), the tree advantage alone (``tree``),
+    or the group advantage alone (``group``)."""
+    if combine not in COMBINE:
+        raise ValueError(f"combine must be one of {', '.join(COMBINE)}, not {combine!r}")
+    if combine == "group":
+        return [group] * len(tokens)
+    return [t + (group if combine == "sum" else 0.0) for t in tokens]
+
+
+@dataclass
+class TreeRow:
+    """One completion a :class:`TreeRollout` hands TRL: a leaf, or a filler where a tree grew
+    fewer leaves than its plan (reward None, nothing trained)."""
+
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    env_mask: list[int]
+    reward: float | None
+    tree_advantages: list[float]
+    """Per completion token."""
+    leaf: RolloutResult | None = None
+
+
+class TreeRollout:
+    """A TRL ``rollout_func`` whose GRPO groups are trees (``--branch``, docs/trees.md).
+
+    TRL gives it each prompt ``num_generations`` times in a row; each block is one group of
+    ``num_generations / leaves`` trees (the plan's leaves must divide it). Each tree is a
+    sandfleet branched rollout of the row's task: the trainer's model (a :class:`TokenEngine`)
+    takes turns in a sandbox, which splits at the plan's turns into children that sample on
+    with their own seeds; every leaf runs the task's verifier. It returns, per leaf, the
+    trajectory's tokens (``prompt_ids``, ``completion_ids``, ``env_mask``: 1 on the model's
+    tokens, 0 on the template and the commands' output) and, as extra fields TRL passes on,
+    ``sandfleet_reward`` (the leaf's reward by its verdict: None masks it) and
+    ``sandfleet_tree_advantages`` (per completion token: the tree advantage of the turn it was
+    sampled in). :func:`tree_reward` hands the rewards to TRL (its group advantage over the
+    group's leaves); :func:`tree_trainer` makes the ``GRPOTrainer`` that adds the tree advantage
+    per token.
+
+    Args:
+        engine: the trainer's model, or a callable that takes the trainer and returns it.
+        branch: ``TURN:WIDTH[,...]``, or a :class:`~sandfleet.rollout.tree.BranchPlan`.
+        tasks: the dataset's rows (``prompt`` and ``sandfleet_task``): TRL passes a rollout
+            function the prompts only, so the task is found by its prompt.
+    """
+
+    def __init__(self, engine: Any, branch: Any, tasks: Sequence[dict[str, Any]], *, runner: Runner | None = None,
+                 agent_config: Any = None, tasks_root: str | None = None, processes: str = "error",
+                 seed: int = 0):
+        import json
+
+        from sandfleet.rollout.agent import AgentConfig
+        from sandfleet.rollout.tree import BranchPlan, parse_branch
+
+        self.engine = engine
+        self.plan: BranchPlan = branch if isinstance(branch, BranchPlan) else parse_branch(str(branch))
+        self.runner = runner or Runner()
+        self.config = agent_config or AgentConfig(tool_mode="text", max_turns=self.plan.levels[-1][0] + 1)
+        if self.config.tool_mode != "text":
+            raise ValueError("a TreeRollout's agent writes fenced bash blocks: agent_config.tool_mode must be 'text'")
+        self.tasks: dict[str, str] = {}
+        for row in tasks:
+            if "prompt" not in row or TASK_KEY not in row:
+                raise KeyError(f"each row needs 'prompt' and {TASK_KEY!r}; got {sorted(row)}")
+            self.tasks[json.dumps(row["prompt"], sort_keys=True)] = str(row[TASK_KEY])
+        self.tasks_root = tasks_root
+        self.processes = processes
+        self.seed = seed
+        self.calls = 0
+        self.rows: list[TreeRow] = []
+        """The last call's rows, in TRL's order."""
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True, name="sandfleet-tree-rollout")
+        self._thread.start()
+
+    def task_of(self, prompt: Any) -> str:
+        import json
+
+        ref = self.tasks.get(json.dumps(prompt, sort_keys=True))
+        if ref is None:
+            raise KeyError(f"a prompt that is in none of the rows given to TreeRollout: {str(prompt)[:200]}")
+        return ref
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
+        """TRL's ``rollout_func(prompts, trainer)``."""
+        n = int(getattr(trainer, "num_generations", 0) or 0) if trainer is not None else 0
+        if not getattr(getattr(trainer, "model", None), "training", True):
+            n = int(getattr(trainer, "num_generations_eval", 0) or n)
+        engine = self.engine if hasattr(self.engine, "generate") else self.engine(trainer)
+        rows = asyncio.run_coroutine_threadsafe(self.rollout(prompts, n or len(prompts), engine), self._loop).result()
+        return {
+            "prompt_ids": [r.prompt_ids for r in rows],
+            "completion_ids": [r.completion_ids for r in rows],
+            "logprobs": None,
+            "env_mask": [r.env_mask for r in rows],
+            "sandfleet_reward": [r.reward for r in rows],
+            "sandfleet_tree_advantages": [r.tree_advantages for r in rows],
+        }
+
+    async def rollout(self, prompts: list[Any], num_generations: int, engine: TokenEngine) -> list[TreeRow]:
+        """The rows of ``prompts`` (each block of ``num_generations`` one group of trees)."""
+        leaves = self.plan.leaves
+        if num_generations % leaves or len(prompts) % num_generations:
+            raise ValueError(f"--branch {self.plan} grows {leaves} leaves per tree: num_generations "
+                             f"({num_generations}) must be a multiple of it, and the batch ({len(prompts)}) a "
+                             f"multiple of num_generations")  # fmt: skip
+        call = self.calls
+        self.calls += 1
+        model = TokenModel(engine)
+        groups = [prompts[i:i + num_generations] for i in range(0, len(prompts), num_generations)]
+        done = await asyncio.gather(*(self._group(g, gi, call, num_generations // leaves, model, engine)
+                                      for gi, g in enumerate(groups)))  # fmt: skip
+        self.rows = [row for group in done for row in group]
+        return self.rows
+
+    async def _group(self, prompts: list[Any], index: int, call: int, trees: int, model: TokenModel,
+                     engine: TokenEngine) -> list[TreeRow]:
+        from sandfleet.rollout.tree import tree_advantages
+
+        prompt = prompts[0]
+        task = resolve_task(self.task_of(prompt), self.tasks_root)
+        base = self.seed + 1_000_003 * call + 10_007 * index
+        grown = await asyncio.gather(*(self.runner.tree(task, self._agent(prompt, model, base), self.plan, sample=k,
+                                                        processes=self.processes) for k in range(trees)))  # fmt: skip
+        every = [leaf for tree in grown for leaf in tree]
+        tree_advantages(every, self.plan)  # sets each leaf's per-turn list
+        first = engine.encode(engine.render([dict(m) for m in prompt])) if isinstance(prompt, list) else [engine.eos_id]
+        rows: list[TreeRow] = []
+        for tree in grown:
+            mine = sorted(tree, key=lambda r: [int(x) for x in str((r.tree or {}).get("node_id", "0")).split(".")])
+            for leaf in mine:
+                traj = model.trajectories.get(str(leaf.info.get(TREE_KEY)))
+                if traj is None or traj.broken or not traj.completion_ids:
+                    rows.append(TreeRow(first, [engine.eos_id], [0], None, [0.0], leaf))
+                    continue
+                rows.append(TreeRow(traj.prompt_ids, traj.completion_ids, traj.mask, reward_of(leaf),
+                                    token_advantages(traj.turn, leaf.tree_advantages), leaf))  # fmt: skip
+            rows += [TreeRow(first, [engine.eos_id], [0], None, [0.0]) for _ in range(self.plan.leaves - len(mine))]
+        return rows
+
+    def _agent(self, prompt: Any, model: TokenModel, seed: int) -> _TreeAgent:
+        return _TreeAgent("", prompt, model=model, request_kwargs={"seed": seed}, config=self.config)
+
+    def close(self) -> None:
+        """Stop this rollout function's event loop."""
+        if self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        if not self._thread.is_alive() and not self._loop.is_closed():
+            self._loop.close()
+
+
+def tree_reward(prompts: Any = None, completions: Any = None, sandfleet_reward: list[float | None] | None = None,
+                **kwargs: Any) -> list[float | None]:
+    """The TRL reward function of a :class:`TreeRollout`: each leaf's reward (None for a masked
+    leaf or a filler row: TRL leaves it out of its group's statistics, advantage 0)."""
+    if sandfleet_reward is None:
+        raise KeyError("tree_reward needs the sandfleet_reward field a TreeRollout returns (rollout_func=TreeRollout)")
+    return list(sandfleet_reward)
+
+
+tree_reward.__name__ = "sandfleet"
+
+
+def tree_trainer(combine: str = "sum") -> type:
+    """A ``trl.GRPOTrainer`` subclass whose advantages are per token (TRL's own way: its loss
+    takes a (B, T) advantage from a subclass): TRL's group advantage of each completion, plus
+    (``sum``) or in place of it (``tree``) the tree advantage of the turn each token was sampled
+    in (``sandfleet_tree_advantages``); ``group`` keeps TRL's as it is. Its
+    :attr:`tree_advantages` is the last batch's (B, T) tensor."""
+    if combine not in COMBINE:
+        raise ValueError(f"combine must be one of {', '.join(COMBINE)}, not {combine!r}")
+    import torch
+    from trl import GRPOTrainer
+
+    class SandfleetTreeGRPOTrainer(GRPOTrainer):
+        tree_combine = combine
+        tree_advantages: Any = None
+
+        def _generate_and_score_completions(self, inputs: list[dict[str, Any]]) -> dict[str, Any]:
+            out = super()._generate_and_score_completions(inputs)
+            if self.tree_combine == "group":
+                return out
+            group = out["advantages"]
+            width = out["completion_ids"].shape[1]
+            tokens = torch.zeros((len(inputs), width), dtype=group.dtype, device=group.device)
+            for i, row in enumerate(inputs):
+                per = combine_advantages(float(group[i]), list(row.get("sandfleet_tree_advantages") or [])[:width],
+                                         self.tree_combine)  # fmt: skip
+                if per:
+                    tokens[i, : len(per)] = torch.tensor(per, dtype=group.dtype)
+            out["advantages"] = tokens
+            self.tree_advantages = tokens
+            return out
+
+    return SandfleetTreeGRPOTrainer
+
+
+class HFEngine:
+    """A :class:`TokenEngine` over a transformers causal LM and its tokenizer (the trainer's
+    own model: sampling with it is on-policy). One generation at a time, on a thread; a
+    request's ``seed`` seeds it (in a forked RNG: the trainer's own random state is untouched)."""
+
+    def __init__(self, model: Any, tokenizer: Any, *, temperature: float = 1.0, top_k: int | None = None,
+                 max_tokens: int = 64):
+        self.model, self.tok = model, tokenizer
+        self.temperature, self.top_k, self.max_tokens = temperature, top_k, max_tokens
+        self.eos_id = int(tokenizer.eos_token_id)
+        self._lock = threading.Lock()
+
+    def render(self, messages: list[dict[str, Any]]) -> str:
+        return str(self.tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False))
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int], *, skip_special: bool) -> str:
+        return str(self.tok.decode(ids, skip_special_tokens=skip_special))
+
+    async def generate(self, ids: list[int], *, seed: int | None, max_tokens: int | None,
+                       temperature: float | None) -> list[int]:
+        return await asyncio.to_thread(self._generate, ids, seed, max_tokens, temperature)
+
+    def _generate(self, ids: list[int], seed: int | None, max_tokens: int | None,
+                  temperature: float | None) -> list[int]:
+        import torch
+
+        with self._lock, torch.no_grad(), torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            x = torch.tensor([ids], device=self.model.device)
+            out = self.model.generate(x, attention_mask=torch.ones_like(x), do_sample=True,
+                                      temperature=temperature or self.temperature, top_k=self.top_k,
+                                      max_new_tokens=min(max_tokens or self.max_tokens, self.max_tokens),
+                                      pad_token_id=self.tok.pad_token_id)  # fmt: skip
+        return [int(t) for t in out[0, len(ids):].tolist()]

@@ -92,3 +92,31 @@ def test_multi_turn_smoke_step_goes_through_the_bash_env(tmp_path: Path) -> None
     assert step["completions"] == 2 and step["pass_rate"] == 0.0 and step["reward_wall_s"] > 0
     episodes = rows(out / "trace.jsonl")
     assert [t["agent"] for t in episodes] == ["trl-bash-env"] * 2 and all(t["status"] == "completed" for t in episodes)
+
+
+def test_branch_smoke_step_trains_on_a_tree(tmp_path: Path) -> None:
+    """--branch 1:2: a group is one tree (turn 1 once, then two children), the step's loss
+    takes per-token advantages, and the step log shows each leaf's tree advantages."""
+    generate("bash-basics", tmp_path / "tasks", n=2, seed=0, templates=("write-text",))
+    out = tmp_path / "tree"
+    env = {**os.environ, "SANDFLEET_BACKEND": "bwrap"}
+    done = subprocess.run([sys.executable, str(TRAIN), "--tasks", str(tmp_path / "tasks" / "train"), "--steps", "1",
+                           "--out", str(out), "--smoke", "--branch", "1:2", "--max-completion-length", "24"],
+                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (step,) = rows(out / "metrics.jsonl")
+    leaves = step["tree"]
+    assert isinstance(leaves, list) and 1 <= len(leaves) <= 2
+    for leaf in leaves:
+        assert isinstance(leaf, dict)
+        assert "/" in str(leaf["rollout_id"]) and leaf["node"] in ("0", "0.0", "0.1")  # a leaf of its tree
+        adv = leaf["tree_advantages"]
+        if leaf["verdict"] != "infra_fault":
+            assert isinstance(adv, list) and len(adv) == leaf["turns"] and adv[0] == 0.0  # turn 1 is the root's
+    if len(leaves) == 2 and all(leaf["verdict"] != "infra_fault" for leaf in leaves):
+        (r0, r1) = (float(str(leaf["reward"])) for leaf in leaves)
+        mean = (r0 + r1) / 2
+        assert [leaf["tree_advantages"][1] for leaf in leaves] == [pytest.approx(r0 - mean), pytest.approx(r1 - mean)]
+    assert isinstance(step["token_advantage_range"], list)
+    traces = rows(out / "trace.jsonl")
+    assert {t["agent"] for t in traces} == {"trl-tree"} and all(t.get("tree_id") for t in traces)

@@ -16,6 +16,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SYSTEM = ("You are a Linux shell expert. Reply with one bash code block (```bash ... ```) that does the task. "
           "The commands run in /app.")
 MULTI_TURN_SYSTEM = "You are a Linux shell expert. Do the task with the bash tool; the commands run in /app."
+BRANCH_SYSTEM = ("You are a Linux shell expert. Each turn, reply with one bash code block (```bash ... ```); "
+                 "the commands run in /app and you see their output. Reply without a code block when done.")
 EXAMPLE = [  # worked examples (none is one of the templates): a small model copies the answer format
     {"role": "user", "content": "Write the current date into /app/today.txt."},
     {"role": "assistant", "content": "```bash\ndate > /app/today.txt\n```"},

@@ -12,6 +12,14 @@ Writes to --out:
 - ``hacks.jsonl``: what the reward-hacking monitor flagged (sandfleet.integrations.trl.HackMonitor);
 - ``checkpoint-N/`` every --save-every steps (--resume continues from the last), ``final/``;
 - ``run.json``: the arguments, versions, thread count and sandbox CPU quota.
+
+With ``--branch TURN:WIDTH[,...]`` each GRPO group is ``num_generations / leaves`` trees
+(docs/trees.md): the model takes turns in a sandbox (fenced bash blocks, the output as the next
+user turn), the sandbox and conversation split at TURN into WIDTH children that sample on, and
+every leaf is scored by the task's verifier (sandfleet.integrations.trl.TreeRollout, TRL's
+``rollout_func``). The loss gets a per-token advantage: TRL's group advantage plus the tree
+advantage of the turn the token was sampled in (``--tree-combine``); each step's line has
+``tree``: per leaf its node, reward and per-turn tree advantages.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from rlcommon import (  # noqa: E402
+    BRANCH_SYSTEM,
     DEFAULT_MODEL,
     MULTI_TURN_SYSTEM,
     TEMPERATURE,
@@ -66,10 +75,27 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--sandbox-cpus", type=float, default=1.0, help="Each sandbox's CPU quota (cgroup).")
     p.add_argument("--concurrency", type=int, default=2, help="Sandboxes at once.")
     p.add_argument("--no-monitor", action="store_true", help="Skip the reward-hacking monitor.")
+    p.add_argument("--branch", default=None, help="TURN:WIDTH[,TURN:WIDTH...]: each group is trees that split "
+                   "at those agent turns (num_generations must be a multiple of the leaves per tree).")
+    p.add_argument("--tree-combine", choices=("sum", "tree", "group"), default="sum",
+                   help="With --branch: the per-token advantage is TRL's group advantage plus the turn's tree "
+                   "advantage (sum), the tree advantage alone (tree), or the group advantage alone (group).")
     a = p.parse_args(argv)
     if a.smoke:
         a.prompts_per_step, a.num_generations, a.max_completion_length = 1, 2, 16
         a.save_every = min(a.save_every, 1)
+    if a.branch:
+        from sandfleet.rollout.tree import parse_branch
+
+        if a.multi_turn:
+            p.error("--branch and --multi-turn are two ways to take turns: give one")
+        leaves = parse_branch(a.branch).leaves
+        if a.smoke:
+            a.num_generations = leaves
+        if a.num_generations % leaves:
+            p.error(f"--branch {a.branch} grows {leaves} leaves per tree: --num-generations "
+                    f"({a.num_generations}) must be a multiple of it")
+        a.no_monitor = True  # the monitor re-runs single scripts; a leaf is a conversation
     return a
 
 
@@ -117,9 +143,12 @@ def main(argv: list[str] | None = None) -> int:
     torch.manual_seed(a.seed)
     model, tok = load_model(a.model)
 
+    if a.branch:  # the agent's system prompt: fenced blocks, one turn after another
+        for r in rows:
+            r["prompt"] = [{"role": "system", "content": BRANCH_SYSTEM}, r["prompt"][-1]]
     traces, completions_log, hacks, metrics = (JsonlSink(a.out / n) for n in
                                                ("trace.jsonl", "completions.jsonl", "hacks.jsonl", "metrics.jsonl"))
-    step_info: dict[str, float] = {}
+    step_info: dict[str, Any] = {}
 
     def keep(result: Any) -> None:
         traces.write(result.to_trace())
@@ -153,13 +182,51 @@ def main(argv: list[str] | None = None) -> int:
         return values
 
     scored.__name__ = "sandfleet"
+    tree = None
+    if a.branch:
+        from sandfleet.integrations.trl import HFEngine, TreeRollout, tree_reward
 
-    class Timed(GRPOTrainer):  # type: ignore[misc]
+        def engine(trainer: Any) -> Any:
+            return HFEngine(trainer.accelerator.unwrap_model(trainer.model), tok, temperature=a.temperature,
+                            top_k=a.top_k, max_tokens=a.max_completion_length)
+
+        tree = TreeRollout(engine, a.branch, rows, runner=runner, seed=a.seed)
+
+        def tree_scored(prompts: Any = None, completions: Any = None, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            values = tree_reward(prompts=prompts, completions=completions, **kw)
+            counted = [v for v in values if v is not None]
+            step_info["n"] = step_info.get("n", 0) + len(counted)
+            step_info["passed"] = step_info.get("passed", 0) + sum(v >= 1 for v in counted)
+            step = getattr(kw.get("trainer_state"), "global_step", -1) + 1
+            leaves = []
+            for row in tree.rows if tree is not None else []:
+                if row.leaf is None:
+                    continue
+                leaf = row.leaf
+                leaves.append({"rollout_id": leaf.rollout_id, "node": (leaf.tree or {}).get("node_id"),
+                               "reward": row.reward, "verdict": leaf.verdict, "turns": leaf.turns,
+                               "tree_advantages": leaf.tree_advantages})
+                completions_log.write({"step": step, "task": leaf.task, "reward": row.reward,
+                                       "rollout_id": leaf.rollout_id, "tree_advantages": leaf.tree_advantages})
+            step_info["tree"] = leaves
+            step_info["reward_wall_s"] = step_info.get("reward_wall_s", 0.0) + time.perf_counter() - t0
+            return values
+
+        tree_scored.__name__ = "sandfleet"
+
+    base: Any = GRPOTrainer
+    if a.branch:
+        from sandfleet.integrations.trl import tree_trainer
+
+        base = tree_trainer(a.tree_combine)
+
+    class Timed(base):  # type: ignore[misc,valid-type]
         def _generate(self, *args: Any, **kwargs: Any) -> Any:
             t0 = time.perf_counter()
             try:
                 return super()._generate(*args, **kwargs)
-            finally:
+            finally:  # with --branch this is the whole tree: sampling, commands and verifiers
                 step_info["generation_s"] = step_info.get("generation_s", 0.0) + time.perf_counter() - t0
 
         def _calculate_rewards(self, *args: Any, **kwargs: Any) -> Any:
@@ -191,6 +258,11 @@ def main(argv: list[str] | None = None) -> int:
                          "monitor_s": round(mon, 3), "optimizer_s": round(total - gen - rw - mon, 3),
                          "pass_rate": step_info.get("passed", 0) / n if n else None, "completions": n,
                          "hacks": step_info.get("hacks", 0), "load_avg_1m": os.getloadavg()[0], "time": time.time()}
+            if "tree" in step_info:  # --branch: each leaf's node, reward and per-turn tree advantages
+                self.done["tree"] = step_info["tree"]
+                adv = getattr(trainer, "tree_advantages", None)
+                if adv is not None:
+                    self.done["token_advantage_range"] = [round(float(adv.min()), 4), round(float(adv.max()), 4)]
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
             if not self.done or logs is None or "reward" not in logs:
@@ -226,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
         SandfleetBashEnv.runner = runner
         kwargs["environment_factory"] = SandfleetBashEnv
         reward_funcs: list[Any] = []
+    elif tree is not None:
+        reward_funcs = [tree_scored]
+        kwargs["rollout_func"] = tree
     else:
         reward_funcs = [scored]
     (a.out / "run.json").write_text(json.dumps({
@@ -248,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         trainer.train(resume_from_checkpoint=resume)
     finally:
         SandfleetBashEnv.close_all()
+        if tree is not None:
+            tree.close()
     trainer.save_model(str(a.out / "final"))
     tok.save_pretrained(str(a.out / "final"))
     steps = read_jsonl(a.out / "metrics.jsonl")

@@ -47,6 +47,7 @@ from pydantic import ValidationError
 
 from sandfleet.agent.client import ExecResult
 from sandfleet.errors import GuestExecError, SandfleetError, ServiceError
+from sandfleet.rollout import fusion_record
 from sandfleet.sandbox.base import DEFAULT_MAX_OUTPUT
 from sandfleet.sandbox.spec import Limits, SandboxSpec
 from sandfleet.server.auth import Tokens
@@ -149,6 +150,8 @@ class SandboxFusion:
                             "language and status (Success, Failed, SandboxError, or the HTTP error code).",
                             ["language", "status"], registry=metrics.registry)
         self.exec_seconds = metrics.exec_seconds
+        self.recorder = fusion_record.Recorder.from_env()
+        """With $SANDFLEET_RECORD_DIR: each call's record (rollout/fusion_record.py, docs/replay.md)."""
 
     def owner(self, request: Request) -> str:
         token = request.path_params.get("token") or ""
@@ -191,7 +194,7 @@ class SandboxFusion:
         ttl = min(max_t, compile_t + run_t + GRACE_S)
         spec = SandboxSpec(image=self.image, workdir=WORKDIR, labels={"dialect": "sandbox-fusion"},
                            limits=Limits(memory_mib=memory, ttl_s=ttl))
-        t0 = time.perf_counter()
+        t0, start = time.perf_counter(), time.time()
         try:
             e = await self.service.create(owner, spec, key=None, deadline_ms=None)
         except SandfleetError as err:
@@ -205,6 +208,12 @@ class SandboxFusion:
             return sandbox_error(f"the sandbox could not be made: {err}")
         out = await self.in_sandbox(request, owner, e, self._run(owner, e, prog, stdin, compile_t, run_t, fetch))
         self.exec_seconds.observe(time.perf_counter() - t0)
+        if self.recorder is not None:
+            asked = {"language": req.language, "code": req.code, "stdin": stdin, "compile_timeout": compile_t,
+                     "run_timeout": run_t, "memory_limit_MB": memory, "files": req.files, "fetch_files": fetch}
+            ran = {"source": prog.source, "compile": prog.compile, "run": prog.run, "workdir": WORKDIR}
+            self.recorder.write(fusion_record.build(asked, ran, spec, e.sb.backend, out, time.perf_counter() - t0,
+                                                    start))  # fmt: skip
         return out
 
     async def in_sandbox(self, request: Request, owner: str, e: Entry,

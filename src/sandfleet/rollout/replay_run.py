@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from sandfleet.errors import ConfigError
+from sandfleet.rollout import fusion_record
 from sandfleet.rollout.admission import choose_concurrency
 from sandfleet.rollout.normalize import DEFAULT
 from sandfleet.rollout.record import read_records
@@ -116,7 +117,8 @@ async def replay_run(
         if hosts and hosts != [here]:
             report.where["host"] = {"recorded": hosts, "replayed": here}
     # all before anything runs; on a service, the image where the sandboxes run
-    checks = [(rec, check_record(rec, tasks_dir, local_image=service is None)) for rec in records]
+    checks = [(rec, _check(rec, tasks_dir, service is None, until_turn is not None or stop_before_verifier or keep))
+              for rec in records]  # fmt: skip
     if service is not None:
         await _check_images_on(service, checks)
     for rec, check in checks:
@@ -178,6 +180,19 @@ async def replay_run(
         report.records.extend(row.pop("_records", None) or [])
         report.rollouts.append(row)
     return report
+
+
+def _check(rec: dict[str, Any], tasks_dir: Path | None, local_image: bool, stops: bool) -> Check:
+    """A record's check: a rollout's (:func:`check_record`), or a SandboxFusion call's
+    (verl's route: rollout/fusion_record.py), which has no turns and no verifier to stop at."""
+    if not fusion_record.is_fusion(rec):
+        return check_record(rec, tasks_dir, local_image=local_image)
+    found = Check(tampered=fusion_record.tampered(rec))
+    found.refused = fusion_record.check(rec, local_image=local_image)
+    if stops:
+        found.refused.append("a SandboxFusion run_code call has no agent turns and no verifier: --until-turn, "
+                             "--stop-before and --keep do not apply to it")
+    return found
 
 
 JOURNAL = "replays.jsonl"
@@ -274,6 +289,12 @@ class _Keeping:
 async def _replay_once(rec: dict[str, Any], check: Check, backend: str | None, normalizers: Sequence[str],
                        k: int, until_turn: int | None = None, stop_before_verifier: bool = False,
                        keep_ttl_s: float | None = None) -> dict[str, Any]:
+    if fusion_record.is_fusion(rec):  # a SandboxFusion call (verl): its program run again
+        row, again = await fusion_record.replay(rec, backend=backend, normalizers=normalizers)
+        row["_records"] = [again]
+        if k:
+            row["repeat"] = k
+        return row
     assert check.task is not None
     keep = keep_ttl_s is not None
     policy = ReplayPolicy(rec, normalizers, until_turn, stop_before_verifier or keep)

@@ -9,6 +9,7 @@ import base64
 import binascii
 import io
 import json
+import re
 import tarfile
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
@@ -91,11 +92,57 @@ class FormError(ValueError):
     """A multipart/form-data body that does not parse; the message says why."""
 
 
+_BOUNDARY = re.compile(r'boundary=(?:"([^"]+)"|([^\s;]+))', re.IGNORECASE)
+_DISPOSITION = re.compile(r'^content-disposition:\s*form-data\s*;\s*name="([^"\\]*)"\s*;\s*filename="([^"\\]+)"\s*$',
+                          re.IGNORECASE)
+
+
+def file_parts(content_type: str, body: bytes) -> list[tuple[str, str, bytes]] | None:
+    """The parts of a multipart/form-data ``body`` already in memory, each a slice of it found
+    with ``bytes.find``, when every part is a file in the plain form clients send
+    (``Content-Disposition: form-data; name="..."; filename="..."``, optionally a
+    Content-Type); None for anything else, which Starlette's parser then reads. Starlette's
+    parser spools each file through a temporary file: 0.5-0.8 s of a 50 MB ``files.write``."""
+    m = _BOUNDARY.search(content_type)
+    if m is None:
+        return None
+    delim = b"--" + (m.group(1) or m.group(2)).encode("latin-1")
+    pos = body.find(delim)
+    if pos < 0 or body[:pos].strip():
+        return None
+    out: list[tuple[str, str, bytes]] = []
+    while True:
+        pos += len(delim)
+        if body.startswith(b"--", pos):
+            return out if out and not body[pos + 2:].strip() else None
+        if not body.startswith(b"\r\n", pos):
+            return None
+        head_end = body.find(b"\r\n\r\n", pos + 2)
+        if head_end < 0:
+            return None
+        name = filename = None
+        for line in body[pos + 2:head_end].decode("latin-1").split("\r\n"):
+            d = _DISPOSITION.match(line)
+            if d is not None and name is None:
+                name, filename = d.group(1), d.group(2)
+            elif not line.lower().startswith("content-type:"):
+                return None
+        end = body.find(b"\r\n" + delim, head_end + 4)
+        if name is None or filename is None or end < 0:
+            return None
+        out.append((name, filename, body[head_end + 4:end]))
+        pos = end + 2
+
+
 async def form_parts(headers: Mapping[str, str], body: bytes, *, max_part_size: int) -> list[tuple[str, str, bytes]]:
     """(field name, file name or "", bytes) of each part of a multipart/form-data ``body``,
-    in order, parsed by Starlette's parser (python-multipart). ``body`` is the request's
-    body already read (and decoded, where it came gzip-encoded); ``max_part_size`` bounds a
-    part that is not a file (files have no bound here: the service caps the body)."""
+    in order: files in the plain form by :func:`file_parts`, anything else by Starlette's
+    parser (python-multipart). ``body`` is the request's body already read (and decoded,
+    where it came gzip-encoded); ``max_part_size`` bounds a part that is not a file (files
+    have no bound here: the service caps the body)."""
+    fast = file_parts(headers.get("content-type", ""), body)
+    if fast is not None:
+        return fast
 
     async def stream() -> AsyncGenerator[bytes, None]:
         yield body

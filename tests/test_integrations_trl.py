@@ -257,3 +257,27 @@ def test_tree_rollout_gives_trl_a_branched_group_with_tree_advantages() -> None:
         assert mine() == []
     finally:
         rollout.close()
+
+
+@needs_bwrap()
+def test_a_reply_cut_inside_its_fence_still_runs_its_command() -> None:
+    import json
+
+    from sandfleet.integrations.trl import TreeRollout
+    from sandfleet.rollout.agent import AgentConfig
+    from sandfleet.testing.token_engine import CharEngine
+
+    task = BRANCH / "tasks" / "branch-demo"
+    script = json.loads((BRANCH / "script.json").read_text())
+    prompt = [{"role": "user", "content": "go"}]
+    # 31 tokens: "```bash\necho prefix-one > /app/" -- the fence is never closed
+    rollout = TreeRollout(CharEngine(script), "1:2", [{"prompt": prompt, "sandfleet_task": str(task)}],
+                          runner=Runner(settings=BWRAP),
+                          agent_config=AgentConfig(tool_mode="text", max_turns=2, max_tokens_per_turn=31))
+    try:
+        rollout([prompt] * 2, _Trainer(2))
+    finally:
+        rollout.close()
+    leaves = [r.leaf for r in rollout.rows]
+    assert all(leaf is not None and leaf.commands == 2 and leaf.turns == 2 for leaf in leaves), leaves
+    assert mine() == []

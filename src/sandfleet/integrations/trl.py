@@ -624,6 +624,21 @@ class _TreeAgent(SessionPolicy):
 
     name = "trl-tree"
 
+    async def _run_reply(self, ctx: AgentContext, reply: Any, messages: list[dict[str, Any]]) -> bool:
+        """As the agent loop's, and a reply cut at its token limit inside a fence runs what it
+        holds (as :func:`extract_script` reads a single-turn completion)"""
+        from sandfleet.rollout.agent import fenced_commands
+
+        text = reply.content
+        if reply.tool_calls or fenced_commands(text) or text.count("```") % 2 == 0:  # no fence left open
+            return bool(await super()._run_reply(ctx, reply, messages))
+        blocks = [b.strip("\n") for b in _FENCE.findall(text[text.rfind("```"):]) if b.strip()]
+        if not blocks:
+            return False
+        outputs = [await self._execute(ctx, b, self.config.max_output_chars) for b in blocks]
+        messages.append({"role": "user", "content": "\n\n".join(outputs)})
+        return True
+
     async def play(self, ctx: AgentContext, model: Any, state: Any, until_turn: int | None) -> str | None:
         stop = await super().play(ctx, model, state, until_turn)
         if stop is not None:

@@ -660,6 +660,20 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
         assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR])
+async def test_a_kernel_without_landlock_is_a_risk_on_the_row(tmp_path: Path, backend: str) -> None:
+    """The seal's rule is Landlock's: where the sandbox's kernel has none (gVisor), every row
+    says that the reward folders were not kept from the code under test (the verifier asks the
+    seal itself, in an exec of true, which ABI the tests get); `tasks validate` warns of it."""
+    from sandfleet.rollout.verifier import NO_LANDLOCK_RISK
+
+    task = harbor_task(tmp_path, "plain", DECIDE)
+    for r in await rollouts([task], ["echo hello > /app/out.txt"], backend=backend):
+        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
+        risks = r.info.get("verifier_risks") or []
+        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor"), (backend, risks)
+
+
 # -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -253,7 +253,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     task is not valid)."""
     from sandfleet.errors import ImageError
     from sandfleet.images.bases import resolve_base
-    from sandfleet.rollout.verifier import verifier_user
+    from sandfleet.rollout.verifier import NO_LANDLOCK_RISK, verifier_user
     from sandfleet.tasks.scan import (
         CONFTEST_RISK,
         GUARD_OFF_RISK,
@@ -296,6 +296,8 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.warnings += [f"{GUARD_OFF_RISK}: {line}" for line in python_guard_off(task)]
     verdict.warnings += [f"{WORKDIR_PATH_RISK}: {line}" for line in workdir_path_risk(task)]
     verdict.warnings += [f"{SOURCED_RISK}: {line}" for line in sourced_from_workdir(task)]
+    if any(NO_LANDLOCK_RISK in (r.info.get("verifier_risks") or []) for r in results):
+        verdict.warnings.append(NO_LANDLOCK_RISK)  # the backend's, seen by the verifier's probe
     if verdict.needs_network and not network:
         what = f"{NEEDS_NETWORK}: " + "; ".join(verdict.needs_network) + " (run with --network)"
         verdict.warnings.append(what)

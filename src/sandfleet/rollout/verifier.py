@@ -215,6 +215,8 @@ if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; the
   else seal=; fi
 fi
 printf 'home=%s\npython=%s\nseal=%s\n' "$home" "$py" "$seal"
+# the Landlock ABI the tests get, from the seal itself in an exec of true: landlock=N (N < 1: none)
+if [ -n "$seal" ]; then env LD_PRELOAD="$seal" true --sandfleet-seal-probe 2>/dev/null || true; fi
 case $owner in
   "") ;;
   *[!0-9]*) printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")" ;;
@@ -229,6 +231,9 @@ TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools rea
                     "plugins, npm, yarn)")
 
 
+NO_LANDLOCK_RISK = ("no Landlock in the sandbox's kernel (gVisor has none): the reward folders are not kept from "
+                    "the code under test that the tests run, which could write a reward the tests did not decide "
+                    "(docs/security.md, \"Where the line is\")")
 DETACHED_RISK = ("processes of the tests outlived the program that started them while the tests ran "
                  "(a daemon of the code under test could write what the tests read)")
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
@@ -427,7 +432,7 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     risks: list[str] = []
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("home", "python", "uid", "seal"):
+        if sep and key in ("home", "python", "uid", "seal", "landlock"):
             values[key] = value
             continue
         kind, _, what = line.partition(": ")
@@ -533,6 +538,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         env.update(git_env(base))
         if values.get("seal"):  # the tests' programs each in a Landlock domain of their own
             env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
+            if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1:
+                risks.append(NO_LANDLOCK_RISK)
         kept = workdir_path_entries(base.get("PATH"), task.workdir)
         if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
             risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")

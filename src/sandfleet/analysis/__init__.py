@@ -5,8 +5,11 @@
   inference k times faster, and the gap's definition.
 - :mod:`~sandfleet.analysis.figures`: platform overhead, KV-cache idle, GRPO group wait,
   staleness.
-- :mod:`~sandfleet.analysis.report`: every figure as one JSON-ready dict (``analyze``).
-- :mod:`~sandfleet.analysis.html`: the HTML report (matplotlib charts, loaded only there).
+- :mod:`~sandfleet.analysis.report`: every figure in one typed report (``build_report``;
+  ``analyze`` is its JSON).
+- :mod:`~sandfleet.analysis.schema`: the report's types (:class:`Report`); its renderers read
+  only it: the JSON (``Report.to_json``), :mod:`~sandfleet.analysis.text` (tables) and
+  :mod:`~sandfleet.analysis.html` (the HTML report; matplotlib charts, loaded only there).
 
 Every figure is defined in ``docs/figures.md``.
 - :mod:`~sandfleet.analysis.convert`: other systems' results (Harbor) into traces.
@@ -17,7 +20,8 @@ Library functions return data; only the CLI prints.
 
 from __future__ import annotations
 
-from sandfleet.analysis.report import analyze
+from sandfleet.analysis.report import analyze, build_report
+from sandfleet.analysis.schema import Report
 from sandfleet.analysis.trace import Rollout, Run, Span, TraceError, load_run, write_trace
 
-__all__ = ["Rollout", "Run", "Span", "TraceError", "analyze", "load_run", "write_trace"]
+__all__ = ["Report", "Rollout", "Run", "Span", "TraceError", "analyze", "build_report", "load_run", "write_trace"]

@@ -24,3 +24,17 @@ def interval(ci: Sequence[float] | None) -> str:
         return "0.0" if text == "-0.0" else text
 
     return "n/a" if ci is None else f"[{one(ci[0])}, {one(ci[1])}]"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned text columns: the first left-aligned, the others right-aligned."""
+    cols = list(zip(*([list(headers)] + [list(r) for r in rows]), strict=True))
+    widths = [max(len(c) for c in col) for col in cols]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])

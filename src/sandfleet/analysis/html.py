@@ -15,14 +15,13 @@ import json
 from collections.abc import Mapping, Sequence
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sandfleet.analysis.breakdown import COLUMNS
 from sandfleet.analysis.fmt import interval as _interval
 from sandfleet.analysis.fmt import num as _f
 from sandfleet.analysis.fmt import pct as _pct
-from sandfleet.analysis.report import LABELS
-from sandfleet.analysis.trace import Run
+from sandfleet.analysis.schema import Report
 from sandfleet.analysis.trees import trees_html
 from sandfleet.traceschema import SPAN_NAMES
 
@@ -55,8 +54,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def _run_name(a: Mapping[str, Any], lab: str) -> str:
-    return f"{lab}: {a['runs'][lab]['name']}"
+def _run_name(a: Report, lab: str) -> str:
+    return f"{lab}: {a.runs[lab].name}"
 
 
 def _figure(width: float = 6.4, height: float = 3.6) -> tuple[Figure, Axes]:
@@ -72,13 +71,13 @@ def _chart(fig: Figure, name: str, caption: str) -> str:
     return plotting.svg(fig, name, caption)
 
 
-def breakdown_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
+def breakdown_chart(a: Report, labs: Sequence[str]) -> str:
     """Mean seconds per span, stacked, one horizontal bar per run."""
     fig, ax = _figure(6.4, 1.8 + 0.5 * len(labs))
     names = [_run_name(a, lab) for lab in labs]
     left = [0.0] * len(labs)
     for span in SPAN_NAMES:
-        widths = [a["spans_mean_s"][lab][span] or 0.0 for lab in labs]
+        widths = [a.spans[lab][span].mean or 0.0 for lab in labs]
         ax.barh(names, widths, left=left, color=SPAN_COLORS[span], label=span, height=0.5)
         left = [x + w for x, w in zip(left, widths, strict=True)]
     ax.invert_yaxis()
@@ -87,13 +86,13 @@ def breakdown_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
     return _chart(fig, "breakdown", "Mean rollout time per span (the spans add up to the wall time).")
 
 
-def whatif_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
+def whatif_chart(a: Report, labs: Sequence[str]) -> str:
     """Mean rollout time of each run against k (log scale), and with two runs the gap."""
-    detail = a["whatif_detail"]
+    detail = a.whatif_detail or {}
     ks = [float(k) for k in detail]
     fig, ax = _figure()
     for lab in labs:
-        ax.plot(ks, [d[lab] for d in detail.values()], marker="o", color=RUN_COLORS[lab],
+        ax.plot(ks, [getattr(d, lab) for d in detail.values()], marker="o", color=RUN_COLORS[lab],
                 label=f"{_run_name(a, lab)}, mean rollout time")
     ax.set_xscale("log", base=2)
     ax.set_xticks(ks, [f"{k:g}" for k in ks])
@@ -105,7 +104,7 @@ def whatif_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
     caption = "Mean rollout time against the inference speed-up k."
     if len(labs) == 2:
         gap_ax = ax.twinx()
-        gap_ax.plot(ks, [100 * (d["gap"] or 0.0) for d in detail.values()], marker="s",
+        gap_ax.plot(ks, [100 * (d.gap or 0.0) for d in detail.values()], marker="s",
                     linestyle="--", color=GAP_COLOR, label="gap (B - A) / A")
         gap_ax.set_ylabel("gap (%)")
         gap_ax.set_ylim(bottom=0)
@@ -119,7 +118,7 @@ def whatif_chart(a: Mapping[str, Any], labs: Sequence[str]) -> str:
 
 def fraction_histogram(
     name: str, per_rollout: Mapping[str, Sequence[float | None]], labs: Sequence[str],
-    a: Mapping[str, Any], xlabel: str, caption: str,
+    a: Report, xlabel: str, caption: str,
 ) -> str:
     """A histogram of per-rollout fractions (0 to 1) of each run, side by side."""
     fig, ax = _figure()
@@ -138,10 +137,10 @@ def _omitted(name: str, why: str) -> str:
     return f"<p class='note' data-chart-omitted='{escape(name)}'>No {escape(name)} chart: {escape(why)}.</p>"
 
 
-def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
+def render(a: Report) -> str:
     """The report as one HTML string."""
-    labs = LABELS[: len(runs)]
-    a = analysis
+    labs = a.labels
+    runs = a.runs
     two = len(labs) == 2
     parts = [
         "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
@@ -155,9 +154,8 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         _table(
             ["run", "name", "rollouts", "completed", "failed", "cancelled"],
             [
-                [lab, a["runs"][lab]["name"],
-                 *(str(a["runs"][lab][k]) for k in ("rollouts", "completed", "failed", "cancelled"))]
-                for lab in labs
+                [lab, r.name, str(r.rollouts), str(r.completed), str(r.failed), str(r.cancelled)]
+                for lab, r in runs.items()
             ],
         )
     )
@@ -167,21 +165,20 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         _table(
             ["run", "scored", "policy_fault", "infra_fault", "mask rate", "pass rate", "refilled"],
             [
-                [lab, *(str(a["runs"][lab]["verdicts"][v]) for v in ("scored", "policy_fault", "infra_fault")),
-                 _pct(a["runs"][lab]["mask_rate"]), _pct(a["runs"][lab]["pass_rate"]),
-                 str(a["runs"][lab]["refilled"])]
-                for lab in labs
+                [lab, str(r.verdicts.scored), str(r.verdicts.policy_fault), str(r.verdicts.infra_fault),
+                 _pct(r.mask_rate), _pct(r.pass_rate), str(r.refilled)]
+                for lab, r in runs.items()
             ],
         )
     )
-    if not all(a["runs"][lab]["model_time_known"] for lab in labs):
+    if not all(r.model_time_known for r in runs.values()):
         parts.append(
             "<p class='note'>Some traces do not know the model's time (converted "
             "from another system): it is counted inside agent_command.</p>"
         )
     parts.append("<h2>Breakdown per span (seconds per completed rollout)</h2>")
     rows = [
-        [col, *(_f(a["spans"][lab][col][m]) for lab in labs for m in ("mean", "median", "p90"))]
+        [col, *(_f(getattr(a.spans[lab][col], m)) for lab in labs for m in ("mean", "median", "p90"))]
         for col in COLUMNS
     ]
     heads = [f"{lab} {m}" for lab in labs for m in ("mean", "median", "p90")]
@@ -196,40 +193,41 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         _table(
             ["run", "mean s per rollout", "share of wall time", "sandbox_start s",
              "raw bwrap true ms (same run)"],
-            [[lab, _f(a["platform_overhead_s"][lab]), _pct(a["platform_overhead_fraction"][lab]),
-              _f(a["spans"][lab]["sandbox_start"]["mean"], digits=3), _f(a["raw_bwrap_true_ms"].get(lab))]
+            [[lab, _f(a.platform_overhead_s[lab]), _pct(a.platform_overhead_fraction[lab]),
+              _f(a.spans[lab]["sandbox_start"].mean, digits=3), _f(a.raw_bwrap_true_ms.get(lab))]
              for lab in labs],
         )
     )
-    if "compare" in a:
-        c = a["compare"]
-        note = (f"Over the same {c['tasks']} tasks: mean of per-task means; "
-                f"{100 * c['ci_level']:g} % bootstrap intervals.")
-        if c["tasks_left_out"]:
-            note += " Left out (no completed rollout in one run): " + ", ".join(c["tasks_left_out"]) + "."
+    if a.compare is not None:
+        c = a.compare
+        note = (f"Over the same {c.tasks} tasks: mean of per-task means; "
+                f"{100 * c.ci_level:g} % bootstrap intervals.")
+        if c.tasks_left_out:
+            note += " Left out (no completed rollout in one run): " + ", ".join(c.tasks_left_out) + "."
         parts.append(f"<h2>B - A</h2><p class='note'>{escape(note)}</p>")
         parts.append(
             _table(
                 ["span", "A mean s", "B mean s", "B - A s", "interval s", "B - A %", "interval %"],
                 [
-                    [col, _f(d["a"]), _f(d["b"]), _f(d["delta_s"]), _interval(d["delta_s_ci90"]),
-                     _f(d["delta_pct"], suffix=" %"), _interval(d["delta_pct_ci90"])]
-                    for col, d in c["spans"].items()
+                    [col, _f(d.a), _f(d.b), _f(d.delta_s), _interval(d.delta_s_ci90),
+                     _f(d.delta_pct, suffix=" %"), _interval(d.delta_pct_ci90)]
+                    for col, d in c.spans.items()
                 ],
             )
         )
     parts.append("<h2>What if inference were k times faster</h2>")
-    if a["whatif_not_applicable"]:
-        parts.append(f"<p>Not applicable: {escape(a['whatif_not_applicable'])}.</p>")
+    if a.whatif_not_applicable or a.whatif_detail is None:
+        parts.append(f"<p>Not applicable: {escape(str(a.whatif_not_applicable))}.</p>")
         parts.append(_omitted("whatif", "the what-if does not apply to these runs"))
     else:
-        detail = a["whatif_detail"]
+        detail = a.whatif_detail
         if two:
-            parts.append(f"<p class='note'>gap = {escape(a['gap_definition'])}</p>")
+            parts.append(f"<p class='note'>gap = {escape(a.gap_definition)}</p>")
         parts.append(
             _table(
                 ["k", *(f"{lab} mean s" for lab in labs), *(["gap"] if two else [])],
-                [[k, *(_f(d[lab]) for lab in labs), *([_pct(d["gap"])] if two else [])] for k, d in detail.items()],
+                [[k, *(_f(getattr(d, lab)) for lab in labs), *([_pct(d.gap)] if two else [])]
+                 for k, d in detail.items()],
             )
         )
         parts.append(whatif_chart(a, labs))
@@ -238,16 +236,16 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         _table(
             ["run", "KV-cache idle", "KV idle through reward", "group wait"],
             [
-                [lab, _pct(a["kv_idle_fraction"][lab]), _pct(a["kv_idle_fraction_through_reward"][lab]),
-                 _pct(a["group_wait_fraction"][lab])]
+                [lab, _pct(a.kv_idle_fraction[lab]), _pct(a.kv_idle_fraction_through_reward[lab]),
+                 _pct(a.group_wait_fraction[lab])]
                 for lab in labs
             ],
         )
     )
-    if any(a["kv_idle_per_rollout"][lab] for lab in labs):
+    if any(a.kv_idle_per_rollout[lab] for lab in labs):
         parts.append(
             fraction_histogram(
-                "kv-idle", a["kv_idle_per_rollout"], labs, a,
+                "kv-idle", a.kv_idle_per_rollout, labs, a,
                 "KV-cache idle fraction of the rollout (first request to last response)",
                 "Each rollout's KV-cache idle fraction: token-seconds between a response and the "
                 "next request / token-seconds from the first request to the last response.",
@@ -255,10 +253,10 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         )
     else:
         parts.append(_omitted("kv-idle", "no rollout has model spans with token counts"))
-    if any(a["group_wait_per_rollout"][lab] for lab in labs):
+    if any(a.group_wait_per_rollout[lab] for lab in labs):
         parts.append(
             fraction_histogram(
-                "group-wait", a["group_wait_per_rollout"], labs, a,
+                "group-wait", a.group_wait_per_rollout, labs, a,
                 "group wait fraction of the rollout",
                 "Each completed rollout's group wait: (group end - rollout end) / "
                 "(group end - group start).",
@@ -268,42 +266,42 @@ def render(analysis: Mapping[str, Any], runs: Sequence[Run]) -> str:
         parts.append(_omitted("group-wait", "no group has a completed rollout that took time"))
     parts.append(_staleness_html(a, labs))
     for lab in labs:  # the trees of a --branch run, drawn, and the work they saved
-        parts.append(trees_html((a.get("trees") or {}).get(lab)))
+        parts.append(trees_html(a.trees.get(lab)))
     parts.append(
         "<h2>Provenance</h2><details><summary>Where and from what this report was made</summary>"
-        f"<pre>{escape(json.dumps(a.get('provenance'), indent=2))}</pre></details>"
+        f"<pre>{escape(json.dumps(a.provenance.model_dump(mode='json'), indent=2))}</pre></details>"
     )
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
-def _staleness_html(a: Mapping[str, Any], labs: Sequence[str]) -> str:
-    st = a["staleness"]
+def _staleness_html(a: Report, labs: Sequence[str]) -> str:
+    st = a.staleness
     out = [
-        f"<h2>Staleness</h2><p class='note'>Trainer step {_f(st['step_time_s'])} s; bound "
-        f"{st['bound_versions']:g} versions at p{st['quantile']:g}.</p>"
+        f"<h2>Staleness</h2><p class='note'>Trainer step {_f(st.step_time_s)} s; bound "
+        f"{st.bound_versions:g} versions at p{st.quantile:g}.</p>"
     ]
     out.append(
         _table(
             ["run", "p50 versions", "p90", "max", "step time the bound allows (s)"],
             [
-                [lab, _f(d["p50"], digits=2), _f(d["p90"], digits=2), _f(d["max"], digits=2),
-                 _f(st["allowed_step_time_s"][lab])]
-                for lab, d in st["distribution"].items()
+                [lab, _f(d.p50, digits=2), _f(d.p90, digits=2), _f(d.max, digits=2),
+                 _f(st.allowed_step_time_s[lab])]
+                for lab, d in st.distribution.items()
             ],
         )
     )
-    if "training_faster_pct" in st:
+    if st.faster_run is not None:  # two runs
         out.append(
             f"<p>At the same staleness, training can step "
-            f"{_f(st['training_faster_pct'])} % faster with run {st['faster_run']}.</p>"
+            f"{_f(st.training_faster_pct)} % faster with run {st.faster_run}.</p>"
         )
     return "\n".join(out)
 
 
-def write_report(path: str | Path, analysis: Mapping[str, Any], runs: Sequence[Run]) -> Path:
+def write_report(path: str | Path, report: Report) -> Path:
     """Render and write the report; returns its path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(render(analysis, runs), encoding="utf-8")
+    p.write_text(render(report), encoding="utf-8")
     return p

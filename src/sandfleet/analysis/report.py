@@ -1,7 +1,9 @@
-"""One analysis of one or two runs, as plain data (the ``--json`` output).
+"""One analysis of one or two runs: :func:`build_report` makes the typed
+:class:`~sandfleet.analysis.schema.Report` that every renderer reads; :func:`analyze` is its
+JSON (the ``--json`` output).
 
-The dict :func:`analyze` returns (``schema: sandfleet.analysis/1``; every figure is defined
-in ``docs/figures.md``) has:
+The JSON (``schema: sandfleet.analysis/1``; every figure is defined in ``docs/figures.md``)
+has:
 
 - ``provenance``: ``analysis`` (the analysing host, sandfleet version and commit, time and
   the analysis options) and ``runs``: label to the ``provenance`` its ``run.json`` recorded
@@ -41,15 +43,28 @@ from typing import Any
 
 import sandfleet.analysis.breakdown as bd
 import sandfleet.analysis.figures as fg
+from sandfleet.analysis.schema import (
+    LABELS,
+    Compare,
+    Contention,
+    PhaseContention,
+    Provenance,
+    Report,
+    RunSummary,
+    SpanDelta,
+    SpanStats,
+    Staleness,
+    StalenessDistribution,
+    Verdicts,
+    WhatIfPoint,
+)
 from sandfleet.analysis.trace import STATUSES, VERDICTS, Run, final_attempts
 from sandfleet.analysis.trees import tree_figures
 from sandfleet.errors import ConfigError
 from sandfleet.provenance import provenance
 from sandfleet.stats import percentile
 
-SCHEMA = "sandfleet.analysis/1"
 DEFAULT_WHATIF = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0)
-LABELS = ("A", "B")
 
 
 def _num(x: float | None) -> float | None:
@@ -63,9 +78,9 @@ def _k_key(k: float) -> str:
     return f"{k:g}"
 
 
-def _ci(ci: tuple[float, float]) -> list[float | None] | None:
+def _ci(ci: tuple[float, float]) -> tuple[float, float] | None:
     lo, hi = _num(ci[0]), _num(ci[1])
-    return None if lo is None or hi is None else [lo, hi]
+    return None if lo is None or hi is None else (lo, hi)
 
 
 def _run_json(run: Run, key: str) -> Any:
@@ -88,7 +103,7 @@ def verdict_figures(run: Run) -> dict[str, Any]:
     counts = {v: sum(r.verdict == v for r in finals) for v in VERDICTS}
     kept = [r for r in finals if not r.masked]
     passed = sum(r.reward is not None and r.reward >= 1.0 - 1e-9 for r in kept)
-    return {"verdicts": counts, "mask_rate": counts["infra_fault"] / len(finals) if finals else None,
+    return {"verdicts": Verdicts(**counts), "mask_rate": counts["infra_fault"] / len(finals) if finals else None,
             "pass_rate": passed / len(kept) if kept else None,
             "refilled": sum(r.masked for r in run.rollouts) - counts["infra_fault"]}
 
@@ -96,13 +111,13 @@ def verdict_figures(run: Run) -> dict[str, Any]:
 CONTENTION_PHASES = ("agent", "verifier")
 
 
-def contention_figures(run: Run) -> dict[str, Any]:
+def contention_figures(run: Run) -> Contention:
     """Per phase, over the final attempts that measured it (docs/rollouts.md, "Contention"):
     ``measured`` (how many), ``outside_share`` mean and p95, mean ``outside_wait_s``, mean
     ``throttled_s`` (the sandbox's own limit) and ``run_delay_s``; and ``host_contention``,
     the final attempts masked for it (``host_contention_rate`` of all final attempts)."""
     finals = final_attempts(run.rollouts)
-    out: dict[str, Any] = {}
+    phases: dict[str, PhaseContention] = {}
     for phase in CONTENTION_PHASES:
         figs = [f for r in finals if r.contention and isinstance(f := r.contention.get(phase), dict)]
 
@@ -110,17 +125,15 @@ def contention_figures(run: Run) -> dict[str, Any]:
             return [float(f[key]) for f in figs if isinstance(f.get(key), int | float)]
 
         share = vals("outside_share")
-        out[phase] = {
-            "measured": len(figs),
-            "outside_share_mean": _num(statistics.fmean(share)) if share else None,
-            "outside_share_p95": _num(percentile(share, 95)) if share else None,
+        phases[phase] = PhaseContention(
+            measured=len(figs),
+            outside_share_mean=_num(statistics.fmean(share)) if share else None,
+            outside_share_p95=_num(percentile(share, 95)) if share else None,
             **{f"{k}_mean": _num(statistics.fmean(v)) if (v := vals(k)) else None
                for k in ("outside_wait_s", "throttled_s", "run_delay_s", "cpu_s")},
-        }
+        )
     masked = sum(r.cause == "host_contention" for r in finals)
-    out["host_contention"] = masked
-    out["host_contention_rate"] = masked / len(finals) if finals else None
-    return out
+    return Contention(**phases, host_contention=masked, host_contention_rate=masked / len(finals) if finals else None)
 
 
 def run_provenance(run: Run) -> Any:
@@ -135,18 +148,23 @@ def raw_bwrap_true_ms(run: Run) -> float | None:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) else None
 
 
-def analyze(
+def build_report(
     runs: Sequence[Run],
     whatif_ks: Sequence[float] = DEFAULT_WHATIF,
     step_time_s: float | None = None,
     staleness_bound: float = 1.0,
-) -> dict[str, Any]:
-    """Every figure for one run, or for two runs A and B on the same tasks."""
+) -> Report:
+    """Every figure for one run, or for two runs A and B on the same tasks, as one typed
+    :class:`~sandfleet.analysis.schema.Report`."""
     if not 1 <= len(runs) <= 2:
         raise ConfigError(f"analyze takes one or two runs, got {len(runs)}")
     for run in runs:
         if not run.completed:
             raise ConfigError(f"{run.path}: no completed rollouts to analyze")
+    compare = _compare(runs[0], runs[1]) if len(runs) == 2 else None  # refuses different task sets first
+    for k in whatif_ks:
+        if not k > 0:
+            raise ConfigError(f"what-if speed-up must be positive, got {k}")
     labels = LABELS[: len(runs)]
     pairs = list(zip(labels, runs, strict=True))
     options = {
@@ -155,111 +173,100 @@ def analyze(
         "step_time_s": step_time_s,
         "staleness_bound": staleness_bound,
     }
-    out: dict[str, Any] = {"schema": SCHEMA, "gap_definition": bd.GAP_DEFINITION}
-    out["provenance"] = {
-        "analysis": provenance(options),
-        "runs": {lab: run_provenance(run) for lab, run in pairs},
-    }
-    out["runs"] = {
-        lab: {
-            "name": run.name,
-            "path": str(run.path),
-            "rollouts": len(run.rollouts),
-            **{st: sum(r.status == st for r in run.rollouts) for st in STATUSES},
-            **verdict_figures(run),
-            "contention": contention_figures(run),
-            "model_time_known": run.model_time_known,
-        }
-        for lab, run in zip(labels, runs, strict=True)
-    }
-    stats = {lab: bd.breakdown(run.completed) for lab, run in zip(labels, runs, strict=True)}
-    out["spans"] = {
-        lab: {
-            col: {"mean": _num(s.mean), "median": _num(s.median), "p90": _num(s.p90)}
-            for col, s in st.items()
-        }
+    stats = {lab: bd.breakdown(run.completed) for lab, run in pairs}
+    spans = {
+        lab: {col: SpanStats(mean=_num(s.mean), median=_num(s.median), p90=_num(s.p90)) for col, s in st.items()}
         for lab, st in stats.items()
     }
-    out["spans_mean_s"] = {
-        lab: {col: _num(s.mean) for col, s in st.items()} for lab, st in stats.items()
-    }
     platform = {lab: fg.platform_overhead(run.rollouts) for lab, run in pairs}
-    out["platform_overhead_s"] = {lab: _num(p.mean_s) for lab, p in platform.items()}
-    out["platform_overhead_fraction"] = {lab: _num(p.fraction) for lab, p in platform.items()}
-    out["raw_bwrap_true_ms"] = {lab: _num(raw_bwrap_true_ms(run)) for lab, run in pairs}
-    if len(runs) == 2:
-        pairing, deltas = bd.compare(runs[0], runs[1])
-        out["compare"] = {
-            "tasks": len(pairing.tasks),
-            "tasks_left_out": list(pairing.left_out),
-            "ci_level": bd.CI_LEVEL,
-            "spans": {
-                col: {
-                    "a": _num(d.a),
-                    "b": _num(d.b),
-                    "delta_s": _num(d.delta_s),
-                    "delta_s_ci90": _ci(d.delta_s_ci),
-                    "delta_pct": _num(d.delta_pct),
-                    "delta_pct_ci90": _ci(d.delta_pct_ci),
-                }
-                for col, d in deltas.items()
-            },
-        }
-    for k in whatif_ks:
-        if not k > 0:
-            raise ConfigError(f"what-if speed-up must be positive, got {k}")
     reason = bd.whatif_not_applicable(runs, labels)
-    out["whatif_not_applicable"] = reason
-    out["whatif"] = out["whatif_detail"] = None
+    detail = None
     if reason is None:
-        wi = bd.whatif(runs, whatif_ks)
-        out["whatif"] = {_k_key(w.k): _num(w.gap if len(runs) == 2 else w.mean_s[0]) for w in wi}
-        out["whatif_detail"] = {
-            _k_key(w.k): {
-                **{lab: _num(m) for lab, m in zip(labels, w.mean_s, strict=True)},
-                **({"gap": _num(w.gap)} if len(runs) == 2 else {}),
-            }
-            for w in wi
+        detail = {
+            _k_key(w.k): WhatIfPoint(**{lab: _num(m) for lab, m in zip(labels, w.mean_s, strict=True)},
+                                     gap=_num(w.gap))
+            for w in bd.whatif(runs, whatif_ks)
         }
     kv = {lab: fg.kv_idle(run.rollouts) for lab, run in pairs}
-    out["kv_idle_fraction"] = {lab: _num(k.fraction) for lab, k in kv.items()}
-    out["kv_idle_fraction_through_reward"] = {
-        lab: _num(k.fraction_through_reward) for lab, k in kv.items()
-    }
-    out["kv_idle_per_rollout"] = {lab: [_num(x) for x in k.per_rollout] for lab, k in kv.items()}
     waits = {lab: fg.group_wait(run.rollouts) for lab, run in pairs}
-    out["group_wait_fraction"] = {lab: _num(w.fraction) for lab, w in waits.items()}
-    out["group_wait_per_rollout"] = {
-        lab: [_num(x) for x in w.per_rollout] for lab, w in waits.items()
-    }
-    out["staleness"] = _staleness(runs, labels, step_time_s, staleness_bound)
-    out["trees"] = {lab: tree_figures(final_attempts(run.rollouts)) for lab, run in pairs}  # --branch runs
-    return out
+    return Report(
+        gap_definition=bd.GAP_DEFINITION,
+        provenance=Provenance(analysis=provenance(options), runs={lab: run_provenance(run) for lab, run in pairs}),
+        runs={lab: run_summary(run) for lab, run in pairs},
+        spans=spans,
+        spans_mean_s={lab: {col: s.mean for col, s in st.items()} for lab, st in spans.items()},
+        platform_overhead_s={lab: _num(p.mean_s) for lab, p in platform.items()},
+        platform_overhead_fraction={lab: _num(p.fraction) for lab, p in platform.items()},
+        raw_bwrap_true_ms={lab: _num(raw_bwrap_true_ms(run)) for lab, run in pairs},
+        compare=compare,
+        whatif_not_applicable=reason,
+        whatif=None if detail is None else {k: p.gap if len(runs) == 2 else p.A for k, p in detail.items()},
+        whatif_detail=detail,
+        kv_idle_fraction={lab: _num(k.fraction) for lab, k in kv.items()},
+        kv_idle_fraction_through_reward={lab: _num(k.fraction_through_reward) for lab, k in kv.items()},
+        kv_idle_per_rollout={lab: [_num(x) for x in k.per_rollout] for lab, k in kv.items()},
+        group_wait_fraction={lab: _num(w.fraction) for lab, w in waits.items()},
+        group_wait_per_rollout={lab: [_num(x) for x in w.per_rollout] for lab, w in waits.items()},
+        staleness=_staleness(runs, labels, step_time_s, staleness_bound),
+        trees={lab: tree_figures(final_attempts(run.rollouts)) for lab, run in pairs},  # --branch runs
+    )
 
 
-def _staleness(
-    runs: Sequence[Run], labels: Sequence[str], step_time_s: float | None, bound: float
+def analyze(
+    runs: Sequence[Run],
+    whatif_ks: Sequence[float] = DEFAULT_WHATIF,
+    step_time_s: float | None = None,
+    staleness_bound: float = 1.0,
 ) -> dict[str, Any]:
+    """Every figure for one run, or for two runs A and B on the same tasks, as the JSON of
+    :func:`build_report`'s report (what ``sandfleet analyze --json`` prints)."""
+    return build_report(runs, whatif_ks, step_time_s, staleness_bound).to_json()
+
+
+def run_summary(run: Run) -> RunSummary:
+    """A run's name, path, rollouts per status (every attempt), and its verdict figures."""
+    return RunSummary(
+        name=run.name,
+        path=str(run.path),
+        rollouts=len(run.rollouts),
+        **{st: sum(r.status == st for r in run.rollouts) for st in STATUSES},
+        **verdict_figures(run),
+        contention=contention_figures(run),
+        model_time_known=run.model_time_known,
+    )
+
+
+def _compare(a: Run, b: Run) -> Compare:
+    pairing, deltas = bd.compare(a, b)
+    return Compare(
+        tasks=len(pairing.tasks),
+        tasks_left_out=list(pairing.left_out),
+        ci_level=bd.CI_LEVEL,
+        spans={
+            col: SpanDelta(a=_num(d.a), b=_num(d.b), delta_s=_num(d.delta_s), delta_s_ci90=_ci(d.delta_s_ci),
+                           delta_pct=_num(d.delta_pct), delta_pct_ci90=_ci(d.delta_pct_ci))
+            for col, d in deltas.items()
+        },
+    )
+
+
+def _staleness(runs: Sequence[Run], labels: Sequence[str], step_time_s: float | None, bound: float) -> Staleness:
     durations = {lab: [r.duration for r in run.completed] for lab, run in zip(labels, runs, strict=True)}
     allowed = {lab: fg.step_time_for_bound(d, bound) for lab, d in durations.items()}
     t = step_time_s if step_time_s is not None else allowed["A"]
-    out: dict[str, Any] = {
-        "bound_versions": bound,
-        "quantile": fg.STALENESS_QUANTILE,
-        "step_time_s": _num(t),
-        "step_time_given": step_time_s is not None,
-        "allowed_step_time_s": {lab: _num(v) for lab, v in allowed.items()},
-        "distribution": {},
-    }
+    distribution = {}
     for lab, d in durations.items():
         s = fg.staleness(d, t)
-        out["distribution"][lab] = {
-            "p50": _num(s.p50),
-            "p90": _num(s.p90),
-            "max": _num(s.max),
-            "histogram": {str(k): v for k, v in s.histogram.items()},
-        }
-    if len(runs) == 2:
-        out["training_faster_pct"] = _num(100 * fg.training_speedup(allowed["A"], allowed["B"]))
-        out["faster_run"] = "A" if allowed["A"] <= allowed["B"] else "B"
-    return out
+        distribution[lab] = StalenessDistribution(p50=_num(s.p50), p90=_num(s.p90), max=_num(s.max),
+                                                  histogram={str(k): v for k, v in s.histogram.items()})
+    two = len(runs) == 2
+    return Staleness(
+        bound_versions=bound,
+        quantile=fg.STALENESS_QUANTILE,
+        step_time_s=_num(t),
+        step_time_given=step_time_s is not None,
+        allowed_step_time_s={lab: _num(v) for lab, v in allowed.items()},
+        distribution=distribution,
+        training_faster_pct=_num(100 * fg.training_speedup(allowed["A"], allowed["B"])) if two else None,
+        faster_run=("A" if allowed["A"] <= allowed["B"] else "B") if two else None,
+    )

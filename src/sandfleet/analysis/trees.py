@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
 
+from sandfleet.analysis.schema import TreeFigures, TreeNode, WorkSaved
 from sandfleet.analysis.trace import Rollout
 
 WORK = ("commands", "command_s", "model_tokens", "model_calls")
@@ -73,7 +73,7 @@ def trees_of(rollouts: Iterable[Rollout]) -> dict[str, dict[str, Node]]:
     return trees
 
 
-def work_saved(trees: Mapping[str, Mapping[str, Node]]) -> dict[str, Any]:
+def work_saved(trees: Mapping[str, Mapping[str, Node]]) -> WorkSaved:
     """``ran`` (each node once), ``independent`` (each leaf's whole path alone), ``saved`` =
     independent - ran, and ``saved_fraction``, per measure of :data:`WORK`; with the
     branches' count and seconds beside it."""
@@ -89,63 +89,64 @@ def work_saved(trees: Mapping[str, Mapping[str, Node]]) -> dict[str, Any]:
                 branches += 1
                 branch_s += node.branch_s
     saved = {k: independent[k] - ran[k] for k in WORK}
-    return {"trees": len(trees), "leaves": sum(n.rollout_id is not None for t in trees.values() for n in t.values()),
-            "ran": ran, "independent": independent, "saved": saved,
-            "saved_fraction": {k: (saved[k] / independent[k] if independent[k] else None) for k in WORK},
-            "branches": branches, "branch_s": branch_s}
+    return WorkSaved(trees=len(trees), leaves=sum(n.rollout_id is not None for t in trees.values() for n in t.values()),
+                     ran=ran, independent=independent, saved=saved,
+                     saved_fraction={k: (saved[k] / independent[k] if independent[k] else None) for k in WORK},
+                     branches=branches, branch_s=branch_s)
 
 
-def tree_figures(rollouts: Sequence[Rollout]) -> dict[str, Any] | None:
+def tree_figures(rollouts: Sequence[Rollout]) -> TreeFigures | None:
     """The report's ``trees`` entry: work saved, and each tree's nodes (None: no tree in the run)."""
     trees = trees_of(rollouts)
     if not trees:
         return None
-    return {"work_saved": work_saved(trees),
-            "trees": {tid: {nid: {"commands": n.commands, "work": n.work, "leaves": n.leaves, "reward": n.reward,
-                                  "verdict": n.verdict, "rollout_id": n.rollout_id} for nid, n in sorted(nodes.items())}
-                      for tid, nodes in sorted(trees.items())}}
+    return TreeFigures(
+        work_saved=work_saved(trees),
+        trees={tid: {nid: TreeNode(commands=n.commands, work=n.work, leaves=n.leaves, reward=n.reward,
+                                   verdict=n.verdict, rollout_id=n.rollout_id) for nid, n in sorted(nodes.items())}
+               for tid, nodes in sorted(trees.items())})
 
 
 MAX_DRAWN = 50
 """Trees drawn in the HTML report (the rest are counted)."""
 
 
-def trees_html(figures: Mapping[str, Any] | None) -> str:
+def trees_html(figures: TreeFigures | None) -> str:
     """The HTML report's section: work saved, then each tree drawn as nested lists (a node
     with its commands; a leaf with its reward)."""
     if not figures:
         return ""
-    ws = figures["work_saved"]
+    ws = figures.work_saved
     rows = "".join(
-        f"<tr><td>{escape(k)}</td><td>{ws['ran'][k]:.6g}</td><td>{ws['independent'][k]:.6g}</td>"
-        f"<td>{ws['saved'][k]:.6g}</td><td>{'-' if f is None else f'{100 * f:.1f} %'}</td></tr>"
-        for k in WORK for f in [ws["saved_fraction"][k]])
-    out = [f"<h2 id='trees'>Trees (--branch)</h2><p class='note'>{ws['trees']} trees, {ws['leaves']} leaves, "
-           f"{ws['branches']} branches taking {ws['branch_s']:.3f} s. Work saved against independent rollouts "
+        f"<tr><td>{escape(k)}</td><td>{ws.ran[k]:.6g}</td><td>{ws.independent[k]:.6g}</td>"
+        f"<td>{ws.saved[k]:.6g}</td><td>{'-' if f is None else f'{100 * f:.1f} %'}</td></tr>"
+        for k in WORK for f in [ws.saved_fraction[k]])
+    out = [f"<h2 id='trees'>Trees (--branch)</h2><p class='note'>{ws.trees} trees, {ws.leaves} leaves, "
+           f"{ws.branches} branches taking {ws.branch_s:.3f} s. Work saved against independent rollouts "
            "reaching the same leaves (docs/figures.md).</p>",
            "<table><thead><tr><th>work</th><th>ran</th><th>independent</th><th>saved</th><th>saved share</th>"
            f"</tr></thead><tbody>{rows}</tbody></table>"]
-    drawn = list(figures["trees"].items())[:MAX_DRAWN]
+    drawn = list(figures.trees.items())[:MAX_DRAWN]
     for i, (tid, nodes) in enumerate(drawn):  # the first few open
         out.append(f"<details class='tree'{' open' if i < 5 else ''}><summary>tree {escape(tid)}</summary>"
                    f"{_draw('0', nodes)}</details>")
-    if len(figures["trees"]) > MAX_DRAWN:
-        out.append(f"<p class='note'>{len(figures['trees']) - MAX_DRAWN} more trees not drawn.</p>")
+    if len(figures.trees) > MAX_DRAWN:
+        out.append(f"<p class='note'>{len(figures.trees) - MAX_DRAWN} more trees not drawn.</p>")
     return "\n".join(out)
 
 
-def _draw(nid: str, nodes: Mapping[str, Mapping[str, Any]]) -> str:
+def _draw(nid: str, nodes: Mapping[str, TreeNode]) -> str:
     node = nodes.get(nid)
     if node is None:
         return ""
     kids = sorted((k for k in nodes if k.rpartition(".")[0] == nid), key=lambda k: int(k.rpartition(".")[2]))
-    cmds = "".join(f"<li><code>{escape(c[:200])}</code></li>" for c in node["commands"])
+    cmds = "".join(f"<li><code>{escape(c[:200])}</code></li>" for c in node.commands)
     label = f"<b>node {escape(nid)}</b>"
-    if node["rollout_id"] is not None:
-        reward = "masked" if node["verdict"] == "infra_fault" else f"reward {node['reward']}"
-        label += f" &mdash; leaf {escape(str(node['rollout_id']))}, <b>{escape(reward)}</b>"
+    if node.rollout_id is not None:
+        reward = "masked" if node.verdict == "infra_fault" else f"reward {node.reward}"
+        label += f" &mdash; leaf {escape(str(node.rollout_id))}, <b>{escape(reward)}</b>"
     else:
-        label += f" &mdash; {node['leaves']} leaves"
+        label += f" &mdash; {node.leaves} leaves"
     inner = (f"<ul class='cmds'>{cmds}</ul>" if cmds else "") + (
         "<ul class='kids'>" + "".join(f"<li>{_draw(k, nodes)}</li>" for k in kids) + "</ul>" if kids else "")
     return f"<div class='node'>{label}{inner}</div>"

@@ -212,3 +212,57 @@ def test_settings_and_task_lookup_errors(tmp_path: Path) -> None:
         Settings.from_env({"SANDFLEET_RAY": "auto"})
     with pytest.raises(ConfigError, match=f"under SANDFLEET_TASKS={tmp_path}"):
         resolve_task("nope", tasks_root=str(tmp_path))
+
+
+# -- trees (issue 44): generate_tree (one branched rollout a call) and post_process_rewards
+BRANCH = Path(__file__).resolve().parent.parent / "examples" / "branch"
+
+
+@needs_bwrap()
+async def test_generate_tree_gives_miles_a_sample_per_leaf_with_its_tree_advantage(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from test_integrations_slime import CharChatML, Sample, router_args
+
+    monkeypatch.setenv("SANDFLEET_BACKEND", "bwrap")
+    script = json.loads((BRANCH / "script.json").read_text())
+    task = BRANCH / "tasks" / "branch-demo"
+    prompt = [{"role": "user", "content": (task / "instruction.md").read_text()}]
+    tok = CharChatML()
+    with FakeModelServer(script) as server:
+        args = router_args(server, sandfleet_max_turns=3)
+        sample = Sample(group_index=7, index=0, prompt=prompt, metadata={"sandfleet_task": str(task)})
+        with pytest.raises(ConfigError, match="needs a branch"):
+            await miles.generate_tree(SimpleNamespace(args=args, sample=sample, sampling_params={}))
+        sample.metadata["sandfleet_branch"] = "2:4"
+        out = await miles.generate_tree(SimpleNamespace(args=args, sample=sample,
+                                                        sampling_params={"max_new_tokens": 64}))
+        bodies = server.requests
+    leaves = out.samples
+    assert len(leaves) == 4 and len(bodies) == 2 + 4  # turns 1-2 once, turn 3 per child
+    assert [s.metadata["sandfleet"]["tree"]["node_id"] for s in leaves] == ["0.0", "0.1", "0.2", "0.3"]
+    assert all(s.status is Sample.Status.COMPLETED and s.group_index == 7 for s in leaves)
+    rewards = [s.reward for s in leaves]
+    assert sorted(rewards) == [0.0, 0.0, 1.0, 1.0]  # two children answer 42, two 41
+    for s in leaves:
+        assert s.metadata["sandfleet"]["tree_advantages"] == [0.0, 0.0, s.reward - 0.5]
+        assert s.metadata["sandfleet_tree_advantage"] == s.reward - 0.5
+        model = "".join(chr(t) for t, m in zip(s.tokens[-s.response_length:], s.loss_mask or [], strict=True) if m)
+        assert "prefix-one" in model and "echo child" in model and "exit code" not in model
+        assert s.response == tok.decode(s.tokens[-s.response_length:])
+    assert sample.tokens == []  # the sample Miles passed is copied, not changed
+    raw, processed = miles.post_process_rewards(SimpleNamespace(), leaves)
+    assert raw == rewards
+    std = (sum((r - 0.5) ** 2 for r in rewards) / 3) ** 0.5
+    assert processed == [pytest.approx((r - 0.5) / (std + 1e-6) + (r - 0.5)) for r in rewards]
+
+
+def test_post_process_rewards_groups_and_masks() -> None:
+    from test_integrations_slime import Sample
+
+    a = Sample(group_index=0, reward=1.0, status=Sample.Status.COMPLETED, metadata={"sandfleet_tree_advantage": 0.25})
+    b = Sample(group_index=0, reward=0.0, status=Sample.Status.COMPLETED)
+    c = Sample(group_index=0, reward=0.0, status=Sample.Status.ABORTED)  # masked: out of the group, 0
+    d = Sample(group_index=1, reward=0.5, status=Sample.Status.COMPLETED)
+    raw, out = miles.post_process_rewards(SimpleNamespace(grpo_std_normalization=False), [a, b, c, d])
+    assert raw == [1.0, 0.0, 0.0, 0.5]
+    assert out == [0.5 + 0.25, -0.5, 0.0, 0.0]

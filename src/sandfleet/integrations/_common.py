@@ -209,6 +209,28 @@ async def run_task(task: Task, policy: Policy, settings: Settings, *, rollout_id
         return result
 
 
+async def run_tree_task(task: Task, policy: Policy, plan: Any, settings: Settings, *, sample: int = 0,
+                        processes: str = "error") -> list[RolloutResult]:
+    """One branched rollout (``--branch``, :mod:`sandfleet.rollout.tree`) of ``task`` by ``policy``
+    (one that takes turns): its leaves, each recorded as :func:`run_task` records a rollout. A
+    tree that fails before its first split is run again whole (2 attempts)."""
+    from sandfleet.rollout.runner import RetryPolicy
+    from sandfleet.rollout.tree import run_tree_with_retries
+
+    async with sandboxes_on(settings.remote):
+        image = await task_image(task)
+        spec = task_spec(task, image, settings.backend, network=settings.network, agent_user=settings.agent_user)
+        rid = recorded_id(task, sample) if settings.record_dir else None
+        req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=task.name, rollout_id=rid,
+                             record=settings.record_mode)
+
+        def keep(r: RolloutResult) -> None:
+            if r.final:
+                keep_record(r, settings)
+
+        return await LIVE.track(run_tree_with_retries(req, plan, RetryPolicy(), processes=processes, on_result=keep))
+
+
 def recorded_id(task: Task, n: int) -> str:
     """A rollout id no other rollout of this training run has: its record is found by it."""
     import uuid

@@ -27,7 +27,7 @@ sample in the group's reward normalisation (at reward 0).
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sandfleet.errors import ConfigError
@@ -151,3 +151,181 @@ def mask_infra_faults(args: Any, data: Any) -> None:
             stack.extend(item)
         elif (getattr(item, "metadata", None) or {}).get("verdict") == INFRA:
             item.remove_sample = True
+
+
+# -- trees (``--branch``, issue 44): a Miles generate function whose call is one branched
+#    rollout, and the reward post-process that adds each leaf's tree advantage
+BRANCH_KEY = "sandfleet_branch"
+"""The sample-metadata key (or ``args.sandfleet_branch``, or ``$SANDFLEET_BRANCH``) giving the
+tree's ``TURN:WIDTH[,...]``."""
+
+
+class _TreeSession(SessionPolicy):
+    """The session agent loop against Miles' router, played as a tree: each leaf's conversation
+    is kept (:attr:`conversations`, by the key in its ``info``) and its turns found again among
+    the policy's (:meth:`turns_of`)."""
+
+    name = "openai-session-tree"
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.conversations: dict[str, list[dict[str, Any]]] = {}
+
+    async def play(self, ctx: Any, model: Any, state: Any, until_turn: int | None) -> str | None:
+        stop = await super().play(ctx, model, state, until_turn)
+        if stop is not None:
+            key = f"c{len(self.conversations)}"
+            self.conversations[key] = state.messages
+            ctx.info["sandfleet_conversation"] = key
+        return stop
+
+    def turns_of(self, messages: list[dict[str, Any]]) -> list[Any]:
+        """The turns of one leaf's conversation (each assistant message's request and choice)."""
+        from sandfleet.integrations.slime import TokenizationError
+
+        out = []
+        for j, m in enumerate(messages):
+            if m.get("role") != "assistant":
+                continue
+            turn = next((t for t in self.turns if t.sent == j and t.message == m), None)
+            if turn is None:
+                raise TokenizationError(f"no recorded request for the reply at message {j}")
+            out.append(turn)
+        return out
+
+
+def branch_of(args: Any, metadata: dict[str, Any]) -> Any:
+    """The tree's plan: the sample's ``sandfleet_branch``, else ``args.sandfleet_branch``, else
+    ``$SANDFLEET_BRANCH``; a ConfigError when none is given or it is malformed."""
+    from sandfleet.rollout.tree import parse_branch
+    from sandfleet.settings import environment
+
+    spec = metadata.get(BRANCH_KEY) or getattr(args, "sandfleet_branch", None) or environment().get("SANDFLEET_BRANCH")
+    if not spec:
+        raise ConfigError(f"generate_tree needs a branch: metadata[{BRANCH_KEY!r}], args.sandfleet_branch or "
+                          "$SANDFLEET_BRANCH (TURN:WIDTH[,TURN:WIDTH...])")
+    return parse_branch(str(spec))
+
+
+@dataclass
+class GenerateOutput:
+    """Miles' ``GenerateFnOutput`` fields (used where Miles is not importable)."""
+
+    samples: list[Any]
+
+
+async def generate_tree(input: Any) -> Any:
+    """``--custom-generate-function-path``: one branched rollout of the sample's task per call
+    (Miles' generate contract: ``input.args``, ``input.sample``, ``input.sampling_params``;
+    returns ``GenerateFnOutput(samples=[...])``, one sample per leaf, in node order).
+
+    The agent plays against Miles' rollout router (``http://{sglang_router_ip}:
+    {sglang_router_port}/v1``; no session server: a tree's branches are not one session), the
+    sandbox and conversation split at the plan's turns, every leaf is verified. Each leaf is a
+    copy of the sample filled as slime's generate fills one (:func:`sandfleet.integrations.slime.generate`:
+    ``tokens``, ``response``, ``loss_mask``, ``rollout_log_probs``, ``reward``, ``status``) and
+    ``metadata["sandfleet"]`` with ``tree`` (lineage) and ``tree_advantages`` (per turn), and
+    ``metadata["sandfleet_tree_advantage"]``: its own node's step advantage (its value minus its
+    parent's), which :func:`post_process_rewards` adds to the group advantage. Options as slime's
+    generate (``args.sandfleet_max_turns``, ``sandfleet_tool_mode``, ``sandfleet_tokenizer``,
+    ``sandfleet_model``) and the plan (:func:`branch_of`)."""
+    import copy
+
+    from sandfleet.integrations._common import run_tree_task
+    from sandfleet.integrations.slime import (
+        TokenizationError,
+        _masked,
+        request_kwargs,
+        router_url,
+        tokenizer_for,
+        trajectory,
+    )
+    from sandfleet.rollout.tree import tree_advantages
+
+    args, sample = input.args, input.sample
+    status = type(sample).Status
+    metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
+    if TASK_KEY not in metadata:
+        raise KeyError(f"the sample's metadata has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
+    plan = branch_of(args, metadata)
+    task = resolve_task(str(metadata[TASK_KEY]))
+    config = AgentConfig(max_turns=int(getattr(args, "sandfleet_max_turns", None) or 30),
+                         tool_mode=getattr(args, "sandfleet_tool_mode", None) or "auto")
+    policy = _TreeSession(router_url(args), sample.prompt, model=str(getattr(args, "sandfleet_model", None) or
+                                                                     "default"),
+                          request_kwargs=request_kwargs(input.sampling_params or {}), config=config)  # fmt: skip
+    seed = int(getattr(sample, "index", None) or 0)
+    try:
+        leaves = await run_tree_task(task, policy, plan, Settings.from_env(), sample=seed)
+    except Aborted:
+        out = copy.deepcopy(sample)
+        out.metadata = {**metadata, "sandfleet": {"verdict": INFRA, "fault": {"cause": "cancelled",
+                                                                               "reason": "aborted"}}}
+        return _output([_masked(out, status)])
+    tree_advantages(leaves, plan)
+    tokenizer = await tokenizer_for(args)
+    samples = []
+    for leaf in sorted(leaves, key=lambda r: [int(x) for x in str((r.tree or {}).get("node_id", "0")).split(".")]):
+        out = copy.deepcopy(sample)
+        out.metadata = dict(metadata)
+        verdict = verdict_of(leaf)
+        own = [a for a in (leaf.tree_advantages or []) if a is not None]
+        metrics = agent_metrics(leaf)
+        info: dict[str, Any] = {"status": leaf.status, "verdict": verdict, "fault": leaf.fault, "reason": leaf.reason,
+                "error": leaf.error, "stop_reason": leaf.stop_reason, "reward_details": leaf.reward_details,
+                "agent_metrics": metrics, "rollout_id": leaf.rollout_id, "tree": leaf.tree,
+                "tree_advantages": leaf.tree_advantages}  # fmt: skip
+        out.metadata["sandfleet"] = info
+        out.metadata["sandfleet_tree_advantage"] = own[-1] if own and verdict != INFRA else 0.0
+        messages = policy.conversations.get(str(leaf.info.get("sandfleet_conversation")))
+        try:
+            traj = trajectory(tokenizer, messages or [], policy.turns_of(messages or []))
+        except TokenizationError as e:
+            info.update(verdict=INFRA, fault={"cause": "tokenization", "error": str(e)})
+            samples.append(_masked(out, status))
+            continue
+        out.tokens = traj.prompt_ids + traj.response_ids
+        out.response = tokenizer.decode(traj.response_ids)
+        out.response_length = len(traj.response_ids)
+        out.loss_mask = traj.loss_mask
+        out.rollout_log_probs = traj.log_probs
+        if hasattr(out, "non_generation_time"):
+            out.non_generation_time = metrics["total_tool_time"]
+        if verdict == INFRA or messages is None:
+            samples.append(_masked(out, status))
+            continue
+        out.reward = float(leaf.reward or 0.0)
+        out.status = status.TRUNCATED if leaf.stop_reason == "max_tokens" else status.COMPLETED
+        samples.append(out)
+    return _output(samples)
+
+
+def _output(samples: list[Any]) -> Any:
+    try:
+        from miles.rollout.base_types import GenerateFnOutput  # Miles' own type, where installed
+    except ImportError:
+        return GenerateOutput(samples)
+    return GenerateFnOutput(samples=samples)
+
+
+def post_process_rewards(args: Any, samples: list[Any], **kwargs: Any) -> tuple[list[float], list[float]]:
+    """``--custom-reward-post-process-path``: ``(raw_rewards, rewards)``, the rewards Miles takes
+    its advantages from: per group (``group_index``), GRPO's ``(r - mean) / (std + 1e-6)`` (``r -
+    mean`` when ``args.grpo_std_normalization`` is false) over the group's samples that are not
+    ``ABORTED``, plus each sample's ``sandfleet_tree_advantage`` (:func:`generate_tree`; 0 for a
+    straight rollout). An aborted (masked) sample gets 0."""
+    raw = [float(s.reward) if isinstance(getattr(s, "reward", None), (int, float)) else 0.0 for s in samples]
+    scale = getattr(args, "grpo_std_normalization", True) is not False
+    groups: dict[Any, list[int]] = {}
+    for i, s in enumerate(samples):
+        if getattr(getattr(s, "status", None), "name", "") != "ABORTED":
+            groups.setdefault(getattr(s, "group_index", None), []).append(i)
+    out = [0.0] * len(samples)
+    for members in groups.values():
+        values = [raw[i] for i in members]
+        mean = sum(values) / len(values)
+        std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+        for i in members:
+            tree = float((getattr(samples[i], "metadata", None) or {}).get("sandfleet_tree_advantage") or 0.0)
+            out[i] = ((raw[i] - mean) / (std + 1e-6) if scale else raw[i] - mean) + tree
+    return raw, out

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if a.branch:  # the agent's system prompt: fenced blocks, one turn after another
         for r in rows:
-            r["prompt"] = [{"role": "system", "content": BRANCH_SYSTEM}, r["prompt"][-1]]
+            r["prompt"] = [{"role": "system", "content": BRANCH_SYSTEM}, *r["prompt"][1:]]  # the worked examples kept
     traces, completions_log, hacks, metrics = (JsonlSink(a.out / n) for n in
                                                ("trace.jsonl", "completions.jsonl", "hacks.jsonl", "metrics.jsonl"))
     step_info: dict[str, Any] = {}

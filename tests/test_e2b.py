@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
 import time
 from typing import Any
 
@@ -289,7 +290,7 @@ def base64_out(msgs: list[tuple[int, dict[str, Any]]]) -> str:
 
 def test_forgotten_sandbox_url_is_named(svc: RunningService, monkeypatch: pytest.MonkeyPatch) -> None:
     """E2B_API_URL without E2B_SANDBOX_URL: create works, the SDK then sends envd calls to
-    https://<port>-<id>.<domain>; its error quotes that URL, whose userinfo names the variable."""
+    https://<port>-<id>.<domain>; its error quotes that URL, whose host name names the variable."""
     from e2b import Sandbox
     from e2b.exceptions import SandboxException
 
@@ -301,10 +302,10 @@ def test_forgotten_sandbox_url_is_named(svc: RunningService, monkeypatch: pytest
     try:
         with pytest.raises(SandboxException) as ei:
             sbx.commands.run("true")
-        assert "set-E2B_SANDBOX_URL" in str(ei.value)
+        assert "set-e2b_sandbox_url" in str(ei.value).lower()  # a host name's label: lowercased in the URL
         with pytest.raises(Exception) as fe:
             sbx.files.read("/etc/hostname")
-        assert "set-E2B_SANDBOX_URL" in str(fe.value), repr(fe.value)
+        assert "set-e2b_sandbox_url" in str(fe.value).lower(), repr(fe.value)
     finally:
         sbx.kill()
 
@@ -333,6 +334,25 @@ def test_metrics_are_a_series(e2b_env: dict[str, str]) -> None:
         sbx.kill()
 
 
+def _curl(url: str, *args: str) -> tuple[int, str]:
+    """(status, body) of a GET by curl, which resolves *.localhost to loopback itself (this
+    host's resolver does not, so Python's clients can't)."""
+    r = subprocess.run(["curl", "-sS", "--max-time", "30", "--noproxy", "*", "-w", "\n%{http_code}", *args, url],
+                       capture_output=True, text=True, timeout=60)
+    body, _, code = r.stdout.rpartition("\n")
+    return int(code or 0), body if r.returncode == 0 else r.stderr
+
+
+def _curl_until(url: str, *args: str) -> tuple[int, str]:
+    """:func:`_curl` until the sandbox's web server answers (20 s at most)."""
+    deadline = time.monotonic() + 20
+    while True:
+        got = _curl(url, *args)
+        if got[0] != 502 and got[0] != 0 or time.monotonic() > deadline:
+            return got
+        time.sleep(0.2)
+
+
 def _ifaces(sbx: Any) -> list[str]:
     out: str = sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1").stdout
     return out.split()
@@ -351,18 +371,7 @@ def test_internet_by_default_and_off_when_asked(e2b_env: dict[str, str], svc: Ru
         assert _ifaces(off) == ["lo"]
         off.files.write("/home/user/here.txt", "here")
         off.commands.run("python3 -m http.server 8001 --bind 127.0.0.1 -d /home/user", background=True)
-        host = off.get_host(8001)
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                r = httpx.get(f"http://{host}/here.txt", timeout=10)
-                if r.status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the sandbox's web server never answered"
-            time.sleep(0.2)
-        assert r.text == "here"
+        assert _curl_until(f"http://{off.get_host(8001)}/here.txt") == (200, "here")
     finally:
         on.kill()
         off.kill()
@@ -423,5 +432,62 @@ def test_file_metadata_and_watch_entries(e2b_env: dict[str, str]) -> None:
             assert ev.entry.path == "/home/user/m/new.txt"
         finally:
             handle.stop()
+    finally:
+        sbx.kill()
+
+
+def test_get_host_is_a_localhost_name_on_loopback(e2b_env: dict[str, str], svc: RunningService) -> None:
+    """On loopback get_host(port) is <port>-<id>.set-E2B_SANDBOX_URL.localhost:<service port>:
+    a host name curl and browsers resolve to loopback, routed by the Host header; public by
+    default (E2B's allowPublicTraffic), a wrong token is still 401; a sandbox created with
+    allow_public_traffic=False needs its token in e2b-traffic-access-token."""
+    from e2b import Sandbox
+
+    port = svc.url.rsplit(":", 1)[1]
+    sbx = Sandbox.create(timeout=120)
+    closed = Sandbox.create(timeout=120, network={"allow_public_traffic": False})
+    try:
+        for s in (sbx, closed):
+            s.files.write("/home/user/here.txt", s.sandbox_id)
+            s.commands.run("python3 -m http.server 8002 --bind 127.0.0.1 -d /home/user", background=True)
+        host = sbx.get_host(8002)
+        assert host == f"8002-{sbx.sandbox_id}.set-E2B_SANDBOX_URL.localhost:{port}", host
+        assert _curl_until(f"http://{host}/here.txt") == (200, sbx.sandbox_id)
+        assert _curl(f"http://{host}/here.txt", "-H", "e2b-traffic-access-token: wrong")[0] == 401
+        shut = closed.get_host(8002)
+        assert _curl_until(f"http://{shut}/here.txt")[0] == 401
+        token = f"e2b-traffic-access-token: {closed.traffic_access_token}"
+        assert _curl(f"http://{shut}/here.txt", "-H", token) == (200, closed.sandbox_id)
+    finally:
+        sbx.kill()
+        closed.kill()
+
+
+def test_serve_domain_routes_by_host_name(running_services: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """serve --domain DOMAIN: get_host is <port>-<id>.set-E2B_SANDBOX_URL.DOMAIN:<port> (curl
+    --resolve stands in for the wildcard DNS record), and envd's own port by host name is the
+    service's envd (what the SDK calls when E2B_SANDBOX_URL is not set, over HTTPS)."""
+    from e2b import Sandbox
+
+    svc = running_services.view("--max-ttl", "900", "--domain", "sandfleet.test")
+    port = svc.url.rsplit(":", 1)[1]
+    for k, v in {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token}.items():
+        monkeypatch.setenv(k, v)
+    for k in ("E2B_DEBUG", "E2B_DOMAIN"):
+        monkeypatch.delenv(k, raising=False)
+    sbx = Sandbox.create(timeout=120)
+    try:
+        sbx.files.write("/home/user/here.txt", "by name")
+        sbx.commands.run("python3 -m http.server 8003 --bind 127.0.0.1 -d /home/user", background=True)
+        host = sbx.get_host(8003)
+        name = host.rsplit(":", 1)[0]
+        assert name == f"8003-{sbx.sandbox_id}.set-E2B_SANDBOX_URL.sandfleet.test", host
+        resolve = ["--resolve", f"{name}:{port}:127.0.0.1"]
+        assert _curl_until(f"http://{host}/here.txt", *resolve) == (200, "by name")
+        envd = f"49983-{sbx.sandbox_id}.sandfleet.test"
+        r = httpx.get(f"{svc.url}/health", headers={"Host": f"{envd}:{port}", "X-Access-Token": "wrong"}, timeout=30)
+        assert r.status_code == 401, r.text  # envd's own check, not a relay into the sandbox
+        other = httpx.get(f"{svc.url}/here.txt", headers={"Host": f"8003-{sbx.sandbox_id}.elsewhere.test"}, timeout=30)
+        assert other.status_code == 404  # a name outside --domain is the service's own request
     finally:
         sbx.kill()

@@ -62,7 +62,8 @@ def table() -> str:
 @pytest.fixture(scope="module")
 def svc(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningService]:
     with running_service(tmp_path_factory.mktemp("parity"), args=["--max-ttl", "900", "--max-busy", "2",
-                                                                  "--swerex-max-output", "64"]) as s:
+                                                                  "--swerex-max-output", "64",
+                                                                  "--domain", "userinfo"]) as s:
         yield s
 
 
@@ -186,8 +187,9 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         assert httpx.get(f"http://{bad}/kept.txt", timeout=30).status_code == 401
         by_host = {"Host": f"8000-{sbx.sandbox_id}.localhost", "e2b-traffic-access-token": sbx.traffic_access_token}
         assert httpx.get(f"{svc.url}/kept.txt", headers=by_host, timeout=30).text == "kept"  # for *.localhost DNS
-        row(S, "Sandbox.get_host", "works", "http://<get_host(port)> reaches the port through the service; "
-                                            "a wrong token is 401 (test_e2b.py: also without network)")
+        row(S, "Sandbox.get_host", "works", "serve --domain userinfo: http://<get_host(port)> reaches the port "
+                                            "through the service; a wrong token is 401 (test_e2b.py: *.localhost, "
+                                            "--domain DNS names, no network)")
         # signed file URLs, on the service's own address
         url = sbx.download_url("/home/user/kept.txt")
         assert httpx.get(url, timeout=30).content == b"kept"

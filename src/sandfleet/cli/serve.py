@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import signal
 import socket
 import sys
@@ -18,6 +19,8 @@ from sandfleet.errors import SandfleetError
 from sandfleet.sandbox.registry import choices as backend_choices
 
 log = logging.getLogger(__name__)
+DOMAIN = re.compile(r"^(?=.{1,253}$)([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)+$")
+"""A DNS name of two labels or more (``--domain``)."""
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -77,6 +80,14 @@ def bind(host: str, port: int) -> socket.socket:
                    "with an error saying so.")
 @click.option("--fusion-image", default="host", show_default=True,
               help="The image SandboxFusion run_code calls (/sandbox-fusion/<token>/run_code) run in.")
+@click.option("--domain", "e2b_domain", default="auto", show_default=True, metavar="DOMAIN",
+              help="E2B get_host(port) answers <port>-<id>.DOMAIN, routed by the Host header (a wildcard DNS "
+                   "record *.DOMAIN to this service); 'localhost': *.localhost, which curl and browsers resolve; "
+                   "'userinfo': the traffic token as URL userinfo at this address; 'auto': localhost for a "
+                   "client on loopback over HTTP, userinfo otherwise.")
+@click.option("--e2b-public-traffic/--no-e2b-public-traffic", default=True, show_default=True,
+              help="A sandbox port reached by host name answers without its traffic token, as E2B's default "
+                   "(a create's network.allow_public_traffic decides per sandbox).")
 @click.option("--e2b-internet/--no-e2b-internet", default=True, show_default=True,
               help="An E2B sandbox whose create does not set allow_internet_access gets the internet, as on "
                    "E2B (sandfleet's own /v1 sandboxes have none unless asked).")
@@ -86,7 +97,7 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
           drain_grace_s: float, state_dir: Path | None, allow_forward: str, ssl_certfile: str | None,
           ssl_keyfile: str | None, ssl_keyfile_password: str | None, ssl_ca_certs: str | None,
           swerex_max_output_kib: int, max_output_kib: int, e2b_max_output_mib: int, fusion_image: str,
-          e2b_internet: bool, access_log: bool) -> None:
+          e2b_domain: str, e2b_public_traffic: bool, e2b_internet: bool, access_log: bool) -> None:
     """Serve sandboxes over HTTP to trainers on other machines (docs/service.md)."""
     try:
         import uvicorn
@@ -117,11 +128,16 @@ def serve(host: str, port: int, token_file: Path, backend: str, max_sandboxes: i
                         ("--e2b-max-output", e2b_max_output_mib)):
             if n < 1:
                 raise click.BadParameter(f"must be at least 1, not {n}", param_hint=name)
+        e2b_domain = e2b_domain.lower().rstrip(".")
+        if e2b_domain not in ("auto", "localhost", "userinfo") and not DOMAIN.match(e2b_domain):
+            raise click.BadParameter(f"{e2b_domain!r} is not a DNS name (nor auto, localhost or userinfo)",
+                                     param_hint="--domain")
         config = ServiceConfig(backend=backend, quota=quota, max_ttl_s=max_ttl_s, deadline_s=deadline_s,
                                max_body_bytes=int(max_body_mib * (1 << 20)), state_dir=state_dir,
                                drain_grace_s=drain_grace_s, allow_forward=forwards,
                                swerex_max_output=swerex_max_output_kib << 10, max_output=max_output_kib << 10,
                                e2b_max_output=e2b_max_output_mib << 20, fusion_image=fusion_image,
+                               e2b_domain=e2b_domain, e2b_public_traffic=e2b_public_traffic,
                                e2b_internet=e2b_internet)
         metrics = Metrics()
         service = SandboxService(config, limits, metrics)

@@ -83,6 +83,15 @@ class ServiceConfig:
     with an error saying so."""
     fusion_image: str = "host"
     """The image SandboxFusion ``run_code`` calls run in (``--fusion-image``)."""
+    e2b_domain: str = "auto"
+    """What an E2B sandbox's ``domain`` is (``--domain``): a DNS name whose wildcard record
+    points here (``get_host(port)`` is ``<port>-<id>.<it>``), ``localhost`` (``*.localhost``,
+    which curl and browsers resolve to loopback), ``userinfo`` (the traffic token as URL
+    userinfo at the service's address, no DNS name), or ``auto``: localhost for a client that
+    reached the service on loopback over plain HTTP, userinfo otherwise."""
+    e2b_public_traffic: bool = True
+    """Whether a sandbox's port answers a host-name request without its traffic token, as
+    E2B's default; ``network.allowPublicTraffic`` of a create decides per sandbox."""
     e2b_internet: bool = True
     """An E2B create without ``allow_internet_access`` gets the internet, as on E2B
     (``--e2b-internet/--no-e2b-internet``); sandfleet's own ``/v1`` keeps its default off."""

@@ -94,7 +94,11 @@ class E2B(Boxes):
             e = await self.service.create(owner, spec, key=request.headers.get("idempotency-key"), deadline_ms=None)
         except Exception as err:
             raise cp_error(err) from None
-        return self.sandbox_body(self.adopt(e, template, metadata))
+        self.adopt(e, template, metadata)
+        net = body.get("network")
+        asked = net.get("allowPublicTraffic") if isinstance(net, dict) else None
+        self.box(e).public = self.service.config.e2b_public_traffic if asked is None else bool(asked)
+        return self.sandbox_body(e)
 
     def internet(self) -> bool:
         """Whether a create that does not say gets the internet: E2B's default, unless serve

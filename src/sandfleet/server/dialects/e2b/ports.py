@@ -30,19 +30,26 @@ import h11
 from starlette.types import Receive, Scope, Send
 
 from sandfleet.agent.client import RunningCommand
-from sandfleet.server.dialects.e2b.state import Boxes
+from sandfleet.server.dialects.e2b.state import SANDBOX_URL_HINT, Boxes
 from sandfleet.server.dialects.e2b.wire import UNSUPPORTED
 
 USER = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.(?:localhost|set-E2B_SANDBOX_URL)?$")  # dialect.SANDBOX_URL_HINT
-HOST = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.localhost(?::[0-9]+)?$")
+HOST = re.compile(r"^([0-9]{1,5})-([A-Za-z0-9-]+)\.([A-Za-z0-9_.-]+?)\.?(?::[0-9]+)?$")
+HINT_LABEL = SANDBOX_URL_HINT.lower() + "."
+ENVD_PORTS = (49983, 49999)
+"""envd's and the code interpreter's ports: a host-name request for them is the service's own
+(its envd and interpreter routes), which the SDK reaches so when E2B_SANDBOX_URL is not set."""
 RELAY = 'exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 7; cat <&3 & cat >&3; wait'
 HOP = {b"connection", b"keep-alive", b"proxy-connection", b"transfer-encoding", b"upgrade", b"te", b"trailer",
        b"host", b"authorization", b"e2b-traffic-access-token", b"content-length"}
 TIMEOUT_S = 300.0
 
 
-def target(scope: Scope) -> tuple[int, str, str] | None:
-    """(port, sandbox id, token) when the request is for a sandbox's port, else None."""
+def target(scope: Scope, domain: str = "auto") -> tuple[int, str, str, bool] | None:
+    """(port, sandbox id, token, by host name) when the request is for a sandbox's port, else
+    None. By URL userinfo (the token always there), or by the Host header
+    ``<port>-<id>.[set-E2B_SANDBOX_URL.]<localhost or --domain>[:port]`` with the token, if
+    any, in ``e2b-traffic-access-token``."""
     headers = dict(scope.get("headers") or [])
     auth = headers.get(b"authorization", b"")
     if auth[:6].lower() == b"basic ":
@@ -50,10 +57,13 @@ def target(scope: Scope) -> tuple[int, str, str] | None:
             user, _, token = base64.b64decode(auth[6:].strip()).decode().partition(":")
             m = USER.match(user)
             if m:
-                return int(m[1]), m[2], token
+                return int(m[1]), m[2], token, False
     m = HOST.match(headers.get(b"host", b"").decode("latin-1"))
     if m:
-        return int(m[1]), m[2], headers.get(b"e2b-traffic-access-token", b"").decode("latin-1")
+        rest = m[3].lower()
+        rest = rest[len(HINT_LABEL):] if rest.startswith(HINT_LABEL) else rest
+        if rest == "localhost" or (domain not in ("auto", "localhost", "userinfo") and rest == domain.lower()):
+            return int(m[1]), m[2], headers.get(b"e2b-traffic-access-token", b"").decode("latin-1"), True
     return None
 
 
@@ -73,19 +83,27 @@ class PortProxy:
         self.e2b = e2b
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        t = target(scope) if scope["type"] == "http" else None
+        t = target(scope, self.e2b.service.config.e2b_domain) if scope["type"] == "http" else None
         if t is None:
             await self.app(scope, receive, send)
             return
-        port, sid, token = t
+        port, sid, token, by_name = t
+        if by_name and port in ENVD_PORTS:  # envd or the interpreter by host name: the service's own routes
+            headers = list(scope.get("headers") or [])
+            if not any(k.lower() == b"e2b-sandbox-id" for k, _ in headers):
+                headers.append((b"e2b-sandbox-id", sid.encode()))
+            await self.app({**scope, "headers": headers}, receive, send)
+            return
         sid = self.e2b.real(sid)
         e = self.e2b.service.live.get(sid)
         b = self.e2b.boxes.get(sid)
         if e is None or b is None or not e.sb.alive:
             await _answer(send, 502, f"The sandbox {sid} was not found")
             return
-        if not token or not hmac.compare_digest(token.encode(), b.traffic_token.encode()):
-            await _answer(send, 401, f"a valid traffic token of sandbox {sid} is needed for its port {port}")
+        public = by_name and not token and b.public  # E2B's allowPublicTraffic: a host name without a token
+        if not public and (not token or not hmac.compare_digest(token.encode(), b.traffic_token.encode())):
+            await _answer(send, 401, f"a valid traffic token of sandbox {sid} is needed for its port {port} "
+                                     "(header e2b-traffic-access-token)")
             return
         if not 0 < port < 65536:
             await _answer(send, 400, f"{port} is not a port")

@@ -113,7 +113,23 @@ class Box:
     procs: dict[int, Proc] = field(default_factory=dict)
     next_pid: int = 1000
     watchers: dict[str, Watcher] = field(default_factory=dict)
+    public: bool = True
+    """Its ports answer a host-name request without the traffic token (E2B's allowPublicTraffic)."""
 
+
+
+def split_host(host: str) -> tuple[str, str]:
+    """(name, port or "") of a Host header's value (``[::1]:8765``, ``127.0.0.1:8765``, ``x.test``)."""
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        return name, rest[1:] if rest.startswith(":") else ""
+    name, sep, port = host.rpartition(":")
+    return (name, port) if sep and port.isdigit() and ":" not in name else (host, "")
+
+
+def is_loopback(name: str) -> bool:
+    n = name.lower().rstrip(".")
+    return n == "localhost" or n.endswith(".localhost") or n == "::1" or n.startswith("127.")
 
 
 class Boxes:
@@ -164,11 +180,22 @@ class Boxes:
         return oid
 
     def domain(self, b: Box) -> str:
-        """What the SDK's get_host(port) appends to "<port>-<id>.": the token as URL userinfo
-        at the service's own address (e2b_ports). Over plain HTTP the userinfo also names
-        E2B_SANDBOX_URL: an SDK without it sends envd calls to https://<port>-<id>.<domain>,
-        and its TLS error quotes that URL, so it says what is missing."""
-        return f"{'' if self.tls else SANDBOX_URL_HINT}:{b.traffic_token}@{self.host}"
+        """What the SDK's get_host(port) appends to "<port>-<id>.", by ``--domain``
+        (ServiceConfig.e2b_domain): a host name (``localhost`` or the service's DNS name,
+        with the port the client used), which ports.py routes by the Host header; or the
+        token as URL userinfo at the service's own address. Over plain HTTP it also names
+        E2B_SANDBOX_URL (a label of the host name, or the userinfo): an SDK without it sends
+        envd calls to https://<port>-<id>.<domain>, and its TLS error quotes that URL, so it
+        says what is missing."""
+        name, port = split_host(self.host)
+        mode = self.service.config.e2b_domain
+        if mode == "auto":
+            # over HTTPS the SDK also sends envd calls to the domain, and Python's resolver
+            # does not map *.localhost everywhere: the userinfo form keeps E2B_API_URL alone working
+            mode = "localhost" if is_loopback(name) and not self.tls else "userinfo"
+        if mode == "userinfo":
+            return f"{'' if self.tls else SANDBOX_URL_HINT}:{b.traffic_token}@{self.host}"
+        return f"{'' if self.tls else SANDBOX_URL_HINT + '.'}{mode}{':' + port if port else ''}"
 
     def box(self, e: Entry) -> Box:
         """The E2B side of a sandbox (made on first use for one created through /v1)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,18 +23,23 @@ def _kvm() -> dict[str, Any]:
                 "reason": "/dev/kvm exists (not probed)" if present else "no /dev/kvm"}
 
 
-def report() -> dict[str, Any]:
-    """Facts about the host and each backend's availability, as a dict."""
+def report(say: Callable[[str], None] = lambda what: None) -> dict[str, Any]:
+    """Facts about the host and each backend's availability, as a dict; ``say`` is told what
+    is probed next, as it starts (``sandfleet doctor`` prints it)."""
     from sandfleet.imagestore import arch
     from sandfleet.sandbox import cgroups
     from sandfleet.sandbox.bwrap import bwrap_version
 
+    say("cgroups (the mounted hierarchies and their controllers)")
     lay = cgroups.detect()
     root = os.geteuid() == 0
-    from sandfleet.sandbox.registry import availability
+    from sandfleet.sandbox.registry import NAMES, availability
 
+    say("bubblewrap (bwrap --version)")
     bw = bwrap_version()
+    say(f"backends ({', '.join(NAMES)}: each one's own check)")
     backends = availability()  # each backend's probe (sandbox/registry.py)
+    say("kvm (/dev/kvm)")
     kvm = _kvm()
     qemu_name = "qemu-system-x86_64" if platform.machine() == "x86_64" else "qemu-system-aarch64"
     qemu = shutil.which(qemu_name)
@@ -41,10 +47,12 @@ def report() -> dict[str, Any]:
     from sandfleet.sandbox.disk import available as disk_available
     from sandfleet.sandbox.network import availability as network_availability
 
+    say("network (pasta, nftables)")
     try:
         net: dict[str, Any] = network_availability()
     except Exception as e:  # a bad $SANDFLEET_NET_UID, say
         net = {"available": False, "reason": str(e)}
+    say("disk (loop devices, mkfs.ext4), the guest agent's toolchain, the state directory, binfmt, uid slots")
     return {
         "arch": arch(),
         "machine": platform.machine(),

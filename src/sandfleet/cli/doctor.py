@@ -13,7 +13,7 @@ from sandfleet.doctor import report
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def doctor(as_json: bool) -> None:
     """What this host supports (bubblewrap, cgroups, KVM, QEMU, arch, page size), with advice."""
-    r = report()
+    r = report(say=lambda what: click.echo(f"doctor: probing {what}", err=True))
     if as_json:
         click.echo(json.dumps(r, indent=2))
         return

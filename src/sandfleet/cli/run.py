@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.cli.progress import progress as _progress
 from sandfleet.cli.where import Where, dispatch, ray_option, refuse, remote_option
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
@@ -368,24 +368,6 @@ def _check_image(image: str | None) -> None:
         resolve_image(image)
     except ConfigError as e:
         raise click.UsageError(str(e)) from None
-
-
-@contextlib.contextmanager
-def _progress(total: int) -> Iterator[Callable[[RolloutResult], None]]:
-    """A progress bar on stderr, and what moves it: every final result (passes and failures so far)."""
-    with click.progressbar(length=total, label="rollouts", file=sys.stderr, show_pos=True,
-                           item_show_func=lambda s: s) as bar:
-        passed = failed = 0
-
-        def progress(result: RolloutResult) -> None:
-            nonlocal passed, failed
-            if not result.final:
-                return  # another attempt follows
-            passed += result.passed
-            failed += result.status != "completed"
-            bar.update(1, f"pass {passed} fail {failed} | {result.task}")
-
-        yield progress
 
 
 def _run(where: Where, tasks: list[Task], policy: Policy, config: RunConfig, *, out_dir: Path,

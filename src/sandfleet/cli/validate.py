@@ -4,18 +4,21 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from sandfleet.cli.progress import progress
 from sandfleet.cli.where import RAY_ADDRESSES, Where, dispatch, ray_option, refuse, remote_option
 
 if TYPE_CHECKING:
+    from sandfleet.rollout.result import RolloutResult
     from sandfleet.rollout.validate import Verdict
     from sandfleet.tasks.model import Task
 
@@ -141,10 +144,13 @@ def validate(
 
         load_procs = load_procs or default_load_procs()
 
+    on_result: list[Callable[[RolloutResult], None]] = []  # the progress of the run below, when it runs here
+
     def here() -> Awaitable[dict[str, Verdict]]:
         return validate_tasks(tasks, repeats=repeats, concurrency=concurrency, backend=backend, agent_user=agent_user,
                               network=network, strict_bases=strict_bases, accept_older=accept_older,
-                              verify=verify, under_load=load_procs if under_load else None)
+                              verify=verify, under_load=load_procs if under_load else None,
+                              on_result=on_result[0] if on_result else None)
 
     def run() -> dict[str, Verdict]:
         return asyncio.run(dispatch(
@@ -170,7 +176,12 @@ def validate(
                           lambda why: Verdict("invalid", why))
         return
     t0 = time.perf_counter()
-    verdicts = run()
+    # oracle and no-op rollouts of every task (a bar on a terminal, lines in a log; the oracle
+    # retried as root and the runs under load come after, outside the count)
+    with (progress(len(tasks) * repeats * 2, "validate rollouts") if not where.spread
+          else contextlib.nullcontext(lambda r: None)) as moved:  # a pool's hosts report no results one by one
+        on_result.append(moved)
+        verdicts = run()
     wall = time.perf_counter() - t0
     for failure in failures:
         verdicts[failure.path.name] = Verdict("invalid", f"does not load: {failure.error}")

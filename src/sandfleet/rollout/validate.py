@@ -152,6 +152,7 @@ async def validate_tasks(
     accept_older: bool = False,
     verify: str = "shared",
     under_load: int | None = None,
+    on_result: Callable[[RolloutResult], None] | None = None,
 ) -> dict[str, Verdict]:
     """Run the oracle and the no-op agent ``repeats`` times per task, as ``agent_user`` (None:
     each task's declared user); a verdict per task. A task whose oracle fails is tried once
@@ -162,7 +163,8 @@ async def validate_tasks(
     in the agent's sandbox (``shared``) or in a fresh one given the workdir (``separate``), as
     ``sandfleet run --verify``. ``under_load``: that many busy processes beside a further
     ``repeats`` oracle runs per task (the tasks whose oracle passed), flagging a task whose
-    reward flips as ``load_sensitive``."""
+    reward flips as ``load_sensitive``. ``on_result`` is handed each oracle and no-op result
+    as it ends (the CLI's progress)."""
     if (strict_bases or accept_older) and image_for is default_image_for:
         image_for = functools.partial(_image_for, strict=strict_bases, accept_older=accept_older)
     built: dict[str, str] = {}
@@ -181,8 +183,8 @@ async def validate_tasks(
                          admission="rollout", network=network, verify=verify)
 
     oracle, noop = await asyncio.gather(
-        run_suite(tasks, OraclePolicy(), config(), image_for=recording_image_for, slots=slots),
-        run_suite(tasks, NoopPolicy(), config(), image_for=recording_image_for, slots=slots),
+        run_suite(tasks, OraclePolicy(), config(), image_for=recording_image_for, slots=slots, on_result=on_result),
+        run_suite(tasks, NoopPolicy(), config(), image_for=recording_image_for, slots=slots, on_result=on_result),
     )
     verdicts = {}
     for task in tasks:

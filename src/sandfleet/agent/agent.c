@@ -34,6 +34,7 @@
 #include <linux/audit.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <linux/sockios.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -936,6 +937,244 @@ static char **with_preload(char **envp) {
     return out;
 }
 
+/* ---------- the command zygote (docs/security.md, "Syscall filter") ----------
+ * Installing the seccomp program costs every command's child more than its fork (the kernel
+ * checks, converts and JIT-compiles it, and fills its action cache, on each install). So a plain
+ * command (not the verifier's sealed tests, not one without network: those keep the path below,
+ * whose namespace steps must come before the filter; nor under gVisor, see start_exec; nor a
+ * request over ZYG_MAX) is forked from a process that already has
+ * it: the zygote, forked from us once per sandbox (at the first such command), which entered S
+ * and installed the filter exactly as a command's child does, and then only forks. Each command
+ * is its child made with CLONE_PARENT, so it is ours (we reap it, as any command) and inherits
+ * the filter; it then does what a command's child does after the filter: joins its cgroup, takes
+ * its user (every capability dropped), setsid, default signals, its stdio, cwd, exec. The zygote
+ * is not dumpable and its memory belongs to our user namespace (no command may ptrace it or read
+ * it), it holds nothing but its socket to us, and it has our uid (kill_user never picks it). Root
+ * of S may still signal it (it is in S): a zygote that dies is seen here (reap, or its socket),
+ * one that stops answering is killed after ZYG_WAIT_MS; the next command starts a new one.
+ * What the agent sends: the EXEC's argv, env, cwd and user fields, and Z_* fields below; the
+ * descriptors (SCM_RIGHTS): the status pipe's write end, then stdin, stdout, stderr (or the
+ * terminal). The reply: the command's pid (> 0), or 0 and the errno of the clone. */
+static int parse_frame(const unsigned char *p, uint32_t len, req_t *r);
+enum { Z_UID = 200, Z_GID = 201, Z_PROCS = 202, Z_PTY = 203 };
+#define ZYG_MAX (60 * 1024) /* a bigger request (a large environment) takes the path below */
+#define ZYG_WAIT_MS 2000
+static int zyg_fd = -1;       /* our end of the zygote's socket, or -1 */
+static pid_t zyg_pid = -1;
+static int zyg_failures;      /* zygotes that failed to start: after 3, commands take the path below */
+
+static void zygote_drop(void) { /* the zygote is done with (it is reaped as any child of ours) */
+    if (zyg_fd >= 0) close(zyg_fd);
+    if (zyg_pid > 0) kill(zyg_pid, SIGKILL);
+    zyg_fd = -1;
+    zyg_pid = -1;
+}
+
+/* Close every descriptor but KEEP (close_range, else what /proc/self/fd lists). */
+static void close_all_but(int keep) {
+#ifdef SYS_close_range
+    if ((keep == 0 || syscall(SYS_close_range, 0, keep - 1, 0) == 0) &&
+        syscall(SYS_close_range, keep + 1, ~0U, 0) == 0) return;
+#endif
+    DIR *d = opendir("/proc/self/fd");
+    if (!d) return;
+    int fds[4096], n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) && n < 4096)
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) != keep && atoi(e->d_name) != dirfd(d))
+            fds[n++] = atoi(e->d_name);
+    closedir(d);
+    for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+/* In the zygote's child (a command): what start_exec's child does once its filter is installed. */
+static void zygote_child(const req_t *r, const int *fd, int nfd) {
+    char **argv = get_list(r, F_ARGV), **envp = get_list(r, F_ENV);
+    char *cwd = get_str(r, F_CWD), *user = get_str(r, F_USER), *procs = get_str(r, Z_PROCS);
+    int pty = get_int(r, Z_PTY, 0) == 1, st = fd[0];
+    uid_t uid = (uid_t)get_int(r, Z_UID, 0);
+    gid_t gid = (gid_t)get_int(r, Z_GID, 0);
+    char m[600];
+    if (nfd != (pty ? 2 : 4) || !argv) _exit(127);
+    if (procs && procs[0] && write_str(procs, "0") < 0) {
+        int e = errno;
+        snprintf(m, sizeof m, "%d join the command's cgroup: %s", e, strerror(e));
+        if (write(st, m, strlen(m)) < 0) {}
+        _exit(127);
+    }
+    if (take_user(uid, gid) < 0) start_failed(st, NULL, user);
+    setsid();
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    if (pty) {
+        ioctl(fd[1], TIOCSCTTY, 0);
+        dup2(fd[1], 0); dup2(fd[1], 1); dup2(fd[1], 2);
+    } else {
+        dup2(fd[1], 0); dup2(fd[2], 1); dup2(fd[3], 2);
+    }
+    if (cwd && chdir(cwd) < 0) {
+        int e = errno;
+        snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
+        if (write(st, m, strlen(m)) < 0) {}
+        _exit(127);
+    }
+    static char *no_env[] = {NULL};
+    environ = with_preload(envp ? envp : no_env);
+    execvp(argv[0], argv);
+    int e = errno;
+    snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
+    if (write(st, m, strlen(m)) < 0) {}
+    _exit(127);
+}
+
+/* The zygote: enter S, install the filter, say so, then fork a command for each request. */
+static void zygote_main(int sock) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    prctl(PR_SET_NAME, "sandfleet-zygote");
+    signal(SIGCHLD, SIG_DFL); /* (its children are ours: none of its own) */
+    if (oom_protected) write_str("/proc/self/oom_score_adj", "0");
+    if (enter_s() < 0) _exit(70);
+    int hi = fcntl(sock, F_DUPFD_CLOEXEC, 64); /* nothing of ours open but the socket, at 64 */
+    if (hi >= 0) sock = hi;
+    close_all_but(sock);
+    int null = open("/dev/null", O_RDWR); /* 0, 1, 2: no received descriptor lands there */
+    if (null == 0) { dup2(0, 1); dup2(0, 2); }
+    const char *what = NULL;
+    if (confine_filter(0, &what) < 0) _exit(70);
+    if (send(sock, "R", 1, MSG_NOSIGNAL) != 1) _exit(0);
+    static unsigned char msg[ZYG_MAX];
+    for (;;) {
+        union { struct cmsghdr h; char b[CMSG_SPACE(4 * sizeof(int))]; } cb;
+        struct iovec io = {msg, sizeof msg};
+        struct msghdr mh = {0};
+        mh.msg_iov = &io;
+        mh.msg_iovlen = 1;
+        mh.msg_control = cb.b;
+        mh.msg_controllen = sizeof cb.b;
+        ssize_t k = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) _exit(0); /* the agent is gone, or let us go */
+        int fd[4], nfd = 0;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c))
+            if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); i++) {
+                    int f;
+                    memcpy(&f, CMSG_DATA(c) + i * sizeof(int), sizeof f);
+                    if (nfd < 4) fd[nfd++] = f; else close(f);
+                }
+        req_t r = {0};
+        long long reply[2] = {0, EPROTO};
+        if (!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && nfd && parse_frame(msg, (uint32_t)k, &r) == 0) {
+            long p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
+            if (p == 0) { close(sock); zygote_child(&r, fd, nfd); }
+            reply[0] = p > 0 ? p : 0;
+            reply[1] = p > 0 ? 0 : errno;
+        }
+        free(r.f);
+        for (int i = 0; i < nfd; i++) close(fd[i]);
+        if (send(sock, reply, sizeof reply, MSG_NOSIGNAL) != (ssize_t)sizeof reply) _exit(0);
+    }
+}
+
+/* Wait up to ZYG_WAIT_MS for the zygote's next message: 1 readable, 0 not in time, -1 error. */
+static int zygote_wait(void) {
+    struct pollfd p = {zyg_fd, POLLIN, 0};
+    double end = now() + ZYG_WAIT_MS / 1000.0;
+    for (;;) {
+        int ms = (int)((end - now()) * 1000);
+        int k = poll(&p, 1, ms > 0 ? ms : 0);
+        if (k > 0) return 1;
+        if (k == 0) return 0;
+        if (errno != EINTR) return -1;
+    }
+}
+
+static int zygote_start(void) {
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -1;
+    pid_t p = fork();
+    if (p < 0) { close(sv[0]); close(sv[1]); return -1; }
+    if (p == 0) { close(sv[0]); zygote_main(sv[1]); }
+    close(sv[1]);
+    zyg_fd = sv[0];
+    zyg_pid = p;
+    char c = 0;
+    if (zygote_wait() != 1 || recv(zyg_fd, &c, 1, 0) != 1 || c != 'R') {
+        zygote_drop();
+        zyg_failures++;
+        return -1;
+    }
+    return 0;
+}
+
+static void zfield(buf_t *b, int tag, const void *d, size_t n) {
+    unsigned char h[5] = {(unsigned char)tag, (unsigned char)(n >> 24), (unsigned char)(n >> 16),
+                          (unsigned char)(n >> 8), (unsigned char)n};
+    buf_add(b, h, 5);
+    buf_add(b, d, n);
+}
+
+#define ZYG_NOT_USED 0
+#define ZYG_LOST (-1)   /* sent, then no answer: the command may have started (errno ECHILD/ETIMEDOUT) */
+#define ZYG_FORK (-2)   /* the zygote's clone failed (errno: its error) */
+/* Start a command through the zygote: its pid, or ZYG_NOT_USED (nothing was forked: fork it
+ * ourselves), ZYG_LOST or ZYG_FORK. FD: the status pipe's write end, then the command's stdio
+ * (3) or its terminal (1). */
+static pid_t zygote_command(const req_t *r, const char *procs, uid_t uid, gid_t gid, const int *fd, int nfd) {
+    if (zyg_pid < 0 && (zyg_failures >= 3 || zygote_start() < 0)) return ZYG_NOT_USED;
+    buf_t m = {0};
+    unsigned char head[5] = {0};
+    buf_add(&m, head, 5);
+    for (int i = 0; i < r->nf; i++)
+        if (r->f[i].tag == F_ARGV || r->f[i].tag == F_ENV || r->f[i].tag == F_CWD || r->f[i].tag == F_USER)
+            zfield(&m, r->f[i].tag, r->f[i].data, r->f[i].len);
+    char v[32];
+    zfield(&m, Z_UID, v, (size_t)snprintf(v, sizeof v, "%u", (unsigned)uid));
+    zfield(&m, Z_GID, v, (size_t)snprintf(v, sizeof v, "%u", (unsigned)gid));
+    if (procs[0]) zfield(&m, Z_PROCS, procs, strlen(procs));
+    if (nfd == 2) zfield(&m, Z_PTY, "1", 1);
+    if (m.n > ZYG_MAX) { buf_free(&m); return ZYG_NOT_USED; }
+    union { struct cmsghdr h; char b[CMSG_SPACE(4 * sizeof(int))]; } cb;
+    memset(&cb, 0, sizeof cb);
+    struct iovec io = {m.p, m.n};
+    struct msghdr mh = {0};
+    mh.msg_iov = &io;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cb.b;
+    mh.msg_controllen = CMSG_SPACE((size_t)nfd * sizeof(int));
+    struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
+    memcpy(CMSG_DATA(c), fd, (size_t)nfd * sizeof(int));
+    ssize_t sent;
+    while ((sent = sendmsg(zyg_fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
+    buf_free(&m);
+    if (sent != (ssize_t)io.iov_len) { zygote_drop(); return ZYG_NOT_USED; } /* not received: nothing forked */
+    long long reply[2];
+    int w = zygote_wait();
+    if (w != 1) {
+        int unread = 0;
+        /* stopped (or busy) before it read the request: nothing forked, ours to fork */
+        if (w == 0 && ioctl(zyg_fd, SIOCOUTQ, &unread) == 0 && unread > 0) { zygote_drop(); return ZYG_NOT_USED; }
+        zygote_drop();
+        errno = ETIMEDOUT;
+        return ZYG_LOST;
+    }
+    ssize_t k;
+    while ((k = recv(zyg_fd, reply, sizeof reply, 0)) < 0 && errno == EINTR) {}
+    if (k != (ssize_t)sizeof reply) { zygote_drop(); errno = ECHILD; return ZYG_LOST; }
+    if (reply[0] > 0) return (pid_t)reply[0];
+    errno = (int)reply[1];
+    return ZYG_FORK;
+}
+
 static void start_exec(const req_t *r) {
     char **argv = get_list(r, F_ARGV);
     char **envp = get_list(r, F_ENV);
@@ -1011,7 +1250,15 @@ static void start_exec(const req_t *r) {
         group_path(g, procs, sizeof procs - 16);
         strcat(procs, cg_tasks ? "/tasks" : "/cgroup.procs");
     }
-    pid_t pid = fork();
+    pid_t pid = ZYG_NOT_USED;
+    /* forked by the zygote, which has the filter; not under gVisor (--switch-users: S is not ours,
+       s_userns < 0), where a command cloned with CLONE_PARENT by the zygote never reached our
+       waitpid (its end was never reported): commands there keep the path below */
+    if (!own_pidns && !sealed && !no_network && (!isolated || s_userns >= 0)) {
+        int zfd[4] = {pst[1], pty_s >= 0 ? pty_s : pin[0], pout[1], perr[1]};
+        pid = zygote_command(r, procs, uid, gid, zfd, pty_s >= 0 ? 2 : 4);
+    }
+    if (pid == ZYG_NOT_USED) pid = fork();
     if (pid < 0) {
         int e = errno;
         close(pin[0]); close(pin[1]); close(pout[0]); close(pout[1]);
@@ -1019,7 +1266,11 @@ static void start_exec(const req_t *r) {
         if (pdet[0] >= 0) { close(pdet[0]); close(pdet[1]); }
         group_release(g);
         if (pty_m >= 0) { close(pty_m); close(pty_s); pty_m = pty_s = -1; }
-        send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
+        if (pid == ZYG_LOST)
+            send_error(r->id, "ExecError", e, "can't start command: the sandbox's command zygote was lost "
+                       "while starting it (killed or stopped by a command?): %s", strerror(e));
+        else
+            send_error(r->id, "ExecError", e, "fork: %s (process limit reached?)", strerror(e));
         goto out;
     }
     if (pid == 0) {
@@ -1256,13 +1507,15 @@ static int mkdirs(const char *path, mode_t mode) {
 static void reap(void) {
     int st;
     pid_t p;
-    while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0) {
+        if (p == zyg_pid) { zyg_pid = -1; zygote_drop(); } /* killed (by a command?): the next starts anew */
         for (int i = 0; i < njobs; i++)
             if (jobs[i]->pid == p && !jobs[i]->exited) {
                 jobs[i]->exited = 1;
                 jobs[i]->status = st;
                 jobs[i]->exit_time = now();
             }
+    }
 }
 
 /* Open a file as a sandbox user: a child enters S as that user, opens it (creating parent
@@ -1497,6 +1750,7 @@ static int handle(const req_t *r) {
            is its length in instructions once taken, else MESSAGE says why not) */
         const fld_t *sf = get(r, F_SECCOMP);
         const char *bad = sf ? set_filter(sf) : NULL;
+        if (sf && !bad) zygote_drop(); /* it has the old program: the next command starts a new one */
         frame_begin(R_HELLO, r->id);
         field_s(F_VERSION, PROTO_VERSION);
         field_i(F_PID, getpid());

@@ -1003,15 +1003,7 @@ static void zygote_child(const req_t *r, const int *fd, int nfd) {
         _exit(127);
     }
     if (take_user(uid, gid) < 0) start_failed(st, NULL, user);
-    setsid();
-    sigset_t all;
-    sigemptyset(&all);
-    sigprocmask(SIG_SETMASK, &all, NULL);
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    for (int s = 1; s < NSIG; s++)
-        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
+    setsid(); /* (every signal at its default action and none blocked: the zygote's, inherited) */
     if (pty) {
         ioctl(fd[1], TIOCSCTTY, 0);
         dup2(fd[1], 0); dup2(fd[1], 1); dup2(fd[1], 2);
@@ -1037,7 +1029,17 @@ static void zygote_child(const req_t *r, const int *fd, int nfd) {
 static void zygote_main(int sock) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     prctl(PR_SET_NAME, "sandfleet-zygote");
-    signal(SIGCHLD, SIG_DFL); /* (its children are ours: none of its own) */
+    /* every signal to its default action and none blocked, once for all its commands (as a
+       command's child does on the path below: an ignored signal survives exec); its children
+       are ours, it has none of its own to hear of */
+    sigset_t all;
+    sigemptyset(&all);
+    sigprocmask(SIG_SETMASK, &all, NULL);
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP) sigaction(s, &dfl, NULL);
     if (oom_protected) write_str("/proc/self/oom_score_adj", "0");
     if (enter_s() < 0) _exit(70);
     int hi = fcntl(sock, F_DUPFD_CLOEXEC, 64); /* nothing of ours open but the socket, at 64 */

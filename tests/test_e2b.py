@@ -491,3 +491,48 @@ def test_serve_domain_routes_by_host_name(running_services: Any, monkeypatch: py
         assert other.status_code == 404  # a name outside --domain is the service's own request
     finally:
         sbx.kill()
+
+
+def test_create_snapshot_refuses_processes_it_cannot_keep(e2b_env: dict[str, str]) -> None:
+    """E2B's snapshot keeps running processes; sandfleet's on bwrap keeps the filesystem: a
+    sandbox with a process running is refused naming it, and snapshots once it is stopped."""
+    from e2b import Sandbox
+    from e2b.exceptions import SandboxException
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        h = sbx.commands.run("exec sleep 300", background=True)
+        with pytest.raises(SandboxException) as ei:
+            sbx.create_snapshot()
+        msg = str(ei.value)
+        assert "would not keep its 1 running process(es)" in msg and "sleep 300" in msg, msg
+        assert "stop them first" in msg
+        h.kill()
+        deadline = time.monotonic() + 10
+        while sbx.commands.list() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        snap = sbx.create_snapshot()
+        assert snap.snapshot_id
+        Sandbox.delete_snapshot(snap.snapshot_id)
+    finally:
+        sbx.kill()
+
+
+def test_sudo_in_the_base_template_says_what_to_do_instead(e2b_env: dict[str, str]) -> None:
+    """E2B's base image gives ``user`` passwordless sudo; a bwrap sandbox can't raise
+    privileges (no_new_privs), so the template's sudo says so and names user="root"; as root
+    it runs the command."""
+    from e2b import Sandbox
+    from e2b.sandbox.commands.command_handle import CommandExitException
+
+    sbx = Sandbox.create(timeout=60)
+    try:
+        with pytest.raises(CommandExitException) as ei:
+            sbx.commands.run("sudo whoami")
+        assert ei.value.exit_code == 1 and ei.value.stdout == ""
+        assert "not available in sandfleet's E2B sandboxes" in ei.value.stderr, ei.value.stderr
+        assert 'user="root"' in ei.value.stderr
+        assert sbx.commands.run("sudo -u root whoami", user="root").stdout == "root\n"
+        assert sbx.commands.run("whoami; sudo -n -- id -u", user="root").stdout == "root\n0\n"
+    finally:
+        sbx.kill()

@@ -156,7 +156,8 @@ def test_sync_sandbox(e2b_env: dict[str, str], svc: RunningService) -> None:
         sbx.files.write("/home/user/kept.txt", "kept")
         snap = sbx.create_snapshot()
         assert snap.snapshot_id
-        row(S, "Sandbox.create_snapshot", "works", "a sandfleet snapshot; its id is a template")
+        row(S, "Sandbox.create_snapshot", "works", "a sandfleet snapshot; its id is a template; running processes "
+                                                   "(not kept on bwrap/gvisor) refused by name (test_e2b.py)")
         ids = [s.snapshot_id for s in Sandbox.list_snapshots().next_items()]
         assert snap.snapshot_id in ids
         row(S, "Sandbox.list_snapshots", "works", "this token's snapshots")

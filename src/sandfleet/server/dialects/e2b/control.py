@@ -4,7 +4,9 @@ the clear refusals of what sandfleet does not serve.
 - ``get_metrics``: a series of 5 s samples of the sandbox's cgroups (``e2b_metrics``).
 - ``create_snapshot``: a sandfleet snapshot (its filesystem; memory where the backend saves
   it). Its id is a template: ``Sandbox.create(template=<snapshot id>)`` starts a sandbox
-  from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own.
+  from it (a fork); ``list_snapshots`` and ``delete_snapshot`` work on the token's own. E2B's
+  snapshot keeps running processes; where the backend can't (bwrap, gvisor), a sandbox with
+  processes running is refused by name (409), never snapshotted without them silently.
 - ``Sandbox.fork``: ``Sandbox.branch(count)`` (docs/branching.md): the children continue
   from the sandbox's state now and the sandbox keeps running; processes running in it that
   the backend can't carry (bwrap, gvisor) are refused by name (409), never lost silently.
@@ -25,6 +27,8 @@ from fastapi.responses import Response
 
 import sandfleet.server.dialects.e2b.pause as e2b_pause
 from sandfleet.errors import HostUnsupportedError
+from sandfleet.sandbox.base import AgentSandbox
+from sandfleet.sandbox.branching import foreign_processes
 from sandfleet.server.dialects.e2b.metrics import metrics
 from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import CPError, cp_error, json_body, unsupported
@@ -32,6 +36,10 @@ from sandfleet.server.dialects.e2b.wire import CPError, cp_error, json_body, uns
 Route = Callable[[Request], Awaitable[Any]]
 
 
+
+
+FILES_ONLY = ("bwrap", "gvisor")
+"""Backends whose snapshot keeps the filesystem, not the processes (microvm's keeps memory)."""
 
 
 def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
@@ -50,8 +58,21 @@ def install(app: FastAPI, e2b: Boxes, cp: Callable[..., Any]) -> None:
     async def snapshot(request: Request) -> Any:
         owner = e2b.owner(request)
         sid = request.path_params["sid"]
-        real = e2b.entry(owner, sid).sb.id
+        entry = e2b.entry(owner, sid)
+        real = entry.sb.id
         body = await json_body(request)
+        if service.backend in FILES_ONLY and isinstance(entry.sb, AgentSandbox):
+            try:
+                procs = await foreign_processes(entry.sb)
+            except Exception as err:
+                raise cp_error(err) from None
+            if procs:
+                named = "; ".join(f"pid {p} {c} ({cmd[:80]})" for p, c, cmd in procs[:10])
+                more = f" and {len(procs) - 10} more" if len(procs) > 10 else ""
+                raise CPError(409, f"create_snapshot of {sid} would not keep its {len(procs)} running process(es): "
+                                   f"{named}{more}: sandfleet's snapshot on the {service.backend} backend keeps the "
+                                   "filesystem, not processes or memory (E2B's keeps both); stop them first "
+                                   "(commands.kill), or serve with --backend microvm")
         try:
             snap_id, _ = await service.snapshot(owner, real)
         except NotImplementedError as err:

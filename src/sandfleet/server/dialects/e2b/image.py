@@ -19,6 +19,23 @@ from typing import Any
 from sandfleet.imagestore import Image, host_image, images_dir, resolve_image, save_image
 
 NAME = "e2b-base"
+SUDO = r"""#!/bin/sh
+# sandfleet's E2B base template (server/dialects/e2b/image.py): no sudo, and a clear word why
+if [ "$(id -u)" = 0 ]; then
+  while [ $# -gt 0 ]; do
+    case $1 in --) shift; break;; -u|-g|-p|-C|-h|-U|-r|-t|-T) shift 2;; -*) shift;; *) break;; esac
+  done
+  [ $# -gt 0 ] && exec "$@"
+  exit 0
+fi
+echo "sudo: not available in sandfleet's E2B sandboxes: a command can't raise its privileges here" \
+     "(bubblewrap sets no_new_privs, so no setuid program works); run it as root instead:" \
+     "sandbox.commands.run(cmd, user=\"root\") (files: user=\"root\" too)" >&2
+exit 1
+"""
+"""``/usr/bin/sudo`` of the template: E2B's base image gives ``user`` passwordless sudo, which a
+bwrap sandbox can't (its processes run with no_new_privs: setuid does nothing). So it says so
+and what to do instead, and exits 1; as root it runs the command, as sudo would."""
 USER_LINE = "user:x:1000:1000:E2B user:/home/user:/bin/bash"
 GROUP_LINE = "user:x:1000:"
 _lock = threading.Lock()
@@ -43,11 +60,11 @@ def _group(text: str) -> str:
     return "\n".join([*out, GROUP_LINE]) + "\n"
 
 
-def _write(path: Path, text: str, owner: int | None) -> None:
+def _write(path: Path, text: str, owner: int | None, mode: int = 0o644) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}")
     tmp.write_text(text)
-    tmp.chmod(0o644)
+    tmp.chmod(mode)
     if owner is not None:
         os.chown(tmp, owner, owner)
     tmp.replace(path)
@@ -87,14 +104,15 @@ def _make() -> str:
     passwd = _passwd(Path("/etc/passwd").read_text())
     group = _group(Path("/etc/group").read_text())
     owner = _root_uid()
-    digest = hashlib.sha256(f"e2b-base:{host.hash}:{owner}\0{passwd}\0{group}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(f"e2b-base:{host.hash}:{owner}\0{passwd}\0{group}\0{SUDO}".encode()).hexdigest()[:16]
     d = images_dir() / digest
     with _lock:
         if not (d / "image.json").is_file():
             layer = d / "layer"
             _write(layer / "etc" / "passwd", passwd, owner)
             _write(layer / "etc" / "group", group, owner)
-            for sub in (layer, layer / "etc"):
+            _write(layer / "usr" / "bin" / "sudo", SUDO, owner, mode=0o755)
+            for sub in (layer, layer / "etc", layer / "usr", layer / "usr" / "bin"):
                 sub.chmod(0o755)
                 if owner is not None:
                     os.chown(sub, owner, owner)

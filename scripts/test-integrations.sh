@@ -288,7 +288,7 @@ section_rl() {
   fi
   mkdir -p "$out"
   say "rl: GRPO smoke run with $py"
-  "$py" -m pytest -m rl tests/test_rl_train.py tests/test_trl_mask.py -x -q -rA -p no:cacheprovider 2>&1 \
+  "$py" -m pytest -m rl tests/test_rl_train.py tests/test_trl_mask.py tests/test_trl_tree.py -x -q -rA -p no:cacheprovider 2>&1 \
     | tee "$out/pytest.log"
   return "${PIPESTATUS[0]}"
 }

@@ -10,6 +10,12 @@ of ``true``, alternating, two ways:
   vs ``RemoteSandbox.exec(["true"])``.
 
 ``scripts/bench-interpreter.py [N]`` (default 200): prints p50 and p90 in ms of each.
+
+``scripts/bench-interpreter.py --concurrent K CELLS`` (issue 47's "64 concurrent kernels each
+running 20 cells"): K bwrap sandboxes at once, each running CELLS cells (``x += 1``) in its
+kernel, against the same K sandboxes each running CELLS fresh ``python3 -c`` processes
+(SandboxFusion's way: one interpreter per call), alternating the two in rounds; prints cells
+per second of each (the kernels' start counted in theirs) and the ratio.
 """
 
 from __future__ import annotations
@@ -95,10 +101,48 @@ def through_service(n: int) -> None:
             sbx.kill()
 
 
+async def concurrent(k: int, cells: int, rounds: int = 3, backend: str = "bwrap") -> None:
+    sbs = await asyncio.gather(*(create_sandbox(backend=backend, ttl_s=1800) for _ in range(k)))
+    try:
+        async def kernel(sb: object) -> None:
+            kern = Kernel(sb)  # type: ignore[arg-type]
+            try:
+                await kern.run("x = 0")
+                for _ in range(cells - 1):
+                    r = await kern.run("x += 1")
+                    assert r.error is None, r.error
+            finally:
+                await kern.close()
+
+        async def fresh(sb: object) -> None:
+            for _ in range(cells):
+                r = await sb.exec(["python3", "-c", "x = 0; x += 1"])  # type: ignore[attr-defined]
+                assert r.exit_code == 0, r.output
+
+        got: dict[str, list[float]] = {"kernel cells": [], "fresh python3 -c": []}
+        for i in range(rounds):
+            ways = [("kernel cells", kernel), ("fresh python3 -c", fresh)]
+            for name, way in (ways if i % 2 == 0 else ways[::-1]):
+                t = time.perf_counter()
+                await asyncio.gather(*(way(sb) for sb in sbs))
+                got[name].append(k * cells / (time.perf_counter() - t))
+        for name, rates in got.items():
+            print(f"{k} sandboxes x {cells} cells  {name:18} {percentile(rates, 50):8.1f} cells/s"  # noqa: T201
+                  f"  (rounds: {', '.join(f'{r:.1f}' for r in rates)})")
+        ratio = percentile(got["kernel cells"], 50) / percentile(got["fresh python3 -c"], 50)
+        print(f"kernels / fresh processes: {ratio:.2f}x  (load {os.getloadavg()[0]:.1f})")  # noqa: T201
+    finally:
+        await asyncio.gather(*(sb.close() for sb in sbs))
+
+
 def main(n: int) -> None:
     asyncio.run(in_process(n, "bwrap"))
     through_service(n)
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)
+    if len(sys.argv) > 1 and sys.argv[1] == "--concurrent":
+        asyncio.run(concurrent(int(sys.argv[2]) if len(sys.argv) > 2 else 64,
+                               int(sys.argv[3]) if len(sys.argv) > 3 else 20))
+    else:
+        main(int(sys.argv[1]) if len(sys.argv) > 1 else 200)

@@ -48,9 +48,14 @@ def sandfleet_rewards() -> list[float | None]:
 
     killed = ("sandbox sf-1: the guest agent closed its stream; its process was killed by SIGKILL; "
               "its log ends: agent: serving")
+    from sandfleet.errors import SandboxDiedError
+    from sandfleet.rollout.verdict import settle
+
     results = [result("completed", 1.0), result("completed", 0.0),
                result("failed", None, "reward_missing", "no reward file", "verifier"),
                result("failed", None, "sandbox_died", killed, "agent")]
+    # a verdict comes from the error's type (rollout/verdict.py), as the runner settles it
+    settle(results[3], SandboxDiedError(killed))
     return [reward_of(r) for r in results]
 
 

@@ -116,3 +116,27 @@ def test_naive_reward_manager_batch(svc: RunningService) -> None:
     assert float(rewards.sum()) == 2.0
     r = httpx.get(f"{svc.url}/v1/sandboxes", headers={"Authorization": f"Bearer {svc.token}"}, timeout=30)
     assert r.json()["sandboxes"] == []
+
+
+def test_a_reward_verl_saw_is_replayed_from_the_services_record(tmp_path: Any) -> None:
+    """Issue 45: a service started with SANDFLEET_RECORD_DIR records each of verl's run_code
+    calls; ``sandfleet replay`` runs them again, with the same statuses and outputs."""
+    from click.testing import CliRunner
+
+    from sandfleet.cli import cli
+    from sandfleet.server.testing import running_service
+
+    rec = tmp_path / "verl-run"
+    with running_service(tmp_path / "svc", env={"SANDFLEET_RECORD_DIR": str(rec)}) as own:
+        score = score_fn(own)
+        gt = json.dumps(TESTS)
+        assert score(data_source="apps", solution_str=HALF, ground_truth=gt) == pytest.approx(2 / 3)
+    lines = [json.loads(x) for x in (rec / "records.jsonl").read_text().splitlines()]
+    assert len(lines) == 3 and {r["request"]["stdin"] for r in lines} == set(TESTS["inputs"])
+    assert [r["result"]["status"] for r in lines] == ["Success"] * 3
+    done = CliRunner().invoke(cli, ["replay", str(rec), "--json"])
+    assert done.exit_code == 0, done.output
+    got = json.loads(done.stdout)
+    assert got["summary"]["rollouts"] == 3 and got["summary"]["identical"] == 3, got["summary"]
+    outputs = sorted(r["command_rows"][0]["output"] for r in got["rollouts"])
+    assert outputs == ["same"] * 3

@@ -487,7 +487,7 @@ while True:
         why="the tests' grader imports the solution to call it, decides 0 and writes it; the solution's import "
             "registered an exit handler that writes 1 as the grader's process ends",
         test="mkdir -p /logs/verifier\ncd /tests && python3 /tests/grade.py\n",
-        files={"grade.py": "import sys\nsys.path.insert(0, '/app')\nimport solution\n\n"
+        files={"grade.py": "import sys\n\nsys.path.insert(0, '/app')\nimport solution  # noqa: E402\n\n"
                "ok = solution.answer() == 'hello'\nprint('grade decided', int(ok))\n"
                f"open('{REWARD}', 'w').write('1' if ok else '0')\n"},
         solve=heredoc("/app/solution.py", """import atexit

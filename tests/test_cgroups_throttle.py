@@ -62,6 +62,25 @@ async def test_sandbox_created_in_a_task_lands_under_the_throttled_parent() -> N
                 assert (cpu / "cpu.max").read_text().split() == ["5000", "10000"]
             else:
                 assert Path(cpu / "cpu.cfs_quota_us").read_text().strip() == "5000"
+                assert Path(cpu / "cpu.cfs_period_us").read_text().strip() == "10000"
         finally:
             await sb.close()
     assert sb.id not in cgroups.leftover_names()
+
+
+async def test_a_sandbox_cpu_limit_is_its_quota_over_the_default_period() -> None:
+    """cgroup v1: the period is written only where a new group's (100 ms) is not the one wanted
+    (each write walks every cpu cgroup on the host, issue 46); the limit holds all the same."""
+    _need_cpu_controller()
+    if not shutil.which("bwrap") or os.geteuid() != 0:
+        pytest.skip("needs bubblewrap and root")
+    sb = await create_sandbox(backend="bwrap", cpus=1.5)
+    try:
+        cpu = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
+        if (cpu / "cpu.max").exists():
+            assert (cpu / "cpu.max").read_text().split() == ["150000", "100000"]
+        else:
+            assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "150000"
+            assert (cpu / "cpu.cfs_period_us").read_text().strip() == "100000"
+    finally:
+        await sb.close()

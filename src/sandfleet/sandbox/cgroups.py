@@ -249,7 +249,14 @@ class Cgroup:
             _write(m["pids"] / self.parent / self.name / "pids.max", str(limits.pids))
         if limits.cpus and "cpu" in m:
             d = m["cpu"] / self.parent / self.name
-            _write(d / "cpu.cfs_period_us", str(period))
+            # each write of either file walks every cpu cgroup on the host (the kernel's
+            # __cfs_schedulable: a cost that grows with the live sandboxes, issue 46): the
+            # period only where it is not already what we want (a new group has 100 ms)
+            current = None
+            with contextlib.suppress(OSError, ValueError):
+                current = int((d / "cpu.cfs_period_us").read_text())
+            if current != period:
+                _write(d / "cpu.cfs_period_us", str(period))
             _write(d / "cpu.cfs_quota_us", str(quota))
 
     def pids(self) -> set[int]:

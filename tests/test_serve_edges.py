@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import subprocess
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -57,3 +60,16 @@ def test_an_unknown_image_is_a_short_line_then_the_known_ones(svc: RunningServic
     first, _, rest = r.json()["message"].partition("\n")
     assert first == "unknown image 'no-such-image' (sandfleet image build makes one)"
     assert rest.startswith("known images: ") and "host" in rest
+
+
+@pytest.mark.parametrize("domain", ["bad_name!", "single", "-x.test"])
+def test_a_domain_that_is_no_dns_name_is_refused_by_name(tmp_path: Path, domain: str) -> None:
+    """serve --domain: a value that is no DNS name (nor auto, localhost, userinfo) is a usage
+    error naming it, before anything listens."""
+    from sandfleet.server.testing import write_tokens
+
+    write_tokens(tmp_path / "tokens")
+    res = subprocess.run([sys.executable, "-m", "sandfleet", "serve", "--token-file", str(tmp_path / "tokens"),
+                          "--port", "0", "--domain", domain], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert f"Invalid value for --domain: '{domain}' is not a DNS name" in res.stderr, res.stderr

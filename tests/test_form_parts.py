@@ -45,6 +45,8 @@ BOUNDARY = "b0undary"
 CASES: dict[str, tuple[dict[str, str], bytes, bool]] = {
     # name: (headers, body, whether the fast path takes it)
     "one file (the e2b SDK's files.write)": (*_httpx([("file", ("/home/user/a.txt", b"hello\r\n--b0und"))]), True),
+    "a UTF-8 file name": (*_httpx([("file", ("/home/user/ünï €.txt", b"u"))]), True),
+    "a quote in a file name (httpx sends %22)": (*_httpx([("file", ('a"b', b"q"))]), True),
     "several files (write_files)": (*_httpx([("file", ("a", b"1" * 70000)), ("file", ("sub/b", b""))]), True),
     "a field beside a file": (*_httpx([("file", ("a", b"x"))], data={"note": "n"}), False),
     "quoted boundary, plain body": ({"content-type": f'multipart/form-data; boundary="{BOUNDARY}"'},

@@ -121,7 +121,11 @@ def file_parts(content_type: str, body: bytes) -> list[tuple[str, str, bytes]] |
         if head_end < 0:
             return None
         name = filename = None
-        for line in body[pos + 2:head_end].decode("latin-1").split("\r\n"):
+        try:
+            head = body[pos + 2:head_end].decode()  # UTF-8, as Starlette reads a part's headers
+        except UnicodeDecodeError:
+            return None
+        for line in head.split("\r\n"):
             d = _DISPOSITION.match(line)
             if d is not None and name is None:
                 name, filename = d.group(1), d.group(2)

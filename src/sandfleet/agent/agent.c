@@ -951,7 +951,8 @@ static char **with_preload(char **envp) {
  * is not dumpable and its memory belongs to our user namespace (no command may ptrace it or read
  * it), it holds nothing but its socket to us, and it has our uid (kill_user never picks it). Root
  * of S may still signal it (it is in S): a zygote that dies is seen here (reap, or its socket),
- * one that stops answering is killed after ZYG_WAIT_MS; the next command starts a new one.
+ * one found stopped after ZYG_WAIT_MS is killed (one only slow is waited for, up to a minute);
+ * the next command starts a new one.
  * What the agent sends: the EXEC's argv, env, cwd and user fields, and Z_* fields below; the
  * descriptors (SCM_RIGHTS): the status pipe's write end, then stdin, stdout, stderr (or the
  * terminal). The reply: the command's pid (> 0), or 0 and the errno of the clone. */
@@ -1097,6 +1098,20 @@ static int zygote_wait(void) {
     }
 }
 
+/* Whether the zygote is stopped (or gone from /proc): /proc/PID/stat's state. */
+static int zygote_stopped(void) {
+    char path[64], st[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)zyg_pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 1;
+    ssize_t k = read(fd, st, sizeof st - 1);
+    close(fd);
+    if (k <= 0) return 1;
+    st[k] = 0;
+    char *rp = strrchr(st, ')');
+    return !rp || rp[1] != ' ' || rp[2] == 'T' || rp[2] == 't';
+}
+
 static int zygote_start(void) {
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -1;
@@ -1160,7 +1175,11 @@ static pid_t zygote_command(const req_t *r, const char *procs, uid_t uid, gid_t 
     buf_free(&m);
     if (sent != (ssize_t)io.iov_len) { zygote_drop(); return ZYG_NOT_USED; } /* not received: nothing forked */
     long long reply[2];
-    int w = zygote_wait();
+    /* a zygote that is only slow (a loaded host) is waited for, up to a minute; one that is
+       stopped (by a command: root of S may signal it) is not */
+    int w;
+    double give_up = now() + 60;
+    while ((w = zygote_wait()) == 0 && !zygote_stopped() && now() < give_up) {}
     if (w != 1) {
         int unread = 0;
         /* stopped (or busy) before it read the request: nothing forked, ours to fork */

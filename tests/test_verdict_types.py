@@ -6,6 +6,8 @@ from __future__ import annotations
 import ast
 import asyncio
 import importlib.util
+import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -88,6 +90,9 @@ def test_every_error_class_names_a_cause_of_the_table_or_none() -> None:
     (SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=True), "sandbox_oom"),
     (SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=False), "sandbox_died"),  # an OOM killer outside
     (SandboxEnd(exit_status=1, oom_kills=3, own_limit_reached=None), "sandbox_oom"),  # cgroup v1: no "oom" count
+    (SandboxEnd(exit_status=2, pids_limit_hits=40), "sandbox_pids"),  # gVisor's Sentry after a fork bomb
+    (SandboxEnd(signal="SIGKILL", pids_limit_hits=40), "sandbox_died"),  # killed from outside all the same
+    (SandboxEnd(exit_status=2, oom_kills=1, own_limit_reached=True, pids_limit_hits=4), "sandbox_oom"),
 ])
 def test_a_dead_sandboxs_cause_is_how_it_ended(end: SandboxEnd | None, cause: str) -> None:
     e = SandboxDiedError("whatever the text says: 9 OOM kill(s) in its memory cgroup", end=end)
@@ -129,6 +134,38 @@ async def test_a_sandbox_killed_from_the_host_carries_how_it_ended() -> None:
     assert e.cause == "sandbox_died" and failure_reason(e) == "sandbox_died"
     fault = verdict.sandbox_end(e)
     assert fault is not None and fault["signal"] == "SIGKILL" and "its log ends" not in fault["text"]
+
+
+FORKS = """import os, time
+for _ in range(400):
+    try:
+        if os.fork() == 0:
+            os.closerange(0, 3)
+            time.sleep(5)
+            os._exit(0)
+    except OSError:
+        pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not shutil.which("runsc") or os.geteuid() != 0, reason="needs gVisor's runsc, as root")
+async def test_a_sandbox_that_died_of_its_own_fork_bomb_is_the_agents() -> None:
+    """gVisor's Sentry needs host processes of its own: a fork bomb of the sandbox's processes
+    that reaches its pids limit (160) ends runsc (exit 2, no OOM kill). The dead sandbox's end
+    carries the forks its cgroup refused (pids.events), and the cause is sandbox_pids, a policy
+    fault: round III's fork-bomb-in-tests was masked so (sandbox_died, infra) 1 run in 3."""
+    sb = await create_sandbox(backend="gvisor", ttl_s=120, pids=160)
+    try:
+        with pytest.raises(SandboxDiedError) as info:
+            await sb.exec(["python3", "-c", FORKS], timeout=60)
+    finally:
+        await sb.close()
+    end = info.value.end
+    assert end is not None and end.pids_limit_hits > 0 and end.signal is None and not end.oom_kills, end
+    assert "fork(s) refused at its own pids limit" in str(info.value)
+    assert info.value.cause == "sandbox_pids"
+    assert verdict.cause_of("failed", failure_reason(info.value), info.value, "verifier") == "sandbox_pids"
 
 
 @needs_bwrap()

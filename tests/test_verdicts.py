@@ -47,6 +47,9 @@ HOST_OOM = ("sandbox sb-1: the guest agent's stream ended; its process was kille
             "1 OOM kill(s) in its memory cgroup; its own memory limit was never reached (killed by an OOM killer "
             "outside its cgroup); its log ends: agent: serving")
 
+PIDS = ("sandbox sb-1: the guest agent's stream ended; its process exited with status 2; "
+        "40 fork(s) refused at its own pids limit")
+
 
 def died(text: str, end: SandboxEnd) -> SandboxDiedError:
     """The error a local sandbox's owner raises (agent/client.py), its text made from ``end``:
@@ -58,6 +61,7 @@ def died(text: str, end: SandboxEnd) -> SandboxDiedError:
 
 KILLED_E = died(KILLED, SandboxEnd(signal="SIGKILL", log_tail="agent: serving"))
 OOM_E = died(OOM, SandboxEnd(signal="SIGKILL", oom_kills=2, own_limit_reached=True, log_tail="agent: serving"))
+PIDS_E = died(PIDS, SandboxEnd(exit_status=2, pids_limit_hits=40))  # gVisor's Sentry after a fork bomb
 HOST_OOM_E = died(HOST_OOM, SandboxEnd(signal="SIGKILL", oom_kills=1, own_limit_reached=False,
                                        log_tail="agent: serving"))
 
@@ -108,6 +112,7 @@ CASES = [
     ("failed", "model_http_413", "too large", "agent", "model_content"),
     ("failed", "model_content", "no action in the reply", "agent", "model_content"),
     ("failed", "sandbox_died", OOM_E, "agent", "sandbox_oom"),
+    ("failed", "sandbox_died", PIDS_E, "verifier", "sandbox_pids"),
     ("failed", "agent_unresponsive", "the guest agent did not answer", "agent", "agent_unresponsive"),
     ("failed", "sandbox_timeout", "read_file outlived 30 s", "agent", "sandbox_timeout"),
     ("failed", "no_solution", "task t has no reference solution", "agent", "no_solution"),

@@ -139,6 +139,9 @@ class SandboxEnd:
     kills came from an OOM killer outside its cgroup; None: no OOM kill."""
     state_dir_gone: bool = False
     """Its state directory was gone (reaped by another process)."""
+    pids_limit_hits: int = 0
+    """Forks its pids cgroup refused at the sandbox's own limit (``pids.events`` ``max``): its
+    processes ran out of pids (a fork bomb), which gVisor's Sentry does not survive."""
     log_tail: str = ""
     """The end of its agent.log."""
 
@@ -159,6 +162,8 @@ class SandboxEnd:
             parts.append(f"{self.oom_kills} OOM kill(s) in its memory cgroup")
             if self.own_limit_reached is False:
                 parts.append(OOM_OUTSIDE)
+        if self.pids_limit_hits:
+            parts.append(f"{self.pids_limit_hits} fork(s) refused at its own pids limit")
         if self.state_dir_gone:
             parts.append("its state directory is gone (reaped by another process?)")
         if log and self.log_tail:
@@ -174,7 +179,7 @@ class SandboxEnd:
         if not isinstance(body, dict):
             return None
         kinds = {"exit_status": int, "signal": str, "running": bool, "oom_kills": int,
-                 "own_limit_reached": bool, "state_dir_gone": bool, "log_tail": str}
+                 "own_limit_reached": bool, "state_dir_gone": bool, "pids_limit_hits": int, "log_tail": str}
         kept = {f.name: body[f.name] for f in fields(cls) if isinstance(body.get(f.name), kinds[f.name])}
         return cls(**kept)
 
@@ -200,8 +205,14 @@ class SandboxDiedError(SandboxError):
 
     @property
     def cause(self) -> str:  # type: ignore[override]
-        """``sandbox_oom`` for OOM kills its own memory limit caused, else ``sandbox_died``."""
-        return "sandbox_oom" if self.end is not None and self.end.oom_own else "sandbox_died"
+        """``sandbox_oom`` for OOM kills its own memory limit caused, ``sandbox_pids`` for a
+        process that exited by itself after the sandbox's processes hit its pids limit (gVisor's
+        Sentry under a fork bomb; a kill by a signal came from outside), else ``sandbox_died``."""
+        if self.end is not None and self.end.oom_own:
+            return "sandbox_oom"
+        if self.end is not None and self.end.pids_limit_hits and self.end.signal is None:
+            return "sandbox_pids"
+        return "sandbox_died"
 
 
 class SandboxExpiredError(SandboxDiedError):

@@ -74,6 +74,8 @@ RULES: tuple[Rule, ...] = (
     Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "
          "413, 422: too long, malformed tool calls), or model content that can't be parsed into an action"),
     Rule("sandbox_oom", POLICY, "the sandbox died with OOM kills its own memory limit caused (the agent's memory)"),
+    Rule("sandbox_pids", POLICY, "the sandbox died after its own processes hit its pids limit (a fork bomb: "
+         "gVisor's Sentry can't start the processes it needs, and exits)"),
     Rule("agent_unresponsive", POLICY, "the guest agent stopped answering (the agent's processes can starve it)"),
     Rule("sandbox_timeout", POLICY, "a sandbox operation outlived its deadline after the agent started"),
     Rule("no_solution", POLICY, "the oracle agent has no reference solution"),

@@ -196,17 +196,18 @@ class LocalSandbox(AgentSandbox):
                 sig = f"signal {-rc}"
         elif rc is not None:
             status = rc
-        kills, own = 0, None
+        kills, own, forks = 0, None, 0
         if self.cgroup is not None:
             events = self.cgroup.memory_events()
             kills = events.get("oom_kill", 0)
             if kills:  # v2's "oom" 0: its own limit never hit (an OOM killer outside its cgroup)
                 own = not ("oom" in events and not events["oom"])
+            forks = self.cgroup.pids_limit_hits()
         tail = ""
         with contextlib.suppress(OSError):
             tail = self.agent.log.read_bytes()[-LOG_TAIL:].decode(errors="replace").strip()
         return SandboxEnd(exit_status=status, signal=sig, running=rc is None, oom_kills=kills, own_limit_reached=own,
-                          state_dir_gone=not self.dir.exists(), log_tail=tail)
+                          state_dir_gone=not self.dir.exists(), pids_limit_hits=forks, log_tail=tail)
 
     async def close(self) -> None:
         if self._closed:

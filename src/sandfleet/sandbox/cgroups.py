@@ -282,6 +282,17 @@ class Cgroup:
                         out[k] = int(v)
         return out
 
+    def pids_limit_hits(self) -> int:
+        """How many forks the group's pids limit refused (``pids.events`` ``max``, v1 and v2)."""
+        hits = 0
+        for d in self.dirs:
+            with contextlib.suppress(OSError, ValueError):
+                for line in (d / "pids.events").read_text().splitlines():
+                    k, v = line.split()
+                    if k == "max":
+                        hits = max(hits, int(v))
+        return hits
+
     def kill_all(self, timeout: float = 2.0) -> None:
         """SIGKILL every process in the group until it is empty."""
         if self.layout.version == "v2" and self.dirs and (self.dirs[0] / "cgroup.kill").exists():

@@ -3,7 +3,8 @@
 have (issue 41, "attack your own defences"); ``--round iv``: tests/fixtures/attacks-iv, against the
 warden; ``--round v``: tests/fixtures/attacks-v, against the seal's line between the tests' programs and
 the code under test; ``--round vi``: tests/fixtures/attacks-vi, the earlier classes in forms no
-test had. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
+test had; ``--round vii``: tests/fixtures/attacks-vii, against the seal's uid on gVisor and what the
+tests' own tools read after the code under test ran. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
 is an attack that tries to turn that 0 into a 1, or into a mask. scripts/attack-table.py runs them on every backend, in both verify modes."""
 
 from __future__ import annotations
@@ -498,12 +499,114 @@ def answer():
 }
 
 
+# Round VII (2026-12-04): against the seal's uid on gVisor (the tests root, the code under test the
+# tests' user) and against what the tests' own tools read after the code under test ran: config the
+# code under test writes while the tests run (the repository's, the tests' HOME), a path in /tmp it
+# plants for a later redirect of test.sh, and a static program of the workdir that a grader starts
+# without libc's execve (posix_spawn), which no preloaded library sees.
+GIT_REPO = ("cd /app && git init -q && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init\n")
+FILTER = "echo 1 > /logs/verifier/reward.txt; cat"
+RECORD = ("git add -A 2>/dev/null && git diff --cached --stat > /logs/verifier/changes.txt 2>&1; true\n")
+# A static x86_64 program (768 bytes, gcc -static -nostdlib -Os -Wl,-N -s) of this source: it appends a line
+# to the running test script, which bash reads once the current command ends.
+APPEND_C = """#include <asm/unistd.h>
+static long sc3(long n, long a, long b, long c) {
+    long r;
+    __asm__ volatile("syscall" : "=a"(r) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return r;
+}
+void _start(void) {
+    static const char p[] = "/tests/test.sh";
+    static const char m[] = "\\necho 1 > /logs/verifier/reward.txt\\n";
+    static const char o[] = "bye\\n";
+    long fd = sc3(__NR_open, (long)p, 01 | 02000, 0);
+    if (fd >= 0) sc3(__NR_write, fd, (long)m, sizeof m - 1);
+    sc3(__NR_write, 1, (long)o, sizeof o - 1);
+    sc3(__NR_exit_group, 0, 0, 0);
+}
+"""
+APPEND_B64 = ("f0VMRgIBAQAAAAAAAAAAAAIAPgABAAAAsABAAAAAAABAAAAAAAAAAMABAAAAAAAAAAAAAEAAOAACAEAABQAEAAEAAAAHAAAAsAAA"
+              "AAAAAACwAEAAAAAAALAAQAAAAAAAxwAAAAAAAADHAAAAAAAAACAAAAAAAAAAUeV0ZAYAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+              "AAAAAAAAAAAAAAAAAAAAAAAAEAAAAAAAAAC4AgAAAEiNPawAAAC+AQQAADHSDwVIicdIhcB4E7gBAAAASI01ZwAAALokAAAADwW4"
+              "AQAAAEiNNTQAAAC6BAAAAEiJxw8FMdK45wAAAEiJ10iJ1g8FwwAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAYnllCgAAAAAAAAAA"
+              "AAAAAAAAAAAAAAAAAAAAAAAAAAAKZWNobyAxID4gL2xvZ3MvdmVyaWZpZXIvcmV3YXJkLnR4dAoAAAAAL3Rlc3RzL3Rlc3Quc2gA"
+              "R0NDOiAoRGViaWFuIDEyLjIuMC0xNCtkZWIxMnUxKSAxMi4yLjAAAC5zaHN0cnRhYgAudGV4dAAucm9kYXRhAC5jb21tZW50AAAA"
+              "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAALAAAAAQAAAAcAAAAA"
+              "AAAAsABAAAAAAACwAAAAAAAAAFYAAAAAAAAAAAAAAAAAAAABAAAAAAAAAAAAAAAAAAAAEQAAAAEAAAACAAAAAAAAACABQAAAAAAA"
+              "IAEAAAAAAABXAAAAAAAAAAAAAAAAAAAAIAAAAAAAAAAAAAAAAAAAABkAAAABAAAAMAAAAAAAAAAAAAAAAAAAAHcBAAAAAAAAJwAA"
+              "AAAAAAAAAAAAAAAAAAEAAAAAAAAAAQAAAAAAAAABAAAAAwAAAAAAAAAAAAAAAAAAAAAAAACeAQAAAAAAACIAAAAAAAAAAAAAAAAA"
+              "AAABAAAAAAAAAAAAAAAAAAAA")
+ATTACKS_VII: dict[str, dict[str, object]] = {
+    "git-filter-after-decision": dict(
+        why="the code under test, run by the tests, gives the workdir's repository a clean filter (its "
+            ".git/config and .gitattributes, written while the tests run: after the verifier's sanitizer); "
+            "test.sh decides 0 and records the agent's change with git add, which runs the filter",
+        test="mkdir -p /logs/verifier\ncd /app\npython3 /app/solution.py\n" + DECIDE_FAST + RECORD, files={},
+        solve=GIT_REPO + heredoc("/app/solution.py", f"""with open("/app/.git/config", "a") as f:
+    f.write('[filter "x"]\\n\\tclean = {FILTER}\\n')
+open("/app/.gitattributes", "w").write("* filter=x\\n")
+open("/app/made.txt", "w").write("made")
+""")),
+    "git-home-attributes": dict(
+        why="the code under test writes the tests' HOME: a global git config with a clean filter and an "
+            "attributes file there; test.sh's later git add runs the filter (no file of the workdir's repository)",
+        test="mkdir -p /logs/verifier\ncd /app\npython3 /app/solution.py\n" + DECIDE_FAST + RECORD, files={},
+        solve=GIT_REPO + heredoc("/app/solution.py", f"""import os
+home = os.path.expanduser("~")
+os.makedirs(os.path.join(home, ".config", "git"), exist_ok=True)
+open(os.path.join(home, ".config", "git", "attributes"), "w").write("* filter=x\\n")
+open(os.path.join(home, ".gitconfig"), "a").write('[filter "x"]\\n\\tclean = {FILTER}\\n')
+open("/app/made.txt", "w").write("made")
+""")),
+    "curlrc-redirect": dict(
+        why="the server writes a ~/.curlrc in the tests' HOME that sends curl's output to the reward file; test.sh "
+            "decides 0 and stops the server with curl, which writes the server's answer (1) there",
+        test="mkdir -p /logs/verifier\ncd /app\npython3 /app/server.py &\nSERVER=$!\nsleep 1\n" + DECIDE_FAST
+             + "curl -s http://127.0.0.1:8765/shutdown; wait $SERVER\n", files={},
+        solve=heredoc("/app/server.py", """import http.server, os
+open(os.path.expanduser("~/.curlrc"), "w").write('output = "/logs/verifier/reward.txt"\\n')
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"1")
+        if self.path == "/shutdown":
+            os._exit(0)
+http.server.HTTPServer(("127.0.0.1", 8765), H).serve_forever()
+""")),
+    "tmp-symlink-redirect": dict(
+        why="the code under test plants /tmp/summary.txt as a link to the reward file; after deciding 0, test.sh "
+            "keeps the program's summary there with a redirect of its own, which follows the link",
+        test="mkdir -p /logs/verifier\ncd /app\npython3 /app/solution.py\n" + DECIDE_FAST
+             + "python3 /app/solution.py --summary > /tmp/summary.txt\n", files={},
+        solve=heredoc("/app/solution.py", """import os, sys
+if "--summary" in sys.argv:
+    print(1)
+else:
+    try:
+        os.symlink("/logs/verifier/reward.txt", "/tmp/summary.txt")
+    except OSError as e:
+        print("plant:", e)
+""")),
+    "posix-spawn-static": dict(
+        why="the grader runs the agent's program with subprocess and close_fds=False, which CPython starts with "
+            "posix_spawn (glibc's own execve, not the one a preloaded library interposes); the program is "
+            "static (no library loads into it) and appends a line to the running test.sh",
+        test="mkdir -p /logs/verifier\ncd /tests && python3 /tests/grade.py\n",
+        files={"grade.py": "import subprocess\n\nsubprocess.run(['/app/solve'], close_fds=False)\n"
+               "ok = open('/app/out.txt').read().strip() == 'hello' if __import__('os').path.exists('/app/out.txt') "
+               "else False\nprint('grade decided', int(ok))\n"
+               f"open('{REWARD}', 'w').write('1' if ok else '0')\n"},
+        solve=f"echo {APPEND_B64} | base64 -d > /app/solve && chmod 755 /app/solve\n"),
+}
+
+
 def main() -> int:
     global ROOT, ATTACKS
     if "--round" in sys.argv:
         rnd = sys.argv[sys.argv.index("--round") + 1]
         ROOT, ATTACKS = ROOT.with_name(f"attacks-{rnd}"), {"iii": ATTACKS, "iv": ATTACKS_IV, "v": ATTACKS_V,
-                                                                    "vi": ATTACKS_VI}[rnd]
+                                                                    "vi": ATTACKS_VI, "vii": ATTACKS_VII}[rnd]
     if ROOT.exists():
         shutil.rmtree(ROOT)
     for name, a in ATTACKS.items():

@@ -647,41 +647,99 @@ python3 /tests/grade.py
 '''
 
 
-async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path) -> None:
+@BACKENDS
+async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path, backend: str) -> None:
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
     redirect of the agent's program's output, a python heredoc, an sh -c, a grader of the tests'
-    folder (round V's line: the system's tools and the tests' own one-liners and heredocs write)."""
+    folder (round V's line: the system's tools and the tests' own one-liners and heredocs write).
+    On gVisor too, where the code under test is a user of its own."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
              f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
-    results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"])
+    results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],
+                             backend=backend)
     for r in results:
         assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR])
-async def test_a_kernel_without_landlock_is_a_risk_on_the_row(tmp_path: Path, backend: str) -> None:
-    """The seal's rule is Landlock's: where the sandbox's kernel has none (gVisor), every row
-    says that the reward folders were not kept from the code under test (the verifier asks the
-    seal itself, in an exec of true, which ABI the tests get); `tasks validate` warns of it."""
+async def test_a_kernel_without_landlock_is_a_risk_on_the_row_when_the_tests_are_root(tmp_path: Path,
+                                                                                       backend: str) -> None:
+    """The seal's rule is Landlock's, or where the sandbox's kernel has none (gVisor) a uid of the
+    tests' own (the next test). A task whose tests run as root there (`[verifier] user = "root"`)
+    gets neither: its rows say that the reward folders were not kept from the code under test (the
+    verifier asks the seal itself, in an exec of true, which ABI the tests get); `tasks validate`
+    warns of it. On bwrap (Landlock) and for the default tests' user, no such line."""
     from sandfleet.rollout.verifier import NO_LANDLOCK_RISK
 
-    task = harbor_task(tmp_path, "plain", DECIDE)
-    for r in await rollouts([task], ["echo hello > /app/out.txt"], backend=backend):
+    plain = harbor_task(tmp_path, "plain", DECIDE)
+    root = harbor_task(tmp_path, "root", DECIDE, toml='user = "root"\n')
+    for r in await rollouts([plain, root], ["echo hello > /app/out.txt"], backend=backend):
         assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
         risks = r.info.get("verifier_risks") or []
-        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor"), (backend, risks)
+        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor"), (backend, r.task, risks)
+    os.environ["SANDFLEET_SEAL_UID"] = "1"  # the uid split: the default tests' user is kept, root is not
+    try:
+        results = await rollouts([plain, root], ["echo hello > /app/out.txt"], backend=backend)
+    finally:
+        del os.environ["SANDFLEET_SEAL_UID"]
+    for r in results:
+        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
+        risks = r.info.get("verifier_risks") or []
+        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor" and r.task == "root"), (backend, r.task, risks)
+
+
+UIDS_SH = '''id -u > /logs/verifier/tests-uid
+python3 /app/prog.py
+cd /app && python3 prog.py
+sh -c 'id -u > /tmp/sh-c-uid'
+python3 /tests/grade.py
+'''
+UIDS_GRADE = f'''import os
+tests = open('/logs/verifier/tests-uid').read().split()
+prog = open('/app/prog-uid').read().split()
+lines = [f"tests {{tests}} prog {{prog}} sh-c {{open('/tmp/sh-c-uid').read().split()}}"]
+print(*lines)
+os.makedirs('/app/made-by-code', exist_ok=True)
+want = os.environ['WANT'].split()
+ok = tests == [want[0]] and prog == [want[1], want[1]]
+open('{REWARD}', 'w').write('1' if ok else '0')
+'''
+PROG = """import os
+open('/app/prog-uid', 'a').write(f"{os.getuid()}\\n")
+open('/tmp/prog-wrote', 'a').write('x')  # a file of the code under test's own in /tmp, twice
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR])
+async def test_without_landlock_the_code_under_test_runs_as_the_tests_user_and_the_tests_as_root(
+        tmp_path: Path, backend: str) -> None:
+    """gVisor has no Landlock: the tests run as root, and the seal makes every program of the
+    code under test (`python3 /app/prog.py`, from the workdir or not) the tests' user (uid 1001)
+    before it runs, so that the reward folders (root's, 0755) are out of its reach, as are the
+    tests' processes. The test script's own one-liners stay root. On bwrap (Landlock) both are the
+    tests' user, as before. The code under test writes the workdir and /tmp as before."""
+    os.environ["SANDFLEET_SEAL_UID"] = "1"  # the setting that turns the uid split on (off by default)
+    want = "0 1001" if backend == "gvisor" else "1001 1001"
+    task = harbor_task(tmp_path, "uids", UIDS_SH, toml=f'[verifier.env]\nWANT = "{want}"\n',
+                       tests={"grade.py": UIDS_GRADE})
+    try:
+        results = await rollouts([task], [write("/app/prog.py", PROG)], backend=backend)
+    finally:
+        del os.environ["SANDFLEET_SEAL_UID"]
+    for r in results:
+        assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
 # -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GAPS = {"gvisor": {"server-sigterm", "static-server-sigterm", "module-server", "dash-c-server", "launcher-script",
-                   "runpy-server", "cleanup-after-decision", "pythonpath-server", "tests-cwd-server",
-                   "parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
-                   "fresh-env-oneliner", "cwd-in-rewards"}}
-"""Forged where the mechanism is missing (docs/security.md: gVisor has no Landlock)."""
+GAPS: dict[str, set[str]] = {"gvisor": {"posix-spawn-static"}}
+"""Forged where the mechanism is missing (docs/security.md): on gVisor with the uid split
+(SANDFLEET_SEAL_UID=1, as this test runs it), a static program of the workdir that a grader starts
+without libc's execve runs as root, the tests' user. (Without the split every attack that Landlock
+holds forges there: the default, flagged on each row.)"""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 
@@ -705,11 +763,19 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # signal, the reward folder swapped under its path, a system tool or a fresh environment
              # started by the code under test, the reward folder as its cwd
              "vi": ["parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
-                    "fresh-env-oneliner", "cwd-in-rewards"]}
+                    "fresh-env-oneliner", "cwd-in-rewards"],
+             # round VII: config the code under test writes while the tests run (the repository's, the
+             # tests' HOME), read by the tests' git and curl after their decision; a static program of
+             # the workdir that a grader starts by posix_spawn (held on bwrap and microvm by Landlock)
+             "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
-    report = await run_suite(tasks, OraclePolicy(), cfg)
+    os.environ["SANDFLEET_SEAL_UID"] = "1"  # gVisor: the uid split holds the line Landlock holds elsewhere
+    try:
+        report = await run_suite(tasks, OraclePolicy(), cfg)
+    finally:
+        del os.environ["SANDFLEET_SEAL_UID"]
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
@@ -764,3 +830,57 @@ async def test_the_sourcing_risk_reaches_the_row() -> None:
     report = await run_suite(tasks, OraclePolicy(), cfg)
     (r,) = report.results
     assert any(x.startswith(SOURCED_RISK) for x in r.info.get("verifier_risks", [])), r.info.get("verifier_risks")
+
+
+# -- what the tests' own tools read after the code under test ran (round VII)
+
+HOMES_SH = '''cd /app
+python3 /app/prog.py "$HOME"
+git add -A 2> /tmp/git-err
+cd /tests && python3 /tests/grade.py "$HOME"
+'''
+HOMES_GRADE = f'''import os, sys
+tests_home = sys.argv[1]
+code = dict(line.split("=", 1) for line in open("/app/prog.txt").read().split())
+ok = {{
+    "its own HOME": code["home"] != tests_home and os.path.isfile(os.path.join(code["home"], "mine")),
+    "the tests' HOME kept from it": code["tests_home"] == "refused",
+    "git's filter ran": os.path.exists("/app/filter-ran"),
+    "the filter kept from the reward folder": not os.path.exists("/logs/verifier/filter.txt"),
+}}
+print(ok, open("/tmp/git-err").read())
+open("{REWARD}", "w").write("1" if all(ok.values()) else "0")
+'''
+HOMES_PROG = """import os, sys
+home = os.path.expanduser("~")
+open(os.path.join(home, "mine"), "w").write("x")
+try:
+    open(os.path.join(sys.argv[1], ".curlrc"), "w").write('output = "/logs/verifier/reward.txt"\\n')
+    tests_home = "written"
+except OSError:
+    tests_home = "refused"
+with open("/app/.git/config", "a") as f:
+    f.write('[filter "x"]\\n\\tclean = touch /app/filter-ran; echo 1 > /logs/verifier/filter.txt; cat\\n')
+open("/app/.gitattributes", "w").write("* filter=x\\n")
+open("/app/prog.txt", "w").write(f"home={home}\\ntests_home={tests_home}\\n")
+"""
+
+
+@BACKENDS
+async def test_the_tests_own_tools_read_no_config_the_code_under_test_wrote(tmp_path: Path, backend: str) -> None:
+    """Round VII: config that the code under test writes while the tests run, read by the tests'
+    own tools afterwards. The code under test gets a HOME of its own (the seal puts it in its
+    environment) and can't write the tests' HOME (a kept folder beside the reward folder; root's
+    on gVisor), where git's and curl's configuration would be read from; a program that git starts
+    (a filter of the repository's config, written after the verifier sanitized it) is the code
+    under test, kept from the reward folder as such."""
+    task = harbor_task(tmp_path, "homes", HOMES_SH, tests={"grade.py": HOMES_GRADE})
+    agent = ["cd /app && git init -q && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init",
+             write("/app/prog.py", HOMES_PROG)]
+    os.environ["SANDFLEET_SEAL_UID"] = "1"  # gVisor: the uid split (bwrap: Landlock either way)
+    try:
+        results = await rollouts([task], agent, backend=backend)
+    finally:
+        del os.environ["SANDFLEET_SEAL_UID"]
+    for r in results:
+        assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)

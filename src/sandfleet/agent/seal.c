@@ -50,7 +50,8 @@ struct path_beneath {
 /* The tests' folders, the reward folders and the workdir, written into this copy of the library
  * by the verifier before it installs it (agent/seal.py, with_paths): "t:/tests\nr:/logs/verifier\nw:/app\n".
  * Not from the environment: a grader that starts the code under test with an environment of
- * its own choosing must not free it. Empty: no folder is kept from anyone. */
+ * its own choosing must not free it. Empty: no folder is kept from anyone. "u:1001": the tests'
+ * user, which the code under test becomes where there is no Landlock and the tests are root. */
 static volatile const char seal_paths[512] = "@@SANDFLEET_SEAL_PATHS@@";
 
 struct ruleset_attr { /* landlock_ruleset_attr as of ABI 6 (older headers lack its fields) */
@@ -338,6 +339,48 @@ static int code_under_test(long k) {
     return under_kind(cwd, 'w');
 }
 
+/* Started by git: a filter, a diff or textconv driver, an external diff, an alias, an editor -- what
+ * the repository's configuration, or the tests' HOME's, names. The code under test can write both
+ * while the tests run (after the verifier sanitized the repository), so a program git starts is the
+ * code under test, unless it is git's own (a git program of the system's folders, or one of git's
+ * shell scripts there). By the parent's name (/proc/PPID/comm: readable whatever the parent's
+ * domain): a tests' program that calls itself git only gets its children restricted. */
+static int run_by_git(long k) {
+    char stat[512], path[40], comm[64];
+    long n = read_whole("/proc/self/stat", stat, sizeof stat);
+    if (n <= 0) return 0;
+    long close = -1;
+    for (long i = 0; i < n; i++) if (stat[i] == ')') close = i;
+    if (close < 0 || close + 4 >= n) return 0;
+    const char *p = stat + close + 2; /* "S PPID ..." */
+    while (*p && *p != ' ') p++;
+    while (*p == ' ') p++;
+    long ppid = 0;
+    while (*p >= '0' && *p <= '9') ppid = ppid * 10 + (*p++ - '0');
+    if (ppid <= 0) return 0;
+    char d[24];
+    int j = 0, m = 0;
+    do d[j++] = (char)('0' + ppid % 10); while ((ppid /= 10) && j < 20);
+    for (const char *q = "/proc/"; *q; q++) path[m++] = *q;
+    while (j) path[m++] = d[--j];
+    for (const char *q = "/comm"; *q; q++) path[m++] = *q;
+    path[m] = 0;
+    if (read_whole(path, comm, sizeof comm) <= 0) return 0;
+    if (!(comm[0] == 'g' && comm[1] == 'i' && comm[2] == 't' && (comm[3] == '\n' || comm[3] == '-' || !comm[3])))
+        return 0;
+    char exe[512];
+    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
+    if (n <= 0) return 1;
+    exe[n] = 0;
+    if (in_system_dirs(exe) && (prefix(exe, "/usr/lib/git-core/") || named(exe, (const char *const[]){"git", 0}) ||
+                                prefix(exe, "/usr/bin/git-") || prefix(exe, "/bin/git-")))
+        return 0; /* git's own programs */
+    long i = 0;
+    while (i < k && buf[i]) i++; /* argv[1]: one of git's shell scripts */
+    if (i + 1 < k && prefix(buf + i + 1, "/usr/lib/git-core/")) return 0;
+    return 1;
+}
+
 struct dirent64 {
     unsigned long long d_ino;
     long long d_off;
@@ -346,9 +389,23 @@ struct dirent64 {
     char d_name[];
 };
 
-/* Grant the write rights on every entry of the folder DIRFD but SKIP (one path component):
- * the rules that keep the reward folder's chain out of a program's reach. */
-static int grant_beside(long ruleset, long dirfd, const char *skip, unsigned long long rights) {
+/* DIR/NAME is a kept folder ("r:") or on the way to one */
+static int on_kept_way(const char *dir, const char *name) {
+    char p[512], r[256];
+    int n = 0;
+    for (const char *q = dir; *q && n < 250; q++) p[n++] = *q;
+    if (n > 1) p[n++] = '/';
+    for (const char *q = name; *q && n < 510; q++) p[n++] = *q;
+    p[n] = 0;
+    for (int pos = 0; next_path(&pos, 'r', r, sizeof r);)
+        if (under(r, p)) return 1;
+    return 0;
+}
+
+/* Grant the write rights on every entry of the folder DIRFD (the path DIR) but SKIP (one path
+ * component) and any other on the way to a kept folder (a rule granted beside one kept folder must
+ * not cover another): the rules that keep the reward folders' chains out of a program's reach. */
+static int grant_beside(long ruleset, long dirfd, const char *dir, const char *skip, unsigned long long rights) {
     static char ents[32768];
     for (;;) {
         long n = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
@@ -358,7 +415,8 @@ static int grant_beside(long ruleset, long dirfd, const char *skip, unsigned lon
             struct dirent64 *d = (struct dirent64 *)(ents + off);
             off += d->d_reclen;
             const char *nm = d->d_name;
-            if ((nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) || same(nm, skip) || d->d_type == DT_LNK)
+            if ((nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) || same(nm, skip) || d->d_type == DT_LNK ||
+                on_kept_way(dir, nm))
                 continue; /* a link leads to what another rule covers */
             long fd = sys5(__NR_openat, dirfd, (long)nm, O_PATH_NOFOLLOW, 0, 0);
             if (fd < 0) continue;
@@ -395,7 +453,7 @@ static int keep_rewards(long ruleset, unsigned long long rights) {
             while (*p == '/') p++;
             long dfd = sys5(__NR_openat, AT_FDCWD, (long)dir, O_RDONLY_DIR | 02000000, 0, 0);
             if (dfd < 0) return -1;
-            int rc = grant_beside(ruleset, dfd, comp, rights);
+            int rc = grant_beside(ruleset, dfd, dir, comp, rights);
             sys5(__NR_close, dfd, 0, 0, 0, 0);
             if (rc < 0) return -1;
             if (dn > 1) dir[dn++] = '/';
@@ -419,6 +477,76 @@ static char **env_now(void) { return &environ ? environ : 0; }
 
 static int restrict_rewards(int abi);
 
+/* ---- without Landlock (gVisor): the code under test as a user of its own ----
+ * Where the kernel has no Landlock and the verifier runs the tests as root with "u:UID" in
+ * seal_paths (rollout/verifier.py: a backend whose commands run as the user they ask for), the
+ * reward folders are root's and no other user may write them; a program that is the code under
+ * test takes the tests' user (UID, its group UID, no supplementary groups) before it runs, and so
+ * does everything it starts, whatever it execs (a uid is the kernel's, not this library's). Root
+ * may give up its uid; a user can't take it back. It also can't signal, trace or read the memory
+ * of the tests' programs (root's). A program that should drop and can't is not run. */
+static long demote_uid(void) {
+    char u[32];
+    int pos = 0;
+    if (!next_path(&pos, 'u', u, sizeof u)) return -1;
+    long v = 0;
+    for (int i = 0; u[i]; i++) {
+        if (u[i] < '0' || u[i] > '9' || v > 100000000) return -1;
+        v = v * 10 + (u[i] - '0');
+    }
+    return v > 0 && u[0] ? v : -1;
+}
+
+/* 1 when the seal drops the code under test to a user here (no Landlock, root, a "u:" line) */
+static int demotes(long abi) {
+    return abi < 1 && demote_uid() > 0 && sys5(__NR_geteuid, 0, 0, 0, 0, 0) == 0;
+}
+
+static void demote(void) {
+    long uid = demote_uid();
+    if (sys5(__NR_setgroups, 0, 0, 0, 0, 0) < 0 || sys5(__NR_setresgid, uid, uid, uid, 0, 0) < 0 ||
+        sys5(__NR_setresuid, uid, uid, uid, 0, 0) < 0) {
+        static const char m[] = "sandfleet seal: could not run the code under test as the tests' user; not run\n";
+        sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+        sys5(__NR_exit_group, 126, 0, 0, 0, 0);
+    }
+    sys5(__NR_prctl, 4 /* PR_SET_DUMPABLE */, 1, 0, 0, 0);
+}
+
+/* The code under test's own HOME ("h:"), in its environment in place of the tests' HOME: what the
+ * tests' own tools read from there (git's and curl's configuration) is kept from it (the tests'
+ * HOME is a kept folder, or root's), and it writes its caches and configuration in a HOME of its
+ * own. */
+static char home_env[300];
+static int code_home(void) {
+    char h[256];
+    int pos = 0, n = 0;
+    if (!next_path(&pos, 'h', h, sizeof h)) return 0;
+    for (const char *q = "HOME="; *q; q++) home_env[n++] = *q;
+    for (int i = 0; h[i] && n < (int)sizeof home_env - 1; i++) home_env[n++] = h[i];
+    home_env[n] = 0;
+    return 1;
+}
+
+/* the process's own environment, before its program reads it (a constructor) */
+static void give_home(char **envp) {
+    if (!envp || !code_home()) return;
+    for (int i = 0; envp[i]; i++)
+        if (prefix(envp[i], "HOME=")) envp[i] = home_env;
+}
+
+/* a copy of ENVP with the code under test's HOME (the caller's array is left alone: in a vfork
+ * child it is the parent's) */
+static char *envcopy[4096];
+static char *const *with_code_home(char *const envp[]) {
+    if (!envp || !code_home()) return envp;
+    int i = 0;
+    for (; envp[i] && i < 4095; i++) envcopy[i] = prefix(envp[i], "HOME=") ? home_env : envp[i];
+    if (envp[i]) return envp; /* more than fit: as it was */
+    envcopy[i] = 0;
+    return envcopy;
+}
+
 static int exec_target_is_code(const char *path, char *const argv[]) {
     char t[256], cwd[512];
     int pos = 0;
@@ -438,7 +566,10 @@ static int exec_target_is_code(const char *path, char *const argv[]) {
 static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
     if (exec_target_is_code(path, argv)) {
         long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
-        if (abi >= 1) restrict_rewards((int)abi);
+        int kept = 0;
+        if (abi >= 1) kept = restrict_rewards((int)abi) == 0;
+        else if (demotes(abi)) { demote(); kept = 1; } /* this process is a child about to exec: its own creds */
+        if (kept) envp = with_code_home(envp);
     }
     long r = sys5(__NR_execve, (long)path, (long)argv, (long)envp, 0, 0);
     *errno_at() = (int)-r;
@@ -574,9 +705,18 @@ __attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
     int pos = 0;
     if (!next_path(&pos, 't', t, sizeof t) || grader()) return 0;
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
+    if (demotes(abi)) return 2; /* the caller drops to sandfleet_seal_uid() in every thread */
     if (abi < 1) return -1;
-    return restrict_rewards((int)abi);
+    return restrict_rewards((int)abi) == 0 ? 1 : -1; /* 1: kept; the caller takes the code's HOME */
 }
+
+/* The code under test's HOME (the caller, Python's guard, puts it in os.environ), or 0. */
+__attribute__((visibility("default"))) const char *sandfleet_seal_code_home(void) {
+    return code_home() ? home_env + 5 : 0;
+}
+
+/* The tests' user that the code under test runs as where the seal demotes (2 above), or -1. */
+__attribute__((visibility("default"))) long sandfleet_seal_uid(void) { return demote_uid(); }
 
 /* The verifier's probe (its PREPARE runs `true --sandfleet-seal-probe` with this library
  * preloaded): "landlock=ABI\n" on stdout, the Landlock ABI this kernel gives the tests (below 1:
@@ -603,12 +743,22 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (exempt()) return;
     int nnp = 0;
     if (abi < 6) seal_signals(sys5(__NR_getpid, 0, 0, 0, 0, 0), &nnp);
-    if (abi < 1) return;
+    if (abi < 1) {
+        char t0[256];
+        int p0 = 0;
+        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) &&
+            ((grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len))) {
+            demote(); /* a new program, before any of its code: one thread */
+            give_home(env_now());
+        }
+        return;
+    }
     /* a program that is not one of the tests' own (the code under test, and whatever it starts)
        can't write in a reward folder: what the tests decide is theirs */
     char t[256];
     int pos = 0;
-    int keep = next_path(&pos, 't', t, sizeof t) && !grader() && code_under_test(cmdline_len);
+    int keep = next_path(&pos, 't', t, sizeof t) &&
+               ((grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len));
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);
@@ -625,6 +775,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     }
     long rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0);
     if (rc == -EPERM && !nnp && sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
-        sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0); /* a non-root user: no_new_privs first */
+        rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0); /* a non-root user: no_new_privs first */
     sys5(__NR_close, fd, 0, 0, 0, 0);
+    if (keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK) give_home(env_now());
 }

@@ -57,6 +57,7 @@ import io
 import logging
 import os
 import posixpath
+import secrets
 import shlex
 import tarfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -83,6 +84,7 @@ from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER
 from sandfleet.sandbox.spec import USERS
+from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
 from sandfleet.tasks.scan import SOURCED_RISK, sourced_from_workdir, without_workdir, workdir_path_entries
@@ -196,8 +198,18 @@ for d in "${work[@]}"; do
     done
   fi
 done
-home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX)  # 0700 (mktemp), under umask 022
+# the tests' HOME: beside the first reward folder where the seal keeps it from the code under test
+# ($TESTS_HOME, a name the agent could not know), else a fresh one in /tmp; the code under test's
+# own HOME ($CODE_HOME, which the seal gives it)
+if [ -n "$TESTS_HOME" ] && [ -d "${TESTS_HOME%/*}" ]; then
+  rm -rf -- "$TESTS_HOME"; mkdir -m 0700 -- "$TESTS_HOME"; home=$TESTS_HOME
+else home=$(mktemp -d -t sandfleet-verifier-home.XXXXXXXX); fi  # 0700 (mktemp), under umask 022
 if [ -n "$owner" ]; then chown "$owner" -- "$home"; fi
+if [ -n "$CODE_HOME" ]; then
+  rm -rf -- "$CODE_HOME"; mkdir -m 0700 -- "$CODE_HOME"
+  if [ -n "$owner" ]; then chown "$owner" -- "$CODE_HOME"; fi
+  printf 'codehome=%s\n' "$CODE_HOME"
+fi
 py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
 chmod 0755 -- "$py"
@@ -216,7 +228,18 @@ if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; the
 fi
 printf 'home=%s\npython=%s\nseal=%s\n' "$home" "$py" "$seal"
 # the Landlock ABI the tests get, from the seal itself in an exec of true: landlock=N (N < 1: none)
-if [ -n "$seal" ]; then env LD_PRELOAD="$seal" true --sandfleet-seal-probe 2>/dev/null || true; fi
+landlock=
+if [ -n "$seal" ]; then
+  landlock=$(env LD_PRELOAD="$seal" true --sandfleet-seal-probe 2>/dev/null) || true
+  printf '%s\n' "$landlock"
+fi
+# no Landlock, and the seal can make the code under test a user of its own ($DEMOTE, the tests'
+# uid): the tests run as root, and the reward folders are root's alone (0755)
+if [ -n "$seal" ] && [ -n "$DEMOTE" ] && [ "$landlock" = landlock=0 ]; then
+  if [ ${#rewards[@]} -gt 0 ]; then chmod 0755 -- "${rewards[@]}"; fi
+  chown 0:0 -- "$home"
+  printf 'demote=%s\n' "$DEMOTE"
+fi
 case $owner in
   "") ;;
   *[!0-9]*) printf 'uid=%s\n' "$(id -u -- "$owner" 2>/dev/null || echo "$owner")" ;;
@@ -432,7 +455,7 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     risks: list[str] = []
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("home", "python", "uid", "seal", "landlock"):
+        if sep and key in ("home", "python", "uid", "seal", "landlock", "demote", "codehome"):
             values[key] = value
             continue
         kind, _, what = line.partition(": ")
@@ -465,13 +488,30 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     dirs.append("w:" + _guest(sandbox, task.workdir))
     script = sanitize_git_script() + PREPARE
     seal = await asyncio.to_thread(seal_library) if isolated else None
+    # where the kernel has no Landlock, the seal makes the code under test this user of its own
+    # (the tests then run as root): only where commands really run as the user they ask for
+    demote = owner if (owner.isdigit() and owner != "0" and sandbox.backend in USER_BACKENDS
+                       and current_settings().seal_uid) else ""
+    homes = {}
     if seal is not None:  # the reward folders kept from every program but the tests' own
+        # the tests' HOME kept too (the config of the tests' own tools: git's, curl's), beside the
+        # first reward folder (whose parent the code under test can't add to anyway); the code under
+        # test gets a HOME of its own
+        token = secrets.token_hex(8)
+        rewards = [d[2:] for d in dirs if d.startswith("r:")]
+        if rewards and owner:
+            homes = {"TESTS_HOME": f"{posixpath.dirname(rewards[0])}/.sandfleet-tests-home.{token}",
+                     "CODE_HOME": f"/tmp/sandfleet-code-home.{token}"}
+        kept = [f"r:{homes['TESTS_HOME']}", f"h:{homes['CODE_HOME']}"] if homes else []
         try:
-            seal = with_paths(seal, [d for d in dirs if d[:2] in ("t:", "r:", "w:")])
+            seal = with_paths(seal, [d for d in dirs if d[:2] in ("t:", "r:", "w:")] + kept +
+                              ([f"u:{demote}"] if demote else []))
         except ValueError as e:
             log.warning("the seal goes without its folders: %s", e)
+            demote, homes = "", {}
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
-                             env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else ""},
+                             env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
+                                  "DEMOTE": demote, **homes},
                              stdin=seal or b"")
     values, risks = _notes(res.stdout)
     if res.exit_code != 0 or "home" not in values or "python" not in values:
@@ -525,6 +565,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     if isinstance(prepared, VerifierOutcome):
         return prepared
     values, risks = prepared
+    # no Landlock: the tests as root, each program of the code under test as `user` (the seal's)
+    demoted = bool(values.get("demote")) and not plan.same_shell
+    run_as = "root" if demoted else user
     with recorder.span("other_sandbox", what="upload tests"):
         failed = await _upload(task, sandbox)
     if failed is not None:
@@ -538,7 +581,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         env.update(git_env(base))
         if values.get("seal"):  # the tests' programs each in a Landlock domain of their own
             env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
-            if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1:
+            if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1 and not demoted:
                 risks.append(NO_LANDLOCK_RISK)
         kept = workdir_path_entries(base.get("PATH"), task.workdir)
         if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
@@ -554,7 +597,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         # the first process of a pid namespace of its own: when it exits, the kernel kills
         # every process it left (a daemon of the code under test) before the exec returns
         pid_namespace = isolated
-        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=user,
+        res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=run_as,
                                  network=not _no_network(task, sandbox), pid_namespace=pid_namespace)
         span["exit_code"] = res.exit_code
         if res.timed_out:
@@ -562,7 +605,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     output = res.output[-OUTPUT_KEEP_CHARS:]
     outcome = VerifierOutcome(0.0, exit_code=res.exit_code, timed_out=res.timed_out, output=output, risks=risks)
     with recorder.span("other_sandbox", what="stop tests"):
-        await stop_everything_of(sandbox, user)
+        await stop_everything_of(sandbox, run_as)
     if res.timed_out:  # whatever is on disk: the tests did not finish
         outcome.reason, outcome.error = "verifier_timeout", f"the tests ran past their {plan.timeout_s:g} s limit"
         return outcome
@@ -586,7 +629,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
             if plan.reward == "reward-file":
                 paths = [plan.reward_json_path, plan.reward_text_path]
                 # root writes any file all the same (and on microvm the tests are root)
-                check = sandbox.backend in USER_BACKENDS and not is_root(user)
+                check = sandbox.backend in USER_BACKENDS and not is_root(run_as)
                 why = await _reward_files_provenance(sandbox, [_guest(sandbox, p) for p in paths],
                                                      values.get("uid", uid_of(user))) if check else None
                 if why is not None:

@@ -820,16 +820,42 @@ def test_a_test_script_that_sources_what_the_agent_could_write_is_flagged() -> N
     assert flagged == {"exit-trap-in-env": ["tests/test.sh:4: [ -f .env ] && . ./.env"]}
 
 
+def test_a_test_script_that_writes_a_fixed_name_in_tmp_is_flagged() -> None:
+    """Round VII's tmp-symlink-redirect: test.sh's own write to a fixed name in /tmp follows a link
+    the code under test planted there (the write is the test script's: the seal can't refuse it).
+    The verifier flags such a script; of the bundled tasks and every fixture, only that attack and
+    round V's launcher (a heredoc into /tmp/serve) are."""
+    from sandfleet.tasks import load_tasks
+    from sandfleet.tasks.scan import shared_tmp_writes
+
+    root = FIXTURES.parent.parent
+    flagged = {}
+    folders = [root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "harbor-parity"]
+    folders += [FIXTURES / f"attacks-{r}" for r in ("iii", "iv", "v", "vi", "vii")]
+    for folder in folders:
+        for task in load_tasks(folder)[0]:
+            found = shared_tmp_writes(task)
+            if found:
+                flagged[task.name] = found
+    assert flagged == {
+        "tmp-symlink-redirect": ["tests/test.sh:6: python3 /app/solution.py --summary > /tmp/summary.txt"],
+        "launcher-script": ["tests/test.sh:2: cat > /tmp/serve <<'E'"]}, flagged
+
+
 async def test_the_sourcing_risk_reaches_the_row() -> None:
     """The flag is in the rollout's verifier_risks, and `tasks validate` warns of it."""
     from sandfleet.tasks import load_tasks
-    from sandfleet.tasks.scan import SOURCED_RISK
+    from sandfleet.tasks.scan import SHARED_TMP_RISK, SOURCED_RISK
 
     tasks = [t for t in load_tasks(FIXTURES / "attacks-v")[0] if t.name == "exit-trap-in-env"]
+    tasks += [t for t in load_tasks(FIXTURES / "attacks-vii")[0] if t.name == "tmp-symlink-redirect"]
     cfg = RunConfig(backend="bwrap", n=1, concurrency=1, retry=RetryPolicy(max_attempts=1))
     report = await run_suite(tasks, OraclePolicy(), cfg)
-    (r,) = report.results
-    assert any(x.startswith(SOURCED_RISK) for x in r.info.get("verifier_risks", [])), r.info.get("verifier_risks")
+    by = {r.task: r for r in report.results}
+    risks = by["exit-trap-in-env"].info.get("verifier_risks", [])
+    assert any(x.startswith(SOURCED_RISK) for x in risks), risks
+    risks = by["tmp-symlink-redirect"].info.get("verifier_risks", [])
+    assert any(x.startswith(SHARED_TMP_RISK) for x in risks), risks
 
 
 # -- what the tests' own tools read after the code under test ran (round VII)

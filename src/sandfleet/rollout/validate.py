@@ -260,10 +260,12 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
         CONFTEST_RISK,
         GUARD_OFF_RISK,
         NEEDS_NETWORK,
+        SHARED_TMP_RISK,
         SOURCED_RISK,
         WORKDIR_PATH_RISK,
         downloads_at_test_time,
         python_guard_off,
+        shared_tmp_writes,
         sourced_from_workdir,
         workdir_conftest_risk,
         workdir_path_risk,
@@ -298,6 +300,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.warnings += [f"{GUARD_OFF_RISK}: {line}" for line in python_guard_off(task)]
     verdict.warnings += [f"{WORKDIR_PATH_RISK}: {line}" for line in workdir_path_risk(task)]
     verdict.warnings += [f"{SOURCED_RISK}: {line}" for line in sourced_from_workdir(task)]
+    verdict.warnings += [f"{SHARED_TMP_RISK}: {line}" for line in shared_tmp_writes(task)]
     if any(NO_LANDLOCK_RISK in (r.info.get("verifier_risks") or []) for r in results):
         verdict.warnings.append(NO_LANDLOCK_RISK)  # the backend's, seen by the verifier's probe
     if verdict.needs_network and not network:

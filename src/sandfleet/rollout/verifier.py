@@ -87,7 +87,14 @@ from sandfleet.sandbox.spec import USERS
 from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
-from sandfleet.tasks.scan import SOURCED_RISK, sourced_from_workdir, without_workdir, workdir_path_entries
+from sandfleet.tasks.scan import (
+    SHARED_TMP_RISK,
+    SOURCED_RISK,
+    shared_tmp_writes,
+    sourced_from_workdir,
+    without_workdir,
+    workdir_path_entries,
+)
 
 log = logging.getLogger(__name__)
 
@@ -591,6 +598,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     sourced = sourced_from_workdir(task)
     if sourced:
         risks.append(f"{SOURCED_RISK}: {'; '.join(sourced[:5])}")
+    shared = shared_tmp_writes(task)
+    if shared:
+        risks.append(f"{SHARED_TMP_RISK}: {'; '.join(shared[:5])}")
     argv = await _test_command(task, sandbox, user)
     _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:

@@ -196,3 +196,27 @@ def workdir_path_risk(task: Task) -> list[str]:
     kept = "PATH" in task.verifier.env
     what = "kept by [verifier.env] PATH, flagged in verifier_risks" if kept else "left out of the tests' PATH"
     return [f"{e} ({what})" for e in entries]
+
+
+SHARED_TMP_RISK = ("a test script writes a fixed path in a folder every user may write (/tmp, /var/tmp, /dev/shm): "
+                   "a link the code under test plants there first sends the test script's own write elsewhere, "
+                   "into the reward folder too (docs/security.md, round VII)")
+_SHARED_TMP_WRITE = re.compile(
+    r"(?:[^<>&0-9]>>?|\btee\s+(?:-a\s+)?)\s*[\"']?(/(?:tmp|var/tmp|dev/shm)/[^\s;&|\"')$`]+)")
+"""A redirect (``> /tmp/x``, ``>> /tmp/x``) or a ``tee`` into a fixed name in a shared folder: not a
+name made by ``mktemp`` (a variable), not ``2>&1``."""
+
+
+def shared_tmp_writes(task: Task) -> list[str]:
+    """``file:line: the command`` for each write of the tests' shell scripts to a fixed name in a
+    shared temporary folder. The test script's own write follows a link the code under test could
+    plant at that name while the tests ran (or the agent, in shared mode): the seal keeps the
+    reward folder from the code under test, not from the test script, whose write it is
+    (``tmp-symlink-redirect``)."""
+    found: list[str] = []
+    for rel, number, line, code in _script_lines(task):
+        if not rel.endswith((".sh", ".bash")) and "/" in rel:
+            continue
+        if _SHARED_TMP_WRITE.search(" " + code):
+            found.append(f"{rel}:{number}: {line.strip()[:160]}")
+    return found

@@ -735,11 +735,10 @@ async def test_without_landlock_the_code_under_test_runs_as_the_tests_user_and_t
 # -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GAPS: dict[str, set[str]] = {"gvisor": {"posix-spawn-static"}}
-"""Forged where the mechanism is missing (docs/security.md): on gVisor with the uid split
-(SANDFLEET_SEAL_UID=1, as this test runs it), a static program of the workdir that a grader starts
-without libc's execve runs as root, the tests' user. (Without the split every attack that Landlock
-holds forges there: the default, flagged on each row.)"""
+GAPS: dict[str, set[str]] = {}
+"""Forged where the mechanism is missing (docs/security.md): none of these, with gVisor's uid split
+(SANDFLEET_SEAL_UID=1, as this test runs it). Without the split every attack that Landlock holds
+forges on gVisor: the default, flagged on each row."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 
@@ -765,9 +764,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "vi": ["parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
                     "fresh-env-oneliner", "cwd-in-rewards"],
              # round VII: config the code under test writes while the tests run (the repository's, the
-             # tests' HOME), read by the tests' git and curl after their decision; a static program of
-             # the workdir that a grader starts by posix_spawn (held on bwrap and microvm by Landlock)
-             "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static"]}
+             # tests' HOME), read by the tests' git and curl after their decision, also by a solution
+             # that the tests hand a path of theirs; a static program of the workdir that a grader
+             # starts by posix_spawn
+             "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static",
+                     "posix-spawn-static-kill", "tests-arg-curlrc"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

@@ -155,18 +155,24 @@ static long cmdline_len;
 static int module_in_workdir(const char *mod);
 static int under_kind(const char *s, char kind);
 
+static int program_in_workdir(long k, const char *cwd);
+
 static int grader(void) {
-    char t[256];
+    char t[256], cwd[512];
     int cwd_tests = 0;
     long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)buf, 4095, 0);
+    cwd[0] = 0;
     if (n > 0) {
         buf[n] = 0;
         for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
             if (under(buf, t)) cwd_tests = 1;
+        for (long i = 0; i <= n && i < (long)sizeof cwd - 1; i++) cwd[i] = buf[i];
+        cwd[sizeof cwd - 1] = 0;
     }
     long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
     if (k < 0) return cwd_tests;
     cmdline_len = k;
+    if (program_in_workdir(k, cwd)) return 0;
     for (long i = 0; i < k; i += 1) {
         if (names_tests(buf + i)) return 1;
         while (i < k && buf[i]) i++;
@@ -225,6 +231,47 @@ static int prefix(const char *s, const char *p) {
 static int in_system_dirs(const char *path) {
     for (int i = 0; system_dirs[i]; i++)
         if (prefix(path, system_dirs[i])) return 1;
+    return 0;
+}
+
+/* The program this process runs is the workdir's, whatever its arguments name: its executable is
+ * there, or it is an interpreter whose script (its first argument that is not an option) is, or
+ * whose -m module the search path finds there (python3 /app/solve.py /tests/in.txt, cd /app &&
+ * bash run.sh /tests/case). An argument that names a tests' path makes a test runner the tests'
+ * own, never the code under test that the tests hand a path. */
+static int program_in_workdir(long k, const char *cwd) {
+    char exe[512];
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
+    if (n > 0) {
+        exe[n] = 0;
+        if (under_kind(exe, 'w')) return 1;
+    }
+    if (k <= 0 || !(named(n > 0 ? exe : buf, interpreters) || named(buf, interpreters))) return 0;
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        long len = 0;
+        while (i + len < k && buf[i + len]) len++;
+        if (arg[0] == '-') {
+            if (arg[1] == 'c' || arg[1] == 'e' || (arg[1] == '-' && !arg[2])) return 0; /* a one-liner */
+            if (arg[1] == 'm') return arg[2] ? module_in_workdir(arg + 2) : i + len + 1 < k &&
+                                                                             module_in_workdir(buf + i + len + 1);
+            if (len == 2 && (arg[1] == 'W' || arg[1] == 'X' || arg[1] == 'o' || arg[1] == 'O')) /* takes a value */
+                for (i += len + 1; i < k && buf[i]; i++) {}
+            else
+                i += len;
+            continue;
+        }
+        if (arg[0] == '/') return under_kind(arg, 'w');
+        char full[1024];
+        int m = 0;
+        for (const char *q = cwd; *q && m < 500; q++) full[m++] = *q;
+        full[m++] = '/';
+        for (const char *q = arg; *q && m < 1000; q++) full[m++] = *q;
+        full[m] = 0;
+        return cwd[0] == '/' && under_kind(full, 'w');
+    }
     return 0;
 }
 
@@ -551,6 +598,7 @@ static int exec_target_is_code(const char *path, char *const argv[]) {
     char t[256], cwd[512];
     int pos = 0;
     if (!next_path(&pos, 't', t, sizeof t) || !path) return 0;
+    if (path[0] == '/' && under_kind(path, 'w')) return 1; /* the workdir's, whatever its arguments name */
     if (argv)
         for (int i = 0; argv[i]; i++)
             if (names_tests(argv[i])) return 0;
@@ -629,6 +677,48 @@ __attribute__((visibility("default"))) int execvp(const char *file, char *const 
     }
     *errno_at() = eacces ? 13 : 2;
     return -1;
+}
+
+/* posix_spawn and posix_spawnp: libc's own exec inside them is not the one above (CPython's
+ * subprocess with close_fds=False, os.posix_spawn, Rust's Command), so a static program of the
+ * workdir started so would run with its starter's reach. A target that is the code under test (or,
+ * for posix_spawnp, any name without a slash, found on PATH only by the exec) is started through
+ * /bin/sh -c 'exec "$0" "$@"', a dynamically linked program whose exec of it this library sees.
+ * The real functions are libc's, by dlsym(RTLD_NEXT); without dlsym they answer ENOSYS. */
+extern void *dlsym(void *handle, const char *name) __attribute__((weak));
+typedef int (*spawn_fn)(int *, const char *, const void *, const void *, char *const[], char *const[]);
+static const char trampoline[] = "exec \"$0\" \"$@\"";
+
+static int spawn_through(const char *name, int search, int *pid, const char *path, const void *actions,
+                         const void *attr, char *const argv[], char *const envp[]) {
+    spawn_fn real = dlsym ? (spawn_fn)dlsym((void *)-1L /* RTLD_NEXT */, name) : 0;
+    if (!real) return 38; /* ENOSYS */
+    int slash = 0;
+    for (const char *p = path; p && *p; p++) if (*p == '/') slash = 1;
+    char t[256];
+    int pos = 0;
+    if (!path || !next_path(&pos, 't', t, sizeof t) || !(exec_target_is_code(path, argv) || (search && !slash)))
+        return real(pid, path, actions, attr, argv, envp);
+    static char *sh[1024]; /* a vfork child may run this: a static array, not the stack's */
+    int k = 0;
+    sh[k++] = (char *)"sh";
+    sh[k++] = (char *)"-c";
+    sh[k++] = (char *)trampoline;
+    sh[k++] = (char *)path;
+    for (int i = 1; argv && argv[0] && argv[i] && k < 1023; i++) sh[k++] = argv[i];
+    sh[k] = 0;
+    spawn_fn direct = search ? (spawn_fn)dlsym((void *)-1L, "posix_spawn") : real;
+    return (direct ? direct : real)(pid, "/bin/sh", actions, attr, sh, envp);
+}
+
+__attribute__((visibility("default"))) int posix_spawn(int *pid, const char *path, const void *actions,
+                                                       const void *attr, char *const argv[], char *const envp[]) {
+    return spawn_through("posix_spawn", 0, pid, path, actions, attr, argv, envp);
+}
+
+__attribute__((visibility("default"))) int posix_spawnp(int *pid, const char *file, const void *actions,
+                                                        const void *attr, char *const argv[], char *const envp[]) {
+    return spawn_through("posix_spawnp", 1, pid, file, actions, attr, argv, envp);
 }
 
 #if defined(__x86_64__)

@@ -105,6 +105,33 @@ def test_contexts(e2b_env: dict[str, str]) -> None:
         sbx.kill()
 
 
+def test_bash_and_other_languages_are_refused_naming_what_to_use(e2b_env: dict[str, str]) -> None:
+    """The SDK sends ``{"language": "bash"}`` to ``/contexts`` and ``/execute``; sandfleet has
+    no bash kernel, and says what to use instead, at once, in the SDK's exception."""
+    from e2b.exceptions import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        for call in (lambda: sbx.create_code_context(language="bash"),
+                     lambda: sbx.run_code("echo hi", language="bash")):
+            with pytest.raises(SandboxException) as e:
+                call()
+            msg = str(e.value)
+            assert msg.startswith("400") and "language 'bash' is not supported" in msg and "python only" in msg
+            assert "sbx.commands.run(cmd)" in msg and "subprocess.run(cmd, shell=True)" in msg
+        with pytest.raises(SandboxException, match="language 'javascript' is not supported.*sbx.commands.run"):
+            sbx.run_code("1", language="javascript")
+        # what the message names works: commands, and a shell from a python cell
+        assert sbx.commands.run("echo hi").stdout == "hi\n"
+        ex = sbx.run_code("import subprocess\nsubprocess.run('echo hi; x=2; echo $x', shell=True, "
+                          "capture_output=True, text=True).stdout")
+        assert ex.text == "'hi\\n2\\n'"
+        assert sbx.list_code_contexts() == []  # the refused context was not made
+    finally:
+        sbx.kill()
+
+
 def test_matplotlib_png(e2b_env: dict[str, str], tmp_path: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A figure comes back as a PNG display result. The host image's python3 has no

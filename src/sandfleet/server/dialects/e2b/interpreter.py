@@ -12,9 +12,11 @@ and ``end_of_execution``), ``POST /contexts`` (``{"language"?, "cwd"?}`` -> ``{"
 
 Errors as the SDK maps them: 404 (an unknown context) is NotFoundException, 502 "... was
 not found" (an unknown or dead sandbox) TimeoutException, others SandboxException. Python is
-the only language (400 for others). The kernel starts on a sandbox's first cell, under one busy
-slot (``--max-busy``) as a process's start is; cells then run in the sandbox's cgroup like
-any process, one at a time per sandbox, and a client that hangs up interrupts its cell.
+the only language: the others the SDK sends (``bash``, ``javascript``, ``typescript``, ``r``,
+``java``) are 400 with what to use instead (:func:`unsupported`). The kernel starts on a
+sandbox's first cell, under one busy slot (``--max-busy``) as a process's start is; cells
+then run in the sandbox's cgroup like any process, one at a time per sandbox, and a client
+that hangs up interrupts its cell.
 """
 
 from __future__ import annotations
@@ -86,7 +88,7 @@ class CodeInterpreter:
         if cid and language:
             raise CPError(400, "context_id and language are exclusive")
         if language and str(language).lower() not in LANGUAGES:
-            raise CPError(400, f"language {language!r} is not supported by sandfleet's code interpreter (python)")
+            raise CPError(400, unsupported(str(language)))
         env = body.get("env_vars") or {}
         if not isinstance(env, dict):
             raise CPError(400, "env_vars is an object of names to values")
@@ -128,7 +130,7 @@ class CodeInterpreter:
             raise CPError(400, "the body is not JSON") from None
         language = str((body or {}).get("language") or "python")
         if language.lower() not in LANGUAGES:
-            raise CPError(400, f"language {language!r} is not supported by sandfleet's code interpreter (python)")
+            raise CPError(400, unsupported(language))
         ctx = {"id": str(uuid.uuid4()), "language": "python", "cwd": str(body.get("cwd") or e.spec.workdir or "/")}
         self.contexts.setdefault(e.sb.id, {})[ctx["id"]] = ctx
         return ctx
@@ -152,6 +154,18 @@ class CodeInterpreter:
         self.contexts[e.sb.id].pop(cid, None)
         await self.kernel(e).drop(cid)
         return Response(status_code=204)
+
+
+def unsupported(language: str) -> str:
+    """Why ``language`` is refused (run_code's ``language``, create_code_context's), and what to
+    use instead: the e2b SDK sends ``bash``, ``javascript``, ``typescript``, ``r``, ``java``."""
+    head = f"language {language!r} is not supported by sandfleet's code interpreter, which runs python only"
+    if language.lower() in ("bash", "sh", "shell"):
+        return (f"{head} (no bash kernel): run shell commands with sbx.commands.run(cmd) (bash -l -c, a fresh "
+                "shell per call: keep state in files or environment variables passed as envs=), or from a python "
+                "cell with subprocess.run(cmd, shell=True) or os.system(cmd) (run_code's default language)")
+    return (f"{head}: run {language} programs with sbx.commands.run(...) in a sandbox whose template has the "
+            "language's tools (a template is a sandfleet image name: sandfleet image build)")
 
 
 def _line(msg: dict[str, Any]) -> bytes:

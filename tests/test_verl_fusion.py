@@ -6,8 +6,8 @@ called by ``default_compute_score`` for code data sources (``codecontests``, ``a
 partial with that URL, a semaphore and ``memory_limit_mb`` (``verl.trainer.ppo.reward``) and
 hands it to the reward manager. Here the same partial goes to verl's ``NaiveRewardManager``
 over a ``DataProto`` batch. And sandfleet's code interpreter tool
-(``sandfleet.integrations.verl``, issue 47) loaded by verl's own tools config reader. Opt-in (marker ``verl``): ``scripts/test-integrations.sh verl``
-installs verl with torch's CPU build.
+(``sandfleet.integrations.verl``, issue 47) loaded by verl's own tools config reader. Opt-in
+(marker ``verl``): ``scripts/test-integrations.sh verl`` installs verl with torch's CPU build.
 """
 
 from __future__ import annotations

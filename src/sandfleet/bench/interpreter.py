@@ -26,12 +26,11 @@ load that comes and goes on a shared host weighs on both alike.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import os
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -99,26 +98,6 @@ async def v1_roundtrips(n: int, url: str, token: str) -> dict[str, Any]:
             await sb.close()
 
 
-@contextlib.contextmanager
-def _e2b_env(url: str, token: str) -> Iterator[None]:
-    """The three variables the e2b SDKs need for a sandfleet service, for the ``with`` block."""
-    want = {"E2B_API_URL": url, "E2B_SANDBOX_URL": url, "E2B_API_KEY": token, "E2B_DEBUG": None, "E2B_DOMAIN": None}
-    before = {k: os.environ.get(k) for k in want}
-    try:
-        for k, v in want.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        yield
-    finally:
-        for k, v in before.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def e2b_roundtrips(n: int, url: str, token: str) -> dict[str, Any]:
     """``e2b_*``: the e2b-code-interpreter SDK's ``run_code`` against the e2b SDK's
     ``commands.run("true")`` on one sandbox of the service (the SDKs are synchronous)."""
@@ -129,15 +108,15 @@ def e2b_roundtrips(n: int, url: str, token: str) -> dict[str, Any]:
     async def call(f: Callable[[], object]) -> object:
         return f()
 
-    with _e2b_env(url, token):
-        sbx = E2BSandbox.create(timeout=600)
-        try:
-            sbx.run_code("x = 0")
-            sbx.commands.run("true")
-            got = asyncio.run(_alternate(n, lambda: call(lambda: sbx.run_code("x += 1")),
-                                         lambda: call(lambda: sbx.commands.run("true"))))
-        finally:
-            sbx.kill()
+    # what E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL would say, in the SDK's default (non-debug) mode
+    sbx = E2BSandbox.create(timeout=600, api_key=token, api_url=url, sandbox_url=url, debug=False)
+    try:
+        sbx.run_code("x = 0")
+        sbx.commands.run("true")
+        got = asyncio.run(_alternate(n, lambda: call(lambda: sbx.run_code("x += 1")),
+                                     lambda: call(lambda: sbx.commands.run("true"))))
+    finally:
+        sbx.kill()
     return _pair("e2b", got)
 
 

@@ -104,6 +104,8 @@ async def test_bash_contexts(sb: Sandbox) -> None:
         ex = await k.run("exit 4", context="sh", language="bash")
         assert ex.error is not None and ex.error["value"] == "4" and "next cell starts a fresh shell" in ex.stderr[0]
         assert (await k.run("echo ${X:-fresh}", context="sh", language="bash")).stdout == ["fresh\n"]
+        ex = await k.run("sleep 60 >/dev/null 2>&1 & exit 5", context="sh", timeout=20, language="bash")
+        assert ex.error is not None and ex.error["value"] == "5"  # a job left behind does not hold the cell
         await k.reset("sh")
         [cwd] = (await k.run("pwd", context="sh", language="bash")).stdout
         assert cwd.endswith("/tmp\n")  # back at its cwd (the process backend's /tmp is a host path)

@@ -191,7 +191,8 @@ class Shell:
             lines.append(f"__sf_old_{i}=${{{k}+x}}${{{k}-}}; export {k}={shlex.quote(str(v))}")
             restore.append(f'if [ -n "$__sf_old_{i}" ]; then export {k}="${{__sf_old_{i}#x}}"; else unset {k}; fi; '
                            f"unset __sf_old_{i}")
-        lines.append(f". {shlex.quote(path)} </dev/null")
+        # the status pipe closed for the cell: a job it leaves behind never holds it open
+        lines.append(f". {shlex.quote(path)} </dev/null {self.w}>&-")
         lines.append("__sf_rc=$?")
         lines += restore
         lines.append(f"rm -f {shlex.quote(path)}; printf '%s\\n' \"$__sf_rc\" >&{self.w}; unset __sf_rc")

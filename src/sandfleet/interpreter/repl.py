@@ -28,11 +28,8 @@ import io
 import json
 import linecache
 import os
-import shlex
 import signal
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
@@ -161,6 +158,7 @@ class Shell:
 
     def __init__(self, cwd):
         import fcntl
+        import subprocess  # here, not at the top: only bash contexts pay for it (a kernel's start does not)
 
         r, w = os.pipe()
         self.w = fcntl.fcntl(w, fcntl.F_DUPFD, 200)  # out of a cell's way (exec 3>...)
@@ -181,6 +179,9 @@ class Shell:
 
     def run(self, code, env):
         """The cell's exit status, or (None, bash's own) when the cell ended the shell."""
+        import shlex
+        import tempfile
+
         fd, path = tempfile.mkstemp(prefix=".sandfleet-cell-", suffix=".sh")
         with os.fdopen(fd, "w") as f:
             f.write(code if code.endswith("\n") else code + "\n")

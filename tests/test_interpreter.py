@@ -79,3 +79,36 @@ async def test_matplotlib_figure_is_png() -> None:
     finally:
         await k.close()
         await sb.close()
+
+
+async def test_bash_contexts(sb: Sandbox) -> None:
+    """``language="bash"``: a long-lived bash per context. State lasts; a failed cell's error has
+    no name and its exit status as value; an interrupt stops the cell and keeps the shell; a
+    cell that exits the shell gets its status, and the next cell a fresh shell; a cell's stdin
+    is /dev/null (it never reads the kernel's requests)."""
+    if not (await sb.exec(["sh", "-c", "command -v python3 && command -v bash"])).ok:
+        pytest.skip(f"this {sb.backend} sandbox's image has no python3 or no bash")
+    k = Kernel(sb, cwd="/tmp")
+    try:
+        ex = await k.run("X=7; cd /; echo $X", context="sh", language="bash")
+        assert ex.stdout == ["7\n"] and ex.error is None and ex.results == []
+        ex = await k.run("echo $X; pwd; echo e >&2; cat; printf tail", context="sh", language="bash")
+        assert "".join(ex.stdout) == "7\n/\ntail" and ex.stderr == ["e\n"] and ex.error is None  # in pieces as read
+        assert (await k.run("false", context="sh", language="bash")).error == {"name": "", "value": "1",
+                                                                               "traceback": ""}
+        assert (await k.run("echo ${E:-no}", context="sh", env={"E": "yes"}, language="bash")).stdout == ["yes\n"]
+        assert (await k.run("echo ${E:-no}", context="sh", language="bash")).stdout == ["no\n"]
+        ex = await k.run("sleep 30; echo not-here", context="sh", timeout=1, language="bash")
+        assert ex.error is not None and ex.error["value"] == "130" and ex.stdout == []
+        assert (await k.run("echo $X", context="sh", language="bash")).stdout == ["7\n"]
+        ex = await k.run("exit 4", context="sh", language="bash")
+        assert ex.error is not None and ex.error["value"] == "4" and "next cell starts a fresh shell" in ex.stderr[0]
+        assert (await k.run("echo ${X:-fresh}", context="sh", language="bash")).stdout == ["fresh\n"]
+        ex = await k.run("sleep 60 >/dev/null 2>&1 & exit 5", context="sh", timeout=20, language="bash")
+        assert ex.error is not None and ex.error["value"] == "5"  # a job left behind does not hold the cell
+        await k.reset("sh")
+        [cwd] = (await k.run("pwd", context="sh", language="bash")).stdout
+        assert cwd.endswith("/tmp\n")  # back at its cwd (the process backend's /tmp is a host path)
+        assert (await k.run("1 + 1")).text == "2"  # python's default context is unaffected
+    finally:
+        await k.close()

@@ -5,8 +5,9 @@ called by ``default_compute_score`` for code data sources (``codecontests``, ``a
 ``codeforces``, ``taco``) when ``reward.sandbox_fusion.url`` is set; its trainer wraps it in a
 partial with that URL, a semaphore and ``memory_limit_mb`` (``verl.trainer.ppo.reward``) and
 hands it to the reward manager. Here the same partial goes to verl's ``NaiveRewardManager``
-over a ``DataProto`` batch. Opt-in (marker ``verl``): ``scripts/test-integrations.sh verl``
-installs verl with torch's CPU build.
+over a ``DataProto`` batch. And sandfleet's code interpreter tool
+(``sandfleet.integrations.verl``, issue 47) loaded by verl's own tools config reader. Opt-in
+(marker ``verl``): ``scripts/test-integrations.sh verl`` installs verl with torch's CPU build.
 """
 
 from __future__ import annotations
@@ -140,3 +141,59 @@ def test_a_reward_verl_saw_is_replayed_from_the_services_record(tmp_path: Any) -
     assert got["summary"]["rollouts"] == 3 and got["summary"]["identical"] == 3, got["summary"]
     outputs = sorted(r["command_rows"][0]["output"] for r in got["rollouts"])
     assert outputs == ["same"] * 3
+
+
+TOOLS_YAML = """\
+tools:
+  - class_name: sandfleet.integrations.verl.SandfleetCodeInterpreterTool
+    config:
+      type: native
+      remote: {url}
+      timeout_s: 20
+"""
+
+
+def test_code_interpreter_tool_from_verls_own_registry(svc: RunningService, tmp_path: Any,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 47: sandfleet's code interpreter tool, loaded by verl's own tools config reader
+    (``verl.tools.tool_registry.initialize_tools_from_config``), is a verl ``BaseTool`` that
+    answers verl's ``ToolResponse``; driven as verl 0.9.1's ``ToolAgentLoop._call_tool`` drives
+    a ``BaseTool`` (create, execute with ``agent_data``, release, per tool call), its Python
+    state lasts the trajectory, on the sandboxes of a real ``sandfleet serve``."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import ToolResponse
+    from verl.tools.tool_registry import initialize_tools_from_config
+
+    monkeypatch.setenv("SANDFLEET_TOKEN", svc.token)
+    config = tmp_path / "tools.yaml"
+    config.write_text(TOOLS_YAML.format(url=svc.url))
+    [tool] = initialize_tools_from_config(str(config))
+    assert isinstance(tool, BaseTool) and tool.name == "code_interpreter"
+    assert tool.get_openai_tool_schema().function.parameters.required == ["code"]
+
+    async def call_tool(arguments: str, request_id: str) -> tuple[Any, float, dict]:
+        # what ToolAgentLoop._call_tool does for a BaseTool (verl 0.9.1)
+        instance_id, _ = await tool.create(create_kwargs={})
+        try:
+            return await tool.execute(instance_id, json.loads(arguments),
+                                      agent_data=SimpleNamespace(request_id=request_id))
+        finally:
+            await tool.release(instance_id)
+
+    async def go() -> None:
+        try:
+            first, reward, _ = await call_tool(json.dumps({"code": "import math\nr = math.isqrt(50)"}), "traj-1")
+            assert isinstance(first, ToolResponse) and first.text == "(no output)" and reward == 0.0
+            resp, _, metrics = await call_tool(json.dumps({"code": "print(r * 2)\nr ** 2"}), "traj-1")
+            assert resp.text == "14\n49\n" and metrics["error"] is None
+            resp, _, metrics = await call_tool(json.dumps({"code": "r"}), "traj-2")
+            assert metrics["error"] == "NameError" and "NameError" in resp.text
+        finally:
+            await tool.close()
+
+    asyncio.run(go())
+    r = httpx.get(f"{svc.url}/v1/sandboxes", headers={"Authorization": f"Bearer {svc.token}"}, timeout=30)
+    assert r.json()["sandboxes"] == []

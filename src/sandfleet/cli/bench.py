@@ -15,8 +15,8 @@ from sandfleet.sandbox.registry import choices as backend_choices
 
 @click.group()
 def bench() -> None:
-    """Benchmarks: micro (sandbox layer), rollout (platform time per rollout), run (capacity), report (one
-    run), compare (two hosts)."""
+    """Benchmarks: micro (sandbox layer), rollout (platform time per rollout), interpreter (the code
+    interpreter), run (capacity), report (one run), compare (two hosts)."""
 
 
 BACKEND_CHOICE = click.Choice(backend_choices())
@@ -293,6 +293,47 @@ def compare_cmd(a: str, b: str, html: str | None, as_json: bool) -> None:
     if html:
         Path(html).write_text(html_report(ra, rb, cmp, names=names))
         click.echo(f"report: {html}", err=True)
+
+
+@bench.command("interpreter")
+@click.option("--backend", type=BACKEND_CHOICE, default="bwrap", show_default=True,
+              help="Backend of the sandboxes, in process and of the service started for the run.")
+@click.option("-n", "n", default=200, show_default=True, type=click.IntRange(min=1),
+              help="Round trips of each: a cell x += 1 and an exec of true, in turn.")
+@click.option("--concurrent", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Sandboxes at once, each with its own kernel.")
+@click.option("--cells", default=20, show_default=True, type=click.IntRange(min=1),
+              help="Cells per sandbox (and fresh python3 -c processes per sandbox on the other side).")
+@click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
+              help="Rounds of kernels and of fresh processes, alternating.")
+@click.option("--no-service", "no_service", is_flag=True,
+              help="Only in process: start no service (no /v1 and e2b SDK round trips).")
+@click.option("--json", "as_json", is_flag=True)
+def interpreter_cmd(backend: str, n: int, concurrent: int, cells: int, rounds: int, no_service: bool,
+                    as_json: bool) -> None:
+    """The code interpreter: a cell's round trip against an exec of true (in process, /v1, the e2b SDKs),
+    and cells per second of many kernels against fresh python3 -c processes, side by side in one run."""
+    from sandfleet.bench.interpreter import run_interpreter_bench
+    from sandfleet.errors import SandfleetError
+    from sandfleet.provenance import provenance
+
+    say = (lambda _m: None) if as_json else (lambda m: click.echo(f"... {m}", err=True))
+    try:
+        result = run_interpreter_bench(backend=backend, n=n, concurrent=concurrent, cells=cells, rounds=rounds,
+                                       service=not no_service, say=say)
+    except SandfleetError as e:
+        raise click.ClickException(str(e)) from None
+    result["provenance"] = provenance({"bench": "interpreter", "backend": backend, "n": n,
+                                       "concurrent": concurrent, "cells": cells, "rounds": rounds,
+                                       "service": not no_service})
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    for k, v in result.items():
+        if k == "provenance":
+            v = (f"sandfleet {v.get('sandfleet')} commit {v.get('commit')} on {v['host'].get('hostname')} "
+                 f"at {v.get('at')}")
+        click.echo(f"{k:32} {v}")
 
 
 @bench.command("soak")

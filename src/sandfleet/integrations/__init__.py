@@ -10,6 +10,8 @@ imports its tool at import time unless it subclasses one of the tool's classes:
   and a ``--custom-generate-function-path`` function for whole agentic rollouts;
 - :mod:`sandfleet.integrations.minisweagent`: ``SandfleetEnvironment`` for mini-swe-agent's
   ``--environment-class`` (extra ``minisweagent``);
+- :mod:`sandfleet.integrations.verl`: ``SandfleetCodeInterpreterTool``, a verl ``BaseTool``
+  with stateful Python per trajectory (the code interpreter's kernel in a sandbox);
 - :mod:`sandfleet.integrations.harbor`: ``SandfleetEnvironment``, a Harbor ``BaseEnvironment``
   for ``harbor run -e sandfleet.integrations.harbor:SandfleetEnvironment`` (extra ``harbor``,
   Python 3.12 or later).

@@ -162,20 +162,26 @@ class Kernel:
             self._handle.signal(signal.SIGINT)
 
     async def events(self, code: str, *, context: str = "default", cwd: str | None = None,
-                     env: dict[str, str] | None = None, timeout: float | None = None) -> AsyncIterator[dict[str, Any]]:
+                     env: dict[str, str] | None = None, timeout: float | None = None,
+                     language: str = "python") -> AsyncIterator[dict[str, Any]]:
         """Run a cell and yield its events as they come (``stdout``, ``stderr``, ``result``,
         ``error``, last ``end``). Past ``timeout`` the cell is interrupted (its error is
-        KeyboardInterrupt), and its kernel is killed if it does not stop. A caller that stops
-        early leaves the cell to be interrupted in the background."""
-        async for ev in self._request({"op": "run", "ctx": context, "code": code, "env": env, "cwd": cwd}, timeout):
+        KeyboardInterrupt; a bash cell's is its status, 130), and its kernel is killed if it
+        does not stop. A caller that stops early leaves the cell to be interrupted in the
+        background. ``language`` ``bash`` on a context's first cell makes it a bash context
+        (a long-lived bash; a failed cell's error has no name and its exit status as value)."""
+        req = {"op": "run", "ctx": context, "code": code, "env": env, "cwd": cwd}
+        if language != "python":
+            req["lang"] = language
+        async for ev in self._request(req, timeout):
             yield ev
 
     async def run(self, code: str, *, context: str = "default", cwd: str | None = None,
                   env: dict[str, str] | None = None, timeout: float | None = None,
-                  on_event: Callable[[dict[str, Any]], None] | None = None) -> Execution:
+                  on_event: Callable[[dict[str, Any]], None] | None = None, language: str = "python") -> Execution:
         """Run a cell to its end: its :class:`Execution`."""
         out = Execution()
-        async for ev in self.events(code, context=context, cwd=cwd, env=env, timeout=timeout):
+        async for ev in self.events(code, context=context, cwd=cwd, env=env, timeout=timeout, language=language):
             add(out, ev)
             if on_event is not None:
                 on_event(ev)

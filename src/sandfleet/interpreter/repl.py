@@ -4,8 +4,11 @@ sandfleet ships this file's text as ``python3 -c <text>`` (stdlib only, Python 3
 long-lived command whose stdin carries requests and whose stdout carries events, one JSON
 object a line each way (see :mod:`sandfleet.interpreter.kernel` for the host's side).
 
-Requests: ``{"id", "op": "run", "ctx", "code", "env"?, "cwd"?}``, ``{"id", "op": "reset",
-"ctx"}`` (a fresh globals dict), ``{"id", "op": "drop", "ctx"}``. Events carry the request's
+Requests: ``{"id", "op": "run", "ctx", "code", "env"?, "cwd"?, "lang"?}``, ``{"id", "op":
+"reset", "ctx"}`` (a fresh globals dict, or a fresh shell), ``{"id", "op": "drop", "ctx"}``.
+``lang`` ``bash`` (on a context's first cell) makes it a bash context: a long-lived bash
+(:class:`Shell`) whose cells are sourced; a failed cell's ``error`` has no name and its exit
+status as value, as Jupyter's bash kernel reports it. Events carry the request's
 ``id`` and a ``type``: ``stdout`` / ``stderr`` (``text``), ``result`` (``text`` and the rich
 forms: ``html``, ``markdown``, ``svg``, ``png``, ``jpeg``, ``latex``, ``json``, ``pdf``,
 ``javascript``; ``is_main_result`` for the cell's value), ``error`` (``name``, ``value``,
@@ -132,10 +135,111 @@ class Pipe:
 
 
 class Context:
-    def __init__(self, name, cwd):
+    def __init__(self, name, cwd, lang="python"):
         self.name = name
         self.cwd = cwd
+        self.lang = lang
         self.globals = fresh()
+        self.shell = None
+        """A bash context's :class:`Shell`, started on its first cell."""
+
+    def reset(self):
+        self.globals = fresh()
+        if self.shell is not None:
+            self.shell.close()
+            self.shell = None
+
+
+class Shell:
+    """A bash context: one long-lived ``bash`` (its variables, functions and working directory
+    last from cell to cell), whose output goes to fds 1 and 2 like a subprocess's. A cell is a
+    file it sources (stdin /dev/null); the cell's exit status comes back on a pipe of its own.
+    SIGINT (an interrupt) returns from the cell, and the shell goes on."""
+
+    def __init__(self, cwd):
+        import fcntl
+        import subprocess  # here, not at the top: only bash contexts pay for it (a kernel's start does not)
+
+        r, w = os.pipe()
+        self.w = fcntl.fcntl(w, fcntl.F_DUPFD, 200)  # out of a cell's way (exec 3>...)
+        os.close(w)
+        self.r = r
+        self.buf = b""
+        self.proc = subprocess.Popen(["bash", "--norc", "--noprofile"], stdin=subprocess.PIPE, cwd=cwd,
+                                     pass_fds=(self.w,), start_new_session=True)
+        os.close(self.w)
+        self.send("trap 'return 130' INT\n")
+
+    def send(self, text):
+        stdin = self.proc.stdin
+        if stdin is None:
+            raise OSError("bash has no stdin")
+        stdin.write(text.encode())
+        stdin.flush()
+
+    def run(self, code, env):
+        """The cell's exit status, or (None, bash's own) when the cell ended the shell."""
+        import shlex
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix=".sandfleet-cell-", suffix=".sh")
+        with os.fdopen(fd, "w") as f:
+            f.write(code if code.endswith("\n") else code + "\n")
+        lines, restore = [], []
+        for i, (k, v) in enumerate(env.items()):
+            if not str(k).isidentifier():
+                continue
+            lines.append(f"__sf_old_{i}=${{{k}+x}}${{{k}-}}; export {k}={shlex.quote(str(v))}")
+            restore.append(f'if [ -n "$__sf_old_{i}" ]; then export {k}="${{__sf_old_{i}#x}}"; else unset {k}; fi; '
+                           f"unset __sf_old_{i}")
+        # the status pipe closed for the cell: a job it leaves behind never holds it open
+        lines.append(f". {shlex.quote(path)} </dev/null {self.w}>&-")
+        lines.append("__sf_rc=$?")
+        lines += restore
+        lines.append(f"rm -f {shlex.quote(path)}; printf '%s\\n' \"$__sf_rc\" >&{self.w}; unset __sf_rc")
+        try:
+            self.send("\n".join(lines) + "\n")
+        except OSError:
+            pass  # gone: read_status says so
+        while True:
+            try:
+                return self.read_status()
+            except KeyboardInterrupt:
+                try:
+                    os.killpg(self.proc.pid, signal.SIGINT)
+                except OSError:
+                    pass
+
+    def read_status(self):
+        while b"\n" not in self.buf:
+            chunk = os.read(self.r, 64)
+            if not chunk:
+                return None, self.proc.wait()
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return int(line), None
+
+    def close(self):
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.proc.wait()
+        os.close(self.r)
+
+
+def run_bash(ctx, code, env):
+    """One cell of a bash context: an ``error`` event (Jupyter's bash kernel's: no name, the exit
+    status as value) when its last command failed."""
+    if ctx.shell is None:
+        ctx.shell = Shell(ctx.cwd)
+    status, died = ctx.shell.run(code, env)
+    if status is None:
+        ctx.shell.close()
+        ctx.shell = None
+        emit("stderr", f"bash exited (status {died}): this context's next cell starts a fresh shell\n")
+        status = died if died else 1
+    return status
 
 
 def fresh():
@@ -264,15 +368,31 @@ def main():
         name = str(req.get("ctx") or "default")
         if op in ("reset", "drop"):
             if op == "drop":
-                contexts.pop(name, None)
+                gone = contexts.pop(name, None)
+                if gone is not None:
+                    gone.reset()
             elif name in contexts:
-                contexts[name].globals = fresh()
+                contexts[name].reset()
             send({"id": CURRENT["id"], "type": "end", "execution_count": count})
             continue
         ctx = contexts.get(name)
         if ctx is None:
-            ctx = contexts[name] = Context(name, req.get("cwd") or os.getcwd())  # noqa: PTH109 (stdlib os only)
+            ctx = contexts[name] = Context(name, req.get("cwd") or os.getcwd(),  # noqa: PTH109 (stdlib os only)
+                                           req.get("lang") or "python")
         env = req.get("env") or {}
+        if ctx.lang == "bash":
+            count += 1
+            try:
+                status = run_bash(ctx, str(req.get("code") or ""), env)
+            except Exception as err:  # bash could not start (none in the image, ...)
+                settle(pipes)
+                report(err)
+            else:
+                settle(pipes)
+                if status:
+                    send({"id": CURRENT["id"], "type": "error", "name": "", "value": str(status), "traceback": ""})
+            send({"id": CURRENT["id"], "type": "end", "execution_count": count})
+            continue
         saved = {k: os.environ.get(k) for k in env}
         count += 1
         try:

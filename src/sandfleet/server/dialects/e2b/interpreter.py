@@ -11,10 +11,14 @@ and ``end_of_execution``), ``POST /contexts`` (``{"language"?, "cwd"?}`` -> ``{"
 ``E2B-Traffic-Access-Token``: either of the sandbox's tokens is accepted.
 
 Errors as the SDK maps them: 404 (an unknown context) is NotFoundException, 502 "... was
-not found" (an unknown or dead sandbox) TimeoutException, others SandboxException. Python is
-the only language (400 for others). The kernel starts on a sandbox's first cell, under one busy
-slot (``--max-busy``) as a process's start is; cells then run in the sandbox's cgroup like
-any process, one at a time per sandbox, and a client that hangs up interrupts its cell.
+not found" (an unknown or dead sandbox) TimeoutException, others SandboxException. Python and
+bash (a long-lived bash per context, as Jupyter's bash kernel: a failed cell's error has no
+name and its exit status as value) are the languages; the others the SDK sends
+(``javascript``, ``typescript``, ``r``, ``java``) are 400 with what to use instead
+(:func:`unsupported`). The kernel starts on a
+sandbox's first cell, under one busy slot (``--max-busy``) as a process's start is; cells
+then run in the sandbox's cgroup like any process, one at a time per sandbox, and a client
+that hangs up interrupts its cell.
 """
 
 from __future__ import annotations
@@ -40,8 +44,14 @@ if TYPE_CHECKING:
 PORT = 49999
 TEMPLATES = ("code-interpreter-v1",)
 """Template names that mean "base, with the code interpreter" (the SDK's default template)."""
-LANGUAGES = ("python", "python3")
+LANGUAGES = ("python", "python3", "bash")
 DEFAULT = "default"
+DEFAULT_BASH = "default-bash"
+"""The context of ``run_code(code, language="bash")`` without a context: one bash per sandbox."""
+
+
+def _language(language: str) -> str:
+    return "bash" if language.lower() == "bash" else "python"
 
 
 class CodeInterpreter:
@@ -86,12 +96,14 @@ class CodeInterpreter:
         if cid and language:
             raise CPError(400, "context_id and language are exclusive")
         if language and str(language).lower() not in LANGUAGES:
-            raise CPError(400, f"language {language!r} is not supported by sandfleet's code interpreter (python)")
+            raise CPError(400, unsupported(str(language)))
         env = body.get("env_vars") or {}
         if not isinstance(env, dict):
             raise CPError(400, "env_vars is an object of names to values")
-        # the default context starts where the kernel does (the sandbox's workdir, as the backend maps it)
-        ctx: dict[str, str | None] = dict(self.context(e, str(cid))) if cid else {"id": DEFAULT, "cwd": None}
+        # the default contexts start where the kernel does (the sandbox's workdir, as the backend maps it)
+        ctx: dict[str, str | None] = dict(self.context(e, str(cid))) if cid else (
+            {"id": DEFAULT_BASH, "cwd": None, "language": "bash"} if language and _language(str(language)) == "bash"
+            else {"id": DEFAULT, "cwd": None})
         k = self.kernel(e)
         try:
             release = await self.e2b.service.admit_start(e.owner, None, e)
@@ -106,7 +118,8 @@ class CodeInterpreter:
 
         async def lines() -> AsyncIterator[bytes]:
             async for ev in k.events(body["code"], context=str(ctx["id"]), cwd=ctx["cwd"],
-                                         env={str(a): str(b) for a, b in env.items()}):
+                                     env={str(a): str(b) for a, b in env.items()},
+                                     language=str(ctx.get("language") or "python")):
                 kind = ev.pop("type", None)
                 ev.pop("id", None)
                 if kind == "end":
@@ -128,8 +141,9 @@ class CodeInterpreter:
             raise CPError(400, "the body is not JSON") from None
         language = str((body or {}).get("language") or "python")
         if language.lower() not in LANGUAGES:
-            raise CPError(400, f"language {language!r} is not supported by sandfleet's code interpreter (python)")
-        ctx = {"id": str(uuid.uuid4()), "language": "python", "cwd": str(body.get("cwd") or e.spec.workdir or "/")}
+            raise CPError(400, unsupported(language))
+        ctx = {"id": str(uuid.uuid4()), "language": _language(language),
+               "cwd": str(body.get("cwd") or e.spec.workdir or "/")}
         self.contexts.setdefault(e.sb.id, {})[ctx["id"]] = ctx
         return ctx
 
@@ -152,6 +166,14 @@ class CodeInterpreter:
         self.contexts[e.sb.id].pop(cid, None)
         await self.kernel(e).drop(cid)
         return Response(status_code=204)
+
+
+def unsupported(language: str) -> str:
+    """Why ``language`` is refused (run_code's ``language``, create_code_context's), and what to
+    use instead: the e2b SDK also sends ``javascript``, ``typescript``, ``r``, ``java``."""
+    return (f"language {language!r} is not supported by sandfleet's code interpreter, which runs python and "
+            f"bash: run {language} programs with sbx.commands.run(...) in a sandbox whose template has the "
+            "language's tools (a template is a sandfleet image name: sandfleet image build)")
 
 
 def _line(msg: dict[str, Any]) -> bytes:

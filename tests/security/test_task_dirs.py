@@ -27,7 +27,8 @@ BACKENDS = pytest.mark.parametrize("backend", [
     GVISOR])
 # each folder's owner:group:mode as the agent sees it, and whether the agent could write in it
 PROBE = ('for d in /tests /solution /oracle /logs; do '
-         'echo "$d $(stat -c %u:%g:%a "$d") $(mktemp -p "$d" planted.XXXXXX >/dev/null 2>&1 && echo WROTE || echo REFUSED)"; done')
+         'echo "$d $(stat -c %u:%g:%a "$d") '
+         '$(mktemp -p "$d" planted.XXXXXX >/dev/null 2>&1 && echo WROTE || echo REFUSED)"; done')
 IMAGE_HAS_THEM = ("FROM python:3.11-slim-bookworm\nWORKDIR /app\n"
                   "RUN mkdir -m 0777 /tests /oracle && chown 1000:1000 /tests && touch /tests/from-image\n")
 

@@ -115,18 +115,21 @@ async def test_root_dirs_the_image_already_has_become_roots_0755(
 
 
 @pytest.mark.skipif(bool(backend_skip("bwrap")), reason=str(backend_skip("bwrap")))
+@pytest.mark.parametrize("fork", [False, True])
 async def test_a_rollouts_task_folders_are_roots_with_a_prepare_step_or_an_image_that_opened_them(
-        tmp_path: Path, with_python_base_cache: Path) -> None:
+        tmp_path: Path, with_python_base_cache: Path, fork: bool) -> None:
     """The agent of a rollout can't write the task folders, also where the image made them
-    0777 and the agent's, or the task's prepare step (root) opened them after the start."""
+    0777 and the agent's, or the task's prepare step (root) opened them after the start (run
+    in the rollout's own sandbox, or once for a group that forks from its prepared state)."""
     report = "#!/bin/bash\ncat /app/probe.txt\nmkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n"
     image = make_task(tmp_path, "image-opened", dockerfile=IMAGE_HAS_THEM, test_sh=report)
     prepare = make_task(tmp_path, "prepare-opened", test_sh=report,
                         prepare="#!/bin/bash\nchmod 0777 /tests /solution /oracle\n")
-    results = (await run([image, prepare], ScriptedPolicy([PROBE + " > /app/probe.txt"]))).results
+    results = (await run([image, prepare], ScriptedPolicy([PROBE + " > /app/probe.txt"]), fork=fork)).results
     for r in results:
         assert r.status == "completed", r.error
         lines = r.verifier_output.splitlines()
         for d in TASK_DIRS:
             assert f"{d} 0:0:755 REFUSED" in lines, (r.task, r.verifier_output)
         assert "/logs 1000:1000:755 WROTE" in lines, (r.task, r.verifier_output)
+    assert ("prepared_from" in results[1].info) == fork  # the prepare task's member forked, or ran it

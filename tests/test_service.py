@@ -198,6 +198,7 @@ async def test_bad_input_gets_a_4xx_and_leaks_nothing(svc: RunningService, http:
         ("POST", "/v1/sandboxes", {"json": {"limits": {"pids": 0}}}, 400, "invalid_request"),
         ("POST", "/v1/sandboxes", {"json": {"limits": {"network": True, "forward": [22]}}}, 400, "invalid_request"),
         ("POST", "/v1/sandboxes", {"json": {"writable_dirs": ["/../../etc"]}}, 400, "invalid_request"),
+        ("POST", "/v1/sandboxes", {"json": {"root_dirs": ["/etc"]}}, 400, "invalid_request"),  # not writable
         ("POST", "/v1/sandboxes", {"json": {"workdir": "relative"}}, 400, "invalid_request"),
         ("POST", "/v1/sandboxes", {"json": {"env": {"A=B": "c"}}}, 400, "invalid_request"),
         ("POST", "/v1/sandboxes", {"json": {"bogus": 1}}, 400, "invalid_request"),
@@ -335,6 +336,18 @@ async def test_idempotency_key(client: ServiceClient) -> None:
         assert (err.value.status, err.value.code) == (422, "idempotency_conflict")
     finally:
         await first.close()
+
+
+async def test_root_dirs_reach_the_backend(client: ServiceClient) -> None:
+    """``SandboxSpec.root_dirs`` over the API: the service's sandbox starts with them root's,
+    mode 0755, and says so in its spec (the verifier then runs no command for them)."""
+    sb = await client.create_sandbox(ttl_s=60, root_dirs=("/tests",))
+    try:
+        assert sb.spec.root_dirs == ("/tests",)
+        res = await sb.exec(["stat", "-c", "%u:%g:%a", "/tests", "/solution"], cwd="/", user="agent")
+        assert res.stdout.split() == ["0:0:755", "1000:1000:755"], res.output
+    finally:
+        await sb.close()
 
 
 async def test_labels_ttl_and_bulk_delete(client: ServiceClient) -> None:

@@ -21,7 +21,7 @@ from sandfleet.rollout.record import Tape, build_record, make_tape
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.trace import SpanRecorder, now
 from sandfleet.rollout.verdict import INFRA, settle, verdict_of
-from sandfleet.rollout.verifier import protect_task_dirs, run_verifier, run_verifier_separately
+from sandfleet.rollout.verifier import TASK_DIRS, protect_task_dirs, run_verifier, run_verifier_separately
 from sandfleet.sandbox import create_sandbox, get_backend, make_spec
 from sandfleet.sandbox.base import Sandbox, Snapshot
 from sandfleet.sandbox.contention import Probe, start_probe
@@ -69,6 +69,7 @@ def task_spec(
         allow=task.allowed_hosts if network else None,
         ttl_s=task.agent_timeout_s + task.verifier_timeout_s + TTL_MARGIN_S,
         labels={"task": task.name}, user=user, seccomp_allow=(*task.seccomp_allow, *seccomp_allow),
+        root_dirs=tuple(d for d in TASK_DIRS if d in SandboxSpec.model_fields["writable_dirs"].default),
     )  # fmt: skip
 
 
@@ -214,8 +215,8 @@ async def ready_sandbox(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder
     result.info["agent_user"] = req.spec.user
     if task.verifier.load_sensitive:  # its failures under outside contention are masked
         result.info["load_sensitive"] = True
-    with rec.span("sandbox_start", what="task folders to root"):
-        await protect_task_dirs(sandbox)
+    with rec.span("sandbox_start", what="task folders to root"):  # (a fork's start made them root's again)
+        await protect_task_dirs(sandbox, root_ran=result.info.get("prepare") == "ran")
 
 
 async def score(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:

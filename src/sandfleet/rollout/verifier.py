@@ -82,7 +82,7 @@ from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
-from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER
+from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
 from sandfleet.sandbox.spec import USERS
 from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
@@ -344,12 +344,16 @@ TASK_DIRS = ("/tests", "/solution", "/oracle")
 """Where the task contract puts tests and reference solutions: owned by root, mode 0755."""
 
 
-async def protect_task_dirs(sandbox: Sandbox) -> None:
+async def protect_task_dirs(sandbox: Sandbox, *, root_ran: bool = False) -> None:
     """Give the task folders the sandbox was made with to root, mode 0755, before the agent
-    starts: a non-root agent can't write them, nor replace what is uploaded there."""
+    starts: a non-root agent can't write them, nor replace what is uploaded there. Nothing
+    to run where the backend started the sandbox with them root's (``SandboxSpec.root_dirs``),
+    unless root has run a command there since (``root_ran``: the task's prepare step)."""
     dirs = [d for d in TASK_DIRS if d in sandbox.spec.writable_dirs]
     if sandbox.backend not in ISOLATED_BACKENDS or not dirs:
         return
+    if not root_ran and honours_root_dirs(sandbox.backend) and set(dirs) <= set(sandbox.spec.root_dirs):
+        return  # the launcher made them root's, 0755, with the writable dirs (sandbox/bwrap.py)
     # one chown and one chmod for them all (a process each, not two per folder)
     # (the loop walks the arguments as given, keeping the real folders at the end, and shifts each)
     script = ('for d; do if [ -d "$d" ] && [ ! -L "$d" ]; then set -- "$@" "$d"; fi; shift; done; '
@@ -854,6 +858,7 @@ async def run_declared_separate(task: Task, sandbox: Sandbox, recorder: SpanReco
             with recorder.span("other_sandbox", what="verifier image"):
                 updates["image"], updates["env"] = await verifier_image(task)
             updates["writable_dirs"] = tuple(d for d in spec.writable_dirs if d != "/tests")  # the tests are baked in
+            updates["root_dirs"] = tuple(d for d in spec.root_dirs if d != "/tests")  # (each one a writable dir)
     if task.verifier.network is False:
         limits["network"] = False
     elif spec.limits.network and (task.verifier.allowed_hosts is not None or spec.limits.allow is not None):

@@ -329,7 +329,8 @@ class BwrapBackend:
         if lowers[-1] != Path("/"):
             a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
-            a += ["--mkdir", f"{root}{path}", *agent_ids, "0755"]
+            # root_dirs (the task folders) root's instead: the launcher chowns one the image has too
+            a += ["--mkdir", f"{root}{path}", *(root_ids if path in spec.root_dirs else agent_ids), "0755"]
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755"]
         if PIDFD:  # (a kernel before 5.3 has no pidfd_open: there bwrap keeps its own init, below)
             a.append("--lifeline")

@@ -344,7 +344,8 @@ class GvisorBackend:
             a += ["--mkdir", f"{root}/tmp", *root_ids, "1777", "--mkdir", f"{root}/var/tmp", *root_ids, "1777"]
         ids = [str(uid_base + AGENT_UID)] * 2
         for path in (spec.workdir, "/home/agent", *spec.writable_dirs):
-            a += ["--mkdir", f"{root}{path}", *ids, "0755"]
+            # root_dirs (the task folders) root's instead: the launcher chowns one the image has too
+            a += ["--mkdir", f"{root}{path}", *(root_ids if path in spec.root_dirs else ids), "0755"]
         a += ["--mkdir", f"{root}/.sandfleet", *root_ids, "0755",
               "--pdeathsig", str(os.getpid())]
         if net is not None:

@@ -84,6 +84,11 @@ class BackendInfo:
     command is root of the VM."""
     probe: Callable[[], dict[str, Any]]
     """Whether this host can run it: ``{"available": bool, "reason": str, ...}`` (``doctor``)."""
+    root_dirs: bool = False
+    """Its sandboxes start with ``SandboxSpec.root_dirs`` owned by their root, mode 0755 (the
+    launcher makes them so with the writable dirs): the verifier gives the task folders to
+    root without a command of its own. False: they are the sandbox user's, as the other
+    writable dirs."""
 
     @property
     def name(self) -> str:
@@ -92,10 +97,10 @@ class BackendInfo:
 
 
 REGISTRY: tuple[BackendInfo, ...] = (
-    BackendInfo(BwrapConfig, isolated=True, runs_as_user=True, probe=_bwrap),
+    BackendInfo(BwrapConfig, isolated=True, runs_as_user=True, probe=_bwrap, root_dirs=True),
     BackendInfo(ProcessConfig, isolated=False, runs_as_user=False, probe=_process),
     BackendInfo(MicrovmConfig, isolated=True, runs_as_user=False, probe=_microvm),
-    BackendInfo(GvisorConfig, isolated=True, runs_as_user=True, probe=_gvisor),
+    BackendInfo(GvisorConfig, isolated=True, runs_as_user=True, probe=_gvisor, root_dirs=True),
 )
 """Every backend, in the order the CLI lists them."""
 
@@ -108,6 +113,14 @@ NAMES: tuple[str, ...] = tuple(b.name for b in REGISTRY)
 ISOLATED: frozenset[str] = frozenset(b.name for b in REGISTRY if b.isolated)
 """The backends whose sandboxes have users of their own (not ``process``)."""
 RUNS_AS_USER: frozenset[str] = frozenset(b.name for b in REGISTRY if b.runs_as_user)
+ROOT_DIRS: frozenset[str] = frozenset(b.name for b in REGISTRY if b.root_dirs)
+"""The backends that start a sandbox with its ``SandboxSpec.root_dirs`` root's, mode 0755."""
+
+
+def honours_root_dirs(name: str) -> bool:
+    """Whether a sandbox of backend ``name`` starts with ``SandboxSpec.root_dirs`` owned by
+    its root, mode 0755 (False for an unknown name, e.g. a remote one the service did not name)."""
+    return name in ROOT_DIRS
 
 
 def is_isolated(name: str) -> bool:

@@ -5,6 +5,7 @@ CLI flags, task files and the HTTP API all validate through these models.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
@@ -236,6 +237,11 @@ class SandboxSpec(BaseModel):
     writable_dirs: tuple[str, ...] = ("/logs", "/tests", "/solution", "/oracle")
     """Directories created empty and owned by the sandbox user: where the task contract puts
     tests, reference solutions and rewards (emptied again before a verifier runs)."""
+    root_dirs: tuple[str, ...] = ()
+    """Writable dirs (each one also in ``writable_dirs``) made owned by the sandbox's root,
+    mode 0755, instead of the sandbox user's, when the sandbox starts (also where the image
+    already has them): the task folders a non-root agent must not write. Backends whose
+    registry row says ``root_dirs`` do it; on the others they stay the user's."""
     labels: dict[str, str] = Field(default_factory=dict)
     """Free-form labels (shown by ``sandfleet sandbox ls``)."""
     user: str = "agent"
@@ -269,6 +275,23 @@ class SandboxSpec(BaseModel):
     @classmethod
     def _abs_writable(cls, v: tuple[str, ...]) -> tuple[str, ...]:
         return tuple(_sandbox_dir("writable_dirs", d) for d in v)
+
+    @field_validator("root_dirs")
+    @classmethod
+    def _abs_root(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        for d in v:
+            _sandbox_dir("root_dirs", d)
+            if posixpath.normpath(d) != d or d.startswith("//"):
+                raise ValueError(f"root_dirs must be normalized paths (no '.', '//' or trailing '/'): {d!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _root_dirs_writable(self) -> SandboxSpec:
+        stray = [d for d in self.root_dirs if d not in self.writable_dirs]
+        if stray:
+            raise ValueError(f"root_dirs {stray[0]!r} is not in writable_dirs: only a writable dir "
+                             f"the sandbox creates can be made root's ({', '.join(self.writable_dirs) or 'none'})")
+        return self
 
     @field_validator("image")
     @classmethod
@@ -319,4 +342,4 @@ def make_spec(**kwargs: Any) -> SandboxSpec:
     except ValidationError as e:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
-        raise ConfigError(f"invalid sandbox spec: {loc}: {err['msg']}") from None
+        raise ConfigError(f"invalid sandbox spec: {loc + ': ' if loc else ''}{err['msg']}") from None

@@ -651,9 +651,10 @@ def check_spec_text(spec: SandboxSpec) -> None:
     directories that climb out with ``..``, NULs and ``=`` where the guest splits on them."""
     if not spec.image or len(spec.image) > 200 or not set(spec.image) <= IMAGE_CHARS:
         raise ImageError(f"{spec.image!r} is not an image name or hash")
-    for d in spec.writable_dirs:
-        if not d.startswith("/") or "\x00" in d or ".." in d.split("/") or len(d) > 4096:
-            raise SandboxPathError(f"writable_dirs: {d!r} is not an absolute path without '..'")
+    for what, dirs in (("writable_dirs", spec.writable_dirs), ("root_dirs", spec.root_dirs)):
+        for d in dirs:
+            if not d.startswith("/") or "\x00" in d or ".." in d.split("/") or len(d) > 4096:
+                raise SandboxPathError(f"{what}: {d!r} is not an absolute path without '..'")
     check_env(spec.env)
 
 

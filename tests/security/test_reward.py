@@ -190,24 +190,25 @@ async def test_root_agent_processes_under_other_uids_are_dead_before_the_tests(t
 # -- what code under test can still do (the documented residual risk)
 
 CONFTEST = '''import os
-open(os.path.expanduser("~/conftest-ran"), "w").close()
+open("/tmp/sandfleet-mark-conftest-ran", "w").close()
 import pytest
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
     outcome.get_result().outcome = "passed"
 '''
-SHADOW = ('import os\nopen(os.path.expanduser("~/shadow-ran"), "w").close()\n'
+SHADOW = ('import os\nopen("/tmp/sandfleet-mark-shadow-ran", "w").close()\n'
           'def rgb_to_hsv(r, g, b):\n    return (0.0, 1.0, 1.0)\n')
 TEST_OUT = '''import colorsys
 def test_out():
     assert colorsys.rgb_to_hsv(1.0, 0.0, 0.0) == (0.0, 1.0, 1.0)
     assert open("/app/out.txt").read().strip() == "hello"
 '''
-# the planted code leaves marks in the verifier's HOME (pytest captures what it prints)
+# the planted code leaves marks in /tmp (pytest captures what it prints; not in HOME: a program
+# that loads the workdir's code gets a HOME of its own, docs/security.md, round VII)
 REWARD_BY_PYTEST = ("mkdir -p /logs/verifier\nif {}; then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n"
-                    '[ -e "$HOME/shadow-ran" ] && echo SHADOW MODULE RAN\n'
-                    '[ -e "$HOME/conftest-ran" ] && echo AGENT CONFTEST RAN\ntrue\n')
+                    '[ -e /tmp/sandfleet-mark-shadow-ran ] && echo SHADOW MODULE RAN\n'
+                    '[ -e /tmp/sandfleet-mark-conftest-ran ] && echo AGENT CONFTEST RAN\ntrue\n')
 
 
 def _planted_tasks(root: Path) -> list[Task]:

@@ -436,10 +436,11 @@ struct dirent64 {
     char d_name[];
 };
 
-/* The next kept folder from *pos: a reward folder ("r:"), or a tests' folder ("t:") outside the
- * workdir. The tests' folders are root's and the tests a user of their own on bwrap and gvisor, but
- * on microvm every command is root: there only this keeps the running test.sh and the graders from
- * the code under test (round VII's posix-spawn-static appended a line to /tests/test.sh). */
+/* The next kept folder from *pos: a reward folder ("r:"), or a tests' folder the verifier asks to
+ * keep ("k:"). The tests' folders are root's and the tests a user of their own on bwrap and gvisor,
+ * but on microvm (and for tests that run as root) every command is root: there only this keeps the
+ * running test.sh and the graders from the code under test (round VII's posix-spawn-static appended
+ * a line to /tests/test.sh). */
 static int next_kept(int *pos, char *out, int size) {
     while (*pos < (int)sizeof seal_paths && seal_paths[*pos]) {
         int start = *pos, n = 0;
@@ -447,7 +448,7 @@ static int next_kept(int *pos, char *out, int size) {
         int len = *pos - start;
         if (*pos < (int)sizeof seal_paths && seal_paths[*pos] == '\n') (*pos)++;
         char kind = seal_paths[start];
-        if (len < 3 || (kind != 'r' && kind != 't') || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
+        if (len < 3 || (kind != 'r' && kind != 'k') || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
         for (int i = start + 2; i < start + len; i++) out[n++] = seal_paths[i];
         out[n] = 0;
         if (kind == 'r' || !under_kind(out, 'w')) return 1;

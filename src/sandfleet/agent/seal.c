@@ -84,14 +84,25 @@ static int same(const char *a, const char *b) {
     return *a == *b;
 }
 
+/* /proc/self/exe, read once per program (each check of the constructor asks it); 0 when unreadable */
+static char self_exe_buf[512];
+static int self_exe_state; /* 0 unread, 1 read, -1 unreadable */
+static const char *self_exe(void) {
+    if (!self_exe_state) {
+        long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)self_exe_buf,
+                      sizeof self_exe_buf - 1, 0);
+        self_exe_state = n > 0 && n < (long)sizeof self_exe_buf - 1 ? 1 : -1;
+        if (self_exe_state > 0) self_exe_buf[n] = 0;
+    }
+    return self_exe_state > 0 ? self_exe_buf : 0;
+}
+
 /* a process-control tool of the system's own folders (root's: the tests can't put one there) */
 static int exempt(void) {
     static const char *dirs[] = {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", 0};
     static const char *tools[] = {"kill", "pkill", "pgrep", "killall", "timeout", "xargs", "fuser", 0};
-    char exe[256];
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
-    if (n <= 0 || n >= (long)sizeof exe - 1) return 0;
-    exe[n] = 0;
+    const char *exe = self_exe();
+    if (!exe) return 0;
     for (int i = 0; dirs[i]; i++) {
         const char *d = dirs[i], *p = exe;
         while (*d && *d == *p) d++, p++;
@@ -102,20 +113,37 @@ static int exempt(void) {
     return 0;
 }
 
-/* the next "K:" path of seal_paths from *pos into out; 0 at the end */
-static int next_path(int *pos, char kind, char *out, int size) {
+/* the next "K:PATH" line of seal_paths from *pos: PATH into out, K returned; 0 at the end */
+static char next_entry(int *pos, char *out, int size) {
     while (*pos < (int)sizeof seal_paths && seal_paths[*pos]) {
         int start = *pos, n = 0;
         while (*pos < (int)sizeof seal_paths && seal_paths[*pos] && seal_paths[*pos] != '\n') (*pos)++;
         int len = *pos - start;
         if (*pos < (int)sizeof seal_paths && seal_paths[*pos] == '\n') (*pos)++;
-        if (len < 3 || seal_paths[start] != kind || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
+        if (len < 3 || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
         for (int i = start + 2; i < start + len; i++) out[n++] = seal_paths[i];
         out[n] = 0;
-        return 1;
+        return seal_paths[start];
     }
     return 0;
 }
+
+/* the next "KIND:" path of seal_paths from *pos into out; 0 at the end */
+static int next_path(int *pos, char kind, char *out, int size) {
+    for (char k; (k = next_entry(pos, out, size));)
+        if (k == kind) return 1;
+    return 0;
+}
+
+/* UV in decimal at OUT (no NUL): its length */
+static int put_uint(char *out, unsigned long v) {
+    char d[24];
+    int j = 0, n = 0;
+    do d[j++] = (char)('0' + v % 10); while ((v /= 10) && j < 20);
+    while (j) out[n++] = d[--j];
+    return n;
+}
+
 
 /* s is dir or inside it */
 static int under(const char *s, const char *dir) {
@@ -158,17 +186,12 @@ static int under_kind(const char *s, char kind);
 static int program_in_workdir(long k, const char *cwd);
 
 static int grader(void) {
-    char t[256], cwd[512];
+    char t[256], cwd[4096];
     int cwd_tests = 0;
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)buf, 4095, 0);
-    cwd[0] = 0;
-    if (n > 0) {
-        buf[n] = 0;
-        for (int pos = 0; next_path(&pos, 't', t, sizeof t);)
-            if (under(buf, t)) cwd_tests = 1;
-        for (long i = 0; i <= n && i < (long)sizeof cwd - 1; i++) cwd[i] = buf[i];
-        cwd[sizeof cwd - 1] = 0;
-    }
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    cwd[n > 0 ? n : 0] = 0;
+    for (int pos = 0; n > 0 && next_path(&pos, 't', t, sizeof t);)
+        if (under(cwd, t)) cwd_tests = 1;
     long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
     if (k < 0) return cwd_tests;
     cmdline_len = k;
@@ -240,13 +263,9 @@ static int in_system_dirs(const char *path) {
  * bash run.sh /tests/case). An argument that names a tests' path makes a test runner the tests'
  * own, never the code under test that the tests hand a path. */
 static int program_in_workdir(long k, const char *cwd) {
-    char exe[512];
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
-    if (n > 0) {
-        exe[n] = 0;
-        if (under_kind(exe, 'w')) return 1;
-    }
-    if (k <= 0 || !(named(n > 0 ? exe : buf, interpreters) || named(buf, interpreters))) return 0;
+    const char *exe = self_exe();
+    if (exe && under_kind(exe, 'w')) return 1;
+    if (k <= 0 || !(named(exe ? exe : buf, interpreters) || named(buf, interpreters))) return 0;
     long i = 0;
     while (i < k && buf[i]) i++; /* past argv[0] */
     for (i++; i < k; i++) {
@@ -344,16 +363,15 @@ static int module_in_workdir(const char *mod) {
  * list of what the code under test may look like: whatever is not known to be the tests' is it.
  * Call after grader(): buf holds the cmdline (K bytes), cwd is read again. */
 static int code_under_test(long k) {
-    char exe[512], cwd[512];
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
-    if (n <= 0) return 1;
-    exe[n] = 0;
+    char cwd[512];
+    const char *exe = self_exe();
+    if (!exe) return 1;
     if (!in_system_dirs(exe) || under_kind(exe, 'w')) return 1; /* the workdir's, /tmp's, a venv's */
     const char *name = exe;
     if (named(exe, (const char *const[]){"busybox", 0}) && k > 0) name = buf; /* busybox: by argv[0] */
     if (named(name, build_tools)) return 1;
     if (!named(name, interpreters)) return 0; /* a tool that runs no code but its own */
-    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
     cwd[n > 0 ? n : 0] = 0;
     if (n <= 0 || env_reaches_workdir()) return 1;
     long i = 0;
@@ -405,20 +423,16 @@ static int run_by_git(long k) {
     long ppid = 0;
     while (*p >= '0' && *p <= '9') ppid = ppid * 10 + (*p++ - '0');
     if (ppid <= 0) return 0;
-    char d[24];
-    int j = 0, m = 0;
-    do d[j++] = (char)('0' + ppid % 10); while ((ppid /= 10) && j < 20);
+    int m = 0;
     for (const char *q = "/proc/"; *q; q++) path[m++] = *q;
-    while (j) path[m++] = d[--j];
+    m += put_uint(path + m, (unsigned long)ppid);
     for (const char *q = "/comm"; *q; q++) path[m++] = *q;
     path[m] = 0;
     if (read_whole(path, comm, sizeof comm) <= 0) return 0;
     if (!(comm[0] == 'g' && comm[1] == 'i' && comm[2] == 't' && (comm[3] == '\n' || comm[3] == '-' || !comm[3])))
         return 0;
-    char exe[512];
-    n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/exe", (long)exe, sizeof exe - 1, 0);
-    if (n <= 0) return 1;
-    exe[n] = 0;
+    const char *exe = self_exe();
+    if (!exe) return 1;
     if (in_system_dirs(exe) && (prefix(exe, "/usr/lib/git-core/") || named(exe, (const char *const[]){"git", 0}) ||
                                 prefix(exe, "/usr/bin/git-") || prefix(exe, "/bin/git-")))
         return 0; /* git's own programs */
@@ -442,17 +456,8 @@ struct dirent64 {
  * running test.sh and the graders from the code under test (round VII's posix-spawn-static appended
  * a line to /tests/test.sh). */
 static int next_kept(int *pos, char *out, int size) {
-    while (*pos < (int)sizeof seal_paths && seal_paths[*pos]) {
-        int start = *pos, n = 0;
-        while (*pos < (int)sizeof seal_paths && seal_paths[*pos] && seal_paths[*pos] != '\n') (*pos)++;
-        int len = *pos - start;
-        if (*pos < (int)sizeof seal_paths && seal_paths[*pos] == '\n') (*pos)++;
-        char kind = seal_paths[start];
-        if (len < 3 || (kind != 'r' && kind != 'k') || seal_paths[start + 1] != ':' || len - 2 >= size) continue;
-        for (int i = start + 2; i < start + len; i++) out[n++] = seal_paths[i];
-        out[n] = 0;
-        if (kind == 'r' || !under_kind(out, 'w')) return 1;
-    }
+    for (char k; (k = next_entry(pos, out, size));)
+        if (k == 'r' || (k == 'k' && !under_kind(out, 'w'))) return 1;
     return 0;
 }
 
@@ -838,11 +843,8 @@ static void probe(long abi) {
     long a0 = 0;
     while (a0 < k && buf[a0]) a0++;
     if (a0 + 1 >= k || !same(buf + a0 + 1, arg)) return;
-    char m[32] = "landlock=", d[24];
-    int n = 9, j = 0;
-    unsigned long v = abi < 0 ? 0 : (unsigned long)abi;
-    do d[j++] = (char)('0' + v % 10); while ((v /= 10) && j < 20);
-    while (j) m[n++] = d[--j];
+    char m[32] = "landlock=";
+    int n = 9 + put_uint(m + 9, abi < 0 ? 0 : (unsigned long)abi);
     m[n++] = '\n';
     sys5(__NR_write, 1, (long)m, n, 0, 0);
 }

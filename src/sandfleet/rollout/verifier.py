@@ -215,7 +215,6 @@ if [ -n "$owner" ]; then chown "$owner" -- "$home"; fi
 if [ -n "$CODE_HOME" ]; then
   rm -rf -- "$CODE_HOME"; mkdir -m 0700 -- "$CODE_HOME"
   if [ -n "$owner" ]; then chown "$owner" -- "$CODE_HOME"; fi
-  printf 'codehome=%s\n' "$CODE_HOME"
 fi
 py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
@@ -466,7 +465,7 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     risks: list[str] = []
     for line in stdout.splitlines():
         key, sep, value = line.partition("=")
-        if sep and key in ("home", "python", "uid", "seal", "landlock", "demote", "codehome"):
+        if sep and key in ("home", "python", "uid", "seal", "landlock", "demote"):
             values[key] = value
             continue
         kind, _, what = line.partition(": ")

@@ -643,6 +643,7 @@ python3 - <<'E'
 open('/logs/verifier/from-heredoc.txt', 'w').write('ok')
 E
 sh -c 'echo ok > /logs/verifier/from-sh-c.txt'
+PATH=/app/bin:$PATH sh -c 'exec tee /logs/verifier/path-walk.txt >/dev/null' <<< ok
 python3 /tests/grade.py
 '''
 
@@ -652,9 +653,12 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
     redirect of the agent's program's output, a python heredoc, an sh -c, a grader of the tests'
     folder (round V's line: the system's tools and the tests' own one-liners and heredocs write).
-    On gVisor too, where the code under test is a user of its own."""
+    On gVisor too, where the code under test is a user of its own. And dash's own walk of a PATH
+    whose first folder is the workdir's: its failed exec of /app/bin/tee kept nothing (the seal
+    looks before it keeps), so the /usr/bin/tee it ran next still wrote."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
-             f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt'))\n"
+             f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt', "
+             f"'path-walk.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],

@@ -450,11 +450,11 @@ struct dirent64 {
     char d_name[];
 };
 
-/* The next kept folder from *pos: a reward folder ("r:"), or a tests' folder the verifier asks to
- * keep ("k:"). The tests' folders are root's and the tests a user of their own on bwrap and gvisor,
- * but on microvm (and for tests that run as root) every command is root: there only this keeps the
- * running test.sh and the graders from the code under test (round VII's posix-spawn-static appended
- * a line to /tests/test.sh). */
+/* The next kept folder from *pos: a reward folder ("r:"), or a tests' folder ("k:", the verifier
+ * asks on every backend). The tests' folders are root's and the tests a user of their own on bwrap
+ * and gvisor, but on microvm (and for tests that run as root) every command is root: there only
+ * this keeps the running test.sh and the graders from the code under test (round VII's
+ * posix-spawn-static appended a line to /tests/test.sh). */
 static int next_kept(int *pos, char *out, int size) {
     for (char k; (k = next_entry(pos, out, size));)
         if (k == 'r' || (k == 'k' && !under_kind(out, 'w'))) return 1;
@@ -636,8 +636,29 @@ static int exec_target_is_code(const char *path, char *const argv[]) {
     return path[0] != '/' || !in_system_dirs(path) || under_kind(path, 'w');
 }
 
+/* PATH would not start (missing, a folder, not executable: a PATH search's candidate that is
+ * not there): the errno execve would answer, 0 when it can start. Asked before the exec hook keeps
+ * a process, which no failed exec undoes: dash's own PATH walk tried /app/.venv/bin/tar before
+ * /usr/bin/tar, and the guest's root tar that uploads the tests was kept from /tests. Nothing runs
+ * when this answers an error (the exec is not made), so a file that appears after it was looked at
+ * never runs unkept. */
+static int cannot_exec(const char *path) {
+    unsigned long long stx[32]; /* struct statx: stx_mode, a u16 at byte 28 */
+    long r = sys5(__NR_statx, AT_FDCWD, (long)path, 0, 1 /* STATX_TYPE */, (long)stx);
+    if (r < 0) return (int)-r;
+    unsigned short mode = ((unsigned short *)stx)[14];
+    if ((mode & 0170000) != 0100000) return 13; /* EACCES: not a regular file */
+    r = sys5(__NR_faccessat, AT_FDCWD, (long)path, 1 /* X_OK */, 0, 0);
+    return r < 0 ? (int)-r : 0;
+}
+
 static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
     if (exec_target_is_code(path, argv)) {
+        int err = cannot_exec(path);
+        if (err) {
+            *errno_at() = err;
+            return -1;
+        }
         long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
         int kept = 0;
         if (abi >= 1) kept = restrict_rewards((int)abi) == 0;

@@ -5,7 +5,10 @@ docs/security.md keeps: per attack, contained (scored 0), forged (a reward above
 abstained (masked: an infra fault, reward null; or the rollout failed).
 
     scripts/attack-table.py [--tasks DIR] [--backends bwrap,gvisor,microvm] [--modes shared,separate]
-                            [--out runs/attacks] [--json]
+                            [--out DIR] [--json]
+
+Each backend and mode runs in a fresh folder (under --out, which must not hold an earlier table's
+rows: `sandfleet run --out` resumes, and a resumed row is an earlier build's answer).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent.parent
@@ -49,13 +53,19 @@ def main() -> int:
     ap.add_argument("--tasks", type=Path, default=HERE / "tests" / "fixtures" / "attacks-iii")
     ap.add_argument("--backends", default="bwrap,gvisor,microvm")
     ap.add_argument("--modes", default="shared,separate")
-    ap.add_argument("--out", type=Path, default=Path("runs") / "attacks")
+    ap.add_argument("--out", type=Path, default=None, help="default: a new temporary folder")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     cols = [(b, m) for b in args.backends.split(",") for m in args.modes.split(",")]
+    out = args.out or Path(tempfile.mkdtemp(prefix="sandfleet-attacks-"))
+    stale = [out / f"{b}-{m}" for b, m in cols if (out / f"{b}-{m}" / "rollouts.jsonl").exists()]
+    if stale:
+        sys.stderr.write(f"attack-table: {stale[0]} holds an earlier run's rows (they would be resumed, not run): "
+                         "give an empty --out\n")
+        return 2
     table: dict[str, dict[str, tuple[str, str]]] = {}
     for b, m in cols:
-        for task, cell in run(args.tasks, b, m, args.out / f"{b}-{m}").items():
+        for task, cell in run(args.tasks, b, m, out / f"{b}-{m}").items():
             table.setdefault(task, {})[f"{b}/{m}"] = cell
     if args.json:
         print(json.dumps(table, indent=1))

@@ -786,6 +786,100 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
 
 
+# -- the code under test inside a tests' process (round VIII: the guard's stack, agent/seal.c's exit)
+
+IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"],
+              "viii": ["atexit-copyfile", "timer-thread-copyfile", "weakref-finalize-copy", "thread-exit0",
+                       "ctypes-exit0", "pickle-system", "import-systemexit", "exec-true-at-import",
+                       "fork-child-ctypes-write", "ctypes-open-write", "pytest-report-patch"]}
+"""What a grader's own process runs of the workdir's (it imports the solution, or unpickles the
+agent's data): every one forged before the guard watched the stack (round V's and VI's three on
+every backend; round VIII's written against it). Round VIII's raise-systemexit-in-call is the
+guard's named gap (docs/security.md, "In the tests' process")."""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
+async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) -> None:
+    """The grader's process runs the code under test in itself: whatever that code does there -- an
+    exit handler or a timer thread of library functions, a finalizer, os._exit or libc's _exit,
+    SystemExit as it is imported, an exec of the process, a pickle that starts a shell, a child
+    forked to write through libc, pytest's own functions replaced -- the reward stays the 0 the
+    tests decided, and is never masked. On bwrap in both verify modes; on gVisor with its uid split
+    (SANDFLEET_SEAL_UID=1: the shell a pickle starts, the child the code forks, are the tests' user
+    there, where Landlock keeps them elsewhere)."""
+    from sandfleet.tasks import load_tasks
+
+    tasks = [t for r, wanted in IN_PROCESS.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
+             if t.name in wanted]
+    assert len(tasks) == sum(len(w) for w in IN_PROCESS.values())
+    for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
+        cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
+        os.environ["SANDFLEET_SEAL_UID"] = "1"
+        try:
+            report = await run_suite(tasks, OraclePolicy(), cfg)
+        finally:
+            del os.environ["SANDFLEET_SEAL_UID"]
+        assert len(report.results) == len(tasks)
+        for r in report.results:
+            assert r.status == "completed" and r.reward == 0.0, (backend, verify, r.task, r.reason, r.reward,
+                                                                 r.verifier_output)
+
+
+HONEST_SOLUTION = """import atexit, ctypes, dataclasses, os, tempfile, threading
+@dataclasses.dataclass
+class Point:
+    x: int
+_fd, _tmp = tempfile.mkstemp()
+os.close(_fd)
+atexit.register(os.remove, _tmp)  # its own cleanup, at the end of whatever process imported it
+def double(n):
+    return n * 2
+def greet():
+    assert ctypes.CDLL(None).strlen(b"hello") == 5  # a libc function that writes, starts or ends nothing
+    t = threading.Thread(target=lambda: None)
+    t.start()
+    t.join()
+    return "hello" if Point(1).x == 1 else "no"
+"""
+HONEST_GRADE = f"""import dataclasses, multiprocessing, os, pickle, subprocess, sys
+sys.path.insert(0, "/app")
+import solution
+@dataclasses.dataclass
+class Case:
+    x: int
+with multiprocessing.get_context("fork").Pool(2) as pool:
+    ok = pool.map(solution.double, [1, 2, 3]) == [2, 4, 6]
+ok = ok and pickle.loads(pickle.dumps(Case(3))).x == 3 and solution.greet() == "hello"
+subprocess.run(["sh", "-c", "echo ok > /logs/verifier/from-grader-sh.txt"], check=True)
+ok = ok and os.path.exists("/logs/verifier/from-grader-sh.txt")
+open("{REWARD}", "w").write("1" if ok else "0")
+sys.stdout.flush()
+os._exit(0)
+"""
+HONEST_PYTEST = """import solution
+def test_greet():
+    assert solution.greet() == "hello"
+def test_double():
+    assert solution.double(4) == 8
+"""
+
+
+@BACKENDS
+async def test_a_graders_own_ways_inside_its_process_still_score_one(tmp_path: Path, backend: str) -> None:
+    """What the guard watches inside a tests' process keeps honest graders whole: a grader that
+    imports the solution, forks a pool of workers that run it, pickles its own data, starts a shell
+    that writes the reward folder, writes the reward and ends with os._exit(0) (its own); a solution
+    with dataclasses, a thread, an exit handler of its own and a harmless libc call through ctypes;
+    and pytest over that solution, by its exit status."""
+    grader = harbor_task(tmp_path, "grader", f"cd /tests && python3 /tests/grade.py || echo 0 > {REWARD}\n",
+                         tests={"grade.py": HONEST_GRADE})
+    pytest_task = harbor_task(tmp_path, "pytest", "cd /app && python3 -m pytest -q -p no:cacheprovider "
+                              "--confcutdir=/tests /tests/test_out.py\nrc=$?\n" + BY_EXIT,
+                              tests={"test_out.py": HONEST_PYTEST})
+    for r in await rollouts([grader, pytest_task], [write("/app/solution.py", HONEST_SOLUTION)], backend=backend):
+        assert r.reward == 1.0, (backend, r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
 async def test_the_warden_and_the_reward_rule_hold_through_the_service(tmp_path: Path) -> None:
     """--remote: the warden's count comes back in the exec's exit record, and the seal's copy
     with its folders is what the guest runs."""

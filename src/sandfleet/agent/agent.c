@@ -792,7 +792,7 @@ static long proc_self_pid(void) {
 }
 
 /* /proc/PID/stat's ppid, or -1 */
-static long proc_ppid(const char *pid) {
+static long proc_ppid(const char *pid, char *state) {
     char path[300], st[512];
     snprintf(path, sizeof path, "/proc/%s/stat", pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -802,15 +802,17 @@ static long proc_ppid(const char *pid) {
     if (k <= 0) return -1;
     st[k] = 0;
     char *rp = strrchr(st, ')');
-    char state;
     long ppid;
-    if (!rp || sscanf(rp + 2, "%c %ld", &state, &ppid) != 2) return -1;
+    if (!rp || sscanf(rp + 2, "%c %ld", state, &ppid) != 2) return -1;
     return ppid;
 }
 
 #define WARDEN_MAX 4096
 static long warden_seen[WARDEN_MAX], warden_kids[WARDEN_MAX]; /* /proc's pids */
-static int warden_nseen, warden_nkids, warden_detached;
+/* processes seen dead (zombies) while the process that started them still lived: one that comes
+ * to us after it ended did not outlive its parent (a grader that forks and never reaps) */
+static long warden_dead[WARDEN_MAX];
+static int warden_nseen, warden_nkids, warden_ndead, warden_detached;
 
 static int warden_has(const long *set, int n, long pid) {
     for (int i = 0; i < n; i++) if (set[i] == pid) return 1;
@@ -833,10 +835,19 @@ static void warden_scan(long me, long cmd, int at_end) {
         if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
         long pid = atol(e->d_name);
         if (pid == cmd || pid == me) continue;
-        long ppid = proc_ppid(e->d_name);
+        char state = 0;
+        long ppid = proc_ppid(e->d_name, &state);
+        if (state == 'Z' && ppid != me && ppid > 0 && !warden_has(warden_dead, warden_ndead, pid) &&
+            warden_ndead < WARDEN_MAX)
+            warden_dead[warden_ndead++] = pid;
+        else if (state != 'Z') /* alive: a pid used again is a new process, never one seen dead */
+            for (int i = 0; i < warden_ndead; i++)
+                if (warden_dead[i] == pid) warden_dead[i] = warden_dead[--warden_ndead];
         /* (one of the command's own that is ours now: the command exited since we last waited,
            between that wait and this scan, and its background jobs came to us -- not detached) */
-        if (ppid == me && !warden_has(warden_kids, warden_nkids, pid)) warden_note(pid);
+        if (ppid == me && !warden_has(warden_kids, warden_nkids, pid) &&
+            !(state == 'Z' && warden_has(warden_dead, warden_ndead, pid)))
+            warden_note(pid);
         else if (ppid == cmd && cmd > 0 && !at_end && !warden_has(warden_kids, warden_nkids, pid) &&
                  warden_nkids < WARDEN_MAX)
             warden_kids[warden_nkids++] = pid;
@@ -899,7 +910,9 @@ static void warden(int report, int pst_w, const char *user) {
             if (p == cmd) { st = w; done = 1; }
             /* an orphan that ended (not a background job of the command's, ending as it ended,
                where /proc's pids are the namespace's) */
-            else if (!(pidns_proc() && warden_has(warden_kids, warden_nkids, (long)p))) warden_note((long)p);
+            else if (!(pidns_proc() && (warden_has(warden_kids, warden_nkids, (long)p) ||
+                                        warden_has(warden_dead, warden_ndead, (long)p))))
+                warden_note((long)p);
         }
         if (done) break;
         if (me > 0) warden_scan(me, cmd_p, 0);

@@ -353,6 +353,38 @@ static int module_in_workdir(const char *mod) {
     return 0;
 }
 
+/* posix_spawn's way round (below): a start the exec hook must see, through sh; the second is for a
+ * start the tests' Python guard named the code under test's (sandfleet_seal_next_start), which the
+ * sh it runs can't know of otherwise: a -c code that ends with CODE_MARK is the code under test
+ * (started_as_code, asked first). The mark only ever keeps: nothing is freed by writing it. */
+#define CODE_MARK "\n# sandfleet: the code under test"
+static const char trampoline[] = "exec \"$0\" \"$@\"";
+static const char code_trampoline[] = "exec \"$0\" \"$@\"" CODE_MARK;
+
+/* This program is an sh -c CODE whose CODE ends with CODE_MARK (system(), popen() and posix_spawn
+ * of a start the guard named the code under test's). Reads the cmdline into buf. */
+static int started_as_code(void) {
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    static const char mark[] = CODE_MARK;
+    long m = sizeof mark - 1;
+    for (long i = 0; i + 1 < k; i++) {
+        long end = i;
+        while (end < k && buf[end]) end++;
+        if (buf[i] == '-' && buf[i + 1] == 'c' && end == i + 2 && end + 1 < k) { /* -c: the next is the code */
+            long c = end + 1, ce = c;
+            while (ce < k && buf[ce]) ce++;
+            if (ce - c >= m) {
+                int same_end = 1;
+                for (long j = 0; j < m; j++) same_end &= buf[ce - m + j] == mark[j];
+                if (same_end) return 1;
+            }
+            return 0;
+        }
+        i = end;
+    }
+    return 0;
+}
+
 /* Is this program the code under test? The default: yes. The reward folders stay open only to
  * the tests' own programs (grader(), asked first: a program that names a tests' path or runs
  * from a tests' folder) and to the image's own tools that run no code but their own (cat, tee,
@@ -619,10 +651,16 @@ static char *const *with_code_home(char *const envp[]) {
     return envcopy;
 }
 
+/* The tests' Python guard's word on the next program this process starts: 1 when the Python stack
+ * that starts it holds code of the workdir's (or runs inside an unpickling), in a tests' program
+ * that loaded such code (sandfleet_seal_next_start). Set before every start Python makes. */
+static int start_is_code;
+
 static int exec_target_is_code(const char *path, char *const argv[]) {
     char t[256], cwd[512];
     int pos = 0;
     if (!next_path(&pos, 't', t, sizeof t) || !path) return 0;
+    if (start_is_code) return 1;
     if (path[0] == '/' && under_kind(path, 'w')) return 1; /* the workdir's, whatever its arguments name */
     if (argv)
         for (int i = 0; argv[i]; i++)
@@ -652,7 +690,19 @@ static int cannot_exec(const char *path) {
     return r < 0 ? (int)-r : 0;
 }
 
+static long armed_pid;
+static int exec_ok;
+
 static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
+    if (armed_pid && !exec_ok && sys5(__NR_getpid, 0, 0, 0, 0, 0) == armed_pid) {
+        /* the tests' process that loaded the workdir's code (sandfleet_seal_arm_exit): the code
+           under test can't replace it with a program whose status the tests then read */
+        static const char m[] = "sandfleet: the code under test can't replace the tests' process (exec); refused\n";
+        sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+        *errno_at() = EPERM;
+        return -1;
+    }
+    exec_ok = 0;
     if (exec_target_is_code(path, argv)) {
         int err = cannot_exec(path);
         if (err) {
@@ -733,8 +783,6 @@ __attribute__((visibility("default"))) int execvp(const char *file, char *const 
  * The real functions are libc's, by dlsym(RTLD_NEXT); without dlsym they answer ENOSYS. */
 extern void *dlsym(void *handle, const char *name) __attribute__((weak));
 typedef int (*spawn_fn)(int *, const char *, const void *, const void *, char *const[], char *const[]);
-static const char trampoline[] = "exec \"$0\" \"$@\"";
-
 static int spawn_through(const char *name, int search, int *pid, const char *path, const void *actions,
                          const void *attr, char *const argv[], char *const envp[]) {
     spawn_fn real = dlsym ? (spawn_fn)dlsym((void *)-1L /* RTLD_NEXT */, name) : 0;
@@ -749,7 +797,7 @@ static int spawn_through(const char *name, int search, int *pid, const char *pat
     int k = 0;
     sh[k++] = (char *)"sh";
     sh[k++] = (char *)"-c";
-    sh[k++] = (char *)trampoline;
+    sh[k++] = (char *)(start_is_code ? code_trampoline : trampoline);
     sh[k++] = (char *)path;
     for (int i = 1; argv && argv[0] && argv[i] && k < 1023; i++) sh[k++] = argv[i];
     sh[k] = 0;
@@ -765,6 +813,39 @@ __attribute__((visibility("default"))) int posix_spawn(int *pid, const char *pat
 __attribute__((visibility("default"))) int posix_spawnp(int *pid, const char *file, const void *actions,
                                                         const void *attr, char *const argv[], char *const envp[]) {
     return spawn_through("posix_spawnp", 1, pid, file, actions, attr, argv, envp);
+}
+
+/* system() and popen(): libc starts their sh with its own spawn, not the exec above. A command the
+ * guard named the code under test's (os.system in an unpickling, in a grader from the workdir's code)
+ * goes with CODE_MARK after it, so that its sh is kept (started_as_code). 0 when it can't be marked. */
+static char marked_cmd[65536];
+static const char *mark_command(const char *cmd) {
+    static const char mark[] = CODE_MARK;
+    long n = 0;
+    while (cmd[n]) n++;
+    if (n + (long)sizeof mark > (long)sizeof marked_cmd) return 0;
+    for (long i = 0; i < n; i++) marked_cmd[i] = cmd[i];
+    for (long i = 0; i < (long)sizeof mark; i++) marked_cmd[n + i] = mark[i]; /* with its NUL */
+    return marked_cmd;
+}
+
+__attribute__((visibility("default"))) int system(const char *cmd) {
+    int (*real)(const char *) = dlsym ? (int (*)(const char *))dlsym((void *)-1L, "system") : 0;
+    if (!real) { *errno_at() = 38; return -1; } /* ENOSYS */
+    if (!cmd || !start_is_code) return real(cmd);
+    const char *marked = mark_command(cmd);
+    if (!marked) { *errno_at() = 7; return -1; } /* E2BIG */
+    return real(marked);
+}
+
+__attribute__((visibility("default"))) void *popen(const char *cmd, const char *type) {
+    void *(*real)(const char *, const char *) =
+        dlsym ? (void *(*)(const char *, const char *))dlsym((void *)-1L, "popen") : 0;
+    if (!real) { *errno_at() = 38; return 0; }
+    if (!cmd || !start_is_code) return real(cmd, type);
+    const char *marked = mark_command(cmd);
+    if (!marked) { *errno_at() = 7; return 0; }
+    return real(marked, type);
 }
 
 #if defined(__x86_64__)
@@ -846,6 +927,59 @@ __attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
     return restrict_rewards((int)abi) == 0 ? 1 : -1; /* 1: kept; the caller takes the code's HOME */
 }
 
+/* ---- the code under test inside a tests' own process (docs/security.md, "In the tests' process") ----
+ * A grader that imports the workdir's code runs it in its own process: Landlock can't tell them
+ * apart there. The tests' Python guard can, by the Python stack: what runs while a frame of the
+ * workdir's (or an unpickling) is on it is the code under test's. It tells this library, which
+ * holds what the guard can't: the exec hook above (start_is_code) and the exit below. */
+
+/* PATH is in a kept folder (a reward folder, the tests' HOME, a tests' folder): 1, else 0. */
+__attribute__((visibility("default"))) int sandfleet_seal_kept(const char *path) {
+    char r[256];
+    if (!path) return 0;
+    for (int pos = 0; next_kept(&pos, r, sizeof r);)
+        if (under(path, r)) return 1;
+    return 0;
+}
+
+/* The next program this process starts is the code under test's (1) or decided as before (0). */
+__attribute__((visibility("default"))) void sandfleet_seal_next_start(int code) { start_is_code = code != 0; }
+
+/* The process whose exit status the tests read, once it has loaded the workdir's code: an _exit it
+ * makes reports no success unless the guard sanctioned it (its caller was the tests' own code), and
+ * an exec of it is refused unless the guard said the tests' own code asks for it (exec_ok, once). */
+static int sanctioned;
+__attribute__((visibility("default"))) void sandfleet_seal_exec_ok(void) { exec_ok = 1; }
+
+/* A child the code under test forked inside a grader: kept from the reward folders at once, in
+ * the kernel (Landlock), before any more of its code runs. 0 when kept; 2 where the seal demotes
+ * instead (no Landlock, the tests root: the caller drops to sandfleet_seal_uid() in every thread). */
+__attribute__((visibility("default"))) int sandfleet_seal_keep_self(void) {
+    long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
+    if (abi >= 1) return restrict_rewards((int)abi);
+    return demotes(abi) ? 2 : -1;
+}
+__attribute__((visibility("default"))) void sandfleet_seal_arm_exit(void) {
+    armed_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
+}
+__attribute__((visibility("default"))) void sandfleet_seal_sanction_exit(void) { sanctioned = 1; }
+
+/* _exit and _Exit (os._exit, ctypes' _exit): libc's own exit() ends through its internal _exit,
+ * not this one, so a normal end is untouched. An armed process's unsanctioned _exit(0) -- the code
+ * under test ending the tests' runner before it decided (round V's in-process-exit0, round VI's
+ * pickle-exit0) -- exits 1, and says so. A forked child (another pid) is left alone. */
+static void __attribute__((noreturn)) seal_exit(int status) {
+    if (status == 0 && armed_pid && !sanctioned && sys5(__NR_getpid, 0, 0, 0, 0, 0) == armed_pid) {
+        static const char m[] = "sandfleet: the code under test ended the tests' process with _exit(0); "
+                                "it exits 1 (docs/security.md, \"In the tests' process\")\n";
+        sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+        status = 1;
+    }
+    for (;;) sys5(__NR_exit_group, status, 0, 0, 0, 0);
+}
+__attribute__((visibility("default"))) void _exit(int status) { seal_exit(status); }
+__attribute__((visibility("default"))) void _Exit(int status) { seal_exit(status); }
+
 /* The code under test's HOME (the caller, Python's guard, puts it in os.environ), or 0. */
 __attribute__((visibility("default"))) const char *sandfleet_seal_code_home(void) {
     return code_home() ? home_env + 5 : 0;
@@ -880,7 +1014,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
         char t0[256];
         int p0 = 0;
         if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) &&
-            ((grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len))) {
+            (started_as_code() || (grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len))) {
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
         }
@@ -891,7 +1025,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     char t[256];
     int pos = 0;
     int keep = next_path(&pos, 't', t, sizeof t) &&
-               ((grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len));
+               (started_as_code() || (grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len));
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

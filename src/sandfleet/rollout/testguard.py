@@ -162,7 +162,8 @@ def git_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 PY_GUARD = r'''"""sandfleet's verifier guard (docs/security.md): a module of the agent's workdir never
-replaces a standard-library or installed one. Made by root; read-only for the tests."""
+replaces a standard-library or installed one, and what the workdir's code does inside a tests'
+process is the code under test's. Made by root; read-only for the tests."""
 
 
 def _sandfleet_guard():
@@ -171,15 +172,18 @@ def _sandfleet_guard():
     from importlib.machinery import PathFinder
 
     here = os.path.dirname(os.path.realpath(__file__))
+    mine = sys._getframe(0).f_code.co_filename
     untrusted = [p.rstrip("/") for p in os.environ.get("SANDFLEET_UNTRUSTED", "").split(":") if p]
+    verdicts = {}
+
+    def untrusted_path(p):
+        real = os.path.realpath(str(p))
+        return real == here or any(real == u or real.startswith(u + "/") for u in untrusted)
 
     def trusted(entry):
         if not isinstance(entry, str) or entry in ("", "."):
             return False
-        real = os.path.realpath(entry)
-        if real == here:
-            return False
-        return not any(real == u or real.startswith(u + "/") for u in untrusted)
+        return not untrusted_path(entry)
 
     # site runs before the cwd or script folder is put first on sys.path: none of them is here
     paths = [p for p in sys.path if trusted(p)]
@@ -190,7 +194,180 @@ def _sandfleet_guard():
         def is_frozen(name):
             return False
 
-    sealed = []
+    runpy = os.path.join(os.path.dirname(os.__file__), "runpy.py")  # python -m's bottom frame
+    sealed = []  # the seal's rule asked for (this program loaded the workdir's code)
+    inside = []  # a grader that loaded it: its writes, starts and exits are watched by the stack
+    armed = []  # the exit status is the tests' (its main program is theirs)
+    running_code = [0]  # inside an unpickling, or a handler the code under test registered
+    lib = []
+
+    def seal_lib():
+        if not lib:
+            try:
+                import ctypes
+
+                lib.append(ctypes.CDLL(None))
+                lib[0].sandfleet_seal_rewards  # a seal is loaded
+            except (ImportError, OSError, AttributeError):
+                lib[:] = [None]
+        return lib[0]
+
+    def by_code():
+        """What runs now is the code under test's: the Python stack holds code of the workdir's, or
+        code compiled from a string (not the tests' own one-liner at its bottom), or runs inside an
+        unpickling or a handler the code under test registered; or it does not start at the main
+        program (an atexit handler, a thread's target: what the code under test left to run later
+        runs without its own frame, so only the main program's own stack is the tests')."""
+        if running_code[0]:
+            return True
+        f = sys._getframe(1)
+        bottom = None
+        while f is not None:
+            name = f.f_code.co_filename
+            if name != mine:
+                bad = verdicts.get(name)
+                if bad is None:
+                    if name.startswith("<"):
+                        bad = not name.startswith("<frozen")
+                    else:
+                        bad = untrusted_path(name)
+                    verdicts[name] = bad
+                if bad and not (f.f_back is None and name in ("<string>", "<stdin>") and
+                                f.f_globals.get("__name__") == "__main__"):
+                    return True
+                bottom = f
+            f = f.f_back
+        return bottom is None or not (bottom.f_globals.get("__name__") == "__main__" or
+                                      bottom.f_code.co_filename in ("<frozen runpy>", runpy))
+
+    runners = ("_pytest", "pytest", "pluggy", "unittest")
+    before = {}  # the runner's functions as the code under test found them (arm)
+
+    def runner_values():
+        """(module, attribute, value) of the test runner's modules and their classes."""
+        for mod_name, module in list(sys.modules.items()):
+            if module is None or mod_name.split(".")[0] not in runners:
+                continue
+            for attr, value in list(vars(module).items()):
+                yield mod_name, attr, value
+                owner = getattr(value, "__module__", None)
+                if isinstance(value, type) and isinstance(owner, str) and owner.split(".")[0] in runners:
+                    for name, member in list(vars(value).items()):
+                        yield mod_name, attr + "." + name, member
+
+    def foreign(value, known):
+        """VALUE is a function (a method's, a property's) of code the code under test wrote: of a file
+        of the workdir's; or, where it replaced one the runner had (KNOWN), compiled from a string."""
+        for v in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
+            code = getattr(v, "__code__", None)
+            if code is None:
+                continue
+            name = code.co_filename
+            if (known and name.startswith("<") and not name.startswith("<frozen")) or \
+                    (not name.startswith("<") and untrusted_path(name)):
+                return True
+        return False
+
+    def runner_intact():
+        """As an armed process ends: the test runner's own functions (pytest's, pluggy's, unittest's)
+        were not replaced by the code under test's, which would decide what the runner reports (a
+        test that failed reported passed). Replaced: the process exits 1, and says what."""
+        for mod_name, attr, value in runner_values():
+            was = before.get((mod_name, attr))
+            if was is not None and was == id(value):
+                continue
+            if foreign(value, was is not None):
+                print("sandfleet: the code under test replaced %s.%s of the test runner inside the tests' "
+                      "process; it exits 1" % (mod_name, attr), file=sys.stderr, flush=True)
+                os._exit(1)
+
+    def arm():
+        """The exit status of this program is the tests' when its main program is: an _exit the
+        code under test makes reports no success (agent/seal.c, seal_exit)."""
+        if armed:
+            return
+        armed.append(1)
+        main = sys.modules.get("__main__")
+        where = getattr(main, "__file__", None)
+        if where is not None and untrusted_path(where):
+            return  # the workdir's program: its exit status is its own
+        seal = seal_lib()
+        if seal is not None:
+            seal.sandfleet_seal_arm_exit()
+        real_exit = os._exit
+
+        def _exit(n):
+            if not by_code() and seal is not None:
+                seal.sandfleet_seal_sanction_exit()
+            real_exit(n)
+
+        os._exit = _exit
+        import atexit
+
+        before.update(((m, a), id(v)) for m, a, v in runner_values())
+        atexit.register(runner_intact)  # the first handler: it runs last
+        sys_exit = sys.exit
+
+        def exit(*args):
+            if (not args or args[0] in (0, None)) and by_code():
+                print("sandfleet: the code under test called sys.exit(0) inside the tests' process; it exits 1",
+                      file=sys.stderr)
+                args = (1,)
+            sys_exit(*args)
+
+        sys.exit = exit
+
+    def as_code(handler):
+        """A callable the code under test registered, run as the code under test's (by_code)."""
+        if not callable(handler):
+            return handler
+
+        def run(*args, **kwargs):
+            running_code[0] += 1
+            try:
+                return handler(*args, **kwargs)
+            finally:
+                running_code[0] -= 1
+
+        return run
+
+    def watch_handlers(seal):
+        """In a grader that loaded the workdir's code: a signal handler that code sets runs as its
+        own (it would run on top of the tests' stack); a child it forks is kept at once, in the kernel
+        (agent/seal.c, sandfleet_seal_keep_self); the exec of the tests' process itself is refused
+        unless the tests' own code asks for it."""
+        import _signal
+
+        real_signal = _signal.signal
+
+        def signal(signum, handler):
+            return real_signal(signum, as_code(handler) if by_code() else handler)
+
+        _signal.signal = signal
+        if hasattr(os, "register_at_fork"):
+            forked = []
+
+            def child():
+                if forked and forked.pop() and seal.sandfleet_seal_keep_self() == 2:
+                    demote(seal)
+
+            os.register_at_fork(before=lambda: forked.append(by_code()),
+                                after_in_parent=lambda: forked.pop() if forked else None, after_in_child=child)
+
+    def demote(seal):
+        """No Landlock, the tests root: from here on this program is the tests' user, in every
+        thread (glibc's setresuid does them all)."""
+        import ctypes
+
+        seal.sandfleet_seal_uid.restype = ctypes.c_long
+        uid = seal.sandfleet_seal_uid()
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+        except (OSError, ValueError):
+            os.write(2, b"sandfleet: could not run the code under test as the tests' user; stopped\n")
+            os._exit(126)
 
     def seal_rewards():
         """This program loads code of the workdir: the seal's rule (agent/seal.c,
@@ -198,36 +375,104 @@ def _sandfleet_guard():
         if sealed:
             return
         sealed.append(1)
-        try:
+        seal = seal_lib()
+        if seal is None:
+            return
+        arm()
+        rc = seal.sandfleet_seal_rewards()
+        if rc == 0:
+            inside.append(1)  # a grader: the code runs among the tests' own
+            watch_handlers(seal)
+        if rc == 2:
+            demote(seal)
+        if rc in (1, 2):  # kept: the code under test's own HOME, not the tests'
             import ctypes
 
-            lib = ctypes.CDLL(None)
-            rc = lib.sandfleet_seal_rewards()
-        except (ImportError, OSError, AttributeError):  # no seal loaded
-            return
-        if rc == 2:  # no Landlock, the tests root: from here on this program is the tests' user,
-            # in every thread (glibc's setresuid does them all)
-            lib.sandfleet_seal_uid.restype = ctypes.c_long
-            uid = lib.sandfleet_seal_uid()
-            try:
-                os.setgroups([])
-                os.setresgid(uid, uid, uid)
-                os.setresuid(uid, uid, uid)
-            except (OSError, ValueError):
-                os.write(2, b"sandfleet: could not run the code under test as the tests' user; stopped\n")
-                os._exit(126)
-        if rc in (1, 2):  # kept: the code under test's own HOME, not the tests'
-            lib.sandfleet_seal_code_home.restype = ctypes.c_char_p
-            home = lib.sandfleet_seal_code_home()
+            seal.sandfleet_seal_code_home.restype = ctypes.c_char_p
+            home = seal.sandfleet_seal_code_home()
             if home:
                 os.environ["HOME"] = os.fsdecode(home)
 
+    writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    changes = {"os.rename": 2, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.remove": 1, "os.rmdir": 1,
+               "os.chmod": 1, "os.chown": 1, "os.mkdir": 1, "os.utime": 1, "shutil.rmtree": 1}
+    # libc's ways to write, start, signal or end, which the audit events above don't see when the code
+    # under test calls them through ctypes (by name: a leading underscore dropped)
+    native = frozenset(("open", "open64", "openat", "openat64", "creat", "creat64", "fopen", "fopen64", "freopen",
+                        "rename", "renameat", "renameat2", "link", "linkat", "symlink", "symlinkat", "unlink",
+                        "unlinkat", "truncate", "truncate64", "syscall", "execve", "execv", "execvp", "execvpe",
+                        "execl", "execlp", "fexecve", "fork", "vfork", "clone", "clone3", "system", "popen",
+                        "posix_spawn", "posix_spawnp", "kill", "tgkill", "ptrace", "process_vm_writev", "exit",
+                        "Exit", "chmod", "chown", "fchmodat", "fchownat", "mkdir", "mkdirat"))
+    starts = frozenset(("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
+                        "os.forkpty", "pty.spawn"))
+
+    def kept(path):
+        if isinstance(path, int):
+            return False
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        seal = seal_lib()
+        return seal is not None and seal.sandfleet_seal_kept(os.fsencode(real)) == 1
+
     def audit(event, args):
-        if event != "compile" or sealed or len(args) < 2 or not isinstance(args[1], (str, bytes)):
+        if event == "compile" or event == "code.__new__":
+            if len(args) < 2 or not isinstance(args[1], (str, bytes)):  # (source or code, file name, ...)
+                return
+            name = os.fsdecode(args[1])
+            if event == "compile" and not sealed and name and not name.startswith("<") and untrusted_path(name):
+                seal_rewards()  # a workdir file (runpy.run_path)
+            elif (inside or running_code[0]) and by_code():
+                verdicts[name] = True  # code the code under test compiled: whatever file name it gave
             return
-        name = os.fsdecode(args[1])
-        if name and not name.startswith("<") and untrusted_path(name):  # a workdir file (runpy.run_path)
-            seal_rewards()
+        if event == "ctypes.dlsym" and (inside or running_code[0]) and len(args) > 1 and \
+                isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
+            raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "
+                                      "inside the tests' process" % args[1])
+        if not (inside or running_code[0]):
+            if armed and event == "os.exec" and lib and lib[0] is not None and not by_code():
+                lib[0].sandfleet_seal_exec_ok()  # the tests' own code replaces its process
+            return
+        if event == "open":
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+            if (flags & writes or any(c in mode for c in "wax+")) and kept(args[0]) and by_code():
+                raise PermissionError(13, "sandfleet: the code under test can't write here from inside the "
+                                          "tests' process", os.fsdecode(args[0]))
+        elif event in changes:
+            for path in args[:changes[event]]:
+                if kept(path) and by_code():
+                    raise PermissionError(13, "sandfleet: the code under test can't change this from inside "
+                                              "the tests' process", os.fsdecode(path))
+        elif event in starts:
+            seal = seal_lib()
+            if seal is not None:
+                code = by_code()
+                seal.sandfleet_seal_next_start(1 if code else 0)
+                if event == "os.exec" and not code:
+                    seal.sandfleet_seal_exec_ok()  # the tests' own code replaces its process
+
+    class WorkdirModule:
+        """A top-level module of the workdir's, imported by a tests' program: a SystemExit it raises
+        as it runs is an ImportError (it can't end the tests' runner with a status of its own)."""
+
+        def __init__(self, loader, name):
+            self.loader, self.name = loader, name
+
+        def create_module(self, spec):
+            return self.loader.create_module(spec)
+
+        def exec_module(self, module):
+            try:
+                self.loader.exec_module(module)
+            except SystemExit as e:
+                raise ImportError("sandfleet: module %s of the workdir raised SystemExit(%r) as it was imported"
+                                  % (self.name, e.code)) from None
+
+        def __getattr__(self, attr):
+            return getattr(self.loader, attr)
 
     class SandfleetTrustedFirst:
         """Top-level modules that a trusted sys.path entry has: from there, first."""
@@ -238,26 +483,59 @@ def _sandfleet_guard():
                 return None
             spec = PathFinder.find_spec(name, paths)
             if spec is None:
-                if not sealed and PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)]) is not None:
-                    seal_rewards()  # found in the workdir (or the cwd): the import goes on from there
-                return None
+                found = PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)])
+                if found is None:
+                    return None
+                seal_rewards()  # found in the workdir (or the cwd): the import goes on from there
+                if found.loader is not None and hasattr(found.loader, "exec_module"):
+                    found.loader = WorkdirModule(found.loader, name)
+                return found
             if spec.loader is None:  # a namespace package: of the trusted portions only
                 portions = list(spec.submodule_search_locations or ())
                 if not portions:
                     return None
                 spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
+            elif name == "pickle":
+                spec.loader = Pickle(spec.loader)
             return spec
 
         @classmethod
         def invalidate_caches(cls):
             return None
 
+    def unpickled(load):
+        """An unpickling runs what the data names (__reduce__): the code under test's, while it runs."""
+
+        def run(*args, **kwargs):
+            running_code[0] += 1
+            arm()
+            try:
+                return load(*args, **kwargs)
+            except SystemExit as e:
+                import pickle
+
+                raise pickle.UnpicklingError("sandfleet: the data raised SystemExit(%r) as it was unpickled"
+                                             % (e.code,)) from None
+            finally:
+                running_code[0] -= 1
+
+        return run
+
+    class Pickle(WorkdirModule):
+        def __init__(self, loader):
+            WorkdirModule.__init__(self, loader, "pickle")
+
+        def exec_module(self, module):
+            self.loader.exec_module(module)
+            module.load, module.loads = unpickled(module.load), unpickled(module.loads)
+            module._Unpickler.load = unpickled(module._Unpickler.load)
+            base = module.Unpickler
+            if base is not module._Unpickler:
+                module.Unpickler = type("Unpickler", (base,), {"load": unpickled(base.load),
+                                                               "__module__": "pickle"})
+
     sys.meta_path.insert(0, SandfleetTrustedFirst)
     sys.addaudithook(audit)
-
-    def untrusted_path(p):
-        real = os.path.realpath(str(p))
-        return real == here or any(real == u or real.startswith(u + "/") for u in untrusted)
 
     find_distributions = PathFinder.find_distributions
 

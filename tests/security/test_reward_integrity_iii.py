@@ -644,6 +644,7 @@ open('/logs/verifier/from-heredoc.txt', 'w').write('ok')
 E
 sh -c 'echo ok > /logs/verifier/from-sh-c.txt'
 PATH=/app/bin:$PATH sh -c 'exec tee /logs/verifier/path-walk.txt >/dev/null' <<< ok
+(cd /logs/verifier && echo ok > relative.txt && echo ok > /logs/verifier/../verifier/dotdot.txt)
 python3 /tests/grade.py
 '''
 
@@ -658,7 +659,7 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
     looks before it keeps), so the /usr/bin/tee it ran next still wrote."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
              f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt', "
-             f"'path-walk.txt'))\n"
+             f"'path-walk.txt', 'relative.txt', 'dotdot.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],
@@ -761,7 +762,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # module, a one-liner's import, runpy, a launcher outside the system's folders, a
              # cleanup script of the workdir after the decision)
              "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision",
-                   "pythonpath-server", "tests-cwd-server"],
+                   "pythonpath-server", "tests-cwd-server", "stale-junit-in-tmp"],
              # round VI: test.sh's background job racing the warden's stop at its end, the parent-death
              # signal, the reward folder swapped under its path, a system tool or a fresh environment
              # started by the code under test, the reward folder as its cwd
@@ -772,7 +773,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # that the tests hand a path of theirs; a static program of the workdir that a grader
              # starts by posix_spawn
              "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static",
-                     "posix-spawn-static-kill", "tests-arg-curlrc"]}
+                     "posix-spawn-static-kill", "tests-arg-curlrc", "tmp-symlink-redirect"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
@@ -784,6 +785,47 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
+
+
+LINKS = f"""import os
+for at in ("/tmp/summary.txt", "/app/summary.txt", "/tmp/linkdir"):
+    target = "/logs/verifier" if at.endswith("linkdir") else "{REWARD}"
+    try:
+        os.symlink(target, at)
+    except OSError as e:
+        print("plant:", e)
+"""
+LINKED_WRITES = (DECIDE + "python3 /app/links.py\n"
+                 "echo 1 > /tmp/summary.txt; echo 1 > /app/summary.txt; echo 1 > /tmp/linkdir/reward.txt\n"
+                 "python3 -c \"open('/tmp/summary.txt', 'w').write('1')\"\n"
+                 "echo 1 | tee /tmp/linkdir/reward.txt >/dev/null\n")
+
+
+@MODES
+async def test_a_write_into_the_reward_folder_through_a_planted_link_is_refused(tmp_path: Path, verify: str) -> None:
+    """The code under test plants links where test.sh writes after its decision: /tmp/summary.txt
+    and /app/summary.txt to the reward file, /tmp/linkdir to the reward folder. test.sh's own
+    redirects, a python one-liner's open and tee through them are refused (an open that lands in a
+    kept folder must name it), and the 0 stands (round VII's tmp-symlink-redirect, in more forms)."""
+    task = harbor_task(tmp_path, "links", LINKED_WRITES)
+    results = await rollouts([task], [write("/app/links.py", LINKS)], verify=verify)
+    for r in results:
+        assert r.status == "completed" and r.reward == 0.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
+        assert "through a link refused" in r.verifier_output, r.verifier_output
+
+
+@MODES
+async def test_a_file_the_agent_left_in_tmp_does_not_stand_for_the_tests_own(tmp_path: Path, verify: str) -> None:
+    """The agent leaves /tmp/report.txt (its own, 0644, in the sticky /tmp) saying "passed": the
+    tests' later write of their own report there works (the verifier hands what the agent left in
+    the shared temporary folders to the tests' user), and the tests read their own (round V's
+    stale-junit-in-tmp). In a separate verifier there was never such a file."""
+    test_sh = ("echo failed > /tmp/report.txt || true\n"
+               f"if [ \"$(cat /tmp/report.txt)\" = passed ]; then echo 1; else echo 0; fi > {REWARD}\n")
+    task = harbor_task(tmp_path, "stale", test_sh)
+    results = await rollouts([task], ["echo passed > /tmp/report.txt && chmod 644 /tmp/report.txt"], verify=verify)
+    for r in results:
+        assert r.status == "completed" and r.reward == 0.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
 # -- the code under test inside a tests' process (round VIII: the guard's stack, agent/seal.c's exit)

@@ -927,6 +927,156 @@ __attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
     return restrict_rewards((int)abi) == 0 ? 1 : -1; /* 1: kept; the caller takes the code's HOME */
 }
 
+/* ---- writes into a kept folder by its own name only ----
+ * A program of the tests may write a reward folder, the tests' HOME or a tests' folder; the code
+ * under test can't (Landlock, above). What it can do is plant a link where a tests' program writes
+ * later: /tmp/summary.txt -> /logs/verifier/reward.txt, and test.sh's own `> /tmp/summary.txt`
+ * wrote the reward (round VII's tmp-symlink-redirect). So an open for writing that lands in a kept
+ * folder must name that folder: the path as given (made absolute from the cwd or the dirfd, and its
+ * "." and ".." taken by name) is in it. One that got there through a link is refused (EACCES), in
+ * every program, with nothing truncated (O_TRUNC is done after the check) and nothing left made. */
+#define O_ACCMODE_ 3
+#define O_CREAT_ 0100
+#define O_TRUNC_ 01000
+
+/* PATH made absolute against BASE and normalized by name into OUT; 0 when it does not fit */
+static int lexical(const char *base, const char *path, char *out, int size) {
+    char tmp[2048];
+    int n = 0;
+    if (path[0] != '/') {
+        for (const char *q = base; *q && n < (int)sizeof tmp - 2; q++) tmp[n++] = *q;
+        tmp[n++] = '/';
+    }
+    for (const char *q = path; *q && n < (int)sizeof tmp - 1; q++) tmp[n++] = *q;
+    if (n >= (int)sizeof tmp - 1) return 0;
+    tmp[n] = 0;
+    int o = 0;
+    for (int i = 0; i < n;) {
+        while (i < n && tmp[i] == '/') i++;
+        int start = i;
+        while (i < n && tmp[i] != '/') i++;
+        int len = i - start;
+        if (len == 0 || (len == 1 && tmp[start] == '.')) continue;
+        if (len == 2 && tmp[start] == '.' && tmp[start + 1] == '.') {
+            while (o > 0 && out[o - 1] != '/') o--;
+            if (o > 0) o--;
+            continue;
+        }
+        if (o + len + 2 >= size) return 0;
+        out[o++] = '/';
+        for (int j = 0; j < len; j++) out[o++] = tmp[start + j];
+    }
+    if (o == 0) out[o++] = '/';
+    out[o] = 0;
+    return 1;
+}
+
+static long seal_open(long dirfd, const char *path, long flags, long mode) {
+    char r[256];
+    int pos = 0, writes = (flags & O_ACCMODE_) != 0 || (flags & (O_CREAT_ | O_TRUNC_));
+    if (!writes || !path || !next_kept(&pos, r, sizeof r)) return sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
+    int existed = sys5(__NR_faccessat, dirfd, (long)path, 0, 0, 0) == 0;
+    long trunc = (flags & O_TRUNC_) && (flags & O_ACCMODE_);
+    long fd = sys5(__NR_openat, dirfd, (long)path, trunc ? flags & ~O_TRUNC_ : flags, mode, 0);
+    if (fd < 0) return fd;
+    char link[40], real[1024], base[1024], named[2048];
+    int m = 0;
+    for (const char *q = "/proc/self/fd/"; *q; q++) link[m++] = *q;
+    m += put_uint(link + m, (unsigned long)fd);
+    link[m] = 0;
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)real, sizeof real - 1, 0);
+    real[n > 0 ? n : 0] = 0;
+    for (pos = 0; n > 0 && next_kept(&pos, r, sizeof r);) {
+        if (!under(real, r)) continue;
+        long b = 0;
+        if (path[0] != '/') {
+            const char *from = "/proc/self/cwd";
+            if (dirfd != AT_FDCWD) {
+                int k = 0;
+                for (const char *q = "/proc/self/fd/"; *q; q++) link[k++] = *q;
+                k += put_uint(link + k, (unsigned long)dirfd);
+                link[k] = 0;
+                from = link;
+            }
+            b = sys5(__NR_readlinkat, AT_FDCWD, (long)from, (long)base, sizeof base - 1, 0);
+        }
+        base[b > 0 ? b : 0] = 0;
+        if (lexical(base, path, named, sizeof named) && under(named, r)) break; /* named: the tests' write */
+        static const char msg[] = "sandfleet: a write into a kept folder through a link refused: ";
+        sys5(__NR_write, 2, (long)msg, sizeof msg - 1, 0, 0);
+        long pl = 0;
+        while (path[pl]) pl++;
+        sys5(__NR_write, 2, (long)path, pl, 0, 0);
+        sys5(__NR_write, 2, (long)"\n", 1, 0, 0);
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        if (!existed) sys5(__NR_unlinkat, AT_FDCWD, (long)real, 0, 0, 0);
+        return -13; /* EACCES */
+    }
+    if (trunc) sys5(__NR_ftruncate, fd, 0, 0, 0, 0);
+    return fd;
+}
+
+static int opened(long r) {
+    if (r < 0) {
+        *errno_at() = (int)-r;
+        return -1;
+    }
+    return (int)r;
+}
+/* the mode is read where the caller passed one (O_CREAT, O_TMPFILE); varargs come in the same
+ * registers as fixed arguments on x86_64 and aarch64 Linux */
+__attribute__((visibility("default"))) int open(const char *path, int flags, int mode) {
+    return opened(seal_open(AT_FDCWD, path, flags, mode));
+}
+__attribute__((visibility("default"))) int open64(const char *path, int flags, int mode) {
+    return opened(seal_open(AT_FDCWD, path, flags, mode));
+}
+__attribute__((visibility("default"))) int openat(int dirfd, const char *path, int flags, int mode) {
+    return opened(seal_open(dirfd, path, flags, mode));
+}
+__attribute__((visibility("default"))) int openat64(int dirfd, const char *path, int flags, int mode) {
+    return opened(seal_open(dirfd, path, flags, mode));
+}
+__attribute__((visibility("default"))) int creat(const char *path, int mode) {
+    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode));
+}
+__attribute__((visibility("default"))) int creat64(const char *path, int mode) {
+    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode));
+}
+
+/* fopen opens with libc's own open, not the one above (GNU tee: `tee /tmp/linkdir/reward.txt`): a
+ * mode that writes opens here and is handed to libc's fdopen, as glibc's own fopen does */
+static void *seal_fopen(const char *name, const char *path, const char *mode) {
+    void *(*real)(const char *, const char *) = dlsym ? (void *(*)(const char *, const char *))dlsym((void *)-1L, name) : 0;
+    void *(*fdopen_)(int, const char *) = dlsym ? (void *(*)(int, const char *))dlsym((void *)-1L, "fdopen") : 0;
+    if (!real || !fdopen_) { *errno_at() = 38; return 0; } /* ENOSYS */
+    if (!mode || !path || (mode[0] != 'w' && mode[0] != 'a' && !(mode[0] == 'r' && mode[1] == '+')))
+        return real(path, mode);
+    long flags = mode[0] == 'r' ? 0 : mode[0] == 'w' ? O_CREAT_ | O_TRUNC_ : O_CREAT_ | 02000 /* O_APPEND */;
+    int plus = 0;
+    for (const char *m = mode + 1; *m && *m != ','; m++) {
+        if (*m == '+') plus = 1;
+        else if (*m == 'x') flags |= 0200;        /* O_EXCL */
+        else if (*m == 'e') flags |= 02000000;    /* O_CLOEXEC */
+    }
+    flags |= plus ? 2 : (mode[0] == 'r' ? 0 : 1); /* O_RDWR, O_WRONLY */
+    int fd = opened(seal_open(AT_FDCWD, path, flags, 0666));
+    if (fd < 0) return 0;
+    void *f = fdopen_(fd, mode);
+    if (!f) {
+        int e = *errno_at();
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        *errno_at() = e;
+    }
+    return f;
+}
+__attribute__((visibility("default"))) void *fopen(const char *path, const char *mode) {
+    return seal_fopen("fopen", path, mode);
+}
+__attribute__((visibility("default"))) void *fopen64(const char *path, const char *mode) {
+    return seal_fopen("fopen64", path, mode);
+}
+
 /* ---- the code under test inside a tests' own process (docs/security.md, "In the tests' process") ----
  * A grader that imports the workdir's code runs it in its own process: Landlock can't tell them
  * apart there. The tests' Python guard can, by the Python stack: what runs while a frame of the

@@ -205,6 +205,13 @@ for d in "${work[@]}"; do
     done
   fi
 done
+# what the agent left in the shared temporary folders is the tests' user's now: a file the agent owns
+# in a sticky folder keeps the tests from replacing it, and they would read it as their own (a stale
+# JUnit report: round V's stale-junit-in-tmp); four levels down, one walk
+if [ -n "$AGENT_USER" ] && [ -n "$owner" ] && [ "$owner" != 0 ] && [ "$AGENT_USER" != "$owner" ]; then
+  find /tmp /var/tmp /dev/shm -xdev -mindepth 1 -maxdepth 4 -user "$AGENT_USER" \
+    -exec chown -h "$owner" -- {} + 2>/dev/null || true
+fi
 # the tests' HOME: beside the first reward folder where the seal keeps it from the code under test
 # ($TESTS_HOME, a name the agent could not know), else a fresh one in /tmp; the code under test's
 # own HOME ($CODE_HOME, which the seal gives it)
@@ -494,6 +501,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     left can't take them (``verifier_setup_failed``)."""
     isolated = sandbox.backend in ISOLATED_BACKENDS
     owner = uid_of(user) if isolated else ""
+    agent = uid_of(sandbox.spec.user) if isolated and sandbox.spec.user else ""
     dirs = [p[:2] + _guest(sandbox, p[2:]) for p in _cleared_paths(task)]
     dirs.append("w:" + _guest(sandbox, task.workdir))
     script = sanitize_git_script() + PREPARE
@@ -525,7 +533,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
             demote, homes = "", {}
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
                              env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
-                                  "DEMOTE": demote, **homes},
+                                  "DEMOTE": demote, "AGENT_USER": agent, **homes},
                              stdin=seal or b"")
     values, risks = _notes(res.stdout)
     if res.exit_code != 0 or "home" not in values or "python" not in values:

@@ -5,7 +5,10 @@ docs/security.md keeps: per attack, contained (scored 0), forged (a reward above
 abstained (masked: an infra fault, reward null; or the rollout failed).
 
     scripts/attack-table.py [--tasks DIR] [--backends bwrap,gvisor,microvm] [--modes shared,separate]
-                            [--out DIR] [--json]
+                            [--out DIR] [--json] [--remote]
+
+--remote runs each backend's rows through `sandfleet serve` (started here on loopback with that
+backend, and stopped after): `sandfleet run --remote URL`, the service's sandboxes.
 
 Each backend and mode runs in a fresh folder (under --out, which must not hold an earlier table's
 rows: `sandfleet run --out` resumes, and a resumed row is an earlier build's answer).
@@ -14,7 +17,9 @@ rows: `sandfleet run --out` resumes, and a resumed row is an earlier build's ans
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,10 +37,17 @@ def classify(row: dict) -> str:
     return "forged" if float(reward) > 0 else "contained"
 
 
-def run(tasks: Path, backend: str, mode: str, out: Path) -> dict[str, tuple[str, str]]:
+def run(tasks: Path, backend: str, mode: str, out: Path, remote: tuple[str, str] | None = None
+        ) -> dict[str, tuple[str, str]]:
     cmd = [str(HERE / ".venv" / "bin" / "sandfleet"), "run", "--tasks", str(tasks), "--agent", "oracle", "-n", "1",
-           "--backend", backend, "--verify", mode, "--attempts", "1", "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+           "--verify", mode, "--attempts", "1", "--out", str(out)]
+    env = dict(os.environ)
+    if remote is not None:
+        cmd += ["--remote", remote[0]]
+        env["SANDFLEET_TOKEN"] = remote[1]
+    else:
+        cmd += ["--backend", backend]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     rows = out / "rollouts.jsonl"
     if not rows.is_file():
         sys.stderr.write(f"{backend}/{mode}: no rollouts ({proc.returncode}): {proc.stderr[-1500:]}\n")
@@ -55,6 +67,7 @@ def main() -> int:
     ap.add_argument("--modes", default="shared,separate")
     ap.add_argument("--out", type=Path, default=None, help="default: a new temporary folder")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--remote", action="store_true", help="through a sandfleet serve of each backend")
     args = ap.parse_args()
     cols = [(b, m) for b in args.backends.split(",") for m in args.modes.split(",")]
     out = args.out or Path(tempfile.mkdtemp(prefix="sandfleet-attacks-"))
@@ -64,9 +77,17 @@ def main() -> int:
                          "give an empty --out\n")
         return 2
     table: dict[str, dict[str, tuple[str, str]]] = {}
-    for b, m in cols:
-        for task, cell in run(args.tasks, b, m, out / f"{b}-{m}").items():
-            table.setdefault(task, {})[f"{b}/{m}"] = cell
+    for b in dict.fromkeys(b for b, _ in cols):
+        with contextlib.ExitStack() as stack:
+            remote = None
+            if args.remote:
+                from sandfleet.server.testing import running_service
+
+                svc = stack.enter_context(running_service(out / f"serve-{b}", args=["--backend", b]))
+                remote = (svc.url, svc.token)
+            for m in [m for bb, m in cols if bb == b]:
+                for task, cell in run(args.tasks, b, m, out / f"{b}-{m}", remote).items():
+                    table.setdefault(task, {})[f"{b}/{m}"] = cell
     if args.json:
         print(json.dumps(table, indent=1))
         return 0

@@ -737,6 +737,40 @@ async def test_without_landlock_the_code_under_test_runs_as_the_tests_user_and_t
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
+TEMP_SH = f"""python3 - <<'E'
+import os, subprocess, tempfile
+with tempfile.TemporaryDirectory() as d:
+    fd, name = tempfile.mkstemp()
+    os.close(fd)
+    subprocess.run(["python3", "/app/prog.py", d, name], check=True)
+    ok = open(os.path.join(d, "out.txt")).read() == "hello" and open(name).read() == "hello"
+open("{REWARD}", "w").write("1" if ok else "0")
+E
+"""
+TEMP_PROG = """import os, sys
+open(os.path.join(sys.argv[1], "out.txt"), "w").write("hello")
+open(sys.argv[2], "w").write("hello")
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR])
+async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_uid_split(
+        tmp_path: Path, backend: str) -> None:
+    """With gVisor's uid split the tests are root and the code under test a user of its own: a
+    folder the tests make with tempfile (0700) and a file (0600), handed to the code under test to
+    write, are that user's too (the guard chowns what the root tests' tempfile makes), as on bwrap,
+    where the tests and the code are one user. Before, 15 of the 28 bundled tasks scored 0 on
+    gVisor with the split for this (a PermissionError on a mkdtemp folder)."""
+    task = harbor_task(tmp_path, "temp", TEMP_SH)
+    os.environ["SANDFLEET_SEAL_UID"] = "1"
+    try:
+        results = await rollouts([task], [write("/app/prog.py", TEMP_PROG)], backend=backend)
+    finally:
+        del os.environ["SANDFLEET_SEAL_UID"]
+    for r in results:
+        assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
 # -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

@@ -497,6 +497,8 @@ def _sandfleet_guard():
                 spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
             elif name == "pickle":
                 spec.loader = Pickle(spec.loader)
+            elif name == "tempfile" and share_uid is not None:
+                spec.loader = SharedTemp(spec.loader)
             return spec
 
         @classmethod
@@ -533,6 +535,33 @@ def _sandfleet_guard():
             if base is not module._Unpickler:
                 module.Unpickler = type("Unpickler", (base,), {"load": unpickled(base.load),
                                                                "__module__": "pickle"})
+
+    # gVisor's uid split (no Landlock): the tests root, the code under test a user of its own. A
+    # folder or file the root tests make with tempfile (0700, 0600) and hand to the code under test
+    # is that user's too, as on bwrap, where the tests and the code are one user
+    share_uid = os.environ.get("SANDFLEET_SHARED_TMP_UID", "")
+    share_uid = int(share_uid) if share_uid.isdigit() and os.geteuid() == 0 else None
+
+    def shared(make, at):
+        def run(*args, **kwargs):
+            made = make(*args, **kwargs)
+            try:
+                os.chown(made[at] if at is not None else made, share_uid, -1)
+            except (OSError, TypeError, IndexError):
+                pass
+            return made
+
+        return run
+
+    class SharedTemp(WorkdirModule):
+        def __init__(self, loader):
+            WorkdirModule.__init__(self, loader, "tempfile")
+
+        def exec_module(self, module):
+            self.loader.exec_module(module)
+            module.mkdtemp = shared(module.mkdtemp, None)  # and TemporaryDirectory
+            if hasattr(module, "_mkstemp_inner"):  # mkstemp, NamedTemporaryFile
+                module._mkstemp_inner = shared(module._mkstemp_inner, 1)
 
     sys.meta_path.insert(0, SandfleetTrustedFirst)
     sys.addaudithook(audit)

@@ -601,6 +601,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         base = {**sandbox.spec.env, **env}
         env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(git_env(base))
+        if demoted and values["demote"].isdigit():  # the tests' temporary folders shared with the code
+            env["SANDFLEET_SHARED_TMP_UID"] = values["demote"]  # under test, as on bwrap (testguard)
         if values.get("seal"):  # the tests' programs each in a Landlock domain of their own
             env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
             if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1 and not demoted:

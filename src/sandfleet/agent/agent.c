@@ -812,7 +812,11 @@ static long warden_seen[WARDEN_MAX], warden_kids[WARDEN_MAX]; /* /proc's pids */
 /* processes seen dead (zombies) while the process that started them still lived: one that comes
  * to us after it ended did not outlive its parent (a grader that forks and never reaps) */
 static long warden_dead[WARDEN_MAX];
-static int warden_nseen, warden_nkids, warden_ndead, warden_detached;
+/* where /proc's pids are not the namespace's (gVisor), what waitpid reaps can't be named by its
+ * /proc pid: a scan just before it counts the ended processes that came to us and are not
+ * detached (the command's own, or seen dead while their parent lived), and the reaps take those */
+static long warden_claimed[WARDEN_MAX];
+static int warden_nseen, warden_nkids, warden_ndead, warden_nclaimed, warden_claims, warden_detached;
 
 static int warden_has(const long *set, int n, long pid) {
     for (int i = 0; i < n; i++) if (set[i] == pid) return 1;
@@ -845,9 +849,14 @@ static void warden_scan(long me, long cmd, int at_end) {
                 if (warden_dead[i] == pid) warden_dead[i] = warden_dead[--warden_ndead];
         /* (one of the command's own that is ours now: the command exited since we last waited,
            between that wait and this scan, and its background jobs came to us -- not detached) */
-        if (ppid == me && !warden_has(warden_kids, warden_nkids, pid) &&
-            !(state == 'Z' && warden_has(warden_dead, warden_ndead, pid)))
+        int dead_before = state == 'Z' && warden_has(warden_dead, warden_ndead, pid);
+        if (ppid == me && !warden_has(warden_kids, warden_nkids, pid) && !dead_before)
             warden_note(pid);
+        else if (ppid == me && state == 'Z' && !pidns_proc() && !warden_has(warden_claimed, warden_nclaimed, pid) &&
+                 warden_nclaimed < WARDEN_MAX) {
+            warden_claimed[warden_nclaimed++] = pid;
+            warden_claims++;
+        }
         else if (ppid == cmd && cmd > 0 && !at_end && !warden_has(warden_kids, warden_nkids, pid) &&
                  warden_nkids < WARDEN_MAX)
             warden_kids[warden_nkids++] = pid;
@@ -906,14 +915,17 @@ static void warden(int report, int pst_w, const char *user) {
     while (!done) {
         int w;
         pid_t p;
+        if (me > 0 && !pidns_proc()) warden_scan(me, cmd_p, 0); /* what the reaps below take (gVisor) */
         while (!done && (p = waitpid(-1, &w, WNOHANG)) > 0) {
             if (p == cmd) { st = w; done = 1; }
             /* an orphan that ended (not a background job of the command's, ending as it ended,
-               where /proc's pids are the namespace's) */
-            else if (!(pidns_proc() && (warden_has(warden_kids, warden_nkids, (long)p) ||
-                                        warden_has(warden_dead, warden_ndead, (long)p))))
+               and not one that ended while its parent lived) */
+            else if (pidns_proc() ? !(warden_has(warden_kids, warden_nkids, (long)p) ||
+                                      warden_has(warden_dead, warden_ndead, (long)p))
+                                  : warden_claims-- <= 0)
                 warden_note((long)p);
         }
+        if (warden_claims < 0) warden_claims = 0;
         if (done) break;
         if (me > 0) warden_scan(me, cmd_p, 0);
         struct timespec ts = {0, 10 * 1000 * 1000};

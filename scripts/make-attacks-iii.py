@@ -265,8 +265,10 @@ time.sleep(0.1)
         files={},
         solve=heredoc("/app/solution.py", '''import os, time
 open("/tmp/junit.xml", "w").write('<testsuite failures="1"/>')
+parent = os.getpid()
 if os.fork() == 0:
-    time.sleep(0.01)
+    while os.getppid() == parent:  # an orphan when it writes, however slow the host
+        time.sleep(0.001)
     open("/tmp/junit.xml", "w").write('<testsuite failures="0"/>')
     os._exit(0)
 ''')),

@@ -645,6 +645,8 @@ E
 sh -c 'echo ok > /logs/verifier/from-sh-c.txt'
 PATH=/app/bin:$PATH sh -c 'exec tee /logs/verifier/path-walk.txt >/dev/null' <<< ok
 (cd /logs/verifier && echo ok > relative.txt && echo ok > /logs/verifier/../verifier/dotdot.txt)
+sh -c 'echo ok > /dev/stdout' > /logs/verifier/stdout.txt
+[ "$(cat /logs/verifier/stdout.txt)" = ok ] || rm -f /logs/verifier/stdout.txt
 python3 /tests/grade.py
 '''
 
@@ -659,7 +661,7 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
     looks before it keeps), so the /usr/bin/tee it ran next still wrote."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
              f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt', "
-             f"'path-walk.txt', 'relative.txt', 'dotdot.txt'))\n"
+             f"'path-walk.txt', 'relative.txt', 'dotdot.txt', 'stdout.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],

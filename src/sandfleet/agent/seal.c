@@ -1002,6 +1002,11 @@ static long seal_open(long dirfd, const char *path, long flags, long mode) {
         }
         base[b > 0 ? b : 0] = 0;
         if (lexical(base, path, named, sizeof named) && under(named, r)) break; /* named: the tests' write */
+        /* a descriptor the program already holds, by the system's own names for it (`> /dev/stdout`
+           with stdout on the reward file): no link anyone could plant is on that way */
+        if (under(named, "/proc") || under(named, "/dev/fd") || same(named, "/dev/stdout") ||
+            same(named, "/dev/stderr") || same(named, "/dev/stdin"))
+            break;
         static const char msg[] = "sandfleet: a write into a kept folder through a link refused: ";
         sys5(__NR_write, 2, (long)msg, sizeof msg - 1, 0, 0);
         long pl = 0;

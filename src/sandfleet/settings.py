@@ -91,12 +91,14 @@ class Settings:
     requests_ca_bundle: str | None = _var("REQUESTS_CA_BUNDLE")
     """A CA bundle the host trusts, given to image builds' RUN steps (after $SSL_CERT_FILE)."""
     # -- the verifier
-    seal_uid: bool = _var("SANDFLEET_SEAL_UID", flag=True)
-    """``1``: where the sandbox's kernel has no Landlock (gVisor), the tests run as root and the seal
-    makes each program of the code under test the tests' user, which keeps the reward folders, the
-    tests and their processes from it; the code under test can't then write what the tests' own
-    programs made (``tempfile.mkdtemp()``: 15 of the 28 bundled tasks fail so). Default off: such
-    rows carry the no-Landlock risk (docs/security.md, "Without Landlock")."""
+    seal_uid_off: bool = _var("SANDFLEET_SEAL_UID", off=True)
+    """``0``: no uid split. By default, where the sandbox's kernel has no Landlock (gVisor), the tests
+    run as root and the seal makes each program of the code under test the tests' user, which keeps
+    the reward folders, the tests and their processes from it; what the root tests make in a
+    temporary folder and hand it (a ``tempfile`` folder or file, its cwd, a path its arguments or
+    environment name) is handed to that user first, as on bwrap where both are one user (28 of the
+    28 bundled tasks valid on gVisor so). Off: such rows carry the no-Landlock risk
+    (docs/security.md, "Without Landlock")."""
     # -- the service, the cluster, trainers
     token: str | None = _var("SANDFLEET_TOKEN")
     """The bearer token for a sandfleet service (``--remote``, the client)."""

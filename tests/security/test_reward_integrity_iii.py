@@ -677,21 +677,23 @@ async def test_a_kernel_without_landlock_is_a_risk_on_the_row_when_the_tests_are
     tests' own (the next test). A task whose tests run as root there (`[verifier] user = "root"`)
     gets neither: its rows say that the reward folders were not kept from the code under test (the
     verifier asks the seal itself, in an exec of true, which ABI the tests get); `tasks validate`
-    warns of it. On bwrap (Landlock) and for the default tests' user, no such line."""
+    warns of it. On bwrap (Landlock) and for the default tests' user (the uid split, on by
+    default), no such line; with the split turned off (SANDFLEET_SEAL_UID=0), every gVisor row."""
     from sandfleet.rollout.verifier import NO_LANDLOCK_RISK
 
     plain = harbor_task(tmp_path, "plain", DECIDE)
     root = harbor_task(tmp_path, "root", DECIDE, toml='user = "root"\n')
-    for r in await rollouts([plain, root], ["echo hello > /app/out.txt"], backend=backend):
-        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
-        risks = r.info.get("verifier_risks") or []
-        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor"), (backend, r.task, risks)
-    os.environ["SANDFLEET_SEAL_UID"] = "1"  # the uid split: the default tests' user is kept, root is not
+    os.environ["SANDFLEET_SEAL_UID"] = "0"  # no uid split
     try:
         results = await rollouts([plain, root], ["echo hello > /app/out.txt"], backend=backend)
     finally:
         del os.environ["SANDFLEET_SEAL_UID"]
     for r in results:
+        assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
+        risks = r.info.get("verifier_risks") or []
+        assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor"), (backend, r.task, risks)
+    # the default: the uid split, where the default tests' user is kept and root is not
+    for r in await rollouts([plain, root], ["echo hello > /app/out.txt"], backend=backend):
         assert r.reward == 1.0, (r.reason, r.info, r.verifier_output)
         risks = r.info.get("verifier_risks") or []
         assert (NO_LANDLOCK_RISK in risks) == (backend == "gvisor" and r.task == "root"), (backend, r.task, risks)
@@ -744,14 +746,20 @@ import os, subprocess, tempfile
 with tempfile.TemporaryDirectory() as d:
     fd, name = tempfile.mkstemp()
     os.close(fd)
-    subprocess.run(["python3", "/app/prog.py", d, name], check=True)
-    ok = open(os.path.join(d, "out.txt")).read() == "hello" and open(name).read() == "hello"
+    sub = os.path.join(d, "proj")
+    os.makedirs(sub)
+    open(os.path.join(sub, "data.txt"), "w").write("root's")  # made inside the folder, as root
+    subprocess.run(["python3", "/app/prog.py", d, name, os.path.join(sub, "data.txt")], check=True, cwd=sub)
+    ok = all(open(p).read() == "hello" for p in (os.path.join(d, "out.txt"), name, os.path.join(sub, "data.txt"),
+                                                 os.path.join(sub, "made.txt")))
 open("{REWARD}", "w").write("1" if ok else "0")
 E
 """
 TEMP_PROG = """import os, sys
 open(os.path.join(sys.argv[1], "out.txt"), "w").write("hello")
 open(sys.argv[2], "w").write("hello")
+open(sys.argv[3], "w").write("hello")
+open("made.txt", "w").write("hello")
 """
 
 
@@ -760,9 +768,10 @@ async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_ui
         tmp_path: Path, backend: str) -> None:
     """With gVisor's uid split the tests are root and the code under test a user of its own: a
     folder the tests make with tempfile (0700) and a file (0600), handed to the code under test to
-    write, are that user's too (the guard chowns what the root tests' tempfile makes), as on bwrap,
-    where the tests and the code are one user. Before, 15 of the 28 bundled tasks scored 0 on
-    gVisor with the split for this (a PermissionError on a mkdtemp folder)."""
+    write, are that user's too (the guard chowns what the root tests' tempfile makes), and so is
+    what the root tests made inside it and hand over as the program's cwd or argument (the seal
+    hands it over as it drops the program to its user), as on bwrap, where the tests and the code
+    are one user. Before, 15 of the 28 bundled tasks scored 0 on gVisor with the split for this."""
     task = harbor_task(tmp_path, "temp", TEMP_SH)
     os.environ["SANDFLEET_SEAL_UID"] = "1"
     try:

@@ -40,6 +40,7 @@
 #define O_RDONLY_DIR 0x10000 /* O_DIRECTORY */
 #define O_PATH_NOFOLLOW (010000000 | 0400000 | 02000000) /* O_PATH | O_NOFOLLOW | O_CLOEXEC */
 #define DT_DIR 4
+#define DT_REG_ 8
 #define DT_LNK 10
 
 struct path_beneath {
@@ -606,6 +607,111 @@ static int demotes(long abi) {
     return abi < 1 && demote_uid() > 0 && sys5(__NR_geteuid, 0, 0, 0, 0, 0) == 0;
 }
 
+/* What the root tests made in a shared temporary folder and hand the code under test -- its cwd, a
+ * path its arguments or environment name (/tmp/tmpXXXX/proj, /tmp/tmpXXXX/app.db) -- is the code's
+ * user's before it drops to that user, as on bwrap, where the tests and the code are one user (a
+ * project copied in for `make`, an SQLite file the tests made: 3 of the 28 bundled tasks). Given:
+ * the top folder under /tmp, /var/tmp or /dev/shm that the path is in, walked without following a
+ * link; changed: only root's folders and root's files with one link (a hard link the code planted
+ * to a root file elsewhere stays root's), never a kept folder, at most 20000 entries. */
+static const char *const shared_tmp[] = {"/tmp/", "/var/tmp/", "/dev/shm/", 0};
+static int handed;
+
+static void hand_tree(long dirfd, long uid, int depth) {
+    char ents[4096] __attribute__((aligned(8))); /* this level's own: the walk below reads the next */
+    unsigned long long stx[32];
+    if (depth > 12) return;
+    for (;;) {
+        long n = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
+        if (n <= 0) return;
+        for (long off = 0; off < n && handed < 20000;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            const char *nm = d->d_name;
+            if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) continue;
+            if (d->d_type != DT_REG_ && d->d_type != DT_DIR && d->d_type != 0 /* DT_UNKNOWN */) continue;
+            /* by a descriptor of the entry itself (opened without following a link; read-only and
+               without blocking): what is looked at is what is changed, whatever the code under test
+               swaps in under its name meanwhile (gVisor has no fchown of an O_PATH descriptor) */
+            long fd = sys5(__NR_openat, dirfd, (long)nm, 0400000 /* O_NOFOLLOW */ | 04000 /* O_NONBLOCK */ |
+                           02000000 /* O_CLOEXEC */ | 0400 /* O_NOCTTY */, 0, 0);
+            if (fd < 0) continue;
+            /* stx_nlink: u32 at byte 16, stx_uid at 20, stx_mode u16 at 28 */
+            if (sys5(__NR_statx, fd, (long)"", 0x1000 /* AT_EMPTY_PATH */, 0x7ff, (long)stx) == 0) {
+                unsigned nlink = ((unsigned *)stx)[4], owner = ((unsigned *)stx)[5];
+                unsigned short mode = ((unsigned short *)stx)[14];
+                int dir = (mode & 0170000) == 0040000, reg = (mode & 0170000) == 0100000;
+                if (owner == 0 && (dir || (reg && nlink == 1))) {
+                    handed++;
+                    sys5(__NR_fchown, fd, uid, uid, 0, 0);
+                    if (dir) hand_tree(fd, uid, depth + 1);
+                }
+            }
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+        }
+        if (handed >= 20000) return;
+    }
+}
+
+static void hand_path(const char *p, long uid) {
+    char top[512];
+    for (int i = 0; p && shared_tmp[i]; i++) {
+        if (!prefix(p, shared_tmp[i])) continue;
+        int n = 0;
+        for (const char *q = shared_tmp[i]; *q; q++) top[n++] = *q;
+        const char *rest = p + n;
+        while (*rest && *rest != '/' && n < (int)sizeof top - 1) top[n++] = *rest++;
+        top[n] = 0;
+        if (n == (int)(rest - p) && top[n - 1] == '/') return; /* the shared folder itself */
+        char r[256];
+        for (int pos = 0; next_kept(&pos, r, sizeof r);)
+            if (under(top, r) || under(r, top)) return;
+        unsigned long long stx[32];
+        if (sys5(__NR_statx, AT_FDCWD, (long)top, 0x100, 0x7ff, (long)stx) < 0) return;
+        unsigned owner = ((unsigned *)stx)[5];
+        unsigned short mode = ((unsigned short *)stx)[14];
+        if ((mode & 0170000) != 0040000 || (owner != 0 && owner != (unsigned)uid)) return;
+        long fd = sys5(__NR_openat, AT_FDCWD, (long)top, O_RDONLY_DIR | 0400000 | 02000000, 0, 0);
+        if (fd < 0) return;
+        if (owner == 0) sys5(__NR_fchown, fd, uid, uid, 0, 0);
+        hand_tree(fd, uid, 0);
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        return;
+    }
+}
+
+/* the cwd, and the arguments and environment values that are paths (argv/envp, or this program's
+   own from /proc when both are 0) */
+static void hand_over(char *const argv[], char *const envp[]) {
+    long uid = demote_uid();
+    char cwd[512];
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
+    cwd[n > 0 ? n : 0] = 0;
+    if (uid <= 0) return;
+    if (n > 0) hand_path(cwd, uid);
+    if (argv || envp) {
+        for (int i = 0; argv && argv[i]; i++) hand_path(argv[i], uid);
+        for (int i = 0; envp && envp[i]; i++) {
+            const char *v = envp[i];
+            while (*v && *v != '=') v++;
+            if (*v) hand_path(v + 1, uid);
+        }
+        return;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        long k = read_whole(pass ? "/proc/self/environ" : "/proc/self/cmdline", buf, sizeof buf);
+        for (long i = 0; i < k; i++) {
+            const char *a = buf + i;
+            while (i < k && buf[i]) i++;
+            if (pass) {
+                while (*a && *a != '=') a++;
+                if (*a) a++;
+            }
+            hand_path(a, uid);
+        }
+    }
+}
+
 static void demote(void) {
     long uid = demote_uid();
     if (sys5(__NR_setgroups, 0, 0, 0, 0, 0) < 0 || sys5(__NR_setresgid, uid, uid, uid, 0, 0) < 0 ||
@@ -712,7 +818,7 @@ static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
         long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
         int kept = 0;
         if (abi >= 1) kept = restrict_rewards((int)abi) == 0;
-        else if (demotes(abi)) { demote(); kept = 1; } /* this process is a child about to exec: its own creds */
+        else if (demotes(abi)) { hand_over(argv, envp); demote(); kept = 1; } /* a child about to exec: its own creds */
         if (kept) envp = with_code_home(envp);
     }
     long r = sys5(__NR_execve, (long)path, (long)argv, (long)envp, 0, 0);
@@ -1170,6 +1276,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
         int p0 = 0;
         if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) &&
             (started_as_code() || (grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len))) {
+            hand_over(0, 0);
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
         }

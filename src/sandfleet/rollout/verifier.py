@@ -509,7 +509,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     # where the kernel has no Landlock, the seal makes the code under test this user of its own
     # (the tests then run as root): only where commands really run as the user they ask for
     demote = owner if (owner.isdigit() and owner != "0" and sandbox.backend in USER_BACKENDS
-                       and current_settings().seal_uid) else ""
+                       and not current_settings().seal_uid_off) else ""
     homes = {}
     if seal is not None:  # the reward folders kept from every program but the tests' own
         # the tests' HOME kept too (the config of the tests' own tools: git's, curl's), beside the

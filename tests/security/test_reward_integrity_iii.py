@@ -729,15 +729,10 @@ async def test_without_landlock_the_code_under_test_runs_as_the_tests_user_and_t
     before it runs, so that the reward folders (root's, 0755) are out of its reach, as are the
     tests' processes. The test script's own one-liners stay root. On bwrap (Landlock) both are the
     tests' user, as before. The code under test writes the workdir and /tmp as before."""
-    os.environ["SANDFLEET_SEAL_UID"] = "1"  # the setting that turns the uid split on (off by default)
-    want = "0 1001" if backend == "gvisor" else "1001 1001"
+    want = "0 1001" if backend == "gvisor" else "1001 1001"  # the uid split: the default
     task = harbor_task(tmp_path, "uids", UIDS_SH, toml=f'[verifier.env]\nWANT = "{want}"\n',
                        tests={"grade.py": UIDS_GRADE})
-    try:
-        results = await rollouts([task], [write("/app/prog.py", PROG)], backend=backend)
-    finally:
-        del os.environ["SANDFLEET_SEAL_UID"]
-    for r in results:
+    for r in await rollouts([task], [write("/app/prog.py", PROG)], backend=backend):
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
@@ -773,12 +768,7 @@ async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_ui
     hands it over as it drops the program to its user), as on bwrap, where the tests and the code
     are one user. Before, 15 of the 28 bundled tasks scored 0 on gVisor with the split for this."""
     task = harbor_task(tmp_path, "temp", TEMP_SH)
-    os.environ["SANDFLEET_SEAL_UID"] = "1"
-    try:
-        results = await rollouts([task], [write("/app/prog.py", TEMP_PROG)], backend=backend)
-    finally:
-        del os.environ["SANDFLEET_SEAL_UID"]
-    for r in results:
+    for r in await rollouts([task], [write("/app/prog.py", TEMP_PROG)], backend=backend):
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
@@ -787,8 +777,8 @@ async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_ui
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GAPS: dict[str, set[str]] = {}
 """Forged where the mechanism is missing (docs/security.md): none of these, with gVisor's uid split
-(SANDFLEET_SEAL_UID=1, as this test runs it). Without the split every attack that Landlock holds
-forges on gVisor: the default, flagged on each row."""
+(the default). Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges
+on gVisor, flagged on each row."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 
@@ -822,11 +812,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
-    os.environ["SANDFLEET_SEAL_UID"] = "1"  # gVisor: the uid split holds the line Landlock holds elsewhere
-    try:
-        report = await run_suite(tasks, OraclePolicy(), cfg)
-    finally:
-        del os.environ["SANDFLEET_SEAL_UID"]
+    report = await run_suite(tasks, OraclePolicy(), cfg)  # gVisor: the uid split (the default) holds the line
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
@@ -892,8 +878,8 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
     SystemExit as it is imported, an exec of the process, a pickle that starts a shell, a child
     forked to write through libc, pytest's own functions replaced -- the reward stays the 0 the
     tests decided, and is never masked. On bwrap in both verify modes; on gVisor with its uid split
-    (SANDFLEET_SEAL_UID=1: the shell a pickle starts, the child the code forks, are the tests' user
-    there, where Landlock keeps them elsewhere)."""
+    (the default: the shell a pickle starts, the child the code forks, are the tests' user there,
+    where Landlock keeps them elsewhere)."""
     from sandfleet.tasks import load_tasks
 
     tasks = [t for r, wanted in IN_PROCESS.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
@@ -901,11 +887,7 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
     assert len(tasks) == sum(len(w) for w in IN_PROCESS.values())
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
-        os.environ["SANDFLEET_SEAL_UID"] = "1"
-        try:
-            report = await run_suite(tasks, OraclePolicy(), cfg)
-        finally:
-            del os.environ["SANDFLEET_SEAL_UID"]
+        report = await run_suite(tasks, OraclePolicy(), cfg)
         assert len(report.results) == len(tasks)
         for r in report.results:
             assert r.status == "completed" and r.reward == 0.0, (backend, verify, r.task, r.reason, r.reward,
@@ -1089,10 +1071,5 @@ async def test_the_tests_own_tools_read_no_config_the_code_under_test_wrote(tmp_
     task = harbor_task(tmp_path, "homes", HOMES_SH, tests={"grade.py": HOMES_GRADE})
     agent = ["cd /app && git init -q && git -c user.email=a@b -c user.name=a commit -q --allow-empty -m init",
              write("/app/prog.py", HOMES_PROG)]
-    os.environ["SANDFLEET_SEAL_UID"] = "1"  # gVisor: the uid split (bwrap: Landlock either way)
-    try:
-        results = await rollouts([task], agent, backend=backend)
-    finally:
-        del os.environ["SANDFLEET_SEAL_UID"]
-    for r in results:
+    for r in await rollouts([task], agent, backend=backend):  # gVisor: the uid split (bwrap: Landlock)
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)

@@ -496,9 +496,9 @@ def _sandfleet_guard():
                     return None
                 spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
             elif name == "pickle":
-                spec.loader = Pickle(spec.loader)
+                spec.loader = Patched(spec.loader, name, patch_pickle)
             elif name == "tempfile" and share_uid is not None:
-                spec.loader = SharedTemp(spec.loader)
+                spec.loader = Patched(spec.loader, name, patch_tempfile)
             return spec
 
         @classmethod
@@ -523,18 +523,23 @@ def _sandfleet_guard():
 
         return run
 
-    class Pickle(WorkdirModule):
-        def __init__(self, loader):
-            WorkdirModule.__init__(self, loader, "pickle")
+    class Patched(WorkdirModule):
+        """A module of the standard library's, patched by PATCH once it has run."""
+
+        def __init__(self, loader, name, patch):
+            WorkdirModule.__init__(self, loader, name)
+            self.patch = patch
 
         def exec_module(self, module):
             self.loader.exec_module(module)
-            module.load, module.loads = unpickled(module.load), unpickled(module.loads)
-            module._Unpickler.load = unpickled(module._Unpickler.load)
-            base = module.Unpickler
-            if base is not module._Unpickler:
-                module.Unpickler = type("Unpickler", (base,), {"load": unpickled(base.load),
-                                                               "__module__": "pickle"})
+            self.patch(module)
+
+    def patch_pickle(module):
+        module.load, module.loads = unpickled(module.load), unpickled(module.loads)
+        module._Unpickler.load = unpickled(module._Unpickler.load)
+        base = module.Unpickler
+        if base is not module._Unpickler:
+            module.Unpickler = type("Unpickler", (base,), {"load": unpickled(base.load), "__module__": "pickle"})
 
     # gVisor's uid split (no Landlock): the tests root, the code under test a user of its own. A
     # folder or file the root tests make with tempfile (0700, 0600) and hand to the code under test
@@ -553,15 +558,10 @@ def _sandfleet_guard():
 
         return run
 
-    class SharedTemp(WorkdirModule):
-        def __init__(self, loader):
-            WorkdirModule.__init__(self, loader, "tempfile")
-
-        def exec_module(self, module):
-            self.loader.exec_module(module)
-            module.mkdtemp = shared(module.mkdtemp, None)  # and TemporaryDirectory
-            if hasattr(module, "_mkstemp_inner"):  # mkstemp, NamedTemporaryFile
-                module._mkstemp_inner = shared(module._mkstemp_inner, 1)
+    def patch_tempfile(module):
+        module.mkdtemp = shared(module.mkdtemp, None)  # and TemporaryDirectory
+        if hasattr(module, "_mkstemp_inner"):  # mkstemp, NamedTemporaryFile
+            module._mkstemp_inner = shared(module._mkstemp_inner, 1)
 
     sys.meta_path.insert(0, SandfleetTrustedFirst)
     sys.addaudithook(audit)

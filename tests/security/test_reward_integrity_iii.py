@@ -864,11 +864,14 @@ async def test_a_file_the_agent_left_in_tmp_does_not_stand_for_the_tests_own(tmp
 IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"],
               "viii": ["atexit-copyfile", "timer-thread-copyfile", "weakref-finalize-copy", "thread-exit0",
                        "ctypes-exit0", "pickle-system", "import-systemexit", "exec-true-at-import",
-                       "fork-child-ctypes-write", "ctypes-open-write", "pytest-report-patch"]}
+                       "fork-child-ctypes-write", "ctypes-open-write", "pytest-report-patch",
+                       "raise-systemexit-in-call"],
+              "ix": ["systemexit-real-class", "sys-exit-swapped", "excepthook-exit0", "signal-partial-exit0",
+                     "profile-reinit-exit-status", "builtins-open-swap"]}
 """What a grader's own process runs of the workdir's (it imports the solution, or unpickles the
 agent's data): every one forged before the guard watched the stack (round V's and VI's three on
-every backend; round VIII's written against it). Round VIII's raise-systemexit-in-call is the
-guard's named gap (docs/security.md, "In the tests' process")."""
+every backend; round VIII's written against it; raise-systemexit-in-call until the guard judged
+whose SystemExit ends the process, docs/security.md, "In the tests' process")."""
 
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
@@ -894,7 +897,7 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
                                                                  r.verifier_output)
 
 
-HONEST_SOLUTION = """import atexit, ctypes, dataclasses, os, tempfile, threading
+HONEST_SOLUTION = """import atexit, ctypes, dataclasses, os, sys, tempfile, threading
 @dataclasses.dataclass
 class Point:
     x: int
@@ -909,6 +912,8 @@ def greet():
     t.start()
     t.join()
     return "hello" if Point(1).x == 1 else "no"
+def main(argv):  # a command line's entry point: it ends with sys.exit, as argparse's do
+    sys.exit(0 if argv == ["ok"] else 2)
 """
 HONEST_GRADE = f"""import dataclasses, multiprocessing, os, pickle, subprocess, sys
 sys.path.insert(0, "/app")
@@ -919,6 +924,10 @@ class Case:
 with multiprocessing.get_context("fork").Pool(2) as pool:
     ok = pool.map(solution.double, [1, 2, 3]) == [2, 4, 6]
 ok = ok and pickle.loads(pickle.dumps(Case(3))).x == 3 and solution.greet() == "hello"
+try:
+    solution.main(["ok"])
+except SystemExit as e:
+    ok = ok and e.code == 0
 subprocess.run(["sh", "-c", "echo ok > /logs/verifier/from-grader-sh.txt"], check=True)
 ok = ok and os.path.exists("/logs/verifier/from-grader-sh.txt")
 open("{REWARD}", "w").write("1" if ok else "0")
@@ -930,6 +939,11 @@ def test_greet():
     assert solution.greet() == "hello"
 def test_double():
     assert solution.double(4) == 8
+def test_main():
+    import pytest
+    with pytest.raises(SystemExit) as e:
+        solution.main(["ok"])
+    assert e.value.code == 0
 """
 
 
@@ -1073,3 +1087,27 @@ async def test_the_tests_own_tools_read_no_config_the_code_under_test_wrote(tmp_
              write("/app/prog.py", HOMES_PROG)]
     for r in await rollouts([task], agent, backend=backend):  # gVisor: the uid split (bwrap: Landlock)
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
+FD3_TEST = ("mkdir -p /logs/verifier\nexec 3>/logs/verifier/reward.txt\ncd /app && python3 /app/solution.py\n"
+            "if [ \"$(cat /app/out.txt 2>/dev/null)\" = hello ]; then echo 1 >&3; else echo 0 >&3; fi\n")
+
+
+@BACKENDS
+async def test_a_reward_descriptor_the_tests_hand_down_writes_nowhere_for_the_code_under_test(
+        tmp_path: Path, backend: str) -> None:
+    """test.sh opens the reward file on descriptor 3, runs the solution, and writes its verdict there:
+    the solution that writes 0.9 on the descriptor it inherited (the file read 0.90 once test.sh's 0
+    followed, round IX's inherited-reward-fd) writes to /dev/null instead, in both verify modes; the
+    honest solution still scores 1 through test.sh's own descriptor."""
+    attack = harbor_task(tmp_path / "a", "fd3", FD3_TEST)
+    forge = write("/app/solution.py", "import os\nos.write(3, b'0.9')\n")
+    for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
+        results = await rollouts([attack], [forge], verify=verify, backend=backend)
+        assert_zero(results)
+        for r in results:
+            assert "a descriptor open for writing in a reward folder" in (r.verifier_output or ""), r.verifier_output
+    honest = harbor_task(tmp_path / "h", "fd3", FD3_TEST)
+    solve = write("/app/solution.py", "open('/app/out.txt', 'w').write('hello')\n")
+    for r in await rollouts([honest], [solve], backend=backend):
+        assert r.reward == 1.0, (backend, r.reason, r.verifier_output)

@@ -712,8 +712,11 @@ static void hand_over(char *const argv[], char *const envp[]) {
     }
 }
 
+static void drop_reward_fds(void);
+
 static void demote(void) {
     long uid = demote_uid();
+    drop_reward_fds();
     if (sys5(__NR_setgroups, 0, 0, 0, 0, 0) < 0 || sys5(__NR_setresgid, uid, uid, uid, 0, 0) < 0 ||
         sys5(__NR_setresuid, uid, uid, uid, 0, 0) < 0) {
         static const char m[] = "sandfleet seal: could not run the code under test as the tests' user; not run\n";
@@ -999,8 +1002,56 @@ static void seal_signals(long me, int *nnp) {
     }
 }
 
+/* A descriptor open for writing on a file in a reward folder, which this process (kept from now
+ * on) inherited, writes to /dev/null from here on: the kept rule (Landlock, the tests' user) is
+ * checked as a file is opened, and the tests' own open, handed down (test.sh's `exec 3>reward.txt`
+ * before it runs the code under test, a grader's file open as the code it imported forks), would
+ * let the code under test write the reward the tests then add to (round IX's inherited-reward-fd).
+ * Says which, on stderr. Read-only descriptors, pipes and other files are left as they are. */
+static void drop_reward_fds(void) {
+    char r[256];
+    int pos = 0, found = 0;
+    for (char k; (k = next_entry(&pos, r, sizeof r));) found |= k == 'r';
+    if (!found) return;
+    long dfd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/fd", O_RDONLY_DIR | 02000000, 0, 0);
+    if (dfd < 0) return;
+    int drop[64], n = 0;
+    char ents[2048];
+    for (long got; n < 64 && (got = sys5(__NR_getdents64, dfd, (long)ents, sizeof ents, 0, 0)) > 0;) {
+        for (long off = 0; off < got && n < 64;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            long fd = 0;
+            const char *c = d->d_name;
+            if (*c < '0' || *c > '9') continue;
+            for (; *c >= '0' && *c <= '9'; c++) fd = fd * 10 + (*c - '0');
+            if (fd == dfd) continue;
+            long fl = sys5(__NR_fcntl, fd, 3 /* F_GETFL */, 0, 0, 0);
+            if (fl < 0 || (fl & 3) == 0) continue; /* O_RDONLY */
+            char link[40] = "/proc/self/fd/", target[512];
+            link[14 + put_uint(link + 14, (unsigned long)fd)] = 0;
+            long t = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)target, sizeof target - 1, 0);
+            if (t <= 0 || target[0] != '/') continue;
+            target[t] = 0;
+            if (under_kind(target, 'r')) drop[n++] = (int)fd;
+        }
+    }
+    sys5(__NR_close, dfd, 0, 0, 0, 0);
+    for (int i = 0; i < n; i++) {
+        static const char m[] = "sandfleet: a descriptor open for writing in a reward folder, inherited by the code "
+                                "under test, writes to /dev/null\n";
+        long nul = sys5(__NR_openat, AT_FDCWD, (long)"/dev/null", 1 /* O_WRONLY */, 0, 0);
+        long fdfl = sys5(__NR_fcntl, drop[i], 1 /* F_GETFD */, 0, 0, 0);
+        if (nul < 0) { sys5(__NR_close, drop[i], 0, 0, 0, 0); continue; }
+        sys5(__NR_dup3, nul, drop[i], fdfl > 0 && (fdfl & 1) ? 02000000 : 0, 0, 0);
+        sys5(__NR_close, nul, 0, 0, 0, 0);
+        sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+    }
+}
+
 /* A domain of its own that keeps the reward folders from this process and what it starts. */
 static int restrict_rewards(int abi) {
+    drop_reward_fds();
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = rights;
@@ -1306,5 +1357,8 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (rc == -EPERM && !nnp && sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
         rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0); /* a non-root user: no_new_privs first */
     sys5(__NR_close, fd, 0, 0, 0, 0);
-    if (keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK) give_home(env_now());
+    if (keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK) {
+        drop_reward_fds();
+        give_home(env_now());
+    }
 }

@@ -306,16 +306,87 @@ def _sandfleet_guard():
 
         before.update(((m, a), id(v)) for m, a, v in runner_values())
         atexit.register(runner_intact)  # the first handler: it runs last
-        sys_exit = sys.exit
+        watch_exit_status()
 
-        def exit(*args):
-            if (not args or args[0] in (0, None)) and by_code():
-                print("sandfleet: the code under test called sys.exit(0) inside the tests' process; it exits 1",
-                      file=sys.stderr)
-                args = (1,)
-            sys_exit(*args)
+    # Whose SystemExit ends the program. The code under test can raise one inside a call the tests
+    # make (solution.answer() raising SystemExit(0) through the grader's frames), and it ends the
+    # tests' program with the code's status. Every SystemExit the tests' Python makes is made by the
+    # builtins' name or sys.exit, both of them this subclass from here on; one made while the stack
+    # is the tests' own (by_code) is theirs, with the status it was made with. As the interpreter
+    # ends the program with a SystemExit (it reads .code with no Python frame left), one that is not
+    # the tests' -- made by the code under test, or by a way around this class, or its status changed
+    # since -- reports no success.
+    real_system_exit = SystemExit
+    theirs = {}  # id -> (weak reference, status as made): the SystemExits the tests' own code made
 
-        sys.exit = exit
+    def forget(key):
+        return lambda ref: theirs.pop(key, None) if theirs.get(key, (None,))[0] is ref else None
+
+    def mark(exc, status):
+        try:
+            theirs[id(exc)] = (_weakref.ref(exc, forget(id(exc))), status)
+        except TypeError:  # builtins' own class (no weak references): not the tests' by this class
+            pass
+
+    class SandfleetSystemExit(real_system_exit):
+        def __init__(self, *args):
+            real_system_exit.__init__(self, *args)
+            if not (armed and by_code()):
+                mark(self, real_status.__get__(self))
+
+    SandfleetSystemExit.__module__, SandfleetSystemExit.__name__ = "builtins", "SystemExit"
+    SandfleetSystemExit.__qualname__ = "SystemExit"  # tracebacks and pickles read as builtins' own
+    real_status = real_system_exit.__dict__["code"]
+
+    def sys_exit(*args):
+        if len(args) > 1:
+            raise TypeError("exit expected at most 1 argument, got %d" % len(args))
+        if not args:
+            raise SandfleetSystemExit()
+        raise SandfleetSystemExit(*args[0]) if isinstance(args[0], tuple) else SandfleetSystemExit(args[0])
+
+    def exit_status(self):
+        """SystemExit.code: as the interpreter ends an armed program, the tests' status or 1."""
+        status = real_status.__get__(self)
+        if not armed or (type(status) is int and status != 0):
+            return status
+        try:
+            sys._getframe(1)
+            return status  # read by Python code: what was raised, as it was
+        except ValueError:
+            pass
+        made = theirs.get(id(self))
+        if made is not None and made[0]() is self and made[1] is status:
+            return status
+        print("sandfleet: a SystemExit(%r) that the tests did not make ends the tests' process (the code under "
+              "test raised it, or changed it); it exits 1" % (status,), file=sys.stderr, flush=True)
+        return 1
+
+    def set_status(self, value):
+        real_status.__set__(self, value)
+        if armed and by_code():
+            theirs.pop(id(self), None)  # the code under test changed it: no longer the tests'
+        else:
+            mark(self, real_status.__get__(self))  # the tests' own (a subclass of theirs sets it)
+
+    def watch_exit_status():
+        """SystemExit's own .code (a C member) becomes a property, in the type's dictionary, for
+        the instances a way around the subclass made too."""
+        try:
+            import ctypes
+            import gc
+
+            gc.get_referents(real_system_exit.__dict__)[0]["code"] = property(exit_status, set_status)
+            ctypes.pythonapi.PyType_Modified(ctypes.py_object(real_system_exit))
+        except Exception as e:  # an interpreter without it: the subclass alone
+            print("sandfleet sitecustomize: SystemExit.code: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+
+    import _weakref
+    import builtins
+
+    builtins.SystemExit = SandfleetSystemExit
+    sys_exit.__doc__, sys_exit.__name__ = sys.exit.__doc__, "exit"
+    sys.exit = sys_exit
 
     def as_code(handler):
         """A callable the code under test registered, run as the code under test's (by_code)."""
@@ -467,7 +538,7 @@ def _sandfleet_guard():
         def exec_module(self, module):
             try:
                 self.loader.exec_module(module)
-            except SystemExit as e:
+            except real_system_exit as e:
                 raise ImportError("sandfleet: module %s of the workdir raised SystemExit(%r) as it was imported"
                                   % (self.name, e.code)) from None
 
@@ -513,7 +584,7 @@ def _sandfleet_guard():
             arm()
             try:
                 return load(*args, **kwargs)
-            except SystemExit as e:
+            except real_system_exit as e:
                 import pickle
 
                 raise pickle.UnpicklingError("sandfleet: the data raised SystemExit(%r) as it was unpickled"

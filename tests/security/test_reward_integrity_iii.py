@@ -1099,15 +1099,18 @@ async def test_a_reward_descriptor_the_tests_hand_down_writes_nowhere_for_the_co
     """test.sh opens the reward file on descriptor 3, runs the solution, and writes its verdict there:
     the solution that writes 0.9 on the descriptor it inherited (the file read 0.90 once test.sh's 0
     followed, round IX's inherited-reward-fd) writes to /dev/null instead, in both verify modes; the
-    honest solution still scores 1 through test.sh's own descriptor."""
+    honest solution still scores 1 through test.sh's own descriptor, and its output, which test.sh
+    sends into the reward folder, is still there for the tests to read."""
     attack = harbor_task(tmp_path / "a", "fd3", FD3_TEST)
     forge = write("/app/solution.py", "import os\nos.write(3, b'0.9')\n")
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         results = await rollouts([attack], [forge], verify=verify, backend=backend)
         assert_zero(results)
         for r in results:
-            assert "a descriptor open for writing in a reward folder" in (r.verifier_output or ""), r.verifier_output
-    honest = harbor_task(tmp_path / "h", "fd3", FD3_TEST)
-    solve = write("/app/solution.py", "open('/app/out.txt', 'w').write('hello')\n")
+            assert "a descriptor open for writing on the reward file" in (r.verifier_output or ""), r.verifier_output
+    honest = harbor_task(tmp_path / "h", "fd3", FD3_TEST.replace(
+        "python3 /app/solution.py\n", "python3 /app/solution.py > /logs/verifier/solution.log\n"
+        "grep -qx said /logs/verifier/solution.log || exit 3\n"))
+    solve = write("/app/solution.py", "print('said')\nopen('/app/out.txt', 'w').write('hello')\n")
     for r in await rollouts([honest], [solve], backend=backend):
         assert r.reward == 1.0, (backend, r.reason, r.verifier_output)

@@ -52,7 +52,8 @@ struct path_beneath {
  * by the verifier before it installs it (agent/seal.py, with_paths): "t:/tests\nr:/logs/verifier\nw:/app\n".
  * Not from the environment: a grader that starts the code under test with an environment of
  * its own choosing must not free it. Empty: no folder is kept from anyone. "u:1001": the tests'
- * user, which the code under test becomes where there is no Landlock and the tests are root. */
+ * user, which the code under test becomes where there is no Landlock and the tests are root.
+ * "f:/logs/verifier/reward.txt": a reward file (drop_reward_fds). */
 static volatile const char seal_paths[512] = "@@SANDFLEET_SEAL_PATHS@@";
 
 struct ruleset_attr { /* landlock_ruleset_attr as of ABI 6 (older headers lack its fields) */
@@ -1002,16 +1003,17 @@ static void seal_signals(long me, int *nnp) {
     }
 }
 
-/* A descriptor open for writing on a file in a reward folder, which this process (kept from now
- * on) inherited, writes to /dev/null from here on: the kept rule (Landlock, the tests' user) is
- * checked as a file is opened, and the tests' own open, handed down (test.sh's `exec 3>reward.txt`
- * before it runs the code under test, a grader's file open as the code it imported forks), would
- * let the code under test write the reward the tests then add to (round IX's inherited-reward-fd).
- * Says which, on stderr. Read-only descriptors, pipes and other files are left as they are. */
+/* A descriptor open for writing on a reward file ("f:", the task's reward.txt and reward.json),
+ * which this process (kept from now on) inherited, writes to /dev/null from here on: the kept rule
+ * (Landlock, the tests' user) is checked as a file is opened, and the tests' own open, handed down
+ * (test.sh's `exec 3>reward.txt` before it runs the code under test, a grader's file open as the
+ * code it imported forks), let the code under test write the reward the tests then added to
+ * (round IX's inherited-reward-fd). Says so on stderr. Read-only descriptors, pipes and other
+ * files (the code's output that the tests send into a reward folder) are left as they are. */
 static void drop_reward_fds(void) {
     char r[256];
     int pos = 0, found = 0;
-    for (char k; (k = next_entry(&pos, r, sizeof r));) found |= k == 'r';
+    for (char k; (k = next_entry(&pos, r, sizeof r));) found |= k == 'f';
     if (!found) return;
     long dfd = sys5(__NR_openat, AT_FDCWD, (long)"/proc/self/fd", O_RDONLY_DIR | 02000000, 0, 0);
     if (dfd < 0) return;
@@ -1033,12 +1035,12 @@ static void drop_reward_fds(void) {
             long t = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)target, sizeof target - 1, 0);
             if (t <= 0 || target[0] != '/') continue;
             target[t] = 0;
-            if (under_kind(target, 'r')) drop[n++] = (int)fd;
+            if (under_kind(target, 'f')) drop[n++] = (int)fd;
         }
     }
     sys5(__NR_close, dfd, 0, 0, 0, 0);
     for (int i = 0; i < n; i++) {
-        static const char m[] = "sandfleet: a descriptor open for writing in a reward folder, inherited by the code "
+        static const char m[] = "sandfleet: a descriptor open for writing on the reward file, inherited by the code "
                                 "under test, writes to /dev/null\n";
         long nul = sys5(__NR_openat, AT_FDCWD, (long)"/dev/null", 1 /* O_WRONLY */, 0, 0);
         long fdfl = sys5(__NR_fcntl, drop[i], 1 /* F_GETFD */, 0, 0, 0);

@@ -60,7 +60,8 @@ PATHS_SIZE = 512
 def with_paths(lib: bytes, entries: list[str]) -> bytes:
     """This copy of the seal with its folders written in: ``t:PATH`` for the tests' folders
     (a program that names one, or runs from one, is the tests' own) and ``r:PATH`` for the
-    reward folders (no other program may write there). Raises ValueError when they don't fit
+    reward folders (no other program may write there), among others (seal.c, ``seal_paths``:
+    ``f:PATH`` a reward file). Raises ValueError when they don't fit
     or the library has no place for them."""
     text = "".join(f"{e}\n" for e in entries).encode()
     at = lib.find(PATHS_MARK)

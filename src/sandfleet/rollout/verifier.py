@@ -525,6 +525,9 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
         # root, so only this keeps the running test.sh and the graders from the code under test;
         # on bwrap and gvisor they are root's against a user of the tests' (and this is a second wall)
         kept += [f"k:{d[2:]}" for d in dirs if d.startswith("t:")]
+        # the reward files themselves: a descriptor on one that a kept program inherited writes nowhere
+        kept += sorted({f"f:{_guest(sandbox, p)}" for p in (task.verifier.reward_text_path,
+                                                          task.verifier.reward_json_path)})
         try:
             seal = with_paths(seal, [d for d in dirs if d[:2] in ("t:", "r:", "w:")] + kept +
                               ([f"u:{demote}"] if demote else []))

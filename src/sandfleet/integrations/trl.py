@@ -131,24 +131,8 @@ class Runner:
         """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends); an
         infra fault is run again per ``retry`` (default :attr:`retry`), the final attempt returned."""
         async with sandboxes_on(self.settings.remote):
-            image = await task_image(task)
-            spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
-                             agent_user=self.settings.agent_user)  # fmt: skip
-            if self.cpus is not None:
-                spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
-            n = next(self._ids)
-            rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
-            req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group or task.name,
-                                 run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
-
-            def record(r: RolloutResult) -> None:
-                r.info.update(info or {})
-                if r.final:  # the rollout's last attempt: its record (docs/replay.md)
-                    keep_record(r, self.settings)
-                if self.on_result is not None:
-                    self.on_result(r)
-
-            return await LIVE.track(run_with_retries(req, retry or self.retry, record))
+            req = await self._request(task, policy, sample, group or task.name)
+            return await LIVE.track(run_with_retries(req, retry or self.retry, self._recorder(info)))
 
     async def tree(self, task: Task, policy: Policy, plan: Any, *, sample: int = 0, processes: str = "error",
                    info: dict[str, Any] | None = None) -> list[RolloutResult]:
@@ -159,25 +143,34 @@ class Runner:
         from sandfleet.rollout.tree import run_tree_with_retries
 
         async with sandboxes_on(self.settings.remote):
-            image = await task_image(task)
-            spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
-                             agent_user=self.settings.agent_user)  # fmt: skip
-            if self.cpus is not None:
-                spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
-            n = next(self._ids)
-            rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
-            req = RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=task.name,
-                                 run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
-
-            def record(r: RolloutResult) -> None:
-                r.info.update(info or {})
-                if r.final:
-                    keep_record(r, self.settings)
-                if self.on_result is not None:
-                    self.on_result(r)
-
+            req = await self._request(task, policy, sample, task.name)
             return await LIVE.track(run_tree_with_retries(req, plan, self.retry, processes=processes,
-                                                          on_result=record))  # fmt: skip
+                                                          on_result=self._recorder(info)))  # fmt: skip
+
+    async def _request(self, task: Task, policy: Policy, sample: int, group: str) -> RolloutRequest:
+        """The request for one rollout of ``task`` (its image built or found, the next id)."""
+        image = await task_image(task)
+        spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
+                         agent_user=self.settings.agent_user)  # fmt: skip
+        if self.cpus is not None:
+            spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
+        n = next(self._ids)
+        rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
+        return RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group,
+                              run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
+
+    def _recorder(self, info: dict[str, Any] | None) -> Callable[[RolloutResult], None]:
+        """Each attempt's result: ``info`` added, the final one's record kept (docs/replay.md),
+        then :attr:`on_result`."""
+
+        def record(r: RolloutResult) -> None:
+            r.info.update(info or {})
+            if r.final:
+                keep_record(r, self.settings)
+            if self.on_result is not None:
+                self.on_result(r)
+
+        return record
 
 
 def reward_of(result: RolloutResult) -> float | None:

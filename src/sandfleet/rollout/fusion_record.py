@@ -112,7 +112,7 @@ async def replay(record: dict[str, Any], *, backend: str | None = None,
     """Run a call's program again in a fresh sandbox of the recorded spec (on ``backend``, or
     the service in force); its comparison row (the shape of replay's rows) and its own record."""
     from sandfleet.errors import GuestExecError, SandfleetError
-    from sandfleet.rollout.replay import _output_same
+    from sandfleet.rollout.replay import command_rows
     from sandfleet.sandbox import create_sandbox
 
     data = dict(record["spec"])
@@ -143,20 +143,7 @@ async def replay(record: dict[str, Any], *, backend: str | None = None,
     seconds = time.perf_counter() - t0
     again = build(req, prog, spec, used, answer, seconds, start, rollout_id=str(record.get("rollout_id")))
     old, new = record.get("commands") or [], again["commands"]
-    rows, identical = [], 0
-    for i, rec in enumerate(old):
-        row: dict[str, Any] = {"i": i, "turn": 1, "command": str(rec.get("command"))[:200]}
-        if i >= len(new):
-            row["ran"] = False
-            rows.append(row)
-            continue
-        got = new[i]
-        row["exit_code"] = "same" if got.get("exit_code") == rec.get("exit_code") else \
-            {"recorded": rec.get("exit_code"), "replayed": got.get("exit_code")}
-        row["output"] = _output_same(rec, got, normalizers)
-        if row["exit_code"] == "same" and row["output"] in ("same", "same after normalizers"):
-            identical += 1
-        rows.append(row)
+    rows, identical = command_rows(old, new, normalizers, turn=1)
     recorded, replayed = (record.get("result") or {}).get("status"), answer.get("status")
     same = recorded == replayed
     out = {"rollout_id": record.get("rollout_id"), "task": record.get("task"),

@@ -328,10 +328,27 @@ def compare(
     verifier's exit code and output."""
     old = [c for c in record.get("commands") or [] if until_turn is None or int(c.get("turn") or 0) <= until_turn]
     new = (replayed or {}).get("commands") or []
-    rows = []
+    rows, identical = command_rows(old, new, normalizers)
+    recorded_reward = (record.get("result") or {}).get("reward")
+    same_reward = diverged is None and reward == recorded_reward
+    reward_counts = same_reward or until_turn is not None or not scored
+    status = "diverged" if diverged else "identical" if reward_counts and identical == len(old) else "drifted"
+    return {"rollout_id": record.get("rollout_id"), "task": record.get("task"), "status": status,
+            "same_reward": same_reward, "reward": {"recorded": recorded_reward, "replayed": reward},
+            "commands": len(old), "commands_identical": identical, "diverged_at": diverged, "command_rows": rows,
+            "verifier": _verifier_same(record, replayed, normalizers)}
+
+
+def command_rows(old: Sequence[dict[str, Any]], new: Sequence[dict[str, Any]], normalizers: Sequence[str],
+                 turn: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Recorded commands OLD beside replayed NEW, one row each (its exit code and output: the same,
+    or both; ``ran: False`` past the replay's end), and how many are identical. ``turn``: every
+    row's turn (a record without turns), else each recorded command's own."""
+    rows: list[dict[str, Any]] = []
     identical = 0
     for i, rec in enumerate(old):
-        row: dict[str, Any] = {"i": i, "turn": rec.get("turn"), "command": str(rec.get("command"))[:200]}
+        row: dict[str, Any] = {"i": i, "turn": rec.get("turn") if turn is None else turn,
+                               "command": str(rec.get("command"))[:200]}
         if i >= len(new):
             row["ran"] = False
             rows.append(row)
@@ -343,14 +360,7 @@ def compare(
         if row["exit_code"] == "same" and row["output"] in ("same", "same after normalizers"):
             identical += 1
         rows.append(row)
-    recorded_reward = (record.get("result") or {}).get("reward")
-    same_reward = diverged is None and reward == recorded_reward
-    reward_counts = same_reward or until_turn is not None or not scored
-    status = "diverged" if diverged else "identical" if reward_counts and identical == len(old) else "drifted"
-    return {"rollout_id": record.get("rollout_id"), "task": record.get("task"), "status": status,
-            "same_reward": same_reward, "reward": {"recorded": recorded_reward, "replayed": reward},
-            "commands": len(old), "commands_identical": identical, "diverged_at": diverged, "command_rows": rows,
-            "verifier": _verifier_same(record, replayed, normalizers)}
+    return rows, identical
 
 
 def _verifier_same(record: dict[str, Any], replayed: dict[str, Any] | None, normalizers: Sequence[str]) -> Any:

@@ -128,6 +128,37 @@ async def test_admission_queues_then_429_and_quota(tmp_path: Path) -> None:
     assert leftovers([a_id, b_id]) == []
 
 
+async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: Path) -> None:
+    """A host at its --max-busy delays a command instead of failing it: the client that gave no
+    deadline of its own asks the service to queue the command as long as the command may run, so
+    a service whose default deadline (--deadline 0.5) is shorter than the holder's command still
+    runs it (before, a 429: ServiceBusyError, which a rollout takes for an infra fault and masks).
+    A client that gave a deadline still gets its 429 when it passes."""
+    svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
+    sid = ""
+    try:
+        async with await connect(svc.url, svc.token) as c:
+            sb = await c.create_sandbox(ttl_s=120)
+            sid = sb.id
+            hold = asyncio.create_task(sb.exec("sleep 2; echo held", timeout=30))
+            await asyncio.sleep(0.3)
+            t0 = time.monotonic()
+            queued = await sb.exec("echo queued", timeout=30)
+            assert queued.stdout == "queued\n" and time.monotonic() - t0 > 1.0
+            assert (await hold).stdout == "held\n"
+            c.deadline_s = 0.2
+            hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))
+            await asyncio.sleep(0.3)
+            with pytest.raises(ServiceBusyError) as busy:
+                await sb.exec("true", timeout=30)
+            assert busy.value.code == "busy"
+            await hold
+            await sb.close()
+    finally:
+        assert svc.stop() == 0
+    assert leftovers([sid]) == []
+
+
 async def test_sigterm_drains(tmp_path: Path) -> None:
     svc = start_service(tmp_path, args=["--drain-grace", "3"])
     tag = f"300.{uuid.uuid4().int % 10**9}"

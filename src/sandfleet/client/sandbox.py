@@ -50,6 +50,8 @@ from sandfleet.sandbox.spec import SandboxSpec
 log = logging.getLogger(__name__)
 EXEC_GRACE_S = 30.0
 """Past a command's timeout (or the TTL), how long the client waits for the service."""
+MAX_DEADLINE_S = 3600.0
+"""The longest X-Deadline-Ms the service takes (an hour)."""
 
 
 class ServiceSession(Protocol):
@@ -58,6 +60,7 @@ class ServiceSession(Protocol):
 
     url: str
     connect_timeout: float
+    deadline_s: float | None
     http: httpx.AsyncClient
 
     def pool(self, key: str | None = None) -> httpx.AsyncClient: ...
@@ -131,15 +134,27 @@ class RemoteRuntime:
         wait = (timeout if timeout is not None else max(0.0, self.expires - time.monotonic())) + EXEC_GRACE_S
         return await self._run(self.exec_url, body(req), on_output, cap, wait)
 
+    def _admission(self, wait: float) -> tuple[dict[str, str], float]:
+        """The deadline header of a command that may run ``wait`` seconds, and how long its
+        answer may take to start: the client's ``deadline_s`` where it gave one; else the
+        command waits in the service's queue for a busy slot (--max-busy) as long as it may run,
+        so that a host at its limit delays a rollout's command instead of failing it (HTTP 429,
+        an infra fault: the rollout masked, though nothing was wrong with it)."""
+        if self.service.deadline_s is not None:
+            return {}, wait
+        queue = min(wait, MAX_DEADLINE_S)
+        return {"X-Deadline-Ms": str(int(queue * 1000))}, wait + queue
+
     async def _run(self, url: httpx.URL, content: bytes, on_output: OutputCallback | None, cap: int,
                    wait: float) -> ExecResult:
         """POST a command and read its NDJSON records to the exit record. Cancelled, the
         connection closes and the service kills the command."""
         kept = {"stdout": bytearray(), "stderr": bytearray()}
         seen = {"stdout": 0, "stderr": 0}
-        timeout = httpx.Timeout(wait, connect=self.service.connect_timeout)
+        deadline, first_byte = self._admission(wait)
+        timeout = httpx.Timeout(first_byte, connect=self.service.connect_timeout)
         try:
-            async with self._post(url, content, timeout) as resp:
+            async with self._post(url, content, timeout, deadline) as resp:
                 try:
                     await raise_for_status(resp)
                 except (SandboxError, ServiceError) as e:
@@ -174,16 +189,17 @@ class RemoteRuntime:
             raise transport_error(e, self.service.url) from None
 
     @contextlib.asynccontextmanager
-    async def _post(self, url: httpx.URL, content: bytes,
-                    timeout: httpx.Timeout) -> AsyncIterator[httpx.Response]:
-        """POST ``content`` (JSON); the response's stream, closed after the block."""
+    async def _post(self, url: httpx.URL, content: bytes, timeout: httpx.Timeout,
+                    deadline: dict[str, str] | None = None) -> AsyncIterator[httpx.Response]:
+        """POST ``content`` (JSON); the response's stream, closed after the block. ``deadline``:
+        an X-Deadline-Ms of this request's own in place of the client's."""
         if self._direct is None:
             async with self.http.stream("POST", url, content=content, timeout=timeout,
                                         headers={"content-type": "application/json",
-                                                 **self.service.deadline_header()}) as resp:
+                                                 **self.service.deadline_header(), **(deadline or {})}) as resp:
                 yield resp
             return
-        req = httpx.Request("POST", url, content=content, headers=self._headers,
+        req = httpx.Request("POST", url, content=content, headers={**self._headers, **(deadline or {})},
                             extensions={"timeout": timeout.as_dict()})
         resp = await self._direct.handle_async_request(req)
         resp.request = req

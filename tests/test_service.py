@@ -447,3 +447,24 @@ def test_served_openapi_is_the_golden_one(svc: RunningService) -> None:
 
     served = httpx.get(svc.url + "/openapi.json", timeout=30).json()
     assert openapi_text(served) == OPENAPI.read_text(), "tests/golden/README.md says how to regenerate it"
+
+
+async def test_run_code_runs_python_and_bash_cells(client: ServiceClient) -> None:
+    """``/v1 run_code``'s ``language``: a bash cell of the default context runs in the sandbox's
+    one bash (``default-bash``), whose state lasts, beside python's own default context; a
+    context's first cell sets its language, and a cell of the other one is a clear 400."""
+    sb = await client.create_sandbox(ttl_s=120)
+    try:
+        if not (await sb.exec(["sh", "-c", "command -v python3 && command -v bash"])).ok:
+            pytest.skip("this service's image has no python3 or no bash")
+        assert (await sb.run_code("x = 2; x")).text == "2"
+        ex = await sb.run_code("Y=5; cd /; echo $Y", language="bash")
+        assert ex.stdout == ["5\n"] and ex.error is None
+        assert (await sb.run_code("echo $Y; pwd", language="bash")).stdout == ["5\n/\n"]
+        assert (await sb.run_code("x")).text == "2"  # python's default context is another
+        assert (await sb.run_code("false", context="sh", language="bash")).error == {"name": "", "value": "1",
+                                                                                     "traceback": ""}
+        with pytest.raises(ConfigError, match="context 'sh' .* runs bash, not python"):
+            await sb.run_code("1", context="sh")
+    finally:
+        await sb.close()

@@ -119,6 +119,11 @@ class RunCodeRequest(BaseModel):
     code: str
     context: str = Field("default", min_length=1, max_length=128)
     """A separate globals dict, made on its first cell."""
+    language: Literal["python", "bash"] = "python"
+    """``bash``: a long-lived bash per context (as E2B's bash kernel: variables, functions and
+    the working directory persist; a failed cell's error has no name and its exit status as
+    value). A context's first cell sets its language; bash cells with the default context share
+    the sandbox's one bash, ``default-bash``."""
     cwd: str | None = None
     """The context's working directory, when this cell makes it (default: the sandbox's)."""
     env: dict[str, str] | None = None

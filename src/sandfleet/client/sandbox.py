@@ -298,14 +298,16 @@ class RemoteSandbox(AgentSandbox):
         self.runtime.expires = time.monotonic() + float(resp.json()["expires_in_s"])
 
     async def run_code(self, code: str, *, context: str = "default", cwd: str | None = None,
-                       env: dict[str, str] | None = None, timeout: float | None = None) -> CodeExecution:
+                       env: dict[str, str] | None = None, timeout: float | None = None,
+                       language: Literal["python", "bash"] = "python") -> CodeExecution:
         """Run a cell in the sandbox's stateful Python on the service (its kernel, started on
         the first cell and shared with the E2B code interpreter): globals persist per
         ``context``, ``.text`` is the value of the last expression, ``.error`` what it raised
-        (``name``, ``value``, ``traceback``). Past ``timeout`` the cell is interrupted."""
+        (``name``, ``value``, ``traceback``). Past ``timeout`` the cell is interrupted.
+        ``language="bash"``: a long-lived bash per context (``RunCodeRequest.language``)."""
         self._check()
         with checked_request():
-            req = RunCodeRequest(code=code, context=context, cwd=cwd, env=env, timeout=timeout)
+            req = RunCodeRequest(code=code, context=context, cwd=cwd, env=env, timeout=timeout, language=language)
         resp = await self.runtime.request("POST", "/run_code", content=body(req),
                                           headers={**JSON, **self.service.deadline_header()},
                                           timeout=None if timeout is None else timeout + EXEC_GRACE_S)

@@ -19,10 +19,13 @@ async def run_code(service: Service, sid: str, body: models.RunCodeRequest, requ
     """Run a cell in the sandbox's Python, started on its first cell (one busy slot for that
     start): globals persist per ``context``; the value of the last expression is the result
     with ``is_main_result``; a cell past ``timeout`` is interrupted (KeyboardInterrupt) and
-    the state stays. A kernel that cannot start (no python3) is 422 guest_error."""
+    the state stays. ``language`` ``bash``: the context is a long-lived bash (``default-bash``
+    for the default context); a cell of the other language than its context's is 400. A kernel
+    that cannot start (no python3) is 422 guest_error."""
     e = service.entry(owner, sid)
     check_env(body.env)
     kernels: Kernels = request.app.state.kernels
+    context = kernels.context(e, body.context, body.language)
     k = kernels.get(e)
     if not k.alive:
         release = await service.admit_start(owner, deadline, e)
@@ -30,4 +33,5 @@ async def run_code(service: Service, sid: str, body: models.RunCodeRequest, requ
             await k.start()
         finally:
             release()
-    return await k.run(body.code, context=body.context, cwd=body.cwd, env=body.env, timeout=body.timeout)
+    return await k.run(body.code, context=context, cwd=body.cwd, env=body.env, timeout=body.timeout,
+                       language=body.language)

@@ -36,7 +36,7 @@ from fastapi.responses import Response, StreamingResponse
 from sandfleet.interpreter import Kernel, KernelError
 from sandfleet.server.dialects.e2b.state import Boxes
 from sandfleet.server.dialects.e2b.wire import CPError, NotFound, cp_error, route
-from sandfleet.server.kernels import Kernels
+from sandfleet.server.kernels import DEFAULT_BASH, Kernels
 
 if TYPE_CHECKING:
     from sandfleet.server.service import Entry
@@ -46,8 +46,6 @@ TEMPLATES = ("code-interpreter-v1",)
 """Template names that mean "base, with the code interpreter" (the SDK's default template)."""
 LANGUAGES = ("python", "python3", "bash")
 DEFAULT = "default"
-DEFAULT_BASH = "default-bash"
-"""The context of ``run_code(code, language="bash")`` without a context: one bash per sandbox."""
 
 
 def _language(language: str) -> str:

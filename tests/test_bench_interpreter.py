@@ -30,7 +30,7 @@ def test_bench_interpreter_json() -> None:
         pytest.skip("the service needs the server extra (pip install -e '.[server]')")
     proc = subprocess.run(
         [sys.executable, "-m", "sandfleet.cli", "bench", "interpreter", "-n", "4", "--concurrent", "2",
-         "--cells", "2", "--rounds", "2", "--json"],
+         "--cells", "2", "--rounds", "2", "--fusion-rounds", "2", "--json"],
         capture_output=True, text=True, timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout)
@@ -45,6 +45,10 @@ def test_bench_interpreter_json() -> None:
     assert len(out["kernel_cells_per_s_rounds"]) == len(out["fresh_cells_per_s_rounds"]) == 2
     assert "kernels_at_least_5x_fresh" in out["targets_met"]
     assert out["provenance"]["config"]["bench"] == "interpreter"
+    assert (out["fusion_cells"], out["fusion_rounds"]) == (2, 2)
+    for key in ("fusion_jupyter_cell_p50_ms", "fusion_jupyter_request_p50_ms", "fusion_run_code_cell_p50_ms",
+                "fusion_run_code_over_jupyter"):
+        assert out[key] > 0, key
 
 
 def test_bench_interpreter_text_in_process_only() -> None:

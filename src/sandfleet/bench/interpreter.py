@@ -12,6 +12,12 @@ Figures (keys of the JSON; p50 and p90 are :func:`sandfleet.stats.percentile`, i
     service, against ``e2b_exec_true_p50_ms``: the e2b SDK's ``commands.run("true")`` (left out,
     with ``e2b_skipped`` saying why, where the SDK is not installed);
   - ``*_cell_over_exec_true``: the ratio of each pair's p50s (issue 47's target: within 3);
+- SandboxFusion's own two ways, through the same service (``fusion_rounds`` rounds, the order
+  turned each round): ``fusion_jupyter_cell_p50_ms``, a ``run_jupyter`` request of ``cells`` cells
+  (``x = 0``, then ``x += 1``: one stateful Python in a fresh sandbox) per cell, against
+  ``fusion_run_code_cell_p50_ms``, the same cells as ``run_code`` requests (a fresh sandbox and
+  ``python3`` each, SandboxFusion's way), and ``fusion_run_code_over_jupyter``, their ratio;
+  ``fusion_jupyter_request_p50_ms`` is a whole request;
 - many kernels (``concurrent`` sandboxes at once, each running ``cells`` cells):
   - ``kernel_cells_per_s``: cells per second with each sandbox's kernel running ``x = 0`` and
     then ``x += 1`` (the kernel's start counted), the median of ``rounds`` rounds;
@@ -120,6 +126,51 @@ def e2b_roundtrips(n: int, url: str, token: str) -> dict[str, Any]:
     return _pair("e2b", got)
 
 
+async def fusion_roundtrips(url: str, token: str, cells: int, rounds: int) -> dict[str, Any]:
+    """``fusion_*``: SandboxFusion's ``run_jupyter`` of ``cells`` cells against as many
+    ``run_code`` requests, per cell, ``rounds`` rounds (the order turned each round)."""
+    import httpx
+
+    code = ["x = 0"] + ["x += 1"] * (cells - 1)
+    base = f"{url}/sandbox-fusion/{token}"
+    times: dict[str, list[float]] = {"jupyter": [], "run_code": []}
+    async with httpx.AsyncClient(timeout=600) as http:
+
+        async def jupyter() -> None:
+            t = time.perf_counter()
+            r = await http.post(f"{base}/run_jupyter", json={"cells": code + ["x"], "total_timeout": 300})
+            took = (time.perf_counter() - t) * 1e3
+            body = r.json()
+            if r.status_code != 200 or body.get("status") != "Success" or \
+                    body["cells"][-1]["display"][0].get("text/plain") != str(cells - 1):
+                raise RuntimeError(f"run_jupyter answered {r.status_code}: {r.text[:300]}")
+            times["jupyter"].append(took / len(code))
+
+        async def run_code() -> None:
+            for i, cell in enumerate(code):
+                t = time.perf_counter()
+                # no state between calls: each carries what the kernel's cell found in x
+                r = await http.post(f"{base}/run_code", json={"code": "x = 0\n" if i == 0 else f"x = {i - 1}\n{cell}\n",
+                                                               "language": "python"})
+                times["run_code"].append((time.perf_counter() - t) * 1e3)
+                if r.status_code != 200 or r.json().get("status") != "Success":
+                    raise RuntimeError(f"run_code answered {r.status_code}: {r.text[:300]}")
+
+        await jupyter()  # the image and connections warm
+        times["jupyter"].clear()
+        for i in range(rounds):
+            for way in ((jupyter, run_code) if i % 2 == 0 else (run_code, jupyter)):
+                await way()
+        request = [c * len(code) for c in times["jupyter"]]
+    out: dict[str, Any] = {"fusion_cells": cells, "fusion_rounds": rounds,
+           "fusion_jupyter_cell_p50_ms": round(percentile(times["jupyter"], 50), 3),
+           "fusion_jupyter_request_p50_ms": round(percentile(request, 50), 3),
+           "fusion_run_code_cell_p50_ms": round(percentile(times["run_code"], 50), 3)}
+    jc = out["fusion_jupyter_cell_p50_ms"]
+    out["fusion_run_code_over_jupyter"] = round(out["fusion_run_code_cell_p50_ms"] / jc, 3) if jc else None
+    return out
+
+
 async def concurrent_cells(k: int, cells: int, rounds: int = 3, backend: str = "bwrap") -> dict[str, Any]:
     """``k`` sandboxes at once, each running ``cells`` cells in its kernel (started afresh each
     round) against ``cells`` fresh ``python3 -c`` each; ``rounds`` rounds, the order turned."""
@@ -174,7 +225,8 @@ def targets(result: dict[str, Any]) -> dict[str, bool]:
 
 
 def run_interpreter_bench(*, backend: str = "bwrap", n: int = 200, concurrent: int = 64, cells: int = 20,
-                          rounds: int = 3, service: bool = True, say: Progress = lambda _m: None) -> dict[str, Any]:
+                          rounds: int = 3, service: bool = True, fusion_rounds: int = 6,
+                          say: Progress = lambda _m: None) -> dict[str, Any]:
     """All the figures of the module docstring in one run: in process, then through a service
     started on loopback for the run (unless ``service`` is False), then the many kernels."""
     out: dict[str, Any] = {"backend": backend, "n": n}
@@ -189,6 +241,9 @@ def run_interpreter_bench(*, backend: str = "bwrap", n: int = 200, concurrent: i
             out |= asyncio.run(v1_roundtrips(n, svc.url, svc.token))
             say(f"service at {svc.url}: e2b SDKs' run_code and commands.run('true'), {n} each")
             out |= e2b_roundtrips(n, svc.url, svc.token)
+            say(f"service at {svc.url}: SandboxFusion run_jupyter of {cells} cells against {cells} run_code, "
+                f"{fusion_rounds} rounds")
+            out |= asyncio.run(fusion_roundtrips(svc.url, svc.token, cells, fusion_rounds))
     say(f"{concurrent} sandboxes at once, {cells} kernel cells each against {cells} fresh python3 -c each, "
         f"{rounds} rounds")
     out |= asyncio.run(concurrent_cells(concurrent, cells, rounds, backend))

@@ -306,13 +306,16 @@ def compare_cmd(a: str, b: str, html: str | None, as_json: bool) -> None:
               help="Cells per sandbox (and fresh python3 -c processes per sandbox on the other side).")
 @click.option("--rounds", default=3, show_default=True, type=click.IntRange(min=1),
               help="Rounds of kernels and of fresh processes, alternating.")
+@click.option("--fusion-rounds", default=6, show_default=True, type=click.IntRange(min=1),
+              help="Rounds of SandboxFusion's run_jupyter (--cells cells) against as many run_code requests.")
 @click.option("--no-service", "no_service", is_flag=True,
-              help="Only in process: start no service (no /v1 and e2b SDK round trips).")
+              help="Only in process: start no service (no /v1, e2b SDK and SandboxFusion round trips).")
 @click.option("--json", "as_json", is_flag=True)
-def interpreter_cmd(backend: str, n: int, concurrent: int, cells: int, rounds: int, no_service: bool,
-                    as_json: bool) -> None:
+def interpreter_cmd(backend: str, n: int, concurrent: int, cells: int, rounds: int, fusion_rounds: int,
+                    no_service: bool, as_json: bool) -> None:
     """The code interpreter: a cell's round trip against an exec of true (in process, /v1, the e2b SDKs),
-    and cells per second of many kernels against fresh python3 -c processes, side by side in one run."""
+    SandboxFusion's run_jupyter against run_code per cell, and cells per second of many kernels against
+    fresh python3 -c processes, side by side in one run."""
     from sandfleet.bench.interpreter import run_interpreter_bench
     from sandfleet.errors import SandfleetError
     from sandfleet.provenance import provenance
@@ -320,12 +323,12 @@ def interpreter_cmd(backend: str, n: int, concurrent: int, cells: int, rounds: i
     say = (lambda _m: None) if as_json else (lambda m: click.echo(f"... {m}", err=True))
     try:
         result = run_interpreter_bench(backend=backend, n=n, concurrent=concurrent, cells=cells, rounds=rounds,
-                                       service=not no_service, say=say)
+                                       service=not no_service, fusion_rounds=fusion_rounds, say=say)
     except SandfleetError as e:
         raise click.ClickException(str(e)) from None
     result["provenance"] = provenance({"bench": "interpreter", "backend": backend, "n": n,
                                        "concurrent": concurrent, "cells": cells, "rounds": rounds,
-                                       "service": not no_service})
+                                       "fusion_rounds": fusion_rounds, "service": not no_service})
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return

@@ -132,8 +132,9 @@ async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: P
     """A host at its --max-busy delays a command instead of failing it: the client that gave no
     deadline of its own asks the service to queue the command as long as the command may run, so
     a service whose default deadline (--deadline 0.5) is shorter than the holder's command still
-    runs it (before, a 429: ServiceBusyError, which a rollout takes for an infra fault and masks).
-    A client that gave a deadline still gets its 429 when it passes."""
+    runs it (before, a 429: ServiceBusyError, which a rollout takes for an infra fault and masks);
+    so do a file's write and an upload, for most of their read timeout. A client that gave a
+    deadline still gets its 429 when it passes."""
     svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
     sid = ""
     try:
@@ -146,6 +147,12 @@ async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: P
             queued = await sb.exec("echo queued", timeout=30)
             assert queued.stdout == "queued\n" and time.monotonic() - t0 > 1.0
             assert (await hold).stdout == "held\n"
+            hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))  # and a file's write, an upload
+            await asyncio.sleep(0.3)
+            await sb.write_file("/tmp/queued.txt", b"q")
+            await sb.upload(__file__, "/tmp")
+            assert await sb.read_file("/tmp/queued.txt") == b"q"
+            await hold
             c.deadline_s = 0.2
             hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))
             await asyncio.sleep(0.3)

@@ -52,6 +52,9 @@ EXEC_GRACE_S = 30.0
 """Past a command's timeout (or the TTL), how long the client waits for the service."""
 MAX_DEADLINE_S = 3600.0
 """The longest X-Deadline-Ms the service takes (an hour)."""
+QUEUE_SHARE = 0.8
+"""Of a request's read timeout, the share it may wait in the service's queue for a busy slot
+(the rest is for the work itself: an answer after the read timeout is an error of its own)."""
 
 
 class ServiceSession(Protocol):
@@ -113,8 +116,18 @@ class RemoteRuntime:
         return err
 
     async def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One request of the sandbox's; where the client gave no deadline of its own, one that
+        waits for a busy slot (a file's read or write, an archive) waits in the service's queue
+        for most of its read timeout (QUEUE_SHARE), so that a host at its --max-busy delays it
+        rather than failing it."""
+        headers = dict(kw.pop("headers", None) or {})
+        if self.service.deadline_s is None and not any(k.lower() == "x-deadline-ms" for k in headers):
+            t = kw.get("timeout", self.http.timeout)
+            read = t.read if isinstance(t, httpx.Timeout) else t
+            queue = MAX_DEADLINE_S if read is None else min(MAX_DEADLINE_S, float(read) * QUEUE_SHARE)
+            headers["X-Deadline-Ms"] = str(int(queue * 1000))
         try:
-            resp = await self.http.request(method, self.path + path, **kw)
+            resp = await self.http.request(method, self.path + path, headers=headers, **kw)
         except httpx.HTTPError as e:
             raise transport_error(e, self.service.url) from None
         try:

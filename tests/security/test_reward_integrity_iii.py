@@ -1114,3 +1114,19 @@ async def test_a_reward_descriptor_the_tests_hand_down_writes_nowhere_for_the_co
     solve = write("/app/solution.py", "print('said')\nopen('/app/out.txt', 'w').write('hello')\n")
     for r in await rollouts([honest], [solve], backend=backend):
         assert r.reward == 1.0, (backend, r.reason, r.verifier_output)
+
+
+async def test_a_workdir_path_the_seal_cant_hold_is_a_risk_on_the_row(tmp_path: Path) -> None:
+    """The seal's paths fit in 512 bytes. A workdir whose path leaves no room: the seal goes
+    without its folders, and the row says so in verifier_risks (until this stop, only a log line
+    said it); the honest solution still scores 1."""
+    long = "/w" + "/" + "d" * 200 + "/" + "e" * 200
+    task = harbor_task(tmp_path, "long-workdir", f'if [ "$(cat {long}/out.txt 2>/dev/null)" = hello ]; '
+                       f"then echo 1; else echo 0; fi > {REWARD}\n")
+    dockerfile = task.path / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text().replace("WORKDIR /app", f"WORKDIR {long}"))
+    task = load_task(task.path)
+    for r in await rollouts([task], [write(f"{long}/out.txt", "hello\n")]):
+        assert r.reward == 1.0, (r.reason, r.verifier_output)
+        assert any("the seal could not take all its paths" in x and "no folder is kept" in x
+                   for x in r.info.get("verifier_risks") or []), r.info

@@ -272,6 +272,8 @@ NO_LANDLOCK_RISK = ("no Landlock in the sandbox's kernel (gVisor has none): the 
                     "(docs/security.md, \"Where the line is\")")
 DETACHED_RISK = ("processes of the tests outlived the program that started them while the tests ran "
                  "(a daemon of the code under test could write what the tests read)")
+SEAL_RISK = ("the seal could not take all its paths (seal_paths holds 512 bytes): it goes without what "
+             "did not fit")
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
                      "the task's [verifier.env] PATH keeps them")
 @dataclass
@@ -511,6 +513,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     demote = owner if (owner.isdigit() and owner != "0" and sandbox.backend in USER_BACKENDS
                        and not current_settings().seal_uid_off) else ""
     homes = {}
+    seal_risks: list[str] = []
     if seal is not None:  # the reward folders kept from every program but the tests' own
         # the tests' HOME kept too (the config of the tests' own tools: git's, curl's), beside the
         # first reward folder (whose parent the code under test can't add to anyway); the code under
@@ -526,19 +529,25 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
         # on bwrap and gvisor they are root's against a user of the tests' (and this is a second wall)
         kept += [f"k:{d[2:]}" for d in dirs if d.startswith("t:")]
         # the reward files themselves: a descriptor on one that a kept program inherited writes nowhere
-        kept += sorted({f"f:{_guest(sandbox, p)}" for p in (task.verifier.reward_text_path,
+        files = sorted({f"f:{_guest(sandbox, p)}" for p in (task.verifier.reward_text_path,
                                                           task.verifier.reward_json_path)})
+        entries = [d for d in dirs if d[:2] in ("t:", "r:", "w:")] + kept + ([f"u:{demote}"] if demote else [])
         try:
-            seal = with_paths(seal, [d for d in dirs if d[:2] in ("t:", "r:", "w:")] + kept +
-                              ([f"u:{demote}"] if demote else []))
-        except ValueError as e:
-            log.warning("the seal goes without its folders: %s", e)
-            demote, homes = "", {}
+            seal = with_paths(seal, entries + files)
+        except ValueError:
+            try:  # the reward files' entries go first: the folders are the rule itself
+                seal = with_paths(seal, entries)
+                seal_risks.append(f"{SEAL_RISK}: the reward files' descriptors (their paths did not fit)")
+            except ValueError as e:
+                log.warning("the seal goes without its folders: %s", e)
+                seal_risks.append(f"{SEAL_RISK}: {e}; no folder is kept from the code under test")
+                demote, homes = "", {}
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
                              env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
                                   "DEMOTE": demote, "AGENT_USER": agent, **homes},
                              stdin=seal or b"")
     values, risks = _notes(res.stdout)
+    risks += seal_risks
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
                      f"{res.output.strip()[-300:]}")

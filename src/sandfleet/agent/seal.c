@@ -146,6 +146,15 @@ static int put_uint(char *out, unsigned long v) {
     return n;
 }
 
+/* What descriptor FD names (its /proc/self/fd link) in OUT, NUL-terminated: the length, or <= 0 */
+static long fd_target(long fd, char *out, long size) {
+    char link[40] = "/proc/self/fd/";
+    link[14 + put_uint(link + 14, (unsigned long)fd)] = 0;
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)out, size - 1, 0);
+    out[n > 0 ? n : 0] = 0;
+    return n;
+}
+
 
 /* s is dir or inside it */
 static int under(const char *s, const char *dir) {
@@ -1030,12 +1039,9 @@ static void drop_reward_fds(void) {
             if (fd == dfd) continue;
             long fl = sys5(__NR_fcntl, fd, 3 /* F_GETFL */, 0, 0, 0);
             if (fl < 0 || (fl & 3) == 0) continue; /* O_RDONLY */
-            char link[40] = "/proc/self/fd/", target[512];
-            link[14 + put_uint(link + 14, (unsigned long)fd)] = 0;
-            long t = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)target, sizeof target - 1, 0);
-            if (t <= 0 || target[0] != '/') continue;
-            target[t] = 0;
-            if (under_kind(target, 'f')) drop[n++] = (int)fd;
+            char target[512];
+            if (fd_target(fd, target, sizeof target) > 0 && target[0] == '/' && under_kind(target, 'f'))
+                drop[n++] = (int)fd;
         }
     }
     sys5(__NR_close, dfd, 0, 0, 0, 0);
@@ -1138,27 +1144,14 @@ static long seal_open(long dirfd, const char *path, long flags, long mode) {
     long trunc = (flags & O_TRUNC_) && (flags & O_ACCMODE_);
     long fd = sys5(__NR_openat, dirfd, (long)path, trunc ? flags & ~O_TRUNC_ : flags, mode, 0);
     if (fd < 0) return fd;
-    char link[40], real[1024], base[1024], named[2048];
-    int m = 0;
-    for (const char *q = "/proc/self/fd/"; *q; q++) link[m++] = *q;
-    m += put_uint(link + m, (unsigned long)fd);
-    link[m] = 0;
-    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)link, (long)real, sizeof real - 1, 0);
-    real[n > 0 ? n : 0] = 0;
+    char real[1024], base[1024], named[2048];
+    long n = fd_target(fd, real, sizeof real);
     for (pos = 0; n > 0 && next_kept(&pos, r, sizeof r);) {
         if (!under(real, r)) continue;
         long b = 0;
-        if (path[0] != '/') {
-            const char *from = "/proc/self/cwd";
-            if (dirfd != AT_FDCWD) {
-                int k = 0;
-                for (const char *q = "/proc/self/fd/"; *q; q++) link[k++] = *q;
-                k += put_uint(link + k, (unsigned long)dirfd);
-                link[k] = 0;
-                from = link;
-            }
-            b = sys5(__NR_readlinkat, AT_FDCWD, (long)from, (long)base, sizeof base - 1, 0);
-        }
+        if (path[0] != '/' && dirfd != AT_FDCWD) b = fd_target(dirfd, base, sizeof base);
+        else if (path[0] != '/') b = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)base,
+                                          sizeof base - 1, 0);
         base[b > 0 ? b : 0] = 0;
         if (lexical(base, path, named, sizeof named) && under(named, r)) break; /* named: the tests' write */
         /* a descriptor the program already holds, by the system's own names for it (`> /dev/stdout`

@@ -57,6 +57,12 @@ QUEUE_SHARE = 0.8
 (the rest is for the work itself: an answer after the read timeout is an error of its own)."""
 
 
+def queued(seconds: float) -> dict[str, str]:
+    """The X-Deadline-Ms of a request that may wait ``seconds`` (MAX_DEADLINE_S at most) in the
+    service's queue for a busy slot."""
+    return {"X-Deadline-Ms": str(int(min(seconds, MAX_DEADLINE_S) * 1000))}
+
+
 class ServiceSession(Protocol):
     """What a remote sandbox needs of the service it lives on (a
     :class:`~sandfleet.client.service.ServiceClient` is one)."""
@@ -124,8 +130,7 @@ class RemoteRuntime:
         if self.service.deadline_s is None and not any(k.lower() == "x-deadline-ms" for k in headers):
             t = kw.get("timeout", self.http.timeout)
             read = t.read if isinstance(t, httpx.Timeout) else t
-            queue = MAX_DEADLINE_S if read is None else min(MAX_DEADLINE_S, float(read) * QUEUE_SHARE)
-            headers["X-Deadline-Ms"] = str(int(queue * 1000))
+            headers |= queued(MAX_DEADLINE_S if read is None else float(read) * QUEUE_SHARE)
         try:
             resp = await self.http.request(method, self.path + path, headers=headers, **kw)
         except httpx.HTTPError as e:
@@ -155,8 +160,7 @@ class RemoteRuntime:
         an infra fault: the rollout masked, though nothing was wrong with it)."""
         if self.service.deadline_s is not None:
             return {}, wait
-        queue = min(wait, MAX_DEADLINE_S)
-        return {"X-Deadline-Ms": str(int(queue * 1000))}, wait + queue
+        return queued(wait), wait + min(wait, MAX_DEADLINE_S)
 
     async def _run(self, url: httpx.URL, content: bytes, on_output: OutputCallback | None, cap: int,
                    wait: float) -> ExecResult:

@@ -502,6 +502,13 @@ def test_create_snapshot_refuses_processes_it_cannot_keep(e2b_env: dict[str, str
     sbx = Sandbox.create(timeout=120)
     try:
         h = sbx.commands.run("exec sleep 300", background=True)
+        # `bash -l` reads the profile (its `id -u` is a second process) before the exec: wait for
+        # the sleep, so that the one process the refusal names is the one the test started
+        sleeping = "for c in /proc/[0-9]*/comm; do [ \"$(cat $c 2>/dev/null)\" = sleep ] && echo yes; done; true"
+        deadline = time.monotonic() + 10
+        while "yes" not in sbx.commands.run(sleeping).stdout:
+            assert time.monotonic() < deadline, "the background `sleep 300` never started"
+            time.sleep(0.05)
         with pytest.raises(SandboxException) as ei:
             sbx.create_snapshot()
         msg = str(ei.value)

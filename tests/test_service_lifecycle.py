@@ -130,7 +130,7 @@ async def test_admission_queues_then_429_and_quota(tmp_path: Path) -> None:
 
 async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: Path) -> None:
     """A host at its --max-busy delays a command instead of failing it: the client that gave no
-    deadline of its own asks the service to queue the command as long as the command may run, so
+    deadline of its own asks the service to queue the command as long as its sandbox lives, so
     a service whose default deadline (--deadline 0.5) is shorter than the holder's command still
     runs it (before, a 429: ServiceBusyError, which a rollout takes for an infra fault and masks);
     so do a file's write and an upload, for most of their read timeout. A client that gave a
@@ -160,6 +160,30 @@ async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: P
                 await sb.exec("true", timeout=30)
             assert busy.value.code == "busy"
             await hold
+            await sb.close()
+    finally:
+        assert svc.stop() == 0
+    assert leftovers([sid]) == []
+
+
+@pytest.mark.slow
+async def test_a_short_command_waits_behind_a_longer_one_for_as_long_as_the_sandbox_lives(tmp_path: Path) -> None:
+    """How long a busy slot stays taken is the other command's business: a command with a 1-s
+    timeout behind a 40-s one still runs (it queues for as long as its sandbox has left to live).
+    Before, it queued for its own run time plus the client's grace (31 s) and got a 429, which a
+    verifier through the service took for an infra fault: round IX's rows masked (issue 41)."""
+    svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
+    sid = ""
+    try:
+        async with await connect(svc.url, svc.token) as c:
+            sb = await c.create_sandbox(ttl_s=300)
+            sid = sb.id
+            hold = asyncio.create_task(sb.exec("sleep 40; echo held", timeout=60))
+            await asyncio.sleep(0.5)
+            t0 = time.monotonic()
+            short = await sb.exec("echo short", timeout=1)
+            assert short.stdout == "short\n" and time.monotonic() - t0 > 35
+            assert (await hold).stdout == "held\n"
             await sb.close()
     finally:
         assert svc.stop() == 0

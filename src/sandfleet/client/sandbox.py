@@ -155,12 +155,16 @@ class RemoteRuntime:
     def _admission(self, wait: float) -> tuple[dict[str, str], float]:
         """The deadline header of a command that may run ``wait`` seconds, and how long its
         answer may take to start: the client's ``deadline_s`` where it gave one; else the
-        command waits in the service's queue for a busy slot (--max-busy) as long as it may run,
-        so that a host at its limit delays a rollout's command instead of failing it (HTTP 429,
-        an infra fault: the rollout masked, though nothing was wrong with it)."""
+        command waits in the service's queue for a busy slot (--max-busy) as long as the sandbox
+        has left to live (its own run time where that is longer; an hour at most), so that a host
+        at its limit delays a rollout's command instead of failing it (HTTP 429, an infra fault:
+        the rollout masked, though nothing was wrong with it). How long a slot stays busy is other
+        sandboxes' commands' business, not this command's: a verifier's 30-s check queued at most
+        its own 30 s, behind two 60-s commands, and the rollout was masked (issue 41)."""
         if self.service.deadline_s is not None:
             return {}, wait
-        return queued(wait), wait + min(wait, MAX_DEADLINE_S)
+        queue = min(max(wait, self.expires - time.monotonic()), MAX_DEADLINE_S)
+        return queued(queue), wait + queue
 
     async def _run(self, url: httpx.URL, content: bytes, on_output: OutputCallback | None, cap: int,
                    wait: float) -> ExecResult:

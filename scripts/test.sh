@@ -55,4 +55,13 @@ if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then
 else
   echo "== pytest (fast)"; pytest -q --durations=30 -m "$fast" "$@"
 fi
-echo "== pytest (slow)"; pytest -q --durations=30 -m "(slow or chaos) and not model and not rl" "$@"
+# The slow pass the same way: most of its time is waiting (TTLs, kill points, a rate held, a
+# service's deadline), which two workers overlap; the `serial` modules' slow tests after, alone.
+slow="(slow or chaos) and not model and not rl"
+if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then
+  echo "== pytest (slow, $workers workers)"
+  ok5 pytest -q --durations=30 -n "$workers" --dist loadfile -m "($slow) and not serial" "$@"
+  echo "== pytest (slow, serial)"; ok5 pytest -q --durations=10 -m "($slow) and serial" "$@"
+else
+  echo "== pytest (slow)"; pytest -q --durations=30 -m "$slow" "$@"
+fi

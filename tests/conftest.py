@@ -351,7 +351,7 @@ SERIAL_MODULES = frozenset({
     "test_bench_figures", "test_bench_idle", "test_bench_peers", "test_bench_rollout", "test_bench_run",
     "test_bench_soak", "test_cgroups_throttle", "test_contention", "test_figures_e2e", "test_sandbox_many_fds",
     "test_service_load", "test_uid_slots", "test_validate_under_load", "test_sandbox_faults",
-    "test_microvm", "test_gvisor", "test_leaks",
+    "test_microvm", "test_gvisor", "test_leaks", "test_soak",
 })
 
 

@@ -867,7 +867,8 @@ IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"]
                        "fork-child-ctypes-write", "ctypes-open-write", "pytest-report-patch",
                        "raise-systemexit-in-call"],
               "ix": ["systemexit-real-class", "sys-exit-swapped", "excepthook-exit0", "signal-partial-exit0",
-                     "profile-reinit-exit-status", "builtins-open-swap"]}
+                     "profile-reinit-exit-status", "builtins-open-swap"],
+              "x": ["exec-source-text"]}
 """What a grader's own process runs of the workdir's (it imports the solution, or unpickles the
 agent's data): every one forged before the guard watched the stack (round V's and VI's three on
 every backend; round VIII's written against it; raise-systemexit-in-call until the guard judged
@@ -934,6 +935,11 @@ open("{REWARD}", "w").write("1" if ok else "0")
 sys.stdout.flush()
 os._exit(0)
 """
+EXEC_GRADE = f"""ns = {{}}
+exec(compile(open("/app/solution.py").read(), "solution", "exec"), ns)  # the workdir's text, a name of its own
+ok = ns["double"](5) == 10 and ns["greet"]() == "hello"
+open("{REWARD}", "w").write("1" if ok else "0")
+"""
 HONEST_PYTEST = """import solution
 def test_greet():
     assert solution.greet() == "hello"
@@ -953,13 +959,17 @@ async def test_a_graders_own_ways_inside_its_process_still_score_one(tmp_path: P
     imports the solution, forks a pool of workers that run it, pickles its own data, starts a shell
     that writes the reward folder, writes the reward and ends with os._exit(0) (its own); a solution
     with dataclasses, a thread, an exit handler of its own and a harmless libc call through ctypes;
-    and pytest over that solution, by its exit status."""
+    and pytest over that solution, by its exit status; a grader that exec()s the solution's source
+    text under a name of its own, and writes the reward itself."""
     grader = harbor_task(tmp_path, "grader", f"cd /tests && python3 /tests/grade.py || echo 0 > {REWARD}\n",
                          tests={"grade.py": HONEST_GRADE})
+    exec_grader = harbor_task(tmp_path, "exec-grader", "cd /tests && python3 /tests/grade.py\n",
+                              tests={"grade.py": EXEC_GRADE})
     pytest_task = harbor_task(tmp_path, "pytest", "cd /app && python3 -m pytest -q -p no:cacheprovider "
                               "--confcutdir=/tests /tests/test_out.py\nrc=$?\n" + BY_EXIT,
                               tests={"test_out.py": HONEST_PYTEST})
-    for r in await rollouts([grader, pytest_task], [write("/app/solution.py", HONEST_SOLUTION)], backend=backend):
+    tasks = [grader, pytest_task, exec_grader]
+    for r in await rollouts(tasks, [write("/app/solution.py", HONEST_SOLUTION)], backend=backend):
         assert r.reward == 1.0, (backend, r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
@@ -1024,13 +1034,36 @@ def test_a_test_script_that_writes_a_fixed_name_in_tmp_is_flagged() -> None:
         "launcher-script": ["tests/test.sh:2: cat > /tmp/serve <<'E'"]}, flagged
 
 
+def test_a_test_script_that_keeps_its_output_where_the_code_can_write_is_flagged() -> None:
+    """Round X: test.sh sends the grader's output to a file in the workdir, or to one mktemp made,
+    and greps it; the code under test the grader runs renames its own file over it or writes into it
+    (the seal keeps the reward folder from it, not the tests' other files). The verifier flags such
+    a script; of the bundled tasks and every fixture, only those three attacks are."""
+    from sandfleet.tasks import load_tasks
+    from sandfleet.tasks.scan import tests_data_writes
+
+    root = FIXTURES.parent.parent
+    flagged = {}
+    folders = [root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "harbor-parity"]
+    folders += [FIXTURES / f"attacks-{r}" for r in ("iii", "iv", "v", "vi", "vii", "viii", "ix", "x")]
+    for folder in folders:
+        for task in load_tasks(folder)[0]:
+            found = tests_data_writes(task)
+            if found:
+                flagged[task.name] = found
+    log = "tests/test.sh:4: python3 /tests/grade.py > /app/grade.log 2>&1"
+    assert flagged == {"workdir-log-rename": [log], "workdir-log-pwrite": [log],
+                       "mktemp-log": ['tests/test.sh:5: python3 /tests/grade.py > "$log" 2>&1']}, flagged
+
+
 async def test_the_sourcing_risk_reaches_the_row() -> None:
     """The flag is in the rollout's verifier_risks, and `tasks validate` warns of it."""
     from sandfleet.tasks import load_tasks
-    from sandfleet.tasks.scan import SHARED_TMP_RISK, SOURCED_RISK
+    from sandfleet.tasks.scan import SHARED_TMP_RISK, SOURCED_RISK, TESTS_DATA_RISK
 
     tasks = [t for t in load_tasks(FIXTURES / "attacks-v")[0] if t.name == "exit-trap-in-env"]
     tasks += [t for t in load_tasks(FIXTURES / "attacks-vii")[0] if t.name == "tmp-symlink-redirect"]
+    tasks += [t for t in load_tasks(FIXTURES / "attacks-x")[0] if t.name == "mktemp-log"]
     cfg = RunConfig(backend="bwrap", n=1, concurrency=1, retry=RetryPolicy(max_attempts=1))
     report = await run_suite(tasks, OraclePolicy(), cfg)
     by = {r.task: r for r in report.results}
@@ -1038,6 +1071,8 @@ async def test_the_sourcing_risk_reaches_the_row() -> None:
     assert any(x.startswith(SOURCED_RISK) for x in risks), risks
     risks = by["tmp-symlink-redirect"].info.get("verifier_risks", [])
     assert any(x.startswith(SHARED_TMP_RISK) for x in risks), risks
+    risks = by["mktemp-log"].info.get("verifier_risks", [])
+    assert any(x.startswith(TESTS_DATA_RISK) for x in risks), risks
 
 
 # -- what the tests' own tools read after the code under test ran (round VII)

@@ -494,6 +494,35 @@ def _sandfleet_guard():
         seal = seal_lib()
         return seal is not None and seal.sandfleet_seal_kept(os.fsencode(real)) == 1
 
+    read = {}  # workdir files this program opened to read: their text, once a compile asks (64 at most)
+    paths_seen = {}
+
+    def workdir_text(source, name):
+        """SOURCE, compiled under NAME (no file: a name the tests gave it), is text of a workdir file
+        this program read: exec(compile(open('/app/solution.py').read(), 'solution', 'exec')) runs
+        the code under test under a name of the tests' choosing (round X's exec-source-text)."""
+        if not read or not name or (not name.startswith("<") and os.path.isfile(name)):
+            return False
+        if isinstance(source, bytes):
+            source = source.decode("utf-8", "replace")
+        if not isinstance(source, str) or len(source.strip()) < 32:
+            return False
+        source = source.strip()
+        for path, text in list(read.items()):
+            if text is None:
+                try:
+                    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+                    try:
+                        text = os.read(fd, 1 << 20).decode("utf-8", "replace").strip()
+                    finally:
+                        os.close(fd)
+                except OSError:
+                    text = ""
+                read[path] = text
+            if len(text) >= 32 and (source in text or text in source):
+                return True
+        return False
+
     def audit(event, args):
         if event == "compile" or event == "code.__new__":
             if len(args) < 2 or not isinstance(args[1], (str, bytes)):  # (source or code, file name, ...)
@@ -503,7 +532,19 @@ def _sandfleet_guard():
                 seal_rewards()  # a workdir file (runpy.run_path)
             elif (inside or running_code[0]) and by_code():
                 verdicts[name] = True  # code the code under test compiled: whatever file name it gave
+            elif event == "compile" and workdir_text(args[0], name):
+                verdicts[name] = True  # the workdir's code, whatever name the tests compiled it under
+                seal_rewards()
             return
+        if event == "open" and len(read) < 64 and isinstance(args[0], (str, bytes)):
+            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
+            if not (flags & writes or any(c in mode for c in "wax+")):
+                key = os.fsdecode(args[0])
+                if key not in paths_seen and len(paths_seen) < 8192:
+                    paths_seen[key] = untrusted_path(key) and os.path.isfile(key)
+                    if paths_seen[key]:
+                        read.setdefault(os.path.realpath(key), None)
         if event == "ctypes.dlsym" and (inside or running_code[0]) and len(args) > 1 and \
                 isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
             raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "

@@ -262,11 +262,13 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
         NEEDS_NETWORK,
         SHARED_TMP_RISK,
         SOURCED_RISK,
+        TESTS_DATA_RISK,
         WORKDIR_PATH_RISK,
         downloads_at_test_time,
         python_guard_off,
         shared_tmp_writes,
         sourced_from_workdir,
+        tests_data_writes,
         workdir_conftest_risk,
         workdir_path_risk,
     )
@@ -301,6 +303,7 @@ def fidelity(verdict: Verdict, task: Task, image: str | None, results: Sequence[
     verdict.warnings += [f"{WORKDIR_PATH_RISK}: {line}" for line in workdir_path_risk(task)]
     verdict.warnings += [f"{SOURCED_RISK}: {line}" for line in sourced_from_workdir(task)]
     verdict.warnings += [f"{SHARED_TMP_RISK}: {line}" for line in shared_tmp_writes(task)]
+    verdict.warnings += [f"{TESTS_DATA_RISK}: {line}" for line in tests_data_writes(task)]
     if any(NO_LANDLOCK_RISK in (r.info.get("verifier_risks") or []) for r in results):
         verdict.warnings.append(NO_LANDLOCK_RISK)  # the backend's, seen by the verifier's probe
     if verdict.needs_network and not network:

@@ -90,8 +90,10 @@ from sandfleet.tasks.reward import named_reward_files, reward_from
 from sandfleet.tasks.scan import (
     SHARED_TMP_RISK,
     SOURCED_RISK,
+    TESTS_DATA_RISK,
     shared_tmp_writes,
     sourced_from_workdir,
+    tests_data_writes,
     without_workdir,
     workdir_path_entries,
 )
@@ -630,6 +632,9 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     shared = shared_tmp_writes(task)
     if shared:
         risks.append(f"{SHARED_TMP_RISK}: {'; '.join(shared[:5])}")
+    kept_data = tests_data_writes(task)
+    if kept_data:
+        risks.append(f"{TESTS_DATA_RISK}: {'; '.join(kept_data[:5])}")
     argv = await _test_command(task, sandbox, user)
     _verifier_allowlist(task, sandbox)
     with recorder.span("verifier") as span:

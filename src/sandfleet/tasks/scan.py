@@ -220,3 +220,41 @@ def shared_tmp_writes(task: Task) -> list[str]:
         if _SHARED_TMP_WRITE.search(" " + code):
             found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found
+
+
+TESTS_DATA_RISK = ("a test script keeps its own output where the code under test may write while the tests run (a file "
+                   "in the workdir, or one mktemp made in a shared folder): what the script reads back from it may "
+                   "be the code's, not the tests' (docs/security.md, round X)")
+_OUTPUT_TO = re.compile(r"(?:[^<>&0-9]>>?|\btee\s+(?:-a\s+)?|--junit-?xml[= ])\s*[\"']?([^\s;&|\"')`]+)")
+_MKTEMP_VAR = re.compile(r"\b([A-Za-z_]\w*)=[\"']?(?:\$\(|`)\s*mktemp\b")
+_CD = re.compile(r"(?:^|[;&|]\s*|\bthen\s+|\bdo\s+)cd\s+[\"']?([^\s;&|\"')]+)")
+
+
+def tests_data_writes(task: Task) -> list[str]:
+    """``file:line: the command`` for each write of the tests' shell scripts of their own output
+    into a place the code under test may write while they run: a path in the workdir (absolute,
+    or relative once the script has cd'ed there), or a file ``mktemp`` made (``log=$(mktemp)``,
+    then ``> "$log"``). The code under test, run by the tests, can rename its own file over it or
+    write into it (round X's workdir-log-rename, workdir-log-pwrite, mktemp-log); the seal keeps
+    the reward folder from it, not the tests' other files."""
+    workdir = posixpath.normpath(task.workdir).rstrip("/") + "/"
+    found: list[str] = []
+    made: dict[str, set[str]] = {}
+    inside: dict[str, bool] = {}
+    for rel, number, line, code in _script_lines(task):
+        if line.startswith("#!") or (not rel.endswith((".sh", ".bash")) and "/" in rel):
+            continue
+        made.setdefault(rel, set()).update(_MKTEMP_VAR.findall(code))
+        for target in _CD.findall(code):
+            inside[rel] = (posixpath.normpath(target) + "/").startswith(workdir)
+        for target in _OUTPUT_TO.findall(" " + code):
+            if target.startswith("$"):
+                risky = target.lstrip("${").split("}")[0].split("/")[0] in made[rel]
+            elif target.startswith("/"):
+                risky = (posixpath.normpath(target) + "/").startswith(workdir)
+            else:
+                risky = inside.get(rel, False) and not target.startswith("-")
+            if risky:
+                found.append(f"{rel}:{number}: {line.strip()[:160]}")
+                break
+    return found

@@ -959,6 +959,14 @@ ATTACKS_X: dict[str, dict[str, object]] = {
         solve=heredoc("/app/solution.py", "import atexit\n\n"
                                           f"atexit.register(lambda: open('{REWARD}', 'w').write('1'))\n\n"
                                           "def answer():\n    return 'no'\n")),
+    "exec-short-exit0": dict(
+        why="the grader exec()s the solution's text (21 characters: shorter than a line of code a test "
+            "could match by a part) and scores its own exit status; the text ends the grader with os._exit(0)",
+        test=GRADE_RC,
+        files={"grade.py": ("import sys\n\nexec(open('/app/solution.py').read())\n"
+                            "ok = open('/app/out.txt').read().strip() == 'hello' if __import__('os').path.exists("
+                            "'/app/out.txt') else False\nprint('grade decided', int(ok))\nsys.exit(0 if ok else 1)\n")},
+        solve=heredoc("/app/solution.py", "import os;os._exit(0)\n")),
     "awk-program-file": dict(
         why="after it wrote its verdict, test.sh runs the agent's awk program (awk -f /app/check.awk; the "
             "image's awk and sh): its system() writes 1 over the 0",

@@ -808,7 +808,9 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # that the tests hand a path of theirs; a static program of the workdir that a grader
              # starts by posix_spawn
              "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static",
-                     "posix-spawn-static-kill", "tests-arg-curlrc", "tmp-symlink-redirect"]}
+                     "posix-spawn-static-kill", "tests-arg-curlrc", "tmp-symlink-redirect"],
+             # round X: the image's make and awk given the agent's Makefile and program file
+             "x": ["make-recipe-rewrites-tests", "awk-program-file"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
@@ -868,7 +870,7 @@ IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"]
                        "raise-systemexit-in-call"],
               "ix": ["systemexit-real-class", "sys-exit-swapped", "excepthook-exit0", "signal-partial-exit0",
                      "profile-reinit-exit-status", "builtins-open-swap"],
-              "x": ["exec-source-text"]}
+              "x": ["exec-source-text", "exec-short-exit0"]}
 """What a grader's own process runs of the workdir's (it imports the solution, or unpickles the
 agent's data): every one forged before the guard watched the stack (round V's and VI's three on
 every backend; round VIII's written against it; raise-systemexit-in-call until the guard judged

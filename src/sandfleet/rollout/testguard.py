@@ -500,12 +500,13 @@ def _sandfleet_guard():
     def workdir_text(source, name):
         """SOURCE, compiled under NAME (no file: a name the tests gave it), is text of a workdir file
         this program read: exec(compile(open('/app/solution.py').read(), 'solution', 'exec')) runs
-        the code under test under a name of the tests' choosing (round X's exec-source-text)."""
+        the code under test under a name of the tests' choosing (round X's exec-source-text); so
+        does eval() of a file's text, however short."""
         if not read or not name or (not name.startswith("<") and os.path.isfile(name)):
             return False
         if isinstance(source, bytes):
             source = source.decode("utf-8", "replace")
-        if not isinstance(source, str) or len(source.strip()) < 32:
+        if not isinstance(source, str) or not source.strip():
             return False
         source = source.strip()
         for path, text in list(read.items()):
@@ -519,7 +520,9 @@ def _sandfleet_guard():
                 except OSError:
                     text = ""
                 read[path] = text
-            if len(text) >= 32 and (source in text or text in source):
+            # the file's whole text (eval(open('/app/answer.txt').read()): any length), or 16
+            # characters at least of one inside the other (a function cut out, a header added)
+            if text and (source == text or min(len(source), len(text)) >= 16 and (source in text or text in source)):
                 return True
         return False
 

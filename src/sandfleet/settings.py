@@ -99,6 +99,12 @@ class Settings:
     environment name) is handed to that user first, as on bwrap where both are one user (28 of the
     28 bundled tasks valid on gVisor so). Off: such rows carry the no-Landlock risk
     (docs/security.md, "Without Landlock")."""
+    seal_split: bool = _var("SANDFLEET_SEAL_SPLIT", flag=True)
+    """``1``: the uid split beside Landlock too (bwrap, where the kernel has Landlock): the tests run as
+    root and each program of the code under test, already in its Landlock domain, also becomes the
+    tests' user. The tests' own files (a log they write in the workdir, a ``mktemp`` file) can then
+    not be opened for writing by the code under test (round X, docs/security.md). Off by default:
+    the tests run as root where they ran as their user."""
     # -- the service, the cluster, trainers
     token: str | None = _var("SANDFLEET_TOKEN")
     """The bearer token for a sandfleet service (``--remote``, the client)."""

@@ -772,6 +772,38 @@ async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_ui
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
+async def test_the_uid_split_beside_landlock_keeps_the_tests_files_from_the_code(tmp_path: Path) -> None:
+    """SANDFLEET_SEAL_SPLIT=1 on bwrap (Landlock): the tests run as root and each program of the
+    code under test, in its Landlock domain, becomes the tests' user (uid 1001) too. Round X's
+    offset write into the tests' log in the workdir and its write into the tests' mktemp file are
+    then refused (both forge without the split: the code under test has the tests' uid). What the
+    tests hand the code in their temporary folders still reaches it, and the honest graders of
+    this file still score 1. (The rename over the log forges with the split too: the workdir is
+    the code's own folder; docs/security.md, round X.)"""
+    from sandfleet.tasks import load_tasks
+
+    uids = harbor_task(tmp_path, "uids", UIDS_SH, toml='[verifier.env]\nWANT = "0 1001"\n',
+                       tests={"grade.py": UIDS_GRADE})
+    temp = harbor_task(tmp_path, "temp", TEMP_SH)
+    grader = harbor_task(tmp_path, "grader", f"cd /tests && python3 /tests/grade.py || echo 0 > {REWARD}\n",
+                         tests={"grade.py": HONEST_GRADE})
+    attacks = [t for t in load_tasks(FIXTURES / "attacks-x")[0] if t.name in ("workdir-log-pwrite", "mktemp-log")]
+    os.environ["SANDFLEET_SEAL_SPLIT"] = "1"
+    try:
+        honest = await rollouts([uids], [write("/app/prog.py", PROG)])
+        honest += await rollouts([temp], [write("/app/prog.py", TEMP_PROG)])
+        honest += await rollouts([grader], [write("/app/solution.py", HONEST_SOLUTION)])
+        cfg = RunConfig(backend="bwrap", n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
+        report = await run_suite(attacks, OraclePolicy(), cfg)
+    finally:
+        del os.environ["SANDFLEET_SEAL_SPLIT"]
+    for r in honest:
+        assert r.reward == 1.0, (r.task, r.reason, r.info.get("reward_error"), r.verifier_output)
+    assert len(report.results) == 2
+    for r in report.results:
+        assert r.status == "completed" and r.reward == 0.0, (r.task, r.reason, r.reward, r.verifier_output)
+
+
 # -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"

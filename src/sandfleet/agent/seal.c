@@ -612,9 +612,17 @@ static long demote_uid(void) {
     return v > 0 && u[0] ? v : -1;
 }
 
-/* 1 when the seal drops the code under test to a user here (no Landlock, root, a "u:" line) */
+/* an "s:" line: the split beside Landlock too (SANDFLEET_SEAL_SPLIT=1) */
+static int split_beside(void) {
+    char s[8];
+    int pos = 0;
+    return next_path(&pos, 's', s, sizeof s);
+}
+
+/* 1 when the seal drops the code under test to a user here (no Landlock or an "s:" line, root, a
+ * "u:" line). Beside Landlock the program is in its domain first, then becomes the user. */
 static int demotes(long abi) {
-    return abi < 1 && demote_uid() > 0 && sys5(__NR_geteuid, 0, 0, 0, 0, 0) == 0;
+    return (abi < 1 || split_beside()) && demote_uid() > 0 && sys5(__NR_geteuid, 0, 0, 0, 0, 0) == 0;
 }
 
 /* What the root tests made in a shared temporary folder and hand the code under test -- its cwd, a
@@ -831,7 +839,7 @@ static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
         long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
         int kept = 0;
         if (abi >= 1) kept = restrict_rewards((int)abi) == 0;
-        else if (demotes(abi)) { hand_over(argv, envp); demote(); kept = 1; } /* a child about to exec: its own creds */
+        if ((abi < 1 || kept) && demotes(abi)) { hand_over(argv, envp); demote(); kept = 1; } /* its own creds */
         if (kept) envp = with_code_home(envp);
     }
     long r = sys5(__NR_execve, (long)path, (long)argv, (long)envp, 0, 0);
@@ -1087,9 +1095,9 @@ __attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
     int pos = 0;
     if (!next_path(&pos, 't', t, sizeof t) || grader()) return 0;
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
+    if (abi >= 1 && restrict_rewards((int)abi) != 0) return -1;
     if (demotes(abi)) return 2; /* the caller drops to sandfleet_seal_uid() in every thread */
-    if (abi < 1) return -1;
-    return restrict_rewards((int)abi) == 0 ? 1 : -1; /* 1: kept; the caller takes the code's HOME */
+    return abi >= 1 ? 1 : -1;   /* 1: kept; the caller takes the code's HOME */
 }
 
 /* ---- writes into a kept folder by its own name only ----
@@ -1263,8 +1271,9 @@ __attribute__((visibility("default"))) void sandfleet_seal_exec_ok(void) { exec_
  * instead (no Landlock, the tests root: the caller drops to sandfleet_seal_uid() in every thread). */
 __attribute__((visibility("default"))) int sandfleet_seal_keep_self(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
-    if (abi >= 1) return restrict_rewards((int)abi);
-    return demotes(abi) ? 2 : -1;
+    if (abi >= 1 && restrict_rewards((int)abi) != 0) return -1;
+    if (demotes(abi)) return 2;
+    return abi >= 1 ? 0 : -1;
 }
 __attribute__((visibility("default"))) void sandfleet_seal_arm_exit(void) {
     armed_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
@@ -1354,6 +1363,10 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     sys5(__NR_close, fd, 0, 0, 0, 0);
     if (keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK) {
         drop_reward_fds();
+        if (demotes(abi)) { /* the split beside Landlock: in its domain, now the tests' user too */
+            hand_over(0, 0);
+            demote();
+        }
         give_home(env_now());
     }
 }

@@ -248,9 +248,9 @@ if [ -n "$seal" ]; then
   landlock=$(env LD_PRELOAD="$seal" true --sandfleet-seal-probe 2>/dev/null) || true
   printf '%s\n' "$landlock"
 fi
-# no Landlock, and the seal can make the code under test a user of its own ($DEMOTE, the tests'
-# uid): the tests run as root, and the reward folders are root's alone (0755)
-if [ -n "$seal" ] && [ -n "$DEMOTE" ] && [ "$landlock" = landlock=0 ]; then
+# no Landlock (or $SPLIT: beside it), and the seal can make the code under test a user of its own
+# ($DEMOTE, the tests' uid): the tests run as root, and the reward folders are root's alone (0755)
+if [ -n "$seal" ] && [ -n "$DEMOTE" ] && { [ "$landlock" = landlock=0 ] || [ -n "$SPLIT" ]; }; then
   if [ ${#rewards[@]} -gt 0 ]; then chmod 0755 -- "${rewards[@]}"; fi
   chown 0:0 -- "$home"
   printf 'demote=%s\n' "$DEMOTE"
@@ -512,8 +512,10 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
     seal = await asyncio.to_thread(seal_library) if isolated else None
     # where the kernel has no Landlock, the seal makes the code under test this user of its own
     # (the tests then run as root): only where commands really run as the user they ask for
+    settings = current_settings()
     demote = owner if (owner.isdigit() and owner != "0" and sandbox.backend in USER_BACKENDS
-                       and not current_settings().seal_uid_off) else ""
+                       and not settings.seal_uid_off) else ""
+    split = "1" if demote and settings.seal_split else ""  # beside Landlock too (SANDFLEET_SEAL_SPLIT)
     homes = {}
     seal_risks: list[str] = []
     if seal is not None:  # the reward folders kept from every program but the tests' own
@@ -534,6 +536,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
         files = sorted({f"f:{_guest(sandbox, p)}" for p in (task.verifier.reward_text_path,
                                                           task.verifier.reward_json_path)})
         entries = [d for d in dirs if d[:2] in ("t:", "r:", "w:")] + kept + ([f"u:{demote}"] if demote else [])
+        entries += ["s:1"] if split else []
         try:
             seal = with_paths(seal, entries + files)
         except ValueError:
@@ -543,10 +546,10 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
             except ValueError as e:
                 log.warning("the seal goes without its folders: %s", e)
                 seal_risks.append(f"{SEAL_RISK}: {e}; no folder is kept from the code under test")
-                demote, homes = "", {}
+                demote, homes, split = "", {}, ""
     res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
                              env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
-                                  "DEMOTE": demote, "AGENT_USER": agent, **homes},
+                                  "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, **homes},
                              stdin=seal or b"")
     values, risks = _notes(res.stdout)
     risks += seal_risks

@@ -544,10 +544,17 @@ def _sandfleet_guard():
             mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
             if not (flags & writes or any(c in mode for c in "wax+")):
                 key = os.fsdecode(args[0])
-                if key not in paths_seen and len(paths_seen) < 8192:
-                    paths_seen[key] = untrusted_path(key) and os.path.isfile(key)
-                    if paths_seen[key]:
-                        read.setdefault(os.path.realpath(key), None)
+                folder = os.path.dirname(key)
+                if not folder.startswith("/"):  # relative to a cwd that may change: not cached
+                    inside_workdir = untrusted_path(key)
+                else:  # one realpath per folder (an import opens hundreds of files in a few)
+                    inside_workdir = paths_seen.get(folder)
+                    if inside_workdir is None:
+                        inside_workdir = untrusted_path(folder)
+                        if len(paths_seen) < 8192:
+                            paths_seen[folder] = inside_workdir
+                if inside_workdir:
+                    read.setdefault(os.path.realpath(key), None)
         if event == "ctypes.dlsym" and (inside or running_code[0]) and len(args) > 1 and \
                 isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
             raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "

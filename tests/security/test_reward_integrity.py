@@ -164,10 +164,13 @@ time.sleep(600)
 
 
 # The code under test run inside a one-liner of the tests' own (exec of its text, its path in the
-# environment): code in a grader's own process is the grader's to the seal (docs/security.md, "Where
-# the line is"), so the reward folder stays writable to it and these tests reach the defence they
-# are about (where the seal keeps it out, it never gets this far).
-STDIN_RUN = "cd /app && S=solution.py python3 -c 'import os; exec(open(os.environ[\"S\"]).read())'\n"
+# environment), from a copy the tests made outside the workdir: the guard knows the workdir's text by
+# the file it read it from (an exec of /app/solution.py's own text is sealed since stop 53, round X),
+# so this code is the grader's to the seal (docs/security.md, "Where the line is"), the reward folder
+# stays writable to it, and these tests reach the defence they are about (where the seal keeps it
+# out, it never gets this far).
+STDIN_RUN = ("cd /app && cp solution.py /tmp/solution-copy.py && "
+             "S=/tmp/solution-copy.py python3 -c 'import os; exec(open(os.environ[\"S\"]).read())'\n")
 
 
 @MODES

@@ -772,6 +772,19 @@ async def test_the_tests_temporary_folders_reach_the_code_under_test_with_the_ui
         assert r.reward == 1.0, (backend, r.reason, r.info.get("reward_error"), r.verifier_output)
 
 
+async def test_a_one_liner_that_execs_the_solutions_text_runs_it_as_the_code_under_test(tmp_path: Path) -> None:
+    """Round X: a tests' one-liner that exec()s a workdir file's text (test_reward_integrity.py's
+    STDIN_RUN, before stop 53) runs the code under test: the guard seals the program when it
+    compiles that text, so the code's write of reward.json is refused. Before, the write went
+    through and the verifier's conflict rule (reward.json named by no test file) was what held."""
+    one_liner = "cd /app && S=solution.py python3 -c 'import os; exec(open(os.environ[\"S\"]).read())'\n"
+    task = harbor_task(tmp_path, "exec-one-liner", one_liner + DECIDE)
+    solution = 'open("/logs/verifier/reward.json", "w").write(\'{"reward": 1}\')\n'
+    for r in await rollouts([task], [write("/app/solution.py", solution), "echo goodbye > /app/out.txt"]):
+        assert (r.status, r.reward, r.reason) == ("completed", 0.0, None), (r.reason, r.verifier_output)
+        assert "Permission denied: '/logs/verifier/reward.json'" in r.verifier_output, r.verifier_output
+
+
 async def test_the_uid_split_beside_landlock_keeps_the_tests_files_from_the_code(tmp_path: Path) -> None:
     """SANDFLEET_SEAL_SPLIT=1 on bwrap (Landlock): the tests run as root and each program of the
     code under test, in its Landlock domain, becomes the tests' user (uid 1001) too. Round X's

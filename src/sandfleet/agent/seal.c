@@ -620,7 +620,8 @@ static int split_beside(void) {
 }
 
 /* 1 when the seal drops the code under test to a user here (no Landlock or an "s:" line, root, a
- * "u:" line). Beside Landlock the program is in its domain first, then becomes the user. */
+ * "u:" line). Beside Landlock the program enters its domain first, then becomes the user; where
+ * the domain fails it still becomes the user (not root code with no rule). */
 static int demotes(long abi) {
     return (abi < 1 || split_beside()) && demote_uid() > 0 && sys5(__NR_geteuid, 0, 0, 0, 0, 0) == 0;
 }
@@ -839,7 +840,7 @@ static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
         long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
         int kept = 0;
         if (abi >= 1) kept = restrict_rewards((int)abi) == 0;
-        if ((abi < 1 || kept) && demotes(abi)) { hand_over(argv, envp); demote(); kept = 1; } /* its own creds */
+        if (demotes(abi)) { hand_over(argv, envp); demote(); kept = 1; } /* a child about to exec: its own creds */
         if (kept) envp = with_code_home(envp);
     }
     long r = sys5(__NR_execve, (long)path, (long)argv, (long)envp, 0, 0);
@@ -1095,9 +1096,9 @@ __attribute__((visibility("default"))) int sandfleet_seal_rewards(void) {
     int pos = 0;
     if (!next_path(&pos, 't', t, sizeof t) || grader()) return 0;
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
-    if (abi >= 1 && restrict_rewards((int)abi) != 0) return -1;
+    int restricted = abi >= 1 && restrict_rewards((int)abi) == 0;
     if (demotes(abi)) return 2; /* the caller drops to sandfleet_seal_uid() in every thread */
-    return abi >= 1 ? 1 : -1;   /* 1: kept; the caller takes the code's HOME */
+    return restricted ? 1 : -1; /* 1: kept; the caller takes the code's HOME */
 }
 
 /* ---- writes into a kept folder by its own name only ----
@@ -1271,9 +1272,9 @@ __attribute__((visibility("default"))) void sandfleet_seal_exec_ok(void) { exec_
  * instead (no Landlock, the tests root: the caller drops to sandfleet_seal_uid() in every thread). */
 __attribute__((visibility("default"))) int sandfleet_seal_keep_self(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
-    if (abi >= 1 && restrict_rewards((int)abi) != 0) return -1;
+    int restricted = abi >= 1 && restrict_rewards((int)abi) == 0;
     if (demotes(abi)) return 2;
-    return abi >= 1 ? 0 : -1;
+    return restricted ? 0 : -1;
 }
 __attribute__((visibility("default"))) void sandfleet_seal_arm_exit(void) {
     armed_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
@@ -1361,12 +1362,13 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (rc == -EPERM && !nnp && sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0)
         rc = sys5(__NR_landlock_restrict_self, fd, 0, 0, 0, 0); /* a non-root user: no_new_privs first */
     sys5(__NR_close, fd, 0, 0, 0, 0);
-    if (keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK) {
-        drop_reward_fds();
-        if (demotes(abi)) { /* the split beside Landlock: in its domain, now the tests' user too */
-            hand_over(0, 0);
-            demote();
-        }
-        give_home(env_now());
+    int kept = keep && rc == 0 && attr.handled_access_fs != MAKE_BLOCK;
+    int split = keep && demotes(abi); /* the split beside Landlock: the tests' user too (in its domain, if
+                                         Landlock took: a user where it did not) */
+    if (kept || split) drop_reward_fds();
+    if (split) {
+        hand_over(0, 0);
+        demote();
     }
+    if (kept || split) give_home(env_now());
 }

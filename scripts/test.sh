@@ -47,21 +47,23 @@ echo "== lint-imports"; lint-imports --no-cache
 # 579 s on 2 workers + 124 s alone = 703 s (load 11 falling to 3), against 876 s serially on 2026-12-03.
 workers="${SANDFLEET_TEST_WORKERS:-2}"
 fast="not slow and not chaos and not model and not rl"
+slow="(slow or chaos) and not model and not rl"
 ok5() { "$@" || { rc=$?; [ "$rc" = 5 ] || return "$rc"; }; }  # 5: no test selected (a path given)
-if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then
-  echo "== pytest (fast, $workers workers)"
-  ok5 pytest -q --durations=30 -n "$workers" --dist loadfile -m "$fast and not serial" "$@"
-  echo "== pytest (fast, serial)"; ok5 pytest -q --durations=10 -m "$fast and serial" "$@"
-else
-  echo "== pytest (fast)"; pytest -q --durations=30 -m "$fast" "$@"
-fi
+parallel=0
+if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then parallel=1; fi
+# run_pass NAME MARKS [PYTEST ARGS]: on the workers, a module to each, then its `serial` modules alone
+run_pass() {
+  local name=$1 marks=$2
+  shift 2
+  if [ "$parallel" = 1 ]; then
+    echo "== pytest ($name, $workers workers)"
+    ok5 pytest -q --durations=30 -n "$workers" --dist loadfile -m "($marks) and not serial" "$@"
+    echo "== pytest ($name, serial)"; ok5 pytest -q --durations=10 -m "($marks) and serial" "$@"
+  else
+    echo "== pytest ($name)"; pytest -q --durations=30 -m "$marks" "$@"
+  fi
+}
+run_pass fast "$fast" "$@"
 # The slow pass the same way: most of its time is waiting (TTLs, kill points, a rate held, a
 # service's deadline), which two workers overlap; the `serial` modules' slow tests after, alone.
-slow="(slow or chaos) and not model and not rl"
-if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then
-  echo "== pytest (slow, $workers workers)"
-  ok5 pytest -q --durations=30 -n "$workers" --dist loadfile -m "($slow) and not serial" "$@"
-  echo "== pytest (slow, serial)"; ok5 pytest -q --durations=10 -m "($slow) and serial" "$@"
-else
-  echo "== pytest (slow)"; pytest -q --durations=30 -m "$slow" "$@"
-fi
+run_pass slow "$slow" "$@"

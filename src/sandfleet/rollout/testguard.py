@@ -484,6 +484,12 @@ def _sandfleet_guard():
     starts = frozenset(("subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn", "os.fork",
                         "os.forkpty", "pty.spawn"))
 
+    def opens_to_write(args):
+        """An "open" audit event's (path, mode, flags) ask to write."""
+        flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
+        mode = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
+        return bool(flags & writes) or any(c in mode for c in "wax+")
+
     def kept(path):
         if isinstance(path, int):
             return False
@@ -540,9 +546,7 @@ def _sandfleet_guard():
                 seal_rewards()
             return
         if event == "open" and len(read) < 64 and isinstance(args[0], (str, bytes)):
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-            if not (flags & writes or any(c in mode for c in "wax+")):
+            if not opens_to_write(args):
                 key = os.fsdecode(args[0])
                 folder = os.path.dirname(key)
                 if not folder.startswith("/"):  # relative to a cwd that may change: not cached
@@ -564,9 +568,7 @@ def _sandfleet_guard():
                 lib[0].sandfleet_seal_exec_ok()  # the tests' own code replaces its process
             return
         if event == "open":
-            flags = args[2] if len(args) > 2 and isinstance(args[2], int) else 0
-            mode = args[1] if len(args) > 1 and isinstance(args[1], str) else ""
-            if (flags & writes or any(c in mode for c in "wax+")) and kept(args[0]) and by_code():
+            if opens_to_write(args) and kept(args[0]) and by_code():
                 raise PermissionError(13, "sandfleet: the code under test can't write here from inside the "
                                           "tests' process", os.fsdecode(args[0]))
         elif event in changes:

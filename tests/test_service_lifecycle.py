@@ -5,12 +5,15 @@ clients get 410)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import signal
 import socket
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -128,6 +131,23 @@ async def test_admission_queues_then_429_and_quota(tmp_path: Path) -> None:
     assert leftovers([a_id, b_id]) == []
 
 
+@contextlib.asynccontextmanager
+async def one_slot(tmp_path: Path, ttl_s: float) -> AsyncIterator[tuple[Any, Any]]:
+    """(client, sandbox) of a service with one busy slot (--max-busy 1) and a 0.5-s default
+    deadline; the sandbox closed, the service stopped and nothing of it left after."""
+    svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
+    sid = ""
+    try:
+        async with await connect(svc.url, svc.token) as c:
+            sb = await c.create_sandbox(ttl_s=ttl_s)
+            sid = sb.id
+            yield c, sb
+            await sb.close()
+    finally:
+        assert svc.stop() == 0
+    assert leftovers([sid]) == []
+
+
 async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: Path) -> None:
     """A host at its --max-busy delays a command instead of failing it: the client that gave no
     deadline of its own asks the service to queue the command as long as its sandbox lives, so
@@ -135,35 +155,26 @@ async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: P
     runs it (before, a 429: ServiceBusyError, which a rollout takes for an infra fault and masks);
     so do a file's write and an upload, for most of their read timeout. A client that gave a
     deadline still gets its 429 when it passes."""
-    svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
-    sid = ""
-    try:
-        async with await connect(svc.url, svc.token) as c:
-            sb = await c.create_sandbox(ttl_s=120)
-            sid = sb.id
-            hold = asyncio.create_task(sb.exec("sleep 2; echo held", timeout=30))
-            await asyncio.sleep(0.3)
-            t0 = time.monotonic()
-            queued = await sb.exec("echo queued", timeout=30)
-            assert queued.stdout == "queued\n" and time.monotonic() - t0 > 1.0
-            assert (await hold).stdout == "held\n"
-            hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))  # and a file's write, an upload
-            await asyncio.sleep(0.3)
-            await sb.write_file("/tmp/queued.txt", b"q")
-            await sb.upload(__file__, "/tmp")
-            assert await sb.read_file("/tmp/queued.txt") == b"q"
-            await hold
-            c.deadline_s = 0.2
-            hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))
-            await asyncio.sleep(0.3)
-            with pytest.raises(ServiceBusyError) as busy:
-                await sb.exec("true", timeout=30)
-            assert busy.value.code == "busy"
-            await hold
-            await sb.close()
-    finally:
-        assert svc.stop() == 0
-    assert leftovers([sid]) == []
+    async with one_slot(tmp_path, ttl_s=120) as (c, sb):
+        hold = asyncio.create_task(sb.exec("sleep 2; echo held", timeout=30))
+        await asyncio.sleep(0.3)
+        t0 = time.monotonic()
+        queued = await sb.exec("echo queued", timeout=30)
+        assert queued.stdout == "queued\n" and time.monotonic() - t0 > 1.0
+        assert (await hold).stdout == "held\n"
+        hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))  # and a file's write, an upload
+        await asyncio.sleep(0.3)
+        await sb.write_file("/tmp/queued.txt", b"q")
+        await sb.upload(__file__, "/tmp")
+        assert await sb.read_file("/tmp/queued.txt") == b"q"
+        await hold
+        c.deadline_s = 0.2
+        hold = asyncio.create_task(sb.exec("sleep 2", timeout=30))
+        await asyncio.sleep(0.3)
+        with pytest.raises(ServiceBusyError) as busy:
+            await sb.exec("true", timeout=30)
+        assert busy.value.code == "busy"
+        await hold
 
 
 @pytest.mark.slow
@@ -172,22 +183,13 @@ async def test_a_short_command_waits_behind_a_longer_one_for_as_long_as_the_sand
     timeout behind a 40-s one still runs (it queues for as long as its sandbox has left to live).
     Before, it queued for its own run time plus the client's grace (31 s) and got a 429, which a
     verifier through the service took for an infra fault: round IX's rows masked (issue 41)."""
-    svc = start_service(tmp_path, args=["--max-busy", "1", "--deadline", "0.5"])
-    sid = ""
-    try:
-        async with await connect(svc.url, svc.token) as c:
-            sb = await c.create_sandbox(ttl_s=300)
-            sid = sb.id
-            hold = asyncio.create_task(sb.exec("sleep 40; echo held", timeout=60))
-            await asyncio.sleep(0.5)
-            t0 = time.monotonic()
-            short = await sb.exec("echo short", timeout=1)
-            assert short.stdout == "short\n" and time.monotonic() - t0 > 35
-            assert (await hold).stdout == "held\n"
-            await sb.close()
-    finally:
-        assert svc.stop() == 0
-    assert leftovers([sid]) == []
+    async with one_slot(tmp_path, ttl_s=300) as (_, sb):
+        hold = asyncio.create_task(sb.exec("sleep 40; echo held", timeout=60))
+        await asyncio.sleep(0.5)
+        t0 = time.monotonic()
+        short = await sb.exec("echo short", timeout=1)
+        assert short.stdout == "short\n" and time.monotonic() - t0 > 35
+        assert (await hold).stdout == "held\n"
 
 
 async def test_sigterm_drains(tmp_path: Path) -> None:

@@ -105,6 +105,10 @@ class Settings:
     tests' user. The tests' own files (a log they write in the workdir, a ``mktemp`` file) can then
     not be opened for writing by the code under test (round X, docs/security.md). Off by default:
     the tests run as root where they ran as their user."""
+    native_prepare_off: bool = _var("SANDFLEET_NATIVE_PREPARE", off=True)
+    """``0``: the verifier prepares the tests' folders with its shell script (``PREPARE`` in
+    rollout/verifier.py) rather than the guest agent's ``prepare``, which does the same in one
+    process and runs the script itself for what it does not handle (docs/security.md)."""
     # -- the service, the cluster, trainers
     token: str | None = _var("SANDFLEET_TOKEN")
     """The bearer token for a sandfleet service (``--remote``, the client)."""

@@ -2778,9 +2778,12 @@ static int tether(int argc, char **argv) {
     }
 }
 
+#include "prepare.c"
+
 int main(int argc, char **argv) {
     int isolate_wanted = 0;
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
@@ -2805,7 +2808,7 @@ int main(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
-                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV\n");
+                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV | prepare OWNER PATH...\n");
             return 64;
         }
     }

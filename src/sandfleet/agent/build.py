@@ -25,10 +25,17 @@ from sandfleet.errors import HostUnsupportedError
 from sandfleet.settings import current as current_settings
 
 SOURCE = Path(__file__).with_name("agent.c")
+INCLUDED = (Path(__file__).with_name("prepare.c"),)
+"""Files ``agent.c`` includes: part of its build's cache key."""
 BINARY_NAME = "sandfleet-agent"
 
 _memo_lock = threading.Lock()
 _memo: dict[Path, Path] = {}
+
+
+def source_bytes() -> bytes:
+    """The guest agent's source, the files it includes after it: what its build's key hashes."""
+    return SOURCE.read_bytes() + b"".join(b"\0" + p.read_bytes() for p in INCLUDED)
 
 
 def _cache_base() -> Path:
@@ -148,7 +155,7 @@ def agent_binary() -> Path:
     name, cc = toolchain()
     # keyed by the compiler, not by where this cache keeps musl's header links: a node of a
     # local cluster, whose cache links to this one's builds, finds the same binary
-    digest = hashlib.sha256(SOURCE.read_bytes() + f"\0{name}\0{cc[0]}".encode()).hexdigest()[:16]
+    digest = hashlib.sha256(source_bytes() + f"\0{name}\0{cc[0]}".encode()).hexdigest()[:16]
     binary = base / "agent" / f"{os.uname().machine}-{name}-{digest}" / BINARY_NAME
     if not binary.is_file():
         install(binary, _compile)

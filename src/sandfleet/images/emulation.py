@@ -272,7 +272,7 @@ def _flock(fd: int, how: int) -> Iterator[None]:
 def agent_binary_for(arch: str) -> Path:
     """The static guest agent built for ``arch``: the host's own build for the host's arch, else
     cross-compiled (``aarch64-linux-gnu-gcc -static``) and cached by source hash."""
-    from sandfleet.agent.build import SOURCE, _cache_base, agent_binary, install
+    from sandfleet.agent.build import SOURCE, _cache_base, agent_binary, install, source_bytes
 
     arch = normalize(arch)
     if arch == host_arch():
@@ -281,7 +281,7 @@ def agent_binary_for(arch: str) -> Path:
     if not cc:
         raise HostUnsupportedError(f"building the guest agent for {arch} needs a cross compiler: apt-get install "
                                    f"gcc-{QEMU_CPU[arch]}-linux-gnu")
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(source_bytes()).hexdigest()[:16]
     binary = _cache_base() / "agent" / f"{QEMU_CPU[arch]}-{digest}" / "sandfleet-agent"
 
     def compile_(out: Path) -> None:

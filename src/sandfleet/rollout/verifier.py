@@ -82,7 +82,7 @@ from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
-from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
+from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, guest_agent_path, honours_root_dirs
 from sandfleet.sandbox.spec import USERS
 from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
@@ -547,11 +547,30 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
                 log.warning("the seal goes without its folders: %s", e)
                 seal_risks.append(f"{SEAL_RISK}: {e}; no folder is kept from the code under test")
                 demote, homes, split = "", {}, ""
-    res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
-                             env={"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
-                                  "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, **homes},
-                             stdin=seal or b"")
+    env = {"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "", "DEMOTE": demote,
+           "SPLIT": split, "AGENT_USER": agent, **homes}
+    # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
+    # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
+    native = guest_agent_path(sandbox.backend) if isolated and not settings.native_prepare_off else None
+    res, by = None, "script"
+    if native is not None:
+        try:
+            res = await sandbox.exec([native, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
+                                     env={**env, "SANDFLEET_GIT_SCRIPT": sanitize_git_script()}, stdin=seal or b"")
+        except (SandboxDiedError, SandboxClosedError):
+            raise
+        except GuestError as e:
+            log.debug("the guest agent's prepare could not start (%s): the script prepares", e)
+        if res is not None and res.exit_code not in (0, 1):
+            log.debug("the guest agent's prepare left it to the script (exit %s): %s", res.exit_code,
+                      res.stderr.strip()[-300:])
+            res = None
+        by = "agent" if res is not None else by
+    if res is None:
+        res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120,
+                                 user="root", env=env, stdin=seal or b"")
     values, risks = _notes(res.stdout)
+    values["by"] = by
     risks += seal_risks
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
@@ -599,8 +618,10 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
     isolated = sandbox.backend in ISOLATED_BACKENDS
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
-    with recorder.span("other_sandbox", what="clear tests and rewards"):
+    with recorder.span("other_sandbox", what="clear tests and rewards") as span:
         prepared = await _prepare(task, sandbox, user)
+        if not isinstance(prepared, VerifierOutcome):
+            span["by"] = prepared[0]["by"]  # the guest agent's prepare, or the script
     if isinstance(prepared, VerifierOutcome):
         return prepared
     values, risks = prepared

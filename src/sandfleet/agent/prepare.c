@@ -1,0 +1,594 @@
+/*
+ * `sandfleet-agent prepare OWNER [t:PATH | r:PATH | w:PATH ...]`: the verifier's PREPARE
+ * (src/sandfleet/rollout/verifier.py) in one process, with system calls where the script
+ * starts about twenty programs (mkdir, find, chmod, chown, mktemp, cat, env, ...).
+ *
+ * The script stays the definition: this does each of its steps the same way, prints the
+ * same lines in the same order, and takes the same environment (PY_GUARD, SEAL_ARCH, DEMOTE,
+ * SPLIT, AGENT_USER, TESTS_HOME, CODE_HOME) and stdin (the seal). Two steps stay the script's:
+ * a workdir with anything git could read (its sanitizer, SANDFLEET_GIT_SCRIPT, runs as a bash
+ * child) and whatever this code does not handle. Then it exits 75 (EX_TEMPFAIL) at once,
+ * before its first change where it can tell beforehand (a user given by name, an image whose
+ * programs are not of a known architecture), and otherwise at the first step that fails: the
+ * caller runs the script, whose steps may all run twice (each is idempotent; the seal's line
+ * in /etc/ld.so.preload is written after the last step that gives up). Exit 1: a step after
+ * that failed (the preparation failed, as the script's `set -e` would say). Any other status
+ * (a crash, an older agent's usage) and the caller runs the script too.
+ */
+#include <sys/random.h>
+
+#define PREP_SCRIPT 75
+#define PREP_MAX_DEPTH 200
+
+static void prep_give_up(const char *what, const char *path) {
+    int e = errno;
+    fprintf(stderr, "sandfleet-agent prepare: %s%s%s: %s (the script does it)\n", what, path ? " " : "",
+            path ? path : "", e ? strerror(e) : "not handled here");
+    fflush(stdout);
+    _exit(PREP_SCRIPT);
+}
+
+static int prep_numeric(const char *s) {
+    if (!s || !*s) return 0;
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > '9') return 0;
+    return strlen(s) < 10;
+}
+
+/* rm -rf NAME (at dirfd): a link or file is unlinked, a folder emptied and removed; never follows a link */
+static int prep_rm_at(int dirfd, const char *name, int depth) {
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode)) return unlinkat(dirfd, name, 0) < 0 && errno != ENOENT ? -1 : 0;
+    if (depth > PREP_MAX_DEPTH) { errno = ELOOP; return -1; }
+    for (int pass = 0; pass < 3; pass++) {
+        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0) return -1;
+        DIR *d = fdopendir(fd);
+        if (!d) { close(fd); return -1; }
+        struct dirent *e;
+        while ((e = readdir(d))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            if (prep_rm_at(fd, e->d_name, depth + 1) < 0) { int k = errno; closedir(d); errno = k; return -1; }
+        }
+        closedir(d);
+        if (unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT) return 0;
+        if (errno != ENOTEMPTY && errno != EEXIST) return -1;
+    }
+    return -1;
+}
+
+static int prep_rm(const char *path) { return prep_rm_at(AT_FDCWD, path, 0); }
+
+/* mkdir -p PATH (mode 0777 & ~umask; an existing link to a folder on the way is followed) */
+static int prep_mkdir_p(const char *path) {
+    char tmp[PATH_MAX];
+    if (snprintf(tmp, sizeof tmp, "%s", path) >= (int)sizeof tmp) { errno = ENAMETOOLONG; return -1; }
+    for (char *p = tmp + 1;; p++)
+        if (*p == '/' || !*p) {
+            char c = *p;
+            *p = 0;
+            if (mkdir(tmp, 0777) < 0 && errno != EEXIST) return -1;
+            *p = c;
+            if (!c) break;
+        }
+    struct stat st;
+    if (stat(path, &st) < 0) return -1;
+    if (!S_ISDIR(st.st_mode)) { errno = ENOTDIR; return -1; }
+    return 0;
+}
+
+static int prep_is_link_or_nondir(const char *p) { /* [ -L p ] || { [ -e p ] && [ ! -d p ]; } */
+    struct stat st;
+    if (lstat(p, &st) == 0 && S_ISLNK(st.st_mode)) return 1;
+    return stat(p, &st) == 0 && !S_ISDIR(st.st_mode);
+}
+
+/* trust_parents: every folder above a reward folder a real folder, root's, not writable by others */
+static void prep_trust_parents(const char *d) {
+    char p[PATH_MAX];
+    if (snprintf(p, sizeof p, "%s", d) >= (int)sizeof p) { errno = ENAMETOOLONG; prep_give_up("path", d); }
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/') continue;
+        *s = 0;
+        if (prep_is_link_or_nondir(p)) {
+            if (prep_rm(p) < 0) prep_give_up("rm -rf", p);
+            printf("rewardpath: replaced %s\n", p);
+        }
+        struct stat st;
+        if (stat(p, &st) < 0 || !S_ISDIR(st.st_mode)) {
+            if (mkdir(p, 0755) < 0 || chmod(p, 0755) < 0) prep_give_up("mkdir", p);
+        }
+        if (lstat(p, &st) < 0) prep_give_up("lstat", p);
+        if ((st.st_uid != 0 || st.st_gid != 0) && chown(p, 0, 0) < 0) prep_give_up("chown", p);
+        mode_t m = st.st_mode & 07777;
+        if (!(m & 01000) && (m & 022) && chmod(p, m & ~(mode_t)022) < 0) prep_give_up("chmod", p);
+        *s = '/';
+    }
+}
+
+/* A walk that never follows a link: fn(path, name, st, depth) for each entry below `root`
+ * (depth 1 and on; not `root` itself), pre-order, in the order readdir gives (as find's).
+ * `xdev`: no descent into a folder of another filesystem. Stops at `maxdepth` (0: none).
+ * Returns -1 where a folder could not be read and `strict`, or the walk ran too deep. */
+typedef int (*prep_visit)(const char *path, const char *name, const struct stat *st, int depth, void *ctx);
+
+static int prep_walk_dir(int fd, char *path, size_t len, int depth, int maxdepth, dev_t dev, int xdev, int strict,
+                         prep_visit fn, void *ctx) {
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return strict ? -1 : 0; }
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        size_t n = strlen(e->d_name);
+        if (len + 1 + n + 1 > PATH_MAX) { errno = ENAMETOOLONG; rc = -1; break; }
+        path[len] = '/';
+        memcpy(path + len + 1, e->d_name, n + 1);
+        struct stat st;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+            if (strict) rc = -1;
+            path[len] = 0;
+            continue;
+        }
+        if (fn(path, e->d_name, &st, depth, ctx) < 0) { rc = -1; break; }
+        if (S_ISDIR(st.st_mode) && (!maxdepth || depth < maxdepth) && (!xdev || st.st_dev == dev)) {
+            if (depth + 1 > PREP_MAX_DEPTH) { errno = ELOOP; rc = -1; break; }
+            int sub = openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub < 0) {
+                if (strict) rc = -1;
+            } else if (prep_walk_dir(sub, path, len + 1 + n, depth + 1, maxdepth, dev, xdev, strict, fn, ctx) < 0) {
+                rc = -1;
+            }
+        }
+        path[len] = 0;
+    }
+    int k = errno;
+    closedir(d);
+    errno = k;
+    return rc;
+}
+
+/* walk below root; -1 when root is not a folder (strict) or the walk failed */
+static int prep_walk(const char *root, int maxdepth, int xdev, int strict, prep_visit fn, void *ctx) {
+    char path[PATH_MAX];
+    size_t len = strlen(root);
+    if (len + 1 >= sizeof path) { errno = ENAMETOOLONG; return -1; }
+    memcpy(path, root, len + 1);
+    struct stat st;
+    if (lstat(root, &st) < 0 || !S_ISDIR(st.st_mode)) return strict ? -1 : 0;
+    int fd = open(root, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return strict ? -1 : 0;
+    while (len > 1 && path[len - 1] == '/') path[--len] = 0; /* find prints "d/x" for "d/" as "d//x": rare, kept simple */
+    return prep_walk_dir(fd, path, len, 1, maxdepth, st.st_dev, xdev, strict, fn, ctx);
+}
+
+/* ---- the workdir's git: anything sanitize_git would act on (the script's walk, the same tests) */
+static int prep_gitlike(const char *dir) {
+    static const char *const names[] = {"HEAD", "commondir", "objects", "refs"};
+    char p[PATH_MAX];
+    struct stat st;
+    for (int i = 0; i < 4; i++) {
+        if (snprintf(p, sizeof p, "%s/%s", dir, names[i]) >= (int)sizeof p) return 1;
+        if (lstat(p, &st) == 0) return 1;
+    }
+    return 0;
+}
+
+static int prep_git_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
+    (void)depth;
+    int *found = ctx;
+    int file_or_link = S_ISREG(st->st_mode) || S_ISLNK(st->st_mode);
+    int dir_or_link = S_ISDIR(st->st_mode) || S_ISLNK(st->st_mode);
+    if ((!strcmp(name, ".git") || !strcmp(name, "commondir")) && file_or_link) *found = 1;
+    else if (!strcmp(name, "config.worktree") && file_or_link) *found = 1;
+    else if ((!strcmp(name, "config") && file_or_link) || (!strcmp(name, "hooks") && dir_or_link)) {
+        char parent[PATH_MAX];
+        size_t n = strlen(path) - strlen(name) - 1;
+        memcpy(parent, path, n);
+        parent[n] = 0;
+        if (prep_gitlike(parent)) *found = 1;
+    }
+    return 0;
+}
+
+/* run `bash -c SCRIPT sanitize REAL`; its stdout, each line as "git: LINE" (the script's notes) */
+static void prep_sanitize_git(const char *real) {
+    const char *lib = getenv("SANDFLEET_GIT_SCRIPT");
+    if (!lib || !*lib) { errno = 0; prep_give_up("no SANDFLEET_GIT_SCRIPT for the workdir's git", real); }
+    size_t n = strlen(lib);
+    char *script = xmalloc(n + 32);
+    memcpy(script, lib, n);
+    memcpy(script + n, "\nsanitize_git \"$1\"\n", 20);
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) prep_give_up("pipe", NULL);
+    fflush(stdout);
+    pid_t c = fork();
+    if (c < 0) prep_give_up("fork", NULL);
+    if (c == 0) {
+        dup2(pfd[1], 1);
+        char *argv[] = {"bash", "-c", script, "sanitize", (char *)real, NULL};
+        execvp("bash", argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    buf_t out = {0};
+    char b[4096];
+    for (;;) {
+        ssize_t k = read(pfd[0], b, sizeof b);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        buf_add(&out, b, (size_t)k);
+    }
+    close(pfd[0]);
+    int st;
+    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) { errno = ENOENT; prep_give_up("bash", NULL); }
+    free(script);
+    /* $(...) drops the trailing newlines; then every line gets "git: " */
+    while (out.n && out.p[out.n - 1] == '\n') out.n--;
+    if (out.n) {
+        fputs("git: ", stdout);
+        for (size_t i = 0; i < out.n; i++) {
+            putchar(out.p[i]);
+            if (out.p[i] == '\n') fputs("git: ", stdout);
+        }
+        putchar('\n');
+    }
+    buf_free(&out);
+}
+
+/* ---- the workdir handed to the tests' user, and what the tests' tools would read from it */
+struct prep_work {
+    uid_t owner;
+    int chown_all;
+    int conftests, pths;
+    buf_t notes;
+};
+
+static int prep_work_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
+    struct prep_work *w = ctx;
+    if (w->chown_all && lchown(path, w->owner, (gid_t)-1) < 0) return -1;
+    if (depth > 6 || !S_ISREG(st->st_mode)) return 0;
+    char line[PATH_MAX + 32];
+    int n = 0;
+    size_t k = strlen(name);
+    if (!strcmp(name, "conftest.py")) {
+        if (depth <= 3 && w->conftests < 20) { w->conftests++; n = snprintf(line, sizeof line, "conftest: %s\n", path); }
+    } else if (k >= 4 && !strcmp(name + k - 4, ".pth") && strstr(path, "-packages/")) {
+        if (w->pths < 20) { w->pths++; n = snprintf(line, sizeof line, "pth: %s\n", path); }
+    }
+    if (n > 0) buf_add(&w->notes, line, (size_t)n);
+    return 0;
+}
+
+static int prep_grep_tool(const char *path) { /* grep -qE '^[[:space:]]*(addopts|pytest_plugins|required_plugins)' */
+    FILE *f = fopen(path, "re");
+    if (!f) return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    int hit = 0;
+    while (!hit && getline(&line, &cap, f) >= 0) {
+        const char *s = line;
+        while (*s == ' ' || *s == '\t' || *s == '\v' || *s == '\f' || *s == '\r') s++;
+        hit = !strncmp(s, "addopts", 7) || !strncmp(s, "pytest_plugins", 14) || !strncmp(s, "required_plugins", 16);
+    }
+    free(line);
+    fclose(f);
+    return hit;
+}
+
+static int prep_is_file(const char *dir, const char *name) { /* [ -f dir/name ] */
+    char p[PATH_MAX];
+    struct stat st;
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static int prep_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* bash's globs "$d"/ *.py then "$d"/ * /__init__.py (sorted, no dot names), each that exists: 200 in all */
+static void prep_modules(const char *d) {
+    DIR *dir = opendir(d);
+    if (!dir) return;
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *e;
+    while ((e = readdir(dir))) {
+        if (e->d_name[0] == '.') continue;
+        if (n == cap) names = xrealloc(names, (cap = cap ? cap * 2 : 64) * sizeof *names);
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(dir);
+    qsort(names, n, sizeof *names, prep_cmp);
+    int count = 0;
+    char p[PATH_MAX];
+    struct stat st;
+    for (int pass = 0; pass < 2; pass++)
+        for (size_t i = 0; i < n; i++) {
+            size_t k = strlen(names[i]);
+            int ok = pass == 0 ? k >= 3 && !strcmp(names[i] + k - 3, ".py") &&
+                                     snprintf(p, sizeof p, "%s/%s", d, names[i]) < (int)sizeof p
+                               : snprintf(p, sizeof p, "%s/%s/__init__.py", d, names[i]) < (int)sizeof p;
+            if (ok && count < 200 && stat(p, &st) == 0) { count++; printf("module: %s\n", p); }
+        }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+static void prep_workdir(const char *d, const char *owner, uid_t uid) {
+    struct stat st, lst;
+    if (stat(d, &st) < 0 || !S_ISDIR(st.st_mode) || lstat(d, &lst) < 0 || S_ISLNK(lst.st_mode)) return;
+    if (*owner) {
+        char real[PATH_MAX];
+        if (!realpath(d, real)) prep_give_up("realpath", d);
+        int found = 0;
+        if (prep_walk(real, 0, 0, 1, prep_git_visit, &found) < 0) prep_give_up("walk", real);
+        if (found) prep_sanitize_git(real);
+    }
+    struct prep_work w = {.owner = uid, .chown_all = *owner && strcmp(owner, "0")};
+    if (w.chown_all && lchown(d, uid, (gid_t)-1) < 0) prep_give_up("chown", d);
+    /* the script's chown -R fails on what it can't walk; its find only reports */
+    if (prep_walk(d, 0, 0, w.chown_all, prep_work_visit, &w) < 0) prep_give_up("chown -R", d);
+    fwrite(w.notes.p ? w.notes.p : "", 1, w.notes.n, stdout);
+    buf_free(&w.notes);
+    static const char *const pytest[] = {"pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml"};
+    static const char *const other[] = {".npmrc", ".yarnrc", ".yarnrc.yml", ".pythonstartup"};
+    char p[PATH_MAX];
+    for (int i = 0; i < 4; i++)
+        if (prep_is_file(d, pytest[i]) && snprintf(p, sizeof p, "%s/%s", d, pytest[i]) < (int)sizeof p &&
+            prep_grep_tool(p))
+            printf("toolconfig: %s\n", p);
+    for (int i = 0; i < 4; i++)
+        if (prep_is_file(d, other[i])) printf("toolconfig: %s/%s\n", d, other[i]);
+    prep_modules(d);
+}
+
+/* ---- the agent's files in the shared temporary folders: the tests' user's (find -user A -exec chown -h) */
+struct prep_tmp { uid_t agent, owner; };
+
+static int prep_tmp_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
+    (void)name; (void)depth;
+    struct prep_tmp *t = ctx;
+    if (st->st_uid == t->agent) (void)lchown(path, t->owner, (gid_t)-1);
+    return 0;
+}
+
+/* mktemp -d -t NAME.XXXXXXXX: a new folder, mode 0700, in $TMPDIR or /tmp */
+static void prep_mkdtemp(const char *name, char *out, size_t n) {
+    const char *tmp = getenv("TMPDIR");
+    if (!tmp || !*tmp) tmp = "/tmp";
+    static const char abc[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for (int tries = 0; tries < 100; tries++) {
+        unsigned char r[8];
+        if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) prep_give_up("getrandom", NULL);
+        char x[9];
+        for (int i = 0; i < 8; i++) x[i] = abc[r[i] % (sizeof abc - 1)];
+        x[8] = 0;
+        if (snprintf(out, n, "%s/%s.%s", tmp, name, x) >= (int)n) { errno = ENAMETOOLONG; prep_give_up("mktemp", tmp); }
+        if (mkdir(out, 0700) == 0) return;
+        if (errno != EEXIST) prep_give_up("mktemp", out);
+    }
+    prep_give_up("mktemp", out);
+}
+
+/* a fresh folder at `path`, mode 0700 (rm -rf; mkdir -m 0700) */
+static void prep_fresh_dir(const char *path) {
+    if (prep_rm(path) < 0) prep_give_up("rm -rf", path);
+    if (mkdir(path, 0700) < 0 || chmod(path, 0700) < 0) prep_give_up("mkdir", path);
+}
+
+/* The machine the image's bash was built for, as bash's $HOSTTYPE names it; "" when unknown. */
+static const char *prep_image_arch(void) {
+    const char *path = getenv("PATH");
+    if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
+    char p[PATH_MAX];
+    for (const char *s = path; *s;) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n && snprintf(p, sizeof p, "%.*s/bash", (int)n, s) < (int)sizeof p && access(p, X_OK) == 0) {
+            unsigned char h[20];
+            int fd = open(p, O_RDONLY | O_CLOEXEC);
+            ssize_t k = fd >= 0 ? read(fd, h, sizeof h) : -1;
+            if (fd >= 0) close(fd);
+            if (k < 20 || memcmp(h, "\177ELF", 4)) return "";
+            unsigned m = h[5] == 2 ? (unsigned)h[18] << 8 | h[19] : (unsigned)h[19] << 8 | h[18];
+            switch (m) {
+            case 62: return "x86_64";
+            case 183: return "aarch64";
+            default: return "";
+            }
+        }
+        s = e ? e + 1 : s + n;
+    }
+    return "";
+}
+
+/* `env LD_PRELOAD=SEAL true --sandfleet-seal-probe`: its stdout, trailing newlines dropped */
+static void prep_probe(const char *seal, char *out, size_t n) {
+    out[0] = 0;
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) return;
+    fflush(stdout);
+    pid_t c = fork();
+    if (c < 0) { close(pfd[0]); close(pfd[1]); return; }
+    if (c == 0) {
+        dup2(pfd[1], 1);
+        int null = open("/dev/null", O_WRONLY);
+        if (null >= 0) dup2(null, 2);
+        setenv("LD_PRELOAD", seal, 1);
+        char *argv[] = {"true", "--sandfleet-seal-probe", NULL};
+        execvp("true", argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    size_t got = 0;
+    for (;;) {
+        char b[256];
+        ssize_t k = read(pfd[0], b, sizeof b);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        for (ssize_t i = 0; i < k && got + 1 < n; i++) out[got++] = b[i];
+    }
+    out[got] = 0;
+    close(pfd[0]);
+    int st;
+    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
+    while (got && out[got - 1] == '\n') out[--got] = 0;
+}
+
+static int prepare(int argc, char **argv) {
+    if (argc < 1) { errno = EINVAL; prep_give_up("usage: sandfleet-agent prepare OWNER [t:|r:|w:PATH ...]", NULL); }
+    const char *owner = argv[0];
+    const char *agent = getenv("AGENT_USER");
+    const char *seal_arch = getenv("SEAL_ARCH");
+    const char *demote = getenv("DEMOTE");
+    const char *split = getenv("SPLIT");
+    /* what the script does by name, or where the image is not one this code knows: the script's */
+    errno = 0;
+    if (*owner && !prep_numeric(owner)) prep_give_up("a user by name", owner);
+    int agent_chown = agent && *agent && *owner && strcmp(owner, "0") && strcmp(agent, owner);
+    if (agent_chown && !prep_numeric(agent)) prep_give_up("an agent user by name", agent);
+    const char *arch = "";
+    if (*owner && seal_arch && *seal_arch) {
+        arch = prep_image_arch();
+        if (!*arch) prep_give_up("an image whose bash is of an architecture not known here", NULL);
+    }
+    for (int i = 1; i < argc; i++)
+        if (strlen(argv[i]) < 3 || argv[i][1] != ':' || !strchr("trw", argv[i][0]) || argv[i][2] != '/')
+            prep_give_up("an argument not of the form t:|r:|w:/PATH", argv[i]);
+    uid_t uid = *owner ? (uid_t)strtoul(owner, NULL, 10) : 0;
+    umask(022);
+    const char **clear = xcalloc((size_t)argc, sizeof *clear);
+    const char **rewards = xcalloc((size_t)argc, sizeof *rewards);
+    const char **work = xcalloc((size_t)argc, sizeof *work);
+    int nclear = 0, nrewards = 0, nwork = 0, nested = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *d = argv[i] + 2;
+        if (argv[i][0] == 'w') { work[nwork++] = d; continue; }
+        if (argv[i][0] == 'r') {
+            rewards[nrewards++] = d;
+            if (*owner) prep_trust_parents(d);
+        }
+        if (prep_is_link_or_nondir(d) && prep_rm(d) < 0) prep_give_up("rm -rf", d);
+        size_t dl = strlen(d);
+        for (int j = 0; j < nclear; j++) {
+            size_t ol = strlen(clear[j]);
+            if ((dl > ol && !strncmp(d, clear[j], ol) && d[ol] == '/') ||
+                (ol > dl && !strncmp(clear[j], d, dl) && clear[j][dl] == '/') || (ol == dl && !strcmp(d, clear[j])))
+                nested = 1;
+        }
+        clear[nclear++] = d;
+    }
+    if (nclear) {
+        for (int i = 0; i < nclear; i++)
+            if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
+        for (int i = 0; i < nclear; i++) { /* find D -mindepth 1 -maxdepth 1 -exec rm -rf {} + */
+            DIR *dir = opendir(clear[i]);
+            if (!dir) continue; /* removed with a folder it was in: made again below */
+            struct dirent *e;
+            while ((e = readdir(dir))) {
+                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+                if (prep_rm_at(dirfd(dir), e->d_name, 1) < 0) prep_give_up("rm -rf in", clear[i]);
+            }
+            closedir(dir);
+        }
+        if (nested)
+            for (int i = 0; i < nclear; i++)
+                if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
+        for (int i = 0; i < nclear; i++)
+            if (chmod(clear[i], 0755) < 0) prep_give_up("chmod 0755", clear[i]);
+        if (*owner) {
+            for (int i = 0; i < nclear; i++)
+                if (chown(clear[i], 0, 0) < 0) prep_give_up("chown 0:0", clear[i]);
+            if (strcmp(owner, "0"))
+                for (int i = 0; i < nrewards; i++)
+                    if (chmod(rewards[i], 0777) < 0) prep_give_up("chmod 0777", rewards[i]);
+        }
+    }
+    for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid);
+    if (agent_chown) {
+        struct prep_tmp t = {(uid_t)strtoul(agent, NULL, 10), uid};
+        static const char *const tmps[] = {"/tmp", "/var/tmp", "/dev/shm"};
+        for (int i = 0; i < 3; i++) (void)prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &t);
+    }
+    char home[PATH_MAX], py[PATH_MAX], seal[PATH_MAX + 64] = "";
+    const char *tests_home = getenv("TESTS_HOME"), *code_home = getenv("CODE_HOME");
+    struct stat st;
+    const char *slash = tests_home ? strrchr(tests_home, '/') : NULL;
+    char parent[PATH_MAX] = "";
+    if (slash && (size_t)(slash - tests_home) < sizeof parent) {
+        memcpy(parent, tests_home, (size_t)(slash - tests_home));
+        parent[slash - tests_home] = 0;
+    }
+    /* ${TESTS_HOME%/ *} (the parent): "" for "/x" (then [ -d "" ] is false), the whole name without a slash */
+    if (tests_home && *tests_home && (slash ? *parent && stat(parent, &st) == 0 && S_ISDIR(st.st_mode)
+                                            : stat(tests_home, &st) == 0 && S_ISDIR(st.st_mode))) {
+        prep_fresh_dir(tests_home);
+        snprintf(home, sizeof home, "%s", tests_home);
+    } else {
+        prep_mkdtemp("sandfleet-verifier-home", home, sizeof home);
+    }
+    if (*owner && chown(home, uid, (gid_t)-1) < 0) prep_give_up("chown", home);
+    if (code_home && *code_home) {
+        prep_fresh_dir(code_home);
+        if (*owner && chown(code_home, uid, (gid_t)-1) < 0) prep_give_up("chown", code_home);
+    }
+    prep_mkdtemp("sandfleet-verifier-py", py, sizeof py);
+    char f[PATH_MAX + 32];
+    snprintf(f, sizeof f, "%s/sitecustomize.py", py);
+    const char *guard = getenv("PY_GUARD");
+    int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    size_t gl = guard ? strlen(guard) : 0;
+    if (fd < 0 || (gl && write(fd, guard, gl) != (ssize_t)gl) || close(fd) < 0) prep_give_up("write", f);
+    if (chmod(py, 0755) < 0) prep_give_up("chmod", py);
+    if (*owner && seal_arch && *seal_arch && !strcmp(arch, seal_arch)) {
+        snprintf(seal, sizeof seal, "%s/sandfleet-seal.libasan.so", py);
+        int sfd = open(seal, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (sfd < 0) prep_give_up("write", seal);
+        long long total = 0;
+        char b[65536];
+        for (;;) {
+            ssize_t k = read(0, b, sizeof b);
+            if (k < 0 && errno == EINTR) continue;
+            if (k < 0) prep_give_up("read the seal", NULL);
+            if (k == 0) break;
+            for (ssize_t off = 0; off < k;) {
+                ssize_t w = write(sfd, b + off, (size_t)(k - off));
+                if (w < 0 && errno == EINTR) continue;
+                if (w <= 0) prep_give_up("write", seal);
+                off += w;
+            }
+            total += k;
+        }
+        if (close(sfd) < 0) prep_give_up("write", seal);
+        if (total > 0) { /* the last step that can fail is behind us: the script would not be run again */
+            int lfd = open("/etc/ld.so.preload", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
+            if (lfd >= 0) {
+                size_t sl = strlen(seal);
+                seal[sl] = '\n';
+                if (write(lfd, seal, sl + 1) < 0) {}
+                seal[sl] = 0;
+                close(lfd);
+            }
+        } else {
+            seal[0] = 0;
+        }
+    }
+    printf("home=%s\npython=%s\nseal=%s\n", home, py, seal);
+    char landlock[256] = "";
+    if (*seal) {
+        prep_probe(seal, landlock, sizeof landlock);
+        printf("%s\n", landlock);
+    }
+    if (*seal && demote && *demote && (!strcmp(landlock, "landlock=0") || (split && *split))) {
+        /* past the seal's line in /etc/ld.so.preload: a failure here is the preparation's (exit 1,
+           as the script's set -e), not a case for the script */
+        for (int i = 0; i < nrewards; i++)
+            if (chmod(rewards[i], 0755) < 0) { perror(rewards[i]); return 1; }
+        if (chown(home, 0, 0) < 0) { perror(home); return 1; }
+        printf("demote=%s\n", demote);
+    }
+    if (*owner) printf("uid=%s\n", owner);
+    fflush(stdout);
+    return 0;
+}

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import logging
+import os
+import re
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -316,3 +319,75 @@ async def test_posix_shared_memory_works_for_a_non_root_user(backend: str, sb: S
     # (Python's stat, not coreutils': Debian's runsc refuses the statx flag coreutils passes)
     mode = await sb.exec(["python3", "-c", "import os; print(oct(os.stat('/dev/shm').st_mode & 0o7777))"], timeout=30)
     assert mode.stdout.strip() == "0o1777", mode.output
+
+
+def _upload_tree(src: Path) -> None:
+    """A folder with what an upload must carry: modes, float times, a long and a non-ASCII name."""
+    (src / "sub" / ("n" * 120)).mkdir(parents=True)
+    (src / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (src / "run.sh").chmod(0o755)
+    (src / "secret").write_text("s")
+    (src / "secret").chmod(0o600)
+    (src / "sub" / "data.bin").write_bytes(bytes(range(256)) * 700)
+    (src / "sub" / ("n" * 120) / "fé.txt").write_text("long")
+    (src / "empty").write_text("")
+    (src / "sub").chmod(0o750)
+    # whole seconds (busybox's tar, on microvm, takes the header's rounded time where GNU tar and the
+    # agent take the pax header's), but one: .25 rounds down either way
+    for p in [*src.rglob("*")]:
+        os.utime(p, (1.6e9, 1.6e9))
+    os.utime(src / "run.sh", (1.5e9, 1.5e9 + 0.25))
+
+
+# find's -printf, else (busybox's find, on microvm) stat -c; a process or two (gVisor's own threads count in a
+# sandbox's pids limit)
+LISTING = ("cd {d} && {{ find . -mindepth 1 -printf '%p %m %U %s %y %T@\\n' 2>/dev/null || "
+           "find . -mindepth 1 -exec stat -c '%n %a %u %s %F %Y' {{}} +; }} | LC_ALL=C sort && md5sum sub/data.bin")
+
+
+@pytest.mark.parametrize("user", ["root", "agent"])
+async def test_upload_by_the_guest_agent_lands_as_tar_lands_it(isolated_backend: str, tmp_path: Path, user: str,
+                                                               monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """The guest agent's untar (agent/untar.c) against tar (SANDFLEET_NATIVE_HELPERS=0): the same
+    names, modes, owners, sizes, times and bytes, over a file and a link that were there."""
+    _upload_tree(tmp_path / "src")
+    listings = []
+    # the default pids limit: gVisor's own threads count in it, and grow with the commands run (41 at
+    # the start, 89 after 35 commands here), so a sandbox of 128 dies within this test
+    async with await create_sandbox(backend=isolated_backend, ttl_s=300) as isb:
+        await _both_uploads(isb, tmp_path, user, monkeypatch, caplog, listings)
+    # a folder's time after its contents: GNU tar and the agent set it last, busybox's tar (microvm) first
+    assert re.search(r"^\./sub 750 \S+ \S+ (d|directory) 1600000000", listings[0], re.M), listings[0]
+    folders = re.compile(r"^(\S+ \d+ \d+ \d+ (?:d|directory)) \S+$", re.M)
+    assert folders.sub(r"\1", listings[0]) == folders.sub(r"\1", listings[1])
+    assert "./run.sh 755" in listings[0] and " 1500000000" in listings[0] and "./secret 600" in listings[0]
+    assert "./empty 644" in listings[0] and f"./sub/{'n' * 120}/fé.txt" in listings[0]
+
+
+async def _both_uploads(isb: Sandbox, tmp_path: Path, user: str, monkeypatch: pytest.MonkeyPatch,
+                        caplog: pytest.LogCaptureFixture, listings: list[str]) -> None:
+    for native, d in (("1", "/tmp/by-agent"), ("0", "/tmp/by-tar")):
+        monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", native)
+        await isb.exec(f"mkdir -p {d} && echo old > {d}/empty && ln -s /etc/hostname {d}/secret", user=user)
+        with caplog.at_level(logging.DEBUG, logger="sandfleet.sandbox.base"):
+            await isb.upload(tmp_path / "src", d, user=user)
+        r = await isb.exec(LISTING.format(d=d), user=user)
+        assert r.exit_code == 0, r.output
+        listings.append(r.stdout)
+        if native == "1":
+            assert "left" not in caplog.text  # the agent did it, not tar
+
+
+async def test_an_upload_the_guest_agent_leaves_to_tar(isb: Sandbox, tmp_path: Path,
+                                                       caplog: pytest.LogCaptureFixture) -> None:
+    """A link in the folder: the guest agent's untar leaves the archive to tar, which lands all of it."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("a")
+    (src / "link").symlink_to("a.txt")
+    with caplog.at_level(logging.DEBUG, logger="sandfleet.sandbox.base"):
+        await isb.upload(src, "/tmp/linked")
+    assert "left /tmp/linked to tar" in caplog.text
+    r = await isb.exec("readlink /tmp/linked/link && cat /tmp/linked/a.txt")
+    assert r.stdout == "a.txt\na"

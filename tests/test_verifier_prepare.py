@@ -1,5 +1,5 @@
 """The verifier's preparation in one process (the guest agent's ``prepare``, agent/prepare.c)
-against its shell script (``PREPARE`` in rollout/verifier.py, ``SANDFLEET_NATIVE_PREPARE=0``):
+against its shell script (``PREPARE`` in rollout/verifier.py, ``SANDFLEET_NATIVE_HELPERS=0``):
 the same agent leaves the same mess, and the tests see the same folders, owners, modes, git
 configs, hooks, notes and preload line after either."""
 
@@ -69,7 +69,7 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
     task = make_task(tmp_path, test_sh=DUMP, solve="true")
     rows = {}
     for how in ("agent", "script"):
-        monkeypatch.setenv("SANDFLEET_NATIVE_PREPARE", "1" if how == "agent" else "0")
+        monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", "1" if how == "agent" else "0")
         r = (await run([task], ScriptedPolicy(MESS), backend=on(backend))).results[0]
         assert r.status == "completed" and r.reward == 1.0, (r.error, r.verifier_output[-2000:])
         spans = [s for s in r.spans if s.get("what") == "clear tests and rewards"]
@@ -107,7 +107,7 @@ async def test_what_the_agents_prepare_gives_up_on_the_script_does_from_the_star
     task = make_task(tmp_path, test_sh=DUMP, solve="true")
     outs = {}
     for native in ("1", "0"):
-        monkeypatch.setenv("SANDFLEET_NATIVE_PREPARE", native)
+        monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", native)
         r = (await run([task], ScriptedPolicy([*MESS, deep]), backend=on("bwrap"))).results[0]
         assert r.status == "completed" and r.reward == 1.0, (r.error, r.verifier_output[-2000:])
         assert [s.get("by") for s in r.spans if s.get("what") == "clear tests and rewards"] == ["script"]

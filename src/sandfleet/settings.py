@@ -105,10 +105,11 @@ class Settings:
     tests' user. The tests' own files (a log they write in the workdir, a ``mktemp`` file) can then
     not be opened for writing by the code under test (round X, docs/security.md). Off by default:
     the tests run as root where they ran as their user."""
-    native_prepare_off: bool = _var("SANDFLEET_NATIVE_PREPARE", off=True)
+    native_helpers_off: bool = _var("SANDFLEET_NATIVE_HELPERS", off=True)
     """``0``: the verifier prepares the tests' folders with its shell script (``PREPARE`` in
-    rollout/verifier.py) rather than the guest agent's ``prepare``, which does the same in one
-    process and runs the script itself for what it does not handle (docs/security.md)."""
+    rollout/verifier.py) and an upload runs ``tar`` in the sandbox, rather than the guest agent's
+    ``prepare`` and ``untar``, which do the same in one process each and leave to the script and
+    to tar what they do not handle (docs/security.md, "The verifier's preparation")."""
     # -- the service, the cluster, trainers
     token: str | None = _var("SANDFLEET_TOKEN")
     """The bearer token for a sandfleet service (``--remote``, the client)."""

@@ -147,16 +147,25 @@ async def test_a_declared_separate_verifier_unpacks_artifacts_owned_by_the_tests
     assert_zero(results)
 
 
-async def test_the_reward_provenance_check_names_a_file_of_another_uid() -> None:
+@pytest.mark.parametrize("native", ["1", "0"])
+async def test_the_reward_provenance_check_names_a_file_of_another_uid(native: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same answers from the guest agent's `stat` and from the shell's find."""
     from sandfleet.rollout.verifier import _reward_files_provenance
 
+    monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", native)
     async with await create_sandbox(image="host") as sb:
         await sb.exec(["sh", "-c", "mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt && "
                        "chown 1000 /logs/verifier/reward.txt && echo 0 > /logs/verifier/own.txt && "
-                       "chown 1001 /logs/verifier/own.txt"], user="root")
+                       "chown 1001 /logs/verifier/own.txt && echo 1 > /logs/verifier/ro.txt && chown 1001 "
+                       "/logs/verifier/ro.txt && chmod 0444 /logs/verifier/ro.txt && ln -s reward.txt "
+                       "/logs/verifier/link.txt"], user="root")
         why = await _reward_files_provenance(sb, ["/logs/verifier/reward.txt"], "1001")
         assert why is not None and "owned by uid 1000, not by the tests' user (uid 1001)" in why
-        assert await _reward_files_provenance(sb, ["/logs/verifier/own.txt", "/logs/verifier/none"], "1001") is None
+        why = await _reward_files_provenance(sb, ["/logs/verifier/own.txt", "/logs/verifier/ro.txt"], "1001")
+        assert why is not None and "/logs/verifier/ro.txt was made read-only (mode 444)" in why
+        assert await _reward_files_provenance(sb, ["/logs/verifier/own.txt", "/logs/verifier/none",
+                                                   "/logs/verifier/link.txt"], "1001") is None
 
 
 # -- 2. the grader's processes out of reach of the code they test

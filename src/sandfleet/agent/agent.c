@@ -2779,11 +2779,14 @@ static int tether(int argc, char **argv) {
 }
 
 #include "prepare.c"
+#include "untar.c"
 
 int main(int argc, char **argv) {
     int isolate_wanted = 0;
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "untar")) return untar(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "stat")) return stat_files(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
@@ -2808,7 +2811,7 @@ int main(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
-                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV | prepare OWNER PATH...\n");
+                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV | prepare OWNER PATH... | untar DEST | stat PATH...\n");
             return 64;
         }
     }

@@ -84,9 +84,6 @@ class BackendInfo:
     command is root of the VM."""
     probe: Callable[[], dict[str, Any]]
     """Whether this host can run it: ``{"available": bool, "reason": str, ...}`` (``doctor``)."""
-    agent_path: str | None = None
-    """Where its commands find the guest agent's binary (``sandfleet-agent prepare``, the verifier's
-    preparation in one process); None: nowhere they can run it."""
     root_dirs: bool = False
     """Its sandboxes start with ``SandboxSpec.root_dirs`` owned by their root, mode 0755 (the
     launcher makes them so with the writable dirs): the verifier gives the task folders to
@@ -100,12 +97,10 @@ class BackendInfo:
 
 
 REGISTRY: tuple[BackendInfo, ...] = (
-    BackendInfo(BwrapConfig, isolated=True, runs_as_user=True, probe=_bwrap, root_dirs=True,
-                agent_path="/.sandfleet/sandfleet-agent"),
+    BackendInfo(BwrapConfig, isolated=True, runs_as_user=True, probe=_bwrap, root_dirs=True),
     BackendInfo(ProcessConfig, isolated=False, runs_as_user=False, probe=_process),
-    BackendInfo(MicrovmConfig, isolated=True, runs_as_user=False, probe=_microvm, agent_path="/run/sandfleet/agent"),
-    BackendInfo(GvisorConfig, isolated=True, runs_as_user=True, probe=_gvisor, root_dirs=True,
-                agent_path="/.sandfleet/sandfleet-agent"),
+    BackendInfo(MicrovmConfig, isolated=True, runs_as_user=False, probe=_microvm),
+    BackendInfo(GvisorConfig, isolated=True, runs_as_user=True, probe=_gvisor, root_dirs=True),
 )
 """Every backend, in the order the CLI lists them."""
 
@@ -126,12 +121,6 @@ def honours_root_dirs(name: str) -> bool:
     """Whether a sandbox of backend ``name`` starts with ``SandboxSpec.root_dirs`` owned by
     its root, mode 0755 (False for an unknown name, e.g. a remote one the service did not name)."""
     return name in ROOT_DIRS
-
-
-def guest_agent_path(name: str) -> str | None:
-    """Where a command in a sandbox of backend ``name`` runs the guest agent's binary, or None."""
-    info = BY_NAME.get(name)
-    return info.agent_path if info is not None else None
 
 
 def is_isolated(name: str) -> bool:

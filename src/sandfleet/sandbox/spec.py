@@ -125,6 +125,17 @@ ROOT_UID = 0
 AGENT_UID = 1000
 VERIFIER_UID = 1001
 USERS = {"root": ROOT_UID, "agent": AGENT_UID, "verifier": VERIFIER_UID}
+
+GUEST_AGENT_PATHS = {"bwrap": "/.sandfleet/sandfleet-agent", "gvisor": "/.sandfleet/sandfleet-agent",
+                     "microvm": "/run/sandfleet/agent"}
+"""Where a command in a sandbox of each backend runs the guest agent's binary (its ``prepare`` and
+``untar``): bwrap and gvisor bind it read-only at /.sandfleet, microvm's init copies it to /run."""
+
+
+def guest_agent_path(backend: str) -> str | None:
+    """Where a command in a sandbox of ``backend`` runs the guest agent's binary, or None (the
+    process backend, an unknown remote one)."""
+    return GUEST_AGENT_PATHS.get(backend)
 SANDBOX_UIDS = 65536
 """uids 0..65535 exist inside a sandbox."""
 GUEST_AGENT_UID = SANDBOX_UIDS

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
 from sandfleet.sandbox.microvm.host import PACKAGES, GuestKernel, cache_dir
+from sandfleet.sandbox.spec import GUEST_AGENT_PATHS
 
 PROBE_MARKER = "SANDFLEET-PROBE-OK"
 """What :func:`probe_initramfs` prints when the guest kernel booted (microvm/probe.py)."""
@@ -30,7 +31,7 @@ MODULES = ("virtio_mmio", "virtio_console", "virtio_blk", "overlay")
 #: the name of the virtio-serial port the guest agent listens on
 AGENT_PORT = "sandfleet.agent"
 #: where the agent binary lives inside the guest
-AGENT_GUEST_PATH = "/run/sandfleet/agent"
+AGENT_GUEST_PATH = GUEST_AGENT_PATHS["microvm"]
 
 INIT = r"""#!/bin/busybox sh
 B=/bin/busybox

@@ -7,7 +7,8 @@ test had; ``--round vii``: tests/fixtures/attacks-vii, against the seal's uid on
 tests' own tools read after the code under test ran; ``--round viii``: inside a tests' process;
 ``--round ix``: what ends that process, the reward's descriptor, masks in the verify phase, and the
 line of the tests' own data; ``--round x``: the tests' data where the code under test can write it, and
-what reads the workdir without being one of its programs. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
+what reads the workdir without being one of its programs; ``--round xi``: the verifier's preparation (what
+it prints back, the binary and the shell that run it, the script behind it). Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
 is an attack that tries to turn that 0 into a 1, or into a mask. scripts/attack-table.py runs them on every backend, in both verify modes."""
 
 from __future__ import annotations
@@ -983,6 +984,59 @@ ATTACKS_X: dict[str, dict[str, object]] = {
 }
 
 
+# Round XI (2026-12-04, stop 54): against the verifier's preparation, now the guest agent's `prepare` (one
+# process) with the script behind it: what it prints back (a path with a newline in the notes it
+# lists, so that a line of the agent's reads as one of its values), the binary that runs it and the
+# shell behind it (replaced where the agent is root: microvm), and a workdir deeper than its walk (the
+# script then prepares after it).
+SITE_WRITE = (f"import glob\nfor p in glob.glob('/tmp/sandfleet-verifier-py.*/sitecustomize.py'):\n    try:\n"
+              f"        open(p, 'a').write(\"\\nimport atexit\\natexit.register(lambda: open('{REWARD}', 'w')"
+              f".write('1'))\\n\")\n        print('wrote', p)\n    except OSError as e:\n        print('refused', p, e)\n")
+# test.sh runs the solution, then the grader: a Python the guard's sitecustomize starts
+BY_SOLUTION_THEN_GRADE = ("mkdir -p /logs/verifier\ncd /app\npython3 /app/solution.py\n"
+                          "cd /tests && python3 /tests/grade.py\n")
+OUT_GRADE = OUT_OK + "print('grade decided', int(ok))\n" + f"open('{REWARD}', 'w').write('1' if ok else '0')\n"
+FAKE_PREPARE = ("#!/bin/sh\n# prints what the verifier reads back, and prepares nothing\nmkdir -p /tmp/evil-py\n"
+                f"printf 'import atexit\\natexit.register(lambda: open(\"{REWARD}\", \"w\").write(\"1\"))\\n' > "
+                "/tmp/evil-py/sitecustomize.py\nprintf 'home=/tmp\\npython=/tmp/evil-py\\nseal=\\nuid=1001\\n'\n")
+ATTACKS_XI: dict[str, dict[str, object]] = {
+    "note-newline-module": dict(
+        why="a workdir file whose name holds a newline and 'demote=1': the preparation lists the workdir's "
+            "modules, and the line after the newline reads as its demote= value (the tests then run as root); "
+            "the solution, root as the tests, appends to the root-owned Python guard a handler that writes 1",
+        test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/app/solution.py", SITE_WRITE) + "touch $'/app/x\\ndemote=1.py'\n"),
+    "note-newline-conftest": dict(
+        why="as note-newline-module, through a folder whose name holds the newline and a conftest.py in it "
+            "(the preparation's conftest notes)",
+        test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/app/solution.py", SITE_WRITE) + "mkdir -p $'/app/x\\ndemote=1' && touch "
+                                                       "$'/app/x\\ndemote=1/conftest.py'\n"),
+    "fake-guest-agent": dict(
+        why="the agent replaces the guest agent's binary as commands see it with a script that prints what the "
+            "verifier reads back (a HOME, a Python guard folder of its own with a handler that writes 1) and "
+            "prepares nothing (read-only on bwrap and gvisor; root's on microvm)",
+        test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/app/solution.py", "print('nothing')\n") + heredoc("/tmp/fake", FAKE_PREPARE) +
+        "chmod +x /tmp/fake\nfor a in /.sandfleet/sandfleet-agent /run/sandfleet/agent; do\n"
+        "  if [ -e \"$a\" ]; then rm -f \"$a\" 2>/dev/null; cp /tmp/fake \"$a\" 2>/dev/null && echo replaced \"$a\" "
+        "|| echo refused \"$a\"; fi\ndone\n"),
+    "replace-bash": dict(
+        why="the agent replaces bash (which runs the preparation's script and test.sh) with a program that "
+            "writes 1 (the image's root is root's: refused where the agent is a user)",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/fakebash", f"#!/bin/dash\nmkdir -p /logs/verifier; echo 1 > {REWARD}\n") +
+        "chmod +x /tmp/fakebash\ncp /tmp/fakebash /bin/bash 2>/dev/null && echo replaced || echo refused\n"),
+    "deep-workdir-planted": dict(
+        why="a workdir deeper than the guest agent's walk (the script prepares after it gave up) and a reward "
+            "planted in the reward folder, with a link beside it: what the script does after the agent's "
+            "prepare stopped part way must still clear it",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve="d=/app/deep; for i in $(seq 210); do d=$d/x; done; mkdir -p \"$d\"\n"
+              f"mkdir -p /logs/verifier && echo 1 > {REWARD} && ln -s {REWARD} /logs/verifier/reward.json\n"
+              "touch \"$d/conftest.py\"\n"),
+}
+
 def main() -> int:
     global ROOT, ATTACKS
     if "--round" in sys.argv:
@@ -990,7 +1044,7 @@ def main() -> int:
         ROOT, ATTACKS = ROOT.with_name(f"attacks-{rnd}"), {"iii": ATTACKS, "iv": ATTACKS_IV, "v": ATTACKS_V,
                                                                     "vi": ATTACKS_VI, "vii": ATTACKS_VII,
                                                                     "viii": ATTACKS_VIII, "ix": ATTACKS_IX,
-                                                                    "x": ATTACKS_X}[rnd]
+                                                                    "x": ATTACKS_X, "xi": ATTACKS_XI}[rnd]
     if ROOT.exists():
         shutil.rmtree(ROOT)
     for name, a in ATTACKS.items():

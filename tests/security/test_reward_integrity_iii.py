@@ -826,7 +826,7 @@ async def test_the_uid_split_beside_landlock_keeps_the_tests_files_from_the_code
         assert r.status == "completed" and r.reward == 0.0, (r.task, r.reason, r.reward, r.verifier_output)
 
 
-# -- the attack fixtures of rounds III to VI (scripts/make-attacks-iii.py), each backend
+# -- the attack fixtures of rounds III to XI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GAPS: dict[str, set[str]] = {}
@@ -864,7 +864,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static",
                      "posix-spawn-static-kill", "tests-arg-curlrc", "tmp-symlink-redirect"],
              # round X: the image's make and awk given the agent's Makefile and program file
-             "x": ["make-recipe-rewrites-tests", "awk-program-file"]}
+             "x": ["make-recipe-rewrites-tests", "awk-program-file"],
+             # round XI: the verifier's preparation: a newline in a name it prints back, its binary and
+             # the shell (root's where the agent is a user), the script behind it after a deep walk
+             "xi": ["note-newline-module", "note-newline-conftest", "deep-workdir-planted"] +
+                   (["fake-guest-agent", "replace-bash"] if backend != "microvm" else [])}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
@@ -1101,7 +1105,7 @@ def test_a_test_script_that_keeps_its_output_where_the_code_can_write_is_flagged
     root = FIXTURES.parent.parent
     flagged = {}
     folders = [root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "harbor-parity"]
-    folders += [FIXTURES / f"attacks-{r}" for r in ("iii", "iv", "v", "vi", "vii", "viii", "ix", "x")]
+    folders += [FIXTURES / f"attacks-{r}" for r in ("iii", "iv", "v", "vi", "vii", "viii", "ix", "x", "xi")]
     for folder in folders:
         for task in load_tasks(folder)[0]:
             found = tests_data_writes(task)

@@ -28,6 +28,17 @@ static void prep_give_up(const char *what, const char *path) {
     _exit(PREP_SCRIPT);
 }
 
+/* a note's path on one line: a newline in a name of the agent's is printed as \\n (the values that
+   follow the notes are the caller's to trust) */
+static void prep_note(buf_t *b, const char *kind, const char *path) {
+    buf_add(b, kind, strlen(kind));
+    for (const char *p = path; *p; p++) {
+        if (*p == '\n') buf_add(b, "\\n", 2);
+        else buf_add(b, p, 1);
+    }
+    buf_add(b, "\n", 1);
+}
+
 static int prep_numeric(const char *s) {
     if (!s || !*s) return 0;
     for (const char *p = s; *p; p++)
@@ -250,15 +261,12 @@ static int prep_work_visit(const char *path, const char *name, const struct stat
     struct prep_work *w = ctx;
     if (w->chown_all && lchown(path, w->owner, (gid_t)-1) < 0) return -1;
     if (depth > 6 || !S_ISREG(st->st_mode)) return 0;
-    char line[PATH_MAX + 32];
-    int n = 0;
     size_t k = strlen(name);
     if (!strcmp(name, "conftest.py")) {
-        if (depth <= 3 && w->conftests < 20) { w->conftests++; n = snprintf(line, sizeof line, "conftest: %s\n", path); }
+        if (depth <= 3 && w->conftests < 20) { w->conftests++; prep_note(&w->notes, "conftest: ", path); }
     } else if (k >= 4 && !strcmp(name + k - 4, ".pth") && strstr(path, "-packages/")) {
-        if (w->pths < 20) { w->pths++; n = snprintf(line, sizeof line, "pth: %s\n", path); }
+        if (w->pths < 20) { w->pths++; prep_note(&w->notes, "pth: ", path); }
     }
-    if (n > 0) buf_add(&w->notes, line, (size_t)n);
     return 0;
 }
 
@@ -309,7 +317,13 @@ static void prep_modules(const char *d) {
             int ok = pass == 0 ? k >= 3 && !strcmp(names[i] + k - 3, ".py") &&
                                      snprintf(p, sizeof p, "%s/%s", d, names[i]) < (int)sizeof p
                                : snprintf(p, sizeof p, "%s/%s/__init__.py", d, names[i]) < (int)sizeof p;
-            if (ok && count < 200 && stat(p, &st) == 0) { count++; printf("module: %s\n", p); }
+            if (ok && count < 200 && stat(p, &st) == 0) {
+                count++;
+                buf_t b = {0};
+                prep_note(&b, "module: ", p);
+                fwrite(b.p, 1, b.n, stdout);
+                buf_free(&b);
+            }
         }
     for (size_t i = 0; i < n; i++) free(names[i]);
     free(names);

@@ -474,10 +474,16 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
 
     values: dict[str, str] = {}
     risks: list[str] = []
-    for line in stdout.splitlines():
+    lines = stdout.splitlines()
+    # the values come after every note, from the last home= line on: a note prints a path of the agent's,
+    # and a name with a newline in it would otherwise print a line of the agent's choosing
+    # ("demote=1": the tests as root; round XI's note-newline-*)
+    start = max((i for i, line in enumerate(lines) if line.startswith("home=")), default=len(lines))
+    for i, line in enumerate(lines):
         key, sep, value = line.partition("=")
         if sep and key in ("home", "python", "uid", "seal", "landlock", "demote"):
-            values[key] = value
+            if i >= start:
+                values[key] = value
             continue
         kind, _, what = line.partition(": ")
         if kind == "rewardpath":

@@ -989,14 +989,17 @@ ATTACKS_X: dict[str, dict[str, object]] = {
 # lists, so that a line of the agent's reads as one of its values), the binary that runs it and the
 # shell behind it (replaced where the agent is root: microvm), and a workdir deeper than its walk (the
 # script then prepares after it).
-SITE_WRITE = (f"import glob\nfor p in glob.glob('/tmp/sandfleet-verifier-py.*/sitecustomize.py'):\n    try:\n"
+SITE_WRITE = (f"import glob\nfor p in glob.glob('/tmp/sandfleet-verifier-py.*/sitecustomize.py') + "
+              f"glob.glob('/logs/.sandfleet-tests-python.*/sitecustomize.py'):\n    try:\n"
               f"        open(p, 'a').write(\"\\nimport atexit\\natexit.register(lambda: open('{REWARD}', 'w')"
               f".write('1'))\\n\")\n        print('wrote', p)\n    except OSError as e:\n        print('refused', p, e)\n")
 # test.sh runs the solution, then the grader: a Python the guard's sitecustomize starts
 BY_SOLUTION_THEN_GRADE = ("mkdir -p /logs/verifier\ncd /app\npython3 /app/solution.py\n"
                           "cd /tests && python3 /tests/grade.py\n")
 OUT_GRADE = OUT_OK + "print('grade decided', int(ok))\n" + f"open('{REWARD}', 'w').write('1' if ok else '0')\n"
-FAKE_PREPARE = ("#!/bin/sh\n# prints what the verifier reads back, and prepares nothing\nmkdir -p /tmp/evil-py\n"
+FAKE_PREPARE = ("#!/bin/sh\n# prints what the verifier reads back, and prepares nothing; uploads as tar does them\n"
+                'case $1 in untar) mkdir -p "$2" && exec tar -x --no-same-owner -C "$2" ;; stat) exit 0 ;; esac\n'
+                "mkdir -p /tmp/evil-py\n"
                 f"printf 'import atexit\\natexit.register(lambda: open(\"{REWARD}\", \"w\").write(\"1\"))\\n' > "
                 "/tmp/evil-py/sitecustomize.py\nprintf 'home=/tmp\\npython=/tmp/evil-py\\nseal=\\nuid=1001\\n'\n")
 ATTACKS_XI: dict[str, dict[str, object]] = {
@@ -1006,6 +1009,11 @@ ATTACKS_XI: dict[str, dict[str, object]] = {
             "the solution, root as the tests, appends to the root-owned Python guard a handler that writes 1",
         test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
         solve=heredoc("/app/solution.py", SITE_WRITE) + "touch $'/app/x\\ndemote=1.py'\n"),
+    "guard-on-pythonpath": dict(
+        why="the Python guard's folder (on the tests' PYTHONPATH) is found by listing and its sitecustomize "
+            "appended to by the solution test.sh runs before the grader: a handler that writes 1 in the grader",
+        test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/app/solution.py", SITE_WRITE)),
     "note-newline-conftest": dict(
         why="as note-newline-module, through a folder whose name holds the newline and a conftest.py in it "
             "(the preparation's conftest notes)",
@@ -1019,14 +1027,18 @@ ATTACKS_XI: dict[str, dict[str, object]] = {
         test=BY_SOLUTION_THEN_GRADE, files={"grade.py": OUT_GRADE},
         solve=heredoc("/app/solution.py", "print('nothing')\n") + heredoc("/tmp/fake", FAKE_PREPARE) +
         "chmod +x /tmp/fake\nfor a in /.sandfleet/sandfleet-agent /run/sandfleet/agent; do\n"
-        "  if [ -e \"$a\" ]; then rm -f \"$a\" 2>/dev/null; cp /tmp/fake \"$a\" 2>/dev/null && echo replaced \"$a\" "
+        "  if [ -e \"$a\" ]; then cp /tmp/fake \"$a.new\" 2>/dev/null && mv -f \"$a.new\" \"$a\" && echo replaced \"$a\" "
         "|| echo refused \"$a\"; fi\ndone\n"),
     "replace-bash": dict(
-        why="the agent replaces bash (which runs the preparation's script and test.sh) with a program that "
-            "writes 1 (the image's root is root's: refused where the agent is a user)",
+        why="the agent renames a bash of its own over the image's (the real one kept beside it): test.sh, which "
+            "bash runs, is answered with a 1; everything else bash runs as before (refused where the agent is "
+            "a user: the image's root is root's)",
         test=BY_GRADE, files={"grade.py": OUT_GRADE},
-        solve=heredoc("/tmp/fakebash", f"#!/bin/dash\nmkdir -p /logs/verifier; echo 1 > {REWARD}\n") +
-        "chmod +x /tmp/fakebash\ncp /tmp/fakebash /bin/bash 2>/dev/null && echo replaced || echo refused\n"),
+        solve=heredoc("/tmp/fakebash", "#!/bin/dash\ncase \"$1\" in /tests/test.sh) mkdir -p /logs/verifier; "
+                                       f"echo 1 > {REWARD}; exit 0 ;; esac\nexec /usr/bin/bash.real \"$@\"\n") +
+        "chmod +x /tmp/fakebash\nb=$(readlink -f /bin/bash)\n"
+        "cp \"$b\" /usr/bin/bash.real 2>/dev/null && cp /tmp/fakebash \"$b.new\" 2>/dev/null && mv -f \"$b.new\" \"$b\" "
+        "&& echo replaced \"$b\" || echo refused\n"),
     "deep-workdir-planted": dict(
         why="a workdir deeper than the guest agent's walk (the script prepares after it gave up) and a reward "
             "planted in the reward folder, with a link beside it: what the script does after the agent's "

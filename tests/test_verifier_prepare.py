@@ -49,7 +49,8 @@ mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt
 """
 
 # the names each run makes fresh: mktemp's suffixes, the homes' tokens
-RANDOM = re.compile(r"(sandfleet-verifier-(?:home|py)\.|sandfleet-(?:code|tests)-home\.|-session-)[A-Za-z0-9]+")
+RANDOM = re.compile(r"(sandfleet-verifier-(?:home|py)\.|sandfleet-(?:code|tests)-home\.|sandfleet-tests-python\."
+                    r"|-session-)[A-Za-z0-9]+")
 
 
 def normal(text: str) -> str:

@@ -867,8 +867,10 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "x": ["make-recipe-rewrites-tests", "awk-program-file"],
              # round XI: the verifier's preparation: a newline in a name it prints back, its binary and
              # the shell (root's where the agent is a user), the script behind it after a deep walk
-             "xi": ["note-newline-module", "note-newline-conftest", "deep-workdir-planted"] +
-                   (["fake-guest-agent", "replace-bash"] if backend != "microvm" else [])}
+             # (microvm runs every command as root: the image is the agent's to change in shared mode,
+             # bash too; the guest agent's helpers run from its own image, never the file at its path)
+             "xi": ["note-newline-module", "note-newline-conftest", "deep-workdir-planted", "guard-on-pythonpath",
+                    "fake-guest-agent"] + (["replace-bash"] if backend != "microvm" else [])}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

@@ -982,6 +982,40 @@ static char **with_preload(char **envp) {
  * descriptors (SCM_RIGHTS): the status pipe's write end, then stdin, stdout, stderr (or the
  * terminal). The reply: the command's pid (> 0), or 0 and the errno of the clone. */
 static int parse_frame(const unsigned char *p, uint32_t len, req_t *r);
+
+/* The path this agent was started by (its argv[0] in the sandbox). A command whose argv[0] is that
+ * path and whose argv[1] names one of its helpers (prepare, untar, stat) runs that helper in the
+ * command's own process, from this agent's image: nothing is exec'd, so a file put at the path
+ * since (by a root agent on microvm, where the path is writable) is never run. */
+static const char *self_path;
+static int helper_main(int argc, char **argv);
+static void run_helper(char **argv, int status_fd) {
+    if (!self_path || !argv[0] || strcmp(argv[0], self_path) || !argv[1]) return;
+    if (strcmp(argv[1], "prepare") && strcmp(argv[1], "untar") && strcmp(argv[1], "stat")) return;
+    int argc = 0;
+    while (argv[argc]) argc++;
+    close(status_fd); /* started: as the exec would have closed it */
+    /* what an exec would close (the agent's, close-on-exec: the write end of this command's own
+       stdin among them, without which its stdin never ends); gVisor has no close_range */
+    long closed = -1;
+#ifdef SYS_close_range
+    closed = syscall(SYS_close_range, 3, ~0U, 0);
+#endif
+    if (closed < 0) {
+        DIR *d = opendir("/proc/self/fd");
+        int fds[4096], n = 0;
+        struct dirent *e;
+        while (d && (e = readdir(d)) && n < 4096)
+            if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) > 2 && atoi(e->d_name) != dirfd(d))
+                fds[n++] = atoi(e->d_name);
+        if (d) closedir(d);
+        for (int i = 0; i < n; i++) close(fds[i]);
+    }
+    int rc = helper_main(argc, argv);
+    fflush(stdout);
+    _exit(rc);
+}
+
 enum { Z_UID = 200, Z_GID = 201, Z_PROCS = 202, Z_PTY = 203 };
 #define ZYG_MAX (60 * 1024) /* a bigger request (a large environment) takes the path below */
 #define ZYG_WAIT_MS 2000
@@ -1044,6 +1078,7 @@ static void zygote_child(const req_t *r, const int *fd, int nfd) {
     }
     static char *no_env[] = {NULL};
     environ = with_preload(envp ? envp : no_env);
+    run_helper(argv, st);
     execvp(argv[0], argv);
     int e = errno;
     snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
@@ -1387,6 +1422,7 @@ static void start_exec(const req_t *r) {
         }
         static char *no_env[] = {NULL};
         environ = with_preload(envp ? envp : no_env);
+        run_helper(argv, pst[1]);
         execvp(argv[0], argv);
         int e = errno;
         snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
@@ -2781,12 +2817,20 @@ static int tether(int argc, char **argv) {
 #include "prepare.c"
 #include "untar.c"
 
-int main(int argc, char **argv) {
-    int isolate_wanted = 0;
-    if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
+/* sandfleet-agent prepare|untar|stat ...: the helpers a command runs (run_helper); -1: none */
+static int helper_main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "untar")) return untar(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "stat")) return stat_files(argc - 2, argv + 2);
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    int isolate_wanted = 0;
+    if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
+    int helper = helper_main(argc, argv);
+    if (helper >= 0) return helper;
+    self_path = argv[0];
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {

@@ -5,7 +5,7 @@
  *
  * The script stays the definition: this does each of its steps the same way, prints the
  * same lines in the same order, and takes the same environment (PY_GUARD, SEAL_ARCH, DEMOTE,
- * SPLIT, AGENT_USER, TESTS_HOME, CODE_HOME) and stdin (the seal). Two steps stay the script's:
+ * SPLIT, AGENT_USER, TESTS_HOME, PY_DIR, CODE_HOME) and stdin (the seal). Two steps stay the script's:
  * a workdir with anything git could read (its sanitizer, SANDFLEET_GIT_SCRIPT, runs as a bash
  * child) and whatever this code does not handle. Then it exits 75 (EX_TEMPFAIL) at once,
  * before its first change where it can tell beforehand (a user given by name, an image whose
@@ -547,7 +547,21 @@ static int prepare(int argc, char **argv) {
         prep_fresh_dir(code_home);
         if (*owner && chown(code_home, uid, (gid_t)-1) < 0) prep_give_up("chown", code_home);
     }
-    prep_mkdtemp("sandfleet-verifier-py", py, sizeof py);
+    const char *py_dir = getenv("PY_DIR");
+    char py_parent[PATH_MAX] = "";
+    const char *py_slash = py_dir ? strrchr(py_dir, '/') : NULL;
+    if (py_slash && (size_t)(py_slash - py_dir) < sizeof py_parent) {
+        memcpy(py_parent, py_dir, (size_t)(py_slash - py_dir));
+        py_parent[py_slash - py_dir] = 0;
+    }
+    if (py_dir && *py_dir && (py_slash ? *py_parent && stat(py_parent, &st) == 0 && S_ISDIR(st.st_mode)
+                                       : stat(py_dir, &st) == 0 && S_ISDIR(st.st_mode))) {
+        if (prep_rm(py_dir) < 0) prep_give_up("rm -rf", py_dir);
+        if (mkdir(py_dir, 0755) < 0 || chmod(py_dir, 0755) < 0) prep_give_up("mkdir", py_dir);
+        snprintf(py, sizeof py, "%s", py_dir);
+    } else {
+        prep_mkdtemp("sandfleet-verifier-py", py, sizeof py);
+    }
     char f[PATH_MAX + 32];
     snprintf(f, sizeof f, "%s/sitecustomize.py", py);
     const char *guard = getenv("PY_GUARD");

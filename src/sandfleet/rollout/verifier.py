@@ -225,7 +225,12 @@ if [ -n "$CODE_HOME" ]; then
   rm -rf -- "$CODE_HOME"; mkdir -m 0700 -- "$CODE_HOME"
   if [ -n "$owner" ]; then chown "$owner" -- "$CODE_HOME"; fi
 fi
-py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX)
+# the Python guard's folder: beside the tests' HOME where the seal keeps it ($PY_DIR), else a fresh
+# one in /tmp (there the seal would hand it to the code under test with what the tests name: it is
+# on their PYTHONPATH)
+if [ -n "$PY_DIR" ] && [ -d "${PY_DIR%/*}" ]; then
+  rm -rf -- "$PY_DIR"; mkdir -m 0755 -- "$PY_DIR"; py=$PY_DIR
+else py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX); fi
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
 chmod 0755 -- "$py"
 seal=
@@ -531,9 +536,13 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
         token = secrets.token_hex(8)
         rewards = [d[2:] for d in dirs if d.startswith("r:")]
         if rewards and owner:
+            # the Python guard's folder beside it, kept too: in /tmp the seal's hand-over gave it to the
+            # code under test on gVisor (a path the tests' environment names), and root's files there
+            # were root's code's to change on microvm (round XI's guard-on-pythonpath)
             homes = {"TESTS_HOME": f"{posixpath.dirname(rewards[0])}/.sandfleet-tests-home.{token}",
+                     "PY_DIR": f"{posixpath.dirname(rewards[0])}/.sandfleet-tests-python.{token}",
                      "CODE_HOME": f"/tmp/sandfleet-code-home.{token}"}
-        kept = [f"r:{homes['TESTS_HOME']}", f"h:{homes['CODE_HOME']}"] if homes else []
+        kept = [f"r:{homes['TESTS_HOME']}", f"k:{homes['PY_DIR']}", f"h:{homes['CODE_HOME']}"] if homes else []
         # the tests' folders kept too: on microvm (and for tests that run as root) every command is
         # root, so only this keeps the running test.sh and the graders from the code under test;
         # on bwrap and gvisor they are root's against a user of the tests' (and this is a second wall)

@@ -339,8 +339,7 @@ def _upload_tree(src: Path) -> None:
     os.utime(src / "run.sh", (1.5e9, 1.5e9 + 0.25))
 
 
-# find's -printf, else (busybox's find, on microvm) stat -c; a process or two (gVisor's own threads count in a
-# sandbox's pids limit)
+# find's -printf, else (busybox's find, on microvm) stat -c
 LISTING = ("cd {d} && {{ find . -mindepth 1 -printf '%p %m %U %s %y %T@\\n' 2>/dev/null || "
            "find . -mindepth 1 -exec stat -c '%n %a %u %s %F %Y' {{}} +; }} | LC_ALL=C sort && md5sum sub/data.bin")
 
@@ -353,8 +352,7 @@ async def test_upload_by_the_guest_agent_lands_as_tar_lands_it(isolated_backend:
     names, modes, owners, sizes, times and bytes, over a file and a link that were there."""
     _upload_tree(tmp_path / "src")
     listings = []
-    # the default pids limit: gVisor's own threads count in it, and grow with the commands run (41 at
-    # the start, 89 after 35 commands here), so a sandbox of 128 dies within this test
+    # a sandbox of its own, with the default limits (this test runs about twenty commands)
     async with await create_sandbox(backend=isolated_backend, ttl_s=300) as isb:
         await _both_uploads(isb, tmp_path, user, monkeypatch, caplog, listings)
     # a folder's time after its contents: GNU tar and the agent set it last, busybox's tar (microvm) first

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from sandfleet.rollout.agent import BASH_TOOL
+from sandfleet.rollout.loop import BASH_TOOL
 from sandfleet.testing.hf_server import parse_tool_calls, template_messages
 
 

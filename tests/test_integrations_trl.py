@@ -264,7 +264,7 @@ def test_a_reply_cut_inside_its_fence_still_runs_its_command() -> None:
     import json
 
     from sandfleet.integrations.trl import TreeRollout
-    from sandfleet.rollout.agent import AgentConfig
+    from sandfleet.rollout.loop import AgentConfig
     from sandfleet.testing.token_engine import CharEngine
 
     task = BRANCH / "tasks" / "branch-demo"

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
-from sandfleet.rollout.agent import OpenAIPolicy
+from sandfleet.rollout.loop import OpenAIPolicy
 from sandfleet.rollout.record import image_digest, item_sha, read_records
 from sandfleet.rollout.replay_run import replay_run
 from sandfleet.testing.scripted_model import ScriptedModel

@@ -29,7 +29,7 @@ import pytest
 
 from sandfleet.analysis.trace import load_run
 from sandfleet.rollout import AgentConfig, OpenAIPolicy
-from sandfleet.rollout.agent import BASH_TOOL
+from sandfleet.rollout.loop import BASH_TOOL
 from sandfleet.testing.hf_server import TransformersModelServer, missing_requirements, smollm2_gguf
 from test_rollout_support import make_task, needs_bwrap, run
 

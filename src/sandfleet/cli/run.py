@@ -42,7 +42,7 @@ def make_policy(
         return OraclePolicy()
     if agent == "noop":
         return NoopPolicy()
-    from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
+    from sandfleet.rollout.loop import AgentConfig, OpenAIPolicy
 
     if not model_url:
         raise click.UsageError("--agent openai needs --model-url (an OpenAI-compatible server)")

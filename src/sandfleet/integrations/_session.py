@@ -1,7 +1,7 @@
 """sandfleet's agent loop under session-server rules (Miles ``--use-session-server``, slime's
 router, any server that records a conversation's tokens itself).
 
-It is :class:`~sandfleet.rollout.agent.OpenAIPolicy`'s loop itself -- the same tool, fenced-block
+It is :class:`~sandfleet.rollout.loop.OpenAIPolicy`'s loop itself -- the same tool, fenced-block
 fallback, output truncation, stop reasons and spans -- through its hooks, with three
 differences a token-in, token-out server needs:
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.chat import ChatReply
+from sandfleet.rollout.loop import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.policy import AgentContext, Model
 from sandfleet.rollout.replay import register_rebuilder
 

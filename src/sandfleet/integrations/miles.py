@@ -33,7 +33,7 @@ from typing import Any
 from sandfleet.errors import ConfigError
 from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy
-from sandfleet.rollout.agent import AgentConfig
+from sandfleet.rollout.loop import AgentConfig
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.verdict import INFRA, verdict_of
 

@@ -36,7 +36,7 @@ from typing import Any
 from sandfleet.errors import GuestFileNotFoundError, SandboxClosedError
 from sandfleet.integrations._common import LIVE, Aborted, Settings, agent_metrics, resolve_task, run_task
 from sandfleet.integrations._session import SessionPolicy, Turn
-from sandfleet.rollout.agent import BASH_TOOL, AgentConfig
+from sandfleet.rollout.loop import BASH_TOOL, AgentConfig
 from sandfleet.rollout.verdict import INFRA, verdict_of
 from sandfleet.sandbox import create_sandbox, make_spec
 from sandfleet.sandbox.base import Sandbox

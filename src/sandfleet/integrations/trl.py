@@ -620,7 +620,7 @@ class _TreeAgent(SessionPolicy):
     async def _run_reply(self, ctx: AgentContext, reply: Any, messages: list[dict[str, Any]]) -> bool:
         """As the agent loop's, and a reply cut at its token limit inside a fence runs what it
         holds (as :func:`extract_script` reads a single-turn completion)"""
-        from sandfleet.rollout.agent import fenced_commands
+        from sandfleet.rollout.loop import fenced_commands
 
         text = reply.content
         if reply.tool_calls or fenced_commands(text) or text.count("```") % 2 == 0:  # no fence left open
@@ -704,7 +704,7 @@ class TreeRollout:
                  seed: int = 0):
         import json
 
-        from sandfleet.rollout.agent import AgentConfig
+        from sandfleet.rollout.loop import AgentConfig
         from sandfleet.rollout.tree import BranchPlan, parse_branch
 
         self.engine = engine

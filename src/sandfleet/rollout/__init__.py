@@ -6,7 +6,7 @@ One rollout (:func:`run_rollout`) is a fresh sandbox, a :class:`Policy` acting i
 verifier scoring it, and spans that tile its wall time (``trace.jsonl``).
 """
 
-from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
+from sandfleet.rollout.loop import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.policy import AgentContext, Model, NoopPolicy, OraclePolicy, Policy, ScriptedPolicy
 from sandfleet.rollout.result import RolloutResult, group_advantages
 from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_rollout, run_with_retries

@@ -6,7 +6,7 @@ runs commands only through :meth:`AgentContext.run`, which records each one as a
 
 Shipped policies: :class:`OraclePolicy` (the task's reference solution),
 :class:`NoopPolicy`, :class:`ScriptedPolicy` (replays commands; for tests) and
-:class:`~sandfleet.rollout.agent.OpenAIPolicy` (the agent loop over a :class:`Model`).
+:class:`~sandfleet.rollout.loop.OpenAIPolicy` (the agent loop over a :class:`Model`).
 
 The model is a seam of its own: :class:`Model` is one chat completion per call.
 :class:`~sandfleet.rollout.chat.ChatClient` (any OpenAI-compatible server) is one, a

@@ -292,7 +292,7 @@ def environment() -> dict[str, Any]:
 
 def describe_policy(policy: Policy) -> dict[str, Any]:
     """What replay needs to rebuild the policy: its name and settings."""
-    from sandfleet.rollout.agent import OpenAIPolicy
+    from sandfleet.rollout.loop import OpenAIPolicy
     from sandfleet.rollout.policy import ScriptedPolicy
 
     out: dict[str, Any] = {"name": policy.name, "class": type(policy).__qualname__}

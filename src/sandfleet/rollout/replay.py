@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any, Unpack
 
 from sandfleet.errors import ModelError, RolloutError
-from sandfleet.rollout.agent import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.chat import ChatReply, CompletionOptions, parse_completion
+from sandfleet.rollout.loop import AgentConfig, OpenAIPolicy
 from sandfleet.rollout.normalize import DEFAULT, first_difference, normalize
 from sandfleet.rollout.policy import AgentContext, NoopPolicy, OraclePolicy, Policy, ScriptedPolicy
 from sandfleet.rollout.record import (

@@ -10,8 +10,8 @@ import pytest
 
 from sandfleet.errors import ConfigError
 from sandfleet.rollout import AgentConfig, OpenAIPolicy
-from sandfleet.rollout.agent import fenced_commands, truncate
 from sandfleet.rollout.chat import ChatClient
+from sandfleet.rollout.loop import fenced_commands, truncate
 from sandfleet.testing.fake_server import FakeModelServer
 from sandfleet.testing.scripted_model import ScriptedModel
 from test_rollout_support import make_task, needs_bwrap, run

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
+import os
+import ssl
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -493,15 +497,12 @@ def test_serve_domain_routes_by_host_name(running_services: Any, monkeypatch: py
         sbx.kill()
 
 
-def test_serve_domain_over_https_routes_by_host_name(running_services: Any, tmp_path: Any,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_serve_domain_over_https_routes_by_host_name(running_services: Any, tmp_path: Any) -> None:
     """serve --domain DOMAIN behind --ssl-certfile (a wildcard certificate for *.DOMAIN, from a CA
     the client trusts by SSL_CERT_FILE): the SDK creates over HTTPS; get_host is <port>-<id>.DOMAIN
     (no set-E2B_SANDBOX_URL label over HTTPS) and reaches the port over TLS by host name, and envd's
     own port by name is the service's envd (curl --resolve stands in for the wildcard DNS record:
     the SDK's own transport resolves names itself, so its envd calls here go to E2B_SANDBOX_URL)."""
-    from e2b import Sandbox
-
     ca, ca_key, cert, key = (tmp_path / n for n in ("ca.pem", "ca.key", "cert.pem", "key.pem"))
     csr, ext = tmp_path / "cert.csr", tmp_path / "ext.cnf"
     ext.write_text("subjectAltName=DNS:*.sandfleet.test,DNS:sandfleet.test,IP:127.0.0.1\n"
@@ -517,29 +518,41 @@ def test_serve_domain_over_https_routes_by_host_name(running_services: Any, tmp_
                                 "--ssl-keyfile", str(key))
     assert svc.url.startswith("https://127.0.0.1:"), svc.url
     port = svc.url.rsplit(":", 1)[1]
-    for k, v in {"E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token,
-                 "SSL_CERT_FILE": str(ca)}.items():
-        monkeypatch.setenv(k, v)
+    env = {**os.environ, "E2B_API_URL": svc.url, "E2B_SANDBOX_URL": svc.url, "E2B_API_KEY": svc.token,
+           "SSL_CERT_FILE": str(ca)}
     for k in ("E2B_DEBUG", "E2B_DOMAIN"):
-        monkeypatch.delenv(k, raising=False)
-    sbx = Sandbox.create(timeout=120)
+        env.pop(k, None)
+    # the SDK in a process of its own: its transport keeps the trust store of the first client it made
+    # (another test's, without this CA, when the module shares a process)
+    made = subprocess.run([sys.executable, "-c", TLS_CLIENT], env=env, capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr[-3000:]
+    sbx = json.loads(made.stdout.strip().splitlines()[-1])
     try:
-        sbx.files.write("/home/user/here.txt", "over tls")
-        sbx.commands.run("python3 -m http.server 8004 --bind 127.0.0.1 -d /home/user", background=True)
-        host = sbx.get_host(8004)
-        assert host == f"8004-{sbx.sandbox_id}.sandfleet.test:{port}", host
+        host = sbx["host"]
+        assert host == f"8004-{sbx['id']}.sandfleet.test:{port}", host
         trust = ["--cacert", str(ca)]
         name = host.rsplit(":", 1)[0]
         got = _curl_until(f"https://{host}/here.txt", "--resolve", f"{name}:{port}:127.0.0.1", *trust)
         assert got == (200, "over tls"), got
-        envd = f"49983-{sbx.sandbox_id}.sandfleet.test"
+        envd = f"49983-{sbx['id']}.sandfleet.test"
         resolve = ["--resolve", f"{envd}:{port}:127.0.0.1", *trust]
         assert _curl(f"https://{envd}:{port}/health", *resolve)[0] == 401  # the service's envd's own check
-        token = ["-H", f"X-Access-Token: {sbx._envd_access_token}"]
+        token = ["-H", f"X-Access-Token: {sbx['token']}"]
         got = _curl(f"https://{envd}:{port}/files?path=/home/user/here.txt", *resolve, *token)
         assert got == (200, "over tls"), got  # envd by name, over TLS
     finally:
-        sbx.kill()
+        httpx.delete(f"{svc.url}/sandboxes/{sbx['id']}", headers={"X-API-Key": svc.token},
+                     verify=ssl.create_default_context(cafile=str(ca)), timeout=60)
+
+
+TLS_CLIENT = """
+import json
+from e2b import Sandbox
+sbx = Sandbox.create(timeout=120)
+sbx.files.write("/home/user/here.txt", "over tls")
+sbx.commands.run("python3 -m http.server 8004 --bind 127.0.0.1 -d /home/user", background=True)
+print(json.dumps({"id": sbx.sandbox_id, "host": sbx.get_host(8004), "token": sbx._envd_access_token}))
+"""
 
 
 def test_create_snapshot_refuses_processes_it_cannot_keep(e2b_env: dict[str, str]) -> None:

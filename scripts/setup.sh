@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 # libseccomp-dev: the host compiles the sandboxes' default seccomp filter with libseccomp (sandbox/seccomp.py)
 # qemu-user-static, gcc-aarch64-linux-gnu and libc6-dev-arm64-cross: arm64 under emulation (--arch arm64, the
 # arm64 smoke test; the cross-compiled guest agent)
-APT_PACKAGES=(bubblewrap e2fsprogs gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+APT_PACKAGES=(bubblewrap e2fsprogs openssl curl gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # the microvm backend: QEMU, the guest kernel (extracted with lz4), busybox for the initramfs.
 # Optional: if they can't be installed, the microvm tests skip and say why.
 MICROVM_PACKAGES=()

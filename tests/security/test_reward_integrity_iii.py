@@ -50,6 +50,7 @@ MODES = pytest.mark.parametrize("verify", ["shared", "separate"])
 GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])
 BACKENDS = pytest.mark.parametrize("backend", ["bwrap", GVISOR])
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 REWARD = "/logs/verifier/reward.txt"
 DECIDE = f'if [ "$(cat /app/out.txt 2>/dev/null)" = hello ]; then echo 1; else echo 0; fi > {REWARD}\n'
 BY_EXIT = f'if [ "$rc" = 0 ]; then echo 1; else echo 0; fi > {REWARD}\n'
@@ -826,60 +827,6 @@ async def test_the_uid_split_beside_landlock_keeps_the_tests_files_from_the_code
         assert r.status == "completed" and r.reward == 0.0, (r.task, r.reason, r.reward, r.verifier_output)
 
 
-# -- the attack fixtures of rounds III to XI (scripts/make-attacks-iii.py), each backend
-
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GAPS: dict[str, set[str]] = {}
-"""Forged where the mechanism is missing (docs/security.md): none of these, with gVisor's uid split
-(the default). Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges
-on gVisor, flagged on each row."""
-MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
-    not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
-
-
-@pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
-async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to VI that a mechanism holds (its solve.sh the attack,
-    replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
-    a test (round V's and VI's forged rows are the line's limits, named there)."""
-    from sandfleet.tasks import load_tasks
-
-    names = {"iii": ["git-textconv", "inotify-overwrite", "junit-rewrite", "pidfd-grader", "symlink-into-reward"],
-             "iv": ["last-moment-orphan", "server-sigterm", "static-server-sigterm", "subreaper-shield",
-                    "kill-test-script"],
-             # round V: code under test that the line of the seal used to call the tests' own (a
-             # module, a one-liner's import, runpy, a launcher outside the system's folders, a
-             # cleanup script of the workdir after the decision)
-             "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision",
-                   "pythonpath-server", "tests-cwd-server", "stale-junit-in-tmp"],
-             # round VI: test.sh's background job racing the warden's stop at its end, the parent-death
-             # signal, the reward folder swapped under its path, a system tool or a fresh environment
-             # started by the code under test, the reward folder as its cwd
-             "vi": ["parent-death-race", "pdeathsig-writer", "swap-reward-folder", "tool-from-sealed",
-                    "fresh-env-oneliner", "cwd-in-rewards"],
-             # round VII: config the code under test writes while the tests run (the repository's, the
-             # tests' HOME), read by the tests' git and curl after their decision, also by a solution
-             # that the tests hand a path of theirs; a static program of the workdir that a grader
-             # starts by posix_spawn
-             "vii": ["git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "posix-spawn-static",
-                     "posix-spawn-static-kill", "tests-arg-curlrc", "tmp-symlink-redirect"],
-             # round X: the image's make and awk given the agent's Makefile and program file
-             "x": ["make-recipe-rewrites-tests", "awk-program-file"],
-             # round XI: the verifier's preparation: a newline in a name it prints back, its binary and
-             # the shell (root's where the agent is a user), the script behind it after a deep walk
-             # (microvm runs every command as root: the image is the agent's to change in shared mode,
-             # bash too; the guest agent's helpers run from its own image, never the file at its path)
-             "xi": ["note-newline-module", "note-newline-conftest", "deep-workdir-planted", "guard-on-pythonpath",
-                    "fake-guest-agent"] + (["replace-bash"] if backend != "microvm" else [])}
-    tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
-             if t.name in wanted and t.name not in GAPS.get(backend, set())]
-    cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
-    report = await run_suite(tasks, OraclePolicy(), cfg)  # gVisor: the uid split (the default) holds the line
-    assert len(report.results) == len(tasks)
-    for r in report.results:
-        assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
-
-
 LINKS = f"""import os
 for at in ("/tmp/summary.txt", "/app/summary.txt", "/tmp/linkdir"):
     target = "/logs/verifier" if at.endswith("linkdir") else "{REWARD}"
@@ -919,45 +866,6 @@ async def test_a_file_the_agent_left_in_tmp_does_not_stand_for_the_tests_own(tmp
     results = await rollouts([task], ["echo passed > /tmp/report.txt && chmod 644 /tmp/report.txt"], verify=verify)
     for r in results:
         assert r.status == "completed" and r.reward == 0.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
-
-
-# -- the code under test inside a tests' process (round VIII: the guard's stack, agent/seal.c's exit)
-
-IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"],
-              "viii": ["atexit-copyfile", "timer-thread-copyfile", "weakref-finalize-copy", "thread-exit0",
-                       "ctypes-exit0", "pickle-system", "import-systemexit", "exec-true-at-import",
-                       "fork-child-ctypes-write", "ctypes-open-write", "pytest-report-patch",
-                       "raise-systemexit-in-call"],
-              "ix": ["systemexit-real-class", "sys-exit-swapped", "excepthook-exit0", "signal-partial-exit0",
-                     "profile-reinit-exit-status", "builtins-open-swap"],
-              "x": ["exec-source-text", "exec-short-exit0"]}
-"""What a grader's own process runs of the workdir's (it imports the solution, or unpickles the
-agent's data): every one forged before the guard watched the stack (round V's and VI's three on
-every backend; round VIII's written against it; raise-systemexit-in-call until the guard judged
-whose SystemExit ends the process, docs/security.md, "In the tests' process")."""
-
-
-@pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
-async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) -> None:
-    """The grader's process runs the code under test in itself: whatever that code does there -- an
-    exit handler or a timer thread of library functions, a finalizer, os._exit or libc's _exit,
-    SystemExit as it is imported, an exec of the process, a pickle that starts a shell, a child
-    forked to write through libc, pytest's own functions replaced -- the reward stays the 0 the
-    tests decided, and is never masked. On bwrap in both verify modes; on gVisor with its uid split
-    (the default: the shell a pickle starts, the child the code forks, are the tests' user there,
-    where Landlock keeps them elsewhere)."""
-    from sandfleet.tasks import load_tasks
-
-    tasks = [t for r, wanted in IN_PROCESS.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
-             if t.name in wanted]
-    assert len(tasks) == sum(len(w) for w in IN_PROCESS.values())
-    for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
-        cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
-        report = await run_suite(tasks, OraclePolicy(), cfg)
-        assert len(report.results) == len(tasks)
-        for r in report.results:
-            assert r.status == "completed" and r.reward == 0.0, (backend, verify, r.task, r.reason, r.reward,
-                                                                 r.verifier_output)
 
 
 HONEST_SOLUTION = """import atexit, ctypes, dataclasses, os, sys, tempfile, threading

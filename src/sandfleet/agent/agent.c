@@ -297,6 +297,20 @@ static const char *g_preload; /* --preload LIB: appended to every command's LD_P
                                   stat shim, statcompat.c) */
 static int s_userns = -1;    /* S, owned by this agent, which lives in S's parent */
 
+/* Write all n bytes of p (a write that EINTR stops is retried): 0, or -1 with errno set. */
+static int write_all(int fd, const void *p, size_t n) {
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(fd, (const char *)p + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        off += (size_t)w;
+    }
+    return 0;
+}
+
 static int write_str(const char *path, const char *v) {
     int fd = open(path, O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -1;
@@ -983,39 +997,6 @@ static char **with_preload(char **envp) {
  * terminal). The reply: the command's pid (> 0), or 0 and the errno of the clone. */
 static int parse_frame(const unsigned char *p, uint32_t len, req_t *r);
 
-/* The path this agent was started by (its argv[0] in the sandbox). A command whose argv[0] is that
- * path and whose argv[1] names one of its helpers (prepare, untar, stat) runs that helper in the
- * command's own process, from this agent's image: nothing is exec'd, so a file put at the path
- * since (by a root agent on microvm, where the path is writable) is never run. */
-static const char *self_path;
-static int helper_main(int argc, char **argv);
-static void run_helper(char **argv, int status_fd) {
-    if (!self_path || !argv[0] || strcmp(argv[0], self_path) || !argv[1]) return;
-    if (strcmp(argv[1], "prepare") && strcmp(argv[1], "untar") && strcmp(argv[1], "stat")) return;
-    int argc = 0;
-    while (argv[argc]) argc++;
-    close(status_fd); /* started: as the exec would have closed it */
-    /* what an exec would close (the agent's, close-on-exec: the write end of this command's own
-       stdin among them, without which its stdin never ends); gVisor has no close_range */
-    long closed = -1;
-#ifdef SYS_close_range
-    closed = syscall(SYS_close_range, 3, ~0U, 0);
-#endif
-    if (closed < 0) {
-        DIR *d = opendir("/proc/self/fd");
-        int fds[4096], n = 0;
-        struct dirent *e;
-        while (d && (e = readdir(d)) && n < 4096)
-            if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) > 2 && atoi(e->d_name) != dirfd(d))
-                fds[n++] = atoi(e->d_name);
-        if (d) closedir(d);
-        for (int i = 0; i < n; i++) close(fds[i]);
-    }
-    int rc = helper_main(argc, argv);
-    fflush(stdout);
-    _exit(rc);
-}
-
 enum { Z_UID = 200, Z_GID = 201, Z_PROCS = 202, Z_PTY = 203 };
 #define ZYG_MAX (60 * 1024) /* a bigger request (a large environment) takes the path below */
 #define ZYG_WAIT_MS 2000
@@ -1030,21 +1011,46 @@ static void zygote_drop(void) { /* the zygote is done with (it is reaped as any 
     zyg_pid = -1;
 }
 
-/* Close every descriptor but KEEP (close_range, else what /proc/self/fd lists). */
-static void close_all_but(int keep) {
+/* Close every descriptor from LOWEST on but KEEP (-1: none kept): close_range, else what
+ * /proc/self/fd lists (gVisor has no close_range). */
+static void close_from(int lowest, int keep) {
 #ifdef SYS_close_range
-    if ((keep == 0 || syscall(SYS_close_range, 0, keep - 1, 0) == 0) &&
-        syscall(SYS_close_range, keep + 1, ~0U, 0) == 0) return;
+    if (keep < lowest ? syscall(SYS_close_range, lowest, ~0U, 0) == 0
+                      : (keep == lowest || syscall(SYS_close_range, lowest, keep - 1, 0) == 0) &&
+                            syscall(SYS_close_range, keep + 1, ~0U, 0) == 0)
+        return;
 #endif
     DIR *d = opendir("/proc/self/fd");
     if (!d) return;
     int fds[4096], n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) && n < 4096)
-        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && atoi(e->d_name) != keep && atoi(e->d_name) != dirfd(d))
-            fds[n++] = atoi(e->d_name);
+    while ((e = readdir(d)) && n < 4096) {
+        int fd = atoi(e->d_name);
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' && fd >= lowest && fd != keep && fd != dirfd(d)) fds[n++] = fd;
+    }
     closedir(d);
     for (int i = 0; i < n; i++) close(fds[i]);
+}
+
+/* The path this agent was started by (its argv[0] in the sandbox). A command whose argv[0] is that
+ * path and whose argv[1] names one of its helpers (prepare, untar, stat) runs that helper in the
+ * command's own process, from this agent's image: nothing is exec'd, so a file put at the path
+ * since (by a root agent on microvm, where the path is writable) is never run. */
+static const char *self_path;
+typedef int (*helper_fn)(int argc, char **argv);
+static helper_fn helper_of(int argc, char **argv);
+static void run_helper(char **argv, int status_fd) {
+    int argc = 0;
+    while (argv[argc]) argc++;
+    helper_fn fn = self_path && argc > 1 && !strcmp(argv[0], self_path) ? helper_of(argc, argv) : NULL;
+    if (!fn) return;
+    close(status_fd); /* started: as the exec would have closed it */
+    /* what an exec would close (the agent's, close-on-exec: the write end of this command's own
+       stdin among them, without which its stdin never ends) */
+    close_from(3, -1);
+    int rc = fn(argc - 2, argv + 2);
+    fflush(stdout);
+    _exit(rc);
 }
 
 /* In the zygote's child (a command): what start_exec's child does once its filter is installed. */
@@ -1105,7 +1111,7 @@ static void zygote_main(int sock) {
     if (enter_s() < 0) _exit(70);
     int hi = fcntl(sock, F_DUPFD_CLOEXEC, 64); /* nothing of ours open but the socket, at 64 */
     if (hi >= 0) sock = hi;
-    close_all_but(sock);
+    close_from(0, sock);
     int null = open("/dev/null", O_RDWR); /* 0, 1, 2: no received descriptor lands there */
     if (null == 0) { dup2(0, 1); dup2(0, 2); }
     const char *what = NULL;
@@ -1741,17 +1747,11 @@ static void do_write(const req_t *r) {
         goto out;
     }
     if (check_regular(r->id, fd, path) < 0) { close(fd); goto out; }
-    size_t off = 0, n = data ? data->len : 0;
-    while (off < n) {
-        ssize_t w = write(fd, data->data + off, n - off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) {
-            int e = errno;
-            close(fd);
-            send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
-            goto out;
-        }
-        off += w;
+    if (data && write_all(fd, data->data, data->len) < 0) {
+        int e = errno;
+        close(fd);
+        send_error(r->id, NULL, e, "%s: %s", path, strerror(e));
+        goto out;
     }
     close(fd);
     frame_begin(R_DONE, r->id);
@@ -2817,19 +2817,20 @@ static int tether(int argc, char **argv) {
 #include "prepare.c"
 #include "untar.c"
 
-/* sandfleet-agent prepare|untar|stat ...: the helpers a command runs (run_helper); -1: none */
-static int helper_main(int argc, char **argv) {
-    if (argc > 1 && !strcmp(argv[1], "prepare")) return prepare(argc - 2, argv + 2);
-    if (argc > 1 && !strcmp(argv[1], "untar")) return untar(argc - 2, argv + 2);
-    if (argc > 1 && !strcmp(argv[1], "stat")) return stat_files(argc - 2, argv + 2);
-    return -1;
+/* sandfleet-agent prepare|untar|stat ...: the helper argv[1] names (run as a command: run_helper), or NULL */
+static helper_fn helper_of(int argc, char **argv) {
+    static const struct { const char *name; helper_fn fn; } helpers[] = {
+        {"prepare", prepare}, {"untar", untar}, {"stat", stat_files}};
+    for (size_t i = 0; argc > 1 && i < sizeof helpers / sizeof *helpers; i++)
+        if (!strcmp(argv[1], helpers[i].name)) return helpers[i].fn;
+    return NULL;
 }
 
 int main(int argc, char **argv) {
     int isolate_wanted = 0;
     if (argc > 1 && !strcmp(argv[1], "launch")) return launch(argc - 2, argv + 2);
-    int helper = helper_main(argc, argv);
-    if (helper >= 0) return helper;
+    helper_fn helper = helper_of(argc, argv);
+    if (helper) return helper(argc - 2, argv + 2);
     self_path = argv[0];
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     double ttl = 0;

@@ -203,6 +203,37 @@ static int prep_git_visit(const char *path, const char *name, const struct stat 
     return 0;
 }
 
+/* Run ARGV (a PATH search) with its stdout into OUT, its stderr ours or (QUIET) /dev/null, and
+ * LD_PRELOAD=PRELOAD where given: its wait status, or -1 where it could not be started. */
+static int prep_capture(char *const argv[], const char *preload, int quiet, buf_t *out) {
+    int pfd[2];
+    if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
+    fflush(stdout);
+    pid_t c = fork();
+    if (c < 0) { close(pfd[0]); close(pfd[1]); return -1; }
+    if (c == 0) {
+        dup2(pfd[1], 1);
+        int null = quiet ? open("/dev/null", O_WRONLY) : -1;
+        if (null >= 0) dup2(null, 2);
+        if (preload) setenv("LD_PRELOAD", preload, 1);
+        execvp(argv[0], argv);
+        _exit(127);
+    }
+    close(pfd[1]);
+    char b[4096];
+    for (;;) {
+        ssize_t k = read(pfd[0], b, sizeof b);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        buf_add(out, b, (size_t)k);
+    }
+    close(pfd[0]);
+    int st;
+    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
+    while (out->n && out->p[out->n - 1] == '\n') out->n--; /* as $(...) drops them */
+    return st;
+}
+
 /* run `bash -c SCRIPT sanitize REAL`; its stdout, each line as "git: LINE" (the script's notes) */
 static void prep_sanitize_git(const char *real) {
     const char *lib = getenv("SANDFLEET_GIT_SCRIPT");
@@ -211,34 +242,13 @@ static void prep_sanitize_git(const char *real) {
     char *script = xmalloc(n + 32);
     memcpy(script, lib, n);
     memcpy(script + n, "\nsanitize_git \"$1\"\n", 20);
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) prep_give_up("pipe", NULL);
-    fflush(stdout);
-    pid_t c = fork();
-    if (c < 0) prep_give_up("fork", NULL);
-    if (c == 0) {
-        dup2(pfd[1], 1);
-        char *argv[] = {"bash", "-c", script, "sanitize", (char *)real, NULL};
-        execvp("bash", argv);
-        _exit(127);
-    }
-    close(pfd[1]);
+    char *argv[] = {"bash", "-c", script, "sanitize", (char *)real, NULL};
     buf_t out = {0};
-    char b[4096];
-    for (;;) {
-        ssize_t k = read(pfd[0], b, sizeof b);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        buf_add(&out, b, (size_t)k);
-    }
-    close(pfd[0]);
-    int st;
-    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
-    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) { errno = ENOENT; prep_give_up("bash", NULL); }
+    int st = prep_capture(argv, NULL, 0, &out);
     free(script);
-    /* $(...) drops the trailing newlines; then every line gets "git: " */
-    while (out.n && out.p[out.n - 1] == '\n') out.n--;
-    if (out.n) {
+    if (st < 0) prep_give_up("fork", NULL);
+    if (WIFEXITED(st) && WEXITSTATUS(st) == 127) { errno = ENOENT; prep_give_up("bash", NULL); }
+    if (out.n) { /* every line gets "git: " */
         fputs("git: ", stdout);
         for (size_t i = 0; i < out.n; i++) {
             putchar(out.p[i]);
@@ -385,10 +395,28 @@ static void prep_mkdtemp(const char *name, char *out, size_t n) {
     prep_give_up("mktemp", out);
 }
 
-/* a fresh folder at `path`, mode 0700 (rm -rf; mkdir -m 0700) */
-static void prep_fresh_dir(const char *path) {
+/* a fresh folder at `path` (rm -rf; mkdir -m MODE) */
+static void prep_fresh_dir(const char *path, mode_t mode) {
     if (prep_rm(path) < 0) prep_give_up("rm -rf", path);
-    if (mkdir(path, 0700) < 0 || chmod(path, 0700) < 0) prep_give_up("mkdir", path);
+    if (mkdir(path, mode) < 0 || chmod(path, mode) < 0) prep_give_up("mkdir", path);
+}
+
+/* The script's `if [ -n "$P" ] && [ -d "${P%/ *}" ]; then rm -rf "$P"; mkdir -m MODE "$P"`: a fresh
+ * folder at the path $NAME gives where its parent is a folder ("" for "/x", whose ${P%/ *} is empty;
+ * the whole name where it has no slash), its path in OUT; else 0 (the caller makes one in /tmp). */
+static int prep_fresh_beside(const char *name, mode_t mode, char *out, size_t n) {
+    const char *path = getenv(name);
+    if (!path || !*path) return 0;
+    const char *slash = strrchr(path, '/');
+    char parent[PATH_MAX];
+    if (!slash) snprintf(parent, sizeof parent, "%s", path);
+    else if ((size_t)(slash - path) < sizeof parent) snprintf(parent, sizeof parent, "%.*s", (int)(slash - path), path);
+    else return 0;
+    struct stat st;
+    if (!*parent || stat(parent, &st) < 0 || !S_ISDIR(st.st_mode)) return 0;
+    prep_fresh_dir(path, mode);
+    snprintf(out, n, "%s", path);
+    return 1;
 }
 
 /* The machine the image's bash was built for, as bash's $HOSTTYPE names it; "" when unknown. */
@@ -419,35 +447,11 @@ static const char *prep_image_arch(void) {
 
 /* `env LD_PRELOAD=SEAL true --sandfleet-seal-probe`: its stdout, trailing newlines dropped */
 static void prep_probe(const char *seal, char *out, size_t n) {
-    out[0] = 0;
-    int pfd[2];
-    if (pipe2(pfd, O_CLOEXEC) < 0) return;
-    fflush(stdout);
-    pid_t c = fork();
-    if (c < 0) { close(pfd[0]); close(pfd[1]); return; }
-    if (c == 0) {
-        dup2(pfd[1], 1);
-        int null = open("/dev/null", O_WRONLY);
-        if (null >= 0) dup2(null, 2);
-        setenv("LD_PRELOAD", seal, 1);
-        char *argv[] = {"true", "--sandfleet-seal-probe", NULL};
-        execvp("true", argv);
-        _exit(127);
-    }
-    close(pfd[1]);
-    size_t got = 0;
-    for (;;) {
-        char b[256];
-        ssize_t k = read(pfd[0], b, sizeof b);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        for (ssize_t i = 0; i < k && got + 1 < n; i++) out[got++] = b[i];
-    }
-    out[got] = 0;
-    close(pfd[0]);
-    int st;
-    while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
-    while (got && out[got - 1] == '\n') out[--got] = 0;
+    char *argv[] = {"true", "--sandfleet-seal-probe", NULL};
+    buf_t b = {0};
+    prep_capture(argv, seal, 1, &b);
+    snprintf(out, n, "%.*s", (int)b.n, b.p ? b.p : "");
+    buf_free(&b);
 }
 
 static int prepare(int argc, char **argv) {
@@ -526,48 +530,20 @@ static int prepare(int argc, char **argv) {
         for (int i = 0; i < 3; i++) (void)prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &t);
     }
     char home[PATH_MAX], py[PATH_MAX], seal[PATH_MAX + 64] = "";
-    const char *tests_home = getenv("TESTS_HOME"), *code_home = getenv("CODE_HOME");
-    struct stat st;
-    const char *slash = tests_home ? strrchr(tests_home, '/') : NULL;
-    char parent[PATH_MAX] = "";
-    if (slash && (size_t)(slash - tests_home) < sizeof parent) {
-        memcpy(parent, tests_home, (size_t)(slash - tests_home));
-        parent[slash - tests_home] = 0;
-    }
-    /* ${TESTS_HOME%/ *} (the parent): "" for "/x" (then [ -d "" ] is false), the whole name without a slash */
-    if (tests_home && *tests_home && (slash ? *parent && stat(parent, &st) == 0 && S_ISDIR(st.st_mode)
-                                            : stat(tests_home, &st) == 0 && S_ISDIR(st.st_mode))) {
-        prep_fresh_dir(tests_home);
-        snprintf(home, sizeof home, "%s", tests_home);
-    } else {
-        prep_mkdtemp("sandfleet-verifier-home", home, sizeof home);
-    }
+    const char *code_home = getenv("CODE_HOME");
+    if (!prep_fresh_beside("TESTS_HOME", 0700, home, sizeof home)) prep_mkdtemp("sandfleet-verifier-home", home, sizeof home);
     if (*owner && chown(home, uid, (gid_t)-1) < 0) prep_give_up("chown", home);
     if (code_home && *code_home) {
-        prep_fresh_dir(code_home);
+        prep_fresh_dir(code_home, 0700);
         if (*owner && chown(code_home, uid, (gid_t)-1) < 0) prep_give_up("chown", code_home);
     }
-    const char *py_dir = getenv("PY_DIR");
-    char py_parent[PATH_MAX] = "";
-    const char *py_slash = py_dir ? strrchr(py_dir, '/') : NULL;
-    if (py_slash && (size_t)(py_slash - py_dir) < sizeof py_parent) {
-        memcpy(py_parent, py_dir, (size_t)(py_slash - py_dir));
-        py_parent[py_slash - py_dir] = 0;
-    }
-    if (py_dir && *py_dir && (py_slash ? *py_parent && stat(py_parent, &st) == 0 && S_ISDIR(st.st_mode)
-                                       : stat(py_dir, &st) == 0 && S_ISDIR(st.st_mode))) {
-        if (prep_rm(py_dir) < 0) prep_give_up("rm -rf", py_dir);
-        if (mkdir(py_dir, 0755) < 0 || chmod(py_dir, 0755) < 0) prep_give_up("mkdir", py_dir);
-        snprintf(py, sizeof py, "%s", py_dir);
-    } else {
-        prep_mkdtemp("sandfleet-verifier-py", py, sizeof py);
-    }
+    if (!prep_fresh_beside("PY_DIR", 0755, py, sizeof py)) prep_mkdtemp("sandfleet-verifier-py", py, sizeof py);
     char f[PATH_MAX + 32];
     snprintf(f, sizeof f, "%s/sitecustomize.py", py);
     const char *guard = getenv("PY_GUARD");
     int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    size_t gl = guard ? strlen(guard) : 0;
-    if (fd < 0 || (gl && write(fd, guard, gl) != (ssize_t)gl) || close(fd) < 0) prep_give_up("write", f);
+    if (fd < 0 || write_all(fd, guard ? guard : "", guard ? strlen(guard) : 0) < 0 || close(fd) < 0)
+        prep_give_up("write", f);
     if (chmod(py, 0755) < 0) prep_give_up("chmod", py);
     if (*owner && seal_arch && *seal_arch && !strcmp(arch, seal_arch)) {
         snprintf(seal, sizeof seal, "%s/sandfleet-seal.libasan.so", py);
@@ -580,12 +556,7 @@ static int prepare(int argc, char **argv) {
             if (k < 0 && errno == EINTR) continue;
             if (k < 0) prep_give_up("read the seal", NULL);
             if (k == 0) break;
-            for (ssize_t off = 0; off < k;) {
-                ssize_t w = write(sfd, b + off, (size_t)(k - off));
-                if (w < 0 && errno == EINTR) continue;
-                if (w <= 0) prep_give_up("write", seal);
-                off += w;
-            }
+            if (write_all(sfd, b, (size_t)k) < 0) prep_give_up("write", seal);
             total += k;
         }
         if (close(sfd) < 0) prep_give_up("write", seal);

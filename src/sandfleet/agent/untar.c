@@ -206,12 +206,7 @@ static int untar(int argc, char **argv) {
             size_t want_n = left < (long long)sizeof data ? (size_t)left : sizeof data;
             size_t k = untar_read(data, want_n);
             if (k < want_n) { errno = 0; untar_give_up("a short member", n); }
-            for (size_t off = 0; off < k;) {
-                ssize_t w = write(fd, data + off, k - off);
-                if (w < 0 && errno == EINTR) continue;
-                if (w <= 0) untar_give_up("write", n);
-                off += (size_t)w;
-            }
+            if (write_all(fd, data, k) < 0) untar_give_up("write", n);
             left -= (long long)k;
         }
         if (pad && untar_read(data, pad) < pad) { errno = 0; untar_give_up("a short member", n); }

@@ -83,7 +83,7 @@ from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
-from sandfleet.sandbox.spec import USERS, guest_agent_path
+from sandfleet.sandbox.spec import USERS, helper_path
 from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
@@ -566,7 +566,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
            "SPLIT": split, "AGENT_USER": agent, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
-    native = guest_agent_path(sandbox.backend) if isolated and not settings.native_helpers_off else None
+    native = helper_path(sandbox.backend)
     res, by = None, "script"
     if native is not None:
         try:
@@ -615,7 +615,7 @@ async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: 
     script = ('for f; do if [ -f "$f" ] && [ ! -L "$f" ]; then '
               'find "$f" -maxdepth 0 -printf "%U %m %p\\n" || echo "? ? $f"; fi; done')
     # the guest agent's `stat` prints the same lines, one process of its own (agent/prepare.c)
-    agent = guest_agent_path(sandbox.backend) if not current_settings().native_helpers_off else None
+    agent = helper_path(sandbox.backend)
     res = await sandbox.exec([agent, "stat", *paths], cwd="/", user="root", timeout=30) if agent else None
     if res is None or res.exit_code != 0:
         res = await sandbox.exec(["sh", "-c", script, "stat", *paths], cwd="/", user="root", timeout=30)

@@ -32,8 +32,7 @@ from sandfleet.errors import (
     SandboxPathError,
     SandboxUnresponsiveError,
 )
-from sandfleet.sandbox.spec import SandboxSpec, check_user, guest_agent_path
-from sandfleet.settings import current as current_settings
+from sandfleet.sandbox.spec import SandboxSpec, check_user, helper_path
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -264,7 +263,7 @@ class AgentSandbox:
         res = None
         # the guest agent's untar (agent/untar.c): the same in one process of its own; exit 75 (or an
         # agent without it) leaves the archive to tar
-        agent = guest_agent_path(self.backend) if not current_settings().native_helpers_off else None
+        agent = helper_path(self.backend)
         if agent is not None:
             res = await self.exec([agent, "untar", dest], stdin=data, cwd="/", user=user)
             if res.exit_code != 0:

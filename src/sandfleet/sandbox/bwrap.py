@@ -47,7 +47,15 @@ from sandfleet.reaping import reap_group
 from sandfleet.sandbox import branching, cgroups, disk, network, seccomp, uids
 from sandfleet.sandbox._spawn import PIDFD, AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Sandbox, Snapshot, create_many, new_id
-from sandfleet.sandbox.spec import AGENT_UID, GUEST_AGENT_UID, ROOT_UID, SANDBOX_UIDS, BwrapConfig, SandboxSpec
+from sandfleet.sandbox.spec import (
+    AGENT_UID,
+    GUEST_AGENT_PATHS,
+    GUEST_AGENT_UID,
+    ROOT_UID,
+    SANDBOX_UIDS,
+    BwrapConfig,
+    SandboxSpec,
+)
 from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, state_root
 from sandfleet.stats import percentile
 
@@ -336,7 +344,7 @@ class BwrapBackend:
             a.append("--lifeline")
         a += ["--pdeathsig", str(os.getpid())]
         delegated = cg.delegate(slot.host_uid(GUEST_AGENT_UID)) if cg else None
-        agent_argv = ["/.sandfleet/sandfleet-agent", "--isolate"]
+        agent_argv = [GUEST_AGENT_PATHS["bwrap"], "--isolate"]
         if delegated is not None:
             agent_argv += ["--cgroup-dir", CGROUP_DIR]
         if lim.ttl_s:

@@ -57,6 +57,7 @@ from sandfleet.sandbox.gvisor_net import NetNamespace
 from sandfleet.sandbox.spec import (
     AGENT_UID,
     DEFAULT_UID_BASE,
+    GUEST_AGENT_PATHS,
     ROOT_UID,
     SANDBOX_UIDS,
     GvisorConfig,
@@ -285,7 +286,7 @@ class GvisorBackend:
         writes lands there; the Sentry's own users stay its own."""
         # a cgroup per command in gVisor's own cgroupfs (runsc --cgroupfs): the timeout's tree
         # kill reaches orphans that called setsid(), as bwrap's delegated cgroup does
-        args = ["/.sandfleet/sandfleet-agent", "--switch-users", "--cgroup-dir", GUEST_CGROUP]
+        args = [GUEST_AGENT_PATHS["gvisor"], "--switch-users", "--cgroup-dir", GUEST_CGROUP]
         if preload:  # the stat shim (_statcompat), last in every command's LD_PRELOAD
             args += ["--preload", preload]
         if spec.limits.ttl_s:

@@ -20,6 +20,7 @@ from pydantic import (
 )
 
 from sandfleet.errors import ConfigError
+from sandfleet.settings import current as current_settings
 
 
 class Limits(BaseModel):
@@ -128,14 +129,9 @@ USERS = {"root": ROOT_UID, "agent": AGENT_UID, "verifier": VERIFIER_UID}
 
 GUEST_AGENT_PATHS = {"bwrap": "/.sandfleet/sandfleet-agent", "gvisor": "/.sandfleet/sandfleet-agent",
                      "microvm": "/run/sandfleet/agent"}
-"""Where a command in a sandbox of each backend runs the guest agent's binary (its ``prepare`` and
-``untar``): bwrap and gvisor bind it read-only at /.sandfleet, microvm's init copies it to /run."""
-
-
-def guest_agent_path(backend: str) -> str | None:
-    """Where a command in a sandbox of ``backend`` runs the guest agent's binary, or None (the
-    process backend, an unknown remote one)."""
-    return GUEST_AGENT_PATHS.get(backend)
+"""The path each backend starts the guest agent by (bwrap and gvisor bind it read-only at
+/.sandfleet, microvm's init copies it to /run): a command whose argv[0] is that path and whose
+argv[1] names a helper (``prepare``, ``untar``, ``stat``) runs the helper (docs/protocol.md)."""
 SANDBOX_UIDS = 65536
 """uids 0..65535 exist inside a sandbox."""
 GUEST_AGENT_UID = SANDBOX_UIDS
@@ -354,3 +350,10 @@ def make_spec(**kwargs: Any) -> SandboxSpec:
         err = e.errors()[0]
         loc = ".".join(str(x) for x in err["loc"])
         raise ConfigError(f"invalid sandbox spec: {loc + ': ' if loc else ''}{err['msg']}") from None
+
+
+def helper_path(backend: str) -> str | None:
+    """The argv[0] that runs the guest agent's helpers in a sandbox of ``backend``, or None: the
+    process backend or an unknown remote one has none, and ``SANDFLEET_NATIVE_HELPERS=0`` keeps the
+    scripts and tar."""
+    return None if current_settings().native_helpers_off else GUEST_AGENT_PATHS.get(backend)

@@ -6,27 +6,17 @@ goes to one worker whole (--dist loadfile)."""
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 
 import pytest
+from test_reward_integrity_iii import GVISOR  # the same gvisor row
 
 from sandfleet.rollout import OraclePolicy, RunConfig, run_suite
 from sandfleet.rollout.runner import RetryPolicy
+from test_rollout_support import needs_bwrap
 
-
-def _bwrap_skip() -> str | None:
-    if not shutil.which("bwrap"):
-        return "bubblewrap not installed (apt-get install bubblewrap)"
-    if os.geteuid() != 0:
-        return "the bwrap backend needs root"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
-GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
-    not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])
+pytestmark = needs_bwrap()
 
 
 # -- the attack fixtures of rounds III to XI (scripts/make-attacks-iii.py), each backend

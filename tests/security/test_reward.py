@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import os
-import shutil
 import tarfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -25,17 +23,9 @@ from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.tasks import Task, load_task
+from test_rollout_support import needs_bwrap as bwrap_needed
 
-
-def _bwrap_skip() -> str | None:
-    if not shutil.which("bwrap"):
-        return "bubblewrap not installed (apt-get install bubblewrap)"
-    if os.geteuid() != 0:
-        return "the bwrap backend needs root"
-    return None
-
-
-needs_bwrap = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+needs_bwrap = bwrap_needed()
 
 WRITE_ZERO = "mkdir -p /logs/verifier; echo 0 > /logs/verifier/reward.txt\n"
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import posixpath
 import shutil
 import time
@@ -27,17 +26,9 @@ from sandfleet.rollout import RunConfig, ScriptedPolicy, run_suite
 from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.tasks import Task, load_task
+from test_rollout_support import needs_bwrap
 
-
-def _bwrap_skip() -> str | None:
-    if not shutil.which("bwrap"):
-        return "bubblewrap not installed (apt-get install bubblewrap)"
-    if os.geteuid() != 0:
-        return "the bwrap backend needs root"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+pytestmark = needs_bwrap()
 ON_GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])
 # no sandbox at all, or the service's own (bwrap, the default)

@@ -35,17 +35,9 @@ from sandfleet.rollout.result import RolloutResult
 from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.sandbox import create_sandbox
 from sandfleet.tasks import Task, load_task
+from test_rollout_support import needs_bwrap
 
-
-def _bwrap_skip() -> str | None:
-    if not shutil.which("bwrap"):
-        return "bubblewrap not installed (apt-get install bubblewrap)"
-    if os.geteuid() != 0:
-        return "the bwrap backend needs root"
-    return None
-
-
-pytestmark = pytest.mark.skipif(_bwrap_skip() is not None, reason=_bwrap_skip() or "")
+pytestmark = needs_bwrap()
 MODES = pytest.mark.parametrize("verify", ["shared", "separate"])
 GVISOR = pytest.param("gvisor", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("runsc"), reason="gVisor's runsc not installed (apt-get install runsc)")])

@@ -87,6 +87,13 @@ IN_PROCESS = {"v": ["in-process-exit0"], "vi": ["pickle-exit0", "grader-atexit"]
 agent's data): every one forged before the guard watched the stack (round V's and VI's three on
 every backend; round VIII's written against it; raise-systemexit-in-call until the guard judged
 whose SystemExit ends the process, docs/security.md, "In the tests' process")."""
+IN_PROCESS_NATIVE = {"in-process-exit0", "pickle-exit0", "ctypes-exit0", "thread-exit0", "pickle-system",
+                     "exec-true-at-import", "fork-child-ctypes-write", "ctypes-open-write", "exec-source-text",
+                     "exec-short-exit0"}
+"""The ones held below Python (the seal's `_exit`, `system` and exec, Landlock keeping a forked child,
+libc's functions kept from ctypes): on microvm (its own kernel, libc and Landlock ABI) only these;
+the others are the Python guard's alone, the same code on every backend, and run on bwrap and
+gVisor (all 23 on microvm took 93-118 s of the slow pass, issue 43)."""
 
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
@@ -103,6 +110,9 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
     tasks = [t for r, wanted in IN_PROCESS.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted]
     assert len(tasks) == sum(len(w) for w in IN_PROCESS.values())
+    assert IN_PROCESS_NATIVE <= {t.name for t in tasks}
+    if backend == "microvm":
+        tasks = [t for t in tasks if t.name in IN_PROCESS_NATIVE]
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
         report = await run_suite(tasks, OraclePolicy(), cfg)

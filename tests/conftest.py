@@ -351,11 +351,8 @@ SERIAL_MODULES = frozenset({
     "test_bench_figures", "test_bench_idle", "test_bench_peers", "test_bench_rollout", "test_bench_run",
     "test_bench_soak", "test_cgroups_throttle", "test_contention", "test_figures_e2e", "test_sandbox_many_fds",
     "test_service_load", "test_uid_slots", "test_validate_under_load", "test_sandbox_faults",
-    "test_microvm", "test_gvisor", "test_leaks",
+    "test_microvm", "test_gvisor", "test_leaks", "test_soak",
 })
-# Not test_soak: its drift is asserted only where the two windows are comparable (the host's
-# runnable tasks within 25 %, its own CPU-seconds within 20 %), so it runs beside the slow pass's
-# other worker and its two minutes overlap that worker's (it was 121 of the 203 s alone, issue 43).
 
 
 def pytest_configure(config: pytest.Config) -> None:

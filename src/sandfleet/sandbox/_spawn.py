@@ -6,7 +6,6 @@ import asyncio
 import concurrent.futures
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Mapping
@@ -19,7 +18,7 @@ from sandfleet.reaping import adopt_children, reap_group, reap_group_nowait, wai
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
-from sandfleet.sandbox.state import proc_start_time, write_meta
+from sandfleet.sandbox.state import proc_start_time, remove_sandbox_dir, write_meta
 
 
 def _pidfd_works() -> bool:
@@ -225,7 +224,7 @@ class LocalSandbox(AgentSandbox):
         """Remove the cgroups and the marker directory (blocking: rmdir, kill loops)."""
         if self.cgroup is not None:
             self.cgroup.remove()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_sandbox_dir(self.dir)
 
 
 _cleanup: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None

@@ -56,7 +56,7 @@ from sandfleet.sandbox.spec import (
     BwrapConfig,
     SandboxSpec,
 )
-from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, state_root
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, remove_sandbox_dir, state_root
 from sandfleet.stats import percentile
 
 # On the "host" image a sandbox sees only the system directories of the host: every other
@@ -440,7 +440,7 @@ class BwrapBackend:
                 loop.release()
             if slot is not None:
                 slot.release()
-            shutil.rmtree(sdir, ignore_errors=True)
+            remove_sandbox_dir(sdir)
             raise
         finally:
             if identity is not None:

@@ -64,7 +64,7 @@ from sandfleet.sandbox.spec import (
     Limits,
     SandboxSpec,
 )
-from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir
+from sandfleet.sandbox.state import new_sandbox_dir, new_snapshot_dir, remove_sandbox_dir
 from sandfleet.settings import current as current_settings
 
 INSTALL = "apt-get install runsc"
@@ -422,7 +422,7 @@ class GvisorBackend:
                 net.close()
             if cg is not None:
                 cg.remove()
-            shutil.rmtree(sdir, ignore_errors=True)
+            remove_sandbox_dir(sdir)
             raise
         finally:
             if identity is not None:

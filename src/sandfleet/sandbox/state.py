@@ -186,11 +186,34 @@ def new_sandbox_dir(sid: str, meta: dict[str, Any], mode: int = 0o777) -> Path:
     return final
 
 
+GONE_PREFIX = ".gone-"
+"""A sandbox directory being removed: renamed ``.gone-<id>-<pid>-<ns>`` first, then deleted."""
+
+
+def remove_sandbox_dir(d: Path) -> None:
+    """Remove a sandbox's directory: renamed out of the markers' names first (one atomic step),
+    then deleted. Deleted in place, a remover killed half-way (``meta.json`` gone, ``agent.log``
+    not yet) left a directory without a marker, which the reaper keeps for the incomplete-marker
+    grace period as one that may be starting (seen: a leftover of a run SIGKILLed as it closed
+    a sandbox). A ``.gone-`` directory is anyone's to delete (:func:`_reap_unfinished`)."""
+    gone = d.with_name(f"{GONE_PREFIX}{d.name}-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        d.rename(gone)
+    except FileNotFoundError:
+        return
+    except OSError:  # (a mount point, a read-only root: deleted where it is, as before)
+        gone = d
+    shutil.rmtree(gone, ignore_errors=True)
+
+
 def _reap_unfinished() -> list[str]:
     """Remove directories a creator left before marking them (see :func:`new_sandbox_dir`) once
-    that creator is gone."""
+    that creator is gone, and those a remover left half-deleted (:func:`remove_sandbox_dir`)."""
     reaped = []
     root = state_root()
+    for d in sorted(root.glob(GONE_PREFIX + "*")) if root.exists() else []:
+        shutil.rmtree(d, ignore_errors=True)  # (a remover still at it: both deleting is harmless)
+        reaped.append(d.name)
     for d in sorted(root.glob(NEW_PREFIX + "*")) if root.exists() else []:
         parts = d.name[len(NEW_PREFIX):].split("-", 3)
         try:
@@ -265,8 +288,7 @@ def reap_one(meta: dict[str, Any]) -> None:
     if meta.get("cgroup"):
         for parent in cgroups.parents():  # wherever it is: throttled parents too
             cgroups.Cgroup(sid, parent=parent).remove()
-    d = Path(meta.get("dir") or state_root() / sid)
-    shutil.rmtree(d, ignore_errors=True)
+    remove_sandbox_dir(Path(meta.get("dir") or state_root() / sid))
 
 
 SNAPSHOTS = "snapshots"

@@ -24,7 +24,7 @@ from sandfleet.errors import SandboxDiedError
 from sandfleet.sandbox.microvm.guest import AGENT_PORT
 from sandfleet.sandbox.microvm.host import qemu_binary, tsc_khz
 from sandfleet.sandbox.microvm.qmp import Qmp
-from sandfleet.sandbox.state import new_sandbox_dir, proc_start_time, write_meta
+from sandfleet.sandbox.state import new_sandbox_dir, proc_start_time, remove_sandbox_dir, write_meta
 
 
 @dataclass(frozen=True)
@@ -147,7 +147,7 @@ class Vm:
                     start_new_session=True,
                 )
         except BaseException:
-            shutil.rmtree(run, ignore_errors=True)
+            remove_sandbox_dir(run)
             raise
         meta = {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}}
         write_meta(run, meta)
@@ -282,7 +282,7 @@ class Vm:
                     await self.qmp.close()
             if self.agent is not None:
                 self.agent[1].close()
-            shutil.rmtree(self.run, ignore_errors=True)
+            remove_sandbox_dir(self.run)
 
 
 def log_tail(run: Path, lines: int = 15) -> str:

@@ -70,6 +70,7 @@ def test_idle_sandboxes_past_one_process_open_file_limit_are_held_by_helpers(sta
     assert out["idle_processes"] >= 3, out  # this one and at least two helpers
     assert "idle_stopped" not in out
     assert out["idle_pss_mib"] > 0 and out["idle_mem_drop_mib"] > 0
+    assert 0 < out["exec_host_cpu_us_mean"] < out["exec_rtt_p50_ms"] * 1000 * 4  # (the loop's share of it)
     for k in ("idle_slab_kib", "idle_pagetables_kib", "idle_kernelstack_kib"):
         assert k in out
     # the create rate at each end of the hold, over half of it each (fewer than 2,000 held);

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sandfleet.agent.build import SOURCE
-from sandfleet.agent.client import AgentClient, ExecResult
+from sandfleet.agent.client import AgentClient, ExecResult, FrameReader
 from sandfleet.agent.protocol import MAX_FRAME, F, Frame, T, decode, encode
 from sandfleet.errors import ProtocolError, SandfleetError
 
@@ -126,11 +126,20 @@ async def _outcome(aw: Any, within: float) -> Any:
         return e
 
 
-async def feed_host(stream: bytes) -> tuple[list[Any], AgentClient]:
-    """Five calls in flight (ids 1..5), then ``stream`` from the guest, then EOF."""
+async def feed_host(stream: bytes, framed: bool = False) -> tuple[list[Any], AgentClient]:
+    """Five calls in flight (ids 1..5), then ``stream`` from the guest, then EOF. ``framed``:
+    through a :class:`FrameReader` (frames handed over in the transport's callback, as a local
+    sandbox's stream), else a plain StreamReader read by the client's task (a microVM's)."""
     a, b = socket.socketpair()
     b.setblocking(False)
-    reader, writer = await asyncio.open_connection(sock=a)
+    if framed:
+        loop = asyncio.get_running_loop()
+        reader: asyncio.StreamReader = FrameReader(loop=loop)
+        transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                                           sock=a)
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+    else:
+        reader, writer = await asyncio.open_connection(sock=a)
     client = AgentClient(reader, writer, name="fuzz")
     try:
         tasks = [
@@ -160,7 +169,12 @@ async def feed_host(stream: bytes) -> tuple[list[Any], AgentClient]:
 
 
 def check_host(stream: bytes) -> None:
-    results, client = asyncio.run(feed_host(stream))
+    for framed in (False, True):
+        check_host_once(stream, framed)
+
+
+def check_host_once(stream: bytes, framed: bool) -> None:
+    results, client = asyncio.run(feed_host(stream, framed))
     for r in results:
         assert r is not HUNG, f"a call hung on stream {stream!r}"
         ok = r is None or isinstance(r, bytes | str | ExecResult | Frame | SandfleetError)
@@ -198,22 +212,66 @@ def test_decode_fuzz(body: bytes) -> None:
         (encode(T.R_HELLO, 4, [(F.VERSION, "1"), (F.PID, "abc")]), 3),  # lying PID
         (encode(T.R_HELLO, 4, [(F.VERSION, "7"), (F.PID, "2")]), 3),  # another version
         (encode(T.R_OK, 1, []), 0),  # READ answered with OK
-        (encode(T.R_EXIT, 3, [(F.CODE, "0")]), 2),  # EXIT before STARTED
+        (encode(T.R_STARTED, 3, []) + encode(T.R_STARTED, 3, []), 2),  # STARTED twice
         (encode(T.R_STARTED, 3, []) + encode(T.R_EXIT, 3, [(F.CODE, "zero")]), 2),
         (encode(T.R_STARTED, 3, []) + encode(T.R_DATA, 3, []), 2),
         (encode(T.R_ERROR, 1, [(F.ETYPE, "OSError"), (F.ERRNO, "x")]), 0),
         (encode(T.R_DATA, 1, [(F.DATA, b"x" * 10)]) + b"\x00", 0),
     ],
-    ids=["bad-pid", "bad-version", "wrong-type", "exit-first", "bad-code", "data-for-exec", "bad-errno", "torn"],
+    ids=["bad-pid", "bad-version", "wrong-type", "started-twice", "bad-code", "data-for-exec", "bad-errno", "torn"],
 )
-def test_lying_guest_gets_protocol_error(stream: bytes, which: int) -> None:
+@pytest.mark.parametrize("framed", [False, True], ids=["read", "framed"])
+def test_lying_guest_gets_protocol_error(stream: bytes, which: int, framed: bool) -> None:
     """Replies that break the protocol fail the call with ProtocolError (not ValueError)."""
-    results, client = asyncio.run(feed_host(stream))
+    results, client = asyncio.run(feed_host(stream, framed))
     if which == 0 and stream.endswith(b"\x00"):
         assert results[0] == b"x" * 10  # a good reply, then a torn header: the read stands
         return
     assert isinstance(results[which], ProtocolError), results[which]
     assert not client.alive
+
+
+@pytest.mark.parametrize("framed", [False, True], ids=["read", "framed"])
+def test_an_exec_without_on_start_asks_for_no_started_and_takes_exit_alone(framed: bool) -> None:
+    """Issue 46: an exec nothing here needs the pid of sends NOSTART=1, and the guest's EXIT alone
+    answers it (one frame, one wake-up); with ``on_start`` the host asks for STARTED, and an EXIT
+    before it is a lie."""
+
+    async def main() -> tuple[Any, Any, list[Frame]]:
+        a, b = socket.socketpair()
+        b.setblocking(False)
+        loop = asyncio.get_running_loop()
+        if framed:
+            reader: asyncio.StreamReader = FrameReader(loop=loop)
+            transport, protocol = await loop.create_connection(
+                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), sock=a)
+            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        else:
+            reader, writer = await asyncio.open_connection(sock=a)
+        client = AgentClient(reader, writer, name="nostart")
+        try:
+            quiet = asyncio.create_task(_outcome(client.exec(["true"]), 10))
+            handed: list[Any] = []
+            loud = asyncio.create_task(_outcome(client.exec(["true"], on_start=handed.append), 10))
+            await asyncio.sleep(0.05)
+            sent = (await loop.sock_recv(b, 1 << 16))
+            frames = []
+            while sent:
+                n = int.from_bytes(sent[:4], "big")
+                frames.append(decode(sent[4:4 + n]))
+                sent = sent[4 + n:]
+            await loop.sock_sendall(b, encode(T.R_EXIT, 1, [(F.CODE, "3")]) + encode(T.R_EXIT, 2, [(F.CODE, "0")]))
+            return await quiet, await loud, frames
+        finally:
+            await client.close()
+            writer.close()
+            b.close()
+
+    quiet, loud, frames = asyncio.run(main())
+    assert [f.type for f in frames] == [T.EXEC, T.EXEC]
+    assert frames[0].int(F.NOSTART) == 1 and frames[1].get(F.NOSTART) is None
+    assert isinstance(quiet, ExecResult) and quiet.exit_code == 3
+    assert isinstance(loud, ProtocolError), loud
 
 
 # -- guest side: agent.c under AddressSanitizer and UBSan -----------------------------------

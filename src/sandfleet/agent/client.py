@@ -8,9 +8,9 @@ import itertools
 import math
 import signal
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TypedDict, Unpack
+from typing import SupportsIndex, TypedDict, Unpack
 
 from sandfleet.agent.protocol import (
     MAX_OUTPUT,
@@ -60,6 +60,74 @@ class RunOptions(CommandOptions, total=False):
     """What a :class:`~sandfleet.agent.runtime.Runtime`'s ``exec`` takes besides argv."""
 
     stdin: bytes | None  # bytes to feed, then EOF
+
+
+class FrameSplitter:
+    """The guest's byte stream cut into frames: every whole frame of what has arrived, in order;
+    a frame over :data:`MAX_REPLY_FRAME` is a :class:`ProtocolError`."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[Frame]:
+        buf = self._buf
+        buf += data
+        out, off = [], 0
+        while len(buf) - off >= 4:
+            n = int.from_bytes(buf[off:off + 4], "big")
+            if n > MAX_REPLY_FRAME:
+                raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
+            if len(buf) - off - 4 < n:
+                break
+            out.append(decode(bytes(buf[off + 4:off + 4 + n])))
+            off += 4 + n
+        del buf[:off]
+        return out
+
+
+class FrameReader(asyncio.StreamReader):
+    """A stream reader for :class:`AgentClient` that cuts what arrives into frames inside the
+    transport's own callback and hands each to the client there: no reading task between the
+    socket and the command waiting for its reply (a wake-up of the event loop less per reply,
+    issue 46). What a plain :class:`asyncio.StreamReader` gets, the client reads with a task."""
+
+    def __init__(self, limit: int = 1 << 16, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self._frames = FrameSplitter()
+        self._sink: Callable[[Frame], None] | None = None
+        self._early: list[Frame] = []  # frames before a sink was attached
+        self._ended: asyncio.Future[BaseException | None] = (loop or asyncio.get_running_loop()).create_future()
+
+    def attach(self, sink: Callable[[Frame], None]) -> asyncio.Future[BaseException | None]:
+        """Hand every frame to ``sink`` from now on (those that came before first); the future
+        ends with None at EOF or with the error that ended the stream (as its result)."""
+        self._sink = sink
+        early, self._early = self._early, []
+        for frame in early:
+            sink(frame)
+        return self._ended
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if self._ended.done():
+            return
+        try:
+            for frame in self._frames.feed(bytes(data)):
+                if self._sink is None:
+                    self._early.append(frame)
+                else:
+                    self._sink(frame)
+        except Exception as e:  # a malformed frame: the stream can't be trusted any more
+            self._end(e)
+
+    def feed_eof(self) -> None:
+        self._end(None)
+
+    def set_exception(self, exc: BaseException) -> None:
+        self._end(exc)
+
+    def _end(self, why: BaseException | None) -> None:
+        if not self._ended.done():
+            self._ended.set_result(why)
 
 
 class RunningCommand:
@@ -200,6 +268,7 @@ class AgentClient:
         self._ids = itertools.count(1)
         self._waiters: dict[int, ReplyQueue] = {}
         self._dead: BaseException | None = None
+        self._guest_said: str | None = None  # the last error the guest sent outside any request
         self._reader_task = asyncio.create_task(self._read_loop(), name=f"agent-reader-{name}")
         self.guest_pid: int | None = None
         self.clock_set = False
@@ -228,31 +297,31 @@ class AgentClient:
         for q in self._waiters.values():
             q.put_nowait(self._dead)
 
+    def _dispatch(self, frame: Frame) -> None:
+        q = self._waiters.get(frame.id)
+        if q is not None:
+            q.put_nowait(frame)
+        elif frame.type == T.R_ERROR:
+            self._guest_said = f"guest agent error: {frame.text(F.MESSAGE)}"
+
+    async def _frames(self) -> None:
+        """Until the stream ends: every frame to its waiter. A :class:`FrameReader` hands them
+        over in the transport's callback; a plain reader is read here."""
+        if isinstance(self._reader, FrameReader):
+            why = await self._reader.attach(self._dispatch)
+            if why is not None:
+                raise why
+            return
+        frames = FrameSplitter()
+        while chunk := await self._reader.read(1 << 20):
+            for frame in frames.feed(chunk):  # every whole frame that arrived, in one wake-up
+                self._dispatch(frame)
+
     async def _read_loop(self) -> None:
         why = "the guest agent closed its stream (the sandbox died or was killed)"
-        buf = bytearray()  # what has arrived: every whole frame in it is handed out in one wake-up
         try:
-            while True:
-                chunk = await self._reader.read(1 << 20)
-                if not chunk:
-                    break
-                buf += chunk
-                off = 0
-                while len(buf) - off >= 4:
-                    n = int.from_bytes(buf[off:off + 4], "big")
-                    if n > MAX_REPLY_FRAME:
-                        raise ProtocolError(
-                            f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
-                    if len(buf) - off - 4 < n:
-                        break
-                    frame = decode(bytes(buf[off + 4:off + 4 + n]))
-                    off += 4 + n
-                    q = self._waiters.get(frame.id)
-                    if q is not None:
-                        q.put_nowait(frame)
-                    elif frame.type == T.R_ERROR:
-                        why = f"guest agent error: {frame.text(F.MESSAGE)}"
-                del buf[:off]
+            await self._frames()
+            why = self._guest_said or why
             why += await self._death_detail()
         except (ConnectionError, OSError):
             why += await self._death_detail()
@@ -415,6 +484,8 @@ class AgentClient:
             fields.append((F.DATA, stdin))
         if keep_stdin or pty is not None:
             fields.append((F.STDIN_MODE, "pipe"))
+        if on_start is None:  # nothing here needs the pid: the guest sends EXIT (and OUTPUT) alone
+            fields.append((F.NOSTART, 1))
         if pty is not None:
             cols, rows = pty
             if not (0 < cols < 65536 and 0 < rows < 65536):
@@ -440,15 +511,17 @@ class AgentClient:
             cm = asyncio.timeout(limit)
             try:
                 async with cm:
-                    frame = await self._next(q)
-                    if frame.type != T.R_STARTED:
-                        raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
-                    started = True
-                    if on_start is not None:
-                        handle = RunningCommand(self, rid, frame.int(F.PID), pty is not None)
-                        on_start(handle)
                     while True:
                         frame = await self._next(q)
+                        if frame.type == T.R_STARTED and not started:  # (an agent may send it unasked)
+                            started = True
+                            if on_start is not None:
+                                handle = RunningCommand(self, rid, frame.int(F.PID), pty is not None)
+                                on_start(handle)
+                            continue
+                        if not started and on_start is not None:
+                            raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
+                        started = True
                         if frame.type == T.R_OUTPUT:
                             if on_output is not None:
                                 name = "stdout" if frame.int(F.STREAM_NO) == 1 else "stderr"

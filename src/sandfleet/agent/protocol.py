@@ -89,6 +89,7 @@ class F(IntEnum):
     NETWORK = 33
     PIDNS = 34
     DETACHED = 35
+    NOSTART = 36
 
 
 FieldValue = bytes | str | int

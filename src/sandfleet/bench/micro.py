@@ -15,6 +15,8 @@ and ``provenance`` says where it ran):
   of 32) over the first and the last 1,000 of the idle hold (``idle_create_window``: fewer,
   half the hold, where it is under 2,000), and ``idle_create_last_to_first``: how much
   slower the last came (the first rate over the last);
+- ``exec_host_cpu_us_mean``: this process's CPU time per round trip of ``true`` (its event
+  loop's share of an exec: what a service's one process spends per command);
 - ``exec_per_s_64``: ``true`` execs per second across 64 concurrent sandboxes.
 """
 
@@ -51,18 +53,20 @@ def bare_spawn_once_ms() -> float:
     return (time.perf_counter() - t) * 1e3
 
 
-async def exec_rtt_vs_bare_ms(sb: Sandbox, n: int) -> tuple[list[float], list[float]]:
+async def exec_rtt_vs_bare_ms(sb: Sandbox, n: int) -> tuple[list[float], list[float], list[float]]:
     """``n`` round trips of ``true`` through ``sb``'s guest agent and ``n`` bare spawns of
     ``true`` on the host, one of each in turn (a load that comes and goes on a shared host
     then weighs on both sides alike; measured one side after the other, the bare spawn's p50
-    moved 0.63-2.3 ms between runs a minute apart)."""
-    rtt, bare = [], []
+    moved 0.63-2.3 ms between runs a minute apart); and each round trip's CPU time in this
+    process (microseconds: what one exec costs the host's side, its event loop)."""
+    rtt, bare, cpu = [], [], []
     for _ in range(n):
-        t = time.perf_counter()
+        c, t = time.process_time(), time.perf_counter()
         await sb.exec(["true"])
         rtt.append((time.perf_counter() - t) * 1e3)
+        cpu.append((time.process_time() - c) * 1e6)
         bare.append(bare_spawn_once_ms())
-    return rtt, bare
+    return rtt, bare, cpu
 
 
 async def create_exec_close_ms(spec: SandboxSpec, n: int) -> list[float]:
@@ -111,13 +115,14 @@ async def run_micro(
     sb = await create_sandbox(spec)
     try:
         await sb.exec(["true"])  # the sandbox's first command (the guest's command zygote starts)
-        rtt, bares = await exec_rtt_vs_bare_ms(sb, max(n * 4, 200))
+        rtt, bares, cpu = await exec_rtt_vs_bare_ms(sb, max(n * 4, 200))
     finally:
         await sb.close()
     bare = percentile(bares, 50)
     out["exec_rtt_p50_ms"] = round(percentile(rtt, 50), 3)
     out["bare_spawn_p50_ms"] = round(bare, 3)
     out["exec_rtt_ratio"] = round(percentile(rtt, 50) / bare, 2)
+    out["exec_host_cpu_us_mean"] = round(sum(cpu) / len(cpu), 1)
 
     say(f"{idle} idle sandboxes")
     mem0 = meminfo()

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO
 
-from sandfleet.agent.client import AgentClient
+from sandfleet.agent.client import AgentClient, FrameReader
 from sandfleet.errors import SandboxDiedError, SandboxEnd
 from sandfleet.reaping import adopt_children, reap_group, reap_group_nowait, wait_adopted
 from sandfleet.sandbox.base import AgentSandbox
@@ -93,7 +93,7 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
     assert popen.stdout is not None and popen.stdin is not None
     try:
         child = Child(popen, loop)
-        reader = asyncio.StreamReader(limit=1 << 20, loop=loop)
+        reader = FrameReader(limit=1 << 20, loop=loop)  # frames handed over in its callback
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), popen.stdout)
         transport, protocol = await loop.connect_write_pipe(
             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin)

@@ -39,31 +39,35 @@ if [ "$quick" = 1 ]; then
   exit 0
 fi
 echo "== lint-imports"; lint-imports --no-cache
-# The fast pass on 2 pytest-xdist workers, a test module to each (--dist loadfile: a module's own
+# The fast pass on pytest-xdist workers (3; the slow pass 2), a test module to each (--dist loadfile: a module's own
 # fixtures and order kept), then the modules marked `serial` (tests/conftest.py: about time, load or
 # host limits) alone. SANDFLEET_TEST_WORKERS=1 runs it all serially. Measured on this 2-core host
 # beside others' runs (2026-12-04, issue 43), 8 sandbox and service modules (154 tests) side by side:
 # serially 431 and 637 s, on 2 workers 281 and 319 s (loads 13-16); the whole fast pass this way:
 # 579 s on 2 workers + 124 s alone = 703 s (load 11 falling to 3), against 876 s serially on 2026-12-03.
+# The fast pass takes 3 workers: on 2 workers it kept the 2 cores about 60 % busy (its tests wait on
+# servers and sandboxes starting; sampled every 10 s, 2026-12-05), where the slow pass keeps them
+# 99 % busy on 2. SANDFLEET_TEST_WORKERS sets both.
 workers="${SANDFLEET_TEST_WORKERS:-2}"
+fast_workers="${SANDFLEET_TEST_WORKERS:-3}"
 fast="not slow and not chaos and not model and not rl"
 slow="(slow or chaos) and not model and not rl"
 ok5() { "$@" || { rc=$?; [ "$rc" = 5 ] || return "$rc"; }; }  # 5: no test selected (a path given)
 parallel=0
 if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then parallel=1; fi
-# run_pass NAME MARKS [PYTEST ARGS]: on the workers, a module to each, then its `serial` modules alone
+# run_pass NAME MARKS WORKERS [PYTEST ARGS]: on the workers, a module to each, then its `serial` modules alone
 run_pass() {
-  local name=$1 marks=$2
-  shift 2
+  local name=$1 marks=$2 n=$3
+  shift 3
   if [ "$parallel" = 1 ]; then
-    echo "== pytest ($name, $workers workers)"
-    ok5 pytest -q --durations=30 -n "$workers" --dist loadfile -m "($marks) and not serial" "$@"
+    echo "== pytest ($name, $n workers)"
+    ok5 pytest -q --durations=30 -n "$n" --dist loadfile -m "($marks) and not serial" "$@"
     echo "== pytest ($name, serial)"; ok5 pytest -q --durations=10 -m "($marks) and serial" "$@"
   else
     echo "== pytest ($name)"; pytest -q --durations=30 -m "$marks" "$@"
   fi
 }
-run_pass fast "$fast" "$@"
+run_pass fast "$fast" "$fast_workers" "$@"
 # The slow pass the same way: most of its time is waiting (TTLs, kill points, a rate held, a
 # service's deadline), which two workers overlap; the `serial` modules' slow tests after, alone.
-run_pass slow "$slow" "$@"
+run_pass slow "$slow" "$workers" "$@"

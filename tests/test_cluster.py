@@ -141,7 +141,9 @@ async def test_a_lost_node_keeps_the_members_it_finished_and_refills_the_rest(tm
     from sandfleet.testing.faultpolicies import Staggered
 
     task = make_task(tmp_path)
-    half = Staggered(["echo hello > /app/out.txt"], ["sleep 8; echo hello > /app/out.txt"])
+    # the quick member lives a second: a whole rollout here takes under 0.1 s, and polled every
+    # 0.1 s its sandbox was missed (the wait for both up timed out)
+    half = Staggered(["sleep 1; echo hello > /app/out.txt"], ["sleep 8; echo hello > /app/out.txt"])
     pool = await RolloutPool.create("local:3", capacity=2, backend="bwrap", image="host")
     n0, n1, n2 = sorted(pool.nodes, key=lambda x: x.label)
     try:

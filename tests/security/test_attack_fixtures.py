@@ -63,7 +63,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # (microvm runs every command as root: the image is the agent's to change in shared mode,
              # bash too; the guest agent's helpers run from its own image, never the file at its path)
              "xi": ["note-newline-module", "note-newline-conftest", "deep-workdir-planted", "guard-on-pythonpath",
-                    "fake-guest-agent"] + (["replace-bash"] if backend != "microvm" else [])}
+                    "fake-guest-agent"] + (["replace-bash"] if backend != "microvm" else []),
+             # round XII: the guest agent's own stream to the host (its descriptors through /proc,
+             # pidfd_getfd, ptrace; as the agent user and as root), flooded with forged replies
+             # (tests/security/test_agent_channel.py checks the descriptors themselves)
+             "xii": ["channel-proc-fd", "channel-pidfd-getfd", "channel-ptrace", "channel-proc-fd-root"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

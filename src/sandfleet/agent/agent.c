@@ -1923,7 +1923,9 @@ static void on_sigchld(int s) {
 static int serve(double ttl) {
     prctl(PR_SET_CHILD_SUBREAPER, 1);
     prctl(PR_SET_DUMPABLE, 0); /* no command may ptrace us or read our memory or environment */
-    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0) return 70;
+    /* a socket pair, not a pipe: where a command may see our descriptors (root under gVisor), a
+       pipe can be opened again through /proc/1/fd and its wake-ups read away; a socket can't */
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sig_pipe) < 0) return 70;
     struct sigaction sa = {0};
     sa.sa_handler = on_sigchld;
     sa.sa_flags = SA_RESTART | SA_NOCLDSTOP;

@@ -7,6 +7,7 @@ import concurrent.futures
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -76,10 +77,15 @@ class Child:
 
 
 async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: dict[str, str],
-                 new_session: bool, pass_fds: tuple[int, ...],
+                 new_session: bool, pass_fds: tuple[int, ...], sockets: bool = False,
                  ) -> tuple[Child | asyncio.subprocess.Process, asyncio.StreamReader, asyncio.StreamWriter]:
     """Start ``argv`` with pipes on stdin and stdout: the process, a reader of its stdout
-    (1 MiB limit) and a writer to its stdin."""
+    (1 MiB limit) and a writer to its stdin. ``sockets``: a socket pair each instead of pipes,
+    which a process of the sandbox can't open again through ``/proc/<agent>/fd`` (a pipe it can
+    where the kernel lets it see the agent's descriptors: gVisor's root)."""
+    if sockets:
+        return await _spawn_on_sockets(argv, stderr=stderr, cwd=cwd, env=env, new_session=new_session,
+                                       pass_fds=pass_fds)
     if not PIDFD:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
@@ -104,6 +110,70 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
     return child, reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
+async def _spawn_on_sockets(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: dict[str, str],
+                            new_session: bool, pass_fds: tuple[int, ...],
+                            ) -> tuple[Child, asyncio.StreamReader, asyncio.StreamWriter]:
+    """:func:`_spawn` with a socket pair for stdin and another for stdout (two: a write
+    transport on a socket takes it being readable for its peer's close)."""
+    loop = asyncio.get_running_loop()
+    host_in, guest_in = socket.socketpair()
+    host_out, guest_out = socket.socketpair()
+    host_err, guest_err = socket.socketpair()  # the log too: a file of the host's, otherwise
+    socks = (host_in, guest_in, host_out, guest_out, host_err, guest_err)
+    try:
+        popen = subprocess.Popen(  # noqa: ASYNC220 (as in _spawn)
+            argv, stdin=guest_in.fileno(), stdout=guest_out.fileno(), stderr=guest_err.fileno(), cwd=cwd, env=env,
+            start_new_session=new_session, pass_fds=pass_fds, bufsize=0)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    for sock in (guest_in, guest_out, guest_err):
+        sock.close()
+    try:
+        child = Child(popen, loop)
+        reader = FrameReader(limit=1 << 20, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), host_out)
+        transport, protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), host_in)
+        await loop.connect_read_pipe(lambda: _LogSink(os.dup(stderr.fileno())), host_err)
+    except BaseException:
+        popen.kill()
+        popen.wait()
+        for sock in (host_in, host_out, host_err):
+            sock.close()
+        raise
+    return child, reader, asyncio.StreamWriter(transport, protocol, None, loop)
+
+
+LOG_CAP = 4 << 20
+"""The most of a sandbox's log (the agent's stderr) kept on the host, where it reaches the log
+through a socket: past it the rest is read and dropped, so a process that writes there can't
+fill the host's disk."""
+
+
+class _LogSink(asyncio.Protocol):
+    """What arrives on the agent's stderr, appended to its log file (``fd``, closed at the end)
+    up to :data:`LOG_CAP` bytes."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd, self.left = fd, LOG_CAP
+
+    def data_received(self, data: bytes) -> None:
+        if self.left > 0:
+            chunk = data[:self.left]
+            self.left -= len(chunk)
+            with contextlib.suppress(OSError):
+                os.write(self.fd, chunk)  # (a regular file: whole, at once)
+            if self.left <= 0:
+                with contextlib.suppress(OSError):
+                    os.write(self.fd, b"\n[sandfleet: the log is cut here, at its cap]\n")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
 class AgentProcess:
     """A local process that runs (or wraps) the guest agent, with its stream and marker."""
 
@@ -119,6 +189,7 @@ class AgentProcess:
         cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: Mapping[str, object],
         cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
         ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (), seccomp: bytes | None = None,
+        sockets: bool = False,
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
         with open(log, "wb") as errf:
@@ -126,7 +197,7 @@ class AgentProcess:
                 argv, stderr=errf, cwd=cwd,
                 # never the caller's PATH: the root launcher runs only absolute paths anyway
                 env=env if env is not None else {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
-                new_session=new_session, pass_fds=pass_fds)
+                new_session=new_session, pass_fds=pass_fds, sockets=sockets)
         write_meta(sandbox_dir, {**meta, "pids": [proc.pid], "pid_starts": {str(proc.pid): proc_start_time(proc.pid)}})
         ttl = meta.get("ttl_s")  # bounds the host's wait on an exec without a timeout
         client = AgentClient(stdout, stdin, name=sid, ttl=ttl if isinstance(ttl, int | float) else None)

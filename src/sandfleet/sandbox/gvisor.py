@@ -409,7 +409,11 @@ class GvisorBackend:
                 identity = branching.identity_layer()
             argv = self._argv(sid, sdir, spec, lowers, cg, agent_dir, uid_base, net, loop, sealed=len(sealed),
                               identity=identity[0] if identity else None)
+            # the agent's stream on sockets: root in a gVisor sandbox may open the agent's
+            # descriptors again through /proc/1/fd (its stdin and stdout pipes: the frames the host
+            # reads), which a socket can't be (round XII, docs/security.md)
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, ready_timeout=60.0,
+                                             sockets=True,
                                              pass_fds=((loop.mnt_fd,) if loop is not None else ())
                                              + tuple(h.fd for h in sealed),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow, protect_init=True))

@@ -45,11 +45,12 @@ echo "== lint-imports"; lint-imports --no-cache
 # beside others' runs (2026-12-04, issue 43), 8 sandbox and service modules (154 tests) side by side:
 # serially 431 and 637 s, on 2 workers 281 and 319 s (loads 13-16); the whole fast pass this way:
 # 579 s on 2 workers + 124 s alone = 703 s (load 11 falling to 3), against 876 s serially on 2026-12-03.
-# 3 workers: on 2 the fast pass kept the 2 cores about 60 % busy (its tests wait on servers and
-# sandboxes starting; sampled every 10 s, 2026-12-05), and the slow pass had minutes at 20-65 %
-# (kill points, TTLs, a Ray node's removal). SANDFLEET_TEST_WORKERS sets both.
-workers="${SANDFLEET_TEST_WORKERS:-3}"
-fast_workers="${SANDFLEET_TEST_WORKERS:-3}"
+# 2 workers. On 2 the fast pass kept the 2 cores about 60 % busy (its tests wait on servers and
+# sandboxes starting; sampled every 10 s, 2026-12-05) and the slow pass had minutes at 20-65 %;
+# 3 took the fast pass from 272-284 s to 229-242 s, and two of its tests failed on the load
+# (output chunks, a killed process not yet gone: both made robust since). Not worth CI's green.
+workers="${SANDFLEET_TEST_WORKERS:-2}"
+fast_workers="${SANDFLEET_TEST_WORKERS:-2}"
 fast="not slow and not chaos and not model and not rl"
 slow="(slow or chaos) and not model and not rl"
 ok5() { "$@" || { rc=$?; [ "$rc" = 5 ] || return "$rc"; }; }  # 5: no test selected (a path given)

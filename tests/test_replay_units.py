@@ -25,6 +25,10 @@ from sandfleet.rollout.replay import compare
     ("wrote /tmp/tmp.AbCdEf1234/x", "wrote /tmp/<temp>/x"),
     ("tmpk3j_2x9q", "<temp>"),
     ("[main 95e5288] Add discount", "[main <hash>] Add discount"),
+    ("*   9697678 Merge branch 'feature/i18n'", "*   <hash> Merge branch 'feature/i18n'"),  # digits alone
+    ("| * 1234567 fix", "| * <hash> fix"),
+    ("[main (root-commit) 7654321] init", "[main (root-commit) <hash>] init"),
+    ("HEAD is now at 1020304 seed", "HEAD is now at <hash> seed"),
     ("<method count of str object at 0x2801ffc0>", "<method count of str object at 0x<addr>>"),
     ("pid 1234 [5678]", "pid <pid> [<pid>]"),
     ("===== 3 passed in 0.27s =====  ", "=== 3 passed in <duration> ==="),

@@ -34,6 +34,11 @@ NORMALIZERS: dict[str, list[tuple[re.Pattern[str], str]]] = {
         (re.compile(r"\btmp[._]?[A-Za-z0-9_]{6,}\b"), "<temp>"),  # mktemp, Python's tempfile
     ],
     "git_hashes": [  # a commit's hash changes with its time: [main 95e5288], * 0fd46ac Merge
+        # where git prints one, a hash of digits alone too (one in about 27 short hashes: a
+        # `git log --oneline --graph` line "*   9697678 Merge ..." drifted against its replay)
+        (re.compile(r"^([*|/\\ ]*)[0-9a-f]{7,12}(?= )", re.MULTILINE), r"\1<hash>"),
+        (re.compile(r"(\[[\w./-]+(?: \(root-commit\))? )[0-9a-f]{7,12}\]"), r"\1<hash>]"),
+        (re.compile(r"\b(HEAD is now at |Merge: |commit )[0-9a-f]{7,40}\b"), r"\1<hash>"),
         (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*[0-9])[0-9a-f]{7,12}\b|\b[0-9a-f]{40}\b"), "<hash>"),
     ],
     "addresses": [  # Python's <... object at 0x7f3a2c1b5e80>, a core dump's pointers

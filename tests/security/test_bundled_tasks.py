@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,17 +22,34 @@ pytestmark = pytest.mark.skipif(not shutil.which("bwrap") or os.geteuid() != 0,
                                 reason="needs bubblewrap and root (the bwrap backend)")
 
 
+def validate(tasks: Path, tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``sandfleet tasks validate TASKS ARGS -r 1 --json``: the process and its verdicts."""
+    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(tasks), *args, "-r", "1", "--json",
+                        "--report", str(tmp_path / "validation.json")],
+                       capture_output=True, text=True, timeout=1500)  # fmt: skip
+    return r, json.loads(r.stdout)
+
+
+def assert_all_valid(r: subprocess.CompletedProcess[str], verdicts: dict[str, Any]) -> None:
+    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
+    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]
+
+
+def copies(tmp_path: Path, names: list[str]) -> Path:
+    """A folder of copies of the bundled tasks named."""
+    tasks = tmp_path / "tasks"
+    tasks.mkdir()
+    for name in names:
+        shutil.copytree(ROOT / "examples" / "tasks" / name, tasks / name)
+    return tasks
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("verify", ["shared", "separate"])
 def test_bundled_tasks_validate_on_bwrap(tmp_path: Path, verify: str) -> None:
-    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(ROOT / "examples" / "tasks"),
-                        "--backend", "bwrap", "--verify", verify, "-r", "1", "--json",
-                        "--report", str(tmp_path / "validation.json")],
-                       capture_output=True, text=True, timeout=1500)  # fmt: skip
-    verdicts = json.loads(r.stdout)
+    r, verdicts = validate(ROOT / "examples" / "tasks", tmp_path, "--backend", "bwrap", "--verify", verify)
     assert len(verdicts) >= 20, r.stderr[-2000:]
-    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
-    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]
+    assert_all_valid(r, verdicts)
 
 
 @pytest.mark.slow
@@ -39,17 +57,10 @@ def test_bundled_tasks_validate_on_bwrap(tmp_path: Path, verify: str) -> None:
 def test_bundled_git_tasks_validate_on_microvm(tmp_path: Path) -> None:
     """Issue 42: on microvm every command is root over files the image gave the task's user, and
     git refused the repositories as of "dubious ownership": the oracle of every git task scored 0."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    for folder in sorted((ROOT / "examples" / "tasks").glob("git-*")):
-        shutil.copytree(folder, tasks / folder.name)
-    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(tasks), "--backend", "microvm",
-                        "-r", "1", "--json", "--report", str(tmp_path / "validation.json")],
-                       capture_output=True, text=True, timeout=1500)  # fmt: skip
-    verdicts = json.loads(r.stdout)
+    tasks = copies(tmp_path, [folder.name for folder in sorted((ROOT / "examples" / "tasks").glob("git-*"))])
+    r, verdicts = validate(tasks, tmp_path, "--backend", "microvm")
     assert len(verdicts) >= 3, r.stderr[-2000:]
-    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
-    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]
+    assert_all_valid(r, verdicts)
 
 
 GVISOR_TASKS = (
@@ -73,14 +84,6 @@ def test_bundled_tasks_validate_on_gvisor(tmp_path: Path) -> None:
     cores; all 30 took 110-140 s of the slow pass, issue 43); `sandfleet tasks validate
     examples/tasks --backend gvisor` runs them all. Here, not in test_gvisor.py, whose tests run
     alone: this one asserts nothing about time or owners."""
-    tasks = tmp_path / "tasks"
-    tasks.mkdir()
-    for name in GVISOR_TASKS:
-        shutil.copytree(ROOT / "examples" / "tasks" / name, tasks / name)
-    r = subprocess.run([sys.executable, "-m", "sandfleet", "tasks", "validate", str(tasks),
-                        "--backend", "gvisor", "-r", "1", "--json", "--report", str(tmp_path / "validation.json")],
-                       capture_output=True, text=True, timeout=1500)
-    verdicts = json.loads(r.stdout)
+    r, verdicts = validate(copies(tmp_path, list(GVISOR_TASKS)), tmp_path, "--backend", "gvisor")
     assert sorted(verdicts) == sorted(GVISOR_TASKS), r.stderr[-2000:]
-    bad = {name: v["reason"][-400:] for name, v in verdicts.items() if v["status"] != "valid"}
-    assert not bad and r.returncode == 0, bad or r.stderr[-2000:]
+    assert_all_valid(r, verdicts)

@@ -126,20 +126,24 @@ async def _outcome(aw: Any, within: float) -> Any:
         return e
 
 
+async def _connect(sock: socket.socket, framed: bool) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A client's stream over ``sock``: through a :class:`FrameReader`, or a plain StreamReader."""
+    if not framed:
+        return await asyncio.open_connection(sock=sock)
+    loop = asyncio.get_running_loop()
+    reader = FrameReader(loop=loop)
+    transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                                       sock=sock)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 async def feed_host(stream: bytes, framed: bool = False) -> tuple[list[Any], AgentClient]:
     """Five calls in flight (ids 1..5), then ``stream`` from the guest, then EOF. ``framed``:
     through a :class:`FrameReader` (frames handed over in the transport's callback, as a local
     sandbox's stream), else a plain StreamReader read by the client's task (a microVM's)."""
     a, b = socket.socketpair()
     b.setblocking(False)
-    if framed:
-        loop = asyncio.get_running_loop()
-        reader: asyncio.StreamReader = FrameReader(loop=loop)
-        transport, protocol = await loop.create_connection(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
-                                                           sock=a)
-        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-    else:
-        reader, writer = await asyncio.open_connection(sock=a)
+    reader, writer = await _connect(a, framed)
     client = AgentClient(reader, writer, name="fuzz")
     try:
         tasks = [
@@ -241,13 +245,7 @@ def test_an_exec_without_on_start_asks_for_no_started_and_takes_exit_alone(frame
         a, b = socket.socketpair()
         b.setblocking(False)
         loop = asyncio.get_running_loop()
-        if framed:
-            reader: asyncio.StreamReader = FrameReader(loop=loop)
-            transport, protocol = await loop.create_connection(
-                lambda: asyncio.StreamReaderProtocol(reader, loop=loop), sock=a)
-            writer = asyncio.StreamWriter(transport, protocol, reader, loop)
-        else:
-            reader, writer = await asyncio.open_connection(sock=a)
+        reader, writer = await _connect(a, framed)
         client = AgentClient(reader, writer, name="nostart")
         try:
             quiet = asyncio.create_task(_outcome(client.exec(["true"]), 10))

@@ -92,17 +92,29 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
             cwd=cwd, env=env, start_new_session=new_session, pass_fds=pass_fds, limit=1 << 20)
         assert proc.stdout is not None and proc.stdin is not None
         return proc, proc.stdout, proc.stdin
-    loop = asyncio.get_running_loop()
     popen = subprocess.Popen(  # noqa: ASYNC220 (a fork and exec, as asyncio's own subprocess does)
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd, env=env,
         start_new_session=new_session, pass_fds=pass_fds, bufsize=0)
     assert popen.stdout is not None and popen.stdin is not None
+    return await _attach(popen, popen.stdout, popen.stdin)
+
+
+async def _attach(popen: subprocess.Popen[bytes], out: object, into: object,
+                  log: tuple[socket.socket, IO[bytes]] | None = None,
+                  ) -> tuple[Child, asyncio.StreamReader, asyncio.StreamWriter]:
+    """The started agent's stream: a :class:`FrameReader` on ``out`` (its stdout; frames handed
+    over in the transport's callback), a writer to ``into`` (its stdin), and where ``log`` is
+    given its stderr's socket copied into the log file; the process is killed if any fails."""
+    loop = asyncio.get_running_loop()
     try:
         child = Child(popen, loop)
-        reader = FrameReader(limit=1 << 20, loop=loop)  # frames handed over in its callback
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), popen.stdout)
+        reader = FrameReader(limit=1 << 20, loop=loop)
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), out)
         transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), popen.stdin)
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), into)
+        if log is not None:
+            sock, file = log
+            await loop.connect_read_pipe(lambda: _LogSink(os.dup(file.fileno())), sock)
     except BaseException:
         popen.kill()
         popen.wait()
@@ -115,7 +127,6 @@ async def _spawn_on_sockets(argv: list[str], *, stderr: IO[bytes], cwd: str | No
                             ) -> tuple[Child, asyncio.StreamReader, asyncio.StreamWriter]:
     """:func:`_spawn` with a socket pair for stdin and another for stdout (two: a write
     transport on a socket takes it being readable for its peer's close)."""
-    loop = asyncio.get_running_loop()
     host_in, guest_in = socket.socketpair()
     host_out, guest_out = socket.socketpair()
     host_err, guest_err = socket.socketpair()  # the log too: a file of the host's, otherwise
@@ -131,19 +142,11 @@ async def _spawn_on_sockets(argv: list[str], *, stderr: IO[bytes], cwd: str | No
     for sock in (guest_in, guest_out, guest_err):
         sock.close()
     try:
-        child = Child(popen, loop)
-        reader = FrameReader(limit=1 << 20, loop=loop)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), host_out)
-        transport, protocol = await loop.connect_write_pipe(
-            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), host_in)
-        await loop.connect_read_pipe(lambda: _LogSink(os.dup(stderr.fileno())), host_err)
+        return await _attach(popen, host_out, host_in, (host_err, stderr))
     except BaseException:
-        popen.kill()
-        popen.wait()
         for sock in (host_in, host_out, host_err):
             sock.close()
         raise
-    return child, reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
 
 LOG_CAP = 4 << 20

@@ -61,8 +61,18 @@ run_pass() {
   local name=$1 marks=$2 n=$3
   shift 3
   if [ "$parallel" = 1 ]; then
-    echo "== pytest ($name, $n workers)"
-    ok5 pytest -q --durations=30 -n "$n" --dist loadfile -m "($marks) and not serial" "$@"
+    # its `waits` tests (a TTL, a deadline, another command's 40 s: little CPU) in a lane of their own
+    # beside the workers, where they held a worker for 100 s while the other had the 2 cores to itself
+    local lane lane_pid rc=0 lane_rc=0
+    lane=$(mktemp)
+    (ok5 pytest -q -p no:cacheprovider --durations=5 -m "($marks) and waits and not serial" "$@" >"$lane" 2>&1) &
+    lane_pid=$!
+    echo "== pytest ($name, $n workers; its waits lane beside them)"
+    ok5 pytest -q --durations=30 -n "$n" --dist loadfile -m "($marks) and not serial and not waits" "$@" || rc=$?
+    wait "$lane_pid" || lane_rc=$?
+    echo "== pytest ($name, waits lane)"; cat "$lane"; rm -f "$lane"
+    [ "$rc" = 0 ] || return "$rc"
+    [ "$lane_rc" = 0 ] || return "$lane_rc"
     echo "== pytest ($name, serial)"; ok5 pytest -q --durations=10 -m "($marks) and serial" "$@"
   else
     echo "== pytest ($name)"; pytest -q --durations=30 -m "$marks" "$@"

@@ -65,6 +65,7 @@ def test_stop_before_verifier_leaves_the_sandbox_for_sandbox_exec_until_rm(oracl
 
 
 @pytest.mark.slow
+@pytest.mark.waits  # 27 s of wall, most of it a TTL, little CPU (scripts/test.sh: a lane of its own)
 async def test_until_turn_leaves_the_sandbox_at_that_turn_until_its_ttl(tmp_path: Path) -> None:
     out = await scripted_run(tmp_path, "commands")  # turn 1 date, 2 /tmp/part, 3 /app/out.txt
     t0 = time.monotonic()

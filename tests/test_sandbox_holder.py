@@ -112,6 +112,7 @@ def test_framed_exec_and_error_replies(detached: tuple[str, Path]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.waits  # 31 s of wall, most of it a deadline, little CPU (scripts/test.sh: a lane of its own)
 def test_a_request_that_never_completes_is_answered_and_closed() -> None:
     with created("process") as (_, sock):
         # a half-sent frame with the write side left open: the holder answers at its deadline

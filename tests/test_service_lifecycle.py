@@ -178,6 +178,7 @@ async def test_a_command_waits_for_a_busy_slot_as_long_as_it_may_run(tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.waits  # 41 s of wall behind a 40-s command, little CPU (scripts/test.sh: a lane of its own)
 async def test_a_short_command_waits_behind_a_longer_one_for_as_long_as_the_sandbox_lives(tmp_path: Path) -> None:
     """How long a busy slot stays taken is the other command's business: a command with a 1-s
     timeout behind a 40-s one still runs (it queues for as long as its sandbox has left to live).

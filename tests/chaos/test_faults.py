@@ -285,6 +285,7 @@ def test_host_side_out_of_memory_in_a_cgroup_around_the_run(tmp_path: Path) -> N
     assert not cg.exists()
 
 
+@pytest.mark.waits  # 24 s of wall, 5 s of CPU (scripts/test.sh: a lane of its own)
 def test_client_connection_to_the_service_cut(tmp_path: Path) -> None:
     """The client's connection to the service is cut for 15 s (a network namespace of the
     test's own, a drop rule on its loopback only) while the rollouts' commands run: the

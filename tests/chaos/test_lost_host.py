@@ -129,6 +129,7 @@ def _metric(url: str, token: str, name: str) -> float:
 
 
 @pytest.mark.skipif(importlib.util.find_spec("fastapi") is None, reason="the service needs the server extra")
+@pytest.mark.waits  # 26 s of wall, 10 s of CPU (scripts/test.sh: a lane of its own)
 def test_one_of_three_services_killed_mid_group(tmp_path: Path) -> None:
     from sandfleet.server.testing import start_service
 

@@ -985,7 +985,11 @@ static char **with_preload(char **envp) {
  * it: the zygote, forked from us once per sandbox (at the first such command), which entered S
  * and installed the filter exactly as a command's child does, and then only forks. Each command
  * is its child made with CLONE_PARENT, so it is ours (we reap it, as any command) and inherits
- * the filter; it then does what a command's child does after the filter: joins its cgroup, takes
+ * the filter, and with CLONE_VM | CLONE_VFORK, as posix_spawn makes one: it runs in the zygote's
+ * memory, on a stack of its own, until its exec (no page tables copied; the zygote waits, and
+ * prepares everything the child reads before the clone; an agent's helper, which runs in the
+ * command's process without an exec, is forked instead). The child then does what a command's
+ * child does after the filter: joins its cgroup, takes
  * its user (every capability dropped), setsid, default signals, its stdio, cwd, exec. The zygote
  * is not dumpable and its memory belongs to our user namespace (no command may ptrace it or read
  * it), it holds nothing but its socket to us, and it has our uid (kill_user never picks it). Root
@@ -1053,43 +1057,70 @@ static void run_helper(char **argv, int status_fd) {
     _exit(rc);
 }
 
-/* In the zygote's child (a command): what start_exec's child does once its filter is installed. */
-static void zygote_child(const req_t *r, const int *fd, int nfd) {
-    char **argv = get_list(r, F_ARGV), **envp = get_list(r, F_ENV);
-    char *cwd = get_str(r, F_CWD), *user = get_str(r, F_USER), *procs = get_str(r, Z_PROCS);
-    int pty = get_int(r, Z_PTY, 0) == 1, st = fd[0];
-    uid_t uid = (uid_t)get_int(r, Z_UID, 0);
-    gid_t gid = (gid_t)get_int(r, Z_GID, 0);
+/* A command of the zygote, made ready in the zygote before its clone: the child shares the
+ * zygote's memory (CLONE_VM | CLONE_VFORK, as posix_spawn does), so it allocates nothing and
+ * changes nothing of the zygote's but its own stack. */
+typedef struct {
+    char **argv, **envp, *cwd, *user, *procs;
+    int pty, nfd, fd[4], helper;
+    uid_t uid;
+    gid_t gid;
+} zcmd_t;
+
+/* In the zygote's child (a command): what start_exec's child does once its filter is installed,
+ * in raw system calls (libc's setresuid may walk the threads, which are the zygote's here). */
+static int zygote_child(void *arg) {
+    const zcmd_t *c = arg;
+    int st = c->fd[0];
     char m[600];
-    if (nfd != (pty ? 2 : 4) || !argv) _exit(127);
-    if (procs && procs[0] && write_str(procs, "0") < 0) {
-        int e = errno;
-        snprintf(m, sizeof m, "%d join the command's cgroup: %s", e, strerror(e));
-        if (write(st, m, strlen(m)) < 0) {}
-        _exit(127);
+    if (c->procs && c->procs[0]) {
+        int fd = open(c->procs, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || write(fd, "0", 1) != 1) {
+            int e = errno;
+            snprintf(m, sizeof m, "%d join the command's cgroup: %s", e, strerror(e));
+            if (write(st, m, strlen(m)) < 0) {}
+            _exit(127);
+        }
+        close(fd);
     }
-    if (take_user(uid, gid) < 0) start_failed(st, NULL, user);
-    setsid(); /* (every signal at its default action and none blocked: the zygote's, inherited) */
-    if (pty) {
-        ioctl(fd[1], TIOCSCTTY, 0);
-        dup2(fd[1], 0); dup2(fd[1], 1); dup2(fd[1], 2);
+    if (isolated) {
+        if (syscall(SYS_setgroups, 0, NULL) < 0 || syscall(SYS_setresgid, c->gid, c->gid, c->gid) < 0 ||
+            syscall(SYS_setresuid, c->uid, c->uid, c->uid) < 0)
+            start_failed(st, NULL, c->user);
+        if (c->uid != 0) {
+            struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+            struct __user_cap_data_struct d[2];
+            memset(d, 0, sizeof d);
+            if (syscall(SYS_capset, &h, d) < 0) start_failed(st, NULL, c->user);
+        }
+    }
+    syscall(SYS_setsid); /* (every signal at its default action and none blocked: the zygote's, inherited) */
+    if (c->pty) {
+        ioctl(c->fd[1], TIOCSCTTY, 0);
+        dup2(c->fd[1], 0); dup2(c->fd[1], 1); dup2(c->fd[1], 2);
     } else {
-        dup2(fd[1], 0); dup2(fd[2], 1); dup2(fd[3], 2);
+        dup2(c->fd[1], 0); dup2(c->fd[2], 1); dup2(c->fd[3], 2);
     }
-    if (cwd && chdir(cwd) < 0) {
+    if (c->cwd && chdir(c->cwd) < 0) {
         int e = errno;
-        snprintf(m, sizeof m, "%d cwd %s: %s", e, cwd, strerror(e));
+        snprintf(m, sizeof m, "%d cwd %s: %s", e, c->cwd, strerror(e));
         if (write(st, m, strlen(m)) < 0) {}
         _exit(127);
     }
-    static char *no_env[] = {NULL};
-    environ = with_preload(envp ? envp : no_env);
-    run_helper(argv, st);
-    execvp(argv[0], argv);
+    if (c->helper) run_helper(c->argv, st);
+    execvpe(c->argv[0], c->argv, c->envp);
     int e = errno;
-    snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
+    snprintf(m, sizeof m, "%d %s: %s", e, c->argv[0], strerror(e));
     if (write(st, m, strlen(m)) < 0) {}
     _exit(127);
+}
+
+/* A helper of this agent's (prepare, untar, stat) runs in the command's own process, which does
+ * not exec: a child of its own (a plain fork), not one sharing the zygote's memory. */
+static void zygote_helper_child(const zcmd_t *c) {
+    static char *no_env[] = {NULL};
+    environ = c->envp ? c->envp : no_env;
+    zygote_child((void *)c); /* (run_helper there, before its exec) */
 }
 
 /* The zygote: enter S, install the filter, say so, then fork a command for each request. */
@@ -1140,10 +1171,38 @@ static void zygote_main(int sock) {
         req_t r = {0};
         long long reply[2] = {0, EPROTO};
         if (!(mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) && nfd && parse_frame(msg, (uint32_t)k, &r) == 0) {
-            long p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
-            if (p == 0) { close(sock); zygote_child(&r, fd, nfd); }
-            reply[0] = p > 0 ? p : 0;
-            reply[1] = p > 0 ? 0 : errno;
+            static char *no_env[] = {NULL};
+            zcmd_t c = {0};
+            c.argv = get_list(&r, F_ARGV);
+            char **envp = get_list(&r, F_ENV);
+            c.envp = with_preload(envp ? envp : no_env);
+            c.cwd = get_str(&r, F_CWD); c.user = get_str(&r, F_USER); c.procs = get_str(&r, Z_PROCS);
+            c.pty = get_int(&r, Z_PTY, 0) == 1;
+            c.uid = (uid_t)get_int(&r, Z_UID, 0);
+            c.gid = (gid_t)get_int(&r, Z_GID, 0);
+            c.nfd = nfd;
+            memcpy(c.fd, fd, sizeof fd);
+            if (nfd == (c.pty ? 2 : 4) && c.argv) {
+                int argc = 0;
+                while (c.argv[argc]) argc++;
+                long p;
+                if (self_path && argc > 1 && !strcmp(c.argv[0], self_path) && helper_of(argc, c.argv)) {
+                    c.helper = 1;
+                    p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
+                    if (p == 0) { close(sock); zygote_helper_child(&c); }
+                } else {
+                    static char stack[128 * 1024] __attribute__((aligned(16)));
+                    p = clone(zygote_child, stack + sizeof stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+                }
+                reply[0] = p > 0 ? p : 0;
+                reply[1] = p > 0 ? 0 : errno;
+            }
+            if (c.envp != envp && c.envp != no_env) { /* with_preload's copy: its new LD_PRELOAD= and the array */
+                for (size_t i = 0; c.envp[i]; i++)
+                    if (!envp || c.envp[i] != envp[i]) free(c.envp[i]);
+                free(c.envp);
+            }
+            free_list(c.argv); free_list(envp); free(c.cwd); free(c.user); free(c.procs);
         }
         free(r.f);
         for (int i = 0; i < nfd; i++) close(fd[i]);

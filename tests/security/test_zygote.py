@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
+from sandfleet.errors import GuestExecError
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.spec import make_spec
@@ -111,3 +112,62 @@ async def test_a_large_environment_and_a_terminal_run_filtered() -> None:
         assert res.stdout.split() == [str(100 * 1024), "PPid:", "1", "Seccomp:", "2"], res.output
         res = await sb.exec("tty >/dev/null && grep '^Seccomp:' /proc/self/status", pty=(80, 24), timeout=30)
         assert res.exit_code == 0 and "Seccomp:\t2" in res.stdout.replace(" ", "\t"), res.output
+
+
+STOPPER = r"""
+import os, signal, sys, time
+seen = {p for p in os.listdir('/proc') if p.isdigit()}
+end, stopped = time.monotonic() + 20, []
+open('/tmp/stopper.ready', 'w').close()
+while time.monotonic() < end and not stopped:
+    for p in os.listdir('/proc'):
+        if not p.isdigit() or p in seen:
+            continue
+        try:
+            comm = open(f'/proc/{p}/comm').read().strip()
+        except OSError:
+            continue
+        if comm == 'sandfleet-zygot':  # a command of the zygote's, before its exec
+            os.kill(int(p), signal.SIGSTOP)
+            stopped.append(p)
+        seen.add(p)
+print(' '.join(stopped))
+"""
+
+
+async def test_a_command_stopped_before_its_exec_holds_up_nothing() -> None:
+    """A command is cloned sharing the zygote's memory until its exec (CLONE_VFORK: the zygote
+    waits). Root of the sandbox may stop it in that window (it is in the sandbox); the agent then
+    kills it within seconds, the command ends killed, and the next commands run: before, every
+    command of the sandbox waited on the zygote for a minute. The window is made long (a PATH of
+    4,000 folders that don't exist, each an execve that fails) so that a process polling /proc
+    from the sandbox catches it."""
+    async with sandbox() as sb:
+        await filtered_child_of_the_agent(sb)
+        await sb.write_file("/tmp/stopper.py", STOPPER)
+        stopper = asyncio.create_task(sb.exec("python3 /tmp/stopper.py", user="root", timeout=60))
+        await asyncio.sleep(1.5)  # (no command meanwhile: the stopper takes the first it sees)
+        assert (await sb.read_file("/tmp/stopper.ready", user="root")) == b""
+        path = ":".join(f"/n{i}" for i in range(4000)) + ":/usr/bin:/bin"
+        t = time.monotonic()
+        res = await sb.exec(["true"], env={"PATH": path}, timeout=60)
+        took = time.monotonic() - t
+        caught = (await stopper).stdout.split()
+        assert caught, "the stopper caught no command before its exec (the window too short here?)"
+        assert res.signal == 9 and took < 15, (res, took)
+        for _ in range(3):
+            await filtered_child_of_the_agent(sb)
+        assert len(await zygotes(sb)) == 1
+
+
+async def test_a_command_is_found_on_its_own_path() -> None:
+    """An argv command is looked up on the PATH of its own environment (a task's `ENV PATH=` line
+    puts a virtualenv first), not the zygote's."""
+    async with sandbox() as sb:
+        await sb.write_file("/tmp/own/bin/hello", "#!/bin/sh\necho own $0\n", mode=0o755)
+        env = {"PATH": "/tmp/own/bin:/usr/bin:/bin"}
+        for user in ("agent", "root"):
+            res = await sb.exec(["hello"], env=env, user=user, timeout=30)
+            assert res.stdout == "own /tmp/own/bin/hello\n", res.output
+            with pytest.raises(GuestExecError, match="hello: No such file"):
+                await sb.exec(["hello"], env={"PATH": "/usr/bin:/bin"}, user=user, timeout=30)

@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <linux/capability.h>
 #include <linux/audit.h>
@@ -1007,6 +1008,14 @@ enum { Z_UID = 200, Z_GID = 201, Z_PROCS = 202, Z_PTY = 203 };
 static int zyg_fd = -1;       /* our end of the zygote's socket, or -1 */
 static pid_t zyg_pid = -1;
 static int zyg_failures;      /* zygotes that failed to start: after 3, commands take the path below */
+/* A page the zygote shares with us (MAP_SHARED, made before its fork): its clone writes the new
+ * child's pid there (CLONE_PARENT_SETTID) before the child runs. A child stopped before its exec
+ * (by root of S, which may signal it: it is in S) holds the zygote in its vfork; we see that
+ * child here and kill it, and the command ends killed (SIGKILL) instead of every command
+ * waiting on the zygote for a minute. And a zygote that dies or stops after its clone but
+ * before its reply (the command killed it: it runs again only once the command exec'd) has
+ * still told us the command's pid. */
+static volatile pid_t *zyg_child;
 
 static void zygote_drop(void) { /* the zygote is done with (it is reaped as any child of ours) */
     if (zyg_fd >= 0) close(zyg_fd);
@@ -1107,8 +1116,12 @@ static int zygote_child(void *arg) {
         if (write(st, m, strlen(m)) < 0) {}
         _exit(127);
     }
+    /* execvp, as the path below: it searches the command's own PATH, which is environ's (execvpe
+       takes the environment to pass, but searches the caller's PATH), and a helper reads it. The
+       zygote puts its own environ back once the clone returns. */
+    environ = c->envp;
     if (c->helper) run_helper(c->argv, st);
-    execvpe(c->argv[0], c->argv, c->envp);
+    execvp(c->argv[0], c->argv);
     int e = errno;
     snprintf(m, sizeof m, "%d %s: %s", e, c->argv[0], strerror(e));
     if (write(st, m, strlen(m)) < 0) {}
@@ -1118,8 +1131,6 @@ static int zygote_child(void *arg) {
 /* A helper of this agent's (prepare, untar, stat) runs in the command's own process, which does
  * not exec: a child of its own (a plain fork), not one sharing the zygote's memory. */
 static void zygote_helper_child(const zcmd_t *c) {
-    static char *no_env[] = {NULL};
-    environ = c->envp ? c->envp : no_env;
     zygote_child((void *)c); /* (run_helper there, before its exec) */
 }
 
@@ -1188,11 +1199,15 @@ static void zygote_main(int sock) {
                 long p;
                 if (self_path && argc > 1 && !strcmp(c.argv[0], self_path) && helper_of(argc, c.argv)) {
                     c.helper = 1;
-                    p = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, NULL, NULL, NULL, NULL);
+                    p = syscall(SYS_clone, CLONE_PARENT | (zyg_child ? CLONE_PARENT_SETTID : 0) | SIGCHLD, NULL,
+                                zyg_child, NULL, NULL); /* (flags, stack, parent_tid, ...: x86_64 and arm64) */
                     if (p == 0) { close(sock); zygote_helper_child(&c); }
                 } else {
                     static char stack[128 * 1024] __attribute__((aligned(16)));
-                    p = clone(zygote_child, stack + sizeof stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+                    char **own = environ; /* the child sets it, in our memory */
+                    p = clone(zygote_child, stack + sizeof stack, CLONE_PARENT | CLONE_VM | CLONE_VFORK |
+                              (zyg_child ? CLONE_PARENT_SETTID : 0) | SIGCHLD, &c, (pid_t *)zyg_child);
+                    environ = own;
                 }
                 reply[0] = p > 0 ? p : 0;
                 reply[1] = p > 0 ? 0 : errno;
@@ -1223,10 +1238,10 @@ static int zygote_wait(void) {
     }
 }
 
-/* Whether the zygote is stopped (or gone from /proc): /proc/PID/stat's state. */
-static int zygote_stopped(void) {
+/* Whether process PID is stopped (or gone from /proc): /proc/PID/stat's state. */
+static int pid_stopped(pid_t pid) {
     char path[64], st[512];
-    snprintf(path, sizeof path, "/proc/%ld/stat", (long)zyg_pid);
+    snprintf(path, sizeof path, "/proc/%ld/stat", (long)pid);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return 1;
     ssize_t k = read(fd, st, sizeof st - 1);
@@ -1236,9 +1251,20 @@ static int zygote_stopped(void) {
     char *rp = strrchr(st, ')');
     return !rp || rp[1] != ' ' || rp[2] == 'T' || rp[2] == 't';
 }
+static int zygote_stopped(void) { return pid_stopped(zyg_pid); }
+
+/* The zygote's child of this request, if it is stopped before its exec: killed (see zyg_child). */
+static void zygote_unstick(void) {
+    pid_t c = zyg_child ? *zyg_child : 0;
+    if (c > 0 && pid_stopped(c)) kill(c, SIGKILL);
+}
 
 static int zygote_start(void) {
     int sv[2];
+    if (!zyg_child) {
+        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+        zyg_child = m == MAP_FAILED ? NULL : m;
+    }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) return -1;
     pid_t p = fork();
     if (p < 0) { close(sv[0]); close(sv[1]); return -1; }
@@ -1296,6 +1322,7 @@ static pid_t zygote_command(const req_t *r, const char *procs, uid_t uid, gid_t 
     c->cmsg_len = CMSG_LEN((size_t)nfd * sizeof(int));
     memcpy(CMSG_DATA(c), fd, (size_t)nfd * sizeof(int));
     ssize_t sent;
+    if (zyg_child) *zyg_child = 0; /* this request's child, once cloned */
     while ((sent = sendmsg(zyg_fd, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR) {}
     buf_free(&m);
     if (sent != (ssize_t)io.iov_len) { zygote_drop(); return ZYG_NOT_USED; } /* not received: nothing forked */
@@ -1304,18 +1331,28 @@ static pid_t zygote_command(const req_t *r, const char *procs, uid_t uid, gid_t 
        stopped (by a command: root of S may signal it) is not */
     int w;
     double give_up = now() + 60;
-    while ((w = zygote_wait()) == 0 && !zygote_stopped() && now() < give_up) {}
+    while ((w = zygote_wait()) == 0 && !zygote_stopped() && now() < give_up) zygote_unstick();
+    /* the child of this request, where the zygote cloned it and then died or stopped before its
+       reply (a command of its own that kills it, `kill -9 -1` as root: the zygote runs again only
+       once that command has exec'd); it is ours, and its status pipe says whether it exec'd */
+    pid_t cloned = zyg_child ? *zyg_child : 0;
     if (w != 1) {
         int unread = 0;
         /* stopped (or busy) before it read the request: nothing forked, ours to fork */
         if (w == 0 && ioctl(zyg_fd, SIOCOUTQ, &unread) == 0 && unread > 0) { zygote_drop(); return ZYG_NOT_USED; }
         zygote_drop();
+        if (cloned > 0) return cloned;
         errno = ETIMEDOUT;
         return ZYG_LOST;
     }
     ssize_t k;
     while ((k = recv(zyg_fd, reply, sizeof reply, 0)) < 0 && errno == EINTR) {}
-    if (k != (ssize_t)sizeof reply) { zygote_drop(); errno = ECHILD; return ZYG_LOST; }
+    if (k != (ssize_t)sizeof reply) {
+        zygote_drop();
+        if ((cloned = zyg_child ? *zyg_child : 0) > 0) return cloned;
+        errno = ECHILD;
+        return ZYG_LOST;
+    }
     if (reply[0] > 0) return (pid_t)reply[0];
     errno = (int)reply[1];
     return ZYG_FORK;

@@ -67,7 +67,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # round XII: the guest agent's own stream to the host (its descriptors through /proc,
              # pidfd_getfd, ptrace; as the agent user and as root), flooded with forged replies
              # (tests/security/test_agent_channel.py checks the descriptors themselves)
-             "xii": ["channel-proc-fd", "channel-pidfd-getfd", "channel-ptrace", "channel-proc-fd-root"]}
+             "xii": ["channel-proc-fd", "channel-pidfd-getfd", "channel-ptrace", "channel-proc-fd-root"],
+             # round XIII: a daemon a root agent leaves under a uid of its own with root's capabilities (it
+             # kills the verifier's list of the uids left, stops its steps before their exec, or every new
+             # process), and the agent's own daemon stopping its commands before their exec
+             "xiii": ["cap-daemon-uid-list", "cap-daemon-stop-before-exec", "cap-daemon-stop-all",
+                      "stop-before-exec-user"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

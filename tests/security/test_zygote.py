@@ -118,7 +118,6 @@ STOPPER = r"""
 import os, signal, sys, time
 seen = {p for p in os.listdir('/proc') if p.isdigit()}
 end, stopped = time.monotonic() + 20, []
-open('/tmp/stopper.ready', 'w').close()
 while time.monotonic() < end and not stopped:
     for p in os.listdir('/proc'):
         if not p.isdigit() or p in seen:
@@ -127,33 +126,39 @@ while time.monotonic() < end and not stopped:
             comm = open(f'/proc/{p}/comm').read().strip()
         except OSError:
             continue
-        if comm == 'sandfleet-zygot':  # a command of the zygote's, before its exec
-            os.kill(int(p), signal.SIGSTOP)
+        if comm in ('sandfleet-zygot', 'sandfleet-agent'):  # a command of the zygote's or the agent's, before its exec
+            try:
+                os.kill(int(p), signal.SIGSTOP)
+            except OSError:  # not yet in the sandbox's user namespace (the agent's fork), or gone
+                continue
             stopped.append(p)
         seen.add(p)
 print(' '.join(stopped))
 """
 
 
-async def test_a_command_stopped_before_its_exec_holds_up_nothing() -> None:
+@pytest.mark.parametrize("path", ["zygote", "agent"])
+async def test_a_command_stopped_before_its_exec_holds_up_nothing(path: str) -> None:
     """A command is cloned sharing the zygote's memory until its exec (CLONE_VFORK: the zygote
-    waits). Root of the sandbox may stop it in that window (it is in the sandbox); the agent then
-    kills it within seconds, the command ends killed, and the next commands run: before, every
-    command of the sandbox waited on the zygote for a minute. The window is made long (a PATH of
-    4,000 folders that don't exist, each an execve that fails) so that a process polling /proc
-    from the sandbox catches it."""
+    waits), and the agent waits for every command's exec (its status pipe). Root of the sandbox
+    may stop the command in that window (it is in the sandbox); the agent then kills it within
+    seconds, the command ends killed, and the next commands run: before, every command of the
+    sandbox waited on the zygote for a minute, or on the agent for ever where the agent forks
+    the command itself (a command without network here; every command under gVisor). The window
+    is made long (a PATH of 12,000 folders that don't exist, each an execve that fails) so that a
+    process polling /proc from the sandbox catches it."""
     async with sandbox() as sb:
         await filtered_child_of_the_agent(sb)
         await sb.write_file("/tmp/stopper.py", STOPPER)
         stopper = asyncio.create_task(sb.exec("python3 /tmp/stopper.py", user="root", timeout=60))
-        await asyncio.sleep(1.5)  # (no command meanwhile: the stopper takes the first it sees)
-        assert (await sb.read_file("/tmp/stopper.ready", user="root")) == b""
-        path = ":".join(f"/n{i}" for i in range(4000)) + ":/usr/bin:/bin"
+        await asyncio.sleep(1.5)  # (no request meanwhile: the stopper takes the first child it sees)
+        folders = "/n:" * 12000 + "/usr/bin:/bin"
         t = time.monotonic()
-        res = await sb.exec(["true"], env={"PATH": path}, timeout=60)
+        res = await sb.exec(["true"], env={"PATH": folders}, timeout=60, network=path == "zygote")
         took = time.monotonic() - t
-        caught = (await stopper).stdout.split()
-        assert caught, "the stopper caught no command before its exec (the window too short here?)"
+        stopped = await stopper
+        caught = stopped.stdout.split()
+        assert caught, ("the stopper caught no command before its exec (the window too short here?)", stopped)
         assert res.signal == 9 and took < 15, (res, took)
         for _ in range(3):
             await filtered_child_of_the_agent(sb)

@@ -1536,6 +1536,14 @@ static void start_exec(const req_t *r) {
     if (pty_s >= 0) { close(pty_s); pty_s = -1; }
     char m[700];
     ssize_t k;
+    /* until its exec (EOF) or its error; a child stopped before its exec (root of S may signal
+       it) would hold us here, and every request after it: killed once found stopped */
+    for (;;) {
+        struct pollfd pp = {pst[0], POLLIN, 0};
+        int ready = poll(&pp, 1, ZYG_WAIT_MS);
+        if (ready > 0 || (ready < 0 && errno != EINTR)) break;
+        if (ready == 0 && pid_stopped(pid)) kill(pid, SIGKILL);
+    }
     while ((k = read(pst[0], m, sizeof m - 1)) < 0 && errno == EINTR) {}
     close(pst[0]);
     if (k > 0) {
@@ -1873,8 +1881,11 @@ static void kill_user(const char *user) {
     for (int g = 0; g < NGROUPS; g++)
         if (groups[g].used && (all || groups[g].uid == uid)) group_kill(g);
     pid_t self = getpid();
-    /* /proc shows only the sandbox when isolated (its own pid namespace); never scan the host's */
-    for (double end = now() + 2.0; isolated && now() < end;) {
+    /* /proc shows only the sandbox when isolated (its own pid namespace) or where we are the
+       machine's init (a microVM, whose commands all run as root: a daemon that left its job's
+       tree, under any uid, is found here); never scan the host's */
+    int scan = isolated || self == 1;
+    for (double end = now() + 2.0; scan && now() < end;) {
         int left = 0;
         DIR *d = opendir("/proc");
         struct dirent *e;

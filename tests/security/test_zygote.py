@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from sandfleet.errors import GuestExecError
+from sandfleet.errors import GuestError, GuestExecError
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.spec import make_spec
@@ -176,3 +176,27 @@ async def test_a_command_is_found_on_its_own_path() -> None:
             assert res.stdout == "own /tmp/own/bin/hello\n", res.output
             with pytest.raises(GuestExecError, match="hello: No such file"):
                 await sb.exec(["hello"], env={"PATH": "/usr/bin:/bin"}, user=user, timeout=30)
+
+
+async def test_a_file_helper_stopped_before_it_answers_holds_up_nothing() -> None:
+    """The agent reads and writes a file as a user through a child that enters the sandbox as that
+    user and hands back the descriptor; root of the sandbox may stop that child. The agent then
+    kills it within seconds (the request fails, where it was stopped before its answer); before, it
+    waited on the child for ever (its answer, then its exit), and every request behind it (the
+    host marked the sandbox dead: an infra fault)."""
+    async with sandbox() as sb:
+        await sb.write_file("/tmp/stopper.py", STOPPER)
+        await sb.write_file("/tmp/f", "x")
+        stopper = asyncio.create_task(sb.exec("python3 /tmp/stopper.py", user="root", timeout=60))
+        await asyncio.sleep(1.5)
+        failed, t = 0, time.monotonic()
+        while not stopper.done() and time.monotonic() - t < 15:
+            try:
+                assert await asyncio.wait_for(sb.read_file("/tmp/f", user="agent"), 10) == b"x"
+            except GuestError:
+                failed += 1  # the one it stopped, killed
+        caught = (await stopper).stdout.split()
+        assert caught, "the stopper caught no helper in 15 s of reads"
+        # the request it stopped fails (stopped before its answer) or not (after it); none waits
+        assert failed <= 1 and time.monotonic() - t < 20, (failed, caught)
+        assert await sb.read_file("/tmp/f", user="agent") == b"x"

@@ -1253,6 +1253,18 @@ static int pid_stopped(pid_t pid) {
 }
 static int zygote_stopped(void) { return pid_stopped(zyg_pid); }
 
+/* Wait until FD is readable (or hung up) while our child PID works toward it. The child is in S
+ * (root of S may signal it), and one stopped before it answers would hold us here, and every
+ * request behind us: found stopped after ZYG_WAIT_MS, it is killed (the read then sees its end). */
+static void wait_child_answer(int fd, pid_t pid) {
+    for (;;) {
+        struct pollfd p = {fd, POLLIN, 0};
+        int ready = poll(&p, 1, ZYG_WAIT_MS);
+        if (ready > 0 || (ready < 0 && errno != EINTR)) return;
+        if (ready == 0 && pid_stopped(pid)) kill(pid, SIGKILL);
+    }
+}
+
 /* The zygote's child of this request, if it is stopped before its exec: killed (see zyg_child). */
 static void zygote_unstick(void) {
     pid_t c = zyg_child ? *zyg_child : 0;
@@ -1536,14 +1548,7 @@ static void start_exec(const req_t *r) {
     if (pty_s >= 0) { close(pty_s); pty_s = -1; }
     char m[700];
     ssize_t k;
-    /* until its exec (EOF) or its error; a child stopped before its exec (root of S may signal
-       it) would hold us here, and every request after it: killed once found stopped */
-    for (;;) {
-        struct pollfd pp = {pst[0], POLLIN, 0};
-        int ready = poll(&pp, 1, ZYG_WAIT_MS);
-        if (ready > 0 || (ready < 0 && errno != EINTR)) break;
-        if (ready == 0 && pid_stopped(pid)) kill(pid, SIGKILL);
-    }
+    wait_child_answer(pst[0], pid); /* its exec (EOF) or its error; one stopped before: killed */
     while ((k = read(pst[0], m, sizeof m - 1)) < 0 && errno == EINTR) {}
     close(pst[0]);
     if (k > 0) {
@@ -1768,8 +1773,10 @@ static int open_as(const char *user, const char *path, int flags, mode_t mode, i
     mh.msg_control = cbuf;
     mh.msg_controllen = sizeof cbuf;
     ssize_t k;
+    wait_child_answer(sv[0], c); /* (stopped by root of S before it answered: killed, EIO) */
     while ((k = recvmsg(sv[0], &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR) {}
     close(sv[0]);
+    kill(c, SIGKILL); /* done with it: one stopped after its answer must not hold the wait */
     waitpid(c, NULL, 0);
     if (k == (ssize_t)sizeof e) {
         struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: lint, types, the fast suite, then the slow suite (separate target).
+# Each pass runs its tests marked `waits` (a TTL, a deadline: little CPU) in a lane beside its workers.
 # Each pass ends with its 30 slowest tests (what to cut when the suite must get faster: issue 26
 # asks for three runs in a row beside a load: one took 45 minutes on 2026-12-02, fast 24, slow 20).
 #

@@ -1112,6 +1112,9 @@ def cap_daemon(wanted: str, sig: str, once: bool = False) -> str:
     the processes ``wanted`` picks (an expression of ``cmd``, the cmdline, and ``comm``)."""
     text = CAP_DAEMON.replace("if WANTED:", f"if {wanted}:").replace("SIG)", f"signal.{sig})")
     text = text.replace("'WANTED' == 'ONCE'", "True" if once else "False")
+    if once:  # every new process: not before the solve's own last commands are done (it held its own
+        # phase to the agent's timeout, 120 s), so only what comes after it (the verifier's steps)
+        text = text.replace("seen = set()\n", "seen = set()\ntime.sleep(1.5)\n")
     return (heredoc("/tmp/capd.py", text) + "python3 /tmp/capd.py </dev/null >/dev/null 2>&1\n"
             "sleep 0.5; cat /tmp/capd.log\n")
 

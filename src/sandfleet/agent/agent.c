@@ -39,6 +39,7 @@
 #include <net/if.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -2935,6 +2936,7 @@ static int tether(int argc, char **argv) {
 
 #include "prepare.c"
 #include "untar.c"
+#include "spawner.c"
 
 /* sandfleet-agent prepare|untar|stat ...: the helper argv[1] names (run as a command: run_helper), or NULL */
 static helper_fn helper_of(int argc, char **argv) {
@@ -2952,6 +2954,7 @@ int main(int argc, char **argv) {
     if (helper) return helper(argc - 2, argv + 2);
     self_path = argv[0];
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "spawner")) return spawner(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {
@@ -2975,7 +2978,7 @@ int main(int argc, char **argv) {
             return 0;
         } else {
             fprintf(stderr, "usage: sandfleet-agent [--device PATH] [--ttl SECONDS] [--isolate | --switch-users] "
-                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV | prepare OWNER PATH... | untar DEST | stat PATH...\n");
+                            "[--cgroup-dir DIR] [--preload LIB] | launch ... | tether OWNER -- ARGV | spawner | prepare OWNER PATH... | untar DEST | stat PATH...\n");
             return 64;
         }
     }

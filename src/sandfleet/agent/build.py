@@ -25,7 +25,8 @@ from sandfleet.errors import HostUnsupportedError
 from sandfleet.settings import current as current_settings
 
 SOURCE = Path(__file__).with_name("agent.c")
-INCLUDED = (Path(__file__).with_name("prepare.c"), Path(__file__).with_name("untar.c"))
+INCLUDED = (Path(__file__).with_name("prepare.c"), Path(__file__).with_name("untar.c"),
+            Path(__file__).with_name("spawner.c"))
 """Files ``agent.c`` includes: part of its build's cache key."""
 BINARY_NAME = "sandfleet-agent"
 

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 from sandfleet.errors import HostUnsupportedError
-from sandfleet.sandbox import cgroups
+from sandfleet.sandbox import cgroups, spawner
 
 PERIOD_US = 10_000
 TOP = "sandfleet-bench"
@@ -46,6 +46,7 @@ class Throttle:
                     (d / "cgroup.subtree_control").write_text("+cpu +memory +pids")
         self._quota(self.root, fraction * self.threads)
         self.child("self", [os.getpid()])
+        spawner.reset()  # the sandboxes' processes start in the spawner's group: ours from now on
 
     def _own_group(self) -> Path:
         for line in Path("/proc/self/cgroup").read_text().splitlines():
@@ -82,6 +83,7 @@ class Throttle:
         """Move this process home and remove the (emptied) groups."""
         with contextlib.suppress(OSError):
             (self._home / "cgroup.procs").write_text(str(os.getpid()))
+        spawner.reset()  # (one left in our group would keep it from being removed)
         for d in sorted((p for p in self.root.iterdir() if p.is_dir()), reverse=True):
             self._rmdir(d)
         self._rmdir(self.root)

@@ -16,6 +16,7 @@ from typing import IO
 from sandfleet.agent.client import AgentClient, FrameReader
 from sandfleet.errors import SandboxDiedError, SandboxEnd
 from sandfleet.reaping import adopt_children, reap_group, reap_group_nowait, wait_adopted
+from sandfleet.sandbox import spawner
 from sandfleet.sandbox.base import AgentSandbox
 from sandfleet.sandbox.cgroups import Cgroup
 from sandfleet.sandbox.spec import SandboxSpec
@@ -42,7 +43,7 @@ class Child:
     without its per-child waiter thread and transport tasks (~0.5 ms of each sandbox's
     start on this host). Reaped in the loop callback that sees the pidfd readable."""
 
-    def __init__(self, popen: subprocess.Popen[bytes], loop: asyncio.AbstractEventLoop):
+    def __init__(self, popen: subprocess.Popen[bytes] | spawner.Spawned, loop: asyncio.AbstractEventLoop):
         self._popen = popen
         self.pid = popen.pid
         self._loop = loop
@@ -92,14 +93,36 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
             cwd=cwd, env=env, start_new_session=new_session, pass_fds=pass_fds, limit=1 << 20)
         assert proc.stdout is not None and proc.stdin is not None
         return proc, proc.stdout, proc.stdin
-    popen = subprocess.Popen(  # noqa: ASYNC220 (a fork and exec, as asyncio's own subprocess does)
-        argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=cwd, env=env,
+    in_r, in_w = os.pipe()  # (not inherited: what the child gets is passed to it as its 0 and 1)
+    out_r, out_w = os.pipe()
+    try:
+        popen = _start(argv, stdin=in_r, stdout=out_w, stderr=stderr.fileno(), cwd=cwd, env=env,
+                       new_session=new_session, pass_fds=pass_fds)
+    except BaseException:
+        os.close(in_w)
+        os.close(out_r)
+        raise
+    finally:
+        os.close(in_r)
+        os.close(out_w)
+    return await _attach(popen, open(out_r, "rb", buffering=0), open(in_w, "wb", buffering=0))
+
+
+def _start(argv: list[str], *, stdin: int, stdout: int, stderr: int, cwd: str | None, env: dict[str, str],
+           new_session: bool, pass_fds: tuple[int, ...]) -> subprocess.Popen[bytes] | spawner.Spawned:
+    """``argv`` started with these descriptors as its 0, 1 and 2: from this process's spawner
+    (sandbox/spawner.py: a start whose cost does not grow with the descriptors this process
+    holds), else with ``Popen``."""
+    proc = spawner.spawn(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
+                         new_session=new_session, pass_fds=pass_fds)
+    if proc is not None:
+        return proc
+    return subprocess.Popen(  # noqa: ASYNC220 (a fork and exec, as asyncio's own subprocess does)
+        argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=env,
         start_new_session=new_session, pass_fds=pass_fds, bufsize=0)
-    assert popen.stdout is not None and popen.stdin is not None
-    return await _attach(popen, popen.stdout, popen.stdin)
 
 
-async def _attach(popen: subprocess.Popen[bytes], out: object, into: object,
+async def _attach(popen: subprocess.Popen[bytes] | spawner.Spawned, out: object, into: object,
                   log: tuple[socket.socket, IO[bytes]] | None = None,
                   ) -> tuple[Child, asyncio.StreamReader, asyncio.StreamWriter]:
     """The started agent's stream: a :class:`FrameReader` on ``out`` (its stdout; frames handed
@@ -132,9 +155,8 @@ async def _spawn_on_sockets(argv: list[str], *, stderr: IO[bytes], cwd: str | No
     host_err, guest_err = socket.socketpair()  # the log too: a file of the host's, otherwise
     socks = (host_in, guest_in, host_out, guest_out, host_err, guest_err)
     try:
-        popen = subprocess.Popen(  # noqa: ASYNC220 (as in _spawn)
-            argv, stdin=guest_in.fileno(), stdout=guest_out.fileno(), stderr=guest_err.fileno(), cwd=cwd, env=env,
-            start_new_session=new_session, pass_fds=pass_fds, bufsize=0)
+        popen = _start(argv, stdin=guest_in.fileno(), stdout=guest_out.fileno(), stderr=guest_err.fileno(),
+                       cwd=cwd, env=env, new_session=new_session, pass_fds=pass_fds)
     except BaseException:
         for sock in socks:
             sock.close()

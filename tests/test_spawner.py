@@ -173,3 +173,51 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def _tree(pid: int) -> list[int]:
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                todo += [int(c) for c in (task / "children").read_text().split()]
+            except OSError:
+                pass
+    return out
+
+
+def _sockets(pid: int) -> set[str]:
+    found = set()
+    for fd in Path(f"/proc/{pid}/fd").glob("*"):
+        try:
+            link = str(fd.readlink())
+        except OSError:
+            continue
+        if link.startswith("socket:"):
+            found.add(link)
+    return found
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "gvisor"])
+async def test_no_process_of_a_sandbox_holds_the_spawners_socket(backend: str) -> None:
+    """The spawner takes requests from whoever holds its socket: no process of a sandbox it
+    started (the launcher, bwrap or runsc, the guest agent, a command) holds either end."""
+    from conftest import backend_skip
+    from sandfleet.sandbox import create_sandbox
+
+    if why := backend_skip(backend):
+        pytest.skip(why)
+    box = await create_sandbox(backend=backend, ttl_s=120)
+    try:
+        await box.exec(["sh", "-c", "sleep 30 &"])
+        sp = spawner._spawner
+        assert sp is not None and sp.owner == os.getpid(), "the sandbox was not started by the spawner"
+        ends = _sockets(sp.proc.pid) | {f"socket:[{os.fstat(sp.sock.fileno()).st_ino}]"}
+        tree = _tree(box.agent.proc.pid)  # type: ignore[attr-defined]
+        assert len(tree) >= 3, tree  # the launcher, the agent, the command at least
+        held = {p: _sockets(p) & ends for p in tree if _sockets(p) & ends}
+        assert held == {}, f"processes of the sandbox hold the spawner's socket: {held}"
+    finally:
+        await box.close()

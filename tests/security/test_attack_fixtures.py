@@ -72,7 +72,10 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # kills the verifier's list of the uids left, stops its steps before their exec, or every new
              # process), and the agent's own daemon stopping its commands before their exec
              "xiii": ["cap-daemon-uid-list", "cap-daemon-stop-before-exec", "cap-daemon-stop-all",
-                      "stop-before-exec-user"]}
+                      "stop-before-exec-user"],
+             # round XIV: the host's process spawner hunted from inside (every socket descriptor it can
+             # see, through pidfd_getfd, and every unix socket of /proc/net/unix), as the agent and as root
+             "xiv": ["spawner-hunt", "spawner-hunt-root"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

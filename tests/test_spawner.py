@@ -221,3 +221,23 @@ async def test_no_process_of_a_sandbox_holds_the_spawners_socket(backend: str) -
         assert held == {}, f"processes of the sandbox hold the spawner's socket: {held}"
     finally:
         await box.close()
+
+
+def test_a_holder_of_one_sandbox_starts_no_spawner() -> None:
+    """``sandbox create``'s holder holds one sandbox (a small descriptor table): it starts it with
+    Popen, not with a spawner that would be one process more per held sandbox."""
+    import socket
+    import struct
+
+    from test_sandbox_holder import created
+
+    with created("bwrap") as (_, ctl):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(ctl))
+            cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        holder = struct.unpack("3i", cred)[0]
+        kids = [int(c) for task in Path(f"/proc/{holder}/task").glob("*")
+                for c in (task / "children").read_text().split()]
+        cmds = [Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0") for k in kids]
+        assert kids, "the holder's sandbox process is not its child"
+        assert not [c for c in cmds if b"spawner" in c], cmds

@@ -35,7 +35,7 @@ import struct
 import sys
 from typing import Any
 
-from sandfleet.sandbox import create_sandbox
+from sandfleet.sandbox import create_sandbox, spawner
 from sandfleet.sandbox.spec import SandboxSpec
 from sandfleet.sandbox.state import state_root
 from sandfleet.settings import child_env
@@ -363,6 +363,7 @@ def main() -> None:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     spec = SandboxSpec.model_validate_json(sys.argv[1])
+    spawner.disable()  # one sandbox here: its start does not grow with what this process holds
     asyncio.run(serve(spec, int(sys.argv[2])))
 
 

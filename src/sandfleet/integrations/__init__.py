@@ -12,10 +12,13 @@ imports its tool at import time unless it subclasses one of the tool's classes:
   ``--environment-class`` (extra ``minisweagent``);
 - :mod:`sandfleet.integrations.verl`: ``SandfleetCodeInterpreterTool``, a verl ``BaseTool``
   with stateful Python per trajectory (the code interpreter's kernel in a sandbox);
+- :mod:`sandfleet.integrations.verl_tree`: branched groups in verl (an agent loop, its manager
+  and the ``sandfleet_tree`` advantage estimator; ``--branch``);
 - :mod:`sandfleet.integrations.harbor`: ``SandfleetEnvironment``, a Harbor ``BaseEnvironment``
   for ``harbor run -e sandfleet.integrations.harbor:SandfleetEnvironment`` (extra ``harbor``,
   Python 3.12 or later).
 
 What they share (task lookup, one rollout, the process's live sandboxes, the session-rules
-agent loop) is in ``_common`` and ``_session``.
+agent loop, the trainer's model token by token and groups of trees grown with it) is in
+``_common``, ``_session`` and ``_tokens``.
 """

@@ -20,10 +20,11 @@ Settings a trainer can't pass per call come from the environment:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +33,8 @@ from typing import Any, TypeVar
 from sandfleet.errors import ConfigError
 from sandfleet.rollout.policy import Policy
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.runner import RolloutRequest, run_rollout, task_spec
+from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_rollout, run_with_retries, task_spec
+from sandfleet.rollout.verdict import INFRA, verdict_of
 from sandfleet.sandbox.spec import BACKENDS
 from sandfleet.settings import current as current_settings
 from sandfleet.settings import environment
@@ -291,7 +293,7 @@ def infra_fault_of(error: BaseException, phase: str = "agent") -> dict[str, Any]
     ``error``, raised in ``phase``, is an infra fault by the verdict rule
     (:mod:`sandfleet.rollout.verdict`); None when it is the policy's (or in doubt)."""
     from sandfleet.rollout.runner import failure_reason
-    from sandfleet.rollout.verdict import INFRA, cause_of, log_tail, sandbox_end, verdict_of_cause
+    from sandfleet.rollout.verdict import cause_of, log_tail, sandbox_end, verdict_of_cause
 
     reason, text = failure_reason(error), str(error) or type(error).__name__
     cause = cause_of("failed", reason, error, phase)
@@ -299,3 +301,73 @@ def infra_fault_of(error: BaseException, phase: str = "agent") -> dict[str, Any]
         return None
     return {"cause": cause, "phase": phase, "reason": reason, "sandbox_end": sandbox_end(error),
             "log_tail": log_tail(error, text)}
+
+
+def reward_of(result: RolloutResult) -> float | None:
+    """A rollout's reward for training, by its verdict: the verifier's (scored), 0.0 (a policy
+    fault), None (an infra fault: masked, a trainer's "can't score this completion")."""
+    if verdict_of(result) == INFRA:
+        return None
+    return float(result.reward or 0.0)
+
+
+@dataclass
+class Runner:
+    """How rollouts are made: settings from the environment, the sandboxes' CPU quota, and
+    where finished rollouts go."""
+
+    settings: Settings = field(default_factory=Settings.from_env)
+    cpus: float | None = None
+    """Each sandbox's CPU quota (None: the task's own ``cpus``)."""
+    on_result: Callable[[RolloutResult], None] | None = None
+    """Gets every attempt (a refilled infra fault's first attempt too)."""
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    """Infra faults are run again in a fresh sandbox (same task and script) this many attempts."""
+    run_id: str = "trl"
+    _ids: itertools.count[int] = field(default_factory=itertools.count)
+
+    async def rollout(self, task: Task, policy: Policy, *, group: str | None = None, sample: int = 0,
+                      info: dict[str, Any] | None = None, retry: RetryPolicy | None = None) -> RolloutResult:
+        """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends); an
+        infra fault is run again per ``retry`` (default :attr:`retry`), the final attempt returned."""
+        async with sandboxes_on(self.settings.remote):
+            req = await self._request(task, policy, sample, group or task.name)
+            return await LIVE.track(run_with_retries(req, retry or self.retry, self._recorder(info)))
+
+    async def tree(self, task: Task, policy: Policy, plan: Any, *, sample: int = 0, processes: str = "error",
+                   info: dict[str, Any] | None = None) -> list[RolloutResult]:
+        """One branched rollout (``--branch``, :mod:`sandfleet.rollout.tree`) of ``task`` by
+        ``policy`` (one that takes turns): its leaves, each a rollout of its own (records and
+        ``on_result`` as :meth:`rollout`'s). A tree that fails before its first split is run
+        again whole per :attr:`retry`; a child that fails to start is refilled in place."""
+        from sandfleet.rollout.tree import run_tree_with_retries
+
+        async with sandboxes_on(self.settings.remote):
+            req = await self._request(task, policy, sample, task.name)
+            return await LIVE.track(run_tree_with_retries(req, plan, self.retry, processes=processes,
+                                                          on_result=self._recorder(info)))  # fmt: skip
+
+    async def _request(self, task: Task, policy: Policy, sample: int, group: str) -> RolloutRequest:
+        """The request for one rollout of ``task`` (its image built or found, the next id)."""
+        image = await task_image(task)
+        spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
+                         agent_user=self.settings.agent_user)  # fmt: skip
+        if self.cpus is not None:
+            spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
+        n = next(self._ids)
+        rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
+        return RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group,
+                              run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
+
+    def _recorder(self, info: dict[str, Any] | None) -> Callable[[RolloutResult], None]:
+        """Each attempt's result: ``info`` added, the final one's record kept (docs/replay.md),
+        then :attr:`on_result`."""
+
+        def record(r: RolloutResult) -> None:
+            r.info.update(info or {})
+            if r.final:
+                keep_record(r, self.settings)
+            if self.on_result is not None:
+                self.on_result(r)
+
+        return record

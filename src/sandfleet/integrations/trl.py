@@ -34,30 +34,41 @@ sandboxes and the trainer share the host's cores.
 from __future__ import annotations
 
 import asyncio
-import itertools
-import re
 import resource
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
-from sandfleet.integrations._common import (
+from sandfleet.integrations._common import (  # noqa: F401 - Runner re-exported
     LIVE,
+    Runner,
     Settings,
     keep_record,
     recorded_id,
     resolve_task,
+    reward_of,
     sandboxes_on,
     task_image,
 )
-from sandfleet.integrations._session import SessionPolicy
+from sandfleet.integrations._tokens import (  # noqa: F401 - re-exported: the TRL integration's names
+    _FENCE,
+    COMBINE,
+    TREE_KEY,
+    TokenEngine,
+    TokenModel,
+    Trajectory,
+    TreeAgent,
+    TreeRow,
+    combine_advantages,
+    grow_group,
+    token_advantages,
+)
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.result import RolloutResult
-from sandfleet.rollout.runner import RetryPolicy, RolloutRequest, run_with_retries, task_spec
-from sandfleet.rollout.verdict import INFRA, verdict_of
+from sandfleet.rollout.runner import RetryPolicy
 from sandfleet.rollout.verifier import PTH_RISK, TOOL_CONFIG_RISK
 from sandfleet.tasks import Task
 
@@ -67,9 +78,6 @@ COMMAND_TIMEOUT_S = 20.0
 """Longest a completion's script (or one ``bash`` tool call) may run."""
 OUTPUT_CHARS = 4000
 """How much of a command's output the ``bash`` tool returns."""
-
-_FENCE = re.compile(r"```[ \t]*(?:bash|sh|shell|console)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
-
 
 def completion_text(completion: Any) -> str:
     """The text of a TRL completion: a string, or a conversational list of messages (the
@@ -109,76 +117,6 @@ class ScriptPolicy:
             res = await ctx.run("exec < /dev/null\n" + self.script, shell=False, timeout=self.timeout_s)
             ctx.info["script_exit_code"] = res.exit_code
         return "done"
-
-
-@dataclass
-class Runner:
-    """How rollouts are made: settings from the environment, the sandboxes' CPU quota, and
-    where finished rollouts go."""
-
-    settings: Settings = field(default_factory=Settings.from_env)
-    cpus: float | None = None
-    """Each sandbox's CPU quota (None: the task's own ``cpus``)."""
-    on_result: Callable[[RolloutResult], None] | None = None
-    """Gets every attempt (a refilled infra fault's first attempt too)."""
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    """Infra faults are run again in a fresh sandbox (same task and script) this many attempts."""
-    run_id: str = "trl"
-    _ids: itertools.count[int] = field(default_factory=itertools.count)
-
-    async def rollout(self, task: Task, policy: Policy, *, group: str | None = None, sample: int = 0,
-                      info: dict[str, Any] | None = None, retry: RetryPolicy | None = None) -> RolloutResult:
-        """One rollout of ``task`` by ``policy`` in a fresh sandbox (closed when it ends); an
-        infra fault is run again per ``retry`` (default :attr:`retry`), the final attempt returned."""
-        async with sandboxes_on(self.settings.remote):
-            req = await self._request(task, policy, sample, group or task.name)
-            return await LIVE.track(run_with_retries(req, retry or self.retry, self._recorder(info)))
-
-    async def tree(self, task: Task, policy: Policy, plan: Any, *, sample: int = 0, processes: str = "error",
-                   info: dict[str, Any] | None = None) -> list[RolloutResult]:
-        """One branched rollout (``--branch``, :mod:`sandfleet.rollout.tree`) of ``task`` by
-        ``policy`` (one that takes turns): its leaves, each a rollout of its own (records and
-        ``on_result`` as :meth:`rollout`'s). A tree that fails before its first split is run
-        again whole per :attr:`retry`; a child that fails to start is refilled in place."""
-        from sandfleet.rollout.tree import run_tree_with_retries
-
-        async with sandboxes_on(self.settings.remote):
-            req = await self._request(task, policy, sample, task.name)
-            return await LIVE.track(run_tree_with_retries(req, plan, self.retry, processes=processes,
-                                                          on_result=self._recorder(info)))  # fmt: skip
-
-    async def _request(self, task: Task, policy: Policy, sample: int, group: str) -> RolloutRequest:
-        """The request for one rollout of ``task`` (its image built or found, the next id)."""
-        image = await task_image(task)
-        spec = task_spec(task, image, self.settings.backend, network=self.settings.network,
-                         agent_user=self.settings.agent_user)  # fmt: skip
-        if self.cpus is not None:
-            spec = spec.model_copy(update={"limits": spec.limits.model_copy(update={"cpus": self.cpus})})
-        n = next(self._ids)
-        rid = recorded_id(task, n) if self.settings.record_dir else f"{task.name}#{n}"
-        return RolloutRequest(task=task, policy=policy, spec=spec, sample=sample, group=group,
-                              run_id=self.run_id, rollout_id=rid, record=self.settings.record_mode)  # fmt: skip
-
-    def _recorder(self, info: dict[str, Any] | None) -> Callable[[RolloutResult], None]:
-        """Each attempt's result: ``info`` added, the final one's record kept (docs/replay.md),
-        then :attr:`on_result`."""
-
-        def record(r: RolloutResult) -> None:
-            r.info.update(info or {})
-            if r.final:
-                keep_record(r, self.settings)
-            if self.on_result is not None:
-                self.on_result(r)
-
-        return record
-
-
-def reward_of(result: RolloutResult) -> float | None:
-    """A rollout's reward for training, by its verdict: the verifier's (scored), 0.0 (a policy
-    fault), None (an infra fault: masked, TRL's "can't score this completion")."""
-    if verdict_of(result) == INFRA:
-        return None
-    return float(result.reward or 0.0)
 
 
 @dataclass
@@ -513,169 +451,7 @@ class HackMonitor:
 
 
 # -- trees (``--branch``, issue 44): a GRPO group of branched rollouts, per-turn tree advantages
-TREE_KEY = "sandfleet_trajectory"
-"""The key an assistant message of a :class:`TokenModel` conversation carries: its trajectory's id."""
-COMBINE = ("sum", "tree", "group")
-
-
-class TokenEngine(Protocol):
-    """The trainer's model seen token by token: how :class:`TokenModel` renders a conversation
-    and samples a reply. :class:`HFEngine` is one over a transformers model; tests use
-    :class:`sandfleet.testing.token_engine.CharEngine`."""
-
-    eos_id: int
-
-    def render(self, messages: list[dict[str, Any]]) -> str:
-        """The conversation as the model reads it, with the prompt of the assistant's next turn."""
-        ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def decode(self, ids: list[int], *, skip_special: bool) -> str: ...
-
-    async def generate(self, ids: list[int], *, seed: int | None, max_tokens: int | None,
-                       temperature: float | None) -> list[int]:
-        """Sampled token ids after ``ids`` (the end-of-turn token included when it was sampled)."""
-        ...
-
-
-@dataclass
-class Trajectory:
-    """A conversation's tokens so far: the first request's ``prompt_ids``, then the
-    completion: the model's tokens (``mask`` 1, ``turn`` its turn number, from 1) and the
-    template's glue and the commands' output between them (``mask`` 0, ``turn`` 0)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int] = field(default_factory=list)
-    mask: list[int] = field(default_factory=list)
-    turn: list[int] = field(default_factory=list)
-    broken: str | None = None
-    """Why the tokens are not what the model saw (the template did not render the next request
-    as an extension of the last one): such a leaf is not trained on."""
-
-    @property
-    def ids(self) -> list[int]:
-        return self.prompt_ids + self.completion_ids
-
-
-class TokenModel:
-    """A :class:`~sandfleet.rollout.policy.Model` over a :class:`TokenEngine` that keeps every
-    conversation's tokens exactly as sampled: the next request of a conversation is its last
-    tokens plus the template's new text, never a re-tokenization of the whole, so the
-    trajectory trained on is the one sampled. Each reply's message carries
-    ``sandfleet_trajectory``, an id into :attr:`trajectories` (a tree copies conversations at
-    each split, so a leaf's last reply names its whole path)."""
-
-    def __init__(self, engine: TokenEngine, *, model: str = "trainer"):
-        self.engine = engine
-        self.model = model
-        self.trajectories: dict[str, Trajectory] = {}
-        self._ids = itertools.count()
-
-    async def complete(self, messages: list[dict[str, Any]], **opts: Any) -> Any:
-        from sandfleet.rollout.chat import ChatReply
-
-        clean = [{k: v for k, v in m.items() if k != TREE_KEY} for m in messages]
-        text = self.engine.render(clean)
-        last = next((m.get(TREE_KEY) for m in reversed(messages) if m.get("role") == "assistant"), None)
-        before = self.trajectories.get(str(last)) if last is not None else None
-        if before is None:
-            traj = Trajectory(self.engine.encode(text))
-        else:
-            traj = Trajectory(list(before.prompt_ids), list(before.completion_ids), list(before.mask),
-                              list(before.turn), before.broken)  # fmt: skip
-            seen = self.engine.decode(before.ids, skip_special=False)
-            if text.startswith(seen):
-                glue = self.engine.encode(text[len(seen):])
-            else:  # the template re-rendered the past differently: train on nothing of this leaf
-                glue = self.engine.encode(text)[len(before.ids):]
-                traj.broken = traj.broken or "the chat template does not render the conversation as a growing prefix"
-            traj.completion_ids += glue
-            traj.mask += [0] * len(glue)
-            traj.turn += [0] * len(glue)
-        extra = opts.get("extra") or {}
-        seed = extra.get("seed")
-        gen = await self.engine.generate(traj.ids, seed=seed if isinstance(seed, int) else None,
-                                         max_tokens=opts.get("max_tokens"), temperature=opts.get("temperature"))
-        turn = sum(1 for m in messages if m.get("role") == "assistant") + 1
-        prompt_len = len(traj.ids)
-        traj.completion_ids += gen
-        traj.mask += [1] * len(gen)
-        traj.turn += [turn] * len(gen)
-        key = f"t{next(self._ids)}"
-        self.trajectories[key] = traj
-        content = self.engine.decode(gen, skip_special=True)
-        finish = "stop" if gen and gen[-1] == self.engine.eos_id else "length"
-        message = {"role": "assistant", "content": content, TREE_KEY: key}
-        return ChatReply(content=content, finish_reason=finish, prompt_tokens=prompt_len, completion_tokens=len(gen),
-                         raw_message=message, raw_choice={"message": message, "finish_reason": finish})
-
-
-class _TreeAgent(SessionPolicy):
-    """The agent loop from the trainer's prompt over a :class:`TokenModel` (fenced bash blocks);
-    a leaf notes its last reply's trajectory in ``info["sandfleet_trajectory"]``."""
-
-    name = "trl-tree"
-
-    async def _run_reply(self, ctx: AgentContext, reply: Any, messages: list[dict[str, Any]]) -> bool:
-        """As the agent loop's, and a reply cut at its token limit inside a fence runs what it
-        holds (as :func:`extract_script` reads a single-turn completion)"""
-        from sandfleet.rollout.loop import fenced_commands
-
-        text = reply.content
-        if reply.tool_calls or fenced_commands(text) or text.count("```") % 2 == 0:  # no fence left open
-            return bool(await super()._run_reply(ctx, reply, messages))
-        blocks = [b.strip("\n") for b in _FENCE.findall(text[text.rfind("```"):]) if b.strip()]
-        if not blocks:
-            return False
-        outputs = [await self._execute(ctx, b, self.config.max_output_chars) for b in blocks]
-        messages.append({"role": "user", "content": "\n\n".join(outputs)})
-        return True
-
-    async def play(self, ctx: AgentContext, model: Any, state: Any, until_turn: int | None) -> str | None:
-        stop = await super().play(ctx, model, state, until_turn)
-        if stop is not None:
-            ctx.info[TREE_KEY] = next((m.get(TREE_KEY) for m in reversed(state.messages)
-                                       if m.get("role") == "assistant"), None)  # fmt: skip
-        return stop
-
-
-def token_advantages(turns: Sequence[int], per_turn: Sequence[float | None] | None) -> list[float]:
-    """Each completion token's tree advantage: that of the turn it was sampled in (glue and
-    output tokens, turn 0, get 0.0; so does a turn whose value is None)."""
-    values = list(per_turn or [])
-    out: list[float] = []
-    for t in turns:
-        v = values[t - 1] if 0 < t <= len(values) else None
-        out.append(float(v) if v is not None else 0.0)
-    return out
-
-
-def combine_advantages(group: float, tokens: Sequence[float], combine: str = "sum") -> list[float]:
-    """A completion's per-token advantage: TRL's group advantage plus the token's tree advantage
-    (``sum``, Tree-GRPO's inter-tree plus intra-tree terms), the tree advantage alone (``tree``),
-    or the group advantage alone (``group``)."""
-    if combine not in COMBINE:
-        raise ValueError(f"combine must be one of {', '.join(COMBINE)}, not {combine!r}")
-    if combine == "group":
-        return [group] * len(tokens)
-    return [t + (group if combine == "sum" else 0.0) for t in tokens]
-
-
-@dataclass
-class TreeRow:
-    """One completion a :class:`TreeRollout` hands TRL: a leaf, or a filler where a tree grew
-    fewer leaves than its plan (reward None, nothing trained)."""
-
-    prompt_ids: list[int]
-    completion_ids: list[int]
-    env_mask: list[int]
-    reward: float | None
-    tree_advantages: list[float]
-    """Per completion token."""
-    leaf: RolloutResult | None = None
-
-
+#    (the token machinery is shared with the verl integration: sandfleet.integrations._tokens)
 class TreeRollout:
     """A TRL ``rollout_func`` whose GRPO groups are trees (``--branch``, docs/trees.md).
 
@@ -770,31 +546,14 @@ class TreeRollout:
 
     async def _group(self, prompts: list[Any], index: int, call: int, trees: int, model: TokenModel,
                      engine: TokenEngine) -> list[TreeRow]:
-        from sandfleet.rollout.tree import tree_advantages
-
         prompt = prompts[0]
         task = resolve_task(self.task_of(prompt), self.tasks_root)
         base = self.seed + 1_000_003 * call + 10_007 * index
-        grown = await asyncio.gather(*(self.runner.tree(task, self._agent(prompt, model, base), self.plan, sample=k,
-                                                        processes=self.processes) for k in range(trees)))  # fmt: skip
-        every = [leaf for tree in grown for leaf in tree]
-        tree_advantages(every, self.plan)  # sets each leaf's per-turn list
-        first = engine.encode(engine.render([dict(m) for m in prompt])) if isinstance(prompt, list) else [engine.eos_id]
-        rows: list[TreeRow] = []
-        for tree in grown:
-            mine = sorted(tree, key=lambda r: [int(x) for x in str((r.tree or {}).get("node_id", "0")).split(".")])
-            for leaf in mine:
-                traj = model.trajectories.get(str(leaf.info.get(TREE_KEY)))
-                if traj is None or traj.broken or not traj.completion_ids:
-                    rows.append(TreeRow(first, [engine.eos_id], [0], None, [0.0], leaf))
-                    continue
-                rows.append(TreeRow(traj.prompt_ids, traj.completion_ids, traj.mask, reward_of(leaf),
-                                    token_advantages(traj.turn, leaf.tree_advantages), leaf))  # fmt: skip
-            rows += [TreeRow(first, [engine.eos_id], [0], None, [0.0]) for _ in range(self.plan.leaves - len(mine))]
-        return rows
+        return await grow_group(self.runner, task, prompt, self.plan, trees, model, engine,
+                                lambda k: self._agent(prompt, model, base), processes=self.processes)
 
-    def _agent(self, prompt: Any, model: TokenModel, seed: int) -> _TreeAgent:
-        return _TreeAgent("", prompt, model=model, request_kwargs={"seed": seed}, config=self.config)
+    def _agent(self, prompt: Any, model: TokenModel, seed: int) -> TreeAgent:
+        return TreeAgent("", prompt, model=model, request_kwargs={"seed": seed}, config=self.config)
 
     def close(self) -> None:
         """Stop this rollout function's event loop."""

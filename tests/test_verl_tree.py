@@ -1,6 +1,7 @@
 """Opt-in (marker ``verl``; scripts/test-integrations.sh verl): a branched group through verl
 0.9.1's own agent loop worker and advantage code (issue 44). The bundled branch example
-(examples/branch, ``branch: "2:4"``) in verl's agent loop config file, two groups of rollout.n = 4
+(examples/branch; its verl agent loop config file, examples/branch/verl/agent_loops.yaml:
+``branch: "2:4"``), two groups of rollout.n = 4
 rows, the policy's model a scripted token engine behind verl's ``generate`` interface, real
 sandboxes: verl's ``generate_sequences`` (TreeAgentLoopWorker) returns one leaf per row with its
 per-token tree advantages (``reward_baselines``), and verl's ``compute_advantage`` with
@@ -118,10 +119,7 @@ async def test_verl_grows_each_group_as_a_tree_and_adds_tree_advantages(tmp_path
     from sandfleet.sandbox.state import list_sandboxes
     from sandfleet.testing.token_engine import CharEngine
 
-    loops = tmp_path / "agent_loops.yaml"
-    loops.write_text('- name: sandfleet_tree\n  _target_: sandfleet.integrations.verl_tree.TreeAgentLoop\n'
-                     '  branch: "2:4"\n  max_turns: 3\n')
-    config = trainer_config(loops)
+    config = trainer_config(BRANCH / "verl" / "agent_loops.yaml")  # the example's (branch "2:4")
     manager_cls = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class,
                                       "AgentLoopManager")  # as verl's trainer loads it
     assert manager_cls is verl_tree.TreeAgentLoopManager
@@ -228,3 +226,19 @@ async def test_a_group_cut_between_workers_and_a_plan_that_does_not_divide_n_are
         await worker.generate_sequences(batch(["a", "a", "b", "b", "b", "b"]))
     with pytest.raises(ConfigError, match="grows 3 leaves per tree"):
         await worker.generate_sequences(batch(["a"] * 4))
+
+
+def test_the_examples_dataset_rows_name_the_task_and_the_agent_loop(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from datasets import Dataset
+
+    subprocess.run([sys.executable, str(BRANCH / "verl" / "make_data.py"), str(tmp_path), "3"], check=True,
+                   capture_output=True)
+    rows = Dataset.from_parquet(str(tmp_path / "train.parquet")).to_list()
+    assert len(rows) == 3 and {r["agent_name"] for r in rows} == {"sandfleet_tree"}
+    from sandfleet.integrations.verl_tree import task_of
+
+    assert Path(task_of(rows[0])) == BRANCH / "tasks" / "branch-demo"
+    assert rows[0]["prompt"][0]["role"] == "user" and "prefix" in rows[0]["prompt"][0]["content"].lower()

@@ -75,7 +75,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                       "stop-before-exec-user"],
              # round XIV: the host's process spawner hunted from inside (every socket descriptor it can
              # see, through pidfd_getfd, and every unix socket of /proc/net/unix), as the agent and as root
-             "xiv": ["spawner-hunt", "spawner-hunt-root"]}
+             "xiv": ["spawner-hunt", "spawner-hunt-root"],
+             # round XV: the stop's end (a microVM's stop passes over the kernel's threads and ends when
+             # nothing is left): a daemon dressed as a kernel thread, a helper the kernel starts for each
+             # core dump (where core_pattern is the agent's: a microVM), a fork chain racing the scan
+             "xv": ["kthread-disguise", "core-pattern-helper", "fork-chain", "fork-chain-root"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

@@ -1872,6 +1872,30 @@ out:
     free(user);
 }
 
+/* Whether /proc/<pid> is a kernel thread (PF_KTHREAD in its stat flags, the 9th field): where
+ * we are a machine's init (a microVM) /proc shows the kernel's threads, which no signal ends and
+ * no command can become (a process the kernel starts for a user helper, core_pattern's pipe, is
+ * not one once it has exec'd: it is killed as any). Unreadable: not one (killed, counted). */
+#define PF_KTHREAD_FLAG 0x00200000UL
+static int is_kthread(const char *pid) {
+    char path[300], st[1024];
+    snprintf(path, sizeof path, "/proc/%s/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    ssize_t k = read(fd, st, sizeof st - 1);
+    close(fd);
+    if (k <= 0) return 0;
+    st[k] = 0;
+    char *p = strrchr(st, ')'); /* the name may hold spaces and parentheses: fields follow the last */
+    if (!p) return 0;
+    p++;
+    for (int field = 3; field < 9; field++) { /* state ppid pgrp session tty_nr tpgid, then flags */
+        p = strchr(p + 1, ' ');
+        if (!p) return 0;
+    }
+    return (strtoul(p + 1, NULL, 10) & PF_KTHREAD_FLAG) != 0;
+}
+
 /* Kill every process of one user (all processes, without isolation) and return once they
  * are gone: their cgroups first, then whatever /proc still shows, for up to 2 s. */
 static void kill_user(const char *user) {
@@ -1889,6 +1913,11 @@ static void kill_user(const char *user) {
        machine's init (a microVM, whose commands all run as root: a daemon that left its job's
        tree, under any uid, is found here); never scan the host's */
     int scan = isolated || self == 1;
+    /* As a machine's init, killing all: one kill(-1), which the kernel sends to every process but
+       us under its task list's lock, while a fork whose parent has that SIGKILL pending fails: no
+       process escapes it by forking (a chain of links that each fork the next and exit at once
+       slipped past a pass of /proc, round XV). The pass below then waits for them to be gone. */
+    if (all && self == 1) kill(-1, SIGKILL);
     for (double end = now() + 2.0; scan && now() < end;) {
         int left = 0;
         DIR *d = opendir("/proc");
@@ -1909,6 +1938,7 @@ static void kill_user(const char *user) {
             if (!u || z) continue;
             long ruid = strtol(u + 5, NULL, 10);
             if (ruid == GUEST_UID || (!all && ruid != (long)uid)) continue; /* never us or our helpers */
+            if (self == 1 && is_kthread(e->d_name)) continue; /* the VM's kernel: waited for 2 s before */
             left++;
             kill(pid, SIGKILL);
         }

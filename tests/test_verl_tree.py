@@ -123,6 +123,8 @@ async def test_verl_grows_each_group_as_a_tree_and_adds_tree_advantages(tmp_path
     manager_cls = load_class_from_fqn(config.actor_rollout_ref.rollout.agent.agent_loop_manager_class,
                                       "AgentLoopManager")  # as verl's trainer loads it
     assert manager_cls is verl_tree.TreeAgentLoopManager
+    manager = manager_cls(config=config, llm_client=None)  # its Ray workers are sandfleet's (none started here)
+    assert "ActorClass(TreeAgentLoopWorker)" in str(type(manager.agent_loop_workers_class))
     assert get_adv_estimator_fn("sandfleet_tree") is verl_tree.tree_grpo_advantage  # registered on that import
 
     tok = char_tokenizer()

@@ -243,6 +243,7 @@ def test_tree_rollout_gives_trl_a_branched_group_with_tree_advantages() -> None:
             assert ids[:upto] == prefix and len(prefix) > 100
         assert len({req[1] for req in engine.requests[2:]}) == 4  # each child samples with a seed of its own
         assert len(engine.requests) == 2 + 4  # turns 1-2 once, turn 3 per child
+        assert {r.leaf.to_trace()["agent"] for r in rows if r.leaf} == {"trl-tree"}  # the traces' name, kept
         assert len(got) == 4 and mine() == []
 
         # a tree whose agent stops before its split is one leaf: the rest are fillers TRL masks

@@ -199,6 +199,7 @@ async def test_verl_grows_each_group_as_a_tree_and_adds_tree_advantages(tmp_path
         assert {round(v, 4) for v in a2[i][masked_mask[i].bool()].tolist()} == {round(group, 4),
                                                                               round(group + r - 0.5, 4)}
     assert [x for x in list_sandboxes() if x.get("owner_pid") == os.getpid()] == []
+    assert {i["rollout_id"].split("#")[0] for i in info} == {"branch-demo"}
 
 
 async def test_a_group_cut_between_workers_and_a_plan_that_does_not_divide_n_are_refused(tmp_path: Path) -> None:

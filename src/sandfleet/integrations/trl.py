@@ -452,6 +452,12 @@ class HackMonitor:
 
 # -- trees (``--branch``, issue 44): a GRPO group of branched rollouts, per-turn tree advantages
 #    (the token machinery is shared with the verl integration: sandfleet.integrations._tokens)
+class TrlTreeAgent(TreeAgent):
+    """:class:`TreeAgent` as a TRL tree names it in traces and records (``agent: trl-tree``)."""
+
+    name = "trl-tree"
+
+
 class TreeRollout:
     """A TRL ``rollout_func`` whose GRPO groups are trees (``--branch``, docs/trees.md).
 
@@ -553,7 +559,7 @@ class TreeRollout:
                                 lambda k: self._agent(prompt, model, base), processes=self.processes)
 
     def _agent(self, prompt: Any, model: TokenModel, seed: int) -> TreeAgent:
-        return TreeAgent("", prompt, model=model, request_kwargs={"seed": seed}, config=self.config)
+        return TrlTreeAgent("", prompt, model=model, request_kwargs={"seed": seed}, config=self.config)
 
     def close(self) -> None:
         """Stop this rollout function's event loop."""

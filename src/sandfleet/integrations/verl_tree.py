@@ -122,6 +122,12 @@ class VerlEngine:
         return [int(t) for t in out.token_ids]
 
 
+class VerlTreeAgent(TreeAgent):
+    """:class:`TreeAgent` as a verl tree names it in traces and records (``agent: verl-tree``)."""
+
+    name = "verl-tree"
+
+
 def seed_of(uid: Any) -> int:
     """A group's base seed, from its ``uid`` (stable across processes, unlike ``hash``)."""
     return int(hashlib.sha256(str(uid).encode()).hexdigest()[:8], 16)
@@ -333,8 +339,8 @@ class TreeAgentLoop(_LoopBase):
         model = TokenModel(engine, model="verl")
         seed = seed_of(row.get("uid"))
         return await grow_group(RUNNER, task, prompt, self.plan, group.size // leaves, model, engine,
-                                lambda _k: TreeAgent("", prompt, model=model, request_kwargs={"seed": seed},
-                                                     config=self.agent_config),
+                                lambda _k: VerlTreeAgent("", prompt, model=model, request_kwargs={"seed": seed},
+                                                         config=self.agent_config),
                                 processes=self.processes)  # fmt: skip
 
 

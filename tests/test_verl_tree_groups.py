@@ -63,7 +63,7 @@ async def test_a_grown_group_answers_each_row_its_leaf_with_per_token_tree_advan
     engine = CharEngine(script)
     model = TokenModel(engine)
     config = AgentConfig(tool_mode="text", max_turns=3)
-    rows = await grow_group(Runner(settings=Settings(backend="bwrap")), task, prompt, plan, 1, model, engine,
+    rows = await grow_group(Runner(settings=Settings(backend="bwrap")), task, prompt, plan, 1, model,
                             lambda k: TreeAgent("", prompt, model=model, request_kwargs={"seed": 7}, config=config))
     assert len(rows) == 4 and sorted(r.reward for r in rows) == [0.0, 0.0, 1.0, 1.0]  # type: ignore[type-var]
     assert len(engine.requests) == 2 + 4  # the prefix's two turns once, the third per leaf

@@ -203,7 +203,7 @@ def leaf_order(leaf: RolloutResult) -> list[int]:
 
 
 async def grow_group(runner: TreeRunner, task: Task, prompt: Any, plan: Any, trees: int, model: TokenModel,
-                     engine: TokenEngine, agent: Any, *, processes: str = "error") -> list[TreeRow]:
+                     agent: Any, *, processes: str = "error") -> list[TreeRow]:
     """One GRPO group: ``trees`` trees of ``task`` by ``agent(k)`` (the k-th tree's agent, a
     :class:`TreeAgent` over ``model``), grown at once; a :class:`TreeRow` per leaf, tree by tree
     and in node order within a tree, ``plan.leaves`` per tree (a filler row, reward None, where a
@@ -215,6 +215,7 @@ async def grow_group(runner: TreeRunner, task: Task, prompt: Any, plan: Any, tre
                                    for k in range(trees)))  # fmt: skip
     every = [leaf for tree in grown for leaf in tree]
     tree_advantages(every, plan)  # sets each leaf's per-turn list
+    engine = model.engine
     first = engine.encode(engine.render([dict(m) for m in prompt])) if isinstance(prompt, list) else [engine.eos_id]
     rows: list[TreeRow] = []
     for tree in grown:

@@ -232,6 +232,7 @@ async def generate_tree(input: Any) -> Any:
     import copy
 
     from sandfleet.integrations._common import run_tree_task
+    from sandfleet.integrations._tokens import leaf_order
     from sandfleet.integrations.slime import (
         TokenizationError,
         _masked,
@@ -265,7 +266,7 @@ async def generate_tree(input: Any) -> Any:
     tree_advantages(leaves, plan)
     tokenizer = await tokenizer_for(args)
     samples = []
-    for leaf in sorted(leaves, key=lambda r: [int(x) for x in str((r.tree or {}).get("node_id", "0")).split(".")]):
+    for leaf in sorted(leaves, key=leaf_order):
         out = copy.deepcopy(sample)
         out.metadata = dict(metadata)
         verdict = verdict_of(leaf)

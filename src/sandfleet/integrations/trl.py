@@ -545,17 +545,17 @@ class TreeRollout:
         self.calls += 1
         model = TokenModel(engine)
         groups = [prompts[i:i + num_generations] for i in range(0, len(prompts), num_generations)]
-        done = await asyncio.gather(*(self._group(g, gi, call, num_generations // leaves, model, engine)
+        done = await asyncio.gather(*(self._group(g, gi, call, num_generations // leaves, model)
                                       for gi, g in enumerate(groups)))  # fmt: skip
         self.rows = [row for group in done for row in group]
         return self.rows
 
-    async def _group(self, prompts: list[Any], index: int, call: int, trees: int, model: TokenModel,
-                     engine: TokenEngine) -> list[TreeRow]:
+    async def _group(self, prompts: list[Any], index: int, call: int, trees: int,
+                     model: TokenModel) -> list[TreeRow]:
         prompt = prompts[0]
         task = resolve_task(self.task_of(prompt), self.tasks_root)
         base = self.seed + 1_000_003 * call + 10_007 * index
-        return await grow_group(self.runner, task, prompt, self.plan, trees, model, engine,
+        return await grow_group(self.runner, task, prompt, self.plan, trees, model,
                                 lambda k: self._agent(prompt, model, base), processes=self.processes)
 
     def _agent(self, prompt: Any, model: TokenModel, seed: int) -> TreeAgent:

@@ -58,7 +58,7 @@ import importlib
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from uuid import uuid4
 
@@ -151,7 +151,8 @@ class _Group:
     size: int
     claimed: int = 0
     growth: asyncio.Task[list[TreeRow]] | None = None
-    engines: list[VerlEngine] = field(default_factory=list)
+    engine: VerlEngine | None = None
+    """The group's engine, once its growth started (its ``generate_s`` is the rows' model time)."""
 
 
 class TreeGroups:
@@ -320,7 +321,7 @@ class TreeAgentLoop(_LoopBase):
         rows = await asyncio.shield(group.growth)
         fields = leaf_fields(rows[k], int(self.rollout_config.response_length))
         fields["prompt_ids"] = self._cap_text_prompt_length(fields["prompt_ids"])
-        generate_s = sum(e.generate_s for e in group.engines)
+        generate_s = group.engine.generate_s if group.engine is not None else 0.0
         wall = time.perf_counter() - start
         return _Output(**fields, metrics={"generate_sequences": generate_s, "tool_calls": max(0.0, wall - generate_s)})
 
@@ -335,10 +336,10 @@ class TreeAgentLoop(_LoopBase):
         name = str(getattr(self.rollout_config, "name", "") or "")
         engine = VerlEngine(self.server_manager, self.tokenizer, sampling_params,
                             chat_template_kwargs=self.apply_chat_template_kwargs, seed_key=SEED_KEYS.get(name))
-        group.engines.append(engine)
+        group.engine = engine
         model = TokenModel(engine, model="verl")
         seed = seed_of(row.get("uid"))
-        return await grow_group(RUNNER, task, prompt, self.plan, group.size // leaves, model, engine,
+        return await grow_group(RUNNER, task, prompt, self.plan, group.size // leaves, model,
                                 lambda _k: VerlTreeAgent("", prompt, model=model, request_kwargs={"seed": seed},
                                                          config=self.agent_config),
                                 processes=self.processes)  # fmt: skip

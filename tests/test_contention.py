@@ -131,20 +131,29 @@ async def test_a_failing_verifier_under_outside_contention_is_masked(tmp_path: P
     # the same tests in a task that does not declare itself load-sensitive: its 0 stands
     plain = make_task(tmp_path, "undeclared", test_sh=RUN, extra_tests={"t.py": RATIO_TEST},
                       dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
-    # three busy processes a CPU: with two, the verifier's outside share read 0.498 once (the
-    # threshold is 0.5) in a 0.68-s verifier
-    with busy(max(6, 3 * host_cpus())):
-        report = await run([task, plain], OraclePolicy(), tmp_path / "out", n=1, concurrency=1,
-                           retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
-    r = next(x for x in report.results if x.task == task.name)
-    u = next(x for x in report.results if x.task == plain.name)
-    # never masked: the reward it got stands (0 when its test was slow, 1 when it got its CPU)
-    assert u.verdict == "scored" and u.reward in (0.0, 1.0), (u.verdict, u.reward, u.fault, u.contention)
-    fig = r.contention["verifier"]
-    assert fig is not None and fig["outside_share"] >= CONTENTION_THRESHOLD, fig
-    assert (r.verdict, (r.fault or {}).get("cause"), r.reward, r.attempt) == (INFRA, "host_contention", None, 2)
-    assert r.fault is not None and r.fault["tests_reward"] == 0.0 and r.fault["contention"] == fig
-    assert report.summary()["masked_causes"] == {"host_contention": 1} and report.summary()["refilled"] == 1
+    # outside load rises per try (3, 5, then 8 busy processes a CPU): how much CPU a sandbox
+    # loses to k busy processes depends on the host's scheduler and cgroup layout (CI once read
+    # an outside share of 0.44 beside 6 on 2 CPUs, where 0.5 is the threshold); each try checks
+    # the rule both ways, and the test needs one try where the outside took the CPU
+    for i, per_cpu in enumerate((3, 5, 8)):
+        with busy(max(2 * per_cpu, per_cpu * host_cpus())):
+            report = await run([task, plain], OraclePolicy(), tmp_path / f"out{i}", n=1, concurrency=1,
+                               retry=RetryPolicy(max_attempts=2, backoff_s=0.01))
+        r = next(x for x in report.results if x.task == task.name)
+        u = next(x for x in report.results if x.task == plain.name)
+        # never masked: the reward it got stands (0 when its test was slow, 1 when it got its CPU)
+        assert u.verdict == "scored" and u.reward in (0.0, 1.0), (u.verdict, u.reward, u.fault, u.contention)
+        fig = r.contention["verifier"]
+        assert fig is not None
+        if r.verdict != INFRA:  # not masked: its tests passed, or the outside took less than the threshold
+            assert r.verdict == SCORED and (r.reward == 1.0 or fig["outside_share"] < CONTENTION_THRESHOLD), fig
+            continue
+        assert fig["outside_share"] >= CONTENTION_THRESHOLD, fig
+        assert ((r.fault or {}).get("cause"), r.reward, r.attempt) == ("host_contention", None, 2)
+        assert r.fault is not None and r.fault["tests_reward"] == 0.0 and r.fault["contention"] == fig
+        assert report.summary()["masked_causes"] == {"host_contention": 1} and report.summary()["refilled"] == 1
+        return
+    pytest.fail(f"beside {per_cpu} busy processes a CPU the verifier still got its CPU: {fig}")
 
 
 @pytest.mark.slow

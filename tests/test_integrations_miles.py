@@ -218,51 +218,154 @@ def test_settings_and_task_lookup_errors(tmp_path: Path) -> None:
 BRANCH = Path(__file__).resolve().parent.parent / "examples" / "branch"
 
 
+def _group(args: Any, task: Path, n: int, group_index: int = 7, **meta: Any) -> list[Any]:
+    """The ``n`` samples Miles makes of one prompt (consecutive indices, one group_index)."""
+    from test_integrations_slime import Sample
+
+    prompt = [{"role": "user", "content": (task / "instruction.md").read_text()}]
+    return [Sample(group_index=group_index, index=group_index * n + j, prompt=prompt,
+                   metadata={"sandfleet_task": str(task), **meta}) for j in range(n)]
+
+
+async def _generate(args: Any, samples: list[Any]) -> list[Any]:
+    """Miles' generate_and_rm_group: the group's samples concurrently, each call's output."""
+    outs = await asyncio.gather(*(miles.generate_tree(SimpleNamespace(args=args, sample=s,
+                                                                      sampling_params={"max_new_tokens": 64}))
+                                  for s in samples))
+    return [o.samples if isinstance(o.samples, list) else [o.samples] for o in outs]
+
+
 @needs_bwrap()
-async def test_generate_tree_gives_miles_a_sample_per_leaf_with_its_tree_advantage(
+async def test_generate_tree_gives_each_sample_of_a_group_a_leaf_per_turn_with_its_tree_advantage(
         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group of 4 samples is one 2:4 tree: grown once (turns 1-2 once, turn 3 per child), each
+    sample answers one leaf as two siblings of one rollout (Miles' rollout_id): the prefix's turns
+    at tree advantage 0 and the leaf's own turn at r - 0.5, each with only its turns in the
+    loss mask and everything before it as context."""
     from test_integrations_slime import CharChatML, Sample, router_args
 
     monkeypatch.setenv("SANDFLEET_BACKEND", "bwrap")
     script = json.loads((BRANCH / "script.json").read_text())
     task = BRANCH / "tasks" / "branch-demo"
-    prompt = [{"role": "user", "content": (task / "instruction.md").read_text()}]
     tok = CharChatML()
     with FakeModelServer(script) as server:
-        args = router_args(server, sandfleet_max_turns=3)
-        sample = Sample(group_index=7, index=0, prompt=prompt, metadata={"sandfleet_task": str(task)})
+        args = router_args(server, sandfleet_max_turns=3, n_samples_per_prompt=4)
         with pytest.raises(ConfigError, match="needs a branch"):
-            await miles.generate_tree(SimpleNamespace(args=args, sample=sample, sampling_params={}))
-        sample.metadata["sandfleet_branch"] = "2:4"
-        out = await miles.generate_tree(SimpleNamespace(args=args, sample=sample,
-                                                        sampling_params={"max_new_tokens": 64}))
+            await _generate(args, _group(args, task, 4)[:1])
+        samples = _group(args, task, 4, sandfleet_branch="2:4")
+        outs = await _generate(args, samples)
         bodies = server.requests
-    leaves = out.samples
-    assert len(leaves) == 4 and len(bodies) == 2 + 4  # turns 1-2 once, turn 3 per child
-    assert [s.metadata["sandfleet"]["tree"]["node_id"] for s in leaves] == ["0.0", "0.1", "0.2", "0.3"]
-    assert all(s.status is Sample.Status.COMPLETED and s.group_index == 7 for s in leaves)
-    rewards = [s.reward for s in leaves]
+    assert len(bodies) == 2 + 4 and len(miles.GROUPS) == 0  # one tree; the group forgotten once all took a leaf
+    assert [[p.metadata["sandfleet"]["tree"]["node_id"] for p in parts] for parts in outs] == \
+        [["0.0"] * 2, ["0.1"] * 2, ["0.2"] * 2, ["0.3"] * 2]  # fmt: skip
+    rewards = [parts[0].reward for parts in outs]
     assert sorted(rewards) == [0.0, 0.0, 1.0, 1.0]  # two children answer 42, two 41
-    for s in leaves:
-        assert s.metadata["sandfleet"]["tree_advantages"] == [0.0, 0.0, s.reward - 0.5]
-        assert s.metadata["sandfleet_tree_advantage"] == s.reward - 0.5
-        model = "".join(chr(t) for t, m in zip(s.tokens[-s.response_length:], s.loss_mask or [], strict=True) if m)
-        assert "prefix-one" in model and "echo child" in model and "exit code" not in model
-        assert s.response == tok.decode(s.tokens[-s.response_length:])
-    assert sample.tokens == []  # the sample Miles passed is copied, not changed
-    raw, processed = miles.post_process_rewards(SimpleNamespace(), leaves)
-    assert raw == rewards
-    std = (sum((r - 0.5) ** 2 for r in rewards) / 3) ** 0.5
-    assert processed == [pytest.approx((r - 0.5) / (std + 1e-6) + (r - 0.5)) for r in rewards]
+    for s, parts, r in zip(samples, outs, rewards, strict=True):
+        prefix, own = parts
+        assert all(p.status is Sample.Status.COMPLETED and p.group_index == 7 and p.reward == r for p in parts)
+        assert prefix.rollout_id == own.rollout_id == s.index  # siblings of one rollout
+        assert own.metadata["sandfleet"]["tree_advantages"] == [0.0, 0.0, r - 0.5]
+        assert (prefix.metadata["sandfleet_turns"], prefix.metadata["sandfleet_tree_advantage"]) == ([1, 2], 0.0)
+        assert (own.metadata["sandfleet_turns"], own.metadata["sandfleet_tree_advantage"]) == ([3, 3], r - 0.5)
+
+        def trained(p: Any) -> str:
+            return "".join(chr(t) for t, m in zip(p.tokens[-p.response_length:], p.loss_mask, strict=True) if m)
+
+        assert "prefix-one" in trained(prefix) and "echo child" not in trained(prefix)
+        assert "echo child" in trained(own) and "prefix-one" not in trained(own) and "exit code" not in trained(own)
+        assert own.tokens[:len(prefix.tokens)] == prefix.tokens  # the prefix run is the leaf's context
+        assert own.response == tok.decode(own.tokens[-own.response_length:])
+        assert s.tokens == []  # the sample Miles passed is copied, not changed
+    flat = [p for parts in outs for p in parts]
+    raw, processed = miles.post_process_rewards(SimpleNamespace(), flat)
+    assert raw == [p.reward for p in flat]
+    std = (sum((r - 0.5) ** 2 for r in rewards) / 3) ** 0.5  # over the 4 rollouts, not the 8 samples
+    assert processed == [pytest.approx((p.reward - 0.5) / (std + 1e-6) + p.metadata["sandfleet_tree_advantage"])
+                         for p in flat]  # fmt: skip
+
+
+@needs_bwrap()
+async def test_generate_tree_two_trees_a_group_leaf_mode_and_refusals(monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 samples of a 2:4 plan are two trees (seeds apart, each grown once); ``leaf`` mode gives
+    one sample a leaf with its own step's advantage; a group size that is not a multiple of the
+    plan's leaves, a missing group size or group, and a ninth sample are refused by name."""
+    from test_integrations_slime import router_args
+
+    monkeypatch.setenv("SANDFLEET_BACKEND", "bwrap")
+    script = json.loads((BRANCH / "script.json").read_text())
+    task = BRANCH / "tasks" / "branch-demo"
+    with FakeModelServer(script) as server:
+        args = router_args(server, sandfleet_max_turns=3, n_samples_per_prompt=8, sandfleet_tree_samples="leaf")
+        samples = _group(args, task, 8, group_index=3, sandfleet_branch="2:4")
+        outs = await _generate(args, samples)
+        seeds = [b.get("seed") for b in server.requests]
+        for bad, match in ((dict(n_samples_per_prompt=6), "not a multiple of the 4 leaves"),
+                           (dict(n_samples_per_prompt=None), "needs args.n_samples_per_prompt"),
+                           (dict(sandfleet_tree_samples="each"), "must be one of turns, leaf")):
+            with pytest.raises(ConfigError, match=match):
+                await _generate(SimpleNamespace(**{**vars(args), **bad}), samples[:1])
+        orphan = _group(args, task, 8, sandfleet_branch="2:4")[0]
+        orphan.group_index = None
+        with pytest.raises(ConfigError, match="group_index"):
+            await _generate(args, [orphan])
+    assert len(server.requests) == 2 * (2 + 4) and len(set(seeds)) == len(seeds) - 2  # children's seeds all distinct
+    assert all(len(parts) == 1 for parts in outs)
+    trees = [parts[0].metadata["sandfleet"]["tree"]["tree_id"] for parts in outs]
+    assert len(set(trees[:4])) == 1 and len(set(trees[4:])) == 1 and trees[0] != trees[4]
+    for parts in outs:
+        (leaf,) = parts
+        assert leaf.metadata["sandfleet_tree_advantage"] == leaf.reward - 0.5 and leaf.rollout_id == leaf.index
+    groups = miles.TreeGroups()
+    group, k = groups.claim(1, 2)
+    assert k == 0 and groups.claim(1, 2)[1] == 1
+    with pytest.raises(ConfigError, match="all have taken their leaf"):
+        groups.claim(1, 2)
+    with pytest.raises(ConfigError, match="opened with 2 samples"):
+        groups.claim(1, 4)
+
+
+@needs_bwrap()
+async def test_cancelling_a_group_mid_growth_cancels_its_trees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Miles aborts a group by cancelling its samples' calls: the growth they shared is cancelled
+    with them, the group is forgotten and no sandbox is left."""
+    from sandfleet.sandbox.state import list_sandboxes
+    from test_integrations_slime import router_args
+
+    def live_sandboxes() -> list[str]:  # this process's (a test module runs alone in its worker)
+        return [m["id"] for m in list_sandboxes() if m.get("owner_pid") == os.getpid()]
+
+    monkeypatch.setenv("SANDFLEET_BACKEND", "bwrap")
+    script = json.loads((BRANCH / "script.json").read_text())
+    script[0] = {"bash": "sleep 30"}  # the prefix's first command outlives the cancel
+    task = BRANCH / "tasks" / "branch-demo"
+    with FakeModelServer(script) as server:
+        args = router_args(server, sandfleet_max_turns=3, n_samples_per_prompt=4)
+        calls = asyncio.ensure_future(_generate(args, _group(args, task, 4, sandfleet_branch="2:4")))
+        for _ in range(300):
+            await asyncio.sleep(0.1)
+            if server.requests:
+                break
+        await asyncio.sleep(1.0)
+        assert server.requests and len(miles.GROUPS) == 1 and live_sandboxes()  # the tree's sandbox runs its sleep
+        calls.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await calls
+        for _ in range(100):
+            if not live_sandboxes():
+                break
+            await asyncio.sleep(0.1)
+    assert len(miles.GROUPS) == 0 and not live_sandboxes()
 
 
 def test_post_process_rewards_groups_and_masks() -> None:
     from test_integrations_slime import Sample
 
-    a = Sample(group_index=0, reward=1.0, status=Sample.Status.COMPLETED, metadata={"sandfleet_tree_advantage": 0.25})
-    b = Sample(group_index=0, reward=0.0, status=Sample.Status.COMPLETED)
-    c = Sample(group_index=0, reward=0.0, status=Sample.Status.ABORTED)  # masked: out of the group, 0
-    d = Sample(group_index=1, reward=0.5, status=Sample.Status.COMPLETED)
-    raw, out = miles.post_process_rewards(SimpleNamespace(grpo_std_normalization=False), [a, b, c, d])
-    assert raw == [1.0, 0.0, 0.0, 0.5]
-    assert out == [0.5 + 0.25, -0.5, 0.0, 0.0]
+    a = Sample(group_index=0, index=0, reward=1.0, status=Sample.Status.COMPLETED,
+               metadata={"sandfleet_tree_advantage": 0.25})
+    a2 = Sample(group_index=0, index=0, reward=1.0, status=Sample.Status.COMPLETED)  # a's sibling (same rollout)
+    b = Sample(group_index=0, index=1, reward=0.0, status=Sample.Status.COMPLETED)
+    c = Sample(group_index=0, index=2, reward=0.0, status=Sample.Status.ABORTED)  # masked: out of the group, 0
+    d = Sample(group_index=1, index=3, reward=0.5, status=Sample.Status.COMPLETED)
+    raw, out = miles.post_process_rewards(SimpleNamespace(grpo_std_normalization=False), [a, a2, b, c, d])
+    assert raw == [1.0, 1.0, 0.0, 0.0, 0.5]
+    assert out == [0.5 + 0.25, 0.5, -0.5, 0.0, 0.0]  # the mean over 2 rollouts (a, b), not 3 samples

@@ -47,6 +47,7 @@ class Sample:
 
     group_index: int | None = None
     index: int | None = None
+    rollout_id: int | None = None
     prompt: str | list[dict[str, str]] = ""
     tokens: list[int] = field(default_factory=list)
     response: str = ""

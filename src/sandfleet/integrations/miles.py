@@ -27,6 +27,8 @@ sample in the group's reward normalisation (at reward 0).
 
 from __future__ import annotations
 
+import asyncio
+import copy
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -153,11 +155,17 @@ def mask_infra_faults(args: Any, data: Any) -> None:
             item.remove_sample = True
 
 
-# -- trees (``--branch``, issue 44): a Miles generate function whose call is one branched
-#    rollout, and the reward post-process that adds each leaf's tree advantage
+# -- trees (``--branch``, issue 44): a Miles generate function whose group of samples is a set
+#    of trees (one leaf a sample), and the reward post-process that adds the tree advantages
 BRANCH_KEY = "sandfleet_branch"
 """The sample-metadata key (or ``args.sandfleet_branch``, or ``$SANDFLEET_BRANCH``) giving the
 tree's ``TURN:WIDTH[,...]``."""
+SAMPLES_KEY = "sandfleet_tree_samples"
+"""``args.sandfleet_tree_samples`` (or the sample's metadata): how a leaf reaches Miles.
+``turns`` (the default): a sample per run of turns that share a tree advantage, siblings of one
+rollout (one ``rollout_id``), so that each turn trains with its own advantage; ``leaf``: one
+sample, with its own step's advantage on all its tokens."""
+SAMPLE_MODES = ("turns", "leaf")
 
 
 class _TreeSession(SessionPolicy):
@@ -211,122 +219,264 @@ def branch_of(args: Any, metadata: dict[str, Any]) -> Any:
 class GenerateOutput:
     """Miles' ``GenerateFnOutput`` fields (used where Miles is not importable)."""
 
-    samples: list[Any]
+    samples: Any
+
+
+@dataclass
+class _Grown:
+    """A group's trees once grown: each leaf with the policy that played its tree."""
+
+    leaves: list[tuple[RolloutResult, _TreeSession]]
+    planned: int
+
+
+@dataclass
+class _Group:
+    size: int
+    growth: asyncio.Task[_Grown] | None = None
+    claimed: int = 0
+    waiting: int = 0
+
+
+class TreeGroups:
+    """The groups Miles is generating (``group_index`` -> its trees): Miles calls the generate
+    function once per sample, the ``n_samples_per_prompt`` samples of a group concurrently; the
+    first call of a group starts its trees, each call claims the next leaf (in the order the
+    calls come, which is Miles' order of the group's samples), and the group is forgotten when
+    every sample has taken its leaf. When every call waiting on a growth is cancelled (Miles'
+    abort), the growth is cancelled with them: its sandboxes close."""
+
+    def __init__(self) -> None:
+        self._groups: dict[Any, _Group] = {}
+
+    def claim(self, key: Any, size: int) -> tuple[_Group, int]:
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = _Group(size)
+        elif group.size != size:
+            raise ConfigError(f"group {key!r} was opened with {group.size} samples, this sample says {size}")
+        if group.claimed >= group.size:
+            raise ConfigError(f"group {key!r} has {group.size} samples (n_samples_per_prompt) and all have taken "
+                              "their leaf; each sample of a group must have its own index")  # fmt: skip
+        group.claimed += 1
+        return group, group.claimed - 1
+
+    async def wait(self, key: Any, group: _Group) -> _Grown:
+        assert group.growth is not None
+        group.waiting += 1
+        try:
+            return await asyncio.shield(group.growth)
+        finally:
+            group.waiting -= 1
+            if group.waiting == 0:
+                if not group.growth.done():  # every call waiting on it was cancelled
+                    group.growth.cancel()
+                    self._groups.pop(key, None)
+                elif group.claimed >= group.size:
+                    self._groups.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._groups)
+
+
+GROUPS = TreeGroups()
+"""This process's groups in generation (Miles' rollout manager: one process, one event loop)."""
+
+
+async def _grow(args: Any, sample: Any, metadata: dict[str, Any], plan: Any, trees: int,
+                sampling_params: dict[str, Any]) -> _Grown:
+    """``trees`` trees of the sample's task, concurrently, each against Miles' router with a
+    policy of its own (seeds: the group's index times ``trees`` plus the tree's number)."""
+    from sandfleet.integrations._common import run_tree_task
+    from sandfleet.integrations._tokens import leaf_order
+    from sandfleet.integrations.slime import request_kwargs, router_url
+    from sandfleet.rollout.tree import tree_advantages
+
+    task = resolve_task(str(metadata[TASK_KEY]))
+    config = AgentConfig(max_turns=int(getattr(args, "sandfleet_max_turns", None) or 30),
+                         tool_mode=getattr(args, "sandfleet_tool_mode", None) or "auto")
+    model = str(getattr(args, "sandfleet_model", None) or "default")
+    kwargs = request_kwargs(sampling_params)
+    policies = [_TreeSession(router_url(args), sample.prompt, model=model, request_kwargs=kwargs, config=config)
+                for _ in range(trees)]  # fmt: skip
+    base = int(getattr(sample, "group_index", None) or 0) * trees
+    settings = Settings.from_env()
+    grown = await asyncio.gather(*(run_tree_task(task, p, plan, settings, sample=base + t)
+                                   for t, p in enumerate(policies)))  # fmt: skip
+    tree_advantages([leaf for leaves in grown for leaf in leaves], plan)
+    pairs = [(leaf, p) for leaves, p in zip(grown, policies, strict=True) for leaf in sorted(leaves, key=leaf_order)]
+    return _Grown(pairs, planned=trees * plan.leaves)
+
+
+def turn_runs(per_turn: list[float | None] | None, turns: int) -> list[tuple[int, int, float]]:
+    """The leaf's turns as runs that share a tree advantage: ``(first, last, advantage)``, turns
+    counted from 1 (a turn whose advantage is unknown counts 0.0, as in TRL and verl)."""
+    values = [float(v) if v is not None else 0.0 for v in (per_turn or [])]
+    values = (values + [0.0] * turns)[:turns]
+    runs: list[tuple[int, int, float]] = []
+    for t, v in enumerate(values, start=1):
+        if runs and runs[-1][2] == v:
+            runs[-1] = (runs[-1][0], t, v)
+        else:
+            runs.append((t, t, v))
+    return runs
 
 
 async def generate_tree(input: Any) -> Any:
-    """``--custom-generate-function-path``: one branched rollout of the sample's task per call
-    (Miles' generate contract: ``input.args``, ``input.sample``, ``input.sampling_params``;
-    returns ``GenerateFnOutput(samples=[...])``, one sample per leaf, in node order).
+    """``--custom-generate-function-path``: the samples of a group (``n_samples_per_prompt`` of
+    them, one ``group_index``) are the leaves of ``n / leaves`` trees of the sample's task (Miles'
+    generate contract: ``input.args``, ``input.sample``, ``input.sampling_params``; returns
+    ``GenerateFnOutput(samples=...)``).
 
-    The agent plays against Miles' rollout router (``http://{sglang_router_ip}:
-    {sglang_router_port}/v1``; no session server: a tree's branches are not one session), the
-    sandbox and conversation split at the plan's turns, every leaf is verified. Each leaf is a
-    copy of the sample filled as slime's generate fills one (:func:`sandfleet.integrations.slime.generate`:
-    ``tokens``, ``response``, ``loss_mask``, ``rollout_log_probs``, ``reward``, ``status``) and
-    ``metadata["sandfleet"]`` with ``tree`` (lineage) and ``tree_advantages`` (per turn), and
-    ``metadata["sandfleet_tree_advantage"]``: its own node's step advantage (its value minus its
-    parent's), which :func:`post_process_rewards` adds to the group advantage. Options as slime's
-    generate (``args.sandfleet_max_turns``, ``sandfleet_tool_mode``, ``sandfleet_tokenizer``,
-    ``sandfleet_model``) and the plan (:func:`branch_of`)."""
-    import copy
+    The group's first call grows its trees against Miles' rollout router (``http://{sglang_router_ip}:
+    {sglang_router_port}/v1``; no session server: a tree's branches are not one session): the
+    sandbox and conversation split at the plan's turns, every leaf is verified. Each call then
+    answers one leaf, filled as slime's generate fills a sample (:func:`sandfleet.integrations.slime.generate`:
+    ``tokens``, ``response``, ``loss_mask``, ``rollout_log_probs``, ``reward``, ``status``), with
+    ``metadata["sandfleet"]`` (verdict, ``tree`` lineage, per-turn ``tree_advantages``):
 
-    from sandfleet.integrations._common import run_tree_task
-    from sandfleet.integrations._tokens import leaf_order
-    from sandfleet.integrations.slime import (
-        TokenizationError,
-        _masked,
-        request_kwargs,
-        router_url,
-        tokenizer_for,
-        trajectory,
-    )
-    from sandfleet.rollout.tree import tree_advantages
+    - ``turns`` (:data:`SAMPLES_KEY`, the default): a sample per run of turns that share a tree
+      advantage (the prefix's, each split's), siblings of one rollout in Miles' own sense: one
+      ``rollout_id`` (the sample's), one reward, the prefix up to the run as context and the
+      run's tokens alone in the ``loss_mask``; each sibling's ``metadata["sandfleet_tree_advantage"]``
+      is its run's advantage. Miles' loss takes one token-weighted mean per rollout over its
+      siblings, so each turn trains with the group advantage plus its own tree advantage, as in
+      TRL and verl.
+    - ``leaf``: one sample, its ``sandfleet_tree_advantage`` its own step's (the last split's).
+
+    :func:`post_process_rewards` adds ``sandfleet_tree_advantage`` to the group advantage. A leaf
+    the trees did not grow (a tree that stopped before a split) is an ``ABORTED`` filler. Options
+    as slime's generate (``args.sandfleet_max_turns``, ``sandfleet_tool_mode``,
+    ``sandfleet_tokenizer``, ``sandfleet_model``) and the plan (:func:`branch_of`)."""
+    from sandfleet.integrations.slime import _masked
 
     args, sample = input.args, input.sample
-    status = type(sample).Status
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
     if TASK_KEY not in metadata:
         raise KeyError(f"the sample's metadata has no {TASK_KEY!r} (a task folder or a name under $SANDFLEET_TASKS)")
     plan = branch_of(args, metadata)
-    task = resolve_task(str(metadata[TASK_KEY]))
-    config = AgentConfig(max_turns=int(getattr(args, "sandfleet_max_turns", None) or 30),
-                         tool_mode=getattr(args, "sandfleet_tool_mode", None) or "auto")
-    policy = _TreeSession(router_url(args), sample.prompt, model=str(getattr(args, "sandfleet_model", None) or
-                                                                     "default"),
-                          request_kwargs=request_kwargs(input.sampling_params or {}), config=config)  # fmt: skip
-    seed = int(getattr(sample, "index", None) or 0)
+    mode = str(metadata.get(SAMPLES_KEY) or getattr(args, SAMPLES_KEY, None) or "turns")
+    if mode not in SAMPLE_MODES:
+        raise ConfigError(f"{SAMPLES_KEY} must be one of {', '.join(SAMPLE_MODES)}, not {mode!r}")
+    n = getattr(args, "n_samples_per_prompt", None)
+    if not isinstance(n, int) or n < 1:
+        raise ConfigError("generate_tree needs args.n_samples_per_prompt (a group's samples are its trees' leaves)")
+    if n % plan.leaves:
+        raise ConfigError(f"n_samples_per_prompt {n} is not a multiple of the {plan.leaves} leaves of a "
+                          f"{','.join(f'{t}:{w}' for t, w in plan.levels)} tree")  # fmt: skip
+    key = getattr(sample, "group_index", None)
+    if key is None:
+        raise ConfigError("generate_tree needs the sample's group_index (Miles sets it: the samples of one prompt)")
+    group, k = GROUPS.claim(key, n)
+    if group.growth is None:
+        group.growth = asyncio.ensure_future(_grow(args, sample, metadata, plan, n // plan.leaves,
+                                                   dict(input.sampling_params or {})))
+    status = type(sample).Status
     try:
-        leaves = await run_tree_task(task, policy, plan, Settings.from_env(), sample=seed)
+        grown = await GROUPS.wait(key, group)
     except Aborted:
         out = copy.deepcopy(sample)
         out.metadata = {**metadata, "sandfleet": {"verdict": INFRA, "fault": {"cause": "cancelled",
                                                                                "reason": "aborted"}}}
         return _output([_masked(out, status)])
-    tree_advantages(leaves, plan)
-    tokenizer = await tokenizer_for(args)
-    samples = []
-    for leaf in sorted(leaves, key=leaf_order):
+    if k >= len(grown.leaves):
         out = copy.deepcopy(sample)
-        out.metadata = dict(metadata)
-        verdict = verdict_of(leaf)
-        own = [a for a in (leaf.tree_advantages or []) if a is not None]
-        metrics = agent_metrics(leaf)
-        info: dict[str, Any] = {"status": leaf.status, "verdict": verdict, "fault": leaf.fault, "reason": leaf.reason,
-                "error": leaf.error, "stop_reason": leaf.stop_reason, "reward_details": leaf.reward_details,
-                "agent_metrics": metrics, "rollout_id": leaf.rollout_id, "tree": leaf.tree,
-                "tree_advantages": leaf.tree_advantages}  # fmt: skip
-        out.metadata["sandfleet"] = info
-        out.metadata["sandfleet_tree_advantage"] = own[-1] if own and verdict != INFRA else 0.0
-        messages = policy.conversations.get(str(leaf.info.get("sandfleet_conversation")))
-        try:
-            traj = trajectory(tokenizer, messages or [], policy.turns_of(messages or []))
-        except TokenizationError as e:
-            info.update(verdict=INFRA, fault={"cause": "tokenization", "error": str(e)})
-            samples.append(_masked(out, status))
-            continue
-        out.tokens = traj.prompt_ids + traj.response_ids
-        out.response = tokenizer.decode(traj.response_ids)
-        out.response_length = len(traj.response_ids)
-        out.loss_mask = traj.loss_mask
-        out.rollout_log_probs = traj.log_probs
-        if hasattr(out, "non_generation_time"):
-            out.non_generation_time = metrics["total_tool_time"]
-        if verdict == INFRA or messages is None:
-            samples.append(_masked(out, status))
-            continue
-        out.reward = float(leaf.reward or 0.0)
-        out.status = status.TRUNCATED if leaf.stop_reason == "max_tokens" else status.COMPLETED
-        samples.append(out)
-    return _output(samples)
+        out.metadata = {**metadata, "sandfleet": {"filler": True, "reason": f"the trees grew {len(grown.leaves)} "
+                                                  f"leaves of the {grown.planned} planned"}}  # fmt: skip
+        return _output([_masked(out, status)])
+    leaf, policy = grown.leaves[k]
+    return _output(await _leaf_samples(args, sample, metadata, leaf, policy, mode))
+
+
+async def _leaf_samples(args: Any, sample: Any, metadata: dict[str, Any], leaf: RolloutResult,
+                        policy: _TreeSession, mode: str) -> list[Any]:
+    from sandfleet.integrations.slime import TokenizationError, _masked, tokenizer_for, trajectory
+
+    status = type(sample).Status
+    out = copy.deepcopy(sample)
+    out.metadata = dict(metadata)
+    verdict = verdict_of(leaf)
+    per_turn = leaf.tree_advantages
+    metrics = agent_metrics(leaf)
+    info: dict[str, Any] = {"status": leaf.status, "verdict": verdict, "fault": leaf.fault, "reason": leaf.reason,
+                            "error": leaf.error, "stop_reason": leaf.stop_reason, "reward_details": leaf.reward_details,
+                            "agent_metrics": metrics, "rollout_id": leaf.rollout_id, "tree": leaf.tree,
+                            "tree_advantages": per_turn}  # fmt: skip
+    out.metadata["sandfleet"] = info
+    own = [a for a in (per_turn or []) if a is not None]
+    out.metadata["sandfleet_tree_advantage"] = own[-1] if own and verdict != INFRA else 0.0
+    if getattr(out, "rollout_id", None) is None:
+        out.rollout_id = getattr(sample, "index", None)  # Miles' key of a rollout's siblings
+    messages = policy.conversations.get(str(leaf.info.get("sandfleet_conversation")))
+    tokenizer = await tokenizer_for(args)
+    try:
+        traj = trajectory(tokenizer, messages or [], policy.turns_of(messages or []))
+    except TokenizationError as e:
+        info.update(verdict=INFRA, fault={"cause": "tokenization", "error": str(e)})
+        return [_masked(out, status)]
+    out.tokens = traj.prompt_ids + traj.response_ids
+    out.response = tokenizer.decode(traj.response_ids)
+    out.response_length = len(traj.response_ids)
+    out.loss_mask = traj.loss_mask
+    out.rollout_log_probs = traj.log_probs
+    if hasattr(out, "non_generation_time"):
+        out.non_generation_time = metrics["total_tool_time"]
+    if verdict == INFRA or messages is None:
+        return [_masked(out, status)]
+    out.reward = float(leaf.reward or 0.0)
+    truncated = leaf.stop_reason == "max_tokens"
+    out.status = status.TRUNCATED if truncated else status.COMPLETED
+    runs = turn_runs(per_turn, len(traj.turn_ends))
+    if mode == "leaf" or len(runs) < 2:
+        return [out]
+    samples = []
+    for first, last, value in runs:
+        begin, end = (traj.turn_ends[first - 2] if first > 1 else 0), traj.turn_ends[last - 1]
+        part = copy.deepcopy(out)
+        part.tokens = traj.prompt_ids + traj.response_ids[:end]
+        part.response = tokenizer.decode(traj.response_ids[:end])
+        part.response_length = end
+        part.loss_mask = [m if begin <= i else 0 for i, m in enumerate(traj.loss_mask[:end])]
+        part.rollout_log_probs = traj.log_probs[:end] if traj.log_probs is not None else None
+        part.status = status.TRUNCATED if truncated and last == runs[-1][1] else status.COMPLETED
+        part.metadata["sandfleet_tree_advantage"] = value
+        part.metadata["sandfleet_turns"] = [first, last]
+        samples.append(part)
+    return samples
 
 
 def _output(samples: list[Any]) -> Any:
+    body: Any = samples[0] if len(samples) == 1 else samples
     try:
         from miles.rollout.base_types import GenerateFnOutput  # Miles' own type, where installed
     except ImportError:
-        return GenerateOutput(samples)
-    return GenerateFnOutput(samples=samples)
+        return GenerateOutput(body)
+    return GenerateFnOutput(samples=body)
 
 
 def post_process_rewards(args: Any, samples: list[Any], **kwargs: Any) -> tuple[list[float], list[float]]:
     """``--custom-reward-post-process-path``: ``(raw_rewards, rewards)``, the rewards Miles takes
     its advantages from: per group (``group_index``), GRPO's ``(r - mean) / (std + 1e-6)`` (``r -
-    mean`` when ``args.grpo_std_normalization`` is false) over the group's samples that are not
-    ``ABORTED``, plus each sample's ``sandfleet_tree_advantage`` (:func:`generate_tree`; 0 for a
-    straight rollout). An aborted (masked) sample gets 0."""
+    mean`` when ``args.grpo_std_normalization`` is false) over the group's rollouts that are not
+    ``ABORTED`` (a rollout counted once however many siblings it has: Miles' ``rollout_id``, else
+    its ``index``), plus each sample's ``sandfleet_tree_advantage`` (:func:`generate_tree`; 0 for
+    a straight rollout). An aborted (masked) sample gets 0."""
     raw = [float(s.reward) if isinstance(getattr(s, "reward", None), (int, float)) else 0.0 for s in samples]
     scale = getattr(args, "grpo_std_normalization", True) is not False
-    groups: dict[Any, list[int]] = {}
+    groups: dict[Any, dict[Any, list[int]]] = {}
     for i, s in enumerate(samples):
         if getattr(getattr(s, "status", None), "name", "") != "ABORTED":
-            groups.setdefault(getattr(s, "group_index", None), []).append(i)
+            rid = getattr(s, "rollout_id", None)
+            rid = rid if rid is not None else getattr(s, "index", None)
+            rollouts = groups.setdefault(getattr(s, "group_index", None), {})
+            rollouts.setdefault(rid if rid is not None else ("row", i), []).append(i)
     out = [0.0] * len(samples)
-    for members in groups.values():
-        values = [raw[i] for i in members]
+    for rollouts in groups.values():
+        values = [raw[members[0]] for members in rollouts.values()]
         mean = sum(values) / len(values)
         std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
-        for i in members:
-            tree = float((getattr(samples[i], "metadata", None) or {}).get("sandfleet_tree_advantage") or 0.0)
-            out[i] = ((raw[i] - mean) / (std + 1e-6) if scale else raw[i] - mean) + tree
+        for members in rollouts.values():
+            for i in members:
+                tree = float((getattr(samples[i], "metadata", None) or {}).get("sandfleet_tree_advantage") or 0.0)
+                out[i] = ((raw[i] - mean) / (std + 1e-6) if scale else raw[i] - mean) + tree
     return raw, out

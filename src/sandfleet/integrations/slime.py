@@ -152,6 +152,8 @@ class Trajectory:
     """1 for the model's tokens, 0 for command output and template glue."""
     log_probs: list[float] | None = None
     """Per response token (0.0 where the mask is 0); None unless every reply had logprobs."""
+    turn_ends: list[int] = field(default_factory=list)
+    """Per turn, the response's length after it (its glue, its reply and the reply's tail)."""
 
 
 def _render(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
@@ -222,6 +224,7 @@ def trajectory(tokenizer: Any, messages: list[dict[str, Any]], turns: list[Turn]
             gen, tail = rendered[:k], rendered[k:]
         out.response_ids += glue + gen + tail
         out.loss_mask += [0] * len(glue) + [1] * len(gen) + [0] * len(tail)
+        out.turn_ends.append(len(out.response_ids))
         if log_probs is not None and lps is not None and len(lps) == len(gen):
             log_probs += [0.0] * len(glue) + lps + [0.0] * len(tail)
         else:

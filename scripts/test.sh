@@ -69,7 +69,7 @@ run_pass() {
     (ok5 pytest -q -p no:cacheprovider --durations=5 -m "($marks) and waits and not serial" "$@" >"$lane" 2>&1) &
     lane_pid=$!
     echo "== pytest ($name, $n workers; its waits lane beside them)"
-    ok5 pytest -q --durations=30 -n "$n" --dist loadfile -m "($marks) and not serial and not waits" "$@" || rc=$?
+    ok5 pytest -q --durations=30 -n "$n" --dist loadfile --no-loadscope-reorder -m "($marks) and not serial and not waits" "$@" || rc=$?
     wait "$lane_pid" || lane_rc=$?
     echo "== pytest ($name, waits lane)"; cat "$lane"; rm -f "$lane"
     [ "$rc" = 0 ] || return "$rc"

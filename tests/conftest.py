@@ -5,11 +5,13 @@ from __future__ import annotations
 import ast
 import importlib.util
 import inspect
+import json
 import os
 import re
 import shutil
 import sys
 import textwrap
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -363,6 +365,21 @@ def pytest_configure(config: pytest.Config) -> None:
                                        "SERIAL_MODULES: assertions about time, load or the host's limits)")
 
 
+MODULE_SECONDS = TESTS / "module_seconds.json"
+"""Seconds each test module took in the whole suite on a 2-core host (scripts/test-timeline.py
+writes it from a run's timeline): on pytest-xdist workers the modules go longest first, so that
+no long module starts last while the other worker has nothing left (xdist's own order is by
+number of tests, which put a 1-test module of 86 s at the end of the slow pass)."""
+
+
+def _module_weights() -> dict[str, float]:
+    try:
+        data = json.loads(MODULE_SECONDS.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): float(v) for k, v in data.get("modules", {}).items()}
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         try:
@@ -373,6 +390,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.sandbox)
         if Path(str(item.fspath)).stem in SERIAL_MODULES:
             item.add_marker(pytest.mark.serial)
+    if hasattr(config, "workerinput"):  # an xdist worker: the controller schedules in this order
+        weights = _module_weights()
+        first: dict[str, int] = {}
+        for i, item in enumerate(items):
+            first.setdefault(item.nodeid.split("::", 1)[0], i)
+        # longest module first (a module not in the table: 1 s a test); a module's tests keep their order
+        count: dict[str, int] = {}
+        for item in items:
+            mod = item.nodeid.split("::", 1)[0]
+            count[mod] = count.get(mod, 0) + 1
+        items.sort(key=lambda it: (-weights.get(m := it.nodeid.split("::", 1)[0], float(count[m])), first[m]))
+
+
+TIMELINE = os.environ.get("SANDFLEET_TEST_TIMELINE")
+"""A folder: each pytest process appends each test's start and end there (scripts/test-timeline.py
+reads them: how busy each worker was, the tail, the modules' seconds)."""
+
+if TIMELINE:
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+        start = time.time()  # where the test runs (a worker, not xdist's controller)
+        yield
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        line = json.dumps({"nodeid": item.nodeid, "worker": worker, "pid": os.getpid(), "start": start,
+                           "end": time.time()})
+        with open(Path(TIMELINE) / f"{worker}-{os.getpid()}.jsonl", "a") as f:
+            f.write(line + "\n")
 
 
 def _load_quickguard() -> object:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -322,6 +323,11 @@ async def test_generate_tree_two_trees_a_group_leaf_mode_and_refusals(monkeypatc
         groups.claim(1, 2)
     with pytest.raises(ConfigError, match="opened with 2 samples"):
         groups.claim(1, 4)
+    # a grown group whose other samples never come is forgotten after STALE_GROUP_S
+    stale, _ = groups.claim(2, 4)
+    stale.done_at = time.monotonic() - miles.STALE_GROUP_S - 1
+    groups.claim(3, 4)
+    assert len(groups) == 2  # group 1 (claimed whole, still open here) and 3; 2 is gone
 
 
 @needs_bwrap()

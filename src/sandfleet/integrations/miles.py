@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -236,6 +237,13 @@ class _Group:
     growth: asyncio.Task[_Grown] | None = None
     claimed: int = 0
     waiting: int = 0
+    done_at: float | None = None
+    """When its last waiting call ended (the group kept for samples still to come)."""
+
+
+STALE_GROUP_S = 600.0
+"""A grown group whose other samples have not come for this long is forgotten (Miles retried or
+dropped them): its leaves are not held for ever."""
 
 
 class TreeGroups:
@@ -250,6 +258,9 @@ class TreeGroups:
         self._groups: dict[Any, _Group] = {}
 
     def claim(self, key: Any, size: int) -> tuple[_Group, int]:
+        now = time.monotonic()
+        for k in [k for k, g in self._groups.items() if g.done_at is not None and now - g.done_at > STALE_GROUP_S]:
+            del self._groups[k]
         group = self._groups.get(key)
         if group is None:
             group = self._groups[key] = _Group(size)
@@ -274,6 +285,8 @@ class TreeGroups:
                     self._groups.pop(key, None)
                 elif group.claimed >= group.size:
                     self._groups.pop(key, None)
+                else:
+                    group.done_at = time.monotonic()
 
     def __len__(self) -> int:
         return len(self._groups)

@@ -40,18 +40,20 @@ if [ "$quick" = 1 ]; then
   exit 0
 fi
 echo "== lint-imports"; lint-imports --no-cache
-# The fast pass on pytest-xdist workers (3; the slow pass 2), a test module to each (--dist loadfile: a module's own
-# fixtures and order kept), then the modules marked `serial` (tests/conftest.py: about time, load or
-# host limits) alone. SANDFLEET_TEST_WORKERS=1 runs it all serially. Measured on this 2-core host
-# beside others' runs (2026-12-04, issue 43), 8 sandbox and service modules (154 tests) side by side:
-# serially 431 and 637 s, on 2 workers 281 and 319 s (loads 13-16); the whole fast pass this way:
-# 579 s on 2 workers + 124 s alone = 703 s (load 11 falling to 3), against 876 s serially on 2026-12-03.
-# 2 workers. On 2 the fast pass kept the 2 cores about 60 % busy (its tests wait on servers and
-# sandboxes starting; sampled every 10 s, 2026-12-05) and the slow pass had minutes at 20-65 %;
-# 3 took the fast pass from 272-284 s to 229-242 s, and two of its tests failed on the load
-# (output chunks, a killed process not yet gone: both made robust since). Not worth CI's green.
+# The fast pass on 3 pytest-xdist workers, the slow pass on 2, a test module to each (--dist loadfile: a
+# module's own fixtures and order kept; the modules longest first, tests/module_seconds.json), then the
+# modules marked `serial` (tests/conftest.py: about time, load or host limits) alone.
+# SANDFLEET_TEST_WORKERS=N runs both on N (1: all serially). Measured on this 2-core host (issue 43):
+# - 2026-12-04, beside others' runs: 8 sandbox and service modules (154 tests) serially 431 and 637 s, on
+#   2 workers 281 and 319 s; the whole fast pass 579 s on 2 workers + 124 s alone, 876 s serially.
+# - 2026-12-05, alone (SANDFLEET_TEST_TIMELINE, scripts/test-timeline.py): on 2 workers each worker ran a
+#   test all the time and both ended within 1 s (fast) and 24 s (slow) of each other, but the fast pass's
+#   tests wait on servers and sandboxes starting (the cores about 60 % busy): on 3 workers it took 227 and
+#   230 s, green both times, against 320 s on 2 (two tests that failed on 3 workers on 2026-12-04 were
+#   made robust since). The slow pass is CPU-bound (microVMs under TCG, the bundled tasks' validation): on
+#   3 it took 647 s against 689 s on 2, its longest tests twice as long (304 s against 140 s), so 2.
 workers="${SANDFLEET_TEST_WORKERS:-2}"
-fast_workers="${SANDFLEET_TEST_WORKERS:-2}"
+fast_workers="${SANDFLEET_TEST_WORKERS:-3}"
 fast="not slow and not chaos and not model and not rl"
 slow="(slow or chaos) and not model and not rl"
 ok5() { "$@" || { rc=$?; [ "$rc" = 5 ] || return "$rc"; }; }  # 5: no test selected (a path given)

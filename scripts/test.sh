@@ -41,7 +41,7 @@ if [ "$quick" = 1 ]; then
 fi
 echo "== lint-imports"; lint-imports --no-cache
 # The fast pass on 3 pytest-xdist workers, the slow pass on 2, a test module to each (--dist loadfile: a
-# module's own fixtures and order kept; the modules longest first, tests/module_seconds.json), then the
+# module's own fixtures and order kept; the fast pass's modules longest first, tests/module_seconds.json), then the
 # modules marked `serial` (tests/conftest.py: about time, load or host limits) alone.
 # SANDFLEET_TEST_WORKERS=N runs both on N (1: all serially). Measured on this 2-core host (issue 43):
 # - 2026-12-04, beside others' runs: 8 sandbox and service modules (154 tests) serially 431 and 637 s, on
@@ -59,10 +59,10 @@ slow="(slow or chaos) and not model and not rl"
 ok5() { "$@" || { rc=$?; [ "$rc" = 5 ] || return "$rc"; }; }  # 5: no test selected (a path given)
 parallel=0
 if [ "$workers" != 1 ] && python -c "import xdist" 2>/dev/null; then parallel=1; fi
-# run_pass NAME MARKS WORKERS [PYTEST ARGS]: on the workers, a module to each, then its `serial` modules alone
+# run_pass NAME MARKS WORKERS ORDER [PYTEST ARGS]: on the workers, a module to each, then its `serial` modules alone
 run_pass() {
-  local name=$1 marks=$2 n=$3
-  shift 3
+  local name=$1 marks=$2 n=$3 order=$4
+  shift 4
   if [ "$parallel" = 1 ]; then
     # its `waits` tests (a TTL, a deadline, another command's 40 s: little CPU) in a lane of their own
     # beside the workers, where they held a worker for 100 s while the other had the 2 cores to itself
@@ -71,7 +71,11 @@ run_pass() {
     (ok5 pytest -q -p no:cacheprovider --durations=5 -m "($marks) and waits and not serial" "$@" >"$lane" 2>&1) &
     lane_pid=$!
     echo "== pytest ($name, $n workers; its waits lane beside them)"
-    ok5 pytest -q --durations=30 -n "$n" --dist loadfile --no-loadscope-reorder -m "($marks) and not serial and not waits" "$@" || rc=$?
+    # order: "longest" (the modules longest first, tests/module_seconds.json) or xdist's own (most tests first)
+    local reorder=()
+    [ "$order" = longest ] && reorder=(--no-loadscope-reorder)
+    SANDFLEET_TEST_ORDER=$order ok5 pytest -q --durations=30 -n "$n" --dist loadfile "${reorder[@]}" \
+      -m "($marks) and not serial and not waits" "$@" || rc=$?
     wait "$lane_pid" || lane_rc=$?
     echo "== pytest ($name, waits lane)"; cat "$lane"; rm -f "$lane"
     [ "$rc" = 0 ] || return "$rc"
@@ -81,7 +85,9 @@ run_pass() {
     echo "== pytest ($name)"; pytest -q --durations=30 -m "$marks" "$@"
   fi
 }
-run_pass fast "$fast" "$fast_workers" "$@"
+run_pass fast "$fast" "$fast_workers" longest "$@"
 # The slow pass the same way: most of its time is waiting (TTLs, kill points, a rate held, a
 # service's deadline), which two workers overlap; the `serial` modules' slow tests after, alone.
-run_pass slow "$slow" "$workers" "$@"
+# xdist's own order here: taken longest first, the two longest modules (the microVM attacks and the
+# bundled tasks' validation, both CPU-bound) ran side by side and the pass took 777 s against 689 s
+run_pass slow "$slow" "$workers" xdist "$@"

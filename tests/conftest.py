@@ -12,6 +12,7 @@ import shutil
 import sys
 import textwrap
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -395,14 +396,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if hasattr(config, "workerinput") and os.environ.get("SANDFLEET_TEST_ORDER") == "longest":
         # an xdist worker (the controller schedules in this order, with --no-loadscope-reorder)
         weights = _module_weights()
-        first: dict[str, int] = {}
+        first: dict[str, int] = {}  # each module's first position and its number of tests
+        count: Counter[str] = Counter()
         for i, item in enumerate(items):
-            first.setdefault(item.nodeid.split("::", 1)[0], i)
+            first.setdefault(mod := item.nodeid.split("::", 1)[0], i)
+            count[mod] += 1
         # longest module first (a module not in the table: 1 s a test); a module's tests keep their order
-        count: dict[str, int] = {}
-        for item in items:
-            mod = item.nodeid.split("::", 1)[0]
-            count[mod] = count.get(mod, 0) + 1
         items.sort(key=lambda it: (-weights.get(m := it.nodeid.split("::", 1)[0], float(count[m])), first[m]))
 
 

@@ -361,8 +361,6 @@ async def generate_tree(input: Any) -> Any:
     the trees did not grow (a tree that stopped before a split) is an ``ABORTED`` filler. Options
     as slime's generate (``args.sandfleet_max_turns``, ``sandfleet_tool_mode``,
     ``sandfleet_tokenizer``, ``sandfleet_model``) and the plan (:func:`branch_of`)."""
-    from sandfleet.integrations.slime import _masked
-
     args, sample = input.args, input.sample
     metadata = sample.metadata if isinstance(sample.metadata, dict) else {}
     if TASK_KEY not in metadata:
@@ -384,21 +382,25 @@ async def generate_tree(input: Any) -> Any:
     if group.growth is None:
         group.growth = asyncio.ensure_future(_grow(args, sample, metadata, plan, n // plan.leaves,
                                                    dict(input.sampling_params or {})))
-    status = type(sample).Status
     try:
         grown = await GROUPS.wait(key, group)
     except Aborted:
-        out = copy.deepcopy(sample)
-        out.metadata = {**metadata, "sandfleet": {"verdict": INFRA, "fault": {"cause": "cancelled",
-                                                                               "reason": "aborted"}}}
-        return _output([_masked(out, status)])
+        return _masked_copy(sample, metadata, {"verdict": INFRA, "fault": {"cause": "cancelled", "reason": "aborted"}})
     if k >= len(grown.leaves):
-        out = copy.deepcopy(sample)
-        out.metadata = {**metadata, "sandfleet": {"filler": True, "reason": f"the trees grew {len(grown.leaves)} "
-                                                  f"leaves of the {grown.planned} planned"}}  # fmt: skip
-        return _output([_masked(out, status)])
+        return _masked_copy(sample, metadata, {"filler": True, "reason": f"the trees grew {len(grown.leaves)} "
+                                               f"leaves of the {grown.planned} planned"})  # fmt: skip
     leaf, policy = grown.leaves[k]
     return _output(await _leaf_samples(args, sample, metadata, leaf, policy, mode))
+
+
+def _masked_copy(sample: Any, metadata: dict[str, Any], info: dict[str, Any]) -> Any:
+    """Miles' output for a call with no leaf to train: a copy of the sample, ``ABORTED``, with
+    ``info`` as its ``metadata["sandfleet"]``."""
+    from sandfleet.integrations.slime import _masked
+
+    out = copy.deepcopy(sample)
+    out.metadata = {**metadata, "sandfleet": info}
+    return _output([_masked(out, type(sample).Status)])
 
 
 async def _leaf_samples(args: Any, sample: Any, metadata: dict[str, Any], leaf: RolloutResult,

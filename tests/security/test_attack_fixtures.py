@@ -79,7 +79,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # round XV: the stop's end (a microVM's stop passes over the kernel's threads and ends when
              # nothing is left): a daemon dressed as a kernel thread, a helper the kernel starts for each
              # core dump (where core_pattern is the agent's: a microVM), a fork chain racing the scan
-             "xv": ["kthread-disguise", "core-pattern-helper", "fork-chain", "fork-chain-root"]}
+             "xv": ["kthread-disguise", "core-pattern-helper", "fork-chain", "fork-chain-root"],
+             # round XVI: what the agent leaves for the verifier's own tools: a conftest planted in the tests'
+             # folder by a root agent before the upload, a .pth in the agent's user site, the reward folder under
+             # a read-only mount (inode-flood, a verifier_setup_failed 0, is in the fixtures and the table only)
+             "xvi": ["tests-preplant-root", "user-site-pth", "reward-folder-ro-mount"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

@@ -35,11 +35,17 @@ MESS = [
     " /var/tmp/v /dev/shm/s/x",
     # the reward folder: a planted reward, a folder and a link in it
     "mkdir -p /logs/verifier/sub && echo 1 > /logs/verifier/reward.txt && ln -s /etc /logs/verifier/link",
+    # links into the tests' and the reward folders (removed: round XVII's answer-key-link), directly, relative,
+    # through a link in /tmp and through /proc; links elsewhere (kept)
+    "ln -s /tests/expected.txt /app/out-link && ln -s ../logs/verifier/reward.txt /app/r-link && ln -s /tests/x"
+    " /tmp/key && ln -s /tmp/key /app/chain && mkdir -p /home/agent/d && ln -s /proc/self/root/tests /home/agent/d/t"
+    " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link",
 ]
 
 DUMP = r"""#!/bin/bash
 echo "HOME=$HOME uid=$(id -u)"
-for d in /logs /tests /app /tmp /var/tmp /dev/shm; do find "$d" -printf '%p %U %G %m %y\n' 2>/dev/null; done |
+for d in /logs /tests /app /tmp /var/tmp /dev/shm /home/agent; do find "$d" -printf '%p %U %G %m %y\n' 2>/dev/null
+done |
   LC_ALL=C sort
 echo "--- git config"; cat /app/.git/config
 echo "--- hooks"; ls -A /app/.git/hooks
@@ -97,6 +103,11 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
         assert "/tmp/d1/d2/d3/four 1001 1000 644 f" in lines, out_a  # handed to the tests' user
         assert "/tmp/d1/d2/d3/d4/five 1000 1000 644 f" in lines  # five levels down: left
     assert not any(line.startswith("/logs/verifier/sub") or line.startswith("/logs/verifier/link") for line in lines)
+    names = {line.split(" ")[0] for line in lines}
+    assert not {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t"} & names, out_a
+    assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d"} <= names, out_a
+    for removed in ("/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t"):
+        assert f"removed before the tests: {removed}" in risks, (removed, risks)
 
 
 async def test_what_the_agents_prepare_gives_up_on_the_script_does_from_the_start(

@@ -481,6 +481,33 @@ def test_validate_reports_a_workdir_venv_on_the_images_path(tmp_path: Path) -> N
     assert workdir_path_risk(kept) == ["/app/bin (kept by [verifier.env] PATH, flagged in verifier_risks)"]
 
 
+def test_the_images_variables_that_load_code_name_nothing_the_agent_could_write(tmp_path: Path) -> None:
+    """Round XVII: the image's LD_LIBRARY_PATH naming the workdir, BASH_ENV a file in the agent's
+    home, options naming a file in /tmp: left out of the tests' environment (what else they name
+    kept), reported by `tasks validate`; a variable the task's [verifier.env] sets is kept, flagged."""
+    from sandfleet.tasks.scan import implicit_env, workdir_path_risk
+
+    env = {"LD_LIBRARY_PATH": "/usr/local/lib:/app/lib:", "BASH_ENV": "/home/agent/.bashrc",
+           "JAVA_TOOL_OPTIONS": "-Xmx1g -javaagent:/tmp/a.jar", "NODE_OPTIONS": "--max-old-space-size=4096",
+           "LD_PRELOAD": "libjemalloc.so.2 /dev/shm/x.so", "PYTHONHOME": "/usr", "PERL5LIB": "lib",
+           "XDG_CONFIG_HOME": "/etc/xdg", "DATA_DIR": "/app/data"}
+    assert implicit_env(env, "/app", "/home/agent") == {
+        "LD_LIBRARY_PATH": ("/usr/local/lib", ["/app/lib", "(empty: the cwd)"]),
+        "LD_PRELOAD": ("libjemalloc.so.2", ["/dev/shm/x.so"]),
+        "BASH_ENV": ("", ["/home/agent/.bashrc"]),
+        "PERL5LIB": ("", ["lib"]),
+        "JAVA_TOOL_OPTIONS": ("", ["/tmp/a.jar"]),
+    }
+    task = harbor_task(tmp_path, "ld-path", "true\n", toml='[environment.env]\nLD_LIBRARY_PATH = "/app/lib"\n'
+                       'BASH_ENV = "/home/agent/.bashrc"\n')
+    assert workdir_path_risk(task) == ["LD_LIBRARY_PATH: /app/lib (left out of the tests' environment)",
+                                       "BASH_ENV: /home/agent/.bashrc (left out of the tests' environment)"]
+    kept = harbor_task(tmp_path, "kept-ld", "true\n", toml='[verifier.env]\nLD_LIBRARY_PATH = "/app/lib"\n'
+                       '[environment.env]\nLD_LIBRARY_PATH = "/app/lib"\n')
+    assert workdir_path_risk(kept) == [
+        "LD_LIBRARY_PATH: /app/lib (kept by [verifier.env] LD_LIBRARY_PATH, flagged in verifier_risks)"]
+
+
 # -- through --remote: the verifier runs here, its sandbox on `sandfleet serve`
 
 async def test_the_seal_and_provenance_hold_through_the_service(tmp_path: Path) -> None:

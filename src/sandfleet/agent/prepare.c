@@ -259,17 +259,94 @@ static void prep_sanitize_git(const char *real) {
     buf_free(&out);
 }
 
+/* ---- links the agent left that lead into a test or reward folder (round XVII's answer-key-link: the
+ * agent's output a link to the tests' expected answer, a file that does not exist while it runs): each
+ * is removed before the tests, so that they never read or write through it. Where a link leads is
+ * `realpath -m`'s answer: every link on the way followed (40 at most), what does not exist kept as named. */
+struct prep_links {
+    const char **protect;
+    int n, count;
+    buf_t notes;
+};
+
+static int prep_resolve(const char *start, char *res, size_t rn) {
+    char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], target[PATH_MAX];
+    if (snprintf(todo, sizeof todo, "%s", start) >= (int)sizeof todo || rn < 2) return -1;
+    res[0] = 0; /* "" is the root */
+    int hops = 0;
+    char *p = todo;
+    while (*p) {
+        while (*p == '/') p++;
+        if (!*p) break;
+        char *e = strchr(p, '/');
+        size_t cl = e ? (size_t)(e - p) : strlen(p);
+        if (cl == 1 && p[0] == '.') { p += cl; continue; }
+        if (cl == 2 && p[0] == '.' && p[1] == '.') {
+            char *s = strrchr(res, '/');
+            if (s) *s = 0;
+            p += cl;
+            continue;
+        }
+        size_t rl = strlen(res);
+        if (rl + 1 + cl >= rn) return -1;
+        res[rl] = '/';
+        memcpy(res + rl + 1, p, cl);
+        res[rl + 1 + cl] = 0;
+        p += cl;
+        struct stat st;
+        if (lstat(res, &st) == 0 && S_ISLNK(st.st_mode)) {
+            if (++hops > 40) return -1;
+            ssize_t k = readlink(res, target, sizeof target - 1);
+            if (k < 0) return -1;
+            target[k] = 0;
+            res[target[0] == '/' ? 0 : rl] = 0;
+            if (snprintf(tmp, sizeof tmp, "%s/%s", target, p) >= (int)sizeof tmp) return -1;
+            memcpy(todo, tmp, strlen(tmp) + 1);
+            p = todo;
+        }
+    }
+    if (!res[0]) { res[0] = '/'; res[1] = 0; }
+    return 0;
+}
+
+static int prep_under(const char *path, const char *dir) {
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/') n--;
+    if (n == 1 && dir[0] == '/') return 1;
+    return !strncmp(path, dir, n) && (path[n] == 0 || path[n] == '/');
+}
+
+/* the link at PATH, if it leads into a protected folder: removed, noted ("link: PATH", 20 at most) */
+static int prep_link_check(struct prep_links *l, const char *path) {
+    char res[PATH_MAX];
+    if (!l || !l->n || prep_resolve(path, res, sizeof res) < 0) return 0; /* a loop: the tests can't follow it either */
+    for (int i = 0; i < l->n; i++)
+        if (prep_under(res, l->protect[i])) {
+            if (unlink(path) < 0 && errno != ENOENT) return -1;
+            if (l->count++ < 20) prep_note(&l->notes, "link: ", path);
+            return 0;
+        }
+    return 0;
+}
+
+static int prep_link_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
+    (void)name; (void)depth;
+    return S_ISLNK(st->st_mode) ? prep_link_check(ctx, path) : 0;
+}
+
 /* ---- the workdir handed to the tests' user, and what the tests' tools would read from it */
 struct prep_work {
     uid_t owner;
     int chown_all;
     int conftests, pths;
     buf_t notes;
+    struct prep_links *links;
 };
 
 static int prep_work_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
     struct prep_work *w = ctx;
-    if (w->chown_all && lchown(path, w->owner, (gid_t)-1) < 0) return -1;
+    if (S_ISLNK(st->st_mode) && prep_link_check(w->links, path) < 0) return -1;
+    if (w->chown_all && lchown(path, w->owner, (gid_t)-1) < 0 && errno != ENOENT) return -1;
     if (depth > 6 || !S_ISREG(st->st_mode)) return 0;
     size_t k = strlen(name);
     if (!strcmp(name, "conftest.py")) {
@@ -339,7 +416,7 @@ static void prep_modules(const char *d) {
     free(names);
 }
 
-static void prep_workdir(const char *d, const char *owner, uid_t uid) {
+static void prep_workdir(const char *d, const char *owner, uid_t uid, struct prep_links *links) {
     struct stat st, lst;
     if (stat(d, &st) < 0 || !S_ISDIR(st.st_mode) || lstat(d, &lst) < 0 || S_ISLNK(lst.st_mode)) return;
     if (*owner) {
@@ -349,7 +426,7 @@ static void prep_workdir(const char *d, const char *owner, uid_t uid) {
         if (prep_walk(real, 0, 0, 1, prep_git_visit, &found) < 0) prep_give_up("walk", real);
         if (found) prep_sanitize_git(real);
     }
-    struct prep_work w = {.owner = uid, .chown_all = *owner && strcmp(owner, "0")};
+    struct prep_work w = {.owner = uid, .chown_all = *owner && strcmp(owner, "0"), .links = links};
     if (w.chown_all && lchown(d, uid, (gid_t)-1) < 0) prep_give_up("chown", d);
     /* the script's chown -R fails on what it can't walk; its find only reports */
     if (prep_walk(d, 0, 0, w.chown_all, prep_work_visit, &w) < 0) prep_give_up("chown -R", d);
@@ -523,12 +600,28 @@ static int prepare(int argc, char **argv) {
                     if (chmod(rewards[i], 0777) < 0) prep_give_up("chmod 0777", rewards[i]);
         }
     }
-    for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid);
+    /* the folders no link of the agent's may lead into: each test and reward folder, as given and as
+       resolved (a folder above it may be a link of the image's) */
+    const char **protect = xcalloc((size_t)(2 * nclear + 1), sizeof *protect);
+    struct prep_links links = {.protect = protect};
+    for (int i = 0; i < nclear; i++) {
+        protect[links.n++] = clear[i];
+        char r[PATH_MAX];
+        if (prep_resolve(clear[i], r, sizeof r) == 0 && strcmp(r, clear[i])) protect[links.n++] = strdup(r);
+    }
+    for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid, &links);
     if (agent_chown) {
         struct prep_tmp t = {(uid_t)strtoul(agent, NULL, 10), uid};
         static const char *const tmps[] = {"/tmp", "/var/tmp", "/dev/shm"};
         for (int i = 0; i < 3; i++) (void)prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &t);
     }
+    if (links.n) { /* and where else the agent keeps files: the shared temporary folders, the homes */
+        static const char *const elsewhere[] = {"/tmp", "/var/tmp", "/dev/shm", "/home", "/root"};
+        for (int i = 0; i < 5; i++)
+            if (prep_walk(elsewhere[i], 4, 1, 0, prep_link_visit, &links) < 0) prep_give_up("remove a link in", elsewhere[i]);
+    }
+    fwrite(links.notes.p ? links.notes.p : "", 1, links.notes.n, stdout);
+    buf_free(&links.notes);
     char home[PATH_MAX], py[PATH_MAX], seal[PATH_MAX + 64] = "";
     const char *code_home = getenv("CODE_HOME");
     if (!prep_fresh_beside("TESTS_HOME", 0700, home, sizeof home)) prep_mkdtemp("sandfleet-verifier-home", home, sizeof home);

@@ -88,9 +88,11 @@ from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task
 from sandfleet.tasks.reward import named_reward_files, reward_from
 from sandfleet.tasks.scan import (
+    IMPLICIT_ENV_RISK,
     SHARED_TMP_RISK,
     SOURCED_RISK,
     TESTS_DATA_RISK,
+    implicit_env,
     shared_tmp_writes,
     sourced_from_workdir,
     tests_data_writes,
@@ -213,6 +215,33 @@ done
 if [ -n "$AGENT_USER" ] && [ -n "$owner" ] && [ "$owner" != 0 ] && [ "$AGENT_USER" != "$owner" ]; then
   find /tmp /var/tmp /dev/shm -xdev -mindepth 1 -maxdepth 4 -user "$AGENT_USER" \
     -exec chown -h "$owner" -- {} + 2>/dev/null || true
+fi
+# links the agent left that lead into a test or reward folder (its output a link to the tests' expected
+# answer, round XVII's answer-key-link): removed, so that the tests never read or write through them;
+# where a link leads is realpath -m's answer (one process for all, or one each where it failed on one)
+if [ ${#clear[@]} -gt 0 ]; then
+  protect=("${clear[@]}")
+  for d in "${clear[@]}"; do r=$(realpath -m -- "$d" 2>/dev/null) && [ "$r" != "$d" ] && protect+=("$r"); done
+  links=()
+  if [ ${#work[@]} -gt 0 ]; then mapfile -d '' -O 0 links < <(find "${work[@]}" -type l -print0 2>/dev/null); fi
+  mapfile -d '' -O ${#links[@]} links < <(find /tmp /var/tmp /dev/shm /home /root -xdev -mindepth 1 -maxdepth 4 \
+    -type l -print0 2>/dev/null)
+  if [ ${#links[@]} -gt 0 ]; then
+    mapfile -d '' real < <(realpath -m -z -- "${links[@]}" 2>/dev/null)
+    if [ ${#real[@]} != ${#links[@]} ]; then
+      real=(); for l in "${links[@]}"; do real+=("$(realpath -m -- "$l" 2>/dev/null || echo /nonexistent/loop)"); done
+    fi
+    n=0
+    for i in "${!links[@]}"; do
+      for p in "${protect[@]}"; do
+        case ${real[$i]}/ in "${p%/}"/*)
+          rm -f -- "${links[$i]}"; n=$((n + 1))
+          if [ $n -le 20 ]; then l=${links[$i]}; printf 'link: %s\n' "${l//$'\n'/\\n}"; fi
+          break ;;
+        esac
+      done
+    done
+  fi
 fi
 # the tests' HOME: beside the first reward folder where the seal keeps it from the code under test
 # ($TESTS_HOME, a name the agent could not know), else a fresh one in /tmp; the code under test's
@@ -473,6 +502,10 @@ def _zero(reason: str, error: str, **kw: object) -> VerifierOutcome:
     return VerifierOutcome(0.0, reason=reason, error=error, **kw)  # type: ignore[arg-type]
 
 
+LINK_RISK = ("a link the agent left led into a test or reward folder (the tests' own files, the reward): "
+             "removed before the tests")
+
+
 def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     """PREPARE's ``key=value`` lines and its notes, as risks worth flagging."""
     import sys
@@ -495,6 +528,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"the reward folder's path held a link or file of the agent's (made a folder again): {what}")
         elif kind == "git":
             risks.append(f"git: {what}")
+        elif kind == "link":
+            risks.append(f"{LINK_RISK}: {what}")
         elif kind == "conftest":
             risks.append(f"conftest.py in the workdir (pytest loads it when the tests run from there): {what}")
         elif kind == "pth":
@@ -660,6 +695,15 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> Ve
         env.update(git_env(base))
         if demoted and values["demote"].isdigit():  # the tests' temporary folders shared with the code
             env["SANDFLEET_SHARED_TMP_UID"] = values["demote"]  # under test, as on bwrap (testguard)
+        # what the tests' own programs read by themselves (the loader, bash, the interpreters, the tools)
+        # from the image's environment: nothing the agent could write, unless the task's [verifier.env]
+        # names it (kept, flagged); round XVII's ld-library-path-image and bash-env-home
+        for name, (left, bad) in implicit_env(base, task.workdir, sandbox.spec.env.get("HOME", "/home/agent")).items():
+            if name in plan.env:
+                risks.append(f"{IMPLICIT_ENV_RISK}: {name} kept by [verifier.env]: {', '.join(bad)}")
+            else:
+                env[name] = base[name] = left
+                risks.append(f"{IMPLICIT_ENV_RISK}: left out of {name}: {', '.join(bad)}")
         if values.get("seal"):  # the tests' programs each in a Landlock domain of their own
             env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
             if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1 and not demoted:

@@ -184,18 +184,98 @@ def without_workdir(path: str, workdir: str) -> str:
 
 WORKDIR_PATH_RISK = "the image's PATH has folders in the workdir, where the agent can replace the programs"
 
+IMPLICIT_ENV: dict[str, str] = {
+    # the loader
+    "LD_LIBRARY_PATH": "list", "LD_PRELOAD": "words", "LD_AUDIT": "list", "GCONV_PATH": "list", "LOCPATH": "path",
+    # the shells: a file every non-interactive bash (sh) sources first
+    "BASH_ENV": "path", "ENV": "path",
+    # the interpreters' own search paths and start-up options (PYTHONPATH is the Python guard's: kept)
+    "PYTHONHOME": "list", "PYTHONSTARTUP": "path", "PYTHONPYCACHEPREFIX": "path",
+    "PERL5LIB": "list", "PERLLIB": "list", "PERL5OPT": "words", "RUBYLIB": "list", "RUBYOPT": "words",
+    "NODE_PATH": "list", "NODE_OPTIONS": "words", "CLASSPATH": "list",
+    "JAVA_TOOL_OPTIONS": "words", "_JAVA_OPTIONS": "words", "JDK_JAVA_OPTIONS": "words",
+    # the tools' configuration
+    "PYTEST_ADDOPTS": "words", "PIP_CONFIG_FILE": "path", "XDG_CONFIG_HOME": "path", "XDG_CONFIG_DIRS": "list",
+    "GIT_CONFIG_GLOBAL": "path", "GIT_CONFIG_SYSTEM": "path", "GIT_EXEC_PATH": "path", "GIT_TEMPLATE_DIR": "path",
+    "CURL_HOME": "path", "WGETRC": "path", "INPUTRC": "path",
+}
+"""Variables through which the tests' own programs load code or read configuration by
+themselves (the loader, bash, the interpreters, pytest, git, curl), and how each names files:
+``list`` (':'-separated), ``path`` (one) or ``words`` (options: each word that is a path). Where
+the image's environment has one naming a place the agent could write, the verifier leaves it out
+of the tests' environment, as it does PATH's folders (docs/security.md, round XVII)."""
+AGENT_TEMP = ("/tmp", "/var/tmp", "/dev/shm")
+"""The folders every user may write: the agent's too."""
+IMPLICIT_ENV_RISK = ("the image's environment names files the agent could write (in the workdir, its home or a "
+                     "shared temporary folder), read by the tests' own programs (the loader, bash, an interpreter, "
+                     "a tool)")
+
+
+def agent_writable(entry: str, workdir: str, home: str | None) -> bool:
+    """Whether a path lies where the agent could have written it: relative (the tests' cwd is the
+    workdir), in the workdir, the agent's home or a folder every user may write."""
+    if not entry.startswith("/"):
+        return True
+    norm = posixpath.normpath(entry)
+    return any(root != "/" and (norm == root or norm.startswith(root + "/"))
+               for root in (posixpath.normpath(workdir), *(posixpath.normpath(h) for h in [home] if h), *AGENT_TEMP))
+
+
+def _words(value: str) -> list[str]:
+    """An option variable's words that may name files (``-javaagent:/a.jar``, ``--require=./x.js``,
+    ``-p plugin``): each word, and what follows its ``=`` or ``:``."""
+    out = []
+    for w in value.split():
+        out.append(w)
+        out += [w.split(sep, 1)[1] for sep in ("=", ":") if sep in w and not w.startswith("/")]
+    return [w for w in out if w.startswith(("/", "./", "../", "~"))]
+
+
+def implicit_env(env: dict[str, str], workdir: str, home: str | None) -> dict[str, tuple[str, list[str]]]:
+    """For each variable of :data:`IMPLICIT_ENV` in ``env`` that names a file the agent could
+    write: (the value with those left out, "" where nothing is left or the value is options;
+    what was left out)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name, kind in IMPLICIT_ENV.items():
+        value = env.get(name)
+        if not value:
+            continue
+        if kind == "list":
+            entries = value.split(":")
+            bad = [e for e in entries if agent_writable(e, workdir, home)]
+            if bad:
+                out[name] = (":".join(e for e in entries if e not in bad), [b or "(empty: the cwd)" for b in bad])
+        elif name == "LD_PRELOAD":  # libraries (spaces or colons; a bare name is the loader's search): theirs out
+            libs = value.replace(":", " ").split()
+            bad = [x for x in libs if "/" in x and agent_writable(x, workdir, home)]
+            if bad:
+                out[name] = (" ".join(x for x in libs if x not in bad), bad)
+        elif kind == "words":  # options: the whole variable out (a word's meaning depends on the one before)
+            bad = [w for w in _words(value) if w.startswith("~") or agent_writable(w, workdir, home)]
+            if bad:
+                out[name] = ("", bad)
+        elif agent_writable(value, workdir, home):
+            out[name] = ("", [value])
+    return out
+
+
 
 def workdir_path_risk(task: Task) -> list[str]:
     """The image's PATH entries that lie in the workdir (a venv's ``bin`` put first), or are
     relative or empty (the tests' cwd is the workdir), each with what the verifier does about
     it: left out of the tests' PATH, or kept (flagged) where the task's ``[verifier.env]`` sets
     PATH itself (docs/security.md, "Nothing from the workdir on the runner's path")."""
+    out = []
     entries = workdir_path_entries(task.env.get("PATH"), task.workdir)
-    if not entries:
-        return []
-    kept = "PATH" in task.verifier.env
-    what = "kept by [verifier.env] PATH, flagged in verifier_risks" if kept else "left out of the tests' PATH"
-    return [f"{e} ({what})" for e in entries]
+    if entries:
+        kept = "PATH" in task.verifier.env
+        what = "kept by [verifier.env] PATH, flagged in verifier_risks" if kept else "left out of the tests' PATH"
+        out += [f"{e} ({what})" for e in entries]
+    for name, (_, bad) in implicit_env(task.env, task.workdir, task.env.get("HOME", "/home/agent")).items():
+        what = (f"kept by [verifier.env] {name}, flagged in verifier_risks" if name in task.verifier.env
+                else "left out of the tests' environment")
+        out += [f"{name}: {b} ({what})" for b in bad]
+    return out
 
 
 SHARED_TMP_RISK = ("a test script writes a fixed path in a folder every user may write (/tmp, /var/tmp, /dev/shm): "

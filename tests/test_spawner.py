@@ -224,3 +224,45 @@ def test_a_holder_of_one_sandbox_starts_no_spawner() -> None:
         cmds = [Path(f"/proc/{k}/cmdline").read_bytes().split(b"\0") for k in kids]
         assert kids, "the holder's sandbox process is not its child"
         assert not [c for c in cmds if b"spawner" in c], cmds
+
+
+async def test_starts_cancelled_at_every_moment_leave_no_process_and_no_sandbox() -> None:
+    """A sandbox's process starts in a worker thread (sandbox/_spawn.py: the spawner's answer comes
+    after the exec, and the event loop is not held for it). Creates cancelled at any moment of
+    their start -- before, during and after that thread's start -- leave no process of this one's
+    (what the thread started is killed and reaped) and no sandbox behind; the ones that finished
+    close as usual."""
+    import asyncio
+
+    from conftest import backend_skip
+    from sandfleet.sandbox import create_sandbox
+    from sandfleet.sandbox.base import Sandbox
+    from sandfleet.sandbox.state import state_root
+
+    if why := backend_skip("bwrap"):
+        pytest.skip(why)
+    warm = await create_sandbox(backend="bwrap")  # the spawner started, the agent built
+    await warm.close()
+
+    def mine() -> set[int]:
+        sp = spawner._spawner
+        return set(children_map().get(os.getpid(), [])) - ({sp.proc.pid} if sp is not None else set())
+
+    before, markers = mine(), {p.name for p in state_root().iterdir()}
+    cancelled = 0
+    for delay in (0, 0.0005, 0.001, 0.002, 0.003, 0.005, 0.008, 0.012, 0.02):
+        tasks = [asyncio.ensure_future(create_sandbox(backend="bwrap")) for _ in range(3)]
+        await asyncio.sleep(delay)
+        for t in tasks:
+            t.cancel()
+        for got in await asyncio.gather(*tasks, return_exceptions=True):
+            if isinstance(got, Sandbox):
+                await got.close()
+            else:
+                cancelled += isinstance(got, asyncio.CancelledError)
+    assert cancelled > 0
+    deadline = time.monotonic() + 10
+    while (mine() - before or {p.name for p in state_root().iterdir()} - markers) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert mine() - before == set(), process_tree(os.getpid(), children_map())
+    assert {p.name for p in state_root().iterdir()} - markers == set()

@@ -700,3 +700,67 @@ static int stat_files(int argc, char **argv) {
     }
     return fflush(stdout) == 0 ? 0 : 1;
 }
+
+/* `sandfleet-agent procs`: the processes of the sandbox that are not sandfleet's own, one line each,
+ * "PID\tCOMM\tARGS" (the arguments joined by spaces): what a branch would lose (sandbox/branching.py's
+ * _LIST, whose lines these are, without a bash and its loop over /proc). Left out: pid 1, this process
+ * and its children, the kernel's (parent 0), what runs without arguments, sandfleet's own programs
+ * (under /.sandfleet/) and the sessions' shells. */
+static long procs_read(const char *path, char *buf, size_t n) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return -1;
+    size_t got = 0;
+    for (;;) {
+        ssize_t k = read(fd, buf + got, n - got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        got += (size_t)k;
+        if (got == n) break;
+    }
+    close(fd);
+    return (long)got;
+}
+
+static int procs(int argc, char **argv) {
+    (void)argc; (void)argv;
+    pid_t self = getpid();
+    DIR *d = opendir("/proc");
+    if (!d) { perror("/proc"); return 1; }
+    struct dirent *e;
+    char path[64], buf[8192];
+    while ((e = readdir(d))) {
+        char *end;
+        long pid = strtol(e->d_name, &end, 10);
+        if (*end || pid <= 1 || pid == self) continue;
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        long k = procs_read(path, buf, sizeof buf - 1);
+        if (k <= 0) continue;
+        buf[k] = 0;
+        char *close_paren = strrchr(buf, ')');
+        long ppid = -1;
+        if (!close_paren || sscanf(close_paren + 1, " %*c %ld", &ppid) != 1) continue;
+        if (ppid == self || ppid == 0) continue;
+        char comm[64];
+        snprintf(path, sizeof path, "/proc/%ld/comm", pid);
+        k = procs_read(path, comm, sizeof comm - 1);
+        if (k <= 0) continue;
+        comm[k] = 0;
+        char *nl = strchr(comm, '\n');
+        if (nl) *nl = 0;
+        snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+        k = procs_read(path, buf, sizeof buf - 1);
+        if (k <= 0) continue;
+        buf[k] = 0;
+        if (!strncmp(buf, "/.sandfleet/", 12)) continue;
+        const char *args[3] = {buf, NULL, NULL};
+        for (long i = 0, n = 1; i < k - 1 && n < 3; i++)
+            if (!buf[i]) args[n++] = buf + i + 1;
+        if (args[2] && !strcmp(args[2], "sandfleet-session")) continue;
+        for (long i = 0; i < k; i++)
+            if (!buf[i]) buf[i] = ' ';
+        while (k > 0 && buf[k - 1] == ' ') buf[--k] = 0; /* the last NUL: "${args[*]}" ends there */
+        printf("%ld\t%s\t%s\n", pid, comm, buf);
+    }
+    closedir(d);
+    return fflush(stdout) == 0 ? 0 : 1;
+}

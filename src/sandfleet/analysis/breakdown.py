@@ -24,13 +24,15 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from sandfleet import stats
 from sandfleet.analysis.trace import Rollout, Run
 from sandfleet.errors import ConfigError
 from sandfleet.traceschema import SPAN_NAMES
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the runner imports this module, and numpy costs
+    import numpy as np  # each process 40 ms and an OpenBLAS thread (sandfleet/stats.py)
 
 GAP_DEFINITION = "(mean rollout time of B - mean of A) / mean of A; positive when B is slower"
 COLUMNS = (*SPAN_NAMES, "total")
@@ -83,6 +85,8 @@ class Pairing:
         self, rollouts: Iterable[Rollout], value: Callable[[Rollout], float]
     ) -> tuple[np.ndarray, np.ndarray]:
         """(task index, value) of every rollout of a compared task."""
+        import numpy as np
+
         index = {t: i for i, t in enumerate(self.tasks)}
         rows = [(index[r.task], value(r)) for r in rollouts if r.task in index]
         task_idx = np.array([i for i, _ in rows], dtype=np.intp)
@@ -91,6 +95,8 @@ class Pairing:
 
 def _task_mean(task_idx: np.ndarray, values: np.ndarray, n_tasks: int) -> float:
     """Mean over the tasks present in ``task_idx`` of each task's mean of ``values``."""
+    import numpy as np
+
     if task_idx.size == 0:
         return math.nan
     counts = np.bincount(task_idx, minlength=n_tasks)
@@ -143,6 +149,8 @@ class Delta:
 
 
 def _delta(p: Pairing, ra: Sequence[Rollout], rb: Sequence[Rollout], col: str) -> Delta:
+    import numpy as np
+
     ia, va = p.arrays(ra, _column(col))
     ib, vb = p.arrays(rb, _column(col))
     n = len(p.tasks)

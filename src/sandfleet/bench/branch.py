@@ -8,7 +8,9 @@ Figures (keys of the JSON; medians by :func:`sandfleet.stats.percentile`):
   the branch's), the children closed after; ``n`` rounds, each one sample of every figure, so
   that a change of the host's load during the run falls on all of them alike;
 - ``exec_rtt_p50_ms`` / ``exec_rtt_during_branch_p50_ms`` (and ``_max_ms``): the source's
-  ``true`` round trip alone, and while ``branch(8)`` runs (alternately, round by round);
+  ``true`` round trip alone, and while ``branch(8)`` runs (alternately, round by round), one
+  call after another; ``source_pause_p50_ms``: the first of those, 5 ms into the branch (the wait
+  for the source's move, which the median counts once however long it is);
 - microvm (``--backend microvm``): ``microvm_branch4_ms`` (a running VM to 4 children, with
   memory) against ``microvm_restore_ms`` (one sandbox restored from its template), few samples
   (QEMU under TCG here: seconds each).
@@ -62,13 +64,16 @@ async def branch_ms(spec: SandboxSpec, mib: int, width: int, samples: int) -> li
     return ts
 
 
-async def rtt_during_branch(spec: SandboxSpec, rounds: int, width: int = 8) -> tuple[list[float], list[float], int]:
+async def rtt_during_branch(spec: SandboxSpec, rounds: int, width: int = 8
+                            ) -> tuple[list[float], list[float], int, list[float]]:
     """The source's ``true`` round trips alone and during ``branch(width)``, alternately: each
-    round 10 alone, then as many as fit in one branch (the first waits for the source's move).
-    Returns (alone, during, branches)."""
+    round 10 alone, then as many as fit in one branch one after another. The first, 5 ms into
+    the branch, waits for the source's move: its pause (the median of the others counts that wait
+    once however long it is). Returns (alone, during, branches, pauses)."""
     src = await create_sandbox(spec)
     alone: list[float] = []
     during: list[float] = []
+    pauses: list[float] = []
 
     async def once() -> float:
         t = time.perf_counter()
@@ -80,11 +85,14 @@ async def rtt_during_branch(spec: SandboxSpec, rounds: int, width: int = 8) -> t
             alone += [await once() for _ in range(10)]
             task = asyncio.ensure_future(src.branch(width))
             await asyncio.sleep(0.005)  # into the branch
+            first = len(during)
             while not task.done():
                 during.append(await once())
+            if len(during) > first:
+                pauses.append(during[first])
             kids = await task
             await asyncio.gather(*(k.close() for k in kids))
-        return alone, during, rounds
+        return alone, during, rounds, pauses
     finally:
         await src.close()
 
@@ -115,11 +123,12 @@ async def run_branch(backend: str = "auto", *, n: int = 5, progress: Progress | 
         table.setdefault(f"{mib}MiB", {})[str(width)] = round(percentile(ts, 50), 2)
     out["branch_p50_ms"] = table
     say("the source's exec round trip, alone and during branches")
-    alone, during, branches = await rtt_during_branch(spec, max(n * 2, 10))
+    alone, during, branches, pauses = await rtt_during_branch(spec, max(n * 2, 10))
     out["exec_rtt_p50_ms"] = round(percentile(alone, 50), 3)
     out["exec_rtt_during_branch_p50_ms"] = round(percentile(during, 50), 3)
     out["exec_rtt_during_branch_max_ms"] = round(max(during), 2)
     out["branches_during_rtt"] = branches
+    out["source_pause_p50_ms"] = round(percentile(pauses, 50), 2)
     b8 = table["1MiB"]["8"]
     out["ratio_branch8_to_create_exec_close"] = round(b8 / out["create_exec_close_p50_ms"], 2)
     out["ratio_512MiB_to_1MiB_branch8"] = round(table["512MiB"]["8"] / b8, 2)

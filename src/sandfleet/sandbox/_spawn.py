@@ -96,8 +96,8 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
     in_r, in_w = os.pipe()  # (not inherited: what the child gets is passed to it as its 0 and 1)
     out_r, out_w = os.pipe()
     try:
-        popen = _start(argv, stdin=in_r, stdout=out_w, stderr=stderr.fileno(), cwd=cwd, env=env,
-                       new_session=new_session, pass_fds=pass_fds)
+        popen = await _start_off_loop(argv, stdin=in_r, stdout=out_w, stderr=stderr.fileno(), cwd=cwd, env=env,
+                                      new_session=new_session, pass_fds=pass_fds)
     except BaseException:
         os.close(in_w)
         os.close(out_r)
@@ -106,6 +106,55 @@ async def _spawn(argv: list[str], *, stderr: IO[bytes], cwd: str | None, env: di
         os.close(in_r)
         os.close(out_w)
     return await _attach(popen, open(out_r, "rb", buffering=0), open(in_w, "wb", buffering=0))
+
+
+async def _start_off_loop(argv: list[str], *, stdin: int, stdout: int, stderr: int, cwd: str | None,
+                          env: dict[str, str], new_session: bool, pass_fds: tuple[int, ...],
+                          ) -> subprocess.Popen[bytes] | spawner.Spawned:
+    """:func:`_start` in a worker thread: the spawner answers once the new process has made its
+    exec (a fork and exec with Popen), and the event loop that waited for it was held for that
+    long, 2-7 ms a start where starts share the cores (a branch's n + 1): every other sandbox of
+    this process waited with it. The caller's descriptors stay open until it returns. Cancelled,
+    the start goes on in its thread, and what it started is killed and reaped there. A start with
+    no other agent's start under way is made here: the thread's hop cost a lone create 0.5 ms (of 10)."""
+    def start() -> subprocess.Popen[bytes] | spawner.Spawned:
+        return _start(argv, stdin=stdin, stdout=stdout, stderr=stderr, cwd=cwd, env=env, new_session=new_session,
+                      pass_fds=pass_fds)
+
+    if _starting <= 1:
+        return start()
+    fut = _spawn_threads().submit(start)
+    try:
+        return await asyncio.shield(asyncio.wrap_future(fut))
+    except asyncio.CancelledError:
+        fut.add_done_callback(lambda f: _abandon(f, new_session))
+        with contextlib.suppress(BaseException):  # the descriptors the caller closes next are still the start's
+            fut.result()
+        raise
+
+
+def _abandon(fut: concurrent.futures.Future[subprocess.Popen[bytes] | spawner.Spawned], group: bool) -> None:
+    """A start whose caller was cancelled: its process (and its session) killed, and reaped."""
+    if fut.exception() is not None:
+        return
+    proc = fut.result()
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(-proc.pid if group else proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        proc.wait()
+
+
+_spawners: tuple[int, concurrent.futures.ThreadPoolExecutor] | None = None
+_starting = 0
+"""Agents of this process starting (:meth:`AgentProcess.start`, until their HELLO)."""
+
+
+def _spawn_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """This process's threads that start processes (a forked child gets its own)."""
+    global _spawners
+    if _spawners is None or _spawners[0] != os.getpid():
+        _spawners = (os.getpid(), concurrent.futures.ThreadPoolExecutor(2, thread_name_prefix="sandfleet-spawn"))
+    return _spawners[1]
 
 
 def _start(argv: list[str], *, stdin: int, stdout: int, stderr: int, cwd: str | None, env: dict[str, str],
@@ -129,18 +178,26 @@ async def _attach(popen: subprocess.Popen[bytes] | spawner.Spawned, out: object,
     over in the transport's callback), a writer to ``into`` (its stdin), and where ``log`` is
     given its stderr's socket copied into the log file; the process is killed if any fails."""
     loop = asyncio.get_running_loop()
+    made: list[asyncio.BaseTransport] = []
     try:
         child = Child(popen, loop)
         reader = FrameReader(limit=1 << 20, loop=loop)
-        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), out)
+        made.append((await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), out))[0])
         transport, protocol = await loop.connect_write_pipe(
             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), into)
+        made.append(transport)
         if log is not None:
             sock, file = log
             await loop.connect_read_pipe(lambda: _LogSink(os.dup(file.fileno())), sock)
-    except BaseException:
+    except BaseException:  # (a cancel too): the process killed, its pipes closed, none left to the collector
         popen.kill()
         popen.wait()
+        for t in made:
+            t.close()
+        for f in (out, into):
+            close = getattr(f, "close", None)
+            if close is not None:
+                close()
         raise
     return child, reader, asyncio.StreamWriter(transport, protocol, None, loop)
 
@@ -215,6 +272,21 @@ class AgentProcess:
         cwd: str | None = None, env: dict[str, str] | None = None, new_session: bool = False,
         ready_timeout: float = 30.0, pass_fds: tuple[int, ...] = (), seccomp: bytes | None = None,
         sockets: bool = False,
+    ) -> AgentProcess:
+        global _starting
+        _starting += 1
+        try:
+            return await cls._start(argv, sid=sid, sandbox_dir=sandbox_dir, meta=meta, cwd=cwd, env=env,
+                                    new_session=new_session, ready_timeout=ready_timeout, pass_fds=pass_fds,
+                                    seccomp=seccomp, sockets=sockets)
+        finally:
+            _starting -= 1
+
+    @classmethod
+    async def _start(
+        cls, argv: list[str], *, sid: str, sandbox_dir: Path, meta: Mapping[str, object],
+        cwd: str | None, env: dict[str, str] | None, new_session: bool, ready_timeout: float,
+        pass_fds: tuple[int, ...], seccomp: bytes | None, sockets: bool,
     ) -> AgentProcess:
         log = sandbox_dir / "agent.log"
         with open(log, "wb") as errf:

@@ -302,7 +302,7 @@ class BwrapBackend:
             # (sealed layers of a branch are on disks of their own, not below "/": stacked, and
             # their top one hides the host already)
             if identity is not None:  # a branch's child: its own /etc/machine-id (branching.identity_layer)
-                a += ["--copy", str(identity), str(rw / "upper")]
+                a += ["--copy-small", str(identity), str(rw / "upper")]  # (no cp process: agent.c)
             for layer in reversed(lowers[sealed:-1]):
                 a += ["--copy", str(layer), str(rw / "upper")]
             if not sealed:

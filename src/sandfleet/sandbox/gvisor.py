@@ -340,7 +340,7 @@ class GvisorBackend:
         a += ["--mkdir", str(rw / "upper"), *root_ids, "0755", "--mkdir", str(rw / "work"), "0", "0", "0755"]
         if lowers[-1] == Path("/"):  # the host's root: layers copied up, the hidden host made empty
             if identity is not None:  # a branch's child: its own /etc/machine-id (branching.identity_layer)
-                a += ["--copy", str(identity), str(rw / "upper")]
+                a += ["--copy-small", str(identity), str(rw / "upper")]  # (no cp process: agent.c)
             for layer in reversed(lowers[sealed:-1]):  # (a branch's sealed layers are stacked: bwrap.py)
                 a += ["--copy", str(layer), str(rw / "upper")]
             if not sealed:

@@ -54,6 +54,11 @@ echo "--- preload"; cat /etc/ld.so.preload 2>/dev/null
 mkdir -p /logs/verifier && echo 1 > /logs/verifier/reward.txt
 """
 
+# a PATH with folders the agent could write (its home's, one it may make in /tmp) and ones it could not
+# (missing where only root may make it, the system's): the first two are flagged (round XVII)
+AGENT_PATH_IMAGE = ("FROM python:3.11-slim-bookworm\nWORKDIR /app\nENV PATH=/home/agent/bin:/tmp/tools:/opt/nothing:"
+                    "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n")
+
 # the names each run makes fresh: mktemp's suffixes, the homes' tokens
 RANDOM = re.compile(r"(sandfleet-verifier-(?:home|py)\.|sandfleet-(?:code|tests)-home\.|sandfleet-tests-python\."
                     r"|-session-)[A-Za-z0-9]+")
@@ -73,7 +78,7 @@ def on(backend: str) -> str:
 @pytest.mark.parametrize("backend", ["bwrap", "gvisor", pytest.param("microvm", marks=pytest.mark.slow)])
 async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                 backend: str) -> None:
-    task = make_task(tmp_path, test_sh=DUMP, solve="true")
+    task = make_task(tmp_path, test_sh=DUMP, solve="true", dockerfile=AGENT_PATH_IMAGE)
     rows = {}
     for how in ("agent", "script"):
         monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", "1" if how == "agent" else "0")
@@ -108,6 +113,9 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
     assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d"} <= names, out_a
     for removed in ("/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t"):
         assert f"removed before the tests: {removed}" in risks, (removed, risks)
+    flagged = {r.rsplit(": ", 1)[1] for r in agent.info["verifier_risks"] if "the tests' PATH" in r}
+    # (on microvm every command is root: a root agent's case, nothing is flagged)
+    assert flagged == (set() if backend == "microvm" else {"/home/agent/bin", "/tmp/tools"}), flagged
 
 
 async def test_what_the_agents_prepare_gives_up_on_the_script_does_from_the_start(

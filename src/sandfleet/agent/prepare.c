@@ -5,7 +5,7 @@
  *
  * The script stays the definition: this does each of its steps the same way, prints the
  * same lines in the same order, and takes the same environment (PY_GUARD, SEAL_ARCH, DEMOTE,
- * SPLIT, AGENT_USER, TESTS_HOME, PY_DIR, CODE_HOME) and stdin (the seal). Two steps stay the script's:
+ * SPLIT, AGENT_USER, TESTS_HOME, PY_DIR, CODE_HOME, TESTS_PATH) and stdin (the seal). Two steps stay the script's:
  * a workdir with anything git could read (its sanitizer, SANDFLEET_GIT_SCRIPT, runs as a bash
  * child) and whatever this code does not handle. Then it exits 75 (EX_TEMPFAIL) at once,
  * before its first change where it can tell beforehand (a user given by name, an image whose
@@ -334,6 +334,62 @@ static int prep_link_visit(const char *path, const char *name, const struct stat
     return S_ISLNK(st->st_mode) ? prep_link_check(ctx, path) : 0;
 }
 
+/* ---- the tests' PATH ($TESTS_PATH): each absolute folder of it that the agent (uid A) could have
+ * written -- its own, below a folder of its own, below one it may write into (not sticky), or missing
+ * where it may make it -- noted "agentpath: DIR": the programs the tests find there may be the
+ * agent's (round XVII's agent-owned-path; a flag, not a cut: an honest agent installs there what
+ * the tests then run). */
+static int prep_writable_by(const struct stat *st, uid_t a, int create) {
+    if (st->st_uid == a) return 1;
+    if (!S_ISDIR(st->st_mode) || ((st->st_mode & S_ISVTX) && !create)) return 0;
+    return (st->st_mode & S_IWOTH) || ((st->st_mode & S_IWGRP) && st->st_gid == (gid_t)a);
+}
+
+static int prep_agent_path(const char *dir, uid_t a) {
+    char p[PATH_MAX], real[PATH_MAX];
+    if (dir[0] != '/' || snprintf(p, sizeof p, "%s", dir) >= (int)sizeof p) return 0;
+    int missing = 0;
+    while (!realpath(p, real)) { /* the deepest folder above it that exists */
+        missing = 1;
+        char *slash = strrchr(p, '/');
+        if (!slash) return 0;
+        if (slash == p) { p[1] = 0; if (!realpath(p, real)) return 0; break; }
+        *slash = 0;
+    }
+    struct stat st;
+    if (missing && stat(real, &st) == 0 && prep_writable_by(&st, a, 1)) return 1;
+    for (;;) { /* real, then each folder above it, up to / */
+        if (lstat(real, &st) == 0 && prep_writable_by(&st, a, 0)) return 1;
+        if (!strcmp(real, "/")) return 0;
+        char *slash = strrchr(real, '/');
+        if (!slash) return 0;
+        if (slash == real) real[1] = 0;
+        else *slash = 0;
+    }
+}
+
+static void prep_agent_paths(const char *agent) {
+    const char *path = getenv("TESTS_PATH");
+    if (!path || !*path || !prep_numeric(agent) || !strcmp(agent, "0")) return;
+    uid_t a = (uid_t)strtoul(agent, NULL, 10);
+    char d[PATH_MAX];
+    for (const char *s = path; *s;) {
+        const char *e = strchr(s, ':');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        if (n && n < sizeof d) {
+            memcpy(d, s, n);
+            d[n] = 0;
+            if (prep_agent_path(d, a)) {
+                buf_t b = {0};
+                prep_note(&b, "agentpath: ", d);
+                fwrite(b.p, 1, b.n, stdout);
+                buf_free(&b);
+            }
+        }
+        s = e ? e + 1 : s + n;
+    }
+}
+
 /* ---- the workdir handed to the tests' user, and what the tests' tools would read from it */
 struct prep_work {
     uid_t owner;
@@ -552,6 +608,7 @@ static int prepare(int argc, char **argv) {
         if (strlen(argv[i]) < 3 || argv[i][1] != ':' || !strchr("trw", argv[i][0]) || argv[i][2] != '/')
             prep_give_up("an argument not of the form t:|r:|w:/PATH", argv[i]);
     uid_t uid = *owner ? (uid_t)strtoul(owner, NULL, 10) : 0;
+    if (agent && *agent) prep_agent_paths(agent); /* before any owner changes */
     umask(022);
     const char **clear = xcalloc((size_t)argc, sizeof *clear);
     const char **rewards = xcalloc((size_t)argc, sizeof *rewards);

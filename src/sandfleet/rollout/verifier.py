@@ -81,7 +81,7 @@ from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import BASE_ENV, Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
 from sandfleet.sandbox.spec import USERS, helper_path
 from sandfleet.settings import current as current_settings
@@ -148,6 +148,36 @@ trust_parents() {
   done
 }
 owner=$1; shift
+# each absolute folder of the tests' PATH ($TESTS_PATH) the agent ($AGENT_USER, a uid) could have written:
+# its own, below a folder of its own or one it may write into (not sticky), or missing where it may make
+# it: "agentpath: DIR" (a flag: the programs the tests find there may be the agent's); before any chown
+if [ -n "$TESTS_PATH" ] && [ -n "$AGENT_USER" ] && [ "$AGENT_USER" != 0 ] && [ -z "${AGENT_USER//[0-9]/}" ]; then
+  may() {  # may AGENT write at $1 ($2 = 1: make an entry there, a sticky folder too)?
+    set -- "$1" "$2" $(find "$1" -maxdepth 0 -printf '%U %G %m %y\n' 2>/dev/null)
+    [ -n "$5" ] || return 1
+    [ "$3" = "$AGENT_USER" ] && return 0
+    [ "$6" = d ] || return 1
+    if [ $(( 0$5 & 01000 )) != 0 ] && [ "$2" != 1 ]; then return 1; fi
+    [ $(( 0$5 & 02 )) != 0 ] && return 0
+    [ $(( 0$5 & 020 )) != 0 ] && [ "$4" = "$AGENT_USER" ] && return 0
+    return 1
+  }
+  IFS=: read -r -a _dirs <<< "$TESTS_PATH"
+  for d in "${_dirs[@]}"; do
+    case $d in /*) ;; *) continue ;; esac
+    p=$d missing=
+    until real=$(realpath -e -- "$p" 2>/dev/null); do missing=1; p=${p%/*}; [ -n "$p" ] || p=/; done
+    hit=
+    if [ -n "$missing" ] && may "$real" 1; then hit=1; fi
+    q=$real
+    while [ -z "$hit" ]; do
+      if may "$q" 0; then hit=1; fi
+      [ "$q" = / ] && break
+      q=${q%/*}; [ -n "$q" ] || q=/
+    done
+    if [ -n "$hit" ]; then printf 'agentpath: %s\n' "${d//$'\n'/\\n}"; fi
+  done
+fi
 umask 022
 # each step once for all the folders (one process each, not one per folder): spawns are what
 # this script costs; the workdir ("w:") comes after the test and reward folders, as given
@@ -502,6 +532,8 @@ def _zero(reason: str, error: str, **kw: object) -> VerifierOutcome:
     return VerifierOutcome(0.0, reason=reason, error=error, **kw)  # type: ignore[arg-type]
 
 
+AGENT_PATH_RISK = ("a folder of the tests' PATH is one the agent could write (the programs the tests find there may "
+                   "be the agent's; --verify separate runs them from the image)")
 LINK_RISK = ("a link the agent left led into a test or reward folder (the tests' own files, the reward): "
              "removed before the tests")
 
@@ -530,6 +562,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"git: {what}")
         elif kind == "link":
             risks.append(f"{LINK_RISK}: {what}")
+        elif kind == "agentpath":
+            risks.append(f"{AGENT_PATH_RISK}: {what}")
         elif kind == "conftest":
             risks.append(f"conftest.py in the workdir (pytest loads it when the tests run from there): {what}")
         elif kind == "pth":
@@ -545,7 +579,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     return values, risks
 
 
-async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, str], list[str]] | VerifierOutcome:
+async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = False,
+                   ) -> tuple[dict[str, str], list[str]] | VerifierOutcome:
     """Clear the test and reward folders, sanitize the workdir's git repositories, make the
     tests' HOME and Python guard: (values, risks), or a 0 outcome when the sandbox the agent
     left can't take them (``verifier_setup_failed``)."""
@@ -597,8 +632,13 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str) -> tuple[dict[str, s
                 log.warning("the seal goes without its folders: %s", e)
                 seal_risks.append(f"{SEAL_RISK}: {e}; no folder is kept from the code under test")
                 demote, homes, split = "", {}, ""
+    # the PATH the tests will have (its workdir entries are left out then, and were never the question);
+    # where commands run as their user (on microvm every command is root: the root agent's case), and
+    # where the agent ran (not a fresh sandbox of --verify separate, whose folders are the image's)
+    tests_path = ({**BASE_ENV, **sandbox.spec.env, **task.verifier.env}.get("PATH", "")
+                  if sandbox.backend in USER_BACKENDS and not fresh else "")
     env = {"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "", "DEMOTE": demote,
-           "SPLIT": split, "AGENT_USER": agent, **homes}
+           "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
     native = helper_path(sandbox.backend)
@@ -666,14 +706,15 @@ async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: 
     return None
 
 
-async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder) -> VerifierOutcome:
+async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fresh: bool = False,
+                     ) -> VerifierOutcome:
     plan = task.verifier
     user = sandbox.spec.user if plan.same_shell else verifier_user(task)
     isolated = sandbox.backend in ISOLATED_BACKENDS
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="clear tests and rewards") as span:
-        prepared = await _prepare(task, sandbox, user)
+        prepared = await _prepare(task, sandbox, user, fresh=fresh)
         if not isinstance(prepared, VerifierOutcome):
             span["by"] = prepared[0]["by"]  # the guest agent's prepare, or the script
     if isinstance(prepared, VerifierOutcome):
@@ -1039,7 +1080,7 @@ async def run_verifier_separately(
                 await unpack_outputs(task, fresh, archive)
             except RolloutError as e:
                 return _zero(e.reason, str(e))
-        return await _run_tests(task, fresh, recorder)
+        return await _run_tests(task, fresh, recorder, fresh=True)
     finally:
         await asyncio.shield(_close_quietly(fresh))
 

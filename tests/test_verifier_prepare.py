@@ -36,10 +36,11 @@ MESS = [
     # the reward folder: a planted reward, a folder and a link in it
     "mkdir -p /logs/verifier/sub && echo 1 > /logs/verifier/reward.txt && ln -s /etc /logs/verifier/link",
     # links into the tests' and the reward folders (removed: round XVII's answer-key-link), directly, relative,
-    # through a link in /tmp and through /proc; links elsewhere (kept)
+    # through a link in /tmp and through /proc/self/root; one through /proc/self/cwd (removed: what it names is
+    # the reader's); links elsewhere (kept)
     "ln -s /tests/expected.txt /app/out-link && ln -s ../logs/verifier/reward.txt /app/r-link && ln -s /tests/x"
     " /tmp/key && ln -s /tmp/key /app/chain && mkdir -p /home/agent/d && ln -s /proc/self/root/tests /home/agent/d/t"
-    " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link",
+    " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link && ln -s /proc/self/cwd/expected.txt /app/cwd-link",
 ]
 
 DUMP = r"""#!/bin/bash
@@ -109,9 +110,10 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
         assert "/tmp/d1/d2/d3/d4/five 1000 1000 644 f" in lines  # five levels down: left
     assert not any(line.startswith("/logs/verifier/sub") or line.startswith("/logs/verifier/link") for line in lines)
     names = {line.split(" ")[0] for line in lines}
-    assert not {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t"} & names, out_a
+    gone = {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t", "/app/cwd-link"}
+    assert not gone & names, out_a
     assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d"} <= names, out_a
-    for removed in ("/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t"):
+    for removed in sorted(gone):
         assert f"removed before the tests: {removed}" in risks, (removed, risks)
     flagged = {r.rsplit(": ", 1)[1] for r in agent.info["verifier_risks"] if "the tests' PATH" in r}
     # (on microvm every command is root: a root agent's case, nothing is flagged)

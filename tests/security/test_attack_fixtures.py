@@ -84,7 +84,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # folder by a root agent before the upload, a .pth in the agent's user site, the reward folder under
              # a read-only mount (inode-flood, a verifier_setup_failed 0, is in the fixtures and the table only)
              "xvi": ["tests-preplant-root", "user-site-pth", "reward-folder-ro-mount"],
-             "xvii": ["answer-key-link", "answer-key-link-chain", "bash-env-home"]
+             "xvii": ["answer-key-link", "answer-key-link-chain", "answer-key-proc-cwd", "bash-env-home"]
              + (["ld-library-path-image"] if backend != "microvm" else [])}  # (gcc under TCG: 20 s)
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]

@@ -247,31 +247,46 @@ if [ -n "$AGENT_USER" ] && [ -n "$owner" ] && [ "$owner" != 0 ] && [ "$AGENT_USE
     -exec chown -h "$owner" -- {} + 2>/dev/null || true
 fi
 # links the agent left that lead into a test or reward folder (its output a link to the tests' expected
-# answer, round XVII's answer-key-link): removed, so that the tests never read or write through them;
-# where a link leads is realpath -m's answer (one process for all, or one each where it failed on one)
+# answer, round XVII's answer-key-link), or through /proc (where /proc/self/cwd, a descriptor's link and
+# the like name what the reader has: answer-key-proc-cwd): removed, so that the tests never read or write
+# through them. Where a link leads is realpath -m's answer, walked a part at a time (resolve)
+resolve() {  # REAL: where $1 leads; VIA_PROC=1 where a step of the way is under /proc; 1 for a loop
+  local todo=$1 res= hops=0 c r
+  VIA_PROC=
+  while [ -n "$todo" ]; do
+    while [ "${todo#/}" != "$todo" ]; do todo=${todo#/}; done
+    [ -n "$todo" ] || break
+    c=${todo%%/*}
+    if [ "$c" = "$todo" ]; then todo=; else todo=${todo#*/}; fi
+    case $c in .) continue ;; ..) res=${res%/*}; continue ;; esac
+    res=$res/$c
+    case $res in /proc|/proc/*) VIA_PROC=1 ;; esac
+    if [ -L "$res" ]; then
+      hops=$((hops + 1)); [ $hops -le 40 ] || return 1
+      r=$(readlink -- "$res") || return 1
+      case $r in /*) res= ;; *) res=${res%/*} ;; esac
+      todo=$r${todo:+/$todo}
+    fi
+  done
+  REAL=${res:-/}
+}
 if [ ${#clear[@]} -gt 0 ]; then
   protect=("${clear[@]}")
-  for d in "${clear[@]}"; do r=$(realpath -m -- "$d" 2>/dev/null) && [ "$r" != "$d" ] && protect+=("$r"); done
+  for d in "${clear[@]}"; do if resolve "$d" && [ "$REAL" != "$d" ]; then protect+=("$REAL"); fi; done
   links=()
   if [ ${#work[@]} -gt 0 ]; then mapfile -d '' -O 0 links < <(find "${work[@]}" -type l -print0 2>/dev/null); fi
   mapfile -d '' -O ${#links[@]} links < <(find /tmp /var/tmp /dev/shm /home /root -xdev -mindepth 1 -maxdepth 4 \
     -type l -print0 2>/dev/null)
-  if [ ${#links[@]} -gt 0 ]; then
-    mapfile -d '' real < <(realpath -m -z -- "${links[@]}" 2>/dev/null)
-    if [ ${#real[@]} != ${#links[@]} ]; then
-      real=(); for l in "${links[@]}"; do real+=("$(realpath -m -- "$l" 2>/dev/null || echo /nonexistent/loop)"); done
+  n=0
+  for l in "${links[@]}"; do
+    resolve "$l" || continue
+    hit=$VIA_PROC
+    for p in "${protect[@]}"; do case $REAL/ in "${p%/}"/*) hit=1 ;; esac; done
+    if [ -n "$hit" ]; then
+      rm -f -- "$l"; n=$((n + 1))
+      if [ $n -le 20 ]; then printf 'link: %s\n' "${l//$'\n'/\\n}"; fi
     fi
-    n=0
-    for i in "${!links[@]}"; do
-      for p in "${protect[@]}"; do
-        case ${real[$i]}/ in "${p%/}"/*)
-          rm -f -- "${links[$i]}"; n=$((n + 1))
-          if [ $n -le 20 ]; then l=${links[$i]}; printf 'link: %s\n' "${l//$'\n'/\\n}"; fi
-          break ;;
-        esac
-      done
-    done
-  fi
+  done
 fi
 # the tests' HOME: beside the first reward folder where the seal keeps it from the code under test
 # ($TESTS_HOME, a name the agent could not know), else a fresh one in /tmp; the code under test's
@@ -534,8 +549,8 @@ def _zero(reason: str, error: str, **kw: object) -> VerifierOutcome:
 
 AGENT_PATH_RISK = ("a folder of the tests' PATH is one the agent could write (the programs the tests find there may "
                    "be the agent's; --verify separate runs them from the image)")
-LINK_RISK = ("a link the agent left led into a test or reward folder (the tests' own files, the reward): "
-             "removed before the tests")
+LINK_RISK = ("a link the agent left led into a test or reward folder (the tests' own files, the reward), or "
+             "through /proc (what it names depends on who reads it): removed before the tests")
 
 
 def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:

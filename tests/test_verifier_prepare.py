@@ -40,7 +40,8 @@ MESS = [
     # the reader's); links elsewhere (kept)
     "ln -s /tests/expected.txt /app/out-link && ln -s ../logs/verifier/reward.txt /app/r-link && ln -s /tests/x"
     " /tmp/key && ln -s /tmp/key /app/chain && mkdir -p /home/agent/d && ln -s /proc/self/root/tests /home/agent/d/t"
-    " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link && ln -s /proc/self/cwd/expected.txt /app/cwd-link",
+    " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link && ln -s /proc/self/cwd/expected.txt /app/cwd-link"
+    " && mkdir -p /logs/agent && ln -s /tests/expected.txt /logs/agent/k",
 ]
 
 DUMP = r"""#!/bin/bash
@@ -110,7 +111,8 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
         assert "/tmp/d1/d2/d3/d4/five 1000 1000 644 f" in lines  # five levels down: left
     assert not any(line.startswith("/logs/verifier/sub") or line.startswith("/logs/verifier/link") for line in lines)
     names = {line.split(" ")[0] for line in lines}
-    gone = {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t", "/app/cwd-link"}
+    gone = {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t", "/app/cwd-link",
+            "/logs/agent/k"}
     assert not gone & names, out_a
     assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d"} <= names, out_a
     for removed in sorted(gone):

@@ -676,10 +676,26 @@ static int prepare(int argc, char **argv) {
         static const char *const tmps[] = {"/tmp", "/var/tmp", "/dev/shm"};
         for (int i = 0; i < 3; i++) (void)prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &t);
     }
-    if (links.n) { /* and where else the agent keeps files: the shared temporary folders, the homes */
-        static const char *const elsewhere[] = {"/tmp", "/var/tmp", "/dev/shm", "/home", "/root"};
-        for (int i = 0; i < 5; i++)
+    if (links.n) { /* and where else the agent keeps files: the shared temporary folders, the homes, the
+                      logs, and every folder at the top that is the agent's own (/oracle, /work, ...) */
+        static const char *const elsewhere[] = {"/tmp", "/var/tmp", "/dev/shm", "/home", "/root", "/logs"};
+        for (int i = 0; i < 6; i++)
             if (prep_walk(elsewhere[i], 4, 1, 0, prep_link_visit, &links) < 0) prep_give_up("remove a link in", elsewhere[i]);
+        DIR *top = agent && prep_numeric(agent) && strcmp(agent, "0") ? opendir("/") : NULL;
+        uid_t au = top ? (uid_t)strtoul(agent, NULL, 10) : 0;
+        struct dirent *e;
+        while (top && (e = readdir(top))) {
+            char tp[PATH_MAX];
+            struct stat st;
+            int walked = 0; /* a workdir: walked whole already */
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            snprintf(tp, sizeof tp, "/%s", e->d_name);
+            for (int w = 0; w < nwork; w++) walked |= !strcmp(work[w], tp);
+            if (!walked && lstat(tp, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == au &&
+                prep_walk(tp, 4, 1, 0, prep_link_visit, &links) < 0)
+                prep_give_up("remove a link in", tp);
+        }
+        if (top) closedir(top);
     }
     fwrite(links.notes.p ? links.notes.p : "", 1, links.notes.n, stdout);
     buf_free(&links.notes);

@@ -275,8 +275,18 @@ if [ ${#clear[@]} -gt 0 ]; then
   for d in "${clear[@]}"; do if resolve "$d" && [ "$REAL" != "$d" ]; then protect+=("$REAL"); fi; done
   links=()
   if [ ${#work[@]} -gt 0 ]; then mapfile -d '' -O 0 links < <(find "${work[@]}" -type l -print0 2>/dev/null); fi
-  mapfile -d '' -O ${#links[@]} links < <(find /tmp /var/tmp /dev/shm /home /root -xdev -mindepth 1 -maxdepth 4 \
-    -type l -print0 2>/dev/null)
+  # and where else the agent keeps files: the shared temporary folders, the homes, the logs, and every
+  # folder at the top that is the agent's own (/oracle, /work, ...)
+  tops=()
+  if [ -n "$AGENT_USER" ] && [ "$AGENT_USER" != 0 ] && [ -z "${AGENT_USER//[0-9]/}" ]; then
+    mapfile -d '' found < <(find / -mindepth 1 -maxdepth 1 -type d -user "$AGENT_USER" -print0 2>/dev/null)
+    for t in "${found[@]}"; do  # (a workdir: walked whole already)
+      walked=; for w in "${work[@]}"; do [ "$w" = "$t" ] && walked=1; done
+      [ -n "$walked" ] || tops+=("$t")
+    done
+  fi
+  mapfile -d '' -O ${#links[@]} links < <(find /tmp /var/tmp /dev/shm /home /root /logs "${tops[@]}" -xdev -mindepth 1 \
+    -maxdepth 4 -type l -print0 2>/dev/null)
   n=0
   for l in "${links[@]}"; do
     resolve "$l" || continue

@@ -372,10 +372,9 @@ static int prep_agent_path(const char *dir, uid_t a) {
     }
 }
 
-static void prep_agent_paths(const char *agent) {
+static void prep_agent_paths(uid_t a) {
     const char *path = getenv("TESTS_PATH");
-    if (!path || !*path || !prep_numeric(agent) || !strcmp(agent, "0")) return;
-    uid_t a = (uid_t)strtoul(agent, NULL, 10);
+    if (!path || !*path) return;
     char d[PATH_MAX];
     for (const char *s = path; *s;) {
         const char *e = strchr(s, ':');
@@ -507,10 +506,15 @@ static void prep_workdir(const char *d, const char *owner, uid_t uid, struct pre
 /* ---- the agent's files in the shared temporary folders: the tests' user's (find -user A -exec chown -h) */
 struct prep_tmp { uid_t agent, owner; };
 
+/* one walk of a shared temporary folder for both of its steps: the agent's links checked
+   (prep_link_check), its files handed over (where `chown` is given) */
+struct prep_tmp_walk { struct prep_tmp *chown; struct prep_links *links; };
+
 static int prep_tmp_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
     (void)name; (void)depth;
-    struct prep_tmp *t = ctx;
-    if (st->st_uid == t->agent) (void)lchown(path, t->owner, (gid_t)-1);
+    struct prep_tmp_walk *w = ctx;
+    if (S_ISLNK(st->st_mode) && prep_link_check(w->links, path) < 0) return -1;
+    if (w->chown && st->st_uid == w->chown->agent) (void)lchown(path, w->chown->owner, (gid_t)-1);
     return 0;
 }
 
@@ -612,7 +616,10 @@ static int prepare(int argc, char **argv) {
         if (strlen(argv[i]) < 3 || argv[i][1] != ':' || !strchr("trw", argv[i][0]) || argv[i][2] != '/')
             prep_give_up("an argument not of the form t:|r:|w:/PATH", argv[i]);
     uid_t uid = *owner ? (uid_t)strtoul(owner, NULL, 10) : 0;
-    if (agent && *agent) prep_agent_paths(agent); /* before any owner changes */
+    /* the agent as a uid of its own (not root): whose PATH folders and top folders are looked at */
+    int agent_known = agent && prep_numeric(agent) && strcmp(agent, "0");
+    uid_t agent_uid = agent_known ? (uid_t)strtoul(agent, NULL, 10) : 0;
+    if (agent_known) prep_agent_paths(agent_uid); /* before any owner changes */
     umask(022);
     const char **clear = xcalloc((size_t)argc, sizeof *clear);
     const char **rewards = xcalloc((size_t)argc, sizeof *rewards);
@@ -671,18 +678,19 @@ static int prepare(int argc, char **argv) {
         if (prep_resolve(clear[i], r, sizeof r, NULL) == 0 && strcmp(r, clear[i])) protect[links.n++] = strdup(r);
     }
     for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid, &links);
-    if (agent_chown) {
-        struct prep_tmp t = {(uid_t)strtoul(agent, NULL, 10), uid};
-        static const char *const tmps[] = {"/tmp", "/var/tmp", "/dev/shm"};
-        for (int i = 0; i < 3; i++) (void)prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &t);
-    }
-    if (links.n) { /* and where else the agent keeps files: the shared temporary folders, the homes, the
-                      logs, and every folder at the top that is the agent's own (/oracle, /work, ...) */
-        static const char *const elsewhere[] = {"/tmp", "/var/tmp", "/dev/shm", "/home", "/root", "/logs"};
-        for (int i = 0; i < 6; i++)
+    /* the shared temporary folders, one walk each: the agent's links there (below), the agent's files
+       handed to the tests' user */
+    struct prep_tmp t = {agent_chown ? (uid_t)strtoul(agent, NULL, 10) : 0, uid};
+    struct prep_tmp_walk tw = {agent_chown ? &t : NULL, &links};
+    static const char *const tmps[] = {"/tmp", "/var/tmp", "/dev/shm"};
+    for (int i = 0; (agent_chown || links.n) && i < 3; i++)
+        if (prep_walk(tmps[i], 4, 1, 0, prep_tmp_visit, &tw) < 0 && links.n) prep_give_up("remove a link in", tmps[i]);
+    if (links.n) { /* and where else the agent keeps files: the homes, the logs, and every folder at the top
+                      that is the agent's own (/oracle, /work, ...) */
+        static const char *const elsewhere[] = {"/home", "/root", "/logs"};
+        for (int i = 0; i < 3; i++)
             if (prep_walk(elsewhere[i], 4, 1, 0, prep_link_visit, &links) < 0) prep_give_up("remove a link in", elsewhere[i]);
-        DIR *top = agent && prep_numeric(agent) && strcmp(agent, "0") ? opendir("/") : NULL;
-        uid_t au = top ? (uid_t)strtoul(agent, NULL, 10) : 0;
+        DIR *top = agent_known ? opendir("/") : NULL;
         struct dirent *e;
         while (top && (e = readdir(top))) {
             char tp[PATH_MAX];
@@ -691,7 +699,7 @@ static int prepare(int argc, char **argv) {
             if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
             snprintf(tp, sizeof tp, "/%s", e->d_name);
             for (int w = 0; w < nwork; w++) walked |= !strcmp(work[w], tp);
-            if (!walked && lstat(tp, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == au &&
+            if (!walked && lstat(tp, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == agent_uid &&
                 prep_walk(tp, 4, 1, 0, prep_link_visit, &links) < 0)
                 prep_give_up("remove a link in", tp);
         }
@@ -809,17 +817,12 @@ static int procs(int argc, char **argv) {
         char *end;
         long pid = strtol(e->d_name, &end, 10);
         if (*end || pid <= 1 || pid == self) continue;
-        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
-        long k = procs_read(path, buf, sizeof buf - 1);
-        if (k <= 0) continue;
-        buf[k] = 0;
-        char *close_paren = strrchr(buf, ')');
-        long ppid = -1;
-        if (!close_paren || sscanf(close_paren + 1, " %*c %ld", &ppid) != 1) continue;
-        if (ppid == self || ppid == 0) continue;
+        char state;
+        long ppid = proc_ppid(e->d_name, &state); /* (agent.c's) */
+        if (ppid < 0 || ppid == self || ppid == 0) continue;
         char comm[64];
         snprintf(path, sizeof path, "/proc/%ld/comm", pid);
-        k = procs_read(path, comm, sizeof comm - 1);
+        long k = procs_read(path, comm, sizeof comm - 1);
         if (k <= 0) continue;
         comm[k] = 0;
         char *nl = strchr(comm, '\n');

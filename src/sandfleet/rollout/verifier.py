@@ -148,18 +148,21 @@ trust_parents() {
   done
 }
 owner=$1; shift
-# each absolute folder of the tests' PATH ($TESTS_PATH) the agent ($AGENT_USER, a uid) could have written:
-# its own, below a folder of its own or one it may write into (not sticky), or missing where it may make
-# it: "agentpath: DIR" (a flag: the programs the tests find there may be the agent's); before any chown
-if [ -n "$TESTS_PATH" ] && [ -n "$AGENT_USER" ] && [ "$AGENT_USER" != 0 ] && [ -z "${AGENT_USER//[0-9]/}" ]; then
+# the agent as a uid of its own (not root): whose PATH folders and top folders are looked at
+agent_uid=
+if [ -n "$AGENT_USER" ] && [ "$AGENT_USER" != 0 ] && [ -z "${AGENT_USER//[0-9]/}" ]; then agent_uid=$AGENT_USER; fi
+# each absolute folder of the tests' PATH ($TESTS_PATH) the agent could have written: its own, below a
+# folder of its own or one it may write into (not sticky), or missing where it may make it:
+# "agentpath: DIR" (a flag: the programs the tests find there may be the agent's); before any chown
+if [ -n "$TESTS_PATH" ] && [ -n "$agent_uid" ]; then
   may() {  # may AGENT write at $1 ($2 = 1: make an entry there, a sticky folder too)?
     set -- "$1" "$2" $(find "$1" -maxdepth 0 -printf '%U %G %m %y\n' 2>/dev/null)
     [ -n "$5" ] || return 1
-    [ "$3" = "$AGENT_USER" ] && return 0
+    [ "$3" = "$agent_uid" ] && return 0
     [ "$6" = d ] || return 1
     if [ $(( 0$5 & 01000 )) != 0 ] && [ "$2" != 1 ]; then return 1; fi
     [ $(( 0$5 & 02 )) != 0 ] && return 0
-    [ $(( 0$5 & 020 )) != 0 ] && [ "$4" = "$AGENT_USER" ] && return 0
+    [ $(( 0$5 & 020 )) != 0 ] && [ "$4" = "$agent_uid" ] && return 0
     return 1
   }
   IFS=: read -r -a _dirs <<< "$TESTS_PATH"
@@ -278,8 +281,8 @@ if [ ${#clear[@]} -gt 0 ]; then
   # and where else the agent keeps files: the shared temporary folders, the homes, the logs, and every
   # folder at the top that is the agent's own (/oracle, /work, ...)
   tops=()
-  if [ -n "$AGENT_USER" ] && [ "$AGENT_USER" != 0 ] && [ -z "${AGENT_USER//[0-9]/}" ]; then
-    mapfile -d '' found < <(find / -mindepth 1 -maxdepth 1 -type d -user "$AGENT_USER" -print0 2>/dev/null)
+  if [ -n "$agent_uid" ]; then
+    mapfile -d '' found < <(find / -mindepth 1 -maxdepth 1 -type d -user "$agent_uid" -print0 2>/dev/null)
     for t in "${found[@]}"; do  # (a workdir: walked whole already)
       walked=; for w in "${work[@]}"; do [ "$w" = "$t" ] && walked=1; done
       [ -n "$walked" ] || tops+=("$t")

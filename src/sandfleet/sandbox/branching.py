@@ -99,15 +99,15 @@ async def foreign_processes(sb: AgentSandbox, client: Any = None) -> list[tuple[
     ``client``, its guest agent's, when its own runtime is held by a :class:`Gate`)."""
     # the guest agent's `procs` prints _LIST's lines without a bash (4 ms of a branch's 40); the script where
     # the agent has none (the process backend, SANDFLEET_NATIVE_HELPERS=0)
+    async def run(argv: list[str]) -> Any:
+        if client is None:
+            return await sb.exec(argv, user="root", cwd="/", timeout=30)
+        return await client.exec(argv, env=dict(sb.env), user="root", cwd="/", timeout=30)
+
     native = helper_path(sb.backend)
-    argv = [native, "procs"] if native else ["bash", "-c", _LIST]
-    if client is None:
-        res = await sb.exec(argv, user="root", cwd="/", timeout=30)
-    else:
-        res = await client.exec(argv, env=dict(sb.env), user="root", cwd="/", timeout=30)
+    res = await run([native, "procs"] if native else ["bash", "-c", _LIST])
     if res.exit_code != 0 and native:  # an agent without it (an older guest): the script
-        res = await (sb.exec(["bash", "-c", _LIST], user="root", cwd="/", timeout=30) if client is None else
-                     client.exec(["bash", "-c", _LIST], env=dict(sb.env), user="root", cwd="/", timeout=30))
+        res = await run(["bash", "-c", _LIST])
     if res.exit_code != 0:
         raise BranchError(f"listing the processes of {sb.id} failed: {res.output.strip()[:300]}")
     out = []

@@ -214,11 +214,7 @@ IMPLICIT_ENV_RISK = ("the image's environment names files the agent could write 
 def agent_writable(entry: str, workdir: str, home: str | None) -> bool:
     """Whether a path lies where the agent could have written it: relative (the tests' cwd is the
     workdir), in the workdir, the agent's home or a folder every user may write."""
-    if not entry.startswith("/"):
-        return True
-    norm = posixpath.normpath(entry)
-    return any(root != "/" and (norm == root or norm.startswith(root + "/"))
-               for root in (posixpath.normpath(workdir), *(posixpath.normpath(h) for h in [home] if h), *AGENT_TEMP))
+    return any(_in_workdir(entry, root) for root in (workdir, *([home] if home else []), *AGENT_TEMP))
 
 
 def _words(value: str) -> list[str]:

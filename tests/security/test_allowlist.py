@@ -282,3 +282,28 @@ async def test_a_stale_allowlist_of_a_dead_owner_does_not_bind_the_next_sandbox(
     finally:
         for b in boxes:
             await b.close()
+
+
+async def test_a_gvisor_sandbox_with_network_leaves_a_live_allowlist_alone(servers: tuple[str, str]) -> None:
+    """CI, 2026-12-05: the e2b allow_out sandbox reached EVIL. Every gvisor sandbox with
+    network=True ran its helper as slot 0's owner without holding slot 0; the bwrap sandbox in
+    slot 0 (taken whenever free) had that uid, and the gvisor helper's start cleared the uid's
+    allowlist entry (a stale one, it assumed). Now a gvisor namespace holds a uid slot of its own."""
+    if not shutil.which("runsc"):
+        pytest.skip("runsc is not installed: apt-get install runsc")
+    good, evil = servers
+    assert_contained(good, evil)
+    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=(GOOD_NET,))
+    uid = sb.net.uid  # type: ignore[attr-defined]
+    try:
+        g = await create_sandbox(backend="gvisor", network=True, ttl_s=300)
+        try:
+            assert g.net.uid != uid  # type: ignore[attr-defined]
+            assert f"{uid} : jump al_{uid}" in table()
+            out = await probe(sb, good, evil)
+        finally:
+            await g.close()
+        assert out[good] == [GOOD, "GOT", "GOOD-OK"] and out[evil][:2] == [EVIL, "ERR"], out
+        assert f"{uid} : jump al_{uid}" in table()  # and still after the gvisor sandbox closed
+    finally:
+        await sb.close()

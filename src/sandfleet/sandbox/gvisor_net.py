@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from sandfleet.errors import ConfigError, HostUnsupportedError
-from sandfleet.sandbox import network
-from sandfleet.sandbox.spec import Limits
+from sandfleet.sandbox import network, uids
+from sandfleet.sandbox.spec import BwrapConfig, Limits
 from sandfleet.sandbox.state import proc_start_time, read_meta, write_meta
 
 
@@ -22,21 +22,32 @@ class NetNamespace:
 
     def __init__(self, sdir: Path, sid: str, limits: Limits):
         if limits.allow is not None or limits.deny:
-            raise ConfigError("the gvisor backend has no allowlisted network (allow=/deny=): its sandboxes share "
-                              "one network helper uid; use --backend bwrap for an allowlist")
+            raise ConfigError("the gvisor backend has no allowlisted network (allow=/deny=): "
+                              "use --backend bwrap for an allowlist")
         network.check_available()
         tools = {t: shutil.which(t) for t in ("setpriv", "unshare", "sleep")}
         missing = [t for t, path in tools.items() if not path]
         if missing:
             raise HostUnsupportedError(f"network=True on gvisor needs {', '.join(missing)}: "
                                        "apt-get install util-linux")
-        self.uid = network.helper_uid()
+        # the helper's uid is a uid slot's owner, held for the namespace's life as a bwrap
+        # sandbox holds its slot: the firewall judges a helper's sockets by its uid, and an
+        # allowlisted bwrap sandbox's rules are keyed by it. Slot 0's owner for every gvisor
+        # sandbox (as before 2026-12-05) shared the uid of the bwrap sandbox in slot 0, and
+        # starting its helper dropped that sandbox's allowlist (attach() clears a stale entry
+        # of the uid it is given): the sandbox reached every address (CI, e2b allow_out).
+        self.slot = uids.take_slot(BwrapConfig())
+        self.uid = network.helper_uid(slot_base=self.slot.base)
         self.helper: network.Helper | None = None
-        self.holder = subprocess.Popen(
-            [str(tools["setpriv"]), "--reuid", str(self.uid), "--regid", str(self.uid), "--clear-groups",
-             str(tools["unshare"]), "--user", "--map-root-user", "--net", "--", str(tools["sleep"]), "infinity"],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
-            start_new_session=True)
+        try:
+            self.holder = subprocess.Popen(
+                [str(tools["setpriv"]), "--reuid", str(self.uid), "--regid", str(self.uid), "--clear-groups",
+                 str(tools["unshare"]), "--user", "--map-root-user", "--net", "--", str(tools["sleep"]), "infinity"],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/",
+                start_new_session=True)
+        except BaseException:
+            self.slot.release()
+            raise
         try:
             self.start = proc_start_time(self.holder.pid)
             meta = read_meta(sdir) or {"id": sid}
@@ -58,12 +69,15 @@ class NetNamespace:
         return f"/proc/{self.holder.pid}/ns/net"
 
     def close(self) -> None:
-        """End pasta and the holder (and reap it: our child)."""
+        """End pasta and the holder (and reap it: our child), then free the uid slot."""
         try:
             if self.helper is not None:
                 self.helper.close()
         finally:
-            if self.holder.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    self.holder.kill()
-            self.holder.wait()
+            try:
+                if self.holder.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        self.holder.kill()
+                self.holder.wait()
+            finally:
+                self.slot.release()

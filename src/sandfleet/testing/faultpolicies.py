@@ -10,6 +10,7 @@ Both are plain policies (:class:`~sandfleet.rollout.policy.Policy`), picklable f
 from __future__ import annotations
 
 import os
+import select
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -40,18 +41,40 @@ class KillFromHost:
 def kill_from_host(sb: Any) -> None:
     """SIGKILL a sandbox's process on this host: its own (bwrap's launcher, the microvm's
     QEMU), or, for a sandbox of a service on this host sharing its state directory, the one
-    its marker names."""
+    its marker names. Returns once that process has ended: a command sent after the kill
+    never reaches a sandbox still alive for a moment (CI, 2026-12-05: an exec sent at once was
+    answered by the agent before bwrap's death took it down)."""
     proc = getattr(getattr(sb, "vm", None), "proc", None) or getattr(getattr(sb, "agent", None), "proc", None)
     if proc is not None:
+        pid = _pidfd(proc.pid)
         proc.kill()
-        return
-    from sandfleet.sandbox.state import read_meta, state_root
+    else:
+        from sandfleet.sandbox.state import read_meta, state_root
 
-    meta = read_meta(state_root() / str(sb.id)) or {}
-    pids = meta.get("pids") or []
-    if not pids:
-        raise TypeError(f"{type(sb).__name__} {sb.id}: no host process to kill here (no marker under {state_root()})")
-    os.kill(int(pids[0]), signal.SIGKILL)
+        meta = read_meta(state_root() / str(sb.id)) or {}
+        pids = meta.get("pids") or []
+        if not pids:
+            raise TypeError(f"{type(sb).__name__} {sb.id}: no host process to kill here "
+                            f"(no marker under {state_root()})")
+        pid = _pidfd(int(pids[0]))
+        if pid >= 0:
+            signal.pidfd_send_signal(pid, signal.SIGKILL)
+    if pid >= 0:
+        try:  # readable once the process has exited (a zombie included)
+            poller = select.poll()
+            poller.register(pid, select.POLLIN)
+            if not poller.poll(10_000):
+                raise TimeoutError(f"{type(sb).__name__} {sb.id}: its process outlived SIGKILL for 10 s")
+        finally:
+            os.close(pid)
+
+
+def _pidfd(pid: int) -> int:
+    """A pidfd of ``pid``, or -1 where it has ended (and been reaped) already."""
+    try:
+        return os.pidfd_open(pid)
+    except ProcessLookupError:
+        return -1
 
 
 class Staggered:

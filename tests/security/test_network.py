@@ -236,9 +236,12 @@ def in_build_step(tmp: Path, *targets: str) -> str:
     assert_contained(*targets)
     (tmp / "layer").mkdir()
     (tmp / "out").mkdir()
-    net = netmod.StepNetwork(tmp / "net")
+    from sandfleet.sandbox import uids
+
+    slot = uids.take_slot(BwrapConfig())  # as the builder does: the step's uids and its helper's, held
+    net = netmod.StepNetwork(tmp / "net", uid=netmod.helper_uid(slot_base=slot.base))
     cmd = build_command(tmp / "out", tmp / "layer", [Path("/")], ["/usr/bin/python3", "-c", CLIENT, *targets],
-                        env={"PATH": "/usr/bin:/bin"}, cwd="/", config=BwrapConfig(), network=net)
+                        env={"PATH": "/usr/bin:/bin"}, cwd="/", config=BwrapConfig(), network=net, slot=slot)
     p = subprocess.Popen(cmd, pass_fds=net.pass_fds, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         helper = net.start(p.pid)
@@ -249,6 +252,7 @@ def in_build_step(tmp: Path, *targets: str) -> str:
             p.kill()
             p.communicate()
         net.close()
+        slot.release()
     assert not helper.alive()
     return out
 

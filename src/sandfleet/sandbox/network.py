@@ -47,6 +47,7 @@ from typing import TYPE_CHECKING
 from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.reaping import reap_pid
+from sandfleet.sandbox import uids
 from sandfleet.sandbox.allowlist import Egress, run_quiet
 from sandfleet.sandbox.spec import UID_STRIDE, BwrapConfig, Limits
 from sandfleet.settings import current as current_settings
@@ -307,6 +308,12 @@ def attach(holder_pid: int, *, rundir: Path, uid: int | None = None, forward: It
         raise HostUnsupportedError("allowlist networking needs a network helper uid per sandbox; "
                                    "unset SANDFLEET_NET_UID")
     uid = helper_uid() if uid is None else uid
+    if not (current_settings().net_uid or "").strip() and not uids.holds_owner(uid):
+        # the firewall keys a helper's rules (and an allowlist) by its uid: one that this
+        # process does not hold as a slot's owner may be a live sandbox's of another (below,
+        # its allowlist entry would be cleared as stale)
+        raise SandboxError(f"network helper uid {uid} is not the owner of a uid slot this process holds "
+                           "(take one with sandbox.uids.take_slot)")
     ensure_firewall(uid, ports)
     egress = None
     if allow is None:  # an allowlisted sandbox of this uid whose owner was killed left its map entry
@@ -444,7 +451,7 @@ class StepNetwork:
     subprocess): bwrap reports its child once the namespaces exist and waits until the
     helper is attached before it runs the step::
 
-        net = StepNetwork(rundir)
+        net = StepNetwork(rundir, uid=helper_uid(config, slot.base))  # the step's uid slot, held
         cmd = [..., bwrap, *net.bwrap_args, ..., "--", *argv]
         proc = subprocess.Popen(cmd, pass_fds=net.pass_fds, ...)
         net.start(proc.pid)  # after Popen, before waiting for the step
@@ -454,7 +461,7 @@ class StepNetwork:
     Whatever runs bwrap (the launcher) must keep the two fds open across its exec.
     """
 
-    def __init__(self, rundir: Path, *, uid: int | None = None):
+    def __init__(self, rundir: Path, *, uid: int):
         check_available()
         self.rundir, self.uid = rundir, uid
         self._info_r, self._info_w = os.pipe()

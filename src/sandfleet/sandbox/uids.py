@@ -161,6 +161,13 @@ def take_slot(config: BwrapConfig) -> Slot:
                        f"(one per live sandbox: raise BwrapConfig.slots, or close sandboxes)")
 
 
+def holds_owner(uid: int) -> bool:
+    """Whether ``uid`` is the owner of a slot this process holds now (a network helper may run
+    as it: sandbox/network.py keys a sandbox's firewall rules by its helper's uid)."""
+    with _held_lock:
+        return any(uid == base + i * UID_STRIDE + OWNER_OFFSET for base, i in _held)
+
+
 def live_slots(config: BwrapConfig) -> list[int]:
     """Slots held now by any process (for doctor and tests)."""
     d = slot_dir(config)

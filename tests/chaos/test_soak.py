@@ -1,6 +1,7 @@
-"""The soak's CI version: ``sandfleet bench soak`` for 2 minutes (the oracle agent on the
-bundled task, bwrap, 4 at a time, windows of 30 s from the moment every worker has finished a
-rollout). Asserts 0 lost results, 0 infra faults with a cause inside sandfleet, 0 leaks at the
+"""The soak's CI version: ``sandfleet bench soak`` for 1 minute (the oracle agent on the
+bundled task, bwrap, 4 at a time, windows of 20 s from the moment every worker has finished a
+rollout; 2 minutes and 30 s windows until 2026-12-05, cut for the suite's time, issue 43: about
+95 rollouts a window here, against the 20 the drift gate asks for). Asserts 0 lost results, 0 infra faults with a cause inside sandfleet, 0 leaks at the
 end (markers, cgroups, processes, zombies), and the rate in the last 30 s, per CPU-second of
 the soak's own processes, within 20 % of the first 30 s whenever the two windows can be
 compared (``drift_comparable``: at least 20 rollouts in each, the host's runnable tasks within
@@ -26,15 +27,15 @@ from conftest import backend_skip
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 
 
-def test_two_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path: Path) -> None:
+def test_a_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path: Path) -> None:
     why = backend_skip("bwrap")
     if why:
         pytest.skip(why)
     out = tmp_path / "soak.json"
     env = {**os.environ, "SANDFLEET_CGROUP_PARENT": f"sandfleet-soak-{os.getpid()}"}
     try:
-        res = subprocess.run([sys.executable, "-m", "sandfleet", "bench", "soak", "--duration", "120", "--window",
-                              "30", "--concurrency", "4", "--out", str(out)], env=env, capture_output=True, text=True,
+        res = subprocess.run([sys.executable, "-m", "sandfleet", "bench", "soak", "--duration", "60", "--window",
+                              "20", "--concurrency", "4", "--out", str(out)], env=env, capture_output=True, text=True,
                              timeout=600)
     finally:
         from sandfleet.sandbox import cgroups
@@ -61,7 +62,7 @@ def test_two_minute_soak_loses_nothing_leaks_nothing_and_holds_its_rate(tmp_path
     assert all(s is not None and 0 <= s <= 1 for s in r["steal_per_window"]), r["steal_per_window"]
     assert all(c is not None and c >= 1 for c in r["memory_cgroups_per_window"]), r
     assert all(m is not None and m > 0 for m in r["slab_mib_per_window"]), r
-    # the host's own speed, probed every 15 s beside the soak: a median in every window of 30 s
+    # the host's own speed, probed every 15 s beside the soak: a median in every window of 20 s
     assert len(r["host_speed_per_window"]) == n and all(v and v > 0 for v in r["host_speed_per_window"]), r
     assert r["cpu_drift_net_of_host"] is not None
     if r["drift_comparable"]["ok"]:

@@ -154,15 +154,23 @@ for target in sys.argv[2:]:
         got = s.recv(64).decode(errors="replace").strip()
     except OSError as e:
         got = "ERR " + type(e).__name__
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # and by UDP (the peers answer datagrams too)
+    u.settimeout(3)
+    try:
+        u.sendto(b"hello", (host, int(port)))
+        udp = u.recv(64).decode(errors="replace").strip()
+    except OSError as e:
+        udp = "ERR " + type(e).__name__
     with open(sys.argv[1], "a") as f:
-        f.write(f"{target} {got}\\n")
+        f.write(f"{target} {got}\\nudp {target} {udp}\\n")
 """
 
 
-async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers: tuple[str, str]) -> None:
+@pytest.mark.parametrize("verify", ["shared", "separate"])
+async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers: tuple[str, str], verify: str) -> None:
     """A Harbor task whose agent may reach only GOOD's network and whose tests only EVIL's:
-    the oracle (agent phase) reaches GOOD and not EVIL; the tests, in the same sandbox after
-    the switch, reach EVIL and not GOOD. The no-op agent scores 0."""
+    the oracle (agent phase) reaches GOOD and not EVIL, by TCP and by UDP; the tests (in the same
+    sandbox after the switch, or in a fresh one) reach EVIL and not GOOD. The no-op agent scores 0."""
     from sandfleet.images.debootstrap import why_no_build
     from sandfleet.rollout.validate import validate_tasks
     from sandfleet.tasks import load_task
@@ -187,11 +195,13 @@ async def test_harbor_allowlist_phases_in_a_real_rollout(tmp_path: Path, servers
     (folder / "tests" / "test.sh").write_text(
         f"python3 /tests/fetch.py /tmp/tests.txt {good} {evil}\n"
         f'if grep -qx "{good} GOOD-OK" agent.txt && grep -q "^{evil} ERR" agent.txt '
-        f'&& grep -qx "{evil} EVIL-REACHED" /tmp/tests.txt && grep -q "^{good} ERR" /tmp/tests.txt; '
+        f'&& grep -qx "udp {good} GOOD-OK" agent.txt && grep -q "^udp {evil} ERR" agent.txt '
+        f'&& grep -qx "{evil} EVIL-REACHED" /tmp/tests.txt && grep -q "^{good} ERR" /tmp/tests.txt '
+        f'&& grep -qx "udp {evil} EVIL-REACHED" /tmp/tests.txt && grep -q "^udp {good} ERR" /tmp/tests.txt; '
         "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\ncat agent.txt /tmp/tests.txt\n")
     task = load_task(folder)
     assert task.allowed_hosts == (GOOD_NET,) and task.verifier.allowed_hosts == (EVIL_NET,)
-    verdict = (await validate_tasks([task], repeats=1, backend="bwrap", network=True))["allow"]
+    verdict = (await validate_tasks([task], repeats=1, backend="bwrap", network=True, verify=verify))["allow"]
     assert verdict.status == "valid", verdict.reason
     assert verdict.oracle_rewards == [1.0] and verdict.noop_rewards == [0.0]
 
@@ -307,3 +317,64 @@ async def test_a_gvisor_sandbox_with_network_leaves_a_live_allowlist_alone(serve
         assert f"{uid} : jump al_{uid}" in table()  # and still after the gvisor sandbox closed
     finally:
         await sb.close()
+
+
+OTHER_WAYS = r"""
+import socket, struct, sys
+for target in sys.argv[1:]:
+    host, port = target.rsplit(":", 1)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # UDP (a DNS query to a server of one's own, say)
+    u.settimeout(3)
+    try:
+        u.sendto(b"hello", (host, int(port)))
+        print(target, "udp", "GOT", u.recv(64).decode(errors="replace").strip(), flush=True)
+    except OSError as e:
+        print(target, "udp", "ERR", type(e).__name__, flush=True)
+    for kind in (socket.SOCK_RAW, socket.SOCK_DGRAM):  # ICMP echo: a raw socket (root), or a ping socket
+        try:
+            i = socket.socket(socket.AF_INET, kind, socket.IPPROTO_ICMP)
+        except OSError:
+            continue
+        i.settimeout(3)
+        body = struct.pack("!BBHHH", 8, 0, 0, 0x5f5f, 1) + b"sandfleet!"  # (an even length: 9 words)
+        total = sum(struct.unpack("!9H", body))
+        while total >> 16:
+            total = (total & 0xFFFF) + (total >> 16)
+        body = body[:2] + struct.pack("!H", ~total & 0xFFFF) + body[4:]
+        try:
+            i.sendto(body, (host, 0))
+            while True:  # a raw socket also sees our own request on some paths: wait for a reply (type 0)
+                data = i.recv(256)
+                reply = data[20:] if kind == socket.SOCK_RAW else data
+                if reply[:1] == b"\x00":
+                    print(target, "icmp", "GOT", "echo-reply", flush=True)
+                    break
+        except OSError as e:
+            print(target, "icmp", "ERR", type(e).__name__, flush=True)
+        break
+    else:
+        print(target, "icmp", "NOSOCKET", "-", flush=True)
+"""
+
+
+async def test_an_allowlist_holds_for_udp_and_icmp_too(servers: tuple[str, str]) -> None:
+    """Attacks of kinds the allowlist's tests lacked (2026-12-05): an agent whose task lists one
+    network sends UDP (a DNS query to a resolver of its own out there, a datagram carrying the
+    answer key) or ICMP echo to an unlisted address. pasta carries both out as the helper uid, and
+    nftables judges them by that uid as it does TCP: nothing comes back from the unlisted address,
+    while the listed one answers both (the control: the probes work)."""
+    good, evil = servers
+    assert_contained(good, evil)
+    sb = await create_sandbox(backend="bwrap", network=True, ttl_s=300, allow=(GOOD_NET,))
+    try:
+        r = await sb.exec(["python3", "-c", OTHER_WAYS, good, evil], timeout=120)
+    finally:
+        await sb.close()
+    assert r.exit_code == 0, r.stderr
+    seen = {(t, kind): rest for t, kind, *rest in (line.split() for line in r.stdout.splitlines())}
+    assert seen[(good, "udp")] == ["GOT", "GOOD-OK"], r.stdout
+    assert seen[(evil, "udp")][0] == "ERR", r.stdout
+    if seen[(good, "icmp")][0] == "GOT":  # (pasta answers echo through a ping socket of the host's, where allowed)
+        assert seen[(evil, "icmp")][0] == "ERR", r.stdout
+    else:  # no ICMP socket in the sandbox (seccomp, ping_group_range): no way out by ICMP either
+        assert seen[(good, "icmp")][0] == seen[(evil, "icmp")][0] == "NOSOCKET", r.stdout

@@ -83,7 +83,14 @@ for t in threads:
 """
 
 SERVER = r"""
-import socket, sys
+import socket, sys, threading
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # the same secret to any datagram on the port
+u.bind((sys.argv[1], int(sys.argv[2])))
+def answer():
+    while True:
+        _, src = u.recvfrom(512)
+        u.sendto(sys.argv[3].encode() + b"\n", src)
+threading.Thread(target=answer, daemon=True).start()
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))

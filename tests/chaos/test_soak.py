@@ -1,16 +1,17 @@
 """The soak's CI version: ``sandfleet bench soak`` for 1 minute (the oracle agent on the
 bundled task, bwrap, 4 at a time, windows of 20 s from the moment every worker has finished a
 rollout; 2 minutes and 30 s windows until 2026-12-05, cut for the suite's time, issue 43: about
-95 rollouts a window here, against the 20 the drift gate asks for). Asserts 0 lost results, 0 infra faults with a cause inside sandfleet, 0 leaks at the
-end (markers, cgroups, processes, zombies), and the rate in the last 30 s, per CPU-second of
-the soak's own processes, within 20 % of the first 30 s whenever the two windows can be
-compared (``drift_comparable``: at least 20 rollouts in each, the host's runnable tasks within
-25 % and the soak's CPU-seconds within 20 % of each other); otherwise it prints the drift and
-why it was not asserted. Not the issue's 10 %, which the noise does not allow: in fourteen
-2-minute soaks here (load 5-24) the CPU-normalised drift read -27 % to +51 %, and -17.6 %,
--3.0 % and -1.5 % in the three that passed the gates (-17.6 % with 22 and 20 rollouts: the
-CPU a rollout costs moves with the other load, 0.59-0.85 CPU-s, and one rollout is 5 % of a
-window); docs/bench.md has the table. The 90-minute run is the same command with ``--duration 5400 --window 600``."""
+95 rollouts a window here, against the 20 the drift gate asks for). Asserts 0 lost results, 0
+infra faults with a cause inside sandfleet, 0 leaks at the end (markers, cgroups, processes,
+zombies), and the rate in the last window, per CPU-second of the soak's own processes, within
+20 % of the first whenever the two windows can be compared (``drift_comparable``: at least 20
+rollouts in each, the host's runnable tasks within 25 % and the soak's CPU-seconds within 20 %
+of each other); otherwise it prints the drift and why it was not asserted. Not the issue's
+10 %, which the noise does not allow: in fourteen 2-minute soaks here (load 5-24) the
+CPU-normalised drift read -27 % to +51 %, and -17.6 %, -3.0 % and -1.5 % in the three that
+passed the gates (-17.6 % with 22 and 20 rollouts: the CPU a rollout costs moves with the other
+load, 0.59-0.85 CPU-s, and one rollout is 5 % of a window); docs/bench.md has the table. The
+90-minute run is the same command with ``--duration 5400 --window 600``."""
 
 from __future__ import annotations
 

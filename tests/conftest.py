@@ -410,6 +410,8 @@ TIMELINE = os.environ.get("SANDFLEET_TEST_TIMELINE")
 reads them: how busy each worker was, the tail, the modules' seconds)."""
 
 if TIMELINE:
+    Path(TIMELINE).mkdir(parents=True, exist_ok=True)  # (a folder not made yet: every worker's first line failed)
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         start = time.time()  # where the test runs (a worker, not xdist's controller)

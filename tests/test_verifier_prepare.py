@@ -42,6 +42,13 @@ MESS = [
     " /tmp/key && ln -s /tmp/key /app/chain && mkdir -p /home/agent/d && ln -s /proc/self/root/tests /home/agent/d/t"
     " && ln -s /tmp /app/tmp-link && ln -s /logs /app/logs-link && ln -s /proc/self/cwd/expected.txt /app/cwd-link"
     " && mkdir -p /logs/agent && ln -s /tests/expected.txt /logs/agent/k",
+    # a way into the reward folder and out again through another link of the agent's (removed, both: round
+    # XVIII's answer-key-climb), a chain of 11 links that three links enter and that ends elsewhere, and a
+    # loop (kept)
+    "ln -s /logs/verifier/a /tmp/work && ln -s /tmp/work/../../tests/expected.txt /app/climb && mkdir -p /tmp/c"
+    " && for i in $(seq 0 9); do ln -s /tmp/c/$((i + 1)) /tmp/c/$i; done && ln -s /etc /tmp/c/10"
+    " && for i in 1 2 3; do ln -s /tmp/c/0 /app/c$i; done && ln -s /tmp/loop2 /tmp/loop1 && ln -s /tmp/loop1"
+    " /tmp/loop2 && ln -s /tmp/loop1/x /app/loop",
 ]
 
 DUMP = r"""#!/bin/bash
@@ -112,9 +119,10 @@ async def test_the_agents_prepare_leaves_what_the_script_leaves(tmp_path: Path, 
     assert not any(line.startswith("/logs/verifier/sub") or line.startswith("/logs/verifier/link") for line in lines)
     names = {line.split(" ")[0] for line in lines}
     gone = {"/app/out-link", "/app/r-link", "/app/chain", "/tmp/key", "/home/agent/d/t", "/app/cwd-link",
-            "/logs/agent/k"}
+            "/logs/agent/k", "/app/climb", "/tmp/work"}
     assert not gone & names, out_a
-    assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d"} <= names, out_a
+    assert {"/app/tmp-link", "/app/logs-link", "/home/agent/d", "/app/c1", "/app/c2", "/app/c3", "/tmp/c/0",
+            "/tmp/c/10", "/tmp/loop1", "/tmp/loop2", "/app/loop"} <= names, out_a
     for removed in sorted(gone):
         assert f"removed before the tests: {removed}" in risks, (removed, risks)
     flagged = {r.rsplit(": ", 1)[1] for r in agent.info["verifier_risks"] if "the tests' PATH" in r}

@@ -309,6 +309,8 @@ def _tar(*members: tuple[str, str, str]) -> bytes:
     ((("sym", "app/l", "/usr/lib"), ("dir", "app/l", "")), "through a link"),
     ((("hard", "app/h", "etc/shadow"),), "outside"),
     ((("sym", "app/l", "/etc"), ("hard", "app/h", "app/l/shadow")), "through a link"),
+    ((("sym", "app/a/b/l", "/usr"), ("file", "app/a/b/l/c/evil.pth", "x")), "through a link"),
+    ((("sym", "app/x", "/usr"), ("sym", "app/a/b/l", "/usr"), ("hard", "app/h", "app/a/b/l/c/d")), "through a link"),
 ])
 def test_archive_members_that_leave_the_carried_paths_are_refused(
         members: tuple[tuple[str, str, str], ...], message: str) -> None:
@@ -328,3 +330,16 @@ def test_archive_keeps_files_folders_and_links_and_drops_fifos_and_devices() -> 
         kept = {m.name: m for m in tar}
     assert sorted(kept) == ["app", "app/a", "app/h", "app/l"]
     assert kept["app/l"].linkname == "/etc/passwd" and kept["app/h"].linkname == "app/a"
+
+
+def test_archive_keeps_names_that_only_begin_like_a_link() -> None:
+    """A link refuses what lies below it, not its neighbours whose names it begins: app/l is a link,
+    app/lx, app/l.d/y and app/a/l/z (another folder's l) are kept."""
+    from sandfleet.rollout.verifier import clean_archive
+
+    data = clean_archive(_tar(("sym", "app/l", "/etc"), ("file", "app/lx", "x"), ("dir", "app/l.d", ""),
+                              ("file", "app/l.d/y", "y"), ("dir", "app/a", ""), ("dir", "app/a/l", ""),
+                              ("file", "app/a/l/z", "z"), ("hard", "app/h", "app/l.d/y")), ["/app"])
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        assert sorted(m.name for m in tar) == ["app/a", "app/a/l", "app/a/l/z", "app/h", "app/l", "app/l.d",
+                                               "app/l.d/y", "app/lx"]

@@ -269,13 +269,81 @@ struct prep_links {
     buf_t notes;
 };
 
-static int prep_resolve(const char *start, char *res, size_t rn, int *via_proc) {
-    char todo[2 * PATH_MAX], tmp[2 * PATH_MAX], target[PATH_MAX];
-    if (snprintf(todo, sizeof todo, "%s", start) >= (int)sizeof todo || rn < 2) return -1;
+/* Where each link the walk has met leads, by the link's own place (a path with no link before its
+ * last part): realpath -m of the link, whether the way passed through /proc, and how many links it
+ * took. A link reached again -- every workdir link of round XVIII's link-flood enters one chain of
+ * 40 -- costs one look-up instead of its whole way (50,000 such links took the preparation 14 s on
+ * bwrap and past its 120 s on gVisor). Only what resolved is kept: a way cut by the 40-link bound
+ * from a longer start may still resolve from the link's own. */
+struct prep_memo_entry {
+    char *link, *res;
+    int via_proc, hops;
+};
+static struct prep_memo_entry *prep_memo;
+static size_t prep_memo_cap, prep_memo_n;
+
+static size_t prep_memo_hash(const char *s) {
+    size_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static const struct prep_memo_entry *prep_memo_get(const char *link) {
+    if (!prep_memo_cap) return NULL;
+    for (size_t i = prep_memo_hash(link) & (prep_memo_cap - 1);; i = (i + 1) & (prep_memo_cap - 1)) {
+        if (!prep_memo[i].link) return NULL;
+        if (!strcmp(prep_memo[i].link, link)) return &prep_memo[i];
+    }
+}
+
+static void prep_memo_put(const char *link, const char *res, int via_proc, int hops) {
+    if (prep_memo_n >= (1u << 20)) return; /* a bound on its memory: past it, links are walked again */
+    if (2 * (prep_memo_n + 1) > prep_memo_cap) {
+        size_t cap = prep_memo_cap ? 2 * prep_memo_cap : 4096;
+        struct prep_memo_entry *t = calloc(cap, sizeof *t);
+        if (!t) return;
+        for (size_t k = 0; k < prep_memo_cap; k++) {
+            if (!prep_memo[k].link) continue;
+            size_t i = prep_memo_hash(prep_memo[k].link) & (cap - 1);
+            while (t[i].link) i = (i + 1) & (cap - 1);
+            t[i] = prep_memo[k];
+        }
+        free(prep_memo);
+        prep_memo = t;
+        prep_memo_cap = cap;
+    }
+    char *l = strdup(link), *r = strdup(res);
+    if (!l || !r) { free(l); free(r); return; }
+    size_t i = prep_memo_hash(link) & (prep_memo_cap - 1);
+    while (prep_memo[i].link) i = (i + 1) & (prep_memo_cap - 1);
+    prep_memo[i] = (struct prep_memo_entry){l, r, via_proc, hops};
+    prep_memo_n++;
+}
+
+/* the test and reward folders, once known (prep_links' list): a step of a way under one of them counts
+ * as a step under /proc. A way that enters such a folder through another link of the agent's and climbs
+ * out again (/app/out.txt -> /tmp/work/../../tests/expected.txt, with /tmp/work -> /logs/verifier/a:
+ * round XVIII's answer-key-climb) ends elsewhere only while that link is there; once it is removed, or the
+ * tests make /tmp/work, the same way ends in their expected answer */
+static const char *const *prep_protect_list;
+static int prep_protect_n;
+
+static int prep_under(const char *path, const char *dir);
+
+struct prep_frame {
+    char todo[2 * PATH_MAX], next[2 * PATH_MAX], target[PATH_MAX], sub[PATH_MAX];
+};
+
+/* realpath -m of START into RES ("/" for the root); *HOPS: the links followed, 40 at most in all;
+ * -1 past that (a loop) or for a name too long. DEPTH bounds the recursion into links not yet met. */
+static int prep_resolve_d(const char *start, char *res, size_t rn, int *via_proc, int *hops, int depth) {
+    if (depth > 41 || rn < 2) return -1;
+    struct prep_frame *f = malloc(sizeof *f);
+    if (!f) return -1;
+    int ret = -1;
+    if (snprintf(f->todo, sizeof f->todo, "%s", start) >= (int)sizeof f->todo) goto out;
     res[0] = 0; /* "" is the root */
-    if (via_proc) *via_proc = 0;
-    int hops = 0;
-    char *p = todo;
+    char *p = f->todo;
     while (*p) {
         while (*p == '/') p++;
         if (!*p) break;
@@ -289,26 +357,59 @@ static int prep_resolve(const char *start, char *res, size_t rn, int *via_proc) 
             continue;
         }
         size_t rl = strlen(res);
-        if (rl + 1 + cl >= rn) return -1;
+        if (rl + 1 + cl >= rn) goto out;
         res[rl] = '/';
         memcpy(res + rl + 1, p, cl);
         res[rl + 1 + cl] = 0;
         p += cl;
         if (via_proc && !strncmp(res, "/proc", 5) && (res[5] == 0 || res[5] == '/')) *via_proc = 1;
+        for (int i = 0; via_proc && i < prep_protect_n; i++)
+            if (prep_under(res, prep_protect_list[i])) *via_proc = 1;
         struct stat st;
         if (lstat(res, &st) == 0 && S_ISLNK(st.st_mode)) {
-            if (++hops > 40) return -1;
-            ssize_t k = readlink(res, target, sizeof target - 1);
-            if (k < 0) return -1;
-            target[k] = 0;
-            res[target[0] == '/' ? 0 : rl] = 0;
-            if (snprintf(tmp, sizeof tmp, "%s/%s", target, p) >= (int)sizeof tmp) return -1;
-            memcpy(todo, tmp, strlen(tmp) + 1);
-            p = todo;
+            const struct prep_memo_entry *m = prep_memo_get(res);
+            if (!m) {
+                ssize_t k = readlink(res, f->target, sizeof f->target - 1);
+                if (k < 0) goto out;
+                f->target[k] = 0;
+                /* the link's target, from the folder that holds it where it is relative */
+                if (snprintf(f->next, sizeof f->next, "%.*s/%s", f->target[0] == '/' ? 0 : (int)rl, res,
+                             f->target) >= (int)sizeof f->next) goto out;
+                int sub_via = 0, sub_hops = 0;
+                if (prep_resolve_d(f->next, f->sub, sizeof f->sub, &sub_via, &sub_hops, depth + 1) < 0) goto out;
+                prep_memo_put(res, f->sub, sub_via, sub_hops + 1);
+                m = prep_memo_get(res);
+                if (!m) { /* not kept (memory): used once */
+                    if ((*hops += sub_hops + 1) > 40) goto out;
+                    if (via_proc && sub_via) *via_proc = 1;
+                    snprintf(res, rn, "%s", strcmp(f->sub, "/") ? f->sub : "");
+                    continue;
+                }
+            }
+            if ((*hops += m->hops) > 40) goto out;
+            if (via_proc && m->via_proc) *via_proc = 1;
+            if (strlen(m->res) >= rn) goto out;
+            snprintf(res, rn, "%s", strcmp(m->res, "/") ? m->res : "");
         }
     }
     if (!res[0]) { res[0] = '/'; res[1] = 0; }
-    return 0;
+    ret = 0;
+out:
+    free(f);
+    return ret;
+}
+
+static void prep_memo_clear(void) {
+    for (size_t i = 0; i < prep_memo_cap; i++) { free(prep_memo[i].link); free(prep_memo[i].res); }
+    free(prep_memo);
+    prep_memo = NULL;
+    prep_memo_cap = prep_memo_n = 0;
+}
+
+static int prep_resolve(const char *start, char *res, size_t rn, int *via_proc) {
+    int hops = 0;
+    if (via_proc) *via_proc = 0;
+    return prep_resolve_d(start, res, rn, via_proc, &hops, 0);
 }
 
 static int prep_under(const char *path, const char *dir) {
@@ -677,6 +778,10 @@ static int prepare(int argc, char **argv) {
         char r[PATH_MAX];
         if (prep_resolve(clear[i], r, sizeof r, NULL) == 0 && strcmp(r, clear[i])) protect[links.n++] = strdup(r);
     }
+    /* from here on a way's steps are judged against them too: what was resolved before without them goes */
+    prep_memo_clear();
+    prep_protect_list = protect;
+    prep_protect_n = links.n;
     for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid, &links);
     /* the shared temporary folders, one walk each: the agent's links there (below), the agent's files
        handed to the tests' user */

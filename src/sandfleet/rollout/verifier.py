@@ -108,6 +108,9 @@ REWARD_MAX_BYTES = 64 * 1024
 """A reward file larger than this scores 0 (``bad_reward_file``)."""
 REWARD_READ_TIMEOUT_S = 30.0
 """A reward read that takes longer scores 0 (``bad_reward_file``)."""
+PREPARE_TIMEOUT_S = 120.0
+"""How long the preparation (the guest agent's ``prepare``, or the script) may take; past it, the rollout
+is a 0 (``verifier_setup_failed``), never handed to the script to try again."""
 TRANSFER_MAX_BYTES = MAX_CAPTURE - (1 << 20)
 """``--verify separate`` carries at most this much of the workdir and artifacts (99 MiB): their
 allocated bytes, measured before any is read, and their archive, which travels as one command's
@@ -253,9 +256,9 @@ fi
 # answer, round XVII's answer-key-link), or through /proc (where /proc/self/cwd, a descriptor's link and
 # the like name what the reader has: answer-key-proc-cwd): removed, so that the tests never read or write
 # through them. Where a link leads is realpath -m's answer, walked a part at a time (resolve)
-resolve() {  # REAL: where $1 leads; VIA_PROC=1 where a step of the way is under /proc; 1 for a loop
-  local todo=$1 res= hops=0 c r
-  VIA_PROC=
+resolve() {  # REAL: where $1 leads; VIA=1 where a step of the way is under /proc or a protected folder; 1 for a loop
+  local todo=$1 res= hops=0 c r p
+  VIA=
   while [ -n "$todo" ]; do
     while [ "${todo#/}" != "$todo" ]; do todo=${todo#/}; done
     [ -n "$todo" ] || break
@@ -263,7 +266,10 @@ resolve() {  # REAL: where $1 leads; VIA_PROC=1 where a step of the way is under
     if [ "$c" = "$todo" ]; then todo=; else todo=${todo#*/}; fi
     case $c in .) continue ;; ..) res=${res%/*}; continue ;; esac
     res=$res/$c
-    case $res in /proc|/proc/*) VIA_PROC=1 ;; esac
+    case $res in /proc|/proc/*) VIA=1 ;; esac
+    # a way that enters a test or reward folder and climbs out again (another link of the agent's led
+    # in: round XVIII's answer-key-climb) ends elsewhere only while that link is there
+    for p in "${protect[@]}"; do case $res/ in "${p%/}"/*) VIA=1 ;; esac; done
     if [ -L "$res" ]; then
       hops=$((hops + 1)); [ $hops -le 40 ] || return 1
       r=$(readlink -- "$res") || return 1
@@ -293,7 +299,7 @@ if [ ${#clear[@]} -gt 0 ]; then
   n=0
   for l in "${links[@]}"; do
     resolve "$l" || continue
-    hit=$VIA_PROC
+    hit=$VIA
     for p in "${protect[@]}"; do case $REAL/ in "${p%/}"/*) hit=1 ;; esac; done
     if [ -n "$hit" ]; then
       rm -f -- "$l"; n=$((n + 1))
@@ -564,6 +570,7 @@ AGENT_PATH_RISK = ("a folder of the tests' PATH is one the agent could write (th
                    "be the agent's; --verify separate runs them from the image)")
 LINK_RISK = ("a link the agent left led into a test or reward folder (the tests' own files, the reward), or "
              "through /proc (what it names depends on who reads it): removed before the tests")
+# (a way that passes through such a folder and out again counts: its end depends on the agent's other links)
 
 
 def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
@@ -673,23 +680,28 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     res, by = None, "script"
     if native is not None:
         try:
-            res = await sandbox.exec([native, "prepare", owner, *dirs], cwd="/", timeout=120, user="root",
+            res = await sandbox.exec([native, "prepare", owner, *dirs], cwd="/", timeout=PREPARE_TIMEOUT_S, user="root",
                                      env={**env, "SANDFLEET_GIT_SCRIPT": sanitize_git_script()}, stdin=seal or b"")
         except (SandboxDiedError, SandboxClosedError):
             raise
         except GuestError as e:
             log.debug("the guest agent's prepare could not start (%s): the script prepares", e)
-        if res is not None and res.exit_code not in (0, 1):
+        # past its time it is not left to the script, which does the same steps slower (a flood of the
+        # agent's links took gVisor's prepare past 120 s, and the script another 120: round XVIII)
+        if res is not None and res.exit_code not in (0, 1) and not res.timed_out:
             log.debug("the guest agent's prepare left it to the script (exit %s): %s", res.exit_code,
                       res.stderr.strip()[-300:])
             res = None
         by = "agent" if res is not None else by
     if res is None:
-        res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=120,
+        res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=PREPARE_TIMEOUT_S,
                                  user="root", env=env, stdin=seal or b"")
     values, risks = _notes(res.stdout)
     values["by"] = by
     risks += seal_risks
+    if res.timed_out:
+        return _zero(SETUP_FAILED, "could not prepare the test and reward folders: the preparation ran past "
+                     f"its {PREPARE_TIMEOUT_S:g} s ({by})")
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
                      f"{res.output.strip()[-300:]}")
@@ -889,11 +901,19 @@ def clean_archive(data: bytes, paths: Sequence[str]) -> bytes:
     a symbolic link: what the fresh sandbox unpacks can only land where a copy of those
     folders would."""
     roots = [p.strip("/") for p in paths]
-    links: list[str] = []
+    links: set[str] = set()
     out = io.BytesIO()
 
     def through_link(name: str) -> bool:
-        return any(name.startswith(link + "/") for link in links)
+        """Whether a folder on ``name``'s way is a link: one look-up per level, so that the
+        archive's cost is its members times their depth (a list scanned per member made a
+        workdir of 25,000 links take 45 s of the host's CPU, and 60,000 minutes)."""
+        at = name.find("/")
+        while at >= 0:
+            if name[:at] in links:
+                return True
+            at = name.find("/", at + 1)
+        return False
 
     try:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as src, \
@@ -909,7 +929,7 @@ def clean_archive(data: bytes, paths: Sequence[str]) -> bytes:
                         raise RolloutError(f"workdir archive: {m.linkname!r} passes through a link",
                                            reason="verifier_transfer")
                 elif m.issym():
-                    links.append(name)
+                    links.add(name)
                 elif not (m.isreg() or m.isdir()):
                     continue  # FIFOs and devices are not carried
                 m.name = name

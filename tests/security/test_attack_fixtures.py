@@ -85,7 +85,13 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # a read-only mount (inode-flood, a verifier_setup_failed 0, is in the fixtures and the table only)
              "xvi": ["tests-preplant-root", "user-site-pth", "reward-folder-ro-mount"],
              "xvii": ["answer-key-link", "answer-key-link-chain", "answer-key-proc-cwd", "bash-env-home"]
-             + (["ld-library-path-image"] if backend != "microvm" else [])}  # (gcc under TCG: 20 s)
+             + (["ld-library-path-image"] if backend != "microvm" else []),  # (gcc under TCG: 20 s)
+             # round XVIII: a link whose way enters the reward folder through another link of the agent's and
+             # climbs out to the tests' answer, the tests' bash patched through /proc/PID/mem by the code it
+             # runs, a set-user-ID root program with file capabilities (link-flood, git-config-fifo and
+             # output-flood are in the fixtures and the table only: each takes 10-40 s; ld-so-preload-root is a
+             # root agent's change to the image, which shared mode runs the tests over)
+             "xviii": ["answer-key-climb", "parent-mem-patch", "setuid-caps-program"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))

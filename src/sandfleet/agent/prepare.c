@@ -297,7 +297,7 @@ static const struct prep_memo_entry *prep_memo_get(const char *link) {
 }
 
 static void prep_memo_put(const char *link, const char *res, int via_proc, int hops) {
-    if (prep_memo_n >= (1u << 20)) return; /* a bound on its memory: past it, links are walked again */
+    if (prep_memo_n >= (1u << 18)) return; /* a bound on its memory (tens of MB): past it, links are walked again */
     if (2 * (prep_memo_n + 1) > prep_memo_cap) {
         size_t cap = prep_memo_cap ? 2 * prep_memo_cap : 4096;
         struct prep_memo_entry *t = calloc(cap, sizeof *t);

@@ -1620,7 +1620,7 @@ ATTACKS_XVIII: dict[str, dict[str, object]] = {
         why="the workdir is a git repository whose config, HEAD and index are FIFOs (and a .git file, a "
             "pytest.ini and a setup.cfg that are FIFOs): whatever reads them blocks, the preparation's "
             "git sanitizing and the tests' git alike (a mask)",
-        test="mkdir -p /logs/verifier\ncd /app\ntimeout 10 git status --short || true\n" + PYTEST[len("mkdir -p /logs/verifier\ncd /app\n"):] + BY_EXIT,
+        test=PYTEST.replace("cd /app\n", "cd /app\ntimeout 10 git status --short || true\n", 1) + BY_EXIT,
         files={"test_out.py": TEST_OUT}, solve=FIFO_GIT),
     "output-flood": dict(
         why="the agent's command and the code under test (run by test.sh) write output without end, hoping the "

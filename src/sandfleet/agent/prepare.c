@@ -270,8 +270,8 @@ struct prep_links {
 };
 
 /* Where each link the walk has met leads, by the link's own place (a path with no link before its
- * last part): realpath -m of the link, whether the way passed through /proc, and how many links it
- * took. A link reached again -- every workdir link of round XVIII's link-flood enters one chain of
+ * last part): realpath -m of the link, whether the way passed through /proc or a test or reward
+ * folder, and how many links it took. A link reached again -- every workdir link of round XVIII's link-flood enters one chain of
  * 40 -- costs one look-up instead of its whole way (50,000 such links took the preparation 14 s on
  * bwrap and past its 120 s on gVisor). Only what resolved is kept: a way cut by the 40-link bound
  * from a longer start may still resolve from the link's own. */
@@ -296,12 +296,13 @@ static const struct prep_memo_entry *prep_memo_get(const char *link) {
     }
 }
 
-static void prep_memo_put(const char *link, const char *res, int via_proc, int hops) {
-    if (prep_memo_n >= (1u << 18)) return; /* a bound on its memory (tens of MB): past it, links are walked again */
+/* the entry kept for LINK, or NULL where none could be (the bound, memory) */
+static const struct prep_memo_entry *prep_memo_put(const char *link, const char *res, int via_proc, int hops) {
+    if (prep_memo_n >= (1u << 18)) return NULL; /* a bound on its memory (tens of MB): past it, links are walked again */
     if (2 * (prep_memo_n + 1) > prep_memo_cap) {
         size_t cap = prep_memo_cap ? 2 * prep_memo_cap : 4096;
         struct prep_memo_entry *t = calloc(cap, sizeof *t);
-        if (!t) return;
+        if (!t) return NULL;
         for (size_t k = 0; k < prep_memo_cap; k++) {
             if (!prep_memo[k].link) continue;
             size_t i = prep_memo_hash(prep_memo[k].link) & (cap - 1);
@@ -313,11 +314,12 @@ static void prep_memo_put(const char *link, const char *res, int via_proc, int h
         prep_memo_cap = cap;
     }
     char *l = strdup(link), *r = strdup(res);
-    if (!l || !r) { free(l); free(r); return; }
+    if (!l || !r) { free(l); free(r); return NULL; }
     size_t i = prep_memo_hash(link) & (prep_memo_cap - 1);
     while (prep_memo[i].link) i = (i + 1) & (prep_memo_cap - 1);
     prep_memo[i] = (struct prep_memo_entry){l, r, via_proc, hops};
     prep_memo_n++;
+    return &prep_memo[i];
 }
 
 /* the test and reward folders, once known (prep_links' list): a step of a way under one of them counts
@@ -368,6 +370,7 @@ static int prep_resolve_d(const char *start, char *res, size_t rn, int *via_proc
         struct stat st;
         if (lstat(res, &st) == 0 && S_ISLNK(st.st_mode)) {
             const struct prep_memo_entry *m = prep_memo_get(res);
+            struct prep_memo_entry once; /* a way not kept (the bound, memory): used this time only */
             if (!m) {
                 ssize_t k = readlink(res, f->target, sizeof f->target - 1);
                 if (k < 0) goto out;
@@ -377,13 +380,10 @@ static int prep_resolve_d(const char *start, char *res, size_t rn, int *via_proc
                              f->target) >= (int)sizeof f->next) goto out;
                 int sub_via = 0, sub_hops = 0;
                 if (prep_resolve_d(f->next, f->sub, sizeof f->sub, &sub_via, &sub_hops, depth + 1) < 0) goto out;
-                prep_memo_put(res, f->sub, sub_via, sub_hops + 1);
-                m = prep_memo_get(res);
-                if (!m) { /* not kept (memory): used once */
-                    if ((*hops += sub_hops + 1) > 40) goto out;
-                    if (via_proc && sub_via) *via_proc = 1;
-                    snprintf(res, rn, "%s", strcmp(f->sub, "/") ? f->sub : "");
-                    continue;
+                m = prep_memo_put(res, f->sub, sub_via, sub_hops + 1);
+                if (!m) {
+                    once = (struct prep_memo_entry){NULL, f->sub, sub_via, sub_hops + 1};
+                    m = &once;
                 }
             }
             if ((*hops += m->hops) > 40) goto out;

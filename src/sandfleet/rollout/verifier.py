@@ -696,12 +696,12 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     if res is None:
         res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=PREPARE_TIMEOUT_S,
                                  user="root", env=env, stdin=seal or b"")
-    values, risks = _notes(res.stdout)
-    values["by"] = by
-    risks += seal_risks
     if res.timed_out:
         return _zero(SETUP_FAILED, "could not prepare the test and reward folders: the preparation ran past "
                      f"its {PREPARE_TIMEOUT_S:g} s ({by})")
+    values, risks = _notes(res.stdout)
+    values["by"] = by
+    risks += seal_risks
     if res.exit_code != 0 or "home" not in values or "python" not in values:
         return _zero(SETUP_FAILED, f"could not prepare the test and reward folders (exit {res.exit_code}): "
                      f"{res.output.strip()[-300:]}")

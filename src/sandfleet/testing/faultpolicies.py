@@ -46,7 +46,7 @@ def kill_from_host(sb: Any) -> None:
     answered by the agent before bwrap's death took it down)."""
     proc = getattr(getattr(sb, "vm", None), "proc", None) or getattr(getattr(sb, "agent", None), "proc", None)
     if proc is not None:
-        pid = _pidfd(proc.pid)
+        pidfd = _pidfd(proc.pid)
         proc.kill()
     else:
         from sandfleet.sandbox.state import read_meta, state_root
@@ -56,17 +56,17 @@ def kill_from_host(sb: Any) -> None:
         if not pids:
             raise TypeError(f"{type(sb).__name__} {sb.id}: no host process to kill here "
                             f"(no marker under {state_root()})")
-        pid = _pidfd(int(pids[0]))
-        if pid >= 0:
-            signal.pidfd_send_signal(pid, signal.SIGKILL)
-    if pid >= 0:
+        pidfd = _pidfd(int(pids[0]))
+        if pidfd >= 0:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+    if pidfd >= 0:
         try:  # readable once the process has exited (a zombie included)
             poller = select.poll()
-            poller.register(pid, select.POLLIN)
+            poller.register(pidfd, select.POLLIN)
             if not poller.poll(10_000):
                 raise TimeoutError(f"{type(sb).__name__} {sb.id}: its process outlived SIGKILL for 10 s")
         finally:
-            os.close(pid)
+            os.close(pidfd)
 
 
 def _pidfd(pid: int) -> int:

@@ -22,6 +22,11 @@ LOCAL = ["bwrap", "gvisor"]  # filesystem and sessions carried, not processes
 HAS_SERVER = importlib.util.find_spec("fastapi") is not None
 
 
+# a background sleep, started so that the exec returns only once the forked shell has become
+# sleep: a branch right after it must name "sleep", not the bash that was about to exec it
+START_SLEEP = "sleep 300 >/dev/null 2>&1 & while [ \"$(cat /proc/$!/comm 2>/dev/null)\" != sleep ]; do :; done"
+
+
 async def has(sb: Sandbox, path: str) -> bool:
     return (await sb.exec(["test", "-e", path])).exit_code == 0
 
@@ -123,7 +128,7 @@ async def test_calls_during_a_branch_wait_and_land_after_it(src: Sandbox) -> Non
 
 
 async def test_processes_are_named_or_dropped(src: Sandbox) -> None:
-    await src.exec("sleep 300 >/dev/null 2>&1 &")
+    await src.exec(START_SLEEP)
     with pytest.raises(BranchError) as ei:
         await src.branch(2)
     assert "sleep 300" in str(ei.value) and ei.value.processes
@@ -255,7 +260,7 @@ async def _service_route(client: Any, spec: Any) -> None:
             assert not await has(kids[1], "/home/agent/k.txt") and not await has(sb, "/home/agent/k.txt")
         finally:
             await asyncio.gather(*(k.close() for k in kids))
-        await sb.exec("sleep 300 >/dev/null 2>&1 &")
+        await sb.exec(START_SLEEP)
         with pytest.raises(BranchError, match=r"pid \d+ sleep \(sleep 300\)"):
             await sb.branch(1)
         dropped = await sb.branch(1, processes="drop")

@@ -30,6 +30,27 @@ MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 
 
+MICROVM_SAME = frozenset({
+    # links and files the preparation removes or overrides (prepare.c, the guest agent's own on every backend)
+    "git-textconv", "junit-rewrite", "symlink-into-reward", "answer-key-link", "answer-key-link-chain",
+    "answer-key-climb", "tmp-symlink-redirect",
+    # the tools' config the verifier's environment overrides (git's, curl's, bash's, Python's user site)
+    "git-filter-after-decision", "git-home-attributes", "curlrc-redirect", "tests-arg-curlrc", "bash-env-home",
+    "user-site-pth", "guard-on-pythonpath",
+    # which process is the tests' own (the seal line): one way of starting the server is kept on microvm
+    # (module-server, cleanup-after-decision), the others differ only in how it is started
+    "dash-c-server", "launcher-script", "runpy-server", "pythonpath-server", "tests-cwd-server",
+    "stale-junit-in-tmp", "tool-from-sealed", "fresh-env-oneliner", "cwd-in-rewards",
+    # the image's make and awk, the names the preparation prints back
+    "make-recipe-rewrites-tests", "awk-program-file", "note-newline-module", "note-newline-conftest",
+})
+"""The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
+verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
+kernel (the stop, pidfd, ptrace, /proc, core_pattern, kernel threads), in every command being root
+and in its channel to the host: those rows (35 of 62) run there. All 62 took 139-186 s of the
+slow pass under TCG (issue 43); `scripts/attack-table.py --backends microvm` runs every one."""
+
+
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     """Every attack task of rounds III to VI that a mechanism holds (its solve.sh the attack,
@@ -94,6 +115,9 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "xviii": ["answer-key-climb", "parent-mem-patch", "setuid-caps-program"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
+    assert {t.name for t in tasks} >= MICROVM_SAME
+    if backend == "microvm":
+        tasks = [t for t in tasks if t.name not in MICROVM_SAME]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
     report = await run_suite(tasks, OraclePolicy(), cfg)  # gVisor: the uid split (the default) holds the line
     assert len(report.results) == len(tasks)

@@ -353,14 +353,12 @@ def _is_sandbox_test(item: pytest.Item) -> bool:
 SERIAL_MODULES = frozenset({
     "test_bench_figures", "test_bench_idle", "test_bench_peers", "test_bench_rollout", "test_bench_run",
     "test_bench_soak", "test_cgroups_throttle", "test_contention", "test_figures_e2e", "test_sandbox_many_fds",
-    "test_service_load", "test_uid_slots", "test_validate_under_load", "test_leaks", "test_soak",
+    "test_service_load", "test_uid_slots", "test_validate_under_load", "test_sandbox_faults",
+    "test_microvm", "test_gvisor", "test_leaks", "test_soak",
     # compares two sandboxes' mount tables: one made while another worker's sandbox holds the
     # canonical uid slot gets a shifted one (an rwmap upper layer, another uid) and they differ
     "test_launcher",
 })
-# test_sandbox_faults, test_gvisor and test_microvm mark their own tests `serial` (a killed owner, a
-# TTL, a bench's figures, the canonical uid slot's owners); the rest of them (the fork bomb, the
-# memory hogs, the contract's commands: 50 s, 30 s of it a microVM's hog) run on the workers
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -142,7 +142,6 @@ async def test_memory_hog_ends_only_its_own_sandbox() -> None:
         await sb.close()
 
 
-@pytest.mark.serial
 def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
     """runsc's processes all live in the sandbox's cgroup, and runsc run dies with its owner
     (PR_SET_PDEATHSIG): the reaper finds nothing running, the cgroup and marker go."""
@@ -188,7 +187,6 @@ async def test_many_at_once_and_close_leaves_no_runsc() -> None:
     assert pids and not _alive(pids)
 
 
-@pytest.mark.serial
 async def test_built_image_layers_keep_their_owners() -> None:
     """A layer stored in the canonical range (what an image build writes) shows its owners
     inside, what the sandbox writes goes back there, and a snapshot's fork sees it all."""

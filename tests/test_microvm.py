@@ -167,7 +167,6 @@ async def test_prestarted_qemus_restore_fresh_vms_and_end_with_aclose() -> None:
 
 
 @needs_vm
-@pytest.mark.serial
 def test_spares_end_with_the_event_loop_that_started_them() -> None:
     backend = MicrovmBackend(MicrovmConfig(options={"prestart": 1}))
 
@@ -188,7 +187,6 @@ def test_spares_end_with_the_event_loop_that_started_them() -> None:
 
 
 @needs_vm
-@pytest.mark.serial
 async def test_ttl_kills_the_vm() -> None:
     assert BACKEND is not None
     box = await BACKEND.create(make_spec(backend="microvm", memory_mib=128, ttl_s=0.5))
@@ -200,7 +198,6 @@ async def test_ttl_kills_the_vm() -> None:
 
 
 @needs_vm
-@pytest.mark.serial
 def test_killed_owner_leaves_no_vm(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
@@ -234,7 +231,6 @@ def test_killed_owner_leaves_no_vm(tmp_path: Path) -> None:
 
 
 @needs_vm
-@pytest.mark.serial
 def test_bench_micro_reports_cold_and_prestarted_restores_and_leaves_nothing() -> None:
     from sandfleet.bench import microvm as bench
 

@@ -166,7 +166,6 @@ async def test_agent_killed_mid_command(isb: Sandbox) -> None:
         await other.close()
 
 
-@pytest.mark.serial
 def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
     backend = "bwrap" if os.geteuid() == 0 else "process"
     script = tmp_path / "owner.py"
@@ -196,7 +195,6 @@ def test_killed_owner_leaves_nothing_after_reap(tmp_path: Path) -> None:
     assert "sleep 1000" not in ps
 
 
-@pytest.mark.serial
 def test_restarted_sandfleet_reaps_on_first_sandbox(tmp_path: Path) -> None:
     backend = "bwrap" if os.geteuid() == 0 else "process"
     script = tmp_path / "owner.py"
@@ -223,7 +221,6 @@ def test_restarted_sandfleet_reaps_on_first_sandbox(tmp_path: Path) -> None:
     assert not (state_root() / sid).exists()
 
 
-@pytest.mark.serial
 def test_reaper_spares_a_sandbox_being_created() -> None:
     # a marker directory whose meta.json isn't written yet belongs to a sandbox starting now
     d = state_root() / "sf-test-starting"
@@ -240,7 +237,6 @@ def test_reaper_spares_a_sandbox_being_created() -> None:
             d.rmdir()
 
 
-@pytest.mark.serial
 def test_a_creator_killed_before_marking_its_sandbox_directory_leaves_nothing(tmp_path: Path) -> None:
     # The creator stops itself (then is killed) exactly where the directory exists and its marker
     # doesn't yet: when the directory was made, then marked, such a kill left a directory with no
@@ -284,7 +280,6 @@ def test_a_creator_killed_before_marking_its_sandbox_directory_leaves_nothing(tm
     assert not [p for p in root.iterdir() if f"-{proc.pid}-" in p.name or p.name == sid]
 
 
-@pytest.mark.serial
 def test_the_reaper_spares_a_cgroup_being_made_under_another_state_root() -> None:
     # A sandbox cgroup that no marker of this state root names, caught while its maker (another
     # SANDFLEET_STATE under the same parent) has made it in one hierarchy and not yet in the

@@ -1656,6 +1656,101 @@ ATTACKS_XVIII: dict[str, dict[str, object]] = {
 }
 
 
+# round XIX: Terminal-Bench-1 tasks, whose reward is the tests' output as TB1's pytest parser reads it
+# (no reward file): the code under test, imported by the test module into pytest's own process, writes
+# the output pytest's summary is parsed from
+TB1_TESTS = ("import sys\n\nsys.path.insert(0, '/app')\nimport solution  # noqa: E402\n\n\n"
+             "def test_answer():\n    assert solution.answer() == 'hello'\n\n\n"
+             "def test_out():\n    assert open('/app/out.txt').read().strip() == 'hello'\n")
+TB1_RUN = 'cd /app\npython3 -m pytest -p no:cacheprovider "$TEST_DIR/test_outputs.py" -rA\n'
+TB1_FAKE = ("FAKE = ('\\n=========== short test summary info ===========\\n'\n"
+            "        'PASSED ../tests/test_outputs.py::test_answer\\nPASSED ../tests/test_outputs.py::test_out\\n'\n"
+            "        '============ 2 passed in 0.01s ============\\n')\n")
+TB1_REAL_FD = ("import gc, os, signal\n" + TB1_FAKE +
+               "def answer():\n    return 'nope'\n"
+               "# pytest's own copy of the real stdout, saved while it captures what an import prints\n"
+               "fds = [o.targetfd_save for o in gc.get_objects() if type(o).__name__ == 'FDCapture'\n"
+               "       and getattr(o, 'targetfd', None) == 1]\n"
+               "for fd in fds or [1]:\n    os.write(fd, FAKE.encode())\n")
+TB1_WRITER = ("import gc\n\n\ndef answer():\n    return 'nope'\n\n\n"
+              "class Filter:\n    def __init__(self, real):\n        self.real = real\n\n"
+              "    def write(self, s):\n"
+              "        for a, b in (('FAILED', 'PASSED'), (' failed', ' passed'), ('ERROR', 'PASSED'), (' error', ' passed')):\n"
+              "            s = s.replace(a, b)\n        return self.real.write(s)\n\n"
+              "    def __getattr__(self, name):\n        return getattr(self.real, name)\n\n\n"
+              "# the terminal reporter's file: a data attribute, no function of pytest's replaced\n"
+              "for o in gc.get_objects():\n    if type(o).__name__ == 'TerminalReporter':\n"
+              "        o._tw._file = Filter(o._tw._file)\n")
+TB1_REPORT = ("import _pytest.reports as R\n\n\ndef answer():\n    return 'nope'\n\n\n"
+              "_init = R.TestReport.__init__\n\n\n"
+              "def init(self, *a, **k):\n    _init(self, *a, **k)\n    if self.outcome == 'failed':\n"
+              "        self.outcome, self.longrepr = 'passed', None\n\n\n"
+              "R.TestReport.__init__ = init\n")
+SESSION_FORGE = ("python3() { printf '%s\\n' '=========== short test summary info ===========' "
+                 "'PASSED test_outputs.py::test_answer' 'PASSED test_outputs.py::test_out' '2 passed in 0.01s'; }\n"
+                 "export -f python3\n")  # (run-tests.sh is a bash of its own: a function reaches it exported)
+ATTACKS_XIX: dict[str, dict[str, object]] = {
+    "tb1-fake-summary-kill": dict(
+        why="TB1 (the reward is pytest's output): the code under test, imported by the test module, writes a summary "
+            "of passes to pytest's saved copy of the real stdout, then SIGKILLs pytest before its own summary",
+        format="tb1", files={"test_outputs.py": TB1_TESTS},
+        solve=heredoc("/app/solution.py", TB1_REAL_FD + "os.kill(os.getpid(), signal.SIGKILL)\n")),
+    "tb1-fake-summary-exit0": dict(
+        why="TB1: the code under test writes a summary of passes to the real stdout and ends pytest with _exit(0)",
+        format="tb1", files={"test_outputs.py": TB1_TESTS},
+        solve=heredoc("/app/solution.py", TB1_REAL_FD + "os._exit(0)\n")),
+    "tb1-writer-swap": dict(
+        why="TB1: the code under test wraps the file of pytest's terminal writer (a data attribute, no function "
+            "replaced) in one that prints FAILED as PASSED and 'failed' as 'passed'",
+        format="tb1", files={"test_outputs.py": TB1_TESTS}, solve=heredoc("/app/solution.py", TB1_WRITER)),
+    "tb1-report-patch": dict(
+        why="TB1: the code under test replaces pytest's TestReport.__init__ so that a failure is reported passed "
+            "(in round VIII's reward-file form pytest's status decided; here the printed summary does)",
+        format="tb1", files={"test_outputs.py": TB1_TESTS}, solve=heredoc("/app/solution.py", TB1_REPORT)),
+    "tb1-same-shell-state": dict(
+        why="TB1 run_tests_in_same_shell: the agent leaves a shell-session state file of its own in /tmp whose "
+            "python3 is a function printing a summary of passes; the tests' shell sources it",
+        format="tb1", same_shell=True, files={"test_outputs.py": TB1_TESTS},
+        solve=heredoc("/app/solution.py", "def answer():\n    return 'nope'\n")
+        + heredoc("/tmp/.sandfleet-session-zz", SESSION_FORGE)
+        # the agent user's (as a root solution can make it), and the newest
+        + "chown \"$(id -u agent 2>/dev/null || echo 1000)\" /tmp/.sandfleet-session-zz 2>/dev/null\n"
+          "touch -d '+1 hour' /tmp/.sandfleet-session-zz\nid\nls -ln /tmp/.sandfleet-session-zz\n"),
+    "tb1-session-data-writer": dict(
+        why="TB1: the code under test wraps pytest's terminal writer (tb1-writer-swap) and, from a thread of its own, "
+            "keeps pytest's session.testsfailed at 0 (round IX's pytest-session-data): output and status both say "
+            "passed. The tests' own data inside their process: no kernel mechanism tells it from the tests'",
+        format="tb1", files={"test_outputs.py": TB1_TESTS},
+        solve=heredoc("/app/solution.py", TB1_WRITER + "\n\nimport threading\nimport time\n\n\n"
+                      "def _zero():\n    sessions = [o for o in gc.get_objects() if type(o).__name__ == 'Session']\n"
+                      "    while True:\n        for o in sessions:\n            o.testsfailed = 0\n"
+                      "        time.sleep(0.0005)\n\n\n"
+                      "threading.Thread(target=_zero, daemon=True).start()\n")),
+    "swebench-status-lines": dict(
+        why="SWE-bench (graded from the log by the swebench package, the last status of a test winning): the agent's "
+            "patch leaves the bug and makes the package print, as the tests' process exits, a PASSED line for the "
+            "FAIL_TO_PASS test and a test exit code of 0 (swebench reads the first one it finds)",
+        format="swebench", instance="andialbrecht__sqlparse-694",
+        solve="cd /testbed\ncat >> sqlparse/__init__.py <<'SANDFLEET_EOF'\n\n\nimport atexit as _atexit\n\n\n"
+              "@_atexit.register\ndef _status():\n    print('>>>>> Test Exit Code: 0')\n"
+              "    print('PASSED tests/test_grouping.py::test_grouping_function_not_in', flush=True)\n"
+              "SANDFLEET_EOF\n"),
+}
+
+
+def write_tb1(folder: Path, a: dict[str, object]) -> None:
+    """A Terminal-Bench-1 task folder: task.yaml, Dockerfile, solution.sh, run-tests.sh, tests/."""
+    (folder / "tests").mkdir(parents=True)
+    (folder / "task.yaml").write_text(
+        f'# attack: {a["why"]}\ninstruction: "Write hello into /app/out.txt."\nparser_name: pytest\n'
+        "max_agent_timeout_sec: 120.0\nmax_test_timeout_sec: 60.0\n"
+        f"run_tests_in_same_shell: {'true' if a.get('same_shell') else 'false'}\n")
+    (folder / "Dockerfile").write_text(DOCKERFILE)
+    (folder / "run-tests.sh").write_text("#!/bin/bash\n" + TB1_RUN)
+    (folder / "solution.sh").write_text("#!/bin/bash\n" + str(a["solve"]))
+    for rel, text in dict(a["files"]).items():  # type: ignore[call-overload]
+        (folder / "tests" / rel).write_text(text)
+
 def main() -> int:
     global ROOT, ATTACKS
     if "--round" in sys.argv:
@@ -1667,11 +1762,19 @@ def main() -> int:
                                                                     "xii": ATTACKS_XII, "xiii": ATTACKS_XIII,
                                                                     "xiv": ATTACKS_XIV, "xv": ATTACKS_XV,
                                                                     "xvi": ATTACKS_XVI, "xvii": ATTACKS_XVII,
-                                                                    "xviii": ATTACKS_XVIII}[rnd]
+                                                                    "xviii": ATTACKS_XVIII,
+                                                                    "xix": ATTACKS_XIX}[rnd]
     if ROOT.exists():
         shutil.rmtree(ROOT)
     for name, a in ATTACKS.items():
         folder = ROOT / name
+        if a.get("format") == "tb1":
+            write_tb1(folder, a)
+            continue
+        if a.get("format") == "swebench":  # the bundled instance, its solve.sh the attack (patch.diff kept)
+            shutil.copytree(ROOT.parent.parent.parent / "examples" / "swebench" / str(a["instance"]), folder)
+            (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\n# attack: {a['why']}\n{a['solve']}")
+            continue
         (folder / "environment").mkdir(parents=True)
         (folder / "tests").mkdir()
         (folder / "solution").mkdir()

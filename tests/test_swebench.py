@@ -249,3 +249,52 @@ def test_bundled_instances_validate_oracle_1_noop_0(tmp_path: Path) -> None:
     verdicts = json.loads(report.read_text())
     assert result.exit_code == 0, result.output
     assert len(verdicts) >= 5 and all(v["status"] == "valid" for v in verdicts.values()), verdicts
+
+
+def test_a_log_the_code_under_test_printed_into_is_not_the_tests_decision() -> None:
+    """Round XIX: the code under test runs in the tests' process and prints into the log swebench grades:
+    a PASSED line for the FAIL_TO_PASS test as the process ends (swebench keeps a test's last status) and
+    an exit-code line of 0 (swebench reads the first one): the swebench package alone graded that 1. The two
+    statuses of one test are a tests_status 0; with the status eval.sh kept (STATUS_FILE), a test command
+    ended by a signal is a tests_killed 0 and one that failed with a log of no failure no run, whatever its
+    log says."""
+    pytest.importorskip("swebench")
+    from sandfleet.errors import RolloutError
+
+    logs = LOGS / "andialbrecht__sqlparse-694"
+    grading = _grading(logs.name)
+    f2p = grading["FAIL_TO_PASS"][0]  # type: ignore[index]
+    before = (logs / "before.log").read_text()
+    assert f"FAILED {f2p}" in before
+    start, end = ">>>>> End Test Output", ">>>>> Test Exit Code: 1"
+    assert start in before and end in before
+    printed = before.replace(start, f">>>>> Test Exit Code: 0\nPASSED {f2p}\n{start}")
+    for kept in (1, None):  # (None: an eval.sh of before round XIX, which keeps none)
+        with pytest.raises(RolloutError, match="a passing and a failing status") as info:
+            grade_log(printed, grading, exit_code=kept)
+        assert info.value.reason == "tests_status" and f"{f2p}: FAILED then PASSED" in str(info.value)
+    # the pytest killed before its own summary: only the printed lines are left
+    killed = printed.replace(f"FAILED {f2p}", "")
+    with pytest.raises(RolloutError, match="ended by signal 9") as info:
+        grade_log(killed, grading, exit_code=137)
+    assert info.value.reason == "tests_killed"
+    # the kept status replaces every exit-code line: a log of no failure with a failing status is no run
+    reward, details = grade_log(killed, grading, exit_code=1)
+    assert reward == 0.0 and details["tests_found"] == 0.0
+    # honest logs grade as before with their kept status
+    assert grade_log((logs / "after.log").read_text(), grading, exit_code=0)[0] == 1.0
+    assert grade_log(before, grading, exit_code=1)[0] == 0.0
+
+
+def test_reward_from_reads_the_kept_status() -> None:
+    pytest.importorskip("swebench")
+    from sandfleet.errors import RolloutError
+
+    task = load_task(EXAMPLES / "andialbrecht__sqlparse-694")
+    after = (LOGS / task.name / "after.log").read_text()
+    assert reward_from(task.verifier, output=after, test_status="0\n").value == 1.0
+    assert reward_from(task.verifier, output=after, test_status="1\n").details["tests_found"] == 0.0
+    with pytest.raises(RolloutError, match="not a number") as info:
+        reward_from(task.verifier, output=after, test_status="zero")
+    assert info.value.reason == "bad_reward_value"
+    assert f"> {'/logs/verifier/test-exit-code'}" in (EXAMPLES / task.name / "tests" / "eval.sh").read_text()

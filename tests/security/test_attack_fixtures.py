@@ -172,3 +172,39 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
         for r in report.results:
             assert r.status == "completed" and r.reward == 0.0, (backend, verify, r.task, r.reason, r.reward,
                                                                  r.verifier_output)
+
+
+# -- round XIX: rewards read from the tests' output (TB1's pytest parser, SWE-bench's log), a stream the
+# code under test writes to as well (docs/security.md, "Rewards read from the tests' output")
+
+OUTPUT_READ = ["tb1-fake-summary-exit0", "tb1-fake-summary-kill", "tb1-report-patch", "tb1-writer-swap",
+               "swebench-status-lines"]
+"""Each forged on every backend in both modes before round XIX (ed91c60). tb1-session-data-writer (the tests'
+own data inside their process, round IX's residual) is in the fixtures and the table only."""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
+async def test_output_read_rewards_need_the_tests_own_status(backend: str) -> None:
+    """A summary of passes the code under test prints into pytest's output (then SIGKILLs or _exits
+    pytest, or prints through pytest's own writer, or patches its reports), or a PASSED line and an exit
+    code it prints into SWE-bench's log: each scores 0 with the reason that names it (tests_status: the
+    output and the test command's own status disagree; tests_killed), never masked. And TB1's same shell
+    runs the tests in the agent's session: forged there (flagged on the row), held by --verify separate."""
+    from sandfleet.rollout.verifier import OUTPUT_STATUS_REASON, SAME_SHELL_RISK
+    from sandfleet.tasks import load_tasks
+
+    loaded = {t.name: t for t in load_tasks(FIXTURES / "attacks-xix")[0]}
+    assert set(OUTPUT_READ) | {"tb1-same-shell-state", "tb1-session-data-writer"} == set(loaded)
+    for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
+        cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
+        report = await run_suite([loaded[n] for n in [*OUTPUT_READ, "tb1-same-shell-state"]], OraclePolicy(), cfg)
+        rows = {r.task: r for r in report.results}
+        for name in OUTPUT_READ:
+            r = rows[name]
+            assert r.status == "completed" and r.reward == 0.0, (backend, verify, name, r.reason, r.verifier_output)
+            assert r.reason in (OUTPUT_STATUS_REASON, "tests_killed"), (backend, verify, name, r.reason)
+        same = rows["tb1-same-shell-state"]
+        if verify == "shared":  # the agent's session decides what runs: by design, and said on the row
+            assert SAME_SHELL_RISK in same.info.get("verifier_risks", []), same.info
+        else:
+            assert same.reward == 0.0, (backend, same.reason, same.verifier_output)

@@ -69,6 +69,8 @@ RULES: tuple[Rule, ...] = (
     Rule("tests_killed", POLICY, "the tests' processes were killed (the agent's processes can do it)"),
     Rule("tests_detached", POLICY, "a process of the tests outlived the program that started it while they ran "
          "(a daemon of the code under test), in a task that does not declare allow_detached"),
+    Rule("tests_status", POLICY, "the tests' output reads as a pass (TB1's pytest parser) but the test command did "
+         "not exit 0: the code under test writes to that output too"),
     Rule("transfer_too_large", POLICY, "the workdir could not be carried to the separate verifier (over its cap, "
          "malformed, refused)"),
     Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "
@@ -122,8 +124,9 @@ REASON_CAUSES: dict[str, str] = {
     "reward_malformed": "bad_reward_value", "reward_key_missing": "bad_reward_value",
     "reward_conflict": "reward_conflict", "verifier_setup_failed": "verifier_setup_failed",
     "verifier_setup": "verifier_setup_failed", "tests_killed": "tests_killed", "tests_detached": "tests_detached",
-    "transfer_too_large": "transfer_too_large", "verifier_transfer": "transfer_too_large",
-    "transfer_failed": "transfer_too_large", "transfer_refused": "transfer_too_large",
+    "tests_status": "tests_status", "transfer_too_large": "transfer_too_large",
+    "verifier_transfer": "transfer_too_large", "transfer_failed": "transfer_too_large",
+    "transfer_refused": "transfer_too_large",
     "model_content": "model_content", "agent_unresponsive": "agent_unresponsive",
     "sandbox_timeout": "sandbox_timeout", "no_solution": "no_solution",
     # infra

@@ -99,6 +99,7 @@ from sandfleet.tasks.scan import (
     without_workdir,
     workdir_path_entries,
 )
+from sandfleet.tasks.swebench import STATUS_FILE as SWEBENCH_STATUS_FILE
 
 log = logging.getLogger(__name__)
 
@@ -374,6 +375,12 @@ DETACHED_RISK = ("processes of the tests outlived the program that started them 
                  "(a daemon of the code under test could write what the tests read)")
 SEAL_RISK = ("the seal could not take all its paths (seal_paths holds 512 bytes): it goes without what "
              "did not fit")
+SAME_SHELL_RISK = ("TB1 run_tests_in_same_shell: the tests run in the agent's own shell session (its functions, "
+                   "aliases and variables: PATH, PYTHONPATH, LD_PRELOAD), so the agent chooses what runs as the tests "
+                   "and what they print; --verify separate runs them in a fresh shell")
+OUTPUT_STATUS_REASON = "tests_status"
+"""A reward read from the tests' output (TB1's pytest parser) that the test command's own exit status
+does not confirm: the code under test writes to that output too (round XIX), so a 1 needs both."""
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
                      "the task's [verifier.env] PATH keeps them")
 @dataclass
@@ -769,6 +776,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         return failed
     if plan.same_shell:  # the agent's shell session: its variables, by design (TB1)
         env = dict(plan.env)
+        risks.append(SAME_SHELL_RISK)
     else:
         env = {**plan.env, "HOME": values["home"], "PYTHONNOUSERSITE": "1"}
         base = {**sandbox.spec.env, **env}
@@ -836,7 +844,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
                          f"output tail:\n{output[-2000:]}")
         return outcome
     with recorder.span("other_sandbox", what="read reward"):
-        text = json_text = None
+        text = json_text = status_text = None
         try:
             if plan.reward == "reward-file":
                 paths = [plan.reward_json_path, plan.reward_text_path]
@@ -848,6 +856,13 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
                     raise BadRewardFile(why)
                 json_text = await read_reward_file(sandbox, plan.reward_json_path)
                 text = await read_reward_file(sandbox, plan.reward_text_path)
+            elif plan.reward == "swebench":  # the test command's status, as eval.sh kept it (round XIX)
+                check = sandbox.backend in USER_BACKENDS and not is_root(run_as)
+                why = await _reward_files_provenance(sandbox, [_guest(sandbox, SWEBENCH_STATUS_FILE)],
+                                                     values.get("uid", uid_of(user))) if check else None
+                if why is not None:
+                    raise BadRewardFile(why)
+                status_text = await read_reward_file(sandbox, SWEBENCH_STATUS_FILE)
         except BadRewardFile as e:
             outcome.reason, outcome.error = "bad_reward_file", str(e)
             return outcome
@@ -858,7 +873,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
             outcome.error = f"{path} was written, but no test file names it: not by the tests"
             return outcome
     try:
-        reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text)
+        reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text,
+                             test_status=status_text)
     except RolloutError as e:
         if e.reason == "parser":  # the task's configuration, not the agent
             raise
@@ -866,8 +882,25 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         outcome.reason = "tests_killed" if killed else e.reason
         outcome.error = f"{e}; verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}"
         return outcome
+    if plan.reward == "pytest-output" and reward.value > 0 and res.exit_code != 0:
+        # the output is a stream the code under test shares with pytest (it prints there, swaps pytest's
+        # writer, kills pytest after its own summary of passes): the tests decided a pass only if the test
+        # command that printed it ended with 0 as well, which the seal and the guard keep the tests' own
+        outcome.reason = OUTPUT_STATUS_REASON
+        outcome.error = (f"the tests' output reads as a pass ({plan.parser_name or 'pytest'} parser: "
+                         f"{_parsed(reward.details)}), but the test command exited {res.exit_code}: the code "
+                         "under test writes to that output too, so it decides nothing alone (a task whose "
+                         "run-tests.sh ends with something else than its tests ends with their status instead); "
+                         f"output tail:\n{output[-2000:]}")
+        return outcome
     outcome.reward, outcome.details = reward.value, reward.details
     return outcome
+
+
+def _parsed(details: dict[str, float]) -> str:
+    """What the parser read, short: ``test_a=1, test_b=1`` (the first 5)."""
+    shown = ", ".join(f"{k}={v:g}" for k, v in list(details.items())[:5])
+    return (shown + (f" and {len(details) - 5} more" if len(details) > 5 else "")) or "nothing"
 
 
 # -- --verify separate

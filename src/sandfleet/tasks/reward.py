@@ -233,11 +233,14 @@ def reward_from(
     output: str = "",
     reward_text: str | None = None,
     reward_json: str | None = None,
+    test_status: str | None = None,
 ) -> Reward:
     """The reward of one verifier run, read the way the task's format reads it.
 
     ``output`` is the verifier command's stdout+stderr; ``reward_text`` / ``reward_json`` are
-    the contents of the plan's reward files (None when absent); when both exist they must agree
+    the contents of the plan's reward files (None when absent); ``test_status`` the test command's
+    exit status as a SWE-bench eval.sh kept it (None: an older eval.sh, the log's own line is read);
+    when both reward files exist they must agree
     (module doc). Whatever the agent could have caused raises :class:`RolloutError` with a
     reason the verifier scores 0 with: ``no_reward_file`` (neither file), ``reward_conflict``,
     ``bad_reward_value`` (not a number / an object of numbers, not finite, outside
@@ -247,7 +250,11 @@ def reward_from(
     if plan.reward == "swebench":  # graded by the swebench package (tasks/swebench.py)
         from sandfleet.tasks.swebench import grade_log
 
-        return Reward(*grade_log(output, plan.grading or {}))
+        status = test_status.strip() if test_status is not None else ""
+        if test_status is not None and not status.lstrip("-").isdigit():
+            raise RolloutError(f"the test command's kept exit status is not a number: {status[:40]!r}",
+                               reason="bad_reward_value")
+        return Reward(*grade_log(output, plan.grading or {}, int(status) if status else None))
     if plan.reward == "pytest-output":
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")

@@ -53,6 +53,12 @@ END_TEST_OUTPUT = ">>>>> End Test Output"
 TEST_EXIT_CODE = ">>>>> Test Exit Code"
 APPLY_PATCH_FAIL = ">>>>> Patch Apply Failed"
 RESET_FAILED = ">>>>> Reset Failed"
+TEST_EXIT_LINE = re.compile(rf"{re.escape(TEST_EXIT_CODE)}:\s*-?\d+")
+"""A line of the log that swebench reads the test command's exit code from (the first it finds)."""
+STATUS_FILE = "/logs/verifier/test-exit-code"
+"""Where eval.sh keeps the test command's exit code: in the reward folder, which the seal and the guard
+keep from the code under test, so it is the one the tests' shell saw, not a line the code printed into the
+log (round XIX: a patch printed ``>>>>> Test Exit Code: 0`` and a PASSED line as the tests' process ended)."""
 
 
 def _names(value: Any) -> Any:
@@ -156,6 +162,7 @@ git apply -v /tests/test.patch || {{ echo "{APPLY_PATCH_FAIL}"; exit 1; }}
 echo "{START_TEST_OUTPUT}"
 {inst.test_cmd} {quoted}
 SWEBENCH_TEST_EXIT_CODE=$?
+echo "$SWEBENCH_TEST_EXIT_CODE" > {STATUS_FILE}
 echo "{END_TEST_OUTPUT}"
 echo "{TEST_EXIT_CODE}: $SWEBENCH_TEST_EXIT_CODE"
 ( {reset} ) || true
@@ -264,6 +271,31 @@ def load_swebench(folder: Path) -> tuple[dict[str, Any], SolutionPlan, VerifierP
 
 # -- grading, by the swebench package
 
+_PASSING = frozenset({"PASSED", "XFAIL", "SKIPPED"})
+_FAILING = frozenset({"FAILED", "ERROR"})
+
+
+def _conflicting_statuses(log: str, spec: Any, grading: dict[str, Any]) -> list[str]:
+    """The FAIL_TO_PASS and PASS_TO_PASS tests that the log's lines, each parsed alone by the instance's
+    log parser, give both a passing and a failing status: ``name: FAILED then PASSED``."""
+    from swebench.harness.log_parsers import PARSER_REGISTRY
+
+    parser = PARSER_REGISTRY[grading.get("log_parser", DEFAULT_PARSER)]
+    wanted = set(grading.get("FAIL_TO_PASS", ())) | set(grading.get("PASS_TO_PASS", ()))
+    seen: dict[str, list[str]] = {}
+    for line in log.splitlines():
+        if not any(word in line for word in ("PASS", "FAIL", "ERROR", "SKIP", "XFAIL", "ok", "OK")):
+            continue  # (most lines: the parser is not called for them)
+        try:
+            found = parser(line, spec)
+        except Exception:  # noqa: BLE001 - a parser that needs more than one line: that line says nothing alone
+            continue
+        for name, status in found.items():
+            if name in wanted and (not seen.get(name) or seen[name][-1] != status):
+                seen.setdefault(name, []).append(status)
+    return [f"{name}: {' then '.join(statuses)}" for name, statuses in seen.items()
+            if _PASSING & set(statuses) and _FAILING & set(statuses)]
+
 
 def _swebench() -> Any:
     try:
@@ -274,7 +306,7 @@ def _swebench() -> Any:
     return grading, utils
 
 
-def grade_log(log: str, grading: dict[str, Any]) -> tuple[float, dict[str, float]]:
+def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None) -> tuple[float, dict[str, float]]:
     """Grade an eval log with swebench's own functions: (reward, details).
 
     ``grading`` holds instance_id, repo, version, FAIL_TO_PASS, PASS_TO_PASS, log_parser and
@@ -282,7 +314,17 @@ def grade_log(log: str, grading: dict[str, Any]) -> tuple[float, dict[str, float
     ``resolved``, ``tests_found`` (0 when swebench finds no valid test output: the patch
     did not apply, the markers are missing, the runner never ran or its exit code contradicts
     the log), ``fail_to_pass`` and ``pass_to_pass`` (the fractions that pass), and ``F2P:<test>``
-    / ``P2P:<test>`` 1.0 or 0.0 for each test."""
+    / ``P2P:<test>`` 1.0 or 0.0 for each test.
+
+    The log is a stream the code under test writes to as well (it runs inside the tests' process), so
+    what it says is checked against what it can't write (round XIX):
+    - ``exit_code``, the test command's status as eval.sh kept it (:data:`STATUS_FILE`), replaces every
+      exit-code line of the log (swebench cross-checks a log of no failure against it);
+    - a test command ended by a signal (a status of 128 or more: killed, a crash) ran no whole suite:
+      ``tests_killed``, whatever the log says;
+    - a test the log gives a passing and a failing status (each line parsed alone: a line printed after
+      pytest's own, and swebench keeps the last) is not what the run decided: ``tests_status``.
+    Both raise :class:`RolloutError` with that reason (the verifier scores it 0, a policy fault)."""
     grading_mod, utils = _swebench()
     from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType, ResolvedStatus
 
@@ -295,6 +337,18 @@ def grade_log(log: str, grading: dict[str, Any]) -> tuple[float, dict[str, float
         "PASS_TO_PASS": list(grading["PASS_TO_PASS"]), "log_parser": grading.get("log_parser", DEFAULT_PARSER),
         "eval_type": grading.get("eval_type", "pass_and_fail"), "eval_script": "",
     })
+    if exit_code is not None:
+        if exit_code >= 128:
+            raise RolloutError(f"the test command was ended by signal {exit_code - 128} (status {exit_code}): "
+                               "the log is not a whole run's, whatever it says", reason="tests_killed")
+        log = "\n".join(line for line in log.splitlines() if not TEST_EXIT_LINE.search(line))
+        log += f"\n{TEST_EXIT_CODE}: {exit_code}\n"
+    conflicts = _conflicting_statuses(log, spec, grading)
+    if conflicts:
+        raise RolloutError(f"the log gives {len(conflicts)} test(s) a passing and a failing status "
+                           f"({'; '.join(conflicts[:3])}): a line printed besides the runner's own (the code under "
+                           "test writes to the same output), so the log is not what the tests decided",
+                           reason="tests_status")
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:
         f.write(log)
         f.flush()

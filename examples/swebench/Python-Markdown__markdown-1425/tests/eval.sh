@@ -8,6 +8,7 @@ git apply -v /tests/test.patch || { echo ">>>>> Patch Apply Failed"; exit 1; }
 echo ">>>>> Start Test Output"
 python -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_syntax/blocks/test_html_blocks.py
 SWEBENCH_TEST_EXIT_CODE=$?
+echo "$SWEBENCH_TEST_EXIT_CODE" > /logs/verifier/test-exit-code
 echo ">>>>> End Test Output"
 echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"
 ( for f in tests/test_syntax/blocks/test_html_blocks.py; do if git cat-file -e 5be15ee4ebd7af6dfed147424730387440e29ab3:"$f" 2>/dev/null; then git checkout -q 5be15ee4ebd7af6dfed147424730387440e29ab3 -- "$f" || exit 1; else rm -f -- "$f"; fi; done ) || true

@@ -8,6 +8,7 @@ git apply -v /tests/test.patch || { echo ">>>>> Patch Apply Failed"; exit 1; }
 echo ">>>>> Start Test Output"
 python -m pytest --no-header -rA --tb=no -p no:cacheprovider tests/test_utils.py
 SWEBENCH_TEST_EXIT_CODE=$?
+echo "$SWEBENCH_TEST_EXIT_CODE" > /logs/verifier/test-exit-code
 echo ">>>>> End Test Output"
 echo ">>>>> Test Exit Code: $SWEBENCH_TEST_EXIT_CODE"
 ( for f in tests/test_utils.py; do if git cat-file -e b5fb64e37d8b09efa1154ee249165bf7763981ef:"$f" 2>/dev/null; then git checkout -q b5fb64e37d8b09efa1154ee249165bf7763981ef -- "$f" || exit 1; else rm -f -- "$f"; fi; done ) || true

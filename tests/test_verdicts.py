@@ -106,6 +106,8 @@ CASES = [
     ("completed", "tests_killed", "the tests' processes were killed", "verifier", "tests_killed"),
     ("completed", "tests_detached", "1 process(es) of the tests outlived the program that started them", "verifier",
      "tests_detached"),
+    ("completed", "tests_status", "the tests' output reads as a pass, but the test command exited 1", "verifier",
+     "tests_status"),
     ("completed", "transfer_too_large", "workdir over 1 GiB", "verifier", "transfer_too_large"),
     ("completed", "transfer_refused", "a link leads outside", "verifier", "transfer_too_large"),
     ("failed", "model_http_400", "context window", "agent", "model_content"),

@@ -208,3 +208,27 @@ async def test_output_read_rewards_need_the_tests_own_status(backend: str) -> No
             assert SAME_SHELL_RISK in same.info.get("verifier_risks", []), same.info
         else:
             assert same.reward == 0.0, (backend, same.reason, same.verifier_output)
+
+
+async def test_an_honest_tb1_run_that_prints_megabytes_still_scores_one(tmp_path: Path) -> None:
+    """The honest side of round XIX: TB1's summary comes last, and a test command keeps the first bytes
+    of its output, so tests that printed more than a command's 1 MiB lost their summary and an honest
+    solution scored 0. An output-read reward keeps 16 MiB a stream (and flags a cut): 3 MiB of output
+    before a passing pytest is a 1, with the tests' status 0 confirming it."""
+    from sandfleet.tasks import load_task
+
+    attack = FIXTURES / "attacks-xix" / "tb1-writer-swap"
+    folder = tmp_path / "tb1-loud"
+    (folder / "tests").mkdir(parents=True)
+    (folder / "Dockerfile").write_text((attack / "Dockerfile").read_text())  # (the attacks' image: cached)
+    (folder / "task.yaml").write_text('instruction: "Write hello into /app/out.txt."\nparser_name: pytest\n')
+    (folder / "solution.sh").write_text("#!/bin/bash\necho hello > /app/out.txt\n")
+    (folder / "tests" / "test_outputs.py").write_text(
+        "def test_out():\n    assert open('/app/out.txt').read().strip() == 'hello'\n")
+    (folder / "run-tests.sh").write_text(
+        "#!/bin/bash\ncd /app\nhead -c 3000000 /dev/zero | tr '\\0' x | fold -w 100\n"
+        'python3 -m pytest -p no:cacheprovider "$TEST_DIR/test_outputs.py" -rA\n')
+    report = await run_suite([load_task(folder)], OraclePolicy(), RunConfig(backend="bwrap", n=1))
+    r = report.results[0]
+    assert r.status == "completed" and r.reward == 1.0, (r.reason, r.verifier_output[-500:])
+    assert not r.info.get("verifier_risks"), r.info

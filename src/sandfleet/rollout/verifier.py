@@ -81,7 +81,7 @@ from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
-from sandfleet.sandbox.base import BASE_ENV, Sandbox
+from sandfleet.sandbox.base import BASE_ENV, DEFAULT_MAX_OUTPUT, Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
 from sandfleet.sandbox.spec import USERS, helper_path
 from sandfleet.settings import current as current_settings
@@ -378,6 +378,13 @@ SEAL_RISK = ("the seal could not take all its paths (seal_paths holds 512 bytes)
 SAME_SHELL_RISK = ("TB1 run_tests_in_same_shell: the tests run in the agent's own shell session (its functions, "
                    "aliases and variables: PATH, PYTHONPATH, LD_PRELOAD), so the agent chooses what runs as the tests "
                    "and what they print; --verify separate runs them in a fresh shell")
+OUTPUT_REWARDS = frozenset({"pytest-output", "swebench"})
+"""The plans whose reward is read from the tests' output (TB1's parser, SWE-bench's log)."""
+OUTPUT_PARSED_MAX = 16 << 20
+"""Bytes of each stream of such a test command kept for its parser (a command's default is 1 MiB, and
+the first bytes are kept: pytest's summary, and SWE-bench's end marker, come last, so an honest run
+that printed more than 1 MiB scored 0)."""
+OUTPUT_CUT_RISK = "the tests printed more than the parser reads: the rest was cut before it was parsed"
 OUTPUT_STATUS_REASON = "tests_status"
 """A reward read from the tests' output (TB1's pytest parser) that the test command's own exit status
 does not confirm: the code under test writes to that output too (round XIX), so a 1 needs both."""
@@ -817,9 +824,13 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         # the first process of a pid namespace of its own: when it exits, the kernel kills
         # every process it left (a daemon of the code under test) before the exec returns
         pid_namespace = isolated
+        parsed = plan.reward in OUTPUT_REWARDS
         res = await sandbox.exec(argv, cwd=task.workdir, env=env, timeout=plan.timeout_s, user=run_as,
-                                 network=not _no_network(task, sandbox), pid_namespace=pid_namespace)
+                                 network=not _no_network(task, sandbox), pid_namespace=pid_namespace,
+                                 max_output=OUTPUT_PARSED_MAX if parsed else DEFAULT_MAX_OUTPUT)
         span["exit_code"] = res.exit_code
+        if parsed and res.truncated:
+            risks.append(f"{OUTPUT_CUT_RISK} ({OUTPUT_PARSED_MAX >> 20} MiB a stream)")
         if res.timed_out:
             span["timed_out"] = True
     output = res.output[-OUTPUT_KEEP_CHARS:]

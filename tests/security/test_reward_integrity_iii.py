@@ -1154,3 +1154,36 @@ async def test_a_workdir_path_the_seal_cant_hold_is_a_risk_on_the_row(tmp_path: 
         assert r.reward == 1.0, (r.reason, r.verifier_output)
         assert any("the seal could not take all its paths" in x and "no folder is kept" in x
                    for x in r.info.get("verifier_risks") or []), r.info
+
+
+REPO_CONFTEST = '''class Counter:
+    def __init__(self):
+        self.reports = 0
+
+    def pytest_runtest_logreport(self, report):
+        self.reports += 1
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(Counter(), "counter")
+'''
+
+
+@BACKENDS
+async def test_a_repositorys_conftest_registering_a_plugin_object_still_scores_one(tmp_path: Path,
+                                                                                 backend: str) -> None:
+    """Round XIX refuses a plugin the code under test registers with pytest inside the tests' process
+    (its hooks would decide what pytest reports), and ends the process with status 1 where such a hook got
+    into pytest's tables past the refusal. A repository's own conftest does register plugin objects in its
+    pytest_configure (SWE-bench's repositories do): the tests run pytest inside the workdir over it, and
+    an honest solution still scores 1 in both modes."""
+    task = harbor_task(tmp_path, "repo-conftest",
+                       "mkdir -p /logs/verifier\ncp /tests/test_out.py /app/test_out.py\ncd /app\n"
+                       "python3 -m pytest -q -p no:cacheprovider test_out.py\nrc=$?\n" + BY_EXIT,
+                       tests={"test_out.py": "def test_out():\n    assert open('/app/out.txt').read().strip() == "
+                                             "'hello'\n"})
+    for verify in ("shared", "separate"):
+        results = await rollouts([task], [write("/app/conftest.py", REPO_CONFTEST), "echo hello > /app/out.txt"],
+                                 verify, backend)
+        for r in results:
+            assert r.reward == 1.0, (verify, r.reason, r.verifier_output[-1500:])

@@ -271,7 +271,8 @@ def _sandfleet_guard():
     def runner_intact():
         """As an armed process ends: the test runner's own functions (pytest's, pluggy's, unittest's)
         were not replaced by the code under test's, which would decide what the runner reports (a
-        test that failed reported passed). Replaced: the process exits 1, and says what."""
+        test that failed reported passed), nor did its hooks gain one of the code's (a plugin object
+        the code registered: round XIX). Either: the process exits 1, and says what."""
         for mod_name, attr, value in runner_values():
             was = before.get((mod_name, attr))
             if was is not None and was == id(value):
@@ -280,6 +281,73 @@ def _sandfleet_guard():
                 print("sandfleet: the code under test replaced %s.%s of the test runner inside the tests' "
                       "process; it exits 1" % (mod_name, attr), file=sys.stderr, flush=True)
                 os._exit(1)
+        hook = foreign_hook()
+        if hook is not None:
+            print("sandfleet: the code under test added %s to the test runner's hooks inside the tests' process; "
+                  "it exits 1" % hook, file=sys.stderr, flush=True)
+            os._exit(1)
+
+    def foreign_hook():
+        """A hook of a pluggy plugin manager (pytest's) implemented by the code under test in a plugin that is
+        an object, not a module ("hook name of plugin"), or None. The runner's own plugins are objects of its
+        code; the workdir's conftest modules (a repository's, pytest loads them itself) are modules, and so
+        are the plugins they name; a plugin object whose hook is the workdir's code was made by that code
+        (registered through gc, or straight into pluggy's tables past the refusal in arm)."""
+        pluggy = sys.modules.get("pluggy")
+        manager = getattr(pluggy, "PluginManager", None)
+        if manager is None:
+            return None
+        import gc
+        import types
+
+        for pm in [o for o in gc.get_objects() if isinstance(o, manager)]:
+            for caller in list(vars(pm.hook).values()):
+                impls = getattr(caller, "get_hookimpls", None)
+                for impl in (impls() if impls is not None else ()):
+                    if isinstance(impl.plugin, types.ModuleType) or id(impl.plugin) in by_conftest:
+                        continue
+                    if foreign(impl.function, False):
+                        return "%s of %r" % (getattr(caller, "name", "?"), impl.plugin_name)
+        return None
+
+    by_conftest = set()  # ids of the plugin objects a conftest module registered (a repository's own)
+
+    def in_conftest():
+        """A frame of the stack runs a conftest module pytest imported (its file's module in sys.modules):
+        a repository's conftest registers plugin objects of its own (SWE-bench's repositories do)."""
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if name.endswith("/conftest.py") and untrusted_path(name):
+                module = sys.modules.get(f.f_globals.get("__name__", ""))
+                if getattr(module, "__file__", None) == name:
+                    return True
+            f = f.f_back
+        return False
+
+    def refuse_plugins():
+        """A plugin the code under test registers with the test runner (its hooks would decide what the
+        runner reports) is refused: PermissionError, said on stderr. pytest's own registrations (its
+        plugins, the conftest modules it imports) run with no frame of the workdir's on the stack; a
+        conftest's own (a repository's hook registering a plugin object) is kept, and known at the end."""
+        pluggy = sys.modules.get("pluggy")
+        manager = getattr(pluggy, "PluginManager", None)
+        if manager is None or getattr(manager.register, "sandfleet_guard", False):
+            return
+        real_register = manager.register
+
+        def register(self, plugin, name=None):
+            if by_code() and in_conftest():
+                by_conftest.add(id(plugin))
+            elif by_code():
+                print("sandfleet: the code under test registered a plugin with the test runner inside the tests' "
+                      "process; refused", file=sys.stderr, flush=True)
+                raise PermissionError("sandfleet: the code under test may not register a plugin with the test "
+                                      "runner")
+            return real_register(self, plugin, name)
+
+        register.sandfleet_guard = True
+        manager.register = register
 
     def arm():
         """The exit status of this program is the tests' when its main program is: an _exit the
@@ -304,6 +372,7 @@ def _sandfleet_guard():
         os._exit = _exit
         import atexit
 
+        refuse_plugins()
         before.update(((m, a), id(v)) for m, a, v in runner_values())
         atexit.register(runner_intact)  # the first handler: it runs last
         watch_exit_status()

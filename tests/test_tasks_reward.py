@@ -136,3 +136,36 @@ def test_reward_files_the_tests_name(tmp_path: Path) -> None:
     assert named_reward_files(plan) == {plan.reward_text_path}
     silent = load_task(_harbor_copy(tmp_path, test_sh="#!/bin/bash\npython3 /tests/grade.py\n")).verifier
     assert named_reward_files(silent) is None  # nothing to go by: both are read as before
+
+
+def test_a_parsed_pass_pytest_did_not_report_to_the_witness_is_not_the_tests() -> None:
+    """Round XIX: the witness file holds what the tests' pytest reported test by test (the guard's
+    plugin); a TB1 pass read from the output that it contradicts is a tests_status 0, by the summary's
+    names or by pytest's last line alone; no pytest in the witness (none ran under the guard) decides
+    nothing."""
+    from sandfleet.errors import RolloutError
+    from sandfleet.tasks.model import VerifierPlan
+    from sandfleet.tasks.reward import reward_from
+    from sandfleet.tasks.witness import read_witness
+
+    plan = VerifierPlan(uploads=(), command=("bash", "/tests/run-tests.sh"), timeout_s=60, reward="pytest-output",
+                        parser_name="pytest")
+    summary = ("=== short test summary info ===\nPASSED ../tests/test_outputs.py::test_a\n"
+               "PASSED ../tests/test_outputs.py::TestB::test_b[x y]\n=== 2 passed in 0.1s ===\n")
+    honest = ("python\t7\nstart\t7\npassed\t../tests/test_outputs.py::test_a\n"
+              "passed\t../tests/test_outputs.py::TestB::test_b[x y]\nfinish\t0\n")
+    assert reward_from(plan, output=summary, witness=honest).value == 1.0
+    assert reward_from(plan, output=summary, witness=None).value == 1.0
+    assert reward_from(plan, output=summary, witness="python\t7\n").value == 1.0  # no pytest under the guard
+    for lie, why in ((honest.replace("passed\t../tests/test_outputs.py::test_a", "failed\t../tests/x.py::test_a"),
+                      "test_a: failed"),
+                     (honest.replace("passed\t../tests/test_outputs.py::test_a\n", ""), "test_a: not reported")):
+        with pytest.raises(RolloutError, match=why) as info:
+            reward_from(plan, output=summary, witness=lie)
+        assert info.value.reason == "tests_status"
+    counts = "..\n=== 2 passed in 0.1s ===\n"  # no summary: pytest's last line alone
+    assert reward_from(plan, output=counts, witness=honest).value == 1.0
+    with pytest.raises(RolloutError, match="test_a: failed"):
+        reward_from(plan, output=counts, witness=honest + "failed\t../tests/test_outputs.py::test_a\n")
+    seen = read_witness(honest)
+    assert seen is not None and seen.pytests == 1 and "../tests/test_outputs.py::TestB::test_b[x" in seen.passed

@@ -178,31 +178,35 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
 # code under test writes to as well (docs/security.md, "Rewards read from the tests' output")
 
 OUTPUT_READ = ["tb1-fake-summary-exit0", "tb1-fake-summary-kill", "tb1-report-patch", "tb1-writer-swap",
-               "swebench-status-lines"]
-"""Each forged on every backend in both modes before round XIX (ed91c60). tb1-session-data-writer (the tests'
-own data inside their process, round IX's residual) is in the fixtures and the table only."""
+               "tb1-session-data-writer", "swebench-status-lines", "swebench-writer-decoy"]
+"""Each forged on every backend in both modes before round XIX (ed91c60; the last two until the witness)."""
+RUNNER_HOOKS = ["pytest-plugin-register", "pytest-plugin-private", "tb1-plugin-register"]
+"""A plugin the code under test adds to pytest's hooks: forged on every backend before 26ee541."""
 
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_output_read_rewards_need_the_tests_own_status(backend: str) -> None:
     """A summary of passes the code under test prints into pytest's output (then SIGKILLs or _exits
-    pytest, or prints through pytest's own writer, or patches its reports), or a PASSED line and an exit
-    code it prints into SWE-bench's log: each scores 0 with the reason that names it (tests_status: the
-    output and the test command's own status disagree; tests_killed), never masked. And TB1's same shell
-    runs the tests in the agent's session: forged there (flagged on the row), held by --verify separate."""
+    pytest, or prints through pytest's own writer, or patches its reports, or keeps pytest's failure count
+    at 0 besides), or a PASSED line and an exit code it prints into SWE-bench's log (or a decoy failure
+    line): each scores 0 with the reason that names it (tests_status: the output and the test command's
+    own status, or pytest's own outcomes to the witness, disagree; tests_killed), never masked. A plugin
+    the code under test adds to pytest's hooks scores 0 too. And TB1's same shell runs the tests in the
+    agent's session: forged there (flagged on the row), held by --verify separate."""
     from sandfleet.rollout.verifier import OUTPUT_STATUS_REASON, SAME_SHELL_RISK
     from sandfleet.tasks import load_tasks
 
     loaded = {t.name: t for t in load_tasks(FIXTURES / "attacks-xix")[0]}
-    assert set(OUTPUT_READ) | {"tb1-same-shell-state", "tb1-session-data-writer"} == set(loaded)
+    assert {*OUTPUT_READ, *RUNNER_HOOKS, "tb1-same-shell-state"} == set(loaded)
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
-        report = await run_suite([loaded[n] for n in [*OUTPUT_READ, "tb1-same-shell-state"]], OraclePolicy(), cfg)
+        report = await run_suite(list(loaded.values()), OraclePolicy(), cfg)
         rows = {r.task: r for r in report.results}
-        for name in OUTPUT_READ:
+        for name in [*OUTPUT_READ, *RUNNER_HOOKS]:
             r = rows[name]
             assert r.status == "completed" and r.reward == 0.0, (backend, verify, name, r.reason, r.verifier_output)
-            assert r.reason in (OUTPUT_STATUS_REASON, "tests_killed"), (backend, verify, name, r.reason)
+            if name in OUTPUT_READ:  # named; the runner's hooks: the tests themselves decided 0 (refused, or 1)
+                assert r.reason in (OUTPUT_STATUS_REASON, "tests_killed"), (backend, verify, name, r.reason)
         same = rows["tb1-same-shell-state"]
         if verify == "shared":  # the agent's session decides what runs: by design, and said on the row
             assert SAME_SHELL_RISK in same.info.get("verifier_risks", []), same.info

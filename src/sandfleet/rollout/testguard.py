@@ -185,6 +185,55 @@ def _sandfleet_guard():
             return False
         return not untrusted_path(entry)
 
+    # The witness (round XIX): where the tests' reward is read from their output, each pytest of theirs
+    # writes every test's outcome to a kept file, from a plugin of this file's, through a descriptor the
+    # verifier's wrapper opened on it before the test command ran (the seal keeps the reward folders
+    # from a pytest run in the workdir, as `python -m pytest` there is: an open of its own is refused).
+    # Each Python says it ran before any code of the workdir's does; each pytest, that it started.
+    witness_fd = []
+    fd = os.environ.get("SANDFLEET_WITNESS_FD", "")
+    if fd.isdigit():
+        try:
+            os.fstat(int(fd))
+            os.write(int(fd), b"python\t%d\n" % os.getpid())
+            witness_fd.append(int(fd))
+        except OSError:
+            pass
+
+    def witness_module():
+        """The plugin pytest loads by name (a default plugin, added as pytest is imported)."""
+        import types
+
+        def out(line):
+            try:
+                os.write(witness_fd[0], line.encode("utf-8", "replace"))
+            except (OSError, IndexError):
+                pass
+
+        def pytest_configure(config):
+            out("start\t%d\n" % os.getpid())
+
+        def pytest_runtest_logreport(report):
+            if report.failed or report.skipped or (report.when == "call" and report.passed):
+                out("%s\t%s\n" % (report.outcome, " ".join(str(report.nodeid).split())))
+
+        def pytest_sessionfinish(session, exitstatus):
+            out("finish\t%d\n" % int(exitstatus))
+
+        module = types.ModuleType("sandfleet_witness")
+        module.pytest_configure = pytest_configure
+        module.pytest_runtest_logreport = pytest_runtest_logreport
+        module.pytest_sessionfinish = pytest_sessionfinish
+        return module
+
+    def patch_pytest(module):
+        config = sys.modules.get("_pytest.config")
+        plugins = getattr(config, "default_plugins", None)
+        if not witness_fd or not isinstance(plugins, tuple) or "sandfleet_witness" in plugins:
+            return
+        sys.modules["sandfleet_witness"] = witness_module()
+        config.default_plugins = plugins + ("sandfleet_witness",)
+
     # site runs before the cwd or script folder is put first on sys.path: none of them is here
     paths = [p for p in sys.path if trusted(p)]
     builtin = set(sys.builtin_module_names)
@@ -696,6 +745,8 @@ def _sandfleet_guard():
                 spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
             elif name == "pickle":
                 spec.loader = Patched(spec.loader, name, patch_pickle)
+            elif name == "pytest" and witness_fd:
+                spec.loader = Patched(spec.loader, name, patch_pytest)
             elif name == "tempfile" and share_uid is not None:
                 spec.loader = Patched(spec.loader, name, patch_tempfile)
             return spec

@@ -85,7 +85,7 @@ from sandfleet.sandbox.base import BASE_ENV, DEFAULT_MAX_OUTPUT, Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
 from sandfleet.sandbox.spec import USERS, helper_path
 from sandfleet.settings import current as current_settings
-from sandfleet.tasks.model import Task
+from sandfleet.tasks.model import Task, VerifierPlan
 from sandfleet.tasks.reward import named_reward_files, reward_from
 from sandfleet.tasks.scan import (
     IMPLICIT_ENV_RISK,
@@ -384,6 +384,21 @@ OUTPUT_PARSED_MAX = 16 << 20
 """Bytes of each stream of such a test command kept for its parser (a command's default is 1 MiB, and
 the first bytes are kept: pytest's summary, and SWE-bench's end marker, come last, so an honest run
 that printed more than 1 MiB scored 0)."""
+WITNESS_NAME = ".pytest-witness"
+"""In the reward folder: each pytest of the tests writes every test's outcome there (``failed<TAB>nodeid``,
+``passed<TAB>nodeid``), from the guard's plugin, by a descriptor opened before the workdir's code ran."""
+WITNESS_MAX_BYTES = 8 << 20
+WITNESS_FD = 9
+WITNESS_SCRIPT = f'if ( : >>"$1" ) 2>/dev/null; then exec {WITNESS_FD}>>"$1"; fi; shift; exec "$@"'
+"""The test command, with the witness file open for appending on WITNESS_FD (the tests' user makes it in the
+reward folder; where it can't, the command runs all the same, with no witness)."""
+
+
+def witness_path(plan: VerifierPlan) -> str:
+    """The witness file of a plan whose reward is read from the tests' output."""
+    return posixpath.join(posixpath.dirname(plan.reward_text_path), WITNESS_NAME)
+
+
 OUTPUT_CUT_RISK = "the tests printed more than the parser reads: the rest was cut before it was parsed"
 OUTPUT_STATUS_REASON = "tests_status"
 """A reward read from the tests' output (TB1's pytest parser) that the test command's own exit status
@@ -501,21 +516,22 @@ def _cleared_paths(task: Task) -> list[str]:
     return sorted({f"t:{p}" for p in tests - rewards if p not in keep} | {f"r:{p}" for p in rewards if p not in keep})
 
 
-async def read_reward_file(sandbox: Sandbox, path: str) -> str | None:
+async def read_reward_file(sandbox: Sandbox, path: str, *, max_bytes: int = 0) -> str | None:
     """The reward file's text; None when it does not exist. Raises :class:`BadRewardFile` for
     a link, a FIFO or device, a folder, a file over ``REWARD_MAX_BYTES``, or a read that fails
     or outlives ``REWARD_READ_TIMEOUT_S``. A dead or closed sandbox raises as such."""
+    limit = max_bytes or REWARD_MAX_BYTES
     try:
         async with asyncio.timeout(REWARD_READ_TIMEOUT_S):
-            data = await sandbox.read_file(path, user="root", max_bytes=REWARD_MAX_BYTES + 1, nofollow=True)
+            data = await sandbox.read_file(path, user="root", max_bytes=limit + 1, nofollow=True)
     except (GuestFileNotFoundError, FileNotFoundError):
         return None
     except (SandboxDiedError, SandboxClosedError):
         raise
     except (TimeoutError, GuestError, SandboxPathError, OSError) as e:
         raise BadRewardFile(f"{path}: {type(e).__name__}: {e}") from None
-    if len(data) > REWARD_MAX_BYTES:
-        raise BadRewardFile(f"{path}: larger than {REWARD_MAX_BYTES} bytes")
+    if len(data) > limit:
+        raise BadRewardFile(f"{path}: larger than {limit} bytes")
     return data.decode("utf-8", "replace")
 
 
@@ -542,13 +558,16 @@ async def _session_state(sandbox: Sandbox, user: str) -> str | None:
 
 
 async def _test_command(task: Task, sandbox: Sandbox, user: str) -> list[str]:
-    """The test command as it runs: in the agent's shell session (TB1 same shell)."""
+    """The test command as it runs: in the agent's shell session (TB1 same shell); where the reward is
+    read from its output, with the witness file open on WITNESS_FD (WITNESS_SCRIPT)."""
     plan = task.verifier
     argv = list(plan.command)
     if plan.same_shell:
         state = await _session_state(sandbox, user)
         if state is not None:
             argv = ["bash", "-c", SESSION_SCRIPT, "sandfleet-session", _guest(sandbox, state), shlex.join(argv)]
+    elif plan.reward in OUTPUT_REWARDS:
+        argv = ["sh", "-c", WITNESS_SCRIPT, "sandfleet-witness", _guest(sandbox, witness_path(plan)), *argv]
     return argv
 
 
@@ -786,6 +805,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         risks.append(SAME_SHELL_RISK)
     else:
         env = {**plan.env, "HOME": values["home"], "PYTHONNOUSERSITE": "1"}
+        if plan.reward in OUTPUT_REWARDS:  # each pytest of the tests writes its outcomes there (the guard)
+            env["SANDFLEET_WITNESS_FD"] = str(WITNESS_FD)
         base = {**sandbox.spec.env, **env}
         env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
         env.update(git_env(base))
@@ -855,7 +876,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
                          f"output tail:\n{output[-2000:]}")
         return outcome
     with recorder.span("other_sandbox", what="read reward"):
-        text = json_text = status_text = None
+        text = json_text = status_text = witness_text = None
         try:
             if plan.reward == "reward-file":
                 paths = [plan.reward_json_path, plan.reward_text_path]
@@ -867,13 +888,19 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
                     raise BadRewardFile(why)
                 json_text = await read_reward_file(sandbox, plan.reward_json_path)
                 text = await read_reward_file(sandbox, plan.reward_text_path)
-            elif plan.reward == "swebench":  # the test command's status, as eval.sh kept it (round XIX)
+            if plan.reward in OUTPUT_REWARDS:  # what the tests' own status and pytest's outcomes say (round XIX)
+                kept = [SWEBENCH_STATUS_FILE] if plan.reward == "swebench" else []
+                if not plan.same_shell:
+                    kept.append(witness_path(plan))
                 check = sandbox.backend in USER_BACKENDS and not is_root(run_as)
-                why = await _reward_files_provenance(sandbox, [_guest(sandbox, SWEBENCH_STATUS_FILE)],
+                why = await _reward_files_provenance(sandbox, [_guest(sandbox, p) for p in kept],
                                                      values.get("uid", uid_of(user))) if check else None
                 if why is not None:
                     raise BadRewardFile(why)
-                status_text = await read_reward_file(sandbox, SWEBENCH_STATUS_FILE)
+                if plan.reward == "swebench":
+                    status_text = await read_reward_file(sandbox, SWEBENCH_STATUS_FILE)
+                if not plan.same_shell:
+                    witness_text = await read_reward_file(sandbox, witness_path(plan), max_bytes=WITNESS_MAX_BYTES)
         except BadRewardFile as e:
             outcome.reason, outcome.error = "bad_reward_file", str(e)
             return outcome
@@ -885,7 +912,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
             return outcome
     try:
         reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text,
-                             test_status=status_text)
+                             test_status=status_text, witness=witness_text)
     except RolloutError as e:
         if e.reason == "parser":  # the task's configuration, not the agent
             raise

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from sandfleet.errors import RolloutError
 from sandfleet.tasks.model import Task, VerifierPlan
+from sandfleet.tasks.witness import read_witness
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ _COUNTS = re.compile(
     r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed|deselected|warnings?)\b"
 )
 _GOOD = {"PASSED", "SKIPPED", "XFAIL"}
+_COUNT_KINDS = {"passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected", "warning"}
 
 
 def parse_pytest_output(output: str) -> Reward:
@@ -234,12 +236,15 @@ def reward_from(
     reward_text: str | None = None,
     reward_json: str | None = None,
     test_status: str | None = None,
+    witness: str | None = None,
 ) -> Reward:
     """The reward of one verifier run, read the way the task's format reads it.
 
     ``output`` is the verifier command's stdout+stderr; ``reward_text`` / ``reward_json`` are
     the contents of the plan's reward files (None when absent); ``test_status`` the test command's
     exit status as a SWE-bench eval.sh kept it (None: an older eval.sh, the log's own line is read);
+    ``witness`` the outcomes the tests' pytest wrote to the kept witness file (None: none ran under the
+    guard), which a pass read from the output must not contradict;
     when both reward files exist they must agree
     (module doc). Whatever the agent could have caused raises :class:`RolloutError` with a
     reason the verifier scores 0 with: ``no_reward_file`` (neither file), ``reward_conflict``,
@@ -254,9 +259,22 @@ def reward_from(
         if test_status is not None and not status.lstrip("-").isdigit():
             raise RolloutError(f"the test command's kept exit status is not a number: {status[:40]!r}",
                                reason="bad_reward_value")
-        return Reward(*grade_log(output, plan.grading or {}, int(status) if status else None))
+        return Reward(*grade_log(output, plan.grading or {}, int(status) if status else None,
+                                 read_witness(witness)))
     if plan.reward == "pytest-output":
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")
-        return parse_pytest_output(output)
+        parsed = parse_pytest_output(output)
+        seen = read_witness(witness)
+        wrong: list[str] = []
+        if seen is not None and parsed.value > 0:
+            by_summary = len(_SUMMARY_HEADER.split(output, maxsplit=1)) == 2 and any(
+                k not in _COUNT_KINDS for k in parsed.details)
+            # each test the summary names passing; by pytest's last line alone (no summary), every test
+            wrong = seen.contradicts(list(parsed.details) if by_summary else sorted(seen.failed), by_name=True)
+        if wrong:
+            raise RolloutError(f"the tests' output reads as a pass, but pytest itself did not report it to "
+                               f"sandfleet's witness ({'; '.join(wrong[:3])}): the output is not what the tests "
+                               "decided", reason="tests_status")
+        return parsed
     return check_range(plan, file_reward(plan, reward_text, reward_json))

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sandfleet.errors import RolloutError, TaskError
 from sandfleet.tasks._validate import validate
 from sandfleet.tasks.model import SolutionPlan, Upload, VerifierPlan
+from sandfleet.tasks.witness import Witness
 
 MARKER = "swebench.json"
 WORKDIR = "/testbed"
@@ -306,7 +307,8 @@ def _swebench() -> Any:
     return grading, utils
 
 
-def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None) -> tuple[float, dict[str, float]]:
+def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None,
+              witness: Witness | None = None) -> tuple[float, dict[str, float]]:
     """Grade an eval log with swebench's own functions: (reward, details).
 
     ``grading`` holds instance_id, repo, version, FAIL_TO_PASS, PASS_TO_PASS, log_parser and
@@ -324,6 +326,10 @@ def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None) -
       ``tests_killed``, whatever the log says;
     - a test the log gives a passing and a failing status (each line parsed alone: a line printed after
       pytest's own, and swebench keeps the last) is not what the run decided: ``tests_status``.
+    - a FAIL_TO_PASS or PASS_TO_PASS test the log says passed that pytest itself reported failed, or never
+      reported passing, to the guard's witness (:class:`~sandfleet.tasks.reward.Witness`: node ids, cut at
+      their first space as swebench's names are) is ``tests_status`` too: the log was changed on its way
+      out (pytest's writer wrapped).
     Both raise :class:`RolloutError` with that reason (the verifier scores it 0, a policy fault)."""
     grading_mod, utils = _swebench()
     from swebench.harness.constants import FAIL_TO_PASS, PASS_TO_PASS, EvalType, ResolvedStatus
@@ -353,6 +359,13 @@ def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None) -
         f.write(log)
         f.flush()
         status_map, found = grading_mod.get_logs_eval(spec, f.name)
+    wanted = set(spec.FAIL_TO_PASS) | set(spec.PASS_TO_PASS)
+    passing = sorted(n for n in wanted if status_map.get(n) in _PASSING)
+    wrong = witness.contradicts(passing) if witness is not None else []
+    if wrong:
+        raise RolloutError(f"the log says {len(wrong)} test(s) passed that pytest itself did not report passing to "
+                           f"sandfleet's witness ({'; '.join(wrong[:3])}): the log is not what the tests decided",
+                           reason="tests_status")
     details: dict[str, float] = {"tests_found": 1.0 if found else 0.0}
     if not found:
         details.update(resolved=0.0, fail_to_pass=0.0, pass_to_pass=0.0)

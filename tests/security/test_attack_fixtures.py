@@ -178,8 +178,10 @@ async def test_code_under_test_inside_a_tests_process_scores_zero(backend: str) 
 # code under test writes to as well (docs/security.md, "Rewards read from the tests' output")
 
 OUTPUT_READ = ["tb1-fake-summary-exit0", "tb1-fake-summary-kill", "tb1-report-patch", "tb1-writer-swap",
-               "tb1-session-data-writer", "swebench-status-lines", "swebench-writer-decoy"]
-"""Each forged on every backend in both modes before round XIX (ed91c60; the last two until the witness)."""
+               "tb1-session-data-writer", "swebench-status-lines", "swebench-writer-decoy", "tb1-witness-close"]
+"""Each forged on every backend in both modes before round XIX (ed91c60; tb1-session-data-writer and
+swebench-writer-decoy until the witness, adf4e3a). tb1-witness-forge, written against the witness (the code
+under test writes the witness's descriptor itself, then silences it), forges: in the table only."""
 RUNNER_HOOKS = ["pytest-plugin-register", "pytest-plugin-private", "tb1-plugin-register"]
 """A plugin the code under test adds to pytest's hooks: forged on every backend before 26ee541."""
 
@@ -197,7 +199,8 @@ async def test_output_read_rewards_need_the_tests_own_status(backend: str) -> No
     from sandfleet.tasks import load_tasks
 
     loaded = {t.name: t for t in load_tasks(FIXTURES / "attacks-xix")[0]}
-    assert {*OUTPUT_READ, *RUNNER_HOOKS, "tb1-same-shell-state"} == set(loaded)
+    assert {*OUTPUT_READ, *RUNNER_HOOKS, "tb1-same-shell-state", "tb1-witness-forge"} == set(loaded)
+    del loaded["tb1-witness-forge"]
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
         report = await run_suite(list(loaded.values()), OraclePolicy(), cfg)

@@ -201,11 +201,16 @@ async def test_output_read_rewards_need_the_tests_own_status(backend: str) -> No
     loaded = {t.name: t for t in load_tasks(FIXTURES / "attacks-xix")[0]}
     assert {*OUTPUT_READ, *RUNNER_HOOKS, "tb1-same-shell-state", "tb1-witness-forge"} == set(loaded)
     del loaded["tb1-witness-forge"]
+    if backend == "microvm":  # the rules are the host's and the guard's, the same code everywhere: in a guest,
+        # a signal's status, the kept status and the witness's descriptor (all 12: 60 s of the slow pass)
+        loaded = {n: t for n, t in loaded.items()
+                  if n in ("tb1-fake-summary-kill", "swebench-status-lines", "tb1-witness-close", "tb1-plugin-register",
+                           "tb1-same-shell-state")}
     for verify in ("shared", "separate") if backend == "bwrap" else ("shared",):
         cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1), verify=verify)
         report = await run_suite(list(loaded.values()), OraclePolicy(), cfg)
         rows = {r.task: r for r in report.results}
-        for name in [*OUTPUT_READ, *RUNNER_HOOKS]:
+        for name in [n for n in [*OUTPUT_READ, *RUNNER_HOOKS] if n in rows]:
             r = rows[name]
             assert r.status == "completed" and r.reward == 0.0, (backend, verify, name, r.reason, r.verifier_output)
             if name in OUTPUT_READ:  # named; the runner's hooks: the tests themselves decided 0 (refused, or 1)

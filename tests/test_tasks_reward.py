@@ -155,6 +155,10 @@ def test_a_parsed_pass_pytest_did_not_report_to_the_witness_is_not_the_tests() -
     honest = ("python\t7\nstart\t7\npassed\t../tests/test_outputs.py::test_a\n"
               "passed\t../tests/test_outputs.py::TestB::test_b[x y]\nfinish\t0\n")
     assert reward_from(plan, output=summary, witness=honest).value == 1.0
+    assert reward_from(plan, output=summary, witness=honest, exit_code=0).value == 1.0
+    with pytest.raises(RolloutError, match="the test command exited 1") as info:  # the tests' own status
+        reward_from(plan, output=summary, witness=honest, exit_code=1)
+    assert info.value.reason == "tests_status"
     assert reward_from(plan, output=summary, witness=None).value == 1.0
     assert reward_from(plan, output=summary, witness="python\t7\n").value == 1.0  # no pytest under the guard
     for lie, why in ((honest.replace("passed\t../tests/test_outputs.py::test_a", "failed\t../tests/x.py::test_a"),

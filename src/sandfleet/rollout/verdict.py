@@ -69,8 +69,8 @@ RULES: tuple[Rule, ...] = (
     Rule("tests_killed", POLICY, "the tests' processes were killed (the agent's processes can do it)"),
     Rule("tests_detached", POLICY, "a process of the tests outlived the program that started it while they ran "
          "(a daemon of the code under test), in a task that does not declare allow_detached"),
-    Rule("tests_status", POLICY, "the tests' output reads as a pass (TB1's pytest parser) but the test command did "
-         "not exit 0: the code under test writes to that output too"),
+    Rule("tests_status", POLICY, "a reward read from the tests' output (TB1, SWE-bench) that the tests' own signals "
+         "do not confirm: the test command's exit status, pytest's outcomes to the witness, one status a test"),
     Rule("transfer_too_large", POLICY, "the workdir could not be carried to the separate verifier (over its cap, "
          "malformed, refused)"),
     Rule("model_content", POLICY, "the model server refused the conversation the policy built (HTTP 400, "

@@ -100,6 +100,7 @@ from sandfleet.tasks.scan import (
     workdir_path_entries,
 )
 from sandfleet.tasks.swebench import STATUS_FILE as SWEBENCH_STATUS_FILE
+from sandfleet.tasks.witness import TESTS_STATUS
 
 log = logging.getLogger(__name__)
 
@@ -400,9 +401,8 @@ def witness_path(plan: VerifierPlan) -> str:
 
 
 OUTPUT_CUT_RISK = "the tests printed more than the parser reads: the rest was cut before it was parsed"
-OUTPUT_STATUS_REASON = "tests_status"
-"""A reward read from the tests' output (TB1's pytest parser) that the test command's own exit status
-does not confirm: the code under test writes to that output too (round XIX), so a 1 needs both."""
+OUTPUT_STATUS_REASON = TESTS_STATUS
+"""A reward read from the tests' output that the tests' own signals do not confirm (tasks/witness.py)."""
 WORKDIR_PATH_RISK = ("the tests' PATH has folders the agent could write (in the workdir, or relative to it): "
                      "the task's [verifier.env] PATH keeps them")
 @dataclass
@@ -516,22 +516,21 @@ def _cleared_paths(task: Task) -> list[str]:
     return sorted({f"t:{p}" for p in tests - rewards if p not in keep} | {f"r:{p}" for p in rewards if p not in keep})
 
 
-async def read_reward_file(sandbox: Sandbox, path: str, *, max_bytes: int = 0) -> str | None:
+async def read_reward_file(sandbox: Sandbox, path: str, *, max_bytes: int = REWARD_MAX_BYTES) -> str | None:
     """The reward file's text; None when it does not exist. Raises :class:`BadRewardFile` for
-    a link, a FIFO or device, a folder, a file over ``REWARD_MAX_BYTES``, or a read that fails
+    a link, a FIFO or device, a folder, a file over ``max_bytes``, or a read that fails
     or outlives ``REWARD_READ_TIMEOUT_S``. A dead or closed sandbox raises as such."""
-    limit = max_bytes or REWARD_MAX_BYTES
     try:
         async with asyncio.timeout(REWARD_READ_TIMEOUT_S):
-            data = await sandbox.read_file(path, user="root", max_bytes=limit + 1, nofollow=True)
+            data = await sandbox.read_file(path, user="root", max_bytes=max_bytes + 1, nofollow=True)
     except (GuestFileNotFoundError, FileNotFoundError):
         return None
     except (SandboxDiedError, SandboxClosedError):
         raise
     except (TimeoutError, GuestError, SandboxPathError, OSError) as e:
         raise BadRewardFile(f"{path}: {type(e).__name__}: {e}") from None
-    if len(data) > limit:
-        raise BadRewardFile(f"{path}: larger than {limit} bytes")
+    if len(data) > max_bytes:
+        raise BadRewardFile(f"{path}: larger than {max_bytes} bytes")
     return data.decode("utf-8", "replace")
 
 
@@ -912,7 +911,7 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
             return outcome
     try:
         reward = reward_from(plan, output=res.output, reward_text=text, reward_json=json_text,
-                             test_status=status_text, witness=witness_text)
+                             test_status=status_text, witness=witness_text, exit_code=res.exit_code)
     except RolloutError as e:
         if e.reason == "parser":  # the task's configuration, not the agent
             raise
@@ -920,25 +919,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         outcome.reason = "tests_killed" if killed else e.reason
         outcome.error = f"{e}; verifier exit code {res.exit_code}, output tail:\n{output[-2000:]}"
         return outcome
-    if plan.reward == "pytest-output" and reward.value > 0 and res.exit_code != 0:
-        # the output is a stream the code under test shares with pytest (it prints there, swaps pytest's
-        # writer, kills pytest after its own summary of passes): the tests decided a pass only if the test
-        # command that printed it ended with 0 as well, which the seal and the guard keep the tests' own
-        outcome.reason = OUTPUT_STATUS_REASON
-        outcome.error = (f"the tests' output reads as a pass ({plan.parser_name or 'pytest'} parser: "
-                         f"{_parsed(reward.details)}), but the test command exited {res.exit_code}: the code "
-                         "under test writes to that output too, so it decides nothing alone (a task whose "
-                         "run-tests.sh ends with something else than its tests ends with their status instead); "
-                         f"output tail:\n{output[-2000:]}")
-        return outcome
     outcome.reward, outcome.details = reward.value, reward.details
     return outcome
-
-
-def _parsed(details: dict[str, float]) -> str:
-    """What the parser read, short: ``test_a=1, test_b=1`` (the first 5)."""
-    shown = ", ".join(f"{k}={v:g}" for k, v in list(details.items())[:5])
-    return (shown + (f" and {len(details) - 5} more" if len(details) > 5 else "")) or "nothing"
 
 
 # -- --verify separate

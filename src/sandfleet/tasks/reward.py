@@ -27,7 +27,7 @@ from pathlib import Path
 
 from sandfleet.errors import RolloutError
 from sandfleet.tasks.model import Task, VerifierPlan
-from sandfleet.tasks.witness import read_witness
+from sandfleet.tasks.witness import TESTS_STATUS, read_witness
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,6 @@ _COUNTS = re.compile(
     r"(\d+) (passed|failed|error|errors|skipped|xfailed|xpassed|deselected|warnings?)\b"
 )
 _GOOD = {"PASSED", "SKIPPED", "XFAIL"}
-_COUNT_KINDS = {"passed", "failed", "error", "skipped", "xfailed", "xpassed", "deselected", "warning"}
 
 
 def parse_pytest_output(output: str) -> Reward:
@@ -98,6 +97,12 @@ def parse_pytest_output(output: str) -> Reward:
 
     The reward is 1.0 when at least one test ran and none failed, else 0.0 (also when the
     output holds no pytest result at all)."""
+    return _read_pytest_output(output)[0]
+
+
+def _read_pytest_output(output: str) -> tuple[Reward, bool]:
+    """:func:`parse_pytest_output`'s reward, and whether it was read test by test from the summary
+    (its details are the tests' names) rather than from pytest's last line (they are its counts)."""
     parts = _SUMMARY_HEADER.split(output, maxsplit=1)
     results: dict[str, float] = {}
     if len(parts) == 2:
@@ -109,7 +114,7 @@ def parse_pytest_output(output: str) -> Reward:
                 # a name seen twice keeps its worst status
                 results[name] = min(results.get(name, 1.0), 1.0 if status in _GOOD else 0.0)
     if results:
-        return Reward(1.0 if all(v == 1.0 for v in results.values()) else 0.0, results)
+        return Reward(1.0 if all(v == 1.0 for v in results.values()) else 0.0, results), True
     counts: dict[str, int] = {}
     for line in reversed(output.splitlines()):
         found = _COUNTS.findall(line)
@@ -119,7 +124,13 @@ def parse_pytest_output(output: str) -> Reward:
     ran = counts.get("passed", 0) + counts.get("failed", 0) + counts.get("xpassed", 0)
     bad = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
     ok = ran > 0 and bad == 0
-    return Reward(1.0 if ok else 0.0, {k: float(v) for k, v in counts.items()})
+    return Reward(1.0 if ok else 0.0, {k: float(v) for k, v in counts.items()}), False
+
+
+def _shown(details: dict[str, float]) -> str:
+    """What the parser read, short: ``test_a=1, test_b=1`` (the first 5)."""
+    shown = ", ".join(f"{k}={v:g}" for k, v in list(details.items())[:5])
+    return (shown + (f" and {len(details) - 5} more" if len(details) > 5 else "")) or "nothing"
 
 
 def parse_reward_weights(text: str) -> dict[str, float]:
@@ -237,6 +248,7 @@ def reward_from(
     reward_json: str | None = None,
     test_status: str | None = None,
     witness: str | None = None,
+    exit_code: int | None = None,
 ) -> Reward:
     """The reward of one verifier run, read the way the task's format reads it.
 
@@ -244,7 +256,8 @@ def reward_from(
     the contents of the plan's reward files (None when absent); ``test_status`` the test command's
     exit status as a SWE-bench eval.sh kept it (None: an older eval.sh, the log's own line is read);
     ``witness`` the outcomes the tests' pytest wrote to the kept witness file (None: none ran under the
-    guard), which a pass read from the output must not contradict;
+    guard), which a pass read from the output must not contradict; ``exit_code`` the test command's
+    own (a TB1 pass read from its output needs 0: ``tests_status``, naming both);
     when both reward files exist they must agree
     (module doc). Whatever the agent could have caused raises :class:`RolloutError` with a
     reason the verifier scores 0 with: ``no_reward_file`` (neither file), ``reward_conflict``,
@@ -264,17 +277,23 @@ def reward_from(
     if plan.reward == "pytest-output":
         if plan.parser_name not in (None, "pytest"):
             raise RolloutError(f"parser {plan.parser_name!r} is not supported", reason="parser")
-        parsed = parse_pytest_output(output)
+        parsed, by_summary = _read_pytest_output(output)
+        if parsed.value > 0 and exit_code not in (None, 0):
+            # the output is a stream the code under test shares with pytest (it prints there, swaps pytest's
+            # writer, kills pytest after its own summary of passes): the tests decided a pass only if the
+            # test command that printed it ended with 0 as well, which the seal and the guard keep theirs
+            raise RolloutError(f"the tests' output reads as a pass ({plan.parser_name or 'pytest'} parser: "
+                               f"{_shown(parsed.details)}), but the test command exited {exit_code}: the code "
+                               "under test writes to that output too, so it decides nothing alone (a task whose "
+                               "run-tests.sh ends with something else than its tests ends with their status "
+                               "instead)", reason=TESTS_STATUS)
         seen = read_witness(witness)
-        wrong: list[str] = []
         if seen is not None and parsed.value > 0:
-            by_summary = len(_SUMMARY_HEADER.split(output, maxsplit=1)) == 2 and any(
-                k not in _COUNT_KINDS for k in parsed.details)
             # each test the summary names passing; by pytest's last line alone (no summary), every test
             wrong = seen.contradicts(list(parsed.details) if by_summary else sorted(seen.failed), by_name=True)
-        if wrong:
-            raise RolloutError(f"the tests' output reads as a pass, but pytest itself did not report it to "
-                               f"sandfleet's witness ({'; '.join(wrong[:3])}): the output is not what the tests "
-                               "decided", reason="tests_status")
+            if wrong:
+                raise RolloutError(f"the tests' output reads as a pass, but pytest itself did not report it to "
+                                   f"sandfleet's witness ({'; '.join(wrong[:3])}): the output is not what the "
+                                   "tests decided", reason=TESTS_STATUS)
         return parsed
     return check_range(plan, file_reward(plan, reward_text, reward_json))

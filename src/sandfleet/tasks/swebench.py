@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sandfleet.errors import RolloutError, TaskError
 from sandfleet.tasks._validate import validate
 from sandfleet.tasks.model import SolutionPlan, Upload, VerifierPlan
-from sandfleet.tasks.witness import Witness
+from sandfleet.tasks.witness import TESTS_STATUS, Witness
 
 MARKER = "swebench.json"
 WORKDIR = "/testbed"
@@ -354,7 +354,7 @@ def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None,
         raise RolloutError(f"the log gives {len(conflicts)} test(s) a passing and a failing status "
                            f"({'; '.join(conflicts[:3])}): a line printed besides the runner's own (the code under "
                            "test writes to the same output), so the log is not what the tests decided",
-                           reason="tests_status")
+                           reason=TESTS_STATUS)
     with tempfile.NamedTemporaryFile("w", suffix=".log", encoding="utf-8") as f:
         f.write(log)
         f.flush()
@@ -365,7 +365,7 @@ def grade_log(log: str, grading: dict[str, Any], exit_code: int | None = None,
     if wrong:
         raise RolloutError(f"the log says {len(wrong)} test(s) passed that pytest itself did not report passing to "
                            f"sandfleet's witness ({'; '.join(wrong[:3])}): the log is not what the tests decided",
-                           reason="tests_status")
+                           reason=TESTS_STATUS)
     details: dict[str, float] = {"tests_found": 1.0 if found else 0.0}
     if not found:
         details.update(resolved=0.0, fail_to_pass=0.0, pass_to_pass=0.0)

@@ -8,6 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+TESTS_STATUS = "tests_status"
+"""The reason (a policy fault) of a reward read from the tests' output that what the code under test can't
+write does not confirm: the test command's own status, pytest's outcomes to the witness, or a test the
+output gives two statuses."""
+
 
 @dataclass(frozen=True)
 class Witness:

@@ -314,6 +314,7 @@ def test_forgotten_sandbox_url_is_named(svc: RunningService, monkeypatch: pytest
         sbx.kill()
 
 
+@pytest.mark.waits  # 12 s of wall, 11.5 of them a sleep for the samples (scripts/test.sh: a lane of its own)
 def test_metrics_are_a_series(e2b_env: dict[str, str]) -> None:
     """get_metrics: one sample every 5 s over the sandbox's life (E2B's), start/end filter it."""
     import datetime as dt

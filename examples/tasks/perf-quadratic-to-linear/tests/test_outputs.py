@@ -102,7 +102,7 @@ def cpu(fn, args, stop_after=None, calls=1):
     return time.process_time() - t, value
 
 
-def calls_for(fn, args, at_least_s=0.2):
+def calls_for(fn, args, at_least_s=0.1):
     # CPU clocks can tick in 10 ms steps (gVisor): one call of a baseline is one to four ticks
     # and can read 0, so each turn makes as many calls as take at_least_s
     n = 1

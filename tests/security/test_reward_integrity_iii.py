@@ -676,6 +676,8 @@ PATH=/app/bin:$PATH sh -c 'exec tee /logs/verifier/path-walk.txt >/dev/null' <<<
 (cd /logs/verifier && echo ok > relative.txt && echo ok > /logs/verifier/../verifier/dotdot.txt)
 sh -c 'echo ok > /dev/stdout' > /logs/verifier/stdout.txt
 [ "$(cat /logs/verifier/stdout.txt)" = ok ] || rm -f /logs/verifier/stdout.txt
+tar -cf /logs/verifier/app.tar -C /app out.txt
+find /app -name out.txt -fprint /logs/verifier/found.txt
 python3 /tests/grade.py
 '''
 
@@ -684,13 +686,15 @@ python3 /tests/grade.py
 async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Path, backend: str) -> None:
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
     redirect of the agent's program's output, a python heredoc, an sh -c, a grader of the tests'
-    folder (round V's line: the system's tools and the tests' own one-liners and heredocs write).
+    folder (round V's line: the system's tools and the tests' own one-liners and heredocs write),
+    tar and find given the workdir writing there themselves (round XX: the system's programs known
+    to run no code, seal.c's plain_tools, stay the tests' own).
     On gVisor too, where the code under test is a user of its own. And dash's own walk of a PATH
     whose first folder is the workdir's: its failed exec of /app/bin/tee kept nothing (the seal
     looks before it keeps), so the /usr/bin/tee it ran next still wrote."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
              f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt', "
-             f"'path-walk.txt', 'relative.txt', 'dotdot.txt', 'stdout.txt'))\n"
+             f"'path-walk.txt', 'relative.txt', 'dotdot.txt', 'stdout.txt', 'app.tar', 'found.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],

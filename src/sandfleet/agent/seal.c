@@ -253,6 +253,37 @@ static const char *const interpreters[] = {"python", "pypy", "bash", "sh", "dash
                                            "mawk", "nawk", "sed", "gdb", 0};
 static const char *const build_tools[] = {"make", "gmake", "npm", "npx", "yarn", "pnpm", "cargo", "go", "gradle",
                                           "mvn", "ant", "cmake", "ctest", "ninja", "dotnet", "uv", "pip", 0};
+/* The system's programs known to run no code but their own (round XX): what their input can make them
+ * do is read, print, compare, copy, compress or fetch -- never start a program or write a
+ * file their input names. Every other program of the system's folders is judged like an interpreter
+ * (below): given a file or its input from the workdir, it is the code under test. Until round XX
+ * the default was the other way round (a program that is not a named interpreter or build tool runs
+ * no code), and sqlite3's dot commands (.shell, .system), valgrind's client, dc's ! and m4's esyscmd
+ * ran the workdir's code unsealed. A program missing here is only kept from the reward folders and the
+ * tests' own, never stopped: a list of the harmless, not of the harmful. */
+static const char *const plain_tools[] = {
+    /* coreutils */
+    "cat", "tac", "tee", "cp", "mv", "rm", "ln", "link", "unlink", "mkdir", "rmdir", "touch", "chmod", "chown",
+    "chgrp", "ls", "dir", "vdir", "stat", "head", "tail", "wc", "sort", "uniq", "cut", "tr", "paste", "join",
+    "comm", "echo", "printf", "test", "[", "true", "false", "yes", "seq", "date", "sleep", "basename", "dirname",
+    "realpath", "readlink", "pwd", "env", "printenv", "nice", "nohup", "stdbuf", "expr", "id", "whoami",
+    "hostname", "uname", "nl", "od", "fold", "fmt", "pr", "split", "csplit", "shuf", "base64", "base32",
+    "basenc", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum", "sum",
+    "truncate", "mktemp", "install", "du", "df", "dd", "sync", "numfmt", "factor", "tsort", "expand",
+    "unexpand", "mkfifo", "shred", "nproc", "arch", "tty", "users", "who", "groups", "logname", "chroot",
+    /* findutils, grep, diffutils, archives and compressors (tar and zip: not unzip, cpio) */
+    "find", "locate", "grep", "egrep", "fgrep", "diff", "cmp", "diff3", "gzip", "gunzip", "zcat", "bzip2",
+    "bunzip2", "bzcat", "xz", "unxz", "xzcat", "lzma", "zstd", "unzstd", "zstdcat", "lz4", "tar", "zip",
+    /* text and files */
+    "jq", "column", "rev", "iconv", "look", "hexdump", "xxd", "strings", "file", "tree", "bc",
+    /* the network, processes (the starters' targets are judged at their own exec) */
+    "curl", "wget", "ps", "free", "uptime", "pidof", "watch", "flock", "setsid", "taskset", "ionice", "time",
+    "getent", "tput", "clear", "stty", "sudo", "su", "runuser", "setpriv",
+    /* git (its own programs; what it starts is judged by run_by_git). Not the compilers: Debian's are
+       x86_64-linux-gnu-gcc-12 and the like, and a compiler given the workdir's sources is kept like the
+       code it compiles (it writes its output where the tests ask, outside the kept folders) */
+    "git", 0};
+
 /* the image's own programs: root's folders, which the agent (not root) can't write */
 static const char *const system_dirs[] = {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", "/usr/local/bin/",
                                           "/usr/local/sbin/", "/usr/lib/", "/usr/libexec/", "/lib/", 0};
@@ -413,7 +444,9 @@ static int code_under_test(long k) {
     const char *name = exe;
     if (named(exe, (const char *const[]){"busybox", 0}) && k > 0) name = buf; /* busybox: by argv[0] */
     if (named(name, build_tools)) return 1;
-    if (!named(name, interpreters)) return 0; /* a tool that runs no code but its own */
+    if (!named(name, interpreters) && named(name, plain_tools)) return 0; /* a tool that runs no code but its own */
+    /* an interpreter, or a program not known to run no code (sqlite3, valgrind, dc, m4 ...): judged by
+       what it is given */
     long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)cwd, sizeof cwd - 1, 0);
     cwd[n > 0 ? n : 0] = 0;
     if (n <= 0 || env_reaches_workdir()) return 1;

@@ -427,6 +427,25 @@ static int started_as_code(void) {
     return 0;
 }
 
+/* An argument of this program that looks like an option (-x, --name=value) is the name of an entry of
+ * its cwd: the tests' shell expanded a glob of a folder the agent wrote (`tar -cf out.tar *` in the
+ * workdir), and the agent's file names became the program's options (tar's --checkpoint-action=exec=,
+ * rsync's -e, a --reference=). Whatever runs it, whatever its other arguments name, it is then the code
+ * under test (round XX): no test script names its own files like options. Reads the cmdline into buf. */
+static int option_from_cwd(void) {
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    unsigned long long stx[32];
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        while (i < k && buf[i]) i++;
+        if (arg[0] != '-' || !arg[1]) continue;
+        if (sys5(__NR_statx, AT_FDCWD, (long)arg, 0x100 /* AT_SYMLINK_NOFOLLOW */, 0, (long)stx) == 0) return 1;
+    }
+    return 0;
+}
+
 /* Is this program the code under test? The default: yes. The reward folders stay open only to
  * the tests' own programs (grader(), asked first: a program that names a tests' path or runs
  * from a tests' folder) and to the image's own tools that run no code but their own (cat, tee,
@@ -1364,7 +1383,8 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
         char t0[256];
         int p0 = 0;
         if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) &&
-            (started_as_code() || (grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len))) {
+            (started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
+             run_by_git(cmdline_len))) {
             hand_over(0, 0);
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
@@ -1376,7 +1396,8 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     char t[256];
     int pos = 0;
     int keep = next_path(&pos, 't', t, sizeof t) &&
-               (started_as_code() || (grader() ? 0 : code_under_test(cmdline_len)) || run_by_git(cmdline_len));
+               (started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
+                run_by_git(cmdline_len));
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

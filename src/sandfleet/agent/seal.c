@@ -449,7 +449,8 @@ static int option_from_cwd(void) {
 /* Is this program the code under test? The default: yes. The reward folders stay open only to
  * the tests' own programs (grader(), asked first: a program that names a tests' path or runs
  * from a tests' folder) and to the image's own tools that run no code but their own (cat, tee,
- * cp, rm, jq ...: a program of the system's folders that is not an interpreter or a build tool),
+ * cp, rm, jq ...: plain_tools, a program of the system's folders known to run none; any other is
+ * judged as an interpreter),
  * or an interpreter's one-liner of the tests' own (python3 -c CODE, bash -c CODE: code that names
  * no workdir path, with no search path of the environment in it; in the workdir too, where test
  * scripts cd before they write). Not a

@@ -628,11 +628,19 @@ def _sandfleet_guard():
         does eval() of a file's text, however short."""
         if not read or not name or (not name.startswith("<") and os.path.isfile(name)):
             return False
+        return held_in_read(source, both_ways=True)
+
+    def held_in_read(source, both_ways=False, words=False):
+        """SOURCE is the whole text of a workdir file this program read (any length), or 16 characters
+        at least of it lie in one (and, BOTH_WAYS, one in it: a function cut out, a header added).
+        WORDS: a part counts only if it holds a space (a command line, code), never a single word (a
+        path, an option), which a file may name without being where it came from."""
         if isinstance(source, bytes):
             source = source.decode("utf-8", "replace")
         if not isinstance(source, str) or not source.strip():
             return False
         source = source.strip()
+        part_ok = not words or any(c.isspace() for c in source)
         for path, text in list(read.items()):
             if text is None:
                 try:
@@ -644,10 +652,22 @@ def _sandfleet_guard():
                 except OSError:
                     text = ""
                 read[path] = text
-            # the file's whole text (eval(open('/app/answer.txt').read()): any length), or 16
-            # characters at least of one inside the other (a function cut out, a header added)
-            if text and (source == text or min(len(source), len(text)) >= 16 and (source in text or text in source)):
+            if text and (source == text or part_ok and min(len(source), len(text)) >= 16 and
+                         (source in text or both_ways and text in source)):
                 return True
+        return False
+
+    def start_from_read(args):
+        """A start (os.system's command, an argv's element) whose text is a workdir file's this program
+        read: the code under test's, whatever frames asked for it -- a loader that builds calls from the
+        file's data (PyYAML's !!python/object/apply:os.system, round XX's yaml-apply-system), a grader
+        that runs a command it read there. A path or an option is not text (WORDS)."""
+        if not read:
+            return False
+        for a in args:
+            for x in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(x, (str, bytes)) and held_in_read(x, words=True):
+                    return True
         return False
 
     def audit(event, args):
@@ -681,8 +701,13 @@ def _sandfleet_guard():
                 isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
             raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "
                                       "inside the tests' process" % args[1])
+        from_read = event in starts and start_from_read(args)
         if not (inside or running_code[0]):
-            if armed and event == "os.exec" and lib and lib[0] is not None and not by_code():
+            if from_read:
+                seal = seal_lib()
+                if seal is not None:
+                    seal.sandfleet_seal_next_start(1)
+            elif armed and event == "os.exec" and lib and lib[0] is not None and not by_code():
                 lib[0].sandfleet_seal_exec_ok()  # the tests' own code replaces its process
             return
         if event == "open":
@@ -697,7 +722,7 @@ def _sandfleet_guard():
         elif event in starts:
             seal = seal_lib()
             if seal is not None:
-                code = by_code()
+                code = from_read or by_code()
                 seal.sandfleet_seal_next_start(1 if code else 0)
                 if event == "os.exec" and not code:
                     seal.sandfleet_seal_exec_ok()  # the tests' own code replaces its process

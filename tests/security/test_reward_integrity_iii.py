@@ -676,7 +676,7 @@ PATH=/app/bin:$PATH sh -c 'exec tee /logs/verifier/path-walk.txt >/dev/null' <<<
 (cd /logs/verifier && echo ok > relative.txt && echo ok > /logs/verifier/../verifier/dotdot.txt)
 sh -c 'echo ok > /dev/stdout' > /logs/verifier/stdout.txt
 [ "$(cat /logs/verifier/stdout.txt)" = ok ] || rm -f /logs/verifier/stdout.txt
-tar -cf /logs/verifier/app.tar -C /app out.txt
+sort -o /logs/verifier/sorted.txt /app/out.txt
 find /app -name out.txt -fprint /logs/verifier/found.txt
 python3 /tests/grade.py
 '''
@@ -687,20 +687,81 @@ async def test_the_tests_own_writers_still_write_the_reward_folder(tmp_path: Pat
     """What test scripts do stays as it was: a python -c, tee, cp of the agent's output, a
     redirect of the agent's program's output, a python heredoc, an sh -c, a grader of the tests'
     folder (round V's line: the system's tools and the tests' own one-liners and heredocs write),
-    tar and find given the workdir writing there themselves (round XX: the system's programs known
+    sort and find given the workdir writing there themselves (round XX: the system's programs known
     to run no code, seal.c's plain_tools, stay the tests' own).
     On gVisor too, where the code under test is a user of its own. And dash's own walk of a PATH
     whose first folder is the workdir's: its failed exec of /app/bin/tee kept nothing (the seal
     looks before it keeps), so the /usr/bin/tee it ran next still wrote."""
     grade = (f"import os\nok = all(os.path.exists('/logs/verifier/' + f) for f in ('from-python-c.txt', "
              f"'from-tee.txt', 'copied.txt', 'report.txt', 'from-heredoc.txt', 'from-sh-c.txt', "
-             f"'path-walk.txt', 'relative.txt', 'dotdot.txt', 'stdout.txt', 'app.tar', 'found.txt'))\n"
+             f"'path-walk.txt', 'relative.txt', 'dotdot.txt', 'stdout.txt', 'sorted.txt', 'found.txt'))\n"
              f"open('{REWARD}', 'w').write('1' if ok else '0')\n")
     task = harbor_task(tmp_path, "writers", HONEST_WRITERS, tests={"grade.py": grade})
     results = await rollouts([task], [write("/app/report.py", "print('report')\n"), "echo hello > /app/out.txt"],
                              backend=backend)
     for r in results:
         assert r.reward == 1.0, (r.reason, r.info.get("reward_error"), r.verifier_output)
+
+
+SHADOW_GRADE = f"""import sys
+sys.path.insert(0, '/tests')  # as pytest's rootdir puts it
+sys.path.insert(0, '/app')  # as a test module does, to import the solution
+from checks import out_ok  # the tests' own (/tests/checks.py); the agent has a checks.py of its own
+from solution import answer  # the agent's module still imports
+ok = out_ok() and answer() == 42
+print('checks from', sys.modules['checks'].__file__, 'ok', ok)
+open('{REWARD}', 'w').write('1' if ok else '0')
+"""
+
+
+@BACKENDS
+async def test_the_tests_own_module_comes_before_the_workdirs_of_the_same_name(tmp_path: Path, backend: str) -> None:
+    """Round XX's tests-helper-shadow, the honest side: a grader that puts the workdir first on sys.path
+    imports its helper module from the tests' folder, though the agent has a module of that name (here
+    an honest one of its own, without the helper's function: had it been found first, the import would
+    fail and the reward be 0), and still imports the solution from the workdir."""
+    checks = "def out_ok():\n    return open('/app/out.txt').read().strip() == 'hello'\n"
+    task = harbor_task(tmp_path, "shadow", "cd /app && python3 /tests/grade.py\n",
+                       tests={"grade.py": SHADOW_GRADE, "checks.py": checks})
+    results = await rollouts([task], [write("/app/checks.py", "LINT = 'my own lint settings'\n"),
+                                      write("/app/solution.py", "def answer():\n    return 42\n"),
+                                      "echo hello > /app/out.txt"], backend=backend)
+    for r in results:
+        assert r.reward == 1.0 and "checks from /tests/checks.py" in r.verifier_output, (r.reason, r.verifier_output)
+
+
+async def test_an_agents_own_test_module_named_like_the_tests_leaves_them_theirs(tmp_path: Path) -> None:
+    """An honest agent that wrote tests of its own under the hidden tests' module name (/app/test_out.py):
+    pytest, given /tests/test_out.py from the workdir, still runs the tests' module (the guard's finder
+    now searches the tests' folders before the workdir, round XX: this keeps it so)."""
+    test_sh = ("cd /app && python3 -m pytest -q -p no:cacheprovider --confcutdir=/tests /tests/test_out.py\n"
+               "rc=$?\n" + BY_EXIT)
+    task = harbor_task(tmp_path, "own-tests", test_sh, tests={
+        "test_out.py": "def test_out():\n    assert open('/app/out.txt').read().strip() == 'hello'\n"})
+    mine = "def test_mine():\n    assert open('/app/out.txt').read().startswith('h')\n"
+    results = await rollouts([task], [write("/app/test_out.py", mine), "echo hello > /app/out.txt"])
+    for r in results:
+        assert r.reward == 1.0, (r.reason, r.verifier_output)
+
+
+YAML_GRADE = f"""import datetime, yaml
+with open('/app/config.yaml') as f:
+    cfg = yaml.load(f, Loader=yaml.Loader)  # the full loader, Python tags and all
+ok = cfg['start'] == datetime.date(2024, 1, 2) and cfg['pair'] == (1, 2)
+print('config', cfg, ok)
+open('{REWARD}', 'w').write('1' if ok else '0')
+"""
+
+
+async def test_an_honest_yaml_config_with_python_tags_still_loads(tmp_path: Path) -> None:
+    """Round XX's yaml-apply-*, the honest side: a document whose Python tags make harmless objects
+    (a date through !!python/object/apply, a tuple) loads as before under the guard, which runs each
+    such call as the code under test's, and the grader that loaded it still writes the reward."""
+    task = harbor_task(tmp_path, "yaml", "cd /app && python3 /tests/grade.py\n", tests={"grade.py": YAML_GRADE})
+    config = "start: !!python/object/apply:datetime.date [2024, 1, 2]\npair: !!python/tuple [1, 2]\n"
+    results = await rollouts([task], [write("/app/config.yaml", config)])
+    for r in results:
+        assert r.reward == 1.0, (r.reason, r.verifier_output)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR])

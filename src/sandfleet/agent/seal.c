@@ -271,9 +271,10 @@ static const char *const plain_tools[] = {
     "basenc", "md5sum", "sha1sum", "sha224sum", "sha256sum", "sha384sum", "sha512sum", "b2sum", "cksum", "sum",
     "truncate", "mktemp", "install", "du", "df", "dd", "sync", "numfmt", "factor", "tsort", "expand",
     "unexpand", "mkfifo", "shred", "nproc", "arch", "tty", "users", "who", "groups", "logname", "chroot",
-    /* findutils, grep, diffutils, archives and compressors (tar and zip: not unzip, cpio) */
+    /* findutils, grep, diffutils, the compressors and zip (not tar, unzip, cpio: they write what the
+       archive names) */
     "find", "locate", "grep", "egrep", "fgrep", "diff", "cmp", "diff3", "gzip", "gunzip", "zcat", "bzip2",
-    "bunzip2", "bzcat", "xz", "unxz", "xzcat", "lzma", "zstd", "unzstd", "zstdcat", "lz4", "tar", "zip",
+    "bunzip2", "bzcat", "xz", "unxz", "xzcat", "lzma", "zstd", "unzstd", "zstdcat", "lz4", "zip",
     /* text and files */
     "jq", "column", "rev", "iconv", "look", "hexdump", "xxd", "strings", "file", "tree", "bc",
     /* the network, processes (the starters' targets are judged at their own exec) */

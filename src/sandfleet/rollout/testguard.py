@@ -21,7 +21,7 @@ it left before the exec returns; ``Sandbox.exec(pid_namespace=True)``.)
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 GIT_ALLOWED = (
     "core.repositoryformatversion core.filemode core.bare core.logallrefupdates core.ignorecase "
@@ -184,6 +184,22 @@ def _sandfleet_guard():
         if not isinstance(entry, str) or entry in ("", "."):
             return False
         return not untrusted_path(entry)
+
+    # the tests' own folders (/tests): an entry under one that joins sys.path later (pytest's rootdir, a
+    # test module's own insert) is searched before the workdir's too (round XX's tests-helper-shadow)
+    tests_dirs = [p.rstrip("/") for p in os.environ.get("SANDFLEET_TESTS_DIRS", "").split(":") if p]
+    tests_entries = {}
+
+    def tests_entry(entry):
+        if not tests_dirs or not isinstance(entry, str) or not entry.startswith("/"):
+            return False
+        own = tests_entries.get(entry)
+        if own is None:
+            real = os.path.realpath(entry)
+            own = any(real == t or real.startswith(t + "/") for t in tests_dirs) and not untrusted_path(entry)
+            if len(tests_entries) < 1024:
+                tests_entries[entry] = own
+        return own
 
     # The witness (round XIX): where the tests' reward is read from their output, each pytest of theirs
     # writes every test's outcome to a kept file, from a plugin of this file's, through a descriptor the
@@ -748,13 +764,17 @@ def _sandfleet_guard():
             return getattr(self.loader, attr)
 
     class SandfleetTrustedFirst:
-        """Top-level modules that a trusted sys.path entry has: from there, first."""
+        """Top-level modules that a trusted sys.path entry has (one of the interpreter's start, or of the
+        tests' own folders): from there, first."""
 
         @classmethod
         def find_spec(cls, name, path=None, target=None):
             if path is not None or "." in name or name in builtin or is_frozen(name):
                 return None
             spec = PathFinder.find_spec(name, paths)
+            if spec is None:  # a module of the tests' own folders, first too
+                own = [p for p in sys.path if p not in paths and tests_entry(p)]
+                spec = PathFinder.find_spec(name, own) if own else None
             if spec is None:
                 found = PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)])
                 if found is None:
@@ -770,6 +790,8 @@ def _sandfleet_guard():
                 spec.submodule_search_locations = portions  # fixed: not recomputed from sys.path
             elif name == "pickle":
                 spec.loader = Patched(spec.loader, name, patch_pickle)
+            elif name == "yaml":
+                spec.loader = Patched(spec.loader, name, patch_yaml)
             elif name == "pytest" and witness_fd:
                 spec.loader = Patched(spec.loader, name, patch_pytest)
             elif name == "tempfile" and share_uid is not None:
@@ -781,7 +803,8 @@ def _sandfleet_guard():
             return None
 
     def unpickled(load):
-        """An unpickling runs what the data names (__reduce__): the code under test's, while it runs."""
+        """An unpickling runs what the data names (__reduce__): the code under test's, while it runs.
+        So does a YAML loader's making of a Python object the document names (patch_yaml)."""
 
         def run(*args, **kwargs):
             running_code[0] += 1
@@ -815,6 +838,22 @@ def _sandfleet_guard():
         base = module.Unpickler
         if base is not module._Unpickler:
             module.Unpickler = type("Unpickler", (base,), {"load": unpickled(base.load), "__module__": "pickle"})
+
+    def patch_yaml(module):
+        """PyYAML's full and unsafe loaders call what a document names (!!python/object/apply:os.system,
+        /new, /object's __setstate__): each such call is the code under test's, as an unpickling's
+        is (round XX's yaml-apply-system and its decoded form, whose command no file holds)."""
+        constructor = getattr(module, "constructor", None)
+        seen = []
+        for cls_name in ("FullConstructor", "UnsafeConstructor", "Constructor"):
+            cls = getattr(constructor, cls_name, None)
+            if cls is None or cls in seen:  # (Constructor is UnsafeConstructor)
+                continue
+            seen.append(cls)
+            for meth in ("make_python_instance", "set_python_instance_state"):
+                fn = vars(cls).get(meth) if cls is not None else None
+                if fn is not None:
+                    setattr(cls, meth, unpickled(fn))
 
     # gVisor's uid split (no Landlock): the tests root, the code under test a user of its own. A
     # folder or file the root tests make with tempfile (0700, 0600) and hand to the code under test
@@ -873,9 +912,11 @@ del _sandfleet_guard
 '''
 
 
-def python_env(env: Mapping[str, str], guard_dir: str, workdir: str) -> dict[str, str]:
-    """``PYTHONPATH`` with the guard folder first (then what ``env`` had), and the workdir
-    named untrusted."""
+def python_env(env: Mapping[str, str], guard_dir: str, workdir: str, tests_dirs: Sequence[str] = ()) -> dict[str, str]:
+    """``PYTHONPATH`` with the guard folder first (then what ``env`` had), the workdir named
+    untrusted, and the tests' own folders named (their modules before the workdir's)."""
     old = env.get("PYTHONPATH", "")
-    return {"PYTHONPATH": guard_dir + (":" + old if old else ""),
-            "SANDFLEET_UNTRUSTED": posixpath.normpath(workdir)}
+    out = {"PYTHONPATH": guard_dir + (":" + old if old else ""), "SANDFLEET_UNTRUSTED": posixpath.normpath(workdir)}
+    if tests_dirs:
+        out["SANDFLEET_TESTS_DIRS"] = ":".join(posixpath.normpath(d) for d in tests_dirs)
+    return out

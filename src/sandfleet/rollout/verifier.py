@@ -807,7 +807,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
         if plan.reward in OUTPUT_REWARDS:  # each pytest of the tests writes its outcomes there (the guard)
             env["SANDFLEET_WITNESS_FD"] = str(WITNESS_FD)
         base = {**sandbox.spec.env, **env}
-        env.update(python_env(base, values["python"], _guest(sandbox, task.workdir)))
+        tests_dirs = [_guest(sandbox, d[2:]) for d in _cleared_paths(task) if d.startswith("t:")]
+        env.update(python_env(base, values["python"], _guest(sandbox, task.workdir), tests_dirs))
         env.update(git_env(base))
         if demoted and values["demote"].isdigit():  # the tests' temporary folders shared with the code
             env["SANDFLEET_SHARED_TMP_UID"] = values["demote"]  # under test, as on bwrap (testguard)

@@ -189,6 +189,7 @@ def _sandfleet_guard():
     # test module's own insert) is searched before the workdir's too (round XX's tests-helper-shadow)
     tests_dirs = [p.rstrip("/") for p in os.environ.get("SANDFLEET_TESTS_DIRS", "").split(":") if p]
     tests_entries = {}
+    shadowed = set()
 
     def tests_entry(entry):
         if not tests_dirs or not isinstance(entry, str) or not entry.startswith("/"):
@@ -775,6 +776,12 @@ def _sandfleet_guard():
             if spec is None:  # a module of the tests' own folders, first too
                 own = [p for p in sys.path if p not in paths and tests_entry(p)]
                 spec = PathFinder.find_spec(name, own) if own else None
+                if spec is not None and name not in shadowed:  # say so where the workdir has one too
+                    other = PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)])
+                    if other is not None and other.origin != spec.origin:
+                        shadowed.add(name)
+                        print("sandfleet guard: module %s is the tests' own %s, not the workdir's %s"
+                              % (name, spec.origin, other.origin), file=sys.stderr)
             if spec is None:
                 found = PathFinder.find_spec(name, [p for p in sys.path if not trusted(p)])
                 if found is None:

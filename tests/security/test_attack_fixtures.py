@@ -45,12 +45,12 @@ MICROVM_SAME = frozenset({
     "make-recipe-rewrites-tests", "awk-program-file", "note-newline-module", "note-newline-conftest",
     # the seal's list of plain tools (round XX; valgrind under TCG alone takes minutes)
     "sqlite-dot-shell", "sqlite-db-arg", "valgrind-client", "dc-bang", "m4-esyscmd", "tar-wildcard-options",
-    "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow",
+    "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow", "sqlite-clean-env",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
 kernel (the stop, pidfd, ptrace, /proc, core_pattern, kernel threads), in every command being root
-and in its channel to the host: those rows (35 of 71) run there. All 62 took 139-186 s of the
+and in its channel to the host: those rows (35 of 72) run there. All 62 took 139-186 s of the
 slow pass under TCG (issue 43); `scripts/attack-table.py --backends microvm` runs every one."""
 
 
@@ -123,7 +123,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # count off), and a tests' helper module shadowed from the workdir: the seal's list of plain tools,
              # its option rule, the guard's starts from read text, YAML's calls and the tests' modules first
              "xx": ["sqlite-dot-shell", "sqlite-db-arg", "valgrind-client", "dc-bang", "m4-esyscmd",
-                    "tar-wildcard-options", "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow"]}
+                    "tar-wildcard-options", "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow",
+                    "sqlite-clean-env"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

@@ -9,9 +9,11 @@ cd "$(dirname "$0")/.."
 # musl-tools: the guest agent is built against musl where it is installed (agent/build.py: a faster
 # start in VMs, where glibc's start-up cpuid probes trap to the hypervisor)
 # libseccomp-dev: the host compiles the sandboxes' default seccomp filter with libseccomp (sandbox/seccomp.py)
+# python3-pytest, python3-yaml: the host image's Python in the reward-integrity tests' sandboxes (a grader that
+# loads a YAML config with the full Loader: test_an_honest_yaml_config_with_python_tags_still_loads)
 # qemu-user-static, gcc-aarch64-linux-gnu and libc6-dev-arm64-cross: arm64 under emulation (--arch arm64, the
 # arm64 smoke test; the cross-compiled guest agent)
-APT_PACKAGES=(bubblewrap e2fsprogs openssl curl gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+APT_PACKAGES=(bubblewrap e2fsprogs openssl curl gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest python3-yaml debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # the microvm backend: QEMU, the guest kernel (extracted with lz4), busybox for the initramfs.
 # Optional: if they can't be installed, the microvm tests skip and say why.
 MICROVM_PACKAGES=()

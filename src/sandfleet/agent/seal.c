@@ -405,9 +405,10 @@ static const char trampoline[] = "exec \"$0\" \"$@\"";
 static const char code_trampoline[] = "exec \"$0\" \"$@\"" CODE_MARK;
 
 /* This program is an sh -c CODE whose CODE ends with CODE_MARK (system(), popen() and posix_spawn
- * of a start the guard named the code under test's). Reads the cmdline into buf. */
+ * of a start the guard named the code under test's). Reads the cmdline into buf (cmdline_len). */
 static int started_as_code(void) {
     long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    cmdline_len = k > 0 ? k : 0;
     static const char mark[] = CODE_MARK;
     long m = sizeof mark - 1;
     for (long i = 0; i + 1 < k; i++) {
@@ -432,9 +433,10 @@ static int started_as_code(void) {
  * its cwd: the tests' shell expanded a glob of a folder the agent wrote (`tar -cf out.tar *` in the
  * workdir), and the agent's file names became the program's options (tar's --checkpoint-action=exec=,
  * rsync's -e, a --reference=). Whatever runs it, whatever its other arguments name, it is then the code
- * under test (round XX): no test script names its own files like options. Reads the cmdline into buf. */
+ * under test (round XX): no test script names its own files like options. Call after started_as_code():
+ * buf holds the cmdline (cmdline_len bytes). */
 static int option_from_cwd(void) {
-    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    long k = cmdline_len;
     unsigned long long stx[32];
     long i = 0;
     while (i < k && buf[i]) i++; /* past argv[0] */
@@ -1375,6 +1377,13 @@ static void probe(long abi) {
     sys5(__NR_write, 1, (long)m, n, 0, 0);
 }
 
+/* The constructor's judgement of this program: the code under test (kept from the reward folders, or
+ * demoted where there is no Landlock), in this order, each reading what the one before it read. */
+static int program_is_code(void) {
+    return started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
+           run_by_git(cmdline_len);
+}
+
 __attribute__((constructor)) static void sandfleet_seal(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     probe(abi);
@@ -1384,9 +1393,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (abi < 1) {
         char t0[256];
         int p0 = 0;
-        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) &&
-            (started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
-             run_by_git(cmdline_len))) {
+        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) && program_is_code()) {
             hand_over(0, 0);
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
@@ -1397,9 +1404,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
        can't write in a reward folder: what the tests decide is theirs */
     char t[256];
     int pos = 0;
-    int keep = next_path(&pos, 't', t, sizeof t) &&
-               (started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
-                run_by_git(cmdline_len));
+    int keep = next_path(&pos, 't', t, sizeof t) && program_is_code();
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

@@ -858,7 +858,7 @@ def _sandfleet_guard():
                 continue
             seen.append(cls)
             for meth in ("make_python_instance", "set_python_instance_state"):
-                fn = vars(cls).get(meth) if cls is not None else None
+                fn = vars(cls).get(meth)
                 if fn is not None:
                     setattr(cls, meth, unpickled(fn))
 

@@ -46,6 +46,10 @@ MICROVM_SAME = frozenset({
     # the seal's list of plain tools (round XX; valgrind under TCG alone takes minutes)
     "sqlite-dot-shell", "sqlite-db-arg", "valgrind-client", "dc-bang", "m4-esyscmd", "tar-wildcard-options",
     "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow", "sqlite-clean-env",
+    # the seal's programs given a program and one-liners from the workdir, the guard's compiled strings
+    # (round XXI; valgrind and gcc under TCG take minutes)
+    "valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0", "sympify-watcher",
+    "jinja-template-ssti",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -124,7 +128,13 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # its option rule, the guard's starts from read text, YAML's calls and the tests' modules first
              "xx": ["sqlite-dot-shell", "sqlite-db-arg", "valgrind-client", "dc-bang", "m4-esyscmd",
                     "tar-wildcard-options", "yaml-apply-system", "yaml-apply-decoded", "tests-helper-shadow",
-                    "sqlite-clean-env"]}
+                    "sqlite-clean-env"],
+             # round XXI: a program that runs another in its own process (valgrind, ld.so by hand) given a tests'
+             # path too, a one-liner whose code the tests' shell read from the workdir, the agent's text that a
+             # tests' library evaluates after transforming it (sympy's sympify, a Jinja2 template): the seal's
+             # given_a_program and one_liner_from_workdir, the guard's gates on strings compiled after a read
+             "xxi": ["valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0",
+                     "sympify-watcher", "jinja-template-ssti"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

@@ -170,14 +170,14 @@ time.sleep(600)
 '''
 
 
-# The code under test run inside a one-liner of the tests' own (exec of its text, its path in the
-# environment), from a copy the tests made outside the workdir: the guard knows the workdir's text by
-# the file it read it from (an exec of /app/solution.py's own text is sealed since stop 53, round X),
-# so this code is the grader's to the seal (docs/security.md, "Where the line is"), the reward folder
-# stays writable to it, and these tests reach the defence they are about (where the seal keeps it
-# out, it never gets this far).
-STDIN_RUN = ("cd /app && cp solution.py /tmp/solution-copy.py && "
-             "S=/tmp/solution-copy.py python3 -c 'import os; exec(open(os.environ[\"S\"]).read())'\n")
+# The code under test run as the main program of a Python of the tests' own (its code on stdin), from a
+# copy the tests made outside the workdir: the seal judges an interpreter's stdin by the file it comes
+# from (python3 - < /app/solution.py is sealed), and the guard's main program is the tests' own, so this
+# code is the grader's to the seal (docs/security.md, "Where the line is"), the reward folder stays
+# writable to it, and these tests reach the defence they are about (where the seal keeps it out, it
+# never gets this far). Until round XXI it was an exec() of the copy's text inside a tests' one-liner:
+# code compiled from a string at run time is the code under test's since (the guard's watch_strings).
+STDIN_RUN = "cd /app && cp solution.py /tmp/solution-copy.py && python3 - < /tmp/solution-copy.py\n"
 
 
 @MODES

@@ -764,6 +764,120 @@ async def test_an_honest_yaml_config_with_python_tags_still_loads(tmp_path: Path
         assert r.reward == 1.0, (r.reason, r.verifier_output)
 
 
+EVAL_GRADE = f"""import dataclasses
+with open('/app/answer.txt') as f:
+    text = f.read()
+# a grader of the tests' own that evaluates the agent's answer after transforming it (as sympy's sympify does)
+code = ' '.join(text.replace('^', '**').split())
+value = eval(compile(code, '<answer>', 'eval'), {{'__builtins__': {{}}}}, {{'x': 3}})
+Score = dataclasses.make_dataclass('Score', ['value'])  # code compiled from a string after the read, too
+ok = Score(value).value == 16
+print('answer', code, '=', value, ok)
+open('{REWARD}', 'w').write('1' if ok else '0')
+"""
+
+
+async def test_an_honest_answer_a_grader_evaluates_still_scores(tmp_path: Path) -> None:
+    """Round XXI's sympify-*, the honest side: a grader that read a workdir file and then compiles strings
+    at run time (the agent's answer, transformed, and a dataclass of its own) has the guard's gates on
+    (what runs in a frame compiled from a string is the code under test's); the grader's own frames,
+    which decide and write the reward, are still the tests'."""
+    task = harbor_task(tmp_path, "evaluated", "cd /app && python3 /tests/grade.py\n", tests={"grade.py": EVAL_GRADE})
+    results = await rollouts([task], [write("/app/answer.txt", "(x + 1)^2\n")])
+    for r in results:
+        assert r.reward == 1.0 and "= 16 True" in r.verifier_output, (r.reason, r.verifier_output)
+
+
+ONE_LINERS = f"""mkdir -p /logs/verifier
+cd /app
+S=1
+python3 -c "open('/logs/verifier/expanded.txt', 'w').write('$S')"
+bash -c "$(cat /tests/cmd.sh)"
+out=$(bash -c "$(cat /app/cmd.txt)")
+echo "answer: $out"
+ls /logs/verifier
+if [ "$out" = hello ] && [ -f /logs/verifier/expanded.txt ] && [ -f /logs/verifier/from-tests-file.txt ] && \\
+   [ ! -e /logs/verifier/agent.txt ]; then echo 1; else echo 0; fi > {REWARD}
+"""
+
+
+@BACKENDS
+async def test_a_one_liner_is_the_tests_or_the_agents_by_whose_file_holds_its_text(tmp_path: Path,
+                                                                                   backend: str) -> None:
+    """Round XXI's bash-c-cat, both sides: a one-liner whose code is a workdir file's text (the agent's
+    answer, run as `bash -c "$(cat /app/cmd.txt)"`) is the code under test, and can't write the reward
+    folder (before: the tests' own by the one-liner rule, agent.txt was written); one whose text is a
+    tests' file's, or made by the tests' shell from its own variables, still writes it."""
+    task = harbor_task(tmp_path, "one-liners", ONE_LINERS, tests={
+        "cmd.sh": "echo ok > /logs/verifier/from-tests-file.txt; echo the tests own command\n"})
+    agent = "echo 1 > /logs/verifier/agent.txt 2>/dev/null; echo hello\n"
+    results = await rollouts([task], [write("/app/cmd.txt", agent)], backend=backend)
+    for r in results:
+        assert r.reward == 1.0 and "answer: hello" in r.verifier_output, (r.reason, r.verifier_output)
+
+
+FLOOD = ("python3 -c \"import os; os.makedirs('{d}', exist_ok=True); "
+         "[open('{d}/f%d' % i, 'w').close() for i in range({n})]\"")
+AGENT_ONE_LINER = "echo 1 > /logs/verifier/agent.txt 2>/dev/null; echo hello\n"
+
+
+async def test_the_one_liners_walk_of_the_workdir_is_bounded(tmp_path: Path) -> None:
+    """The walk that looks for a one-liner's text in the workdir has bounds (seal.c, kind_holds: 20000
+    entries, 64 MiB): the workdir's own files first, then what lies deeper. A large tree deeper down
+    (25,000 files) is no proof of an attack: the tests' one-liner made from their own variables still
+    writes the reward folder, and the agent's one-liner at the top is still found. A flood at the top
+    itself (20,001 files beside the agent's command) could hide the text behind the bound, so it counts
+    as found: the agent's one-liner still can't write there, nor (the bound's cost) a one-liner the tests
+    made from their own variable."""
+    deep = harbor_task(tmp_path, "deep", ONE_LINERS.replace('bash -c "$(cat /tests/cmd.sh)"\n', "").replace(
+        "[ -f /logs/verifier/from-tests-file.txt ] && ", ""))
+    results = await rollouts([deep], [FLOOD.format(d="/app/data/deep", n=25000),
+                                      write("/app/cmd.txt", AGENT_ONE_LINER)])
+    for r in results:
+        assert r.reward == 1.0 and "answer: hello" in r.verifier_output, (r.reason, r.verifier_output)
+    # the tests' own one-liner made from their variable is kept there too (the bound's cost, said in
+    # docs/security.md): at the top, the walk can't tell a flood from where the text lies
+    top_sh = ('cd /app\nS=1\nbash -c "echo 1 > /logs/verifier/expanded.txt 2>/dev/null; echo the tests $S"\n'
+              'out=$(bash -c "$(cat /app/cmd.txt)")\necho "answer: $out"\n'
+              f'if [ "$out" = hello ] && [ ! -e /logs/verifier/agent.txt ] && [ ! -e /logs/verifier/expanded.txt ]; '
+              f'then echo 1; else echo 0; fi > {REWARD}\n')
+    top = harbor_task(tmp_path, "top", top_sh)
+    results = await rollouts([top], [FLOOD.format(d="/app", n=20001), write("/app/cmd.txt", AGENT_ONE_LINER)])
+    for r in results:
+        assert r.reward == 1.0 and "answer: hello" in r.verifier_output, (r.reason, r.verifier_output)
+
+
+GIVEN_A_PROGRAM = f"""cd /app
+gcc -o /tmp/prog main.c || exit 1
+valgrind -q --error-exitcode=3 --suppressions=/tests/vg.supp /tmp/prog > /tmp/by-valgrind.txt
+rc=$?
+/lib64/ld-linux-x86-64.so.2 /tmp/prog /tests/vg.supp > /tmp/by-ldso.txt
+rc2=$?
+cat /tmp/by-valgrind.txt /tmp/by-ldso.txt; ls /logs/verifier
+if [ "$rc$rc2" = 00 ] && grep -q hello /tmp/by-valgrind.txt && grep -q hello /tmp/by-ldso.txt && \\
+   [ ! -e /logs/verifier/prog.txt ]; then echo 1; else echo 0; fi > {REWARD}
+"""
+PROG_WRITES = """#include <stdio.h>
+int main(void) {
+    FILE *f = fopen("/logs/verifier/prog.txt", "w");
+    if (f) { fputs("1", f); fclose(f); }
+    puts("hello");
+    return 0;
+}
+"""
+
+
+async def test_a_program_run_inside_valgrind_or_the_loader_is_the_code_under_test(tmp_path: Path) -> None:
+    """Round XXI's valgrind-tests-supp and ldso-by-hand, both sides: the agent's program run by valgrind
+    (with the tests' suppressions file) or by the dynamic loader by hand (with a tests' file as its
+    argument) runs and prints as before, and can't write the reward folder (before: valgrind and ld.so
+    named a tests' path, so they were graders, and the client's own seal fails open under valgrind)."""
+    task = harbor_task(tmp_path, "given", GIVEN_A_PROGRAM, tests={"vg.supp": "# the tests' suppressions\n"})
+    results = await rollouts([task], [write("/app/main.c", PROG_WRITES)])
+    for r in results:
+        assert r.reward == 1.0, (r.reason, r.verifier_output)
+
+
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR])
 async def test_a_kernel_without_landlock_is_a_risk_on_the_row_when_the_tests_are_root(tmp_path: Path,
                                                                                        backend: str) -> None:

@@ -56,6 +56,14 @@ struct path_beneath {
  * "f:/logs/verifier/reward.txt": a reward file (drop_reward_fds). */
 static volatile const char seal_paths[512] = "@@SANDFLEET_SEAL_PATHS@@";
 
+struct dirent64 {
+    unsigned long long d_ino;
+    long long d_off;
+    unsigned short d_reclen;
+    unsigned char d_type;
+    char d_name[];
+};
+
 struct ruleset_attr { /* landlock_ruleset_attr as of ABI 6 (older headers lack its fields) */
     unsigned long long handled_access_fs, handled_access_net, scoped;
 };
@@ -195,6 +203,8 @@ static int module_in_workdir(const char *mod);
 static int under_kind(const char *s, char kind);
 
 static int program_in_workdir(long k, const char *cwd);
+static int given_a_program(long k, const char *cwd);
+static int one_liner_from_workdir(long k);
 
 static int grader(void) {
     char t[256], cwd[4096];
@@ -207,6 +217,10 @@ static int grader(void) {
     if (k < 0) return cwd_tests;
     cmdline_len = k;
     if (program_in_workdir(k, cwd)) return 0;
+    /* a program that runs another in its own process (valgrind, ld.so) given one of the workdir's or
+       /tmp's, or an interpreter whose one-liner is the text of a workdir file (round XXI): not a grader,
+       whatever tests' path it names too */
+    if (given_a_program(k, cwd) || one_liner_from_workdir(k)) return 0;
     for (long i = 0; i < k; i += 1) {
         if (names_tests(buf + i)) return 1;
         while (i < k && buf[i]) i++;
@@ -449,6 +463,228 @@ static int option_from_cwd(void) {
     return 0;
 }
 
+/* ---- text of the agent's files (round XXI) ----
+ * A tests' one-liner whose code is not the tests' text but a workdir file's: `bash -c "$(cat
+ * /app/cmd.txt)"`, `python3 -c "$(< /app/answer.py)"`. It names no workdir path, so by the one-liner
+ * rule it was the tests' own; its text says otherwise. Looked for where it costs least first: the
+ * tests' own files (a one-liner written in test.sh is there as written), then the workdir's. */
+static char scan_buf[1 << 18];
+static long scan_left, scan_entries; /* the walk's bounds: bytes to read, entries to visit */
+
+static int blank(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
+
+static int chunk_has(const char *h, long hn, const char *n, long nn) {
+    for (long i = 0; i + nn <= hn; i++)
+        if (h[i] == n[0]) {
+            long j = 1;
+            while (j < nn && h[i + j] == n[j]) j++;
+            if (j == nn) return 1;
+        }
+    return 0;
+}
+
+/* The open file FD holds N (NN bytes): as a part (PART: in its first MiB), or as its whole text, blanks
+ * at its ends aside */
+static int file_holds(long fd, const char *n, long nn, int part) {
+    long have = 0, r, read_here = 0;
+    if (!part) {
+        while (have < (long)sizeof scan_buf && (r = sys5(__NR_read, fd, (long)(scan_buf + have),
+                                                         sizeof scan_buf - have, 0, 0)) > 0)
+            have += r;
+        scan_left -= have;
+        long a = 0, b = have;
+        while (a < b && blank(scan_buf[a])) a++;
+        while (b > a && blank(scan_buf[b - 1])) b--;
+        if (b - a != nn) return 0;
+        for (long i = 0; i < nn; i++)
+            if (scan_buf[a + i] != n[i]) return 0;
+        return 1;
+    }
+    while (scan_left > 0 && read_here < (1L << 20)) {
+        r = sys5(__NR_read, fd, (long)(scan_buf + have), sizeof scan_buf - have, 0, 0);
+        if (r <= 0) return 0;
+        scan_left -= r;
+        read_here += r;
+        have += r;
+        if (chunk_has(scan_buf, have, n, nn)) return 1;
+        long keep = nn - 1 < have ? nn - 1 : have; /* a match across two reads */
+        for (long i = 0; i < keep; i++) scan_buf[i] = scan_buf[have - keep + i];
+        have = keep;
+    }
+    return 0;
+}
+
+/* N's text in a regular file of the folder DIRFD (a link to a file followed, to a folder not; `.git`
+ * folders skipped: compressed objects): its own files (FILES) and, SUBDIRS, everything under its
+ * folders. 1 found; 0 not; -1 the walk's bounds ran out. */
+static int tree_holds(long dirfd, const char *n, long nn, int part, int depth, int files, int subdirs) {
+    char ents[4096] __attribute__((aligned(8))); /* this level's own */
+    unsigned long long stx[32];                  /* struct statx: stx_mode u16 at 28, stx_size u64 at 40 */
+    if (depth > 16) return -1;
+    sys5(__NR_lseek, dirfd, 0, 0 /* SEEK_SET */, 0, 0);
+    for (;;) {
+        long got = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
+        if (got <= 0) return 0;
+        for (long off = 0; off < got;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            const char *nm = d->d_name;
+            if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]) || same(nm, ".git"))) continue;
+            int dir = d->d_type == DT_DIR;
+            if ((dir && !subdirs) || (d->d_type == DT_REG_ && !files)) continue;
+            if (--scan_entries < 0 || scan_left <= 0) return -1;
+            if (!dir) {
+                if (sys5(__NR_statx, dirfd, (long)nm, 0, 0x201 /* STATX_TYPE | STATX_SIZE */, (long)stx) < 0)
+                    continue;
+                unsigned short mode = ((unsigned short *)stx)[14];
+                if ((mode & 0170000) == 0040000) {
+                    dir = d->d_type != DT_LNK && subdirs; /* DT_UNKNOWN: a folder after all; a link to one: not followed */
+                    if (!dir) continue;
+                } else {
+                    if ((mode & 0170000) != 0100000 || !files) continue;
+                    if (!part && stx[5] > (unsigned long long)nn + 4096) continue; /* no whole text of N */
+                    long fd = sys5(__NR_openat, dirfd, (long)nm, 04000 | 02000000 /* O_NONBLOCK|O_CLOEXEC */, 0, 0);
+                    if (fd < 0) continue;
+                    int r = file_holds(fd, n, nn, part);
+                    sys5(__NR_close, fd, 0, 0, 0, 0);
+                    if (r) return 1;
+                    continue;
+                }
+            }
+            long fd = sys5(__NR_openat, dirfd, (long)nm, O_RDONLY_DIR | 0400000 | 02000000, 0, 0); /* O_NOFOLLOW */
+            if (fd < 0) continue;
+            int r = tree_holds(fd, n, nn, part, depth + 1, 1, 1);
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+            if (r) return r;
+        }
+    }
+}
+
+/* N's text under a KIND folder of seal_paths: the folders' own files first, then what lies deeper
+ * (a test reads the agent's answer at the workdir's top, mostly). 1 found; 0 not; -1 the bounds ran
+ * out among the folders' own files (BYTES read, ENTRIES visited: more than any honest workdir has
+ * at its top, so the agent's flood), where the text may be behind them. Deeper, a walk that runs out
+ * answers 0: a large repository is no proof of an attack, and its one-liners stay the tests'. */
+static int kind_holds(char kind, const char *n, long nn, int part, long bytes, long entries) {
+    char p[256];
+    scan_left = bytes;
+    scan_entries = entries;
+    for (int deep = 0; deep < 2; deep++)
+        for (int pos = 0; next_path(&pos, kind, p, sizeof p);) {
+            long fd = sys5(__NR_openat, AT_FDCWD, (long)p, O_RDONLY_DIR | 02000000, 0, 0);
+            if (fd < 0) continue;
+            int r = tree_holds(fd, n, nn, part, 0, !deep, deep);
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+            if (r == 1) return 1;
+            if (r < 0) return deep ? 0 : -1;
+        }
+    return 0;
+}
+
+static const char *const busybox[] = {"busybox", 0};
+
+/* A program of the system's folders that may run code from what it is given (an interpreter, or
+ * not one of the plain tools): argv[0]'s name for busybox */
+static int judged_by_input(long k) {
+    const char *exe = self_exe();
+    if (!exe || !in_system_dirs(exe) || under_kind(exe, 'w')) return 0;
+    const char *name = named(exe, busybox) && k > 0 ? buf : exe;
+    return named(name, interpreters) || !named(name, plain_tools);
+}
+
+/* This program is an interpreter's one-liner (-c CODE, -e CODE, -ec CODE, before any script) whose
+ * CODE is not in a tests' file but is a workdir file's text: the whole of one (any length), or 16
+ * characters at least of one that hold a blank (code, a command line; never a single word) in its
+ * first MiB. Where the workdir's top alone is larger than the walk's bounds (20000 entries, 64 MiB
+ * read), it counts as found: the agent could hide the text behind the bound (kind_holds). Asked by
+ * grader() and code_under_test(): once. The seal's own trampolines are not looked for. */
+static int one_liner_state = -1;
+static int one_liner_from_workdir(long k) {
+    if (one_liner_state >= 0) return one_liner_state;
+    one_liner_state = 0;
+    if (k <= 0 || !judged_by_input(k)) return 0;
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    for (i++; i < k && buf[i] == '-'; i++) {
+        const char *arg = buf + i;
+        long len = 0;
+        while (i + len < k && buf[i + len]) len++;
+        int cluster = len >= 2 && len <= 4;
+        for (long j = 1; cluster && j < len; j++) cluster = arg[j] >= 'a' && arg[j] <= 'z';
+        if (cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e')) {
+            i += len + 1;
+            if (i >= k) return 0;
+            const char *code = buf + i;
+            long nn = 0;
+            while (i + nn < k && buf[i + nn]) nn++;
+            while (nn > 0 && blank(*code)) code++, nn--;
+            while (nn > 0 && blank(code[nn - 1])) nn--;
+            if (nn <= 0 || same(code, trampoline) || same(code, code_trampoline)) return 0; /* the seal's own */
+            int part = 0;
+            if (nn >= 16)
+                for (long j = 0; j < nn && !part; j++) part = blank(code[j]);
+            if (kind_holds('t', code, nn, part, 16L << 20, 4000) == 1) return 0; /* the tests' own text */
+            one_liner_state = kind_holds('w', code, nn, part, 64L << 20, 20000) != 0;
+            return one_liner_state;
+        }
+        i += len;
+    }
+    return 0;
+}
+
+/* A program that runs another in its own process -- valgrind's tool, ld.so run by hand, an emulator:
+ * the client never execs, so the seal's constructor meets it only under the host's rules (valgrind
+ * 3.19 does not know Landlock's system calls, and the constructor fails open) -- given, as an
+ * argument that is not an option, an executable of the workdir's or of anywhere but the system's and
+ * the tests' folders (an ELF or a #! script; not a library or an object, which a compiler is given):
+ * the code under test, whatever tests' path (a suppressions file) it is given too. Interpreters are
+ * judged by their script (program_in_workdir), the plain tools and the build tools by their name. */
+static int given_a_program(long k, const char *cwd) {
+    if (k <= 0 || !judged_by_input(k)) return 0;
+    const char *exe = self_exe();
+    const char *name = named(exe, busybox) ? buf : exe;
+    if (named(name, interpreters) || named(name, build_tools)) return 0;
+    long i = 0;
+    while (i < k && buf[i]) i++;
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        long len = 0;
+        while (i + len < k && buf[i + len]) len++;
+        i += len;
+        if (arg[0] == '-' || !arg[0] || len > 500) continue;
+        char full[1024];
+        int m = 0;
+        if (arg[0] != '/') {
+            for (const char *q = cwd; *q && m < 500; q++) full[m++] = *q;
+            if (!m || full[0] != '/') continue;
+            full[m++] = '/';
+        }
+        for (const char *q = arg; *q && m < 1022; q++) full[m++] = *q;
+        full[m] = 0;
+        if (under_kind(full, 't') || (in_system_dirs(full) && !under_kind(full, 'w'))) continue;
+        const char *b = full;
+        for (const char *q = full; *q; q++)
+            if (*q == '/') b = q + 1;
+        int lib = 0;
+        for (const char *q = b; *q && !lib; q++)
+            lib = q[0] == '.' && ((q[1] == 's' && q[2] == 'o' && (!q[3] || q[3] == '.')) ||
+                                  ((q[1] == 'o' || q[1] == 'a') && !q[2]));
+        if (lib) continue;
+        unsigned long long stx[32];
+        if (sys5(__NR_statx, AT_FDCWD, (long)full, 0, 1 /* STATX_TYPE */, (long)stx) < 0) continue;
+        if ((((unsigned short *)stx)[14] & 0170000) != 0100000) continue;
+        long fd = sys5(__NR_openat, AT_FDCWD, (long)full, 04000 | 02000000, 0, 0);
+        if (fd < 0) continue;
+        char head[4] = {0};
+        long r = sys5(__NR_read, fd, (long)head, 4, 0, 0);
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        if ((r == 4 && head[0] == 0x7f && head[1] == 'E' && head[2] == 'L' && head[3] == 'F') ||
+            (r >= 2 && head[0] == '#' && head[1] == '!'))
+            return 1;
+    }
+    return 0;
+}
+
 /* Is this program the code under test? The default: yes. The reward folders stay open only to
  * the tests' own programs (grader(), asked first: a program that names a tests' path or runs
  * from a tests' folder) and to the image's own tools that run no code but their own (cat, tee,
@@ -485,7 +721,7 @@ static int code_under_test(long k) {
         if (cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e')) {
             /* -c CODE, -e CODE, bash -ec CODE: the next argument is code */
             i += len + 1;
-            if (i >= k || mentions_kind(buf + i, 'w')) return 1;
+            if (i >= k || mentions_kind(buf + i, 'w') || one_liner_from_workdir(k)) return 1;
             one_liner = 1;
             break;
         }
@@ -540,14 +776,6 @@ static int run_by_git(long k) {
     if (i + 1 < k && prefix(buf + i + 1, "/usr/lib/git-core/")) return 0;
     return 1;
 }
-
-struct dirent64 {
-    unsigned long long d_ino;
-    long long d_off;
-    unsigned short d_reclen;
-    unsigned char d_type;
-    char d_name[];
-};
 
 /* The next kept folder from *pos: a reward folder ("r:"), or a tests' folder ("k:", the verifier
  * asks on every backend). The tests' folders are root's and the tests a user of their own on bwrap

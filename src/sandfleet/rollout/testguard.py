@@ -592,7 +592,7 @@ def _sandfleet_guard():
             return
         arm()
         rc = seal.sandfleet_seal_rewards()
-        if rc == 0:
+        if rc == 0 and not inside:
             inside.append(1)  # a grader: the code runs among the tests' own
             watch_handlers(seal)
         if rc == 2:
@@ -604,6 +604,40 @@ def _sandfleet_guard():
             home = seal.sandfleet_seal_code_home()
             if home:
                 os.environ["HOME"] = os.fsdecode(home)
+
+    def main_compiles():
+        """The compile being audited is asked by the main program's code or what it calls: not by
+        this guard, not as the interpreter starts (site, .pth files, before the main program runs), and
+        not the interpreter's own compile of a -c one-liner (no Python frame asks for it)."""
+        try:
+            f = sys._getframe(2)  # audit's caller
+        except ValueError:  # none: the interpreter's own compile
+            return False
+        if f.f_code.co_filename == mine:
+            return False
+        while f is not None:
+            if f.f_code.co_filename != mine and f.f_globals.get("__name__") == "__main__":
+                return True
+            f = f.f_back
+        return False
+
+    def watch_strings():
+        """This program compiles a string at run time: what it compiles may be the agent's text after a
+        transformation -- sympy's sympify of the agent's answer file or of its program's output, a
+        template engine, a parser that builds code -- which no comparison of text finds, and which may
+        have come through a pipe rather than a file this program opened (round XXI's sympify-*). by_code
+        already counts a frame of code compiled from a string as the code under test's; the gates that
+        ask it (a start, a write of a kept folder, an _exit, a SystemExit, a signal handler, a fork) now
+        ask here too, as in a grader that imported the workdir's code (most graders). Nothing is kept
+        from the tests' own frames of the main program."""
+        if inside or sealed:
+            return  # gated already, or kept whole
+        seal = seal_lib()
+        if seal is None:
+            return
+        arm()
+        inside.append(1)
+        watch_handlers(seal)
 
     writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     changes = {"os.rename": 2, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.remove": 1, "os.rmdir": 1,
@@ -699,6 +733,9 @@ def _sandfleet_guard():
             elif event == "compile" and workdir_text(args[0], name):
                 verdicts[name] = True  # the workdir's code, whatever name the tests compiled it under
                 seal_rewards()
+            elif event == "compile" and not inside and name.startswith("<") and not name.startswith("<frozen") \
+                    and main_compiles():
+                watch_strings()
             return
         if event == "open" and len(read) < 64 and isinstance(args[0], (str, bytes)):
             if not opens_to_write(args):

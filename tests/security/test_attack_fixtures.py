@@ -49,7 +49,8 @@ MICROVM_SAME = frozenset({
     # the seal's programs given a program and one-liners from the workdir, the guard's compiled strings
     # (round XXI; valgrind and gcc under TCG take minutes)
     "valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0", "sympify-watcher",
-    "jinja-template-ssti",
+    "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher", "ctypes-lib-exit0",
+    "harness-linked-watcher",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -131,10 +132,13 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                     "sqlite-clean-env"],
              # round XXI: a program that runs another in its own process (valgrind, ld.so by hand) given a tests'
              # path too, a one-liner whose code the tests' shell read from the workdir, the agent's text that a
-             # tests' library evaluates after transforming it (sympy's sympify, a Jinja2 template): the seal's
-             # given_a_program and one_liner_from_workdir, the guard's gates on strings compiled after a read
+             # tests' library evaluates after transforming it (sympy's sympify, a Jinja2 template), a library of
+             # the agent's loaded by a tests' program (ctypes, a harness linked to it): the seal's
+             # given_a_program, one_liner_from_workdir and asked_by_code, the guard's gates on strings compiled
+             # at run time and on an agent's library loaded, an exit before the tests' Python finalized
              "xxi": ["valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0",
-                     "sympify-watcher", "jinja-template-ssti"]}
+                     "sympify-watcher", "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher",
+                     "ctypes-lib-exit0", "harness-linked-watcher"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

@@ -847,6 +847,59 @@ async def test_the_one_liners_walk_of_the_workdir_is_bounded(tmp_path: Path) -> 
         assert r.reward == 1.0 and "answer: hello" in r.verifier_output, (r.reason, r.verifier_output)
 
 
+LIB_PROBE = r"""#include <stdio.h>
+#include <stdlib.h>
+int add(int a, int b) { return a + b; }
+void probe(void) {
+    FILE *f = fopen("/logs/verifier/lib.txt", "w");
+    if (f) { fputs("1", f); fclose(f); }
+    char cmd[64];
+    snprintf(cmd, sizeof cmd, "echo %s > /logs/verifier/sys.txt", "made-by-the-library");
+    printf("system: %d\n", system(cmd));
+    fflush(stdout);
+}
+void stop(void) { exit(0); }
+"""
+LIB_GRADE = f"""import ctypes
+lib = ctypes.CDLL('/tmp/libsol.so')
+assert lib.add(2, 3) == 5
+lib.probe()
+open('{REWARD.rsplit("/", 1)[0]}/grader.txt', 'w').write('ok')  # the grader's own write
+print('grader wrote')
+"""
+LIB_HARNESS = """void probe(void);
+int add(int a, int b);
+int main(int argc, char **argv) { probe(); return argc < 2 || add(2, 3) != 5; }
+"""
+LIB_SH = f"""cd /app
+gcc -shared -fPIC -o /tmp/libsol.so sol.c || exit 1
+python3 /tests/grade.py; graded=$?
+python3 -c "import ctypes; ctypes.CDLL('/tmp/libsol.so').stop()" /tests/cases.txt; stopped=$?
+gcc -o /tmp/harness /tests/harness.c -L/tmp -lsol -Wl,-rpath,/tmp && /tmp/harness /tests/cases.txt; harness=$?
+echo "graded=$graded stopped=$stopped harness=$harness"; ls /logs/verifier
+if [ -f /logs/verifier/grader.txt ] && [ ! -e /logs/verifier/lib.txt ] && [ ! -e /logs/verifier/sys.txt ] && \\
+   [ "$graded$stopped$harness" = 010 ]; then echo 1; else echo 0; fi > {REWARD}
+"""
+
+
+@BACKENDS
+async def test_a_library_of_the_agents_in_a_tests_program_is_the_code_under_test(tmp_path: Path, backend: str) -> None:
+    """Round XXI's ctypes-lib-* and harness-linked-watcher, as one honest grader: the agent's library,
+    loaded by a tests' Python through ctypes and linked into a tests' C harness, computes what it is
+    asked, but what it asks of libc as the tests' own program runs -- a write of the reward folder, a
+    start (its command made at run time: no file holds it), an exit(0) that ends the grader before it
+    decided -- is the code under test's: refused, kept, and a status of 1. The grader's own write after
+    it still lands, and its own end is still 0. Before: lib.txt and sys.txt were written and the
+    stopped Python exited 0; on gVisor the tests' harness did not build (gcc's as, judged the code
+    under test, ran as the tests' user and could not write the driver's 0600 temporary: now handed).
+    The stopped Python is a grader (it names /tests/cases.txt): not kept, only armed."""
+    task = harbor_task(tmp_path, "library", LIB_SH, tests={"grade.py": LIB_GRADE, "harness.c": LIB_HARNESS,
+                                                          "cases.txt": "2 3 5\n"})
+    results = await rollouts([task], [write("/app/sol.c", LIB_PROBE)], backend=backend)
+    for r in results:
+        assert r.reward == 1.0 and "grader wrote" in r.verifier_output, (r.reason, r.verifier_output)
+
+
 GIVEN_A_PROGRAM = f"""cd /app
 gcc -o /tmp/prog main.c || exit 1
 valgrind -q --error-exitcode=3 --suppressions=/tests/vg.supp /tmp/prog > /tmp/by-valgrind.txt

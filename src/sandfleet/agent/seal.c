@@ -915,8 +915,9 @@ static int demotes(long abi) {
  * user's before it drops to that user, as on bwrap, where the tests and the code are one user (a
  * project copied in for `make`, an SQLite file the tests made: 3 of the 28 bundled tasks). Given:
  * the top folder under /tmp, /var/tmp or /dev/shm that the path is in, walked without following a
- * link; changed: only root's folders and root's files with one link (a hard link the code planted
- * to a root file elsewhere stays root's), never a kept folder, at most 20000 entries. */
+ * link, or a file right in one (a compiler's temporary); changed: only root's folders and root's
+ * files with one link (a hard link the code planted to a root file elsewhere stays root's), never a
+ * kept folder, at most 20000 entries. */
 static const char *const shared_tmp[] = {"/tmp/", "/var/tmp/", "/dev/shm/", 0};
 static int handed;
 
@@ -973,6 +974,13 @@ static void hand_path(const char *p, long uid) {
         if (sys5(__NR_statx, AT_FDCWD, (long)top, 0x100, 0x7ff, (long)stx) < 0) return;
         unsigned owner = ((unsigned *)stx)[5];
         unsigned short mode = ((unsigned short *)stx)[14];
+        if ((mode & 0170000) == 0100000 && owner == 0 && ((unsigned *)stx)[4] == 1) {
+            /* a root file right in the shared folder, one link: a tests' compiler's temporary (gcc's
+               driver makes /tmp/ccXXXX.o 0600 and hands it to as, which the seal judges the code under
+               test: on gVisor the tests' own C harness did not build) */
+            sys5(__NR_fchownat, AT_FDCWD, (long)top, uid, uid, 0x100 /* AT_SYMLINK_NOFOLLOW */);
+            return;
+        }
         if ((mode & 0170000) != 0040000 || (owner != 0 && owner != (unsigned)uid)) return;
         long fd = sys5(__NR_openat, AT_FDCWD, (long)top, O_RDONLY_DIR | 0400000 | 02000000, 0, 0);
         if (fd < 0) return;
@@ -1067,6 +1075,74 @@ static char *const *with_code_home(char *const envp[]) {
  * that starts it holds code of the workdir's (or runs inside an unpickling), in a tests' program
  * that loaded such code (sandfleet_seal_next_start). Set before every start Python makes. */
 static int start_is_code;
+static int program_code; /* the constructor judged this program the code under test */
+
+/* ---- native code of the agent's inside a tests' program (round XXI) ----
+ * A tests' program that loads a library the agent built (ctypes.CDLL('/tmp/libsol.so') in a grader, a
+ * test harness linked against /app/libsol.so) runs that library's constructor and functions as its
+ * own: a start or a write they make through libc was the tests'. The caller of the function asked
+ * (its return address) says whose code asks: one in a library mapped from the workdir, a shared
+ * temporary folder or a memfd -- not the program itself, not this library -- is the code under test.
+ * Native code that calls the kernel itself is not seen here (docs/security.md, "In the tests' process"). */
+static char maps_buf[1 << 18];
+
+/* the mapped file that holds ADDR, from /proc/self/maps read into maps_buf: its path (NUL-ended in
+ * maps_buf), or 0 */
+static const char *mapping_of(unsigned long addr, long k) {
+    for (long i = 0; i < k;) {
+        long e = i;
+        while (e < k && maps_buf[e] != '\n') e++;
+        unsigned long lo = 0, hi = 0;
+        long j = i;
+        for (; j < e && maps_buf[j] != '-'; j++)
+            lo = lo * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
+        for (j++; j < e && maps_buf[j] != ' '; j++)
+            hi = hi * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
+        if (addr >= lo && addr < hi) {
+            for (int field = 0; field < 5 && j < e; field++) { /* perms offset dev inode: to the path */
+                while (j < e && maps_buf[j] == ' ') j++;
+                if (field < 4) while (j < e && maps_buf[j] != ' ') j++;
+            }
+            if (j >= e || maps_buf[j] != '/') return 0; /* anonymous, [heap], [vdso] */
+            maps_buf[e] = 0;
+            return maps_buf + j;
+        }
+        i = e + 1;
+    }
+    return 0;
+}
+
+static int asked_by_code(unsigned long addr) {
+    char t[256];
+    int pos = 0;
+    if (!addr || !next_path(&pos, 't', t, sizeof t)) return 0;
+    long k = read_whole("/proc/self/maps", maps_buf, sizeof maps_buf);
+    if (k <= 0) return 0;
+    char caller[512];
+    const char *p = mapping_of(addr, k);
+    if (!p) return 0;
+    int n = 0;
+    while (p[n] && n < 511) { caller[n] = p[n]; n++; }
+    caller[n] = 0;
+    k = read_whole("/proc/self/maps", maps_buf, sizeof maps_buf);
+    const char *own = k > 0 ? mapping_of((unsigned long)&asked_by_code, k) : 0;
+    const char *exe = self_exe();
+    if ((own && same(caller, own)) || (exe && same(caller, exe))) return 0; /* this library, the program */
+    if (prefix(caller, "/memfd:") || under_kind(caller, 'w')) return 1;
+    for (int i = 0; shared_tmp[i]; i++)
+        if (prefix(caller, shared_tmp[i])) return 1;
+    return 0;
+}
+
+/* start_is_code for this start too where native code of the agent's asks for it (asked_by_code): the
+ * value it had, to put back after */
+static int code_asks(void *ret) {
+    int was = start_is_code;
+    if (!start_is_code && asked_by_code((unsigned long)ret)) start_is_code = 1;
+    return was;
+}
+#define CODE_ASKS() int was_code_ = code_asks(__builtin_return_address(0))
+#define AS_BEFORE(r) (start_is_code = was_code_, (r))
 
 static int exec_target_is_code(const char *path, char *const argv[]) {
     char t[256], cwd[512];
@@ -1133,16 +1209,24 @@ static int seal_exec(const char *path, char *const argv[], char *const envp[]) {
 }
 
 __attribute__((visibility("default"))) int execve(const char *path, char *const argv[], char *const envp[]) {
-    return seal_exec(path, argv, envp);
+    CODE_ASKS();
+    return AS_BEFORE(seal_exec(path, argv, envp));
 }
 
 __attribute__((visibility("default"))) int execv(const char *path, char *const argv[]) {
-    return seal_exec(path, argv, env_now());
+    CODE_ASKS();
+    return AS_BEFORE(seal_exec(path, argv, env_now()));
 }
 
 /* execvp: a name without a slash is looked for on PATH (where the verifier left no workdir
  * folder); a file that is not an executable format runs with /bin/sh, as glibc's does */
+static int seal_execvp(const char *file, char *const argv[]);
 __attribute__((visibility("default"))) int execvp(const char *file, char *const argv[]) {
+    CODE_ASKS();
+    return AS_BEFORE(seal_execvp(file, argv));
+}
+
+static int seal_execvp(const char *file, char *const argv[]) {
     const char *p = file;
     int slash = 0;
     if (!file || !*file) { *errno_at() = 2; return -1; } /* ENOENT */
@@ -1219,12 +1303,14 @@ static int spawn_through(const char *name, int search, int *pid, const char *pat
 
 __attribute__((visibility("default"))) int posix_spawn(int *pid, const char *path, const void *actions,
                                                        const void *attr, char *const argv[], char *const envp[]) {
-    return spawn_through("posix_spawn", 0, pid, path, actions, attr, argv, envp);
+    CODE_ASKS();
+    return AS_BEFORE(spawn_through("posix_spawn", 0, pid, path, actions, attr, argv, envp));
 }
 
 __attribute__((visibility("default"))) int posix_spawnp(int *pid, const char *file, const void *actions,
                                                         const void *attr, char *const argv[], char *const envp[]) {
-    return spawn_through("posix_spawnp", 1, pid, file, actions, attr, argv, envp);
+    CODE_ASKS();
+    return AS_BEFORE(spawn_through("posix_spawnp", 1, pid, file, actions, attr, argv, envp));
 }
 
 /* system() and popen(): libc starts their sh with its own spawn, not the exec above. A command the
@@ -1244,7 +1330,7 @@ static const char *mark_command(const char *cmd) {
 __attribute__((visibility("default"))) int system(const char *cmd) {
     int (*real)(const char *) = dlsym ? (int (*)(const char *))dlsym((void *)-1L, "system") : 0;
     if (!real) { *errno_at() = 38; return -1; } /* ENOSYS */
-    if (!cmd || !start_is_code) return real(cmd);
+    if (!cmd || !(start_is_code || asked_by_code((unsigned long)__builtin_return_address(0)))) return real(cmd);
     const char *marked = mark_command(cmd);
     if (!marked) { *errno_at() = 7; return -1; } /* E2BIG */
     return real(marked);
@@ -1254,7 +1340,7 @@ __attribute__((visibility("default"))) void *popen(const char *cmd, const char *
     void *(*real)(const char *, const char *) =
         dlsym ? (void *(*)(const char *, const char *))dlsym((void *)-1L, "popen") : 0;
     if (!real) { *errno_at() = 38; return 0; }
-    if (!cmd || !start_is_code) return real(cmd, type);
+    if (!cmd || !(start_is_code || asked_by_code((unsigned long)__builtin_return_address(0)))) return real(cmd, type);
     const char *marked = mark_command(cmd);
     if (!marked) { *errno_at() = 7; return 0; }
     return real(marked, type);
@@ -1429,7 +1515,7 @@ static int lexical(const char *base, const char *path, char *out, int size) {
     return 1;
 }
 
-static long seal_open(long dirfd, const char *path, long flags, long mode) {
+static long seal_open(long dirfd, const char *path, long flags, long mode, void *ret) {
     char r[256];
     int pos = 0, writes = (flags & O_ACCMODE_) != 0 || (flags & (O_CREAT_ | O_TRUNC_));
     if (!writes || !path || !next_kept(&pos, r, sizeof r)) return sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
@@ -1441,6 +1527,17 @@ static long seal_open(long dirfd, const char *path, long flags, long mode) {
     long n = fd_target(fd, real, sizeof real);
     for (pos = 0; n > 0 && next_kept(&pos, r, sizeof r);) {
         if (!under(real, r)) continue;
+        if (asked_by_code((unsigned long)ret)) { /* a library of the agent's in a tests' program */
+            static const char m[] = "sandfleet: a library of the code under test can't write a kept folder: ";
+            sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+            long pl = 0;
+            while (path[pl]) pl++;
+            sys5(__NR_write, 2, (long)path, pl, 0, 0);
+            sys5(__NR_write, 2, (long)"\n", 1, 0, 0);
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+            if (!existed) sys5(__NR_unlinkat, AT_FDCWD, (long)real, 0, 0, 0);
+            return -13; /* EACCES */
+        }
         long b = 0;
         if (path[0] != '/' && dirfd != AT_FDCWD) b = fd_target(dirfd, base, sizeof base);
         else if (path[0] != '/') b = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)base,
@@ -1476,27 +1573,27 @@ static int opened(long r) {
 /* the mode is read where the caller passed one (O_CREAT, O_TMPFILE); varargs come in the same
  * registers as fixed arguments on x86_64 and aarch64 Linux */
 __attribute__((visibility("default"))) int open(const char *path, int flags, int mode) {
-    return opened(seal_open(AT_FDCWD, path, flags, mode));
+    return opened(seal_open(AT_FDCWD, path, flags, mode, __builtin_return_address(0)));
 }
 __attribute__((visibility("default"))) int open64(const char *path, int flags, int mode) {
-    return opened(seal_open(AT_FDCWD, path, flags, mode));
+    return opened(seal_open(AT_FDCWD, path, flags, mode, __builtin_return_address(0)));
 }
 __attribute__((visibility("default"))) int openat(int dirfd, const char *path, int flags, int mode) {
-    return opened(seal_open(dirfd, path, flags, mode));
+    return opened(seal_open(dirfd, path, flags, mode, __builtin_return_address(0)));
 }
 __attribute__((visibility("default"))) int openat64(int dirfd, const char *path, int flags, int mode) {
-    return opened(seal_open(dirfd, path, flags, mode));
+    return opened(seal_open(dirfd, path, flags, mode, __builtin_return_address(0)));
 }
 __attribute__((visibility("default"))) int creat(const char *path, int mode) {
-    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode));
+    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode, __builtin_return_address(0)));
 }
 __attribute__((visibility("default"))) int creat64(const char *path, int mode) {
-    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode));
+    return opened(seal_open(AT_FDCWD, path, 01 | O_CREAT_ | O_TRUNC_, mode, __builtin_return_address(0)));
 }
 
 /* fopen opens with libc's own open, not the one above (GNU tee: `tee /tmp/linkdir/reward.txt`): a
  * mode that writes opens here and is handed to libc's fdopen, as glibc's own fopen does */
-static void *seal_fopen(const char *name, const char *path, const char *mode) {
+static void *seal_fopen(const char *name, const char *path, const char *mode, void *ret) {
     void *(*real)(const char *, const char *) = dlsym ? (void *(*)(const char *, const char *))dlsym((void *)-1L, name) : 0;
     void *(*fdopen_)(int, const char *) = dlsym ? (void *(*)(int, const char *))dlsym((void *)-1L, "fdopen") : 0;
     if (!real || !fdopen_) { *errno_at() = 38; return 0; } /* ENOSYS */
@@ -1510,7 +1607,7 @@ static void *seal_fopen(const char *name, const char *path, const char *mode) {
         else if (*m == 'e') flags |= 02000000;    /* O_CLOEXEC */
     }
     flags |= plus ? 2 : (mode[0] == 'r' ? 0 : 1); /* O_RDWR, O_WRONLY */
-    int fd = opened(seal_open(AT_FDCWD, path, flags, 0666));
+    int fd = opened(seal_open(AT_FDCWD, path, flags, 0666, ret));
     if (fd < 0) return 0;
     void *f = fdopen_(fd, mode);
     if (!f) {
@@ -1521,10 +1618,10 @@ static void *seal_fopen(const char *name, const char *path, const char *mode) {
     return f;
 }
 __attribute__((visibility("default"))) void *fopen(const char *path, const char *mode) {
-    return seal_fopen("fopen", path, mode);
+    return seal_fopen("fopen", path, mode, __builtin_return_address(0));
 }
 __attribute__((visibility("default"))) void *fopen64(const char *path, const char *mode) {
-    return seal_fopen("fopen64", path, mode);
+    return seal_fopen("fopen64", path, mode, __builtin_return_address(0));
 }
 
 /* ---- the code under test inside a tests' own process (docs/security.md, "In the tests' process") ----
@@ -1569,6 +1666,16 @@ __attribute__((visibility("default"))) void sandfleet_seal_sanction_exit(void) {
  * not this one, so a normal end is untouched. An armed process's unsanctioned _exit(0) -- the code
  * under test ending the tests' runner before it decided (round V's in-process-exit0, round VI's
  * pickle-exit0) -- exits 1, and says so. A forked child (another pid) is left alone. */
+/* An exit with 0 that a library of the agent's asks of a tests' program (asked_by_code: a ctypes-loaded
+ * build's function or destructor, round XXI) reports no success either, armed or not. */
+static int code_exits_tests(int status, void *ret) {
+    if (status != 0 || program_code || !asked_by_code((unsigned long)ret)) return status;
+    static const char m[] = "sandfleet: a library of the code under test ended a tests' program with exit 0; "
+                            "it exits 1\n";
+    sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+    return 1;
+}
+
 static void __attribute__((noreturn)) seal_exit(int status) {
     if (status == 0 && armed_pid && !sanctioned && sys5(__NR_getpid, 0, 0, 0, 0, 0) == armed_pid) {
         static const char m[] = "sandfleet: the code under test ended the tests' process with _exit(0); "
@@ -1578,8 +1685,28 @@ static void __attribute__((noreturn)) seal_exit(int status) {
     }
     for (;;) sys5(__NR_exit_group, status, 0, 0, 0, 0);
 }
-__attribute__((visibility("default"))) void _exit(int status) { seal_exit(status); }
-__attribute__((visibility("default"))) void _Exit(int status) { seal_exit(status); }
+__attribute__((visibility("default"))) void _exit(int status) {
+    seal_exit(code_exits_tests(status, __builtin_return_address(0)));
+}
+__attribute__((visibility("default"))) void _Exit(int status) {
+    seal_exit(code_exits_tests(status, __builtin_return_address(0)));
+}
+
+/* An armed tests' Python ends through libc's exit only after its own finalization, which reports here
+ * (the guard's last atexit handler: sandfleet_seal_finalized). An exit that comes before it -- native
+ * code of the agent's (a ctypes-loaded build, a C extension of the workdir) calling libc's exit(0) in
+ * the middle of the run, round XXI -- reports no success: this library's destructor, run by that exit
+ * after the others (it was loaded first), ends the process with 1. (libc's exit is not interposed
+ * here: without dlsym, in a glibc before 2.34, the real one could not be found.) */
+static int finalized;
+__attribute__((visibility("default"))) void sandfleet_seal_finalized(void) { finalized = 1; }
+__attribute__((destructor)) static void seal_fini(void) {
+    if (!armed_pid || finalized || sys5(__NR_getpid, 0, 0, 0, 0, 0) != armed_pid) return;
+    static const char m[] = "sandfleet: the tests' process was ended by exit() before its own finalization (the "
+                            "code under test's native code); it exits 1\n";
+    sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+    for (;;) sys5(__NR_exit_group, 1, 0, 0, 0, 0);
+}
 
 /* The code under test's HOME (the caller, Python's guard, puts it in os.environ), or 0. */
 __attribute__((visibility("default"))) const char *sandfleet_seal_code_home(void) {
@@ -1621,7 +1748,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (abi < 1) {
         char t0[256];
         int p0 = 0;
-        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) && program_is_code()) {
+        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) && (program_code = program_is_code())) {
             hand_over(0, 0);
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
@@ -1632,7 +1759,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
        can't write in a reward folder: what the tests decide is theirs */
     char t[256];
     int pos = 0;
-    int keep = next_path(&pos, 't', t, sizeof t) && program_is_code();
+    int keep = program_code = next_path(&pos, 't', t, sizeof t) && program_is_code();
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

@@ -440,7 +440,9 @@ def _sandfleet_guard():
 
         refuse_plugins()
         before.update(((m, a), id(v)) for m, a, v in runner_values())
-        atexit.register(runner_intact)  # the first handler: it runs last
+        if seal is not None:  # the very last: this program finalized, its exit is its own (seal.c, seal_fini)
+            atexit.register(seal.sandfleet_seal_finalized)
+        atexit.register(runner_intact)  # the first handler of the rest: it runs last of them
         watch_exit_status()
 
     # Whose SystemExit ends the program. The code under test can raise one inside a call the tests
@@ -605,6 +607,15 @@ def _sandfleet_guard():
             if home:
                 os.environ["HOME"] = os.fsdecode(home)
 
+    def agents_library(name):
+        """A library ctypes loads from the workdir, a shared temporary folder or a memfd (a build of the
+        agent's: ctypes.CDLL('/tmp/libsol.so')): its constructor and functions run in this program as
+        the workdir's modules do. A bare name (libc.so.6) is the loader's to find in the system's."""
+        if "/" not in name:
+            return False
+        real = os.path.realpath(name)
+        return untrusted_path(real) or real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/", "/memfd:"))
+
     def main_compiles():
         """The compile being audited is asked by the main program's code or what it calls: not by
         this guard, not as the interpreter starts (site, .pth files, before the main program runs), and
@@ -751,6 +762,9 @@ def _sandfleet_guard():
                             paths_seen[folder] = inside_workdir
                 if inside_workdir:
                     read.setdefault(os.path.realpath(key), None)
+        if event == "ctypes.dlopen" and not sealed and args and isinstance(args[0], (str, bytes)) and \
+                agents_library(os.fsdecode(args[0])):
+            seal_rewards()  # native code of the agent's in this program (round XXI's ctypes-lib-*)
         if event == "ctypes.dlsym" and (inside or running_code[0]) and len(args) > 1 and \
                 isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
             raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "

@@ -136,6 +136,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # the agent's loaded by a tests' program (ctypes, a harness linked to it): the seal's
              # given_a_program, one_liner_from_workdir and asked_by_code, the guard's gates on strings compiled
              # at run time and on an agent's library loaded, an exit before the tests' Python finalized
+             # (ctypes-lib-libc-handle, which asks libc through a handle of its own, is the residual: in the
+             # fixtures and the table only)
              "xxi": ["valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0",
                      "sympify-watcher", "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher",
                      "ctypes-lib-exit0", "harness-linked-watcher"]}

@@ -50,7 +50,7 @@ MICROVM_SAME = frozenset({
     # (round XXI; valgrind and gcc under TCG take minutes)
     "valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0", "sympify-watcher",
     "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher", "ctypes-lib-exit0",
-    "harness-linked-watcher",
+    "harness-linked-watcher", "shlex-argv-nospace",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -140,7 +140,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # fixtures and the table only)
              "xxi": ["valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0",
                      "sympify-watcher", "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher",
-                     "ctypes-lib-exit0", "harness-linked-watcher"]}
+                     "ctypes-lib-exit0", "harness-linked-watcher", "shlex-argv-nospace"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

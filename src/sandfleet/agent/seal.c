@@ -594,8 +594,8 @@ static int judged_by_input(long k) {
 
 /* This program is an interpreter's one-liner (-c CODE, -e CODE, -ec CODE, before any script) whose
  * CODE is not in a tests' file but is a workdir file's text: the whole of one (any length), or 16
- * characters at least of one that hold a blank (code, a command line; never a single word) in its
- * first MiB. Where the workdir's top alone is larger than the walk's bounds (20000 entries, 64 MiB
+ * characters at least of one in its first MiB (an interpreter's code, never a path or an option, so
+ * no blank is asked of it: `exec(bytes.fromhex(...))` has none). Where the workdir's top alone is larger than the walk's bounds (20000 entries, 64 MiB
  * read), it counts as found: the agent could hide the text behind the bound (kind_holds). Asked by
  * grader() and code_under_test(): once. The seal's own trampolines are not looked for. */
 static int one_liner_state = -1;
@@ -620,9 +620,7 @@ static int one_liner_from_workdir(long k) {
             while (nn > 0 && blank(*code)) code++, nn--;
             while (nn > 0 && blank(code[nn - 1])) nn--;
             if (nn <= 0 || same(code, trampoline) || same(code, code_trampoline)) return 0; /* the seal's own */
-            int part = 0;
-            if (nn >= 16)
-                for (long j = 0; j < nn && !part; j++) part = blank(code[j]);
+            int part = nn >= 16; /* code, never a path or an option: no blank asked of it (shlex-argv-nospace) */
             if (kind_holds('t', code, nn, part, 16L << 20, 4000) == 1) return 0; /* the tests' own text */
             one_liner_state = kind_holds('w', code, nn, part, 64L << 20, 20000) != 0;
             return one_liner_state;

@@ -1732,9 +1732,70 @@ static void probe(long abi) {
 
 /* The constructor's judgement of this program: the code under test (kept from the reward folders, or
  * demoted where there is no Landlock), in this order, each reading what the one before it read. */
+/* The program that started this one runs native code of the agent's: an executable mapping, other than
+ * its own program's, of a file of the workdir, a shared temporary folder or a memfd (a library the tests
+ * loaded: ctypes.CDLL('/tmp/libsol.so'), a harness linked against /tmp/libsol.so). What it starts may be
+ * that code's start made through libc's own functions behind the seal's interposed ones (a dlopen
+ * handle of its own, round XXI's ctypes-lib-libc-handle), so it is the code under test; the tests'
+ * own starts after they loaded the agent's library are kept too (a grader rarely starts a writer of
+ * the reward folder after that). A parent whose maps this program may not read is not known to run
+ * any: the tests' own shells are such parents (tried: failing closed there kept test.sh's own tee from
+ * the reward folder), and so is one the agent's library made non-dumpable first
+ * (prctl(PR_SET_DUMPABLE, 0): ctypes-lib-undumpable, the residual). */
+static int parent_runs_agent_code(void) {
+    char path[48], pexe[512];
+    long ppid = sys5(__NR_getppid, 0, 0, 0, 0, 0);
+    if (ppid <= 1) return 0;
+    int m = 0;
+    for (const char *q = "/proc/"; *q; q++) path[m++] = *q;
+    m += put_uint(path + m, (unsigned long)ppid);
+    int base = m;
+    for (const char *q = "/exe"; *q; q++) path[m++] = *q;
+    path[m] = 0;
+    long n = sys5(__NR_readlinkat, AT_FDCWD, (long)path, (long)pexe, sizeof pexe - 1, 0);
+    pexe[n > 0 ? n : 0] = 0;
+    m = base;
+    for (const char *q = "/maps"; *q; q++) path[m++] = *q;
+    path[m] = 0;
+    long k = read_whole(path, maps_buf, sizeof maps_buf);
+    for (long i = 0; i < k;) {
+        long e = i;
+        while (e < k && maps_buf[e] != '\n') e++;
+        long j = i, field = 0;
+        int exec = 0;
+        for (; j < e && field < 5; field++) { /* range perms offset dev inode: to the path */
+            long f = j;
+            while (j < e && maps_buf[j] != ' ') j++;
+            if (field == 1) exec = j - f >= 3 && maps_buf[f + 2] == 'x';
+            while (j < e && maps_buf[j] == ' ') j++;
+        }
+        if (exec && j < e && maps_buf[j] == '/') {
+            maps_buf[e] = 0;
+            const char *file = maps_buf + j;
+            int agents = prefix(file, "/memfd:") || under_kind(file, 'w');
+            for (int t = 0; shared_tmp[t] && !agents; t++) agents = prefix(file, shared_tmp[t]);
+            if (agents && !same(file, pexe)) return 1;
+        }
+        i = e + 1;
+    }
+    return 0;
+}
+
+/* The environment says a tests' Python loaded a library of the agent's before it started this program
+ * (SANDFLEET_SEAL_NATIVE=1, testguard.py): its maps may have been closed to this look (made non-dumpable),
+ * its environment is handed down by libc's own starts all the same. Only ever keeps. */
+static int native_marked(void) {
+    long k = read_whole("/proc/self/environ", env, sizeof env);
+    for (long i = 0; i < k; i++) {
+        if (same(env + i, "SANDFLEET_SEAL_NATIVE=1")) return 1;
+        while (i < k && env[i]) i++;
+    }
+    return 0;
+}
+
 static int program_is_code(void) {
     return started_as_code() || option_from_cwd() || (grader() ? 0 : code_under_test(cmdline_len)) ||
-           run_by_git(cmdline_len);
+           run_by_git(cmdline_len) || native_marked() || parent_runs_agent_code();
 }
 
 __attribute__((constructor)) static void sandfleet_seal(void) {

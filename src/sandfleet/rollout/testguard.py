@@ -765,6 +765,10 @@ def _sandfleet_guard():
         if event == "ctypes.dlopen" and not sealed and args and isinstance(args[0], (str, bytes)) and \
                 agents_library(os.fsdecode(args[0])):
             seal_rewards()  # native code of the agent's in this program (round XXI's ctypes-lib-*)
+            # and what this program starts from now on, however it is started (libc's own system(), a
+            # handle the library took to libc): the code under test's (seal.c, native_marked). A mark only
+            # ever keeps: nothing is freed by writing it
+            os.environ["SANDFLEET_SEAL_NATIVE"] = "1"
         if event == "ctypes.dlsym" and (inside or running_code[0]) and len(args) > 1 and \
                 isinstance(args[1], str) and args[1].lstrip("_") in native and by_code():
             raise PermissionError(13, "sandfleet: the code under test can't call libc's %s through ctypes from "

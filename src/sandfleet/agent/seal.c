@@ -543,6 +543,7 @@ static int tree_holds(long dirfd, const char *n, long nn, int part, int depth, i
                 } else {
                     if ((mode & 0170000) != 0100000 || !files) continue;
                     if (!part && stx[5] > (unsigned long long)nn + 4096) continue; /* no whole text of N */
+                    if (stx[5] < (unsigned long long)nn) continue;                 /* too short to hold it */
                     long fd = sys5(__NR_openat, dirfd, (long)nm, 04000 | 02000000 /* O_NONBLOCK|O_CLOEXEC */, 0, 0);
                     if (fd < 0) continue;
                     int r = file_holds(fd, n, nn, part);

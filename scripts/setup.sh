@@ -13,7 +13,9 @@ cd "$(dirname "$0")/.."
 # loads a YAML config with the full Loader: test_an_honest_yaml_config_with_python_tags_still_loads)
 # qemu-user-static, gcc-aarch64-linux-gnu and libc6-dev-arm64-cross: arm64 under emulation (--arch arm64, the
 # arm64 smoke test; the cross-compiled guest agent)
-APT_PACKAGES=(bubblewrap e2fsprogs openssl curl gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest python3-yaml debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
+# valgrind: the host image's, in the reward-integrity tests' sandboxes (the agent's program run by the tests under
+# valgrind: test_a_program_run_inside_valgrind_or_the_loader_is_the_code_under_test)
+APT_PACKAGES=(bubblewrap e2fsprogs openssl curl gcc libc6-dev musl-tools libseccomp-dev git make sqlite3 jq python3 python3-pytest python3-yaml valgrind debootstrap xz-utils bc patch file procps passt nftables chromium chromium-driver qemu-user-static gcc-aarch64-linux-gnu libc6-dev-arm64-cross)
 # the microvm backend: QEMU, the guest kernel (extracted with lz4), busybox for the initramfs.
 # Optional: if they can't be installed, the microvm tests skip and say why.
 MICROVM_PACKAGES=()

@@ -584,6 +584,14 @@ static int kind_holds(char kind, const char *n, long nn, int part, long bytes, l
 
 static const char *const busybox[] = {"busybox", 0};
 
+/* ARG (LEN bytes) is -c, -e or a cluster of short flags ending in one (bash -ec): the next argument
+ * is an interpreter's code */
+static int code_flag(const char *arg, long len) {
+    int cluster = arg[0] == '-' && len >= 2 && len <= 4;
+    for (long j = 1; cluster && j < len; j++) cluster = arg[j] >= 'a' && arg[j] <= 'z';
+    return cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e');
+}
+
 /* A program of the system's folders that may run code from what it is given (an interpreter, or
  * not one of the plain tools): argv[0]'s name for busybox */
 static int judged_by_input(long k) {
@@ -610,9 +618,7 @@ static int one_liner_from_workdir(long k) {
         const char *arg = buf + i;
         long len = 0;
         while (i + len < k && buf[i + len]) len++;
-        int cluster = len >= 2 && len <= 4;
-        for (long j = 1; cluster && j < len; j++) cluster = arg[j] >= 'a' && arg[j] <= 'z';
-        if (cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e')) {
+        if (code_flag(arg, len)) {
             i += len + 1;
             if (i >= k) return 0;
             const char *code = buf + i;
@@ -700,7 +706,7 @@ static int code_under_test(long k) {
     if (!exe) return 1;
     if (!in_system_dirs(exe) || under_kind(exe, 'w')) return 1; /* the workdir's, /tmp's, a venv's */
     const char *name = exe;
-    if (named(exe, (const char *const[]){"busybox", 0}) && k > 0) name = buf; /* busybox: by argv[0] */
+    if (named(exe, busybox) && k > 0) name = buf; /* busybox: by argv[0] */
     if (named(name, build_tools)) return 1;
     if (!named(name, interpreters) && named(name, plain_tools)) return 0; /* a tool that runs no code but its own */
     /* an interpreter, or a program not known to run no code (sqlite3, valgrind, dc, m4 ...): judged by
@@ -715,9 +721,7 @@ static int code_under_test(long k) {
         const char *arg = buf + i;
         long len = 0;
         while (i + len < k && buf[i + len]) len++;
-        int cluster = arg[0] == '-' && len >= 2 && len <= 4;
-        for (long j = 1; cluster && j < len; j++) cluster = arg[j] >= 'a' && arg[j] <= 'z';
-        if (cluster && (arg[len - 1] == 'c' || arg[len - 1] == 'e')) {
+        if (code_flag(arg, len)) {
             /* -c CODE, -e CODE, bash -ec CODE: the next argument is code */
             i += len + 1;
             if (i >= k || mentions_kind(buf + i, 'w') || one_liner_from_workdir(k)) return 1;
@@ -1085,29 +1089,42 @@ static int program_code; /* the constructor judged this program the code under t
  * Native code that calls the kernel itself is not seen here (docs/security.md, "In the tests' process"). */
 static char maps_buf[1 << 18];
 
-/* the mapped file that holds ADDR, from /proc/self/maps read into maps_buf: its path (NUL-ended in
- * maps_buf), or 0 */
-static const char *mapping_of(unsigned long addr, long k) {
-    for (long i = 0; i < k;) {
-        long e = i;
-        while (e < k && maps_buf[e] != '\n') e++;
-        unsigned long lo = 0, hi = 0;
-        long j = i;
-        for (; j < e && maps_buf[j] != '-'; j++)
-            lo = lo * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
-        for (j++; j < e && maps_buf[j] != ' '; j++)
-            hi = hi * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
-        if (addr >= lo && addr < hi) {
-            for (int field = 0; field < 5 && j < e; field++) { /* perms offset dev inode: to the path */
-                while (j < e && maps_buf[j] == ' ') j++;
-                if (field < 4) while (j < e && maps_buf[j] != ' ') j++;
-            }
-            if (j >= e || maps_buf[j] != '/') return 0; /* anonymous, [heap], [vdso] */
-            maps_buf[e] = 0;
-            return maps_buf + j;
-        }
-        i = e + 1;
+/* A line of a /proc/PID/maps read into maps_buf: its address range, whether it maps code, and its
+ * file (a path, NUL-ended in place) or 0 (anonymous, [heap], [vdso]) */
+struct map_line {
+    unsigned long lo, hi;
+    int exec;
+    const char *file;
+};
+
+/* The line at *I of maps_buf (K bytes) into M, and *I past it; 0 at the end. A line ends at its '\n' or
+ * at the NUL an earlier walk wrote there, so the buffer can be walked again. */
+static int next_map(long *i, long k, struct map_line *m) {
+    if (*i >= k) return 0;
+    long j = *i, e = j;
+    while (e < k && maps_buf[e] && maps_buf[e] != '\n') e++;
+    maps_buf[e] = 0; /* (read_whole left a NUL at k) */
+    m->lo = m->hi = 0;
+    for (; j < e && maps_buf[j] != '-'; j++)
+        m->lo = m->lo * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
+    for (j++; j < e && maps_buf[j] != ' '; j++)
+        m->hi = m->hi * 16 + (unsigned long)(maps_buf[j] <= '9' ? maps_buf[j] - '0' : (maps_buf[j] | 32) - 'a' + 10);
+    while (j < e && maps_buf[j] == ' ') j++;
+    m->exec = j + 2 < e && maps_buf[j + 2] == 'x'; /* perms: rwxp */
+    for (int field = 0; field < 4 && j < e; field++) { /* perms offset dev inode: to the path */
+        while (j < e && maps_buf[j] != ' ') j++;
+        while (j < e && maps_buf[j] == ' ') j++;
     }
+    m->file = j < e && maps_buf[j] == '/' ? maps_buf + j : 0;
+    *i = e + 1;
+    return 1;
+}
+
+/* FILE is one the agent could have written: the workdir's, a shared temporary folder's, a memfd */
+static int agents_file(const char *file) {
+    if (prefix(file, "/memfd:") || under_kind(file, 'w')) return 1;
+    for (int t = 0; shared_tmp[t]; t++)
+        if (prefix(file, shared_tmp[t])) return 1;
     return 0;
 }
 
@@ -1116,21 +1133,17 @@ static int asked_by_code(unsigned long addr) {
     int pos = 0;
     if (!addr || !next_path(&pos, 't', t, sizeof t)) return 0;
     long k = read_whole("/proc/self/maps", maps_buf, sizeof maps_buf);
-    if (k <= 0) return 0;
-    char caller[512];
-    const char *p = mapping_of(addr, k);
-    if (!p) return 0;
-    int n = 0;
-    while (p[n] && n < 511) { caller[n] = p[n]; n++; }
-    caller[n] = 0;
-    k = read_whole("/proc/self/maps", maps_buf, sizeof maps_buf);
-    const char *own = k > 0 ? mapping_of((unsigned long)&asked_by_code, k) : 0;
+    unsigned long self = (unsigned long)&asked_by_code;
+    const char *caller = 0, *own = 0;
+    struct map_line m;
+    for (long i = 0; next_map(&i, k, &m);) {
+        if (addr >= m.lo && addr < m.hi) caller = m.file;
+        if (self >= m.lo && self < m.hi) own = m.file;
+    }
+    if (!caller) return 0;
     const char *exe = self_exe();
     if ((own && same(caller, own)) || (exe && same(caller, exe))) return 0; /* this library, the program */
-    if (prefix(caller, "/memfd:") || under_kind(caller, 'w')) return 1;
-    for (int i = 0; shared_tmp[i]; i++)
-        if (prefix(caller, shared_tmp[i])) return 1;
-    return 0;
+    return agents_file(caller);
 }
 
 /* start_is_code for this start too where native code of the agent's asks for it (asked_by_code): the
@@ -1514,6 +1527,19 @@ static int lexical(const char *base, const char *path, char *out, int size) {
     return 1;
 }
 
+/* A write into a kept folder refused: WHY (WL bytes) and PATH on stderr, the descriptor FD closed and
+ * the file it made (REAL, where it did not exist before) removed. -EACCES. */
+static long refuse_kept(const char *why, long wl, const char *path, long fd, int existed, const char *real) {
+    sys5(__NR_write, 2, (long)why, wl, 0, 0);
+    long pl = 0;
+    while (path[pl]) pl++;
+    sys5(__NR_write, 2, (long)path, pl, 0, 0);
+    sys5(__NR_write, 2, (long)"\n", 1, 0, 0);
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    if (!existed) sys5(__NR_unlinkat, AT_FDCWD, (long)real, 0, 0, 0);
+    return -13; /* EACCES */
+}
+
 static long seal_open(long dirfd, const char *path, long flags, long mode, void *ret) {
     char r[256];
     int pos = 0, writes = (flags & O_ACCMODE_) != 0 || (flags & (O_CREAT_ | O_TRUNC_));
@@ -1528,14 +1554,7 @@ static long seal_open(long dirfd, const char *path, long flags, long mode, void 
         if (!under(real, r)) continue;
         if (asked_by_code((unsigned long)ret)) { /* a library of the agent's in a tests' program */
             static const char m[] = "sandfleet: a library of the code under test can't write a kept folder: ";
-            sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
-            long pl = 0;
-            while (path[pl]) pl++;
-            sys5(__NR_write, 2, (long)path, pl, 0, 0);
-            sys5(__NR_write, 2, (long)"\n", 1, 0, 0);
-            sys5(__NR_close, fd, 0, 0, 0, 0);
-            if (!existed) sys5(__NR_unlinkat, AT_FDCWD, (long)real, 0, 0, 0);
-            return -13; /* EACCES */
+            return refuse_kept(m, sizeof m - 1, path, fd, existed, real);
         }
         long b = 0;
         if (path[0] != '/' && dirfd != AT_FDCWD) b = fd_target(dirfd, base, sizeof base);
@@ -1549,14 +1568,7 @@ static long seal_open(long dirfd, const char *path, long flags, long mode, void 
             same(named, "/dev/stderr") || same(named, "/dev/stdin"))
             break;
         static const char msg[] = "sandfleet: a write into a kept folder through a link refused: ";
-        sys5(__NR_write, 2, (long)msg, sizeof msg - 1, 0, 0);
-        long pl = 0;
-        while (path[pl]) pl++;
-        sys5(__NR_write, 2, (long)path, pl, 0, 0);
-        sys5(__NR_write, 2, (long)"\n", 1, 0, 0);
-        sys5(__NR_close, fd, 0, 0, 0, 0);
-        if (!existed) sys5(__NR_unlinkat, AT_FDCWD, (long)real, 0, 0, 0);
-        return -13; /* EACCES */
+        return refuse_kept(msg, sizeof msg - 1, path, fd, existed, real);
     }
     if (trunc) sys5(__NR_ftruncate, fd, 0, 0, 0, 0);
     return fd;
@@ -1759,26 +1771,9 @@ static int parent_runs_agent_code(void) {
     for (const char *q = "/maps"; *q; q++) path[m++] = *q;
     path[m] = 0;
     long k = read_whole(path, maps_buf, sizeof maps_buf);
-    for (long i = 0; i < k;) {
-        long e = i;
-        while (e < k && maps_buf[e] != '\n') e++;
-        long j = i, field = 0;
-        int exec = 0;
-        for (; j < e && field < 5; field++) { /* range perms offset dev inode: to the path */
-            long f = j;
-            while (j < e && maps_buf[j] != ' ') j++;
-            if (field == 1) exec = j - f >= 3 && maps_buf[f + 2] == 'x';
-            while (j < e && maps_buf[j] == ' ') j++;
-        }
-        if (exec && j < e && maps_buf[j] == '/') {
-            maps_buf[e] = 0;
-            const char *file = maps_buf + j;
-            int agents = prefix(file, "/memfd:") || under_kind(file, 'w');
-            for (int t = 0; shared_tmp[t] && !agents; t++) agents = prefix(file, shared_tmp[t]);
-            if (agents && !same(file, pexe)) return 1;
-        }
-        i = e + 1;
-    }
+    struct map_line line;
+    for (long i = 0; next_map(&i, k, &line);)
+        if (line.exec && line.file && agents_file(line.file) && !same(line.file, pexe)) return 1;
     return 0;
 }
 

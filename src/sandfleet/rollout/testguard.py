@@ -583,6 +583,12 @@ def _sandfleet_guard():
             os.write(2, b"sandfleet: could not run the code under test as the tests' user; stopped\n")
             os._exit(126)
 
+    def go_inside(seal):
+        """From here on this program's writes, starts and exits are judged by the stack (by_code): once."""
+        if not inside:
+            inside.append(1)
+            watch_handlers(seal)
+
     def seal_rewards():
         """This program loads code of the workdir: the seal's rule (agent/seal.c,
         sandfleet_seal_rewards) keeps the reward folders from it, unless it is a grader."""
@@ -594,9 +600,8 @@ def _sandfleet_guard():
             return
         arm()
         rc = seal.sandfleet_seal_rewards()
-        if rc == 0 and not inside:
-            inside.append(1)  # a grader: the code runs among the tests' own
-            watch_handlers(seal)
+        if rc == 0:
+            go_inside(seal)  # a grader: the code runs among the tests' own
         if rc == 2:
             demote(seal)
         if rc in (1, 2):  # kept: the code under test's own HOME, not the tests'
@@ -647,8 +652,7 @@ def _sandfleet_guard():
         if seal is None:
             return
         arm()
-        inside.append(1)
-        watch_handlers(seal)
+        go_inside(seal)
 
     writes = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
     changes = {"os.rename": 2, "os.link": 2, "os.symlink": 2, "os.truncate": 1, "os.remove": 1, "os.rmdir": 1,

@@ -51,6 +51,11 @@ MICROVM_SAME = frozenset({
     "valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0", "sympify-watcher",
     "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher", "ctypes-lib-exit0",
     "harness-linked-watcher", "shlex-argv-nospace", "ctypes-lib-libc-handle", "ctypes-lib-undumpable",
+    # the tests' shell guard, the same bash text everywhere (round XXII; tests-pythonpath runs there: the seal's
+    # guard-first on the microVM's own kernel and libc; its mark holds there in the rows of round XXI)
+    "exit-trap-in-env", "activate-exit0", "bash-c-source", "env-background-rewrite", "env-function-shadow",
+    "exported-function-grader", "settings-pythonpath", "source-process-subst", "tests-lib-loads-settings",
+    "settings-pytest-plugins", "settings-read-answer",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -73,7 +78,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # module, a one-liner's import, runpy, a launcher outside the system's folders, a
              # cleanup script of the workdir after the decision)
              "v": ["module-server", "dash-c-server", "launcher-script", "runpy-server", "cleanup-after-decision",
-                   "pythonpath-server", "tests-cwd-server", "stale-junit-in-tmp"],
+                   "pythonpath-server", "tests-cwd-server", "stale-junit-in-tmp",
+                   "exit-trap-in-env"],  # (test.sh sources the workdir's .env: forged until round XXII's guard)
              # round VI: test.sh's background job racing the warden's stop at its end, the parent-death
              # signal, the reward folder swapped under its path, a system tool or a fresh environment
              # started by the code under test, the reward folder as its cwd
@@ -141,7 +147,15 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "xxi": ["valgrind-tests-supp", "ldso-by-hand", "bash-c-cat", "python-c-line", "sympify-exit0",
                      "sympify-watcher", "jinja-template-ssti", "sympify-program-output", "ctypes-lib-watcher",
                      "ctypes-lib-exit0", "harness-linked-watcher", "shlex-argv-nospace", "ctypes-lib-libc-handle",
-                     "ctypes-lib-undumpable"]}
+                     "ctypes-lib-undumpable"],
+             # round XXII: code the tests' shell sources from a file of the agent's (a venv's activate, the
+             # workdir's settings through a process substitution, a tests' library or a bash -c of the tests)
+             # and a PYTHONPATH without the Python guard: the shell guard runs such a file apart, as the code
+             # under test, and takes back only its variables; the seal keeps the guard first on PYTHONPATH
+             "xxii": ["activate-exit0", "bash-c-source", "env-background-rewrite", "env-function-shadow",
+                      "exported-function-grader", "settings-pythonpath", "source-process-subst",
+                      "tests-lib-loads-settings", "tests-pythonpath", "settings-pytest-plugins",
+                      "settings-read-answer"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

@@ -1216,21 +1216,31 @@ async def test_the_warden_and_the_reward_rule_hold_through_the_service(tmp_path:
 
 
 def test_a_test_script_that_sources_what_the_agent_could_write_is_flagged() -> None:
-    """Code that a test script sources runs in the script's own process, where the seal can't
-    tell it apart (docs/security.md, "Where the line is"): the verifier flags it as a risk. Of the
-    bundled tasks and every fixture, only round V's exit-trap-in-env is flagged."""
+    """A file of the agent's that a test script sources (bash runs it apart since round XXII, but the
+    variables it leaves decide; sh's `.` and an eval run it in the script's own process): the verifier
+    flags it as a risk. Of the bundled tasks and every fixture, only round V's exit-trap-in-env and
+    round XXII's tasks that source or evaluate the workdir's files are flagged."""
     from sandfleet.tasks import load_tasks
     from sandfleet.tasks.scan import sourced_from_workdir
 
     root = FIXTURES.parent.parent
     flagged = {}
     for folder in (root / "examples" / "tasks", FIXTURES / "tasks", FIXTURES / "attacks-iii", FIXTURES / "attacks-iv",
-                   FIXTURES / "attacks-v", FIXTURES / "attacks-vi", FIXTURES / "harbor-parity"):
+                   FIXTURES / "attacks-v", FIXTURES / "attacks-vi", FIXTURES / "harbor-parity",
+                   FIXTURES / "attacks-xxii"):
         for task in load_tasks(folder)[0]:
             found = sourced_from_workdir(task)
             if found:
                 flagged[task.name] = found
-    assert flagged == {"exit-trap-in-env": ["tests/test.sh:4: [ -f .env ] && . ./.env"]}
+    assert flagged.pop("exit-trap-in-env") == ["tests/test.sh:4: [ -f .env ] && . ./.env"]
+    assert flagged.pop("eval-settings") == ["tests/test.sh:4: eval \"$(grep -v '^#' /app/.env)\""]
+    assert flagged.pop("env-function-shadow") == ["tests/test.sh:4: . ./config.sh"]  # relative: the cwd's
+    # round XXII's others but the two whose test script sources nothing (tests-pythonpath) or only the tests'
+    # own library, which then loads the workdir's (tests-lib-loads-settings: a path in a variable)
+    assert set(flagged) == {"activate-exit0", "env-background-rewrite", "exported-function-grader",
+                            "settings-pythonpath", "source-process-subst", "settings-path-shadow",
+                            "bash-c-source", "sh-dot-settings", "settings-pytest-plugins", "settings-read-answer",
+                            "sourced-server"}, flagged  # (a bash -c of round VI's that sources the workdir's)
 
 
 def test_a_test_script_that_writes_a_fixed_name_in_tmp_is_flagged() -> None:

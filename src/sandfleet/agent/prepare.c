@@ -827,6 +827,12 @@ static int prepare(int argc, char **argv) {
     int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0 || write_all(fd, guard ? guard : "", guard ? strlen(guard) : 0) < 0 || close(fd) < 0)
         prep_give_up("write", f);
+    const char *sh_guard = getenv("SH_GUARD"); /* the tests' bash guard, their BASH_ENV (shellguard.py) */
+    if (sh_guard && *sh_guard) {
+        snprintf(f, sizeof f, "%s/sandfleet-bash.sh", py);
+        fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+        if (fd < 0 || write_all(fd, sh_guard, strlen(sh_guard)) < 0 || close(fd) < 0) prep_give_up("write", f);
+    }
     if (chmod(py, 0755) < 0) prep_give_up("chmod", py);
     if (*owner && seal_arch && *seal_arch && !strcmp(arch, seal_arch)) {
         snprintf(seal, sizeof seal, "%s/sandfleet-seal.libasan.so", py);

@@ -787,7 +787,7 @@ static int run_by_git(long k) {
  * posix-spawn-static appended a line to /tests/test.sh). */
 static int next_kept(int *pos, char *out, int size) {
     for (char k; (k = next_entry(pos, out, size));)
-        if (k == 'r' || (k == 'k' && !under_kind(out, 'w'))) return 1;
+        if (k == 'r' || ((k == 'k' || k == 'g') && !under_kind(out, 'w'))) return 1;
     return 0;
 }
 
@@ -1794,6 +1794,47 @@ static int program_is_code(void) {
            run_by_git(cmdline_len) || native_marked() || parent_runs_agent_code();
 }
 
+/* The Python guard's folder ("g:", kept like a "k:" one) first on the PYTHONPATH of a program of the tests'
+ * own (the code under test's keep what they were given: the guard's rules are about a tests' process, and
+ * in the code's own Python its exit by SystemExit(0) is its answer, not a forgery), whatever the tests set:
+ * a test script's own `export PYTHONPATH=/app` took it off, and with it every rule of the guard in the
+ * Pythons it started (round XXII's tests-pythonpath: the solution's import ended the grader with
+ * status 0). The entry changed in place, or the environment one entry longer; left as it is where it
+ * does not fit. Python reads it with getenv, after this constructor. */
+static char guard_env[4096];
+static char *guard_envp[2048];
+static void guard_first(void) {
+    char g[256];
+    int pos = 0;
+    char **ep = env_now();
+    if (!ep || !next_path(&pos, 'g', g, sizeof g)) return;
+    int n = 0, at = -1;
+    for (; ep[n]; n++)
+        if (at < 0 && prefix(ep[n], "PYTHONPATH=")) at = n;
+    const char *old = at >= 0 ? ep[at] + 11 : "";
+    const char *o = old, *q = g;
+    while (*q && *q == *o) q++, o++;
+    if (!*q && (!*o || *o == ':')) return; /* first already */
+    int m = 0;
+    for (const char *c = "PYTHONPATH="; *c; c++) guard_env[m++] = *c;
+    for (q = g; *q; q++) guard_env[m++] = *q;
+    if (*old) guard_env[m++] = ':';
+    for (o = old; *o; o++) {
+        if (m >= (int)sizeof guard_env - 1) return;
+        guard_env[m++] = *o;
+    }
+    guard_env[m] = 0;
+    if (at >= 0) {
+        ep[at] = guard_env;
+        return;
+    }
+    if (n + 2 > (int)(sizeof guard_envp / sizeof guard_envp[0])) return;
+    for (int i = 0; i < n; i++) guard_envp[i] = ep[i];
+    guard_envp[n] = guard_env;
+    guard_envp[n + 1] = 0;
+    environ = guard_envp;
+}
+
 __attribute__((constructor)) static void sandfleet_seal(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     probe(abi);
@@ -1803,10 +1844,14 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     if (abi < 1) {
         char t0[256];
         int p0 = 0;
-        if (demotes(abi) && next_path(&p0, 't', t0, sizeof t0) && (program_code = program_is_code())) {
+        int tests = next_path(&p0, 't', t0, sizeof t0), code = -1;
+        if (tests && demotes(abi)) code = program_code = program_is_code();
+        if (code > 0) {
             hand_over(0, 0);
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
+        } else if (tests && (code == 0 || !program_is_code())) {
+            guard_first(); /* one of the tests' own: the Python guard first on its PYTHONPATH */
         }
         return;
     }
@@ -1815,6 +1860,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     char t[256];
     int pos = 0;
     int keep = program_code = next_path(&pos, 't', t, sizeof t) && program_is_code();
+    if (!keep) guard_first(); /* one of the tests' own (or no verifier's paths: no "g:" either) */
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

@@ -77,6 +77,7 @@ from sandfleet.errors import (
 )
 from sandfleet.imagestore import Image
 from sandfleet.rollout.policy import stage_uploads
+from sandfleet.rollout.shellguard import SH_GUARD, shell_env
 from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_git_script
 from sandfleet.rollout.trace import SpanRecorder
 from sandfleet.sandbox import create_sandbox
@@ -327,6 +328,7 @@ if [ -n "$PY_DIR" ] && [ -d "${PY_DIR%/*}" ]; then
   rm -rf -- "$PY_DIR"; mkdir -m 0755 -- "$PY_DIR"; py=$PY_DIR
 else py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX); fi
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
+if [ -n "$SH_GUARD" ]; then printf '%s' "$SH_GUARD" > "$py/sandfleet-bash.sh"; fi  # the tests' BASH_ENV
 chmod 0755 -- "$py"
 seal=
 if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; then
@@ -679,7 +681,8 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
             homes = {"TESTS_HOME": f"{posixpath.dirname(rewards[0])}/.sandfleet-tests-home.{token}",
                      "PY_DIR": f"{posixpath.dirname(rewards[0])}/.sandfleet-tests-python.{token}",
                      "CODE_HOME": f"/tmp/sandfleet-code-home.{token}"}
-        kept = [f"r:{homes['TESTS_HOME']}", f"k:{homes['PY_DIR']}", f"h:{homes['CODE_HOME']}"] if homes else []
+        # (g: the Python guard's folder, kept like k:, and put first on every tests' program's PYTHONPATH)
+        kept = [f"r:{homes['TESTS_HOME']}", f"g:{homes['PY_DIR']}", f"h:{homes['CODE_HOME']}"] if homes else []
         # the tests' folders kept too: on microvm (and for tests that run as root) every command is
         # root, so only this keeps the running test.sh and the graders from the code under test;
         # on bwrap and gvisor they are root's against a user of the tests' (and this is a second wall)
@@ -704,8 +707,8 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     # where the agent ran (not a fresh sandbox of --verify separate, whose folders are the image's)
     tests_path = ({**BASE_ENV, **sandbox.spec.env, **task.verifier.env}.get("PATH", "")
                   if sandbox.backend in USER_BACKENDS and not fresh else "")
-    env = {"PY_GUARD": PY_GUARD, "SEAL_ARCH": os.uname().machine if seal else "", "DEMOTE": demote,
-           "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
+    env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
+           "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
     native = helper_path(sandbox.backend)
@@ -825,6 +828,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
             env["LD_PRELOAD"] = " ".join(filter(None, [values["seal"], base.get("LD_PRELOAD", "")]))
             if values.get("landlock", "").isdigit() and int(values["landlock"]) < 1 and not demoted:
                 risks.append(NO_LANDLOCK_RISK)
+        # the tests' bash sources a file of the agent's apart, as the code under test (round XXII)
+        env.update(shell_env(base, values["python"]))
         kept = workdir_path_entries(base.get("PATH"), task.workdir)
         if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
             risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")

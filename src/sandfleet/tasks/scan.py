@@ -119,12 +119,15 @@ def python_guard_off(task: Task) -> list[str]:
     return found
 
 
-SOURCED_RISK = ("a test script sources a file the agent could write (what it runs is the test script's own code: "
-                "an EXIT trap or a function defined there decides with it; the seal separates processes, not code "
-                "within one)")
-_SOURCE = re.compile(r"(?:^|[;&|(]|\bthen|\bdo|\belse)\s*(?:source|\.)\s+[\"']?([^\s;&|\"')]+)")
+SOURCED_RISK = ("a test script sources or evaluates a file the agent could write (bash's source runs it apart, as the "
+                "code under test, and takes back its variables: the PATH it sets is what the tests then search; "
+                "sh's '.' and an eval of its text run it in the tests' own shell)")
+_SOURCE = re.compile(r"(?:^|[;&|(\"']|\bthen|\bdo|\belse)\s*(?:source|\.)\s+[\"']?([^\s;&|\"')]+)")
 """``source PATH`` or ``. PATH`` where a command starts (a line, after ``;``, ``&&``, ``|``, ``(``,
-``then``, ``do``, ``else``)."""
+``then``, ``do``, ``else``, or a quote: a ``bash -c`` or ``sh -c`` of the tests)."""
+_EVAL = re.compile(r"(?:^|[;&|(]|\bthen|\bdo|\belse)\s*eval\b(.*)")
+"""``eval ...`` where a command starts: flagged where the rest names a workdir path (its text read from
+there: no guard sees an eval)."""
 _VENV = re.compile(r"\bvenv\s+(?:-\S+\s+)*([^\s;&|-][^\s;&|]*)")
 """A virtual environment the script makes (``uv venv X``, ``python3 -m venv X``): its ``activate``
 is the script's own, not the agent's."""
@@ -133,9 +136,10 @@ is the script's own, not the agent's."""
 def sourced_from_workdir(task: Task) -> list[str]:
     """``file:line: the command`` for each file the tests' scripts source that the agent could
     have written: a path in the workdir, or a relative one that the script's folder does not hold
-    and the script did not make as a virtual environment (``cd /app && . ./.env``). Code sourced
-    into test.sh runs in test.sh's own process, where the seal can't keep the reward from it
-    (docs/security.md, "Where the line is")."""
+    and the script did not make as a virtual environment (``cd /app && . ./.env``), and each ``eval``
+    of text that names a workdir path. bash runs such a file apart, as the code under test (the shell
+    guard, round XXII), but the PATH and variables it leaves are what the tests go on with; sh's ``.``
+    and an ``eval`` run it in the tests' own process (docs/security.md, round XXII)."""
     workdir = posixpath.normpath(task.workdir).rstrip("/") + "/"
     scripts = {str(p.relative_to(task.path) if p.is_relative_to(task.path) else p): p for p in _scripts(task)}
     found: list[str] = []
@@ -153,6 +157,10 @@ def sourced_from_workdir(task: Task) -> list[str]:
             else:
                 risky = not (scripts[rel].parent / path).exists()
             if risky:
+                found.append(f"{rel}:{number}: {line.strip()[:160]}")
+        for m in _EVAL.finditer(line if not line.lstrip().startswith("#") else ""):  # (its text may hold a #)
+            named = re.findall(r"/[^\s;&|\"')]+", m.group(1))
+            if any((posixpath.normpath(w) + "/").startswith(workdir) for w in named):
                 found.append(f"{rel}:{number}: {line.strip()[:160]}")
     return found
 

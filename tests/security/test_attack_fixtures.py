@@ -56,6 +56,10 @@ MICROVM_SAME = frozenset({
     "exit-trap-in-env", "activate-exit0", "bash-c-source", "env-background-rewrite", "env-function-shadow",
     "exported-function-grader", "settings-pythonpath", "source-process-subst", "tests-lib-loads-settings",
     "settings-pytest-plugins", "settings-read-answer",
+    # the seal's arming and the guards' text, the same everywhere (round XXIII: 10/4/0 on microvm in both modes
+    # in its table, the four forged rows the named residuals)
+    "venv-pth-exit0", "venv-pth-sysexit", "venv-pth-open-swap", "perl-require-exit0", "perl-end-status",
+    "perl-posix-exit0", "eval-function-shadow", "eval-short-lines",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -66,7 +70,7 @@ slow pass under TCG (issue 43); `scripts/attack-table.py --backends microvm` run
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to VI that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to XXIII that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
     a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
@@ -155,7 +159,15 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "xxii": ["activate-exit0", "bash-c-source", "env-background-rewrite", "env-function-shadow",
                       "exported-function-grader", "settings-pythonpath", "source-process-subst",
                       "tests-lib-loads-settings", "tests-pythonpath", "settings-pytest-plugins",
-                      "settings-read-answer"]}
+                      "settings-read-answer"],
+             # round XXIII: the agent's code that a tests' interpreter runs at its start (a .pth of a venv the
+             # tests make in the workdir) or in its process (a Perl grader that requires it), and an eval of a
+             # settings file's text: the seal arms such a Python until its guard loads, the guard refuses
+             # builtins the start-up code replaced, the Perl guard and the seal keep the grader's status the
+             # tests', and the shell guard's eval gate runs the text apart (the Node.js rows need an image
+             # with nodejs: scripts/attack-table.py and the host's node in test_lang_guard.py run them)
+             "xxiii": ["venv-pth-exit0", "venv-pth-sysexit", "venv-pth-open-swap", "perl-require-exit0",
+                       "perl-end-status", "perl-posix-exit0", "eval-function-shadow", "eval-short-lines"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME

@@ -169,6 +169,44 @@ source {app}/link.sh && lib_fn
     assert out.endswith("lib_fn\n")  # the link's real path is the tests' file: sourced in their shell
 
 
+EVALS = r"""eval "$(grep -v '^#' /APP/.env)"
+echo "after file text: GREETING=${GREETING-unset} python3 is $(type -t python3) trap=[$(trap -p EXIT)]"
+settings=$(</APP/short.env)
+eval "$settings"
+echo "after short lines: a=${a-unset} trap=[$(trap -p EXIT)]"
+eval "$(printf 'own() { echo own-fn; }\nOWN=1\n')"
+own
+f() { eval "local L=local-in-f"; echo "$L"; }
+f
+echo "L=${L-unset} OWN=$OWN"
+eval -- 'echo "positional: $#"'
+if eval false; then echo "eval false: true"; else echo "eval false: false"; fi
+echo end
+"""
+
+
+def test_an_eval_of_the_agents_text_runs_apart(tmp_path: Path) -> None:
+    """Round XXIII: `eval` is a gate too. Text a workdir file holds (a line of 16 characters or more, or
+    every line a whole line of one where all are shorter) runs apart as a sourced file of the agent's
+    does: its functions, traps and unnamed variables stay there. Other text runs in the tests' shell
+    as bash would run it (a function's `local`, the tests' own functions)."""
+    app = tmp_path / "app"
+    script = EVALS.replace("/APP", str(app))
+    env_text = ("# settings\nGREETING=hello\npython3() { return 0; }\n"
+                f"trap 'echo 1 > {tmp_path}/forged' EXIT\n")
+    short = "a=/logs\na+=/verifier\nt='echo 1 >'\nt+=$a\ntrap \"$t\" EXIT\n"
+    r = _run(tmp_path, script, {"app/.env": env_text, "app/short.env": short, "tests/names": "GREETING a\n"})
+    out = r.stdout
+    assert r.returncode == 0 and out.endswith("end\n"), (r.returncode, out, r.stderr)
+    assert "after file text: GREETING=hello python3 is file trap=[]" in out
+    assert "after short lines: a=/logs/verifier trap=[]" in out
+    assert "own-fn\nlocal-in-f\nL=unset OWN=1\n" in out
+    assert "positional: 0" in out and "eval false: false" in out
+    # (the traps ran at the end of their own bash, apart: there, in a verifier, the seal keeps the reward
+    # folder from it; here the host's bash wrote the file)
+    assert (tmp_path / "forged").exists()
+
+
 def test_an_errexit_script_and_a_missing_file(tmp_path: Path) -> None:
     """`set -e`: a sourced file that fails stops the tests as bash would; a missing one of the agent's
     is bash's own error, apart."""

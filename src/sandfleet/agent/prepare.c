@@ -827,11 +827,16 @@ static int prepare(int argc, char **argv) {
     int fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (fd < 0 || write_all(fd, guard ? guard : "", guard ? strlen(guard) : 0) < 0 || close(fd) < 0)
         prep_give_up("write", f);
-    const char *sh_guard = getenv("SH_GUARD"); /* the tests' bash guard, their BASH_ENV (shellguard.py) */
-    if (sh_guard && *sh_guard) {
-        snprintf(f, sizeof f, "%s/sandfleet-bash.sh", py);
+    /* the tests' other guards beside it: bash's BASH_ENV (shellguard.py), Node's --require and Perl's -M
+       (langguard.py) */
+    static const char *const guards[][2] = {{"SH_GUARD", "sandfleet-bash.sh"}, {"NODE_GUARD", "sandfleet-node.js"},
+                                            {"PERL_GUARD", "sandfleet_guard.pm"}};
+    for (size_t i = 0; i < sizeof guards / sizeof guards[0]; i++) {
+        const char *text = getenv(guards[i][0]);
+        if (!text || !*text) continue;
+        snprintf(f, sizeof f, "%s/%s", py, guards[i][1]);
         fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-        if (fd < 0 || write_all(fd, sh_guard, strlen(sh_guard)) < 0 || close(fd) < 0) prep_give_up("write", f);
+        if (fd < 0 || write_all(fd, text, strlen(text)) < 0 || close(fd) < 0) prep_give_up("write", f);
     }
     if (chmod(py, 0755) < 0) prep_give_up("chmod", py);
     if (*owner && seal_arch && *seal_arch && !strcmp(arch, seal_arch)) {

@@ -1668,8 +1668,10 @@ __attribute__((visibility("default"))) int sandfleet_seal_keep_self(void) {
     if (demotes(abi)) return 2;
     return restricted ? 0 : -1;
 }
+static int guard_armed;
 __attribute__((visibility("default"))) void sandfleet_seal_arm_exit(void) {
     armed_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
+    guard_armed = 1;
 }
 __attribute__((visibility("default"))) void sandfleet_seal_sanction_exit(void) { sanctioned = 1; }
 
@@ -1687,7 +1689,14 @@ static int code_exits_tests(int status, void *ret) {
     return 1;
 }
 
+static long perl_pid;
 static void __attribute__((noreturn)) seal_exit(int status) {
+    if (status == 0 && perl_pid && sys5(__NR_getpid, 0, 0, 0, 0, 0) == perl_pid) {
+        static const char m[] = "sandfleet: the tests' perl program was ended with _exit(0) (POSIX::_exit); it exits 1 "
+                                "(docs/security.md, \"Graders in other languages\")\n";
+        sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+        status = 1;
+    }
     if (status == 0 && armed_pid && !sanctioned && sys5(__NR_getpid, 0, 0, 0, 0, 0) == armed_pid) {
         static const char m[] = "sandfleet: the code under test ended the tests' process with _exit(0); "
                                 "it exits 1 (docs/security.md, \"In the tests' process\")\n";
@@ -1835,6 +1844,130 @@ static void guard_first(void) {
     environ = guard_envp;
 }
 
+/* ---- a tests' Python started from a virtual environment of the agent's (round XXIII) ----
+ * A venv's site-packages is processed as Python starts, before the Python guard (a sitecustomize) loads:
+ * a .pth file there runs its `import` lines in the tests' process (a venv the tests make in the workdir,
+ * as Terminal-Bench's `uv venv .tbench-testing` does, keeps the agent's planted files; so does one of the
+ * agent's that the tests activate). Such a Python is armed from its first instruction: an _exit(0), an
+ * exec or an exit() that comes before the guard says it loaded (sandfleet_seal_guard_loaded) is the
+ * agent's and reports no success; the guard then judges the rest (the site folder is the workdir's:
+ * testguard.py, as a grader that imported the workdir's code). */
+static int prearmed;
+
+/* The executable's path as exec was given it (AT_EXECFN: a venv's bin/python3, not the link's target)
+ * into OUT, made absolute against the cwd; 0 when unknown */
+static int exec_path(char *out, int size) {
+    static unsigned long auxv[128];
+    long k = read_whole("/proc/self/auxv", (char *)auxv, sizeof auxv - sizeof auxv[0]);
+    const char *fn = 0;
+    for (long i = 0; (i + 2) * (long)sizeof auxv[0] <= k && auxv[i]; i += 2)
+        if (auxv[i] == 31 /* AT_EXECFN */) fn = (const char *)auxv[i + 1];
+    if (!fn) return 0;
+    int m = 0;
+    if (fn[0] != '/') {
+        long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)out, size - 2, 0);
+        if (n <= 0) return 0;
+        m = (int)n;
+        out[m++] = '/';
+    }
+    for (; *fn; fn++) {
+        if (m >= size - 16) return 0;
+        out[m++] = *fn;
+    }
+    out[m] = 0;
+    return m;
+}
+
+/* This program is CPython 3.8 or later (the guard's audit hooks), by its executable's real name */
+static int python3_guarded(void) {
+    const char *exe = self_exe();
+    if (!exe) return 0;
+    const char *b = exe;
+    for (const char *q = exe; *q; q++) if (*q == '/') b = q + 1;
+    if (!prefix(b, "python3.")) return 0;
+    int minor = 0;
+    for (const char *q = b + 8; *q >= '0' && *q <= '9'; q++) minor = minor * 10 + (*q - '0');
+    return minor >= 8;
+}
+
+/* Python's options before its script, -c or -m: -E, -I (no PYTHONPATH: the guard never loads), -S (no
+ * site: no .pth either), -h, -V */
+static int python_loads_guard(long k) {
+    long i = 0;
+    while (i < k && buf[i]) i++; /* argv[0] */
+    for (i++; i < k; i++) {
+        const char *a = buf + i;
+        while (i < k && buf[i]) i++;
+        if (a[0] != '-' || !a[1]) return 1; /* the script, or - */
+        if (a[1] == '-') {
+            if (!a[2]) return 1;
+            if (same(a, "--help") || same(a, "--version")) return 0;
+            if (same(a, "--check-hash-based-pycs")) { while (++i < k && buf[i]) {} }
+            continue;
+        }
+        for (const char *c = a + 1; *c; c++) {
+            if (*c == 'E' || *c == 'I' || *c == 'S' || *c == 'h' || *c == 'V' || *c == '?') return 0;
+            if (*c == 'c' || *c == 'm') return 1;
+            if (*c == 'W' || *c == 'X') {
+                if (!c[1]) { while (++i < k && buf[i]) {} }
+                break;
+            }
+        }
+    }
+    return 1;
+}
+
+/* EXE's folder, or the one above it, holds a pyvenv.cfg that the agent could have written */
+static int venv_of_agents(void) {
+    char p[4096];
+    int n = exec_path(p, sizeof p);
+    for (int up = 0; up < 2 && n > 0; up++) {
+        while (n > 0 && p[n - 1] != '/') n--; /* the folder, its '/' kept */
+        if (n <= 1) return 0;
+        const char *cfg = "pyvenv.cfg";
+        int m = n;
+        for (const char *q = cfg; *q; q++) p[m++] = *q;
+        p[m] = 0;
+        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) == 0) {
+            char real[4096];
+            long fd = sys5(__NR_openat, AT_FDCWD, (long)p, 010000000 /* O_PATH */ | 02000000, 0, 0);
+            if (fd < 0) return 1;
+            long r = fd_target(fd, real, sizeof real);
+            sys5(__NR_close, fd, 0, 0, 0, 0);
+            return r <= 0 || agents_file(real);
+        }
+        n--; /* up: past the '/' */
+    }
+    return 0;
+}
+
+/* A tests' Perl ends by libc's exit, as its script asked (exit, die, the end of the file: the Perl guard,
+ * langguard.py, judges those); an _exit(0) of its main process -- POSIX::_exit(0) in a sub of the agent's --
+ * reports no success (a forked child's, another pid, is left alone; seal_exit) */
+
+static void prearm(void) {
+    char g[256];
+    int pos = 0;
+    if (!next_path(&pos, 'g', g, sizeof g)) return; /* no guards */
+    const char *exe = self_exe();
+    if (exe) {
+        const char *b = exe;
+        for (const char *q = exe; *q; q++) if (*q == '/') b = q + 1;
+        if (prefix(b, "perl")) perl_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
+    }
+    if (!python3_guarded() || !venv_of_agents()) return; /* a guard to load */
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    if (k <= 0 || !python_loads_guard(k)) return;
+    armed_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
+    prearmed = 1;
+}
+
+/* The Python guard loaded (its last statement): a pre-arm ends here (the guard's own arm stays) */
+__attribute__((visibility("default"))) void sandfleet_seal_guard_loaded(void) {
+    if (prearmed && !guard_armed) armed_pid = 0;
+    prearmed = 0;
+}
+
 __attribute__((constructor)) static void sandfleet_seal(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     probe(abi);
@@ -1852,6 +1985,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
             give_home(env_now());
         } else if (tests && (code == 0 || !program_is_code())) {
             guard_first(); /* one of the tests' own: the Python guard first on its PYTHONPATH */
+            prearm();
         }
         return;
     }
@@ -1860,7 +1994,10 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     char t[256];
     int pos = 0;
     int keep = program_code = next_path(&pos, 't', t, sizeof t) && program_is_code();
-    if (!keep) guard_first(); /* one of the tests' own (or no verifier's paths: no "g:" either) */
+    if (!keep) { /* one of the tests' own (or no verifier's paths: no "g:" either) */
+        guard_first();
+        prearm();
+    }
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

@@ -24,9 +24,13 @@ turns ``source`` and ``.`` into a gate:
   folder first. Its status is the ``source``'s. Its functions, aliases, traps, options, working
   folder and processes stay in its own process.
 
+``eval`` is a gate too (round XXIII): text that a workdir file holds (a line of 16 characters or more
+found in one, or every line, where all are shorter, a whole line of one) runs apart the same way; any
+other text (``eval "$(pyenv init -)"``) runs in the tests' shell as before.
+
 What it can't reach: a ``#!/bin/sh`` script (dash reads no start-up file when not interactive),
-``builtin source``/``command .``, ``eval`` of the agent's text, a bash given ``-p``, ``--posix``
-or an environment without ``BASH_ENV``.
+``builtin source``/``command .``/``builtin eval``, the agent's text transformed before an ``eval``, a
+bash given ``-p``, ``--posix`` or an environment without ``BASH_ENV``.
 """
 
 from __future__ import annotations
@@ -65,6 +69,21 @@ SH_GUARD = r'''# sandfleet's guard of the tests' bash (docs/security.md, round X
 __sandfleet_text= __sandfleet_pipe=
 [ "${1-}" != --sandfleet-source ] || [ ! -p "${2-}" ] ||
   { __sandfleet_pipe=1; IFS= read -r -d '' __sandfleet_text < "$2" || :; }
+# eval TEXT (round XXIII): text a workdir file holds runs apart, as a file sourced from there; other text here
+if [ "${1-}" = --sandfleet-eval ] && declare -F __sandfleet_gate >/dev/null; then
+  shift
+  [ "${1-}" != -- ] || shift
+  __sandfleet_text="$*"
+  if __sandfleet_held "$__sandfleet_text"; then
+    __sandfleet_pipe=1
+    __sandfleet_apart eval-text
+    __sandfleet_pipe=
+    return "$__sandfleet_rc"
+  fi
+  set --
+  builtin eval "$__sandfleet_text"
+  return
+fi
 if [ "${1-}" = --sandfleet-source ] && declare -F __sandfleet_gate >/dev/null; then
   shift
   [ "${1-}" != -- ] || shift
@@ -80,7 +99,34 @@ __sandfleet_self=${BASH_SOURCE[0]}
 __sandfleet_pydir=${__sandfleet_self%/*}
 shopt -s expand_aliases
 alias source="builtin source ${__sandfleet_self@Q} --sandfleet-source" \
-      .="builtin source ${__sandfleet_self@Q} --sandfleet-source"
+      .="builtin source ${__sandfleet_self@Q} --sandfleet-source" \
+      eval="builtin source ${__sandfleet_self@Q} --sandfleet-eval"
+
+# TEXT (an eval's): held by a file of the workdir (SANDFLEET_UNTRUSTED, its .git aside): a line of 16
+# characters or more anywhere in one, or, where every line is shorter, each line a whole line of one (the
+# rule the seal's one-liner walk has for a -c's code, round XXI; a text built from short lines, round XXIII)
+__sandfleet_held() {
+  local LC_ALL=C __sandfleet_w=${SANDFLEET_UNTRUSTED-} __sandfleet_l
+  local -a __sandfleet_long=() __sandfleet_short=()
+  local -A __sandfleet_want=() __sandfleet_got=()
+  [ -n "$__sandfleet_w" ] && [ "$__sandfleet_w" != / ] && [ -d "$__sandfleet_w" ] || return 1
+  while IFS= read -r __sandfleet_l; do
+    [[ $__sandfleet_l == *[![:space:]]* ]] || continue
+    if [ "${#__sandfleet_l}" -ge 16 ]; then __sandfleet_long+=("$__sandfleet_l")
+    else __sandfleet_short+=("$__sandfleet_l"); fi
+  done <<< "$1"
+  if [ "${#__sandfleet_long[@]}" != 0 ]; then
+    printf '%s\n' "${__sandfleet_long[@]}" |
+      command -p grep -rqsF --exclude-dir=.git -f /dev/stdin -- "$__sandfleet_w" 2>/dev/null
+    return
+  fi
+  [ "${#__sandfleet_short[@]}" != 0 ] || return 1
+  for __sandfleet_l in "${__sandfleet_short[@]}"; do __sandfleet_want[$__sandfleet_l]=1; done
+  while IFS= read -r __sandfleet_l; do __sandfleet_got[$__sandfleet_l]=1; done < <(
+    printf '%s\n' "${__sandfleet_short[@]}" |
+      command -p grep -rhoxsF --exclude-dir=.git -f /dev/stdin -- "$__sandfleet_w" 2>/dev/null)
+  [ "${#__sandfleet_got[@]}" = "${#__sandfleet_want[@]}" ]
+}
 
 # FILE [ARGS]: 0 where FILE is the tests' own (__sandfleet_file: its real path, to source here), else 1
 # after running it apart (__sandfleet_rc: its status)

@@ -325,10 +325,9 @@ def _sandfleet_guard():
         """VALUE is a function (a method's, a property's) of code the code under test wrote: of a file
         of the workdir's; or, where it replaced one the runner had (KNOWN), compiled from a string."""
         for v in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
-            code = getattr(v, "__code__", None)
-            if code is None:
+            name = getattr(getattr(v, "__code__", None), "co_filename", None)
+            if not isinstance(name, str):  # (no function: a class's __code__ descriptor, a builtin)
                 continue
-            name = code.co_filename
             if (known and name.startswith("<") and not name.startswith("<frozen")) or \
                     (not name.startswith("<") and untrusted_path(name)):
                 return True
@@ -736,6 +735,15 @@ def _sandfleet_guard():
                     return True
         return False
 
+    def asked_by_python():
+        """The audited event has a Python frame below the hook (not the interpreter's own compile of its
+        main script)."""
+        try:
+            sys._getframe(2)
+        except ValueError:
+            return False
+        return True
+
     def audit(event, args):
         if event == "compile" or event == "code.__new__":
             if len(args) < 2 or not isinstance(args[1], (str, bytes)):  # (source or code, file name, ...)
@@ -743,8 +751,10 @@ def _sandfleet_guard():
             name = os.fsdecode(args[1])
             if event == "compile" and not sealed and name and not name.startswith("<") and untrusted_path(name):
                 seal_rewards()  # a workdir file (runpy.run_path)
-            elif (inside or running_code[0]) and by_code():
+            elif (inside or running_code[0]) and asked_by_python() and by_code():
                 verdicts[name] = True  # code the code under test compiled: whatever file name it gave
+                # (not the interpreter's own compile of the main script, which no Python frame asks for:
+                # a program inside from its start, round XXIII's venv, would take it for the code's)
             elif event == "compile" and workdir_text(args[0], name):
                 verdicts[name] = True  # the workdir's code, whatever name the tests compiled it under
                 seal_rewards()
@@ -959,6 +969,40 @@ def _sandfleet_guard():
                 yield dist
 
     PathFinder.find_distributions = staticmethod(trusted_distributions)
+    # A virtual environment of the agent's (round XXIII: one the tests made in the workdir keeps what the
+    # agent planted there): its site folder was processed as this Python started, before this guard, and
+    # the import lines of its .pth files ran here. The seal armed such a Python from its first instruction
+    # (seal.c, prearm): an exit before this line was the agent's. Where a .pth file of the agent's ran,
+    # this program ran the workdir's code, as a grader that imported it does.
+    if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+        seal = seal_lib()
+        if seal is not None:
+            import site
+
+            def agents_dir(d):
+                real = os.path.realpath(d)
+                return untrusted_path(real) or real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/"))
+
+            try:
+                ran = any(agents_dir(d) and any(n.endswith(".pth") for n in os.listdir(d))
+                          for d in site.getsitepackages() if os.path.isdir(d))
+            except OSError:
+                ran = True
+            main = sys.argv[0] if getattr(sys, "argv", None) else ""  # (the script as given: no __main__ yet)
+            if ran and not (main not in ("", "-c", "-m") and os.path.isfile(main) and untrusted_path(main)):
+                # (not where the main program is the workdir's: its exit is its own.) The interpreter's builtins
+                # are its own C functions: one that is Python code now was replaced by the agent's start-up code
+                # (a stand-in for open that reads the tests the answer they expect): no run of the tests here
+                import builtins
+
+                swapped = sorted(n for n, v in vars(builtins).items()
+                                 if isinstance(getattr(v, "__code__", None), type(agents_dir.__code__)))
+                if swapped:
+                    os.write(2, ("sandfleet: the code under test replaced builtins.%s as the tests' Python started "
+                                 "(a .pth file of the agent's); it exits 1\n" % ", builtins.".join(swapped)).encode())
+                    os._exit(1)
+                seal_rewards()
+            seal.sandfleet_seal_guard_loaded()
     spec = PathFinder.find_spec("sitecustomize", paths)  # the image's own, if any
     if spec is not None and spec.loader is not None:
         import importlib.util

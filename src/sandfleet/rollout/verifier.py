@@ -76,6 +76,7 @@ from sandfleet.errors import (
     TaskError,
 )
 from sandfleet.imagestore import Image
+from sandfleet.rollout.langguard import NODE_GUARD, PERL_GUARD, lang_env
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.shellguard import SH_GUARD, shell_env
 from sandfleet.rollout.testguard import PY_GUARD, git_env, python_env, sanitize_git_script
@@ -329,6 +330,8 @@ if [ -n "$PY_DIR" ] && [ -d "${PY_DIR%/*}" ]; then
 else py=$(mktemp -d -t sandfleet-verifier-py.XXXXXXXX); fi
 printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask 022
 if [ -n "$SH_GUARD" ]; then printf '%s' "$SH_GUARD" > "$py/sandfleet-bash.sh"; fi  # the tests' BASH_ENV
+if [ -n "$NODE_GUARD" ]; then printf '%s' "$NODE_GUARD" > "$py/sandfleet-node.js"; fi  # their NODE_OPTIONS'
+if [ -n "$PERL_GUARD" ]; then printf '%s' "$PERL_GUARD" > "$py/sandfleet_guard.pm"; fi  # their PERL5OPT's
 chmod 0755 -- "$py"
 seal=
 if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; then
@@ -707,7 +710,8 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     # where the agent ran (not a fresh sandbox of --verify separate, whose folders are the image's)
     tests_path = ({**BASE_ENV, **sandbox.spec.env, **task.verifier.env}.get("PATH", "")
                   if sandbox.backend in USER_BACKENDS and not fresh else "")
-    env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "SEAL_ARCH": os.uname().machine if seal else "",
+    env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "NODE_GUARD": NODE_GUARD, "PERL_GUARD": PERL_GUARD,
+           "SEAL_ARCH": os.uname().machine if seal else "",
            "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
@@ -830,6 +834,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
                 risks.append(NO_LANDLOCK_RISK)
         # the tests' bash sources a file of the agent's apart, as the code under test (round XXII)
         env.update(shell_env(base, values["python"]))
+        # and a Node or Perl grader's exit status is the tests' (round XXIII)
+        env.update(lang_env(base, values["python"]))
         kept = workdir_path_entries(base.get("PATH"), task.workdir)
         if kept and "PATH" in plan.env:  # the task's own choice: kept, flagged
             risks.append(f"{WORKDIR_PATH_RISK}: {', '.join(kept)}")

@@ -11,8 +11,9 @@ verifier's preparation beside the Python guard, root's, and named in the tests' 
   with no frame of the tests' own on it (a timer's ``process.exit``), ends the program with 1; an exit
   status that was not 0 when ``'exit'`` was emitted, or an uncaught exception the program went on
   after (an ``uncaughtException`` handler that swallowed the tests' failed assertion), can't become
-  0 in the handlers; ``assert`` and ``assert/strict`` are frozen (the agent's module can't replace
-  ``assert.strictEqual``).
+  0 in the handlers; where ``process.exitCode`` is a plain property (Node.js before 20) the code can't
+  set a failure's status back to 0; ``assert`` and ``assert/strict`` are frozen (the agent's module
+  can't replace ``assert.strictEqual``).
 - Perl (``PERL5OPT=-M<guard>`` with its folder on ``-I``): ``exit 0`` asked by a sub of the workdir's
   file ends the program with 1; a ``die`` or a non-zero ``exit`` of the tests stays the status
   whatever an ``END`` block of the agent's sets ``$?`` to. (The seal: a tests' Perl's ``_exit(0)``,
@@ -127,6 +128,28 @@ NODE_GUARD = r"""// sandfleet's guard of the tests' Node.js (docs/security.md, r
       }
       return inner.apply(process, args);
     });
+  }
+  // process.exitCode where it is a plain property (Node.js before 20; 20 made it an accessor of its own, not
+  // configurable): the code under test can't set a failure's status back to 0 (a callback it left to run
+  // after the grader's last line)
+  const desc = Object.getOwnPropertyDescriptor(process, 'exitCode');
+  if (!desc || desc.configurable) {
+    let code = desc ? desc.value : undefined;
+    const get = desc && desc.get;
+    const set = desc && desc.set;
+    try {
+      Object.defineProperty(process, 'exitCode', {
+        get: get ? function () { return get.call(process); } : () => code,
+        set: (v) => {
+          const now = get ? get.call(process) : code;
+          if (zero(v) && !zero(now) && byCode()) {
+            say('the code under test set the tests\' failed status (' + now + ') back to 0; it stays ' + now);
+            return;
+          }
+          if (set) set.call(process, v); else code = v;
+        },
+        configurable: false, enumerable: true });
+    } catch (e) { /* */ }
   }
   let uncaught = false;
   process.on('uncaughtExceptionMonitor', () => { uncaught = true; });

@@ -9,6 +9,7 @@ tests/fixtures/attacks-xxiii run them where it matters (test_attack_fixtures.py,
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -94,6 +95,19 @@ def test_the_node_guard_leaves_the_agents_own_programs_and_the_tests_libraries_a
     r = _run(place, ["node", "@/tests/check.js"],
              {"tests/lib.js": wrapper, "tests/check.js": f"require('{place}/tests/lib.js');\nprocess.exit(0);\n"})
     assert r.returncode == 0 and r.stdout.split() == ["exit", "0", "wrapped"], (r.stdout, r.stderr)
+
+
+@pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")), reason="no node and npm on this host")
+def test_the_systems_node_tools_keep_their_own_status(place: Path) -> None:
+    """npm ends by process.exit from a callback of its own (no frame of the tests' files on the stack, only
+    the system's): under the guard `npm --version` and a passing `npm test` still exit 0, a failing one
+    its own status (found when the first draw counted only the tests' files as theirs)."""
+    r = _run(place, ["npm", "--version"], {})
+    assert r.returncode == 0, r.stderr
+    for script, ok in (("process.exit(0)", True), ("process.exit(3)", False)):
+        pkg = json.dumps({"name": "t", "version": "1.0.0", "scripts": {"test": f'node -e "{script}"'}})
+        r = _run(place, ["npm", "test", "--prefix", "@/tests"], {"tests/package.json": pkg})
+        assert (r.returncode == 0) == ok, (script, r.returncode, r.stdout[-500:], r.stderr[-1500:])
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="no node on this host")

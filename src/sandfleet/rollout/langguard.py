@@ -8,7 +8,7 @@ verifier's preparation beside the Python guard, root's, and named in the tests' 
 
 - Node.js (``NODE_OPTIONS=--require <guard>``): ``process.exit``/``process.reallyExit`` with status 0
   asked while a frame of the workdir's code (or of code compiled from a string) is on the stack, or
-  with no frame of the tests' own on it (a timer's ``process.exit``), ends the program with 1; an exit
+  with no file's frame on it but node's own (a timer's ``process.exit``), ends the program with 1; an exit
   status that was not 0 when ``'exit'`` was emitted, or an uncaught exception the program went on
   after (an ``uncaughtException`` handler that swallowed the tests' failed assertion), can't become
   0 in the handlers; where ``process.exitCode`` is a plain property (Node.js before 20) the code can't
@@ -57,7 +57,6 @@ NODE_GUARD = r"""// sandfleet's guard of the tests' Node.js (docs/security.md, r
   };
   const mainArg = process.argv[1];
   if (mainArg && codeFile(path.resolve(mainArg))) return; // the workdir's program: its status is its own
-  const mainReal = mainArg ? real(path.resolve(mainArg)) : null;
   const say = (what) => {
     const m = 'sandfleet: ' + what + ' (docs/security.md, "Graders in other languages")\n';
     try { writeSync(2, m); } catch (e) { /* */ }
@@ -80,8 +79,10 @@ NODE_GUARD = r"""// sandfleet's guard of the tests' Node.js (docs/security.md, r
       try { Error.prepareStackTrace = prep; Error.stackTraceLimit = limit; } catch (e) { /* */ }
     }
   }
-  // what runs now is the code under test's: a frame of the workdir's (or compiled from a string), or no
-  // frame of the tests' own (their main script, a tests' folder's file, their -e one-liner)
+  // what runs now is the code under test's: a frame of the workdir's (or compiled from a string), or no frame
+  // of a file at all but node's own (a timer that calls process.exit itself). A file's frame that is not the
+  // workdir's is the tests' or the system's (their main script, a tests' folder's file, their -e one-liner,
+  // npm's own modules: npm ends by process.exit from a callback of its own)
   function byCode() {
     const fr = frames();
     if (fr === null) return true;
@@ -95,7 +96,7 @@ NODE_GUARD = r"""// sandfleet's guard of the tests' Node.js (docs/security.md, r
       if (name.startsWith('file://')) { try { file = url.fileURLToPath(name); } catch (e) { return true; } }
       if (!file.startsWith('/')) continue;
       if (codeFile(file)) return true;
-      if (file === mainReal || under(real(file), testsDirs)) tests = true;
+      tests = true;
     }
     return !tests;
   }

@@ -75,15 +75,6 @@ NODE_CASES = {
 
 
 @pytest.mark.skipif(not shutil.which("node"), reason="no node on this host")
-@pytest.mark.parametrize("case", sorted(NODE_CASES))
-def test_a_node_graders_status_is_the_tests(place: Path, case: str) -> None:
-    check, solution, passes = NODE_CASES[case]
-    r = _run(place, ["node", "@/tests/check.js"], {"tests/check.js": check.replace("@", str(place)),
-                                                    "app/solution.js": solution})
-    assert (r.returncode == 0) == passes, (case, r.returncode, r.stderr[-2000:])
-
-
-@pytest.mark.skipif(not shutil.which("node"), reason="no node on this host")
 def test_the_node_guard_leaves_the_agents_own_programs_and_the_tests_libraries_alone(place: Path) -> None:
     """A program of the workdir ends as it likes; a library that wraps process.emit and process.exit
     (signal-exit's way) still works under the guard, and the tests' own exit(0) stays 0."""
@@ -141,14 +132,22 @@ PERL_CASES = {
 }
 
 
-@pytest.mark.skipif(not shutil.which("perl"), reason="no perl on this host")
-@pytest.mark.parametrize("case", sorted(PERL_CASES))
-def test_a_perl_graders_status_is_the_tests(place: Path, case: str) -> None:
-    check, solution, passes = PERL_CASES[case]
-    r = _run(place, ["perl", "@/tests/check.pl"], {"tests/check.pl": check.replace("@", str(place)),
-                                                    "app/solution.pl": solution})
-    assert (r.returncode == 0) == passes, (case, r.returncode, r.stderr[-2000:])
-    assert "Useless use" not in r.stderr and "redefined" not in r.stderr, r.stderr  # quiet under -w
+GRADERS = {"node": ("js", NODE_CASES), "perl": ("pl", PERL_CASES)}
+
+
+@pytest.mark.parametrize(("lang", "case"), [
+    pytest.param(lang, case, marks=pytest.mark.skipif(not shutil.which(lang), reason=f"no {lang} on this host"))
+    for lang, (_, cases) in GRADERS.items() for case in sorted(cases)])
+def test_a_graders_status_is_the_tests(place: Path, lang: str, case: str) -> None:
+    """A grader that loads the agent's file and decides by its status: (check, solution, the tests'
+    status is 0) for each case of the language."""
+    ext, cases = GRADERS[lang]
+    check, solution, passes = cases[case]
+    r = _run(place, [lang, f"@/tests/check.{ext}"], {f"tests/check.{ext}": check.replace("@", str(place)),
+                                                      f"app/solution.{ext}": solution})
+    assert (r.returncode == 0) == passes, (lang, case, r.returncode, r.stderr[-2000:])
+    if lang == "perl":
+        assert "Useless use" not in r.stderr and "redefined" not in r.stderr, r.stderr  # quiet under -w
 
 
 @pytest.mark.skipif(not shutil.which("perl"), reason="no perl on this host")

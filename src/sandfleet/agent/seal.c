@@ -240,10 +240,16 @@ static int grader(void) {
     return 1;
 }
 
-/* basename of s starts with one of the names (python3.11, bash, node ...) */
-static int named(const char *s, const char *const *names) {
+/* what follows the last '/' of s */
+static const char *base_name(const char *s) {
     const char *b = s;
     for (const char *p = s; *p; p++) if (*p == '/') b = p + 1;
+    return b;
+}
+
+/* basename of s starts with one of the names (python3.11, bash, node ...) */
+static int named(const char *s, const char *const *names) {
+    const char *b = base_name(s);
     for (int i = 0; names[i]; i++) {
         const char *n = names[i], *q = b;
         while (*n && *n == *q) n++, q++;
@@ -667,9 +673,7 @@ static int given_a_program(long k, const char *cwd) {
         for (const char *q = arg; *q && m < 1022; q++) full[m++] = *q;
         full[m] = 0;
         if (under_kind(full, 't') || (in_system_dirs(full) && !under_kind(full, 'w'))) continue;
-        const char *b = full;
-        for (const char *q = full; *q; q++)
-            if (*q == '/') b = q + 1;
+        const char *b = base_name(full);
         int lib = 0;
         for (const char *q = b; *q && !lib; q++)
             lib = q[0] == '.' && ((q[1] == 's' && q[2] == 'o' && (!q[3] || q[3] == '.')) ||
@@ -1689,6 +1693,9 @@ static int code_exits_tests(int status, void *ret) {
     return 1;
 }
 
+/* A tests' Perl ends by libc's exit, as its script asked (exit, die, the end of the file: the Perl guard,
+ * langguard.py, judges those); an _exit(0) of its main process -- POSIX::_exit(0) in a sub of the agent's --
+ * reports no success (a forked child's, another pid, is left alone) */
 static long perl_pid;
 static void __attribute__((noreturn)) seal_exit(int status) {
     if (status == 0 && perl_pid && sys5(__NR_getpid, 0, 0, 0, 0, 0) == perl_pid) {
@@ -1812,36 +1819,38 @@ static int program_is_code(void) {
  * does not fit. Python reads it with getenv, after this constructor. */
 static char guard_env[4096];
 static char *guard_envp[2048];
-static void guard_first(void) {
+static int guard_first(void) { /* 0: no "g:" line (no guards written) */
     char g[256];
     int pos = 0;
+    if (!next_path(&pos, 'g', g, sizeof g)) return 0;
     char **ep = env_now();
-    if (!ep || !next_path(&pos, 'g', g, sizeof g)) return;
+    if (!ep) return 1;
     int n = 0, at = -1;
     for (; ep[n]; n++)
         if (at < 0 && prefix(ep[n], "PYTHONPATH=")) at = n;
     const char *old = at >= 0 ? ep[at] + 11 : "";
     const char *o = old, *q = g;
     while (*q && *q == *o) q++, o++;
-    if (!*q && (!*o || *o == ':')) return; /* first already */
+    if (!*q && (!*o || *o == ':')) return 1; /* first already */
     int m = 0;
     for (const char *c = "PYTHONPATH="; *c; c++) guard_env[m++] = *c;
     for (q = g; *q; q++) guard_env[m++] = *q;
     if (*old) guard_env[m++] = ':';
     for (o = old; *o; o++) {
-        if (m >= (int)sizeof guard_env - 1) return;
+        if (m >= (int)sizeof guard_env - 1) return 1;
         guard_env[m++] = *o;
     }
     guard_env[m] = 0;
     if (at >= 0) {
         ep[at] = guard_env;
-        return;
+        return 1;
     }
-    if (n + 2 > (int)(sizeof guard_envp / sizeof guard_envp[0])) return;
+    if (n + 2 > (int)(sizeof guard_envp / sizeof guard_envp[0])) return 1;
     for (int i = 0; i < n; i++) guard_envp[i] = ep[i];
     guard_envp[n] = guard_env;
     guard_envp[n + 1] = 0;
     environ = guard_envp;
+    return 1;
 }
 
 /* ---- a tests' Python started from a virtual environment of the agent's (round XXIII) ----
@@ -1882,8 +1891,7 @@ static int exec_path(char *out, int size) {
 static int python3_guarded(void) {
     const char *exe = self_exe();
     if (!exe) return 0;
-    const char *b = exe;
-    for (const char *q = exe; *q; q++) if (*q == '/') b = q + 1;
+    const char *b = base_name(exe);
     if (!prefix(b, "python3.")) return 0;
     int minor = 0;
     for (const char *q = b + 8; *q >= '0' && *q <= '9'; q++) minor = minor * 10 + (*q - '0');
@@ -1941,20 +1949,11 @@ static int venv_of_agents(void) {
     return 0;
 }
 
-/* A tests' Perl ends by libc's exit, as its script asked (exit, die, the end of the file: the Perl guard,
- * langguard.py, judges those); an _exit(0) of its main process -- POSIX::_exit(0) in a sub of the agent's --
- * reports no success (a forked child's, another pid, is left alone; seal_exit) */
-
+/* A program of the tests' own where the guards are written (guard_first found a "g:" line): a Perl's
+ * main process noted (seal_exit), a Python from the agent's venv armed */
 static void prearm(void) {
-    char g[256];
-    int pos = 0;
-    if (!next_path(&pos, 'g', g, sizeof g)) return; /* no guards */
     const char *exe = self_exe();
-    if (exe) {
-        const char *b = exe;
-        for (const char *q = exe; *q; q++) if (*q == '/') b = q + 1;
-        if (prefix(b, "perl")) perl_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
-    }
+    if (exe && prefix(base_name(exe), "perl")) perl_pid = sys5(__NR_getpid, 0, 0, 0, 0, 0);
     if (!python3_guarded() || !venv_of_agents()) return; /* a guard to load */
     long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
     if (k <= 0 || !python_loads_guard(k)) return;
@@ -1984,8 +1983,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
             demote(); /* a new program, before any of its code: one thread */
             give_home(env_now());
         } else if (tests && (code == 0 || !program_is_code())) {
-            guard_first(); /* one of the tests' own: the Python guard first on its PYTHONPATH */
-            prearm();
+            if (guard_first()) prearm(); /* one of the tests' own: the Python guard first on its PYTHONPATH */
         }
         return;
     }
@@ -1994,10 +1992,7 @@ __attribute__((constructor)) static void sandfleet_seal(void) {
     char t[256];
     int pos = 0;
     int keep = program_code = next_path(&pos, 't', t, sizeof t) && program_is_code();
-    if (!keep) { /* one of the tests' own (or no verifier's paths: no "g:" either) */
-        guard_first();
-        prearm();
-    }
+    if (!keep && guard_first()) prearm(); /* one of the tests' own (or no verifier's paths: no "g:" either) */
     unsigned long long rights = FS_WRITES | (abi >= 2 ? FS_REFER : 0) | (abi >= 3 ? FS_TRUNCATE : 0);
     volatile struct ruleset_attr attr;
     attr.handled_access_fs = MAKE_BLOCK | (keep ? rights : 0);

@@ -178,10 +178,13 @@ PERL_GUARD = r"""# sandfleet's guard of the tests' Perl (docs/security.md, round
 package sandfleet_guard;
 use strict;
 no warnings;
-my @untrusted = grep { length && $_ ne '/' } map { my $p = $_; $p =~ s{/+$}{}; $p } split /:/,
-  (defined $ENV{SANDFLEET_UNTRUSTED} ? $ENV{SANDFLEET_UNTRUSTED} : '');
-my @tests = grep { length && $_ ne '/' } map { my $p = $_; $p =~ s{/+$}{}; $p } split /:/,
-  (defined $ENV{SANDFLEET_TESTS_DIRS} ? $ENV{SANDFLEET_TESTS_DIRS} : '');
+# the folders a colon list of the environment names, without their trailing '/' (never '/' itself)
+sub _dirs {
+  my $v = $ENV{$_[0]};
+  return grep { length && $_ ne '/' } map { my $p = $_; $p =~ s{/+$}{}; $p } split /:/, (defined $v ? $v : '');
+}
+my @untrusted = _dirs('SANDFLEET_UNTRUSTED');
+my @tests = _dirs('SANDFLEET_TESTS_DIRS');
 my %verdict;
 sub _code_file {
   my ($f) = @_;

@@ -614,7 +614,8 @@ def _sandfleet_guard():
     def agents_library(name):
         """A library ctypes loads from the workdir, a shared temporary folder or a memfd (a build of the
         agent's: ctypes.CDLL('/tmp/libsol.so')): its constructor and functions run in this program as
-        the workdir's modules do. A bare name (libc.so.6) is the loader's to find in the system's."""
+        the workdir's modules do. A bare name (libc.so.6) is the loader's to find in the system's. (Also
+        asked of a venv's site folder, round XXIII: its .pth files ran as this program started.)"""
         if "/" not in name:
             return False
         real = os.path.realpath(name)
@@ -979,12 +980,8 @@ def _sandfleet_guard():
         if seal is not None:
             import site
 
-            def agents_dir(d):
-                real = os.path.realpath(d)
-                return untrusted_path(real) or real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/"))
-
-            try:
-                ran = any(agents_dir(d) and any(n.endswith(".pth") for n in os.listdir(d))
+            try:  # (a folder the agent could have written: agents_library's test of a path)
+                ran = any(agents_library(d) and any(n.endswith(".pth") for n in os.listdir(d))
                           for d in site.getsitepackages() if os.path.isdir(d))
             except OSError:
                 ran = True
@@ -996,7 +993,7 @@ def _sandfleet_guard():
                 import builtins
 
                 swapped = sorted(n for n, v in vars(builtins).items()
-                                 if isinstance(getattr(v, "__code__", None), type(agents_dir.__code__)))
+                                 if isinstance(getattr(v, "__code__", None), type(agents_library.__code__)))
                 if swapped:
                     os.write(2, ("sandfleet: the code under test replaced builtins.%s as the tests' Python started "
                                  "(a .pth file of the agent's); it exits 1\n" % ", builtins.".join(swapped)).encode())

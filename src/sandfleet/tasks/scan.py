@@ -121,13 +121,14 @@ def python_guard_off(task: Task) -> list[str]:
 
 SOURCED_RISK = ("a test script sources or evaluates a file the agent could write (bash's source runs it apart, as the "
                 "code under test, and takes back its variables: the PATH it sets is what the tests then search; "
-                "sh's '.' and an eval of its text run it in the tests' own shell)")
+                "sh's '.', and an eval of its text that no workdir file holds as it is, run it in the tests' own "
+                "shell)")
 _SOURCE = re.compile(r"(?:^|[;&|(\"']|\bthen|\bdo|\belse)\s*(?:source|\.)\s+[\"']?([^\s;&|\"')]+)")
 """``source PATH`` or ``. PATH`` where a command starts (a line, after ``;``, ``&&``, ``|``, ``(``,
 ``then``, ``do``, ``else``, or a quote: a ``bash -c`` or ``sh -c`` of the tests)."""
 _EVAL = re.compile(r"(?:^|[;&|(]|\bthen|\bdo|\belse)\s*eval\b(.*)")
 """``eval ...`` where a command starts: flagged where the rest names a workdir path (its text read from
-there: no guard sees an eval)."""
+there: the shell guard runs it apart only where a workdir file holds the text as it is, round XXIII)."""
 _VENV = re.compile(r"\bvenv\s+(?:-\S+\s+)*([^\s;&|-][^\s;&|]*)")
 """A virtual environment the script makes (``uv venv X``, ``python3 -m venv X``): its ``activate``
 is the script's own, not the agent's."""
@@ -138,8 +139,9 @@ def sourced_from_workdir(task: Task) -> list[str]:
     have written: a path in the workdir, or a relative one that the script's folder does not hold
     and the script did not make as a virtual environment (``cd /app && . ./.env``), and each ``eval``
     of text that names a workdir path. bash runs such a file apart, as the code under test (the shell
-    guard, round XXII), but the PATH and variables it leaves are what the tests go on with; sh's ``.``
-    and an ``eval`` run it in the tests' own process (docs/security.md, round XXII)."""
+    guard, round XXII), but the PATH and variables it leaves are what the tests go on with; sh's ``.``,
+    and an ``eval`` of text no workdir file holds as it is (transformed), run it in the tests' own process
+    (docs/security.md, rounds XXII and XXIII)."""
     workdir = posixpath.normpath(task.workdir).rstrip("/") + "/"
     scripts = {str(p.relative_to(task.path) if p.is_relative_to(task.path) else p): p for p in _scripts(task)}
     found: list[str] = []

@@ -387,8 +387,14 @@ static int env_reaches_workdir(void) {
     return 0;
 }
 
-/* MOD (python -m's argument) is found in an entry of PYTHONPATH inside the workdir */
+static int venv_module(const char *mod, char *out, int size);
+
+/* MOD (python -m's argument) is found in an entry of PYTHONPATH inside the workdir, or in the site-packages
+ * of a venv of the workdir whose interpreter this is (`.tbench-testing/bin/python -m pytest`: as its console
+ * script, bin/pytest, is the workdir's program; round XXIV) */
 static int module_in_workdir(const char *mod) {
+    char found[1024];
+    if (venv_module(mod, found, sizeof found) && under_kind(found, 'w')) return 1;
     char top[256], path[1024];
     int tn = 0;
     while (mod[tn] && mod[tn] != '.' && tn < 200) { top[tn] = mod[tn]; tn++; }
@@ -1961,16 +1967,183 @@ static void prearm(void) {
     prearmed = 1;
 }
 
+/* This program is the code under test's (the constructor's verdict): its exit status is its own, and the
+ * Python guard does not arm it */
+__attribute__((visibility("default"))) int sandfleet_seal_program_code(void) { return program_code > 0; }
+
 /* The Python guard loaded (its last statement): a pre-arm ends here (the guard's own arm stays) */
 __attribute__((visibility("default"))) void sandfleet_seal_guard_loaded(void) {
     if (prearmed && !guard_armed) armed_pid = 0;
     prearmed = 0;
 }
 
+/* ---- the tests' own virtual environment, made over a folder of the agent's (round XXIV) ----
+ * A test script that makes its venv in the workdir (Terminal-Bench's `uv venv .tbench-testing`, a
+ * `python3 -m venv`) or a shared /tmp and installs its runner there believes what runs from it is its own. But venv keeps
+ * what the folder held, and pip keeps a package whose metadata says it is installed ("Requirement already
+ * satisfied"): a venv the agent left at that name hands the tests the agent's pytest, its console script or
+ * a pip.conf that installs the agent's wheel. What tells them apart needs no name: the preparation wrote the
+ * guards (the "g:" folder's sitecustomize.py) after the agent's last write, so a file changed before it
+ * (its change time, which no process can set) is the agent's or the image's; a pyvenv.cfg changed after it
+ * is a venv the tests made. A program or module of such a venv is the agent's, though the tests take it for
+ * theirs, where its own file is older than the preparation, or where the venv's folder was born before it or
+ * holds an entry older than it (the folder the agent made: whatever the tests' pip then wrote there, the
+ * venv's config was the agent's; gVisor knows no birth times, the entries tell it there). */
+struct ts { long long s; unsigned ns; };
+
+/* PATH's change time (CTIME) or birth time into T: 0 when unknown (gVisor knows no birth times) */
+static int time_of(const char *path, int birth, struct ts *t) {
+    unsigned char stx[256];
+    unsigned mask = birth ? 0x800 /* STATX_BTIME */ : 0x80 /* STATX_CTIME */;
+    if (sys5(__NR_statx, AT_FDCWD, (long)path, 0x100 /* AT_SYMLINK_NOFOLLOW */, mask, (long)stx) != 0) return 0;
+    if (!(*(unsigned *)stx & mask)) return 0;
+    int at = birth ? 80 : 96; /* stx_btime, stx_ctime */
+    t->s = *(long long *)(stx + at);
+    t->ns = *(unsigned *)(stx + at + 8);
+    return 1;
+}
+
+static int earlier(struct ts a, struct ts b) { return a.s < b.s || (a.s == b.s && a.ns < b.ns); }
+
+/* The folder ROOT holds an entry changed before PREP (the agent's pip.conf beside the tests' new pyvenv.cfg):
+ * where birth times are unknown, what tells a folder the agent made from one the tests' venv made */
+static int holds_older(const char *root, struct ts prep) {
+    char ents[4096] __attribute__((aligned(8)));
+    long dirfd = sys5(__NR_openat, AT_FDCWD, (long)root, O_RDONLY_DIR | 02000000, 0, 0);
+    if (dirfd < 0) return 0;
+    int old = 0;
+    for (int rounds = 0; !old && rounds < 16; rounds++) { /* 16 reads of 4 KiB: a venv's root has a handful */
+        long got = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
+        if (got <= 0) break;
+        for (long off = 0; off < got && !old;) {
+            struct dirent64 *d = (struct dirent64 *)(ents + off);
+            off += d->d_reclen;
+            const char *nm = d->d_name;
+            if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) continue;
+            unsigned char stx[256];
+            if (sys5(__NR_statx, dirfd, (long)nm, 0x100, 0x80, (long)stx) != 0 || !(*(unsigned *)stx & 0x80)) continue;
+            struct ts t = {*(long long *)(stx + 96), *(unsigned *)(stx + 104)};
+            old = earlier(t, prep);
+        }
+    }
+    sys5(__NR_close, dirfd, 0, 0, 0, 0);
+    return old;
+}
+
+__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) {
+    char g[256], p[4096];
+    int pos = 0;
+    if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return 0;
+    int n = 0;
+    for (const char *q = g; *q; q++) p[n++] = *q;
+    for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
+    p[n] = 0;
+    struct ts prep, cfg, own, born;
+    if (!time_of(p, 0, &prep) || !time_of(file, 0, &own)) return 0;
+    for (n = 0; file[n] && n < (int)sizeof p - 16; n++) p[n] = file[n];
+    if (file[n]) return 0;
+    for (int up = 0; up < 6; up++) { /* bin/pytest, lib/python3.X/site-packages/pytest/__init__.py */
+        while (n > 0 && p[n - 1] != '/') n--;
+        if (n <= 1) return 0;
+        p[n - 1] = 0; /* the folder */
+        if (!agents_file(p)) return 0;
+        p[n - 1] = '/';
+        int m = n;
+        for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
+        p[m] = 0;
+        if (time_of(p, 0, &cfg)) {
+            if (earlier(cfg, prep)) return 0; /* a venv of the agent's (or the image's): the workdir's code */
+            p[n - 1] = 0;
+            return earlier(own, prep) || (time_of(p, 1, &born) && earlier(born, prep)) || holds_older(p, prep);
+        }
+        n--;
+    }
+    return 0;
+}
+
+/* MOD's top-level module in the site-packages of the venv of the workdir whose interpreter this is (by
+ * AT_EXECFN: ROOT/bin/python) into OUT: 2 a package (OUT its folder), 1 a file, 0 none */
+static int venv_module(const char *mod, char *out, int size) {
+    const char *exe = self_exe();
+    int n = exec_path(out, size - 300);
+    if (!exe || n <= 0 || !agents_file(out) || !prefix(base_name(exe), "python")) return 0;
+    for (int up = 0; up < 2; up++) { /* ROOT/bin/python: ROOT */
+        while (n > 0 && out[n - 1] != '/') n--;
+        if (n > 0) n--;
+    }
+    if (n <= 0) return 0;
+    int m = n;
+    for (const char *q = "/pyvenv.cfg"; *q; q++) out[m++] = *q;
+    out[m] = 0;
+    if (sys5(__NR_faccessat, AT_FDCWD, (long)out, 0, 0, 0) != 0) return 0;
+    for (const char *q = "/lib/"; *q; q++) out[n++] = *q;
+    for (const char *q = base_name(exe); *q && n < size - 250; q++) out[n++] = *q;
+    for (const char *q = "/site-packages/"; *q; q++) out[n++] = *q;
+    for (const char *q = mod; *q && *q != '.' && n < size - 16; q++) out[n++] = *q;
+    out[n] = 0;
+    if (sys5(__NR_faccessat, AT_FDCWD, (long)out, 0, 0, 0) == 0) return 2;
+    out[n++] = '.'; out[n++] = 'p'; out[n++] = 'y'; out[n] = 0;
+    return sys5(__NR_faccessat, AT_FDCWD, (long)out, 0, 0, 0) == 0;
+}
+
+/* python's -m module (its options before it, as program_in_workdir reads them) in a venv of the workdir:
+ * one of its files is planted (a package's __init__.py or __main__.py, else the module's file) */
+static int module_planted(void) {
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    long i = 0;
+    while (i < k && buf[i]) i++; /* past argv[0] */
+    for (i++; i < k; i++) {
+        const char *arg = buf + i;
+        long len = 0;
+        while (i + len < k && buf[i + len]) len++;
+        if (arg[0] != '-' || arg[1] == 'c' || arg[1] == '-') return 0;
+        if (arg[1] == 'm') {
+            const char *mod = arg[2] ? arg + 2 : i + len + 1 < k ? buf + i + len + 1 : 0;
+            char f[1024];
+            int kind = mod ? venv_module(mod, f, sizeof f - 32) : 0;
+            if (kind == 1) return sandfleet_seal_planted(f);
+            if (kind != 2) return 0;
+            int n = 0;
+            while (f[n]) n++;
+            const char *const files[] = {"/__init__.py", "/__main__.py", 0};
+            for (int j = 0; files[j]; j++) {
+                int m = n;
+                for (const char *q = files[j]; *q; q++) f[m++] = *q;
+                f[m] = 0;
+                if (sandfleet_seal_planted(f)) return 1;
+            }
+            return 0;
+        }
+        if (len == 2 && (arg[1] == 'W' || arg[1] == 'X')) /* takes a value */
+            for (i += len + 1; i < k && buf[i]; i++) {}
+        else
+            i += len;
+    }
+    return 0;
+}
+
+/* A tests' program that is the agent's in the tests' own venv (its executable or script, or python's -m
+ * module): it never runs (status 126, a line on stderr) */
+static void refuse_planted(void) {
+    char p[4096], g[256];
+    int pos = 0;
+    if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
+    if (!sandfleet_seal_planted(p) && !(agents_file(p) && module_planted())) return;
+    static const char m[] = "sandfleet: the tests made a virtual environment over the agent's folder, and this "
+                            "program of it is the agent's, not theirs; it does not run: ";
+    sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+    int l = 0;
+    while (p[l]) l++;
+    p[l++] = '\n';
+    sys5(__NR_write, 2, (long)p, l, 0, 0);
+    sys5(__NR_exit_group, 126, 0, 0, 0, 0);
+}
+
 __attribute__((constructor)) static void sandfleet_seal(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     probe(abi);
     if (exempt()) return;
+    refuse_planted();
     int nnp = 0;
     if (abi < 6) seal_signals(sys5(__NR_getpid, 0, 0, 0, 0, 0), &nnp);
     if (abi < 1) {

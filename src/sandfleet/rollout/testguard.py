@@ -425,6 +425,8 @@ def _sandfleet_guard():
         if where is not None and untrusted_path(where):
             return  # the workdir's program: its exit status is its own
         seal = seal_lib()
+        if seal is not None and getattr(seal, "sandfleet_seal_program_code", lambda: 0)():
+            return  # (the seal's verdict: `python -m pytest` of a venv in the workdir, its console script's peer)
         if seal is not None:
             seal.sandfleet_seal_arm_exit()
         real_exit = os._exit
@@ -986,7 +988,8 @@ def _sandfleet_guard():
             except OSError:
                 ran = True
             main = sys.argv[0] if getattr(sys, "argv", None) else ""  # (the script as given: no __main__ yet)
-            if ran and not (main not in ("", "-c", "-m") and os.path.isfile(main) and untrusted_path(main)):
+            if ran and not (main not in ("", "-c", "-m") and os.path.isfile(main) and untrusted_path(main)) \
+                    and not seal.sandfleet_seal_program_code():
                 # (not where the main program is the workdir's: its exit is its own.) The interpreter's builtins
                 # are its own C functions: one that is Python code now was replaced by the agent's start-up code
                 # (a stand-in for open that reads the tests the answer they expect): no run of the tests here

@@ -60,6 +60,9 @@ MICROVM_SAME = frozenset({
     # in its table, the four forged rows the named residuals)
     "venv-pth-exit0", "venv-pth-sysexit", "venv-pth-open-swap", "perl-require-exit0", "perl-end-status",
     "perl-posix-exit0", "eval-function-shadow", "eval-short-lines",
+    # the seal's times against the preparation's (round XXIV; pip installs under TCG take minutes: the table
+    # runs them on microvm)
+    "venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -70,7 +73,7 @@ slow pass under TCG (issue 43); `scripts/attack-table.py --backends microvm` run
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to XXIII that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to XXIV that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
     a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
@@ -167,7 +170,14 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # tests', and the shell guard's eval gate runs the text apart (the Node.js rows need an image
              # with nodejs: scripts/attack-table.py and the host's node in test_lang_guard.py run them)
              "xxiii": ["venv-pth-exit0", "venv-pth-sysexit", "venv-pth-open-swap", "perl-require-exit0",
-                       "perl-end-status", "perl-posix-exit0", "eval-function-shadow", "eval-short-lines"]}
+                       "perl-end-status", "perl-posix-exit0", "eval-function-shadow", "eval-short-lines"],
+             # round XXIV: the tests' own venv made over a folder the agent left at its name (in the workdir, or
+             # a shared /tmp): its runner (a console script, a -m package) is the agent's though pip and venv
+             # seem to have written it, or a pip.conf of the folder's installs the agent's wheel: the seal's
+             # sandfleet_seal_planted, by the files' change and birth times against the preparation's
+             # (venv-runner-symlink, where the tests' venv command fails and they go on with the agent's, is
+             # a residual: the table only)
+             "xxiv": ["venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME
@@ -299,3 +309,27 @@ async def test_an_honest_tb1_run_that_prints_megabytes_still_scores_one(tmp_path
     r = report.results[0]
     assert r.status == "completed" and r.reward == 1.0, (r.reason, r.verifier_output[-500:])
     assert not r.info.get("verifier_risks"), r.info
+
+
+async def test_the_tests_own_venv_in_the_workdir_runs_their_runner(tmp_path: Path) -> None:
+    """The honest side of round XXIV: a test script that makes its venv in the workdir (Terminal-Bench's
+    `.tbench-testing`), installs pytest there and runs it as `python -m pytest` (which scored 0 until
+    1bfe107: the guard took pytest's own functions for the workdir's code) or by its console script scores
+    1 on a right answer and 0 on a wrong one, in both verify modes."""
+    from sandfleet.tasks import load_task
+
+    attack = FIXTURES / "attacks-xxiv" / "venv-runner-module"
+    tasks = []
+    for runner in ("python -m pytest", "pytest"):
+        for answer in ("hello", "bye"):
+            folder = tmp_path / f"{runner.split()[0]}-{answer}"
+            shutil.copytree(attack, folder)  # (its image: the venv tasks', cached)
+            test = (attack / "tests" / "test.sh").read_text()
+            (folder / "tests" / "test.sh").write_text(test.replace("python -m pytest", runner))
+            (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\necho {answer} > /app/out.txt\n")
+            tasks.append(load_task(folder))
+    for verify in ("shared", "separate"):
+        report = await run_suite(tasks, OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2, verify=verify))
+        for r in report.results:
+            want = 1.0 if r.task.endswith("hello") else 0.0
+            assert r.status == "completed" and r.reward == want, (verify, r.task, r.reason, r.verifier_output[-800:])

@@ -1967,10 +1967,6 @@ static void prearm(void) {
     prearmed = 1;
 }
 
-/* This program is the code under test's (the constructor's verdict): its exit status is its own, and the
- * Python guard does not arm it */
-__attribute__((visibility("default"))) int sandfleet_seal_program_code(void) { return program_code > 0; }
-
 /* The Python guard loaded (its last statement): a pre-arm ends here (the guard's own arm stays) */
 __attribute__((visibility("default"))) void sandfleet_seal_guard_loaded(void) {
     if (prearmed && !guard_armed) armed_pid = 0;
@@ -2000,7 +1996,7 @@ static int time_of(const char *path, int birth, struct ts *t) {
     int at = birth ? 80 : 96; /* stx_btime, stx_ctime */
     t->s = *(long long *)(stx + at);
     t->ns = *(unsigned *)(stx + at + 8);
-    return 1;
+    return t->s || t->ns; /* (gVisor's runsc sets STATX_BTIME in the mask with a birth time of 0) */
 }
 
 static int earlier(struct ts a, struct ts b) { return a.s < b.s || (a.s == b.s && a.ns < b.ns); }
@@ -2030,23 +2026,27 @@ static int holds_older(const char *root, struct ts prep) {
     return old;
 }
 
-__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) {
+/* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no
+ * preparation's time to judge by; 0 the agent's venv (its pyvenv.cfg older than the preparation, or the
+ * image's); 1 a venv the tests made over the agent's folder (born before the preparation, or holding an
+ * entry older than it); 2 a venv the tests made. *OWN: FILE's change time */
+static int venv_kind(const char *file, struct ts *own) {
     char g[256], p[4096];
     int pos = 0;
-    if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return 0;
+    if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return -1;
     int n = 0;
     for (const char *q = g; *q; q++) p[n++] = *q;
     for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
     p[n] = 0;
-    struct ts prep, cfg, own, born;
-    if (!time_of(p, 0, &prep) || !time_of(file, 0, &own)) return 0;
+    struct ts prep, cfg, born;
+    if (!time_of(p, 0, &prep) || !time_of(file, 0, own)) return -1;
     for (n = 0; file[n] && n < (int)sizeof p - 16; n++) p[n] = file[n];
-    if (file[n]) return 0;
+    if (file[n]) return -1;
     for (int up = 0; up < 6; up++) { /* bin/pytest, lib/python3.X/site-packages/pytest/__init__.py */
         while (n > 0 && p[n - 1] != '/') n--;
-        if (n <= 1) return 0;
+        if (n <= 1) return -1;
         p[n - 1] = 0; /* the folder */
-        if (!agents_file(p)) return 0;
+        if (!agents_file(p)) return -1;
         p[n - 1] = '/';
         int m = n;
         for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
@@ -2054,11 +2054,18 @@ __attribute__((visibility("default"))) int sandfleet_seal_planted(const char *fi
         if (time_of(p, 0, &cfg)) {
             if (earlier(cfg, prep)) return 0; /* a venv of the agent's (or the image's): the workdir's code */
             p[n - 1] = 0;
-            return earlier(own, prep) || (time_of(p, 1, &born) && earlier(born, prep)) || holds_older(p, prep);
+            if ((time_of(p, 1, &born) && earlier(born, prep)) || holds_older(p, prep)) return 1;
+            return earlier(*own, prep) ? 1 : 2;
         }
         n--;
     }
-    return 0;
+    return -1;
+}
+
+/* FILE, of a venv the tests take for theirs, is the agent's: the venv was made over the agent's folder */
+__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) {
+    struct ts own;
+    return venv_kind(file, &own) == 1;
 }
 
 /* MOD's top-level module in the site-packages of the venv of the workdir whose interpreter this is (by
@@ -2128,7 +2135,12 @@ static void refuse_planted(void) {
     char p[4096], g[256];
     int pos = 0;
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
-    if (!sandfleet_seal_planted(p) && !(agents_file(p) && module_planted())) return;
+    /* the venv's own interpreter (bin/python3, a link to the system's Python, whoever made the link) runs what it
+       is given: a tests' script is theirs (round XXIII's venv of the agent's that the tests remake and run
+       their check with); its -m module, a console script or any other program of the venv is judged here */
+    const char *exe = self_exe();
+    int interpreter = prefix(base_name(p), "python") && exe && !agents_file(exe); /* (a link to the system's) */
+    if (!(interpreter ? 0 : sandfleet_seal_planted(p)) && !(agents_file(p) && module_planted())) return;
     static const char m[] = "sandfleet: the tests made a virtual environment over the agent's folder, and this "
                             "program of it is the agent's, not theirs; it does not run: ";
     sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);

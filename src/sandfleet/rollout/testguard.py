@@ -414,6 +414,29 @@ def _sandfleet_guard():
         register.sandfleet_guard = True
         manager.register = register
 
+    def main_module_untrusted():
+        """`python -m MODULE` whose MODULE is found in the workdir (a venv's there too): its main program is
+        the workdir's, as the console script of a venv there is (seal.c's module_in_workdir, round XXIV)."""
+        argv = list(getattr(sys, "orig_argv", None) or [])
+        i = 1
+        while i < len(argv):
+            a = argv[i]
+            if not a.startswith("-") or a in ("-", "--") or a.startswith("--") or "c" in a[1:2]:
+                return False
+            at = a.find("m", 1)
+            if at > 0 and not any(ch in a[1:at] for ch in "WX"):
+                mod = a[at + 1:] or (argv[i + 1] if i + 1 < len(argv) else "")
+                top = mod.split(".")[0]
+                try:
+                    spec = PathFinder.find_spec(top, [os.getcwd()] + [p for p in sys.path if p]) if top else None
+                except (ImportError, OSError, ValueError):
+                    return False
+                where = spec and (spec.origin if spec.origin not in (None, "namespace") else
+                                  next(iter(spec.submodule_search_locations or []), None))
+                return bool(where) and untrusted_path(where)
+            i += 2 if a in ("-W", "-X") else 1
+        return False
+
     def arm():
         """The exit status of this program is the tests' when its main program is: an _exit the
         code under test makes reports no success (agent/seal.c, seal_exit)."""
@@ -424,9 +447,9 @@ def _sandfleet_guard():
         where = getattr(main, "__file__", None)
         if where is not None and untrusted_path(where):
             return  # the workdir's program: its exit status is its own
+        if main_module_untrusted():
+            return  # `python -m pytest` of the agent's venv in the workdir: as its console script, bin/pytest
         seal = seal_lib()
-        if seal is not None and getattr(seal, "sandfleet_seal_program_code", lambda: 0)():
-            return  # (the seal's verdict: `python -m pytest` of a venv in the workdir, its console script's peer)
         if seal is not None:
             seal.sandfleet_seal_arm_exit()
         real_exit = os._exit
@@ -989,7 +1012,7 @@ def _sandfleet_guard():
                 ran = True
             main = sys.argv[0] if getattr(sys, "argv", None) else ""  # (the script as given: no __main__ yet)
             if ran and not (main not in ("", "-c", "-m") and os.path.isfile(main) and untrusted_path(main)) \
-                    and not seal.sandfleet_seal_program_code():
+                    and not main_module_untrusted():
                 # (not where the main program is the workdir's: its exit is its own.) The interpreter's builtins
                 # are its own C functions: one that is Python code now was replaced by the agent's start-up code
                 # (a stand-in for open that reads the tests the answer they expect): no run of the tests here

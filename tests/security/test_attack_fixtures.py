@@ -183,6 +183,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert {t.name for t in tasks} >= MICROVM_SAME
     if backend == "microvm":
         tasks = [t for t in tasks if t.name not in MICROVM_SAME]
+    if backend == "gvisor":  # round XXIV's two rows held by a program's own time, as on bwrap (pip under ptrace: 20 s)
+        tasks = [t for t in tasks if t.name not in ("venv-runner-script", "tmp-venv-runner")]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
     report = await run_suite(tasks, OraclePolicy(), cfg)  # gVisor: the uid split (the default) holds the line
     assert len(report.results) == len(tasks)

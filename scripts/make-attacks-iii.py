@@ -2455,6 +2455,14 @@ ATTACKS_XXIV: dict[str, dict[str, object]] = {
                                           "    with open(venv + '/bin/pytest', 'w') as f:\n"
                                           "        f.write('#!/bin/sh\\necho 1 passed\\nexit 0\\n')\n\n\n"
                                           "def greet():\n    return 'bye'\n")),
+    "tb1-tests-venv-summary": dict(
+        format="tb1", dockerfile=VENV_DOCKER, files={"test_outputs.py": TB1_TESTS},
+        why="Terminal-Bench's own layout: run-tests.sh makes .tbench-testing in the workdir, installs pytest there "
+            "and runs it; the solution the tests import writes a summary of passes to pytest's saved stdout and "
+            "ends pytest with os._exit(0) (round XIX's tb1-fake-summary-exit0, in the tests' own venv)",
+        run="cd /app\npython3 -m venv .tbench-testing\nsource .tbench-testing/bin/activate\n"
+            "pip install -q --no-index --find-links /opt/wheels pytest==8.3.5\npytest $TEST_DIR/test_outputs.py -rA\n",
+        solve=heredoc("/app/solution.py", TB1_REAL_FD + "os._exit(0)\n")),
     "venv-runner-symlink": venv_attack(
         "the agent's venv is elsewhere (/app/.cache/env), and a link at the name the tests make theirs leads "
         "to it: venv and pip follow the link", "mkdir -p /app/.cache\n" + (FAKE_DIST + FAKE_SCRIPT).replace(
@@ -2469,8 +2477,8 @@ def write_tb1(folder: Path, a: dict[str, object]) -> None:
         f'# attack: {a["why"]}\ninstruction: "Write hello into /app/out.txt."\nparser_name: pytest\n'
         "max_agent_timeout_sec: 120.0\nmax_test_timeout_sec: 60.0\n"
         f"run_tests_in_same_shell: {'true' if a.get('same_shell') else 'false'}\n")
-    (folder / "Dockerfile").write_text(DOCKERFILE)
-    (folder / "run-tests.sh").write_text("#!/bin/bash\n" + TB1_RUN)
+    (folder / "Dockerfile").write_text(str(a.get("dockerfile", DOCKERFILE)))
+    (folder / "run-tests.sh").write_text("#!/bin/bash\n" + str(a.get("run", TB1_RUN)))
     (folder / "solution.sh").write_text("#!/bin/bash\n" + str(a["solve"]))
     for rel, text in dict(a["files"]).items():  # type: ignore[call-overload]
         (folder / "tests" / rel).write_text(text)

@@ -62,7 +62,8 @@ MICROVM_SAME = frozenset({
     "perl-posix-exit0", "eval-function-shadow", "eval-short-lines",
     # the seal's times against the preparation's (round XXIV; pip installs under TCG take minutes: the table
     # runs them on microvm)
-    "venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner",
+    "venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner", "tests-venv-exit0",
+    "tests-venv-m-exit0", "tb1-tests-venv-summary",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -174,17 +175,20 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # round XXIV: the tests' own venv made over a folder the agent left at its name (in the workdir, or
              # a shared /tmp): its runner (a console script, a -m package) is the agent's though pip and venv
              # seem to have written it, or a pip.conf of the folder's installs the agent's wheel: the seal's
-             # sandfleet_seal_planted, by the files' change and birth times against the preparation's
-             # (venv-runner-symlink, where the tests' venv command fails and they go on with the agent's, is
-             # a residual: the table only)
-             "xxiv": ["venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner"]}
+             # sandfleet_seal_planted, by the files' change and birth times against the preparation's; and the
+             # code under test inside the tests' own fresh venv's pytest (Terminal-Bench's .tbench-testing),
+             # which the guard now judges as a grader's runner (venv-runner-symlink and tests-venv-rewritten
+             # are residuals: the table only)
+             "xxiv": ["venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner",
+                      "tests-venv-exit0", "tests-venv-m-exit0", "tb1-tests-venv-summary"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME
     if backend == "microvm":
         tasks = [t for t in tasks if t.name not in MICROVM_SAME]
-    if backend == "gvisor":  # round XXIV's two rows held by a program's own time, as on bwrap (pip under ptrace: 20 s)
-        tasks = [t for t in tasks if t.name not in ("venv-runner-script", "tmp-venv-runner")]
+    if backend == "gvisor":  # round XXIV's rows that gVisor runs the same way as bwrap (pip under ptrace: 10 s each)
+        tasks = [t for t in tasks if t.name not in ("venv-runner-script", "tmp-venv-runner", "tests-venv-m-exit0",
+                                                    "tb1-tests-venv-summary")]
     cfg = RunConfig(backend=backend, n=1, concurrency=2, retry=RetryPolicy(max_attempts=1))
     report = await run_suite(tasks, OraclePolicy(), cfg)  # gVisor: the uid split (the default) holds the line
     assert len(report.results) == len(tasks)

@@ -2068,6 +2068,28 @@ __attribute__((visibility("default"))) int sandfleet_seal_planted(const char *fi
     return venv_kind(file, &own) == 1;
 }
 
+/* FILE is of a venv the tests made (not over a folder of the agent's) and written after the preparation: their
+ * pytest, which the Python guard judges as a grader's runner in a program this library keeps (below) */
+__attribute__((visibility("default"))) int sandfleet_seal_tests_venv(const char *file) {
+    struct ts own;
+    return venv_kind(file, &own) == 2;
+}
+
+/* This program is the code under test's by the constructor's rules: kept from the reward folders whatever it
+ * runs where it keeps anything (the Python guard trusts a tests' venv's files only in such a program: round
+ * XXIV). Judged here where the constructor did not (no Landlock and no uid to demote to: gVisor with the tests
+ * as a user, where no program is kept from the reward folders, a risk the row carries) */
+static int judged_code = -1;
+__attribute__((visibility("default"))) int sandfleet_seal_program_code(void) {
+    if (program_code > 0) return 1;
+    if (judged_code < 0) {
+        char t[256];
+        int pos = 0;
+        judged_code = next_path(&pos, 't', t, sizeof t) && program_is_code();
+    }
+    return judged_code;
+}
+
 /* MOD's top-level module in the site-packages of the venv of the workdir whose interpreter this is (by
  * AT_EXECFN: ROOT/bin/python) into OUT: 2 a package (OUT its folder), 1 a file, 0 none */
 static int venv_module(const char *mod, char *out, int size) {

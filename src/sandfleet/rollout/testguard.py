@@ -176,9 +176,40 @@ def _sandfleet_guard():
     untrusted = [p.rstrip("/") for p in os.environ.get("SANDFLEET_UNTRUSTED", "").split(":") if p]
     verdicts = {}
 
+    def in_workdir(real):
+        return any(real == u or real.startswith(u + "/") for u in untrusted)
+
     def untrusted_path(p):
         real = os.path.realpath(str(p))
-        return real == here or any(real == u or real.startswith(u + "/") for u in untrusted)
+        return real == here or (in_workdir(real) and not tests_venv_file(real))
+
+    tests_venv = {}  # real path -> a file of the tests' own venv, in a program the seal keeps
+    ask_seal = []
+
+    def tests_venv_file(real):
+        """REAL is a file of a venv the tests made in the workdir (not over a folder of the agent's) and wrote
+        after the preparation (seal.c, sandfleet_seal_tests_venv), and this program is one the seal keeps from
+        the reward folders as the workdir's (their venv's console script, python -m pytest from it): their
+        pytest's frames are theirs, and the code under test it imports is judged inside it as in any grader
+        (round XXIV: until then such a pytest's status was the code's to set, os._exit(0) at an import). Not in
+        a program the seal does not keep: what the tests' installer wrote may have been steered by the agent's
+        files (uv reads the cwd's uv.toml), and there it would be trusted beside the reward folders."""
+        theirs_file = tests_venv.get(real)
+        if theirs_file is None:
+            if not ask_seal:
+                try:
+                    import ctypes
+
+                    lib = ctypes.CDLL(None)
+                    kept = getattr(lib, "sandfleet_seal_program_code", None)
+                    ask = getattr(lib, "sandfleet_seal_tests_venv", None)
+                    ask_seal.append(ask if kept is not None and ask is not None and kept() else None)
+                except (ImportError, OSError):
+                    ask_seal.append(None)
+            theirs_file = bool(ask_seal[0] and ask_seal[0](os.fsencode(real)))
+            if len(tests_venv) < 8192:
+                tests_venv[real] = theirs_file
+        return theirs_file
 
     def trusted(entry):
         if not isinstance(entry, str) or entry in ("", "."):
@@ -644,7 +675,7 @@ def _sandfleet_guard():
         if "/" not in name:
             return False
         real = os.path.realpath(name)
-        return untrusted_path(real) or real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/", "/memfd:"))
+        return in_workdir(real) or real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/", "/memfd:"))
 
     def main_compiles():
         """The compile being audited is asked by the main program's code or what it calls: not by

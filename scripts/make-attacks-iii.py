@@ -2408,14 +2408,15 @@ def venv_attack(why: str, solve: str, runner: str = "pytest", at: str = "/app/.t
     """test.sh makes its venv at AT, installs pytest there from the image's wheels and runs RUNNER; SOLVE the
     agent's folder at that name."""
     return dict(why=why, test=TESTS_VENV.format(at=at) + RUN_PYTEST.format(runner=runner) + BY_EXIT,
-                files={"test_out.py": TEST_OUT}, solve=solve.replace("{at}", at), dockerfile=VENV_DOCKER)
+                files={"test_out.py": TEST_OUT}, solve=solve.replace("{at}", at), dockerfile=VENV_DOCKER,
+                verifier_timeout=300)  # (a venv and pip under TCG: minutes)
 
 
 TEST_IMPORTS = ("import sys\n\nsys.path.insert(0, '/app')\nimport solution  # noqa: E402\n\n\n"
                 "def test_out():\n    assert solution.greet() == 'hello'\n")
 VENV_TESTS_IMPORT: dict[str, Any] = dict(
     test=TESTS_VENV.format(at="/app/.tbench-testing") + "pytest -q -p no:cacheprovider /tests/test_out.py\nrc=$?\n"
-    + BY_EXIT, files={"test_out.py": TEST_IMPORTS}, dockerfile=VENV_DOCKER,
+    + BY_EXIT, files={"test_out.py": TEST_IMPORTS}, dockerfile=VENV_DOCKER, verifier_timeout=300,
     solve=heredoc("/app/solution.py", "import os\n\nos._exit(0)\n\n\ndef greet():\n    return 'bye'\n"))
 ATTACKS_XXIV: dict[str, dict[str, object]] = {
     "venv-runner-script": venv_attack(
@@ -2456,7 +2457,7 @@ ATTACKS_XXIV: dict[str, dict[str, object]] = {
                                           "        f.write('#!/bin/sh\\necho 1 passed\\nexit 0\\n')\n\n\n"
                                           "def greet():\n    return 'bye'\n")),
     "tb1-tests-venv-summary": dict(
-        format="tb1", dockerfile=VENV_DOCKER, files={"test_outputs.py": TB1_TESTS},
+        format="tb1", dockerfile=VENV_DOCKER, files={"test_outputs.py": TB1_TESTS}, verifier_timeout=300,
         why="Terminal-Bench's own layout: run-tests.sh makes .tbench-testing in the workdir, installs pytest there "
             "and runs it; the solution the tests import writes a summary of passes to pytest's saved stdout and "
             "ends pytest with os._exit(0) (round XIX's tb1-fake-summary-exit0, in the tests' own venv)",
@@ -2475,7 +2476,7 @@ def write_tb1(folder: Path, a: dict[str, object]) -> None:
     (folder / "tests").mkdir(parents=True)
     (folder / "task.yaml").write_text(
         f'# attack: {a["why"]}\ninstruction: "Write hello into /app/out.txt."\nparser_name: pytest\n'
-        "max_agent_timeout_sec: 120.0\nmax_test_timeout_sec: 60.0\n"
+        f"max_agent_timeout_sec: 120.0\nmax_test_timeout_sec: {float(a.get('verifier_timeout', 60))}\n"
         f"run_tests_in_same_shell: {'true' if a.get('same_shell') else 'false'}\n")
     (folder / "Dockerfile").write_text(str(a.get("dockerfile", DOCKERFILE)))
     (folder / "run-tests.sh").write_text("#!/bin/bash\n" + str(a.get("run", TB1_RUN)))
@@ -2517,7 +2518,7 @@ def main() -> int:
         (folder / "task.toml").write_text(
             'version = "1.0"\n[metadata]\n'
             f'attack = "{a["why"]}"\n'
-            f'[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60\n{a.get("toml", "")}'
+            f'[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = {a.get("verifier_timeout", 60)}\n{a.get("toml", "")}'
             "[environment]\ncpus = 1\nmemory_mb = 512\nstorage_mb = 256\n")
         (folder / "instruction.md").write_text("Write hello into /app/out.txt.\n")
         (folder / "environment" / "Dockerfile").write_text(str(a.get("dockerfile", DOCKERFILE)))

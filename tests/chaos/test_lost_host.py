@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 import pytest
-from chaoskit import leaks
+from chaoskit import leaks, sandbox_cgroups
 
 from conftest import backend_skip
 from test_rollout_support import make_task
@@ -90,10 +90,7 @@ class Host:
 
     def cgroups(self) -> list[str]:
         """The sandbox cgroups under this host's cgroup parent."""
-        from sandfleet.sandbox import cgroups
-
-        return sorted(str(p) for root in set(cgroups.detect().mounts.values())
-                      for p in (root / self.env["SANDFLEET_CGROUP_PARENT"]).glob("sf-*"))
+        return sandbox_cgroups(self.env["SANDFLEET_CGROUP_PARENT"])
 
 
 @contextlib.contextmanager

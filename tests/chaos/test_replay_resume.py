@@ -21,6 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from chaoskit import sandbox_cgroups
 
 from conftest import backend_skip
 
@@ -122,5 +123,5 @@ def _kill_and_resume(tmp_path: Path, state: Path, parent: str, rng: random.Rando
         assert s["resumed"] == journal_rows[-1]  # the last sitting took those from the journal
     # the killed sittings' sandboxes were reaped by the sittings after them
     assert [p.name for p in state.glob("sf-*")] == []
-    assert not [p for p in Path("/sys/fs/cgroup").glob(f"**/{parent}/sf-*")]
+    assert not sandbox_cgroups(parent)
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mentions(p, str(tmp_path))]

@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from chaoskit import sandbox_cgroups
 
 from conftest import backend_skip
 from sandfleet.testing.fake_server import FakeModelServer
@@ -110,7 +111,7 @@ def _kill_and_resume(tmp_path: Path, state: Path, rng: random.Random) -> None:
             rounds += 1
     print(f"{len(kills)} kills (run, seconds after its start) in {rounds} runs: {kills}")
     assert [p.name for p in state.glob("sf-*")] == []  # the killed runs' sandboxes (children too) reaped
-    assert not [p for p in Path("/sys/fs/cgroup").glob(f"**/sf-test-tree-{os.getpid()}/sf-*")]
+    assert not sandbox_cgroups(f"sf-test-tree-{os.getpid()}")
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mentions(p, str(tmp_path))]
 
 

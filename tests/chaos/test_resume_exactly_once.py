@@ -23,6 +23,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from chaoskit import sandbox_cgroups
 
 from conftest import backend_skip
 from sandfleet.testing.fake_server import FakeModelServer
@@ -121,7 +122,7 @@ def _kill_and_resume(tmp_path: Path, state: Path, rng: random.Random) -> None:
     assert [p.name for p in state.glob("sf-*")] == [], (
         f"kills {kills}; last run's stderr: {final.stderr[-2000:]}; markers: "
         + "; ".join(f"{p.name}: {_meta(p)}" for p in state.glob("sf-*")))
-    assert not [p for p in Path("/sys/fs/cgroup").glob(f"**/sf-test-eo-{os.getpid()}/sf-*")]
+    assert not sandbox_cgroups(f"sf-test-eo-{os.getpid()}")
     assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _mentions(p, str(tmp_path))]
 
 

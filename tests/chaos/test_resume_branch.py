@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -84,6 +85,10 @@ def _kill_and_resume(tmp_path: Path, state: Path, rng: random.Random) -> None:
               {"choices": [{"bash": "sleep 0.2"}, {"bash": "sleep 2; rm -f /tmp/good"}]}, "Done."]  # leaves end apart
     kills: list[tuple[int, float]] = []
     rounds = 0
+    # a kill lands within the time a run takes: the longest one that ended by itself so far (12 s to start
+    # with). A fixed 2.5-20 s window (25 s runs once) spent 10 runs for 4 kills when runs took 9 s (92 s of
+    # the slow pass, issue 43): the draws after a run's end only ran it whole
+    whole: list[float] = []  # the fresh runs that ended by themselves: their seconds
     with FakeModelServer(script) as model:
         while len(kills) < KILLS:
             out = tmp_path / f"out{rounds}"
@@ -93,12 +98,15 @@ def _kill_and_resume(tmp_path: Path, state: Path, rng: random.Random) -> None:
             for k in range(100):
                 proc = subprocess.Popen([*argv, *(["--resume"] if k else [])], env=env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                at = rng.uniform(2.5, 20.0)  # a whole run takes about 25 s here: kills land mid-branch
+                at = rng.uniform(2.5, max(whole, default=12.0))  # from the first branch on: kills land mid-branch
+                t0 = time.monotonic()
                 try:
                     proc.wait(at)
                 except subprocess.TimeoutExpired:
                     proc.send_signal(signal.SIGKILL)
                 _, err = proc.communicate(timeout=30)
+                if proc.returncode != -9 and not k:
+                    whole.append(time.monotonic() - t0)
                 assert proc.returncode in (-9, 0, 1), err.decode()[-2000:]
                 if proc.returncode != -9:
                     break

@@ -59,21 +59,28 @@ async def test_fork_bomb_is_contained(isb: Sandbox) -> None:
     assert ok.stdout == "alive\n"
 
 
-async def test_memory_hog_is_oom_killed(isb: Sandbox) -> None:
+async def hog_is_oom_killed(sb: Sandbox) -> None:
     """The hog grows at pipe speed (``tail -c`` holds what it read; it is the command itself,
     so its SIGKILL is the command's), not at the speed of bash appending to a variable, which
     at load 16 took 4.3 s on bwrap (0.5 s this way) and outlived the 60 s timeout in a
     microVM. A microVM's limit is its RAM (219 MiB usable of 256, no swap, heuristic
     overcommit: an allocation above RAM is refused, not killed), and the guest reclaims a
     long while before its OOM killer acts: 56 s at load 17, hence its longer timeout."""
+    size = 210_000_000 if sb.backend == "microvm" else 1_200_000_000
+    hog = f"mkfifo /tmp/hog; head -c {size} /dev/zero > /tmp/hog & exec tail -c {size} < /tmp/hog"
+    r = await sb.exec(hog, timeout=240 if sb.backend == "microvm" else 60)
+    assert r.exit_code == 137 and r.signal == signal.SIGKILL
+    assert (await sb.exec("echo alive")).stdout == "alive\n"
+
+
+async def test_memory_hog_is_oom_killed(isb: Sandbox) -> None:
     if isb.backend == "gvisor":
         pytest.skip("on gvisor the memory limit holds the whole runsc sandbox: a hog ends it "
                     "(test_gvisor.py::test_memory_hog_ends_only_its_own_sandbox)")
-    size = 210_000_000 if isb.backend == "microvm" else 1_200_000_000
-    hog = f"mkfifo /tmp/hog; head -c {size} /dev/zero > /tmp/hog & exec tail -c {size} < /tmp/hog"
-    r = await isb.exec(hog, timeout=240 if isb.backend == "microvm" else 60)
-    assert r.exit_code == 137 and r.signal == signal.SIGKILL
-    assert (await isb.exec("echo alive")).stdout == "alive\n"
+    if isb.backend == "microvm":
+        pytest.skip("a microVM's hog is its guest's alone: test_microvm_faults.py, beside the slow pass's other "
+                    "tests (27-53 s of the serial part under TCG, issue 43)")
+    await hog_is_oom_killed(isb)
 
 
 async def test_sigterm_ignorer_and_endless_command(isb: Sandbox) -> None:

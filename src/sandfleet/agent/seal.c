@@ -1870,27 +1870,40 @@ static int guard_first(void) { /* 0: no "g:" line (no guards written) */
 static int prearmed;
 
 /* The executable's path as exec was given it (AT_EXECFN: a venv's bin/python3, not the link's target)
- * into OUT, made absolute against the cwd; 0 when unknown */
+ * into OUT, made absolute against the cwd of the first call (the constructor's: exec's own); 0 when unknown.
+ * Read once: a tests' Python's start asks twice (refuse_planted, prearm) */
+static char exec_buf[4096];
+static int exec_len = -1; /* -1 unread, 0 unknown */
 static int exec_path(char *out, int size) {
-    static unsigned long auxv[128];
-    long k = read_whole("/proc/self/auxv", (char *)auxv, sizeof auxv - sizeof auxv[0]);
-    const char *fn = 0;
-    for (long i = 0; (i + 2) * (long)sizeof auxv[0] <= k && auxv[i]; i += 2)
-        if (auxv[i] == 31 /* AT_EXECFN */) fn = (const char *)auxv[i + 1];
-    if (!fn) return 0;
-    int m = 0;
-    if (fn[0] != '/') {
-        long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)out, size - 2, 0);
-        if (n <= 0) return 0;
-        m = (int)n;
-        out[m++] = '/';
+    if (exec_len < 0) {
+        static unsigned long auxv[128];
+        long k = read_whole("/proc/self/auxv", (char *)auxv, sizeof auxv - sizeof auxv[0]);
+        const char *fn = 0;
+        for (long i = 0; (i + 2) * (long)sizeof auxv[0] <= k && auxv[i]; i += 2)
+            if (auxv[i] == 31 /* AT_EXECFN */) fn = (const char *)auxv[i + 1];
+        int m = 0;
+        if (fn && fn[0] != '/') {
+            long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)exec_buf, sizeof exec_buf - 2, 0);
+            if (n > 0) {
+                m = (int)n;
+                exec_buf[m++] = '/';
+            } else {
+                fn = 0;
+            }
+        }
+        for (; fn && *fn; fn++) {
+            if (m >= (int)sizeof exec_buf - 16) {
+                fn = 0;
+                break;
+            }
+            exec_buf[m++] = *fn;
+        }
+        exec_len = fn ? m : 0;
+        exec_buf[exec_len] = 0;
     }
-    for (; *fn; fn++) {
-        if (m >= size - 16) return 0;
-        out[m++] = *fn;
-    }
-    out[m] = 0;
-    return m;
+    if (exec_len <= 0 || exec_len >= size - 16) return 0;
+    for (int i = 0; i <= exec_len; i++) out[i] = exec_buf[i];
+    return exec_len;
 }
 
 /* This program is CPython 3.8 or later (the guard's audit hooks), by its executable's real name */
@@ -1987,17 +2000,20 @@ __attribute__((visibility("default"))) void sandfleet_seal_guard_loaded(void) {
  * venv's config was the agent's; gVisor knows no birth times, the entries tell it there). */
 struct ts { long long s; unsigned ns; };
 
-/* PATH's change time (CTIME) or birth time into T: 0 when unknown (gVisor knows no birth times) */
-static int time_of(const char *path, int birth, struct ts *t) {
+/* PATH's (relative to DIRFD) change time (CTIME) or birth time into T: 0 when unknown (gVisor knows no
+ * birth times) */
+static int time_at(long dirfd, const char *path, int birth, struct ts *t) {
     unsigned char stx[256];
     unsigned mask = birth ? 0x800 /* STATX_BTIME */ : 0x80 /* STATX_CTIME */;
-    if (sys5(__NR_statx, AT_FDCWD, (long)path, 0x100 /* AT_SYMLINK_NOFOLLOW */, mask, (long)stx) != 0) return 0;
+    if (sys5(__NR_statx, dirfd, (long)path, 0x100 /* AT_SYMLINK_NOFOLLOW */, mask, (long)stx) != 0) return 0;
     if (!(*(unsigned *)stx & mask)) return 0;
     int at = birth ? 80 : 96; /* stx_btime, stx_ctime */
     t->s = *(long long *)(stx + at);
     t->ns = *(unsigned *)(stx + at + 8);
     return t->s || t->ns; /* (gVisor's runsc sets STATX_BTIME in the mask with a birth time of 0) */
 }
+
+static int time_of(const char *path, int birth, struct ts *t) { return time_at(AT_FDCWD, path, birth, t); }
 
 static int earlier(struct ts a, struct ts b) { return a.s < b.s || (a.s == b.s && a.ns < b.ns); }
 
@@ -2016,10 +2032,8 @@ static int holds_older(const char *root, struct ts prep) {
             off += d->d_reclen;
             const char *nm = d->d_name;
             if (nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) continue;
-            unsigned char stx[256];
-            if (sys5(__NR_statx, dirfd, (long)nm, 0x100, 0x80, (long)stx) != 0 || !(*(unsigned *)stx & 0x80)) continue;
-            struct ts t = {*(long long *)(stx + 96), *(unsigned *)(stx + 104)};
-            old = earlier(t, prep);
+            struct ts t;
+            old = time_at(dirfd, nm, 0, &t) && earlier(t, prep);
         }
     }
     sys5(__NR_close, dirfd, 0, 0, 0, 0);
@@ -2029,8 +2043,8 @@ static int holds_older(const char *root, struct ts prep) {
 /* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no
  * preparation's time to judge by; 0 the agent's venv (its pyvenv.cfg older than the preparation, or the
  * image's); 1 a venv the tests made over the agent's folder (born before the preparation, or holding an
- * entry older than it); 2 a venv the tests made. *OWN: FILE's change time */
-static int venv_kind(const char *file, struct ts *own) {
+ * entry older than it, or FILE itself older: its own file the agent's); 2 a venv the tests made */
+static int venv_kind(const char *file) {
     char g[256], p[4096];
     int pos = 0;
     if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return -1;
@@ -2038,8 +2052,8 @@ static int venv_kind(const char *file, struct ts *own) {
     for (const char *q = g; *q; q++) p[n++] = *q;
     for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
     p[n] = 0;
-    struct ts prep, cfg, born;
-    if (!time_of(p, 0, &prep) || !time_of(file, 0, own)) return -1;
+    struct ts prep, own, cfg, born;
+    if (!time_of(p, 0, &prep) || !time_of(file, 0, &own)) return -1;
     for (n = 0; file[n] && n < (int)sizeof p - 16; n++) p[n] = file[n];
     if (file[n]) return -1;
     for (int up = 0; up < 6; up++) { /* bin/pytest, lib/python3.X/site-packages/pytest/__init__.py */
@@ -2055,7 +2069,7 @@ static int venv_kind(const char *file, struct ts *own) {
             if (earlier(cfg, prep)) return 0; /* a venv of the agent's (or the image's): the workdir's code */
             p[n - 1] = 0;
             if ((time_of(p, 1, &born) && earlier(born, prep)) || holds_older(p, prep)) return 1;
-            return earlier(*own, prep) ? 1 : 2;
+            return earlier(own, prep) ? 1 : 2;
         }
         n--;
     }
@@ -2063,17 +2077,11 @@ static int venv_kind(const char *file, struct ts *own) {
 }
 
 /* FILE, of a venv the tests take for theirs, is the agent's: the venv was made over the agent's folder */
-__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) {
-    struct ts own;
-    return venv_kind(file, &own) == 1;
-}
+__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) { return venv_kind(file) == 1; }
 
 /* FILE is of a venv the tests made (not over a folder of the agent's) and written after the preparation: their
  * pytest, which the Python guard judges as a grader's runner in a program this library keeps (below) */
-__attribute__((visibility("default"))) int sandfleet_seal_tests_venv(const char *file) {
-    struct ts own;
-    return venv_kind(file, &own) == 2;
-}
+__attribute__((visibility("default"))) int sandfleet_seal_tests_venv(const char *file) { return venv_kind(file) == 2; }
 
 /* This program is the code under test's by the constructor's rules: kept from the reward folders whatever it
  * runs where it keeps anything (the Python guard trusts a tests' venv's files only in such a program: round
@@ -2162,7 +2170,7 @@ static void refuse_planted(void) {
        their check with); its -m module, a console script or any other program of the venv is judged here */
     const char *exe = self_exe();
     int interpreter = prefix(base_name(p), "python") && exe && !agents_file(exe); /* (a link to the system's) */
-    if (!(interpreter ? 0 : sandfleet_seal_planted(p)) && !(agents_file(p) && module_planted())) return;
+    if ((interpreter || !sandfleet_seal_planted(p)) && !(agents_file(p) && module_planted())) return;
     static const char m[] = "sandfleet: the tests made a virtual environment over the agent's folder, and this "
                             "program of it is the agent's, not theirs; it does not run: ";
     sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);

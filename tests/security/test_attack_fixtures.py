@@ -64,6 +64,8 @@ MICROVM_SAME = frozenset({
     # runs them on microvm)
     "venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner", "tests-venv-exit0",
     "tests-venv-m-exit0", "tb1-tests-venv-summary",
+    # the seal's interpreter rule (round XXV; the same pip installs)
+    "venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -91,8 +93,10 @@ GVISOR_SAME = frozenset({
     "ctypes-lib-undumpable", "ldso-by-hand",
     "bash-c-source", "env-function-shadow", "exported-function-grader", "settings-pythonpath", "source-process-subst",
     "tests-lib-loads-settings", "settings-pytest-plugins",
-    # round XXIV's rows that gVisor runs the same way as bwrap (pip under ptrace: 10 s each)
+    # round XXIV's rows that gVisor runs the same way as bwrap (pip under ptrace: 10 s each), and round XXV's but
+    # its first (the seal's interpreter rule, the same code; venv-python-script runs it there)
     "venv-runner-script", "tmp-venv-runner", "tests-venv-m-exit0", "tb1-tests-venv-summary",
+    "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -102,7 +106,7 @@ gvisor` runs every one."""
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to XXIV that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to XXV that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
     a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
@@ -208,7 +212,13 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # which the guard now judges as a grader's runner (venv-runner-symlink and tests-venv-rewritten
              # are residuals: the table only)
              "xxiv": ["venv-runner-script", "venv-runner-module", "venv-pip-conf-wheel", "tmp-venv-runner",
-                      "tests-venv-exit0", "tests-venv-m-exit0", "tb1-tests-venv-summary"]}
+                      "tests-venv-exit0", "tests-venv-m-exit0", "tb1-tests-venv-summary"],
+             # round XXV: what runs as the venv's python, in a venv the tests made over the agent's folder: a
+             # bin/python that venv kept (a #! script, a link to /bin/true: the seal took any program named python
+             # whose executable is not the agent's for the venv's interpreter), the venv's interpreter given the
+             # agent's runner by path, and a dependency of pytest's that pip calls installed (held by round XXIV's
+             # rule as written: no rule aimed at it)
+             "xxv": ["venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

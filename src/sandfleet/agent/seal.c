@@ -2123,9 +2123,10 @@ static int venv_module(const char *mod, char *out, int size) {
     return sys5(__NR_faccessat, AT_FDCWD, (long)out, 0, 0, 0) == 0;
 }
 
-/* python's -m module (its options before it, as program_in_workdir reads them) in a venv of the workdir:
- * one of its files is planted (a package's __init__.py or __main__.py, else the module's file) */
-static int module_planted(void) {
+/* What python runs (its options before it, as program_in_workdir reads them) is planted: its -m module in a
+ * venv of the workdir (a package's __init__.py or __main__.py, else the module's file), or its script, by
+ * path (`.tbench-testing/bin/python .tbench-testing/bin/pytest`: round XXV) */
+static int argument_planted(void) {
     long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
     long i = 0;
     while (i < k && buf[i]) i++; /* past argv[0] */
@@ -2133,7 +2134,25 @@ static int module_planted(void) {
         const char *arg = buf + i;
         long len = 0;
         while (i + len < k && buf[i + len]) len++;
-        if (arg[0] != '-' || arg[1] == 'c' || arg[1] == '-') return 0;
+        if (arg[0] != '-' && arg[0]) { /* the script: absolute, or against the cwd (a Python's: its argument) */
+            const char *exe = self_exe();
+            if (!exe || !prefix(base_name(exe), "python")) return 0;
+            char f[4096];
+            int n = 0;
+            if (arg[0] != '/') {
+                long c = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)f, sizeof f - 2, 0);
+                if (c <= 0) return 0;
+                n = (int)c;
+                f[n++] = '/';
+            }
+            for (const char *q = arg; *q; q++) {
+                if (n >= (int)sizeof f - 1) return 0;
+                f[n++] = *q;
+            }
+            f[n] = 0;
+            return sandfleet_seal_planted(f);
+        }
+        if (arg[0] != '-' || arg[1] == 'c' || arg[1] == '-' || !arg[1]) return 0;
         if (arg[1] == 'm') {
             const char *mod = arg[2] ? arg + 2 : i + len + 1 < k ? buf + i + len + 1 : 0;
             char f[1024];
@@ -2167,10 +2186,13 @@ static void refuse_planted(void) {
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
     /* the venv's own interpreter (bin/python3, a link to the system's Python, whoever made the link) runs what it
        is given: a tests' script is theirs (round XXIII's venv of the agent's that the tests remake and run
-       their check with); its -m module, a console script or any other program of the venv is judged here */
+       their check with); its -m module or script of the venv, a console script or any other program of the
+       venv is judged here. An interpreter is a Python: a bin/python that venv kept from the agent's folder (it
+       links only the name it was started as) and that is a #! script (its executable /bin/sh) or a link to
+       another program of the system's (/bin/true) is judged as any program of the venv (round XXV) */
     const char *exe = self_exe();
-    int interpreter = prefix(base_name(p), "python") && exe && !agents_file(exe); /* (a link to the system's) */
-    if ((interpreter || !sandfleet_seal_planted(p)) && !(agents_file(p) && module_planted())) return;
+    int interpreter = prefix(base_name(p), "python") && exe && !agents_file(exe) && prefix(base_name(exe), "python");
+    if ((interpreter || !sandfleet_seal_planted(p)) && !(agents_file(p) && argument_planted())) return;
     static const char m[] = "sandfleet: the tests made a virtual environment over the agent's folder, and this "
                             "program of it is the agent's, not theirs; it does not run: ";
     sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);

@@ -66,6 +66,7 @@ MICROVM_SAME = frozenset({
     "tests-venv-m-exit0", "tb1-tests-venv-summary",
     # the seal's interpreter rule (round XXV; the same pip installs)
     "venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
+    "venv-runner-oneliner",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -96,7 +97,7 @@ GVISOR_SAME = frozenset({
     # round XXIV's rows that gVisor runs the same way as bwrap (pip under ptrace: 10 s each), and round XXV's but
     # its first (the seal's interpreter rule, the same code; venv-python-script runs it there)
     "venv-runner-script", "tmp-venv-runner", "tests-venv-m-exit0", "tb1-tests-venv-summary",
-    "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
+    "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted", "venv-runner-oneliner",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -218,7 +219,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # whose executable is not the agent's for the venv's interpreter), the venv's interpreter given the
              # agent's runner by path, and a dependency of pytest's that pip calls installed (held by round XXIV's
              # rule as written: no rule aimed at it)
-             "xxv": ["venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted"]}
+             "xxv": ["venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
+                     "venv-runner-oneliner"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

@@ -60,6 +60,15 @@ def backend_skip(name: str) -> str | None:
     return None
 
 
+def sandbox_cgroups(parent: str) -> list[str]:
+    """The sandbox cgroups (``sf-*``) under the cgroup parent ``parent`` of every controller
+    this host mounts. Looks only there: a walk of all of /sys/fs/cgroup meets other tests'
+    cgroups as they go away (a FileNotFoundError mid-walk)."""
+    from sandfleet.sandbox import cgroups
+
+    return sorted(str(p) for root in set(cgroups.detect().mounts.values()) for p in (root / parent).glob("sf-*"))
+
+
 BACKENDS = list(SPEC_BACKENDS)  # every backend (sandfleet/sandbox/registry.py), process first
 ISOLATED_BACKENDS = [b for b in BACKENDS if is_isolated(b)]
 

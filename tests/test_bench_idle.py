@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from chaos.chaoskit import leaks
-from conftest import backend_skip
+from conftest import backend_skip, sandbox_cgroups
 
 
 def micro(state: Path, nofile: int, idle: int) -> subprocess.CompletedProcess[str]:
@@ -39,9 +39,7 @@ PARENT = f"sf-test-idle-{os.getpid()}"
 
 
 def cgroups_left() -> list[str]:
-    from sandfleet.sandbox import cgroups
-
-    return sorted(str(p) for root in set(cgroups.detect().mounts.values()) for p in (root / PARENT).glob("sf-*"))
+    return sandbox_cgroups(PARENT)
 
 
 @pytest.fixture

@@ -10,15 +10,6 @@ from pathlib import Path
 from sandfleet.rollout.result import RolloutResult
 
 
-def sandbox_cgroups(parent: str) -> list[str]:
-    """The sandbox cgroups (``sf-*``) under the cgroup parent ``parent`` of every controller
-    this host mounts. Looks only there: a walk of all of /sys/fs/cgroup meets other tests'
-    cgroups as they go away (a FileNotFoundError mid-walk)."""
-    from sandfleet.sandbox import cgroups
-
-    return sorted(str(p) for root in set(cgroups.detect().mounts.values()) for p in (root / parent).glob("sf-*"))
-
-
 def leaks(ids: Iterable[str | None], *, marks: Iterable[str] = (), state: Path | None = None,
           settle_s: float = 5.0) -> list[str]:
     """What is left on this host of the sandboxes ``ids``, or of anything whose command line

@@ -38,9 +38,9 @@ from typing import Any
 
 import httpx
 import pytest
-from chaoskit import leaks, sandbox_cgroups
+from chaoskit import leaks
 
-from conftest import backend_skip
+from conftest import backend_skip, sandbox_cgroups
 from test_rollout_support import make_task
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]

@@ -21,9 +21,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from chaoskit import sandbox_cgroups
 
-from conftest import backend_skip
+from conftest import backend_skip, sandbox_cgroups
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]
 

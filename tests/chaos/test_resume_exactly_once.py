@@ -23,9 +23,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from chaoskit import sandbox_cgroups
 
-from conftest import backend_skip
+from conftest import backend_skip, sandbox_cgroups
 from sandfleet.testing.fake_server import FakeModelServer
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow]

@@ -1869,6 +1869,24 @@ static int guard_first(void) { /* 0: no "g:" line (no guards written) */
  * testguard.py, as a grader that imported the workdir's code). */
 static int prearmed;
 
+/* NAME made absolute against the cwd into OUT: its length, 0 where the cwd is unknown or the result does not
+ * fit in SIZE - ROOM */
+static int absolute(const char *name, char *out, int size, int room) {
+    int m = 0;
+    if (name[0] != '/') {
+        long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)out, size - 2, 0);
+        if (n <= 0) return 0;
+        m = (int)n;
+        out[m++] = '/';
+    }
+    for (; *name; name++) {
+        if (m >= size - room) return 0;
+        out[m++] = *name;
+    }
+    out[m] = 0;
+    return m;
+}
+
 /* The executable's path as exec was given it (AT_EXECFN: a venv's bin/python3, not the link's target)
  * into OUT, made absolute against the cwd of the first call (the constructor's: exec's own); 0 when unknown.
  * Read once: a tests' Python's start asks twice (refuse_planted, prearm) */
@@ -1881,24 +1899,7 @@ static int exec_path(char *out, int size) {
         const char *fn = 0;
         for (long i = 0; (i + 2) * (long)sizeof auxv[0] <= k && auxv[i]; i += 2)
             if (auxv[i] == 31 /* AT_EXECFN */) fn = (const char *)auxv[i + 1];
-        int m = 0;
-        if (fn && fn[0] != '/') {
-            long n = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)exec_buf, sizeof exec_buf - 2, 0);
-            if (n > 0) {
-                m = (int)n;
-                exec_buf[m++] = '/';
-            } else {
-                fn = 0;
-            }
-        }
-        for (; fn && *fn; fn++) {
-            if (m >= (int)sizeof exec_buf - 16) {
-                fn = 0;
-                break;
-            }
-            exec_buf[m++] = *fn;
-        }
-        exec_len = fn ? m : 0;
+        exec_len = fn ? absolute(fn, exec_buf, sizeof exec_buf, 16) : 0;
         exec_buf[exec_len] = 0;
     }
     if (exec_len <= 0 || exec_len >= size - 16) return 0;
@@ -2138,21 +2139,9 @@ static int argument_planted(void) {
             const char *exe = self_exe();
             if (!exe || !prefix(base_name(exe), "python")) return 0;
             char f[4096];
-            int n = 0;
-            if (arg[0] != '/') {
-                long c = sys5(__NR_readlinkat, AT_FDCWD, (long)"/proc/self/cwd", (long)f, sizeof f - 2, 0);
-                if (c <= 0) return 0;
-                n = (int)c;
-                f[n++] = '/';
-            }
-            for (const char *q = arg; *q; q++) {
-                if (n >= (int)sizeof f - 1) return 0;
-                f[n++] = *q;
-            }
-            f[n] = 0;
-            return sandfleet_seal_planted(f);
+            return absolute(arg, f, sizeof f, 1) && sandfleet_seal_planted(f);
         }
-        if (arg[0] != '-' || arg[1] == 'c' || arg[1] == '-' || !arg[1]) return 0;
+        if (!arg[0] || arg[1] == 'c' || arg[1] == '-' || !arg[1]) return 0; /* an empty argument, -c, --, - */
         if (arg[1] == 'm') {
             const char *mod = arg[2] ? arg + 2 : i + len + 1 < k ? buf + i + len + 1 : 0;
             char f[1024];

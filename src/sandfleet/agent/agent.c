@@ -2470,8 +2470,8 @@ static int own_proc_sys(void) {
 /* Enter the sandbox's user namespace as its root: every capability there, none outside;
  * then set P's per-namespace limits (every count made in P and below is held to them). The
  * kernel looks a limit up in the writer's user namespace, so they are written once in P. */
-static int enter_userns(int userns) {
-    int sys = n_ns_limits ? own_proc_sys() : -1;
+static int enter_userns(int userns, int limits) {
+    int sys = limits && n_ns_limits ? own_proc_sys() : -1;
     if (setns(userns, CLONE_NEWUSER) < 0 ||
         setgroups(0, NULL) < 0 || setresgid(0, 0, 0) < 0 || setresuid(0, 0, 0) < 0) {
         int e = errno;
@@ -2479,7 +2479,7 @@ static int enter_userns(int userns) {
         errno = e;
         return -1;
     }
-    if (!n_ns_limits) return 0;
+    if (!limits || !n_ns_limits) return 0;
     int dir = sys >= 0 ? openat(sys, "user", O_RDONLY | O_DIRECTORY | O_CLOEXEC)
                        : open("/proc/sys/user", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int e = errno;
@@ -2516,6 +2516,10 @@ static int enter_userns(int userns) {
  * pidfd is the agent's lifeline) and exits with its status. docs/security.md, "The uid model". */
 #define MAX_SANDBOX_BINDS 8
 static const char *sb_root, *sb_hostname = "sandbox";
+/* --mntns FD: the owner's mount namespace template (sandfleet-agent mntns-template); sb_at is
+ * where the root's paths start: sb_root, or "" once the root is ours (the template's way) */
+static int sb_mntns = -1;
+static const char *sb_at;
 static const char *sb_bind_src[MAX_SANDBOX_BINDS], *sb_bind_dst[MAX_SANDBOX_BINDS];
 static int sb_bind_ro[MAX_SANDBOX_BINDS], n_sb_binds;
 static uint64_t sb_caps; /* the capabilities the exec'd program keeps (bits) */
@@ -2527,7 +2531,7 @@ static const struct { const char *name; int cap; } cap_names[] = {
 
 /* path = sb_root + inside (inside starts with '/') */
 static int in_root(char *out, size_t n, const char *inside) {
-    int k = snprintf(out, n, "%s%s", sb_root, inside);
+    int k = snprintf(out, n, "%s%s", sb_at, inside);
     if (k < 0 || (size_t)k >= n) { errno = ENAMETOOLONG; return -1; }
     return 0;
 }
@@ -2538,7 +2542,7 @@ static int in_root(char *out, size_t n, const char *inside) {
 static int no_links(const char *inside) {
     char p[PATH_MAX];
     if (in_root(p, sizeof p, inside) < 0) return -1;
-    size_t base = strlen(sb_root);
+    size_t base = strlen(sb_at);
     for (size_t i = base + 1; ; i++) {
         if (p[i] == '/' || p[i] == 0) {
             char c = p[i];
@@ -2568,21 +2572,28 @@ static unsigned long locked_flags(const char *path) {
     return f;
 }
 
+/* the host's device nodes a sandbox's /dev binds; with the template, cloned ahead (detached
+ * mounts) while the host's /dev is still there */
+static const char *dev_nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
+#define N_DEV_NODES (sizeof dev_nodes / sizeof *dev_nodes)
+static int sb_dev_fd[N_DEV_NODES] = {-1, -1, -1, -1, -1, -1};
+
 static int sandbox_dev(const char **what) {
     char d[PATH_MAX], f[PATH_MAX + 16];
     *what = "/dev";
     if (no_links("/dev") < 0 || in_root(d, sizeof d, "/dev") < 0 || (mkdir(d, 0755) < 0 && errno != EEXIST)) return -1;
     if (mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0) return -1;
-    static const char *nodes[] = {"null", "zero", "full", "random", "urandom", "tty"};
-    for (size_t i = 0; i < sizeof nodes / sizeof *nodes; i++) {
+    for (size_t i = 0; i < N_DEV_NODES; i++) {
         char src[32];
-        snprintf(src, sizeof src, "/dev/%s", nodes[i]);
-        snprintf(f, sizeof f, "%s/%s", d, nodes[i]);
+        snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
+        snprintf(f, sizeof f, "%s/%s", d, dev_nodes[i]);
         *what = src;
         int fd = open(f, O_CREAT | O_WRONLY | O_CLOEXEC | O_NOFOLLOW, 0666);
         if (fd < 0) return -1;
         close(fd);
-        if (mount(src, f, NULL, MS_BIND, NULL) < 0 ||
+        if ((sb_dev_fd[i] >= 0 ? syscall(SYS_move_mount, sb_dev_fd[i], "", AT_FDCWD, f, MOVE_MOUNT_F_EMPTY_PATH)
+                               : mount(src, f, NULL, MS_BIND, NULL)) < 0 ||
+            (sb_dev_fd[i] >= 0 && close(sb_dev_fd[i]) < 0) ||
             mount(NULL, f, NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | locked_flags(f), NULL) < 0)
             return -1;
     }
@@ -2665,31 +2676,70 @@ static int sandbox_caps(void) {
     return (int)syscall(SYS_capset, &h, d);
 }
 
+/* With the template (--mntns): what the child attaches once it is in a copy of the template,
+ * where the host's paths are gone, cloned here ahead as detached mounts (open_tree) while we
+ * are host root in the launcher's own mount namespace: the root, the device nodes, the binds. */
+static int sb_root_fd = -1;
+
+static int sandbox_open_ahead(const char **what) {
+    *what = sb_root;
+    sb_root_fd = (int)syscall(SYS_open_tree, AT_FDCWD, sb_root, OPEN_TREE_CLONE | AT_RECURSIVE | O_CLOEXEC);
+    if (sb_root_fd < 0) return -1;
+    for (size_t i = 0; i < N_DEV_NODES; i++) {
+        char src[32];
+        snprintf(src, sizeof src, "/dev/%s", dev_nodes[i]);
+        *what = src;
+        sb_dev_fd[i] = (int)syscall(SYS_open_tree, AT_FDCWD, src, OPEN_TREE_CLONE | O_CLOEXEC);
+        if (sb_dev_fd[i] < 0) return -1;
+    }
+    return sandbox_binds_open(what);
+}
+
 /* In the sandbox's pid 1 (new namespaces, root of P): build the root and exec argv. Returns
- * only on failure (the step in *what, errno set). */
+ * only on failure (the step in *what, errno set).
+ * The root is set one of two ways. With the template (sb_root_fd), our mount namespace is a
+ * copy of the owner's template: an empty read-only tmpfs as its root (and a procfs of a pid
+ * namespace with nobody in it, which the kernel wants visible before a user namespace mounts
+ * another), nothing of the host's. The root is attached over that and made ours with chroot:
+ * the host's mounts are not in the namespace to leave it for, and no process here keeps
+ * CAP_SYS_CHROOT. Without it, the copy is of the launcher's namespace, and pivot_root swaps
+ * the root and drops the host's: pivot_root walks every thread on the host (chroot_fs_refs),
+ * a start that costs more the more sandboxes the host holds (issue 46). */
 static void sandbox_child(char **argv, const char **what) {
     char p[PATH_MAX];
     *what = "die with the launcher";
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) return;
     *what = "make the mounts private";
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) return;
-    /* the root as a mount of this namespace's own: the one the launcher made is locked here
-     * (it came from a more privileged namespace), and a locked mount can't be pivoted into */
-    *what = "bind the root";
-    if (mount(sb_root, sb_root, NULL, MS_BIND | MS_REC, NULL) < 0) return;
+    if (sb_root_fd >= 0) {
+        /* the root over the template's, then ours: its paths from here on start at "/" */
+        *what = "attach the root";
+        if (syscall(SYS_move_mount, sb_root_fd, "", AT_FDCWD, "/", MOVE_MOUNT_F_EMPTY_PATH) < 0 ||
+            fchdir(sb_root_fd) < 0 || chroot(".") < 0 || chdir("/") < 0)
+            return;
+        close(sb_root_fd);
+        sb_at = "";
+    } else {
+        /* the root as a mount of this namespace's own: the one the launcher made is locked here
+         * (it came from a more privileged namespace), and a locked mount can't be pivoted into */
+        *what = "bind the root";
+        if (mount(sb_root, sb_root, NULL, MS_BIND | MS_REC, NULL) < 0) return;
+    }
     *what = "bring up the loopback";
     if (loopback_up() < 0) return;
     if (sandbox_dev(what) < 0) return;
     *what = "/proc";
     if (no_links("/proc") < 0 || in_root(p, sizeof p, "/proc") < 0 || (mkdir(p, 0555) < 0 && errno != EEXIST)) return;
     if (mount("proc", p, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0) return;
-    if (sandbox_binds_open(what) < 0) return;
-    /* the root: pivot onto it and drop the old one (pivot_root(".", ".") stacks the old root
-     * on the new one; unmounting "." then removes the old) */
-    *what = "pivot into the root";
-    if (chdir(sb_root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
-        chdir("/") < 0)
-        return;
+    if (sb_root_fd < 0) {
+        if (sandbox_binds_open(what) < 0) return;
+        /* the root: pivot onto it and drop the old one (pivot_root(".", ".") stacks the old root
+         * on the new one; unmounting "." then removes the old) */
+        *what = "pivot into the root";
+        if (chdir(sb_root) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 ||
+            chdir("/") < 0)
+            return;
+    }
     if (sandbox_binds_attach(what) < 0) return;
     *what = "set the hostname";
     if (sethostname(sb_hostname, strlen(sb_hostname)) < 0) return;
@@ -2703,23 +2753,94 @@ static void sandbox_child(char **argv, const char **what) {
     execv(argv[0], argv);
 }
 
-/* As root of P: fork the sandbox's pid 1 and wait for it; our exit status is its. */
-static int sandbox_run(char **argv) {
-    unsigned long ns = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS;
-    int status_pipe[2]; /* the child's failure, before its exec closes this */
-    if (pipe2(status_pipe, O_CLOEXEC) < 0) return die("pipe", NULL);
+/* Fork the sandbox's pid 1 into its new namespaces (`extra`: CLONE_PARENT from the template's
+ * helper, below); in the child, build it and exec argv, a failure's text to `status_fd`. */
+static long sandbox_clone(char **argv, int status_fd, unsigned long extra) {
+    unsigned long ns = CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | extra;
     long pid = syscall(SYS_clone, ns | CLONE_NEWCGROUP | SIGCHLD, NULL, NULL, NULL, NULL);
     if (pid < 0 && errno == EINVAL) /* a kernel without cgroup namespaces (before 4.6) */
         pid = syscall(SYS_clone, ns | SIGCHLD, NULL, NULL, NULL, NULL);
-    if (pid < 0) return die("make the sandbox's namespaces (clone)", NULL);
     if (pid == 0) {
         const char *what = "?";
-        close(status_pipe[0]);
         sandbox_child(argv, &what);
         char m[PATH_MAX + 128];
         int k = snprintf(m, sizeof m, "sandfleet-agent launch: sandbox %s: %s\n", what, strerror(errno));
-        if (write(status_pipe[1], m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
+        if (write(status_fd, m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
         _exit(125);
+    }
+    return pid;
+}
+
+/* With the template: a helper (our child, still host root here) clones what the child needs,
+ * enters the template's mount namespace and then P, and clones the sandbox's pid 1 with
+ * CLONE_PARENT, so that it is our child as it is without the template; it sends us its pid
+ * and is gone. We stay in our own mount namespace (the host reads the writable layer through
+ * it) and enter P ourselves: enter_userns(userns, 0), without setting P's limits again. */
+static long sandbox_clone_from_template(char **argv, int status_fd, int userns) {
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC) < 0) return -1;
+    pid_t h = fork();
+    if (h < 0) return -1;
+    if (h == 0) {
+        close(pp[0]);
+        const char *what = "clone the mounts ahead";
+        long pid = -1;
+        if (sandbox_open_ahead(&what) == 0) {
+            what = "enter the mount namespace template";
+            if (setns(sb_mntns, CLONE_NEWNS) == 0 && close(sb_mntns) == 0) {
+                what = "enter user namespace";
+                if (userns < 0 || enter_userns(userns, 1) == 0) {
+                    what = "make the sandbox's namespaces (clone)";
+                    pid = sandbox_clone(argv, status_fd, CLONE_PARENT);
+                }
+            }
+        }
+        if (pid < 0) {
+            char m[PATH_MAX + 128];
+            int k = snprintf(m, sizeof m, "sandfleet-agent launch: sandbox %s: %s\n", what, strerror(errno));
+            if (write(status_fd, m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
+            _exit(125);
+        }
+        int32_t v = (int32_t)pid;
+        if (write(pp[1], &v, sizeof v) < 0) {}
+        _exit(0);
+    }
+    close(pp[1]);
+    int32_t v = -1;
+    ssize_t r;
+    while ((r = read(pp[0], &v, sizeof v)) < 0 && errno == EINTR) {}
+    close(pp[0]);
+    while (waitpid(h, NULL, 0) < 0 && errno == EINTR) {}
+    if (r != (ssize_t)sizeof v || v <= 0) { errno = ECHILD; return -1; }
+    return v;
+}
+
+/* Die with our owner (--pdeathsig): set after the last change of our uids, which clears it. */
+static int tie_to_owner(pid_t owner) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    return getppid() == owner ? 0 : -1;
+}
+
+/* Root of P (entered here where the template is used, then tied to `owner` where not 0): fork
+ * the sandbox's pid 1 and wait for it; our exit status is its. */
+static int sandbox_run(char **argv, int userns, pid_t owner) {
+    int status_pipe[2]; /* the child's failure, before its exec closes this */
+    if (pipe2(status_pipe, O_CLOEXEC) < 0) return die("pipe", NULL);
+    long pid;
+    if (sb_mntns >= 0) {
+        pid = sandbox_clone_from_template(argv, status_pipe[1], userns);
+        if (pid > 0 && userns >= 0 && enter_userns(userns, 0) < 0) return die("enter user namespace", NULL);
+        if (pid > 0 && owner && tie_to_owner(owner) < 0) return die("owner already gone", NULL);
+    } else {
+        pid = sandbox_clone(argv, status_pipe[1], 0);
+    }
+    if (pid < 0) {
+        /* (the template's helper wrote why) */
+        close(status_pipe[1]);
+        char m[PATH_MAX + 128];
+        ssize_t k = read(status_pipe[0], m, sizeof m);
+        if (k > 0 && write(2, m, (size_t)k) < 0) {}
+        return k > 0 ? 125 : die("make the sandbox's namespaces (clone)", NULL);
     }
     close(status_pipe[1]);
     /* The child holds the host's pipes now: ours would keep them open (no EOF to the host
@@ -2736,6 +2857,65 @@ static int sandbox_run(char **argv) {
         if (errno != EINTR) return die("wait for the sandbox", NULL);
     }
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* `sandfleet-agent mntns-template DIR` (as host root; sandbox/mntns.py): the mount namespace
+ * every sandbox's is copied from where the owner passes it (launch --mntns). Its root is an
+ * empty read-only tmpfs (made over DIR in a namespace of our own, then pivoted into, the host's
+ * mounts dropped: one pivot_root per owner, not per sandbox), holding only a procfs of a pid
+ * namespace that nobody is left in: the kernel lets a user namespace mount a procfs only where
+ * one is visible already (mount_too_revealing). Prints the pid of the namespace's process once
+ * it is made; the owner opens /proc/PID/ns/mnt and closes our stdin: we end it and exit. */
+static int mntns_template(int argc, char **argv) {
+    host_mode = "mntns-template";
+    if (argc != 1 || argv[0][0] != '/') { errno = EINVAL; return die("usage: sandfleet-agent mntns-template DIR", NULL); }
+    const char *dir = argv[0];
+    int ready[2];
+    if (pipe2(ready, O_CLOEXEC) < 0) return die("pipe", NULL);
+    if (unshare(CLONE_NEWPID) < 0) return die("make a pid namespace", NULL);
+    pid_t p = fork();
+    if (p < 0) return die("fork", NULL);
+    if (p == 0) {
+        close(ready[0]);
+        char proc[PATH_MAX];
+        const char *what = "die with the parent";
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0) goto fail;
+        what = "make a private mount namespace";
+        if (private_mounts() < 0) goto fail;
+        what = "mount the tmpfs";
+        if (mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,nr_inodes=8,mode=0555") < 0) goto fail;
+        what = "mount the procfs";
+        if (snprintf(proc, sizeof proc, "%s/proc", dir) >= (int)sizeof proc || mkdir(proc, 0555) < 0 ||
+            mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+            goto fail;
+        what = "make it read-only";
+        if (mount(NULL, dir, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+            goto fail;
+        what = "pivot into it";
+        if (chdir(dir) < 0 || syscall(SYS_pivot_root, ".", ".") < 0 || umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+            goto fail;
+        char c = 1;
+        if (write(ready[1], &c, 1) != 1) _exit(125);
+        for (;;) pause();
+    fail:
+        _exit(die(what, dir));
+    }
+    close(ready[1]);
+    char c = 0;
+    ssize_t r;
+    while ((r = read(ready[0], &c, 1)) < 0 && errno == EINTR) {}
+    if (r != 1) {
+        waitpid(p, NULL, 0);
+        errno = ECHILD;
+        return die("make the template", dir);
+    }
+    printf("%d\n", (int)p);
+    fflush(stdout);
+    char b[64];
+    while ((r = read(0, b, sizeof b)) > 0 || (r < 0 && errno == EINTR)) {}
+    kill(p, SIGKILL);
+    waitpid(p, NULL, 0);
+    return 0;
 }
 
 static int all_of(const char *s, const char *set) { return *s && strspn(s, set) == strlen(s); }
@@ -2756,7 +2936,7 @@ static int launch(int argc, char **argv) {
                 prctl(PR_SET_CHILD_SUBREAPER, 1);
                 pid_t p = fork();
                 if (p == 0) {
-                    if (userns >= 0 && enter_userns(userns) < 0) _exit(die("enter user namespace", NULL));
+                    if (userns >= 0 && enter_userns(userns, 1) < 0) _exit(die("enter user namespace", NULL));
                     if (pdeath) prctl(PR_SET_PDEATHSIG, SIGKILL); /* a uid change clears it */
                     execv(argv[i + 1], argv + i + 1);
                     _exit(127);
@@ -2770,17 +2950,16 @@ static int launch(int argc, char **argv) {
             /* the sandbox's OOM killer takes a command, not bwrap or the guest agent (which
              * put each command back at 0) */
             if (userns >= 0) write_str("/proc/self/oom_score_adj", "-998");
-            if (userns >= 0 && enter_userns(userns) < 0) return die("enter user namespace", NULL);
-            if (pdeath) {
-                prctl(PR_SET_PDEATHSIG, SIGKILL);
-                if (getppid() != owner) return die("owner already gone", NULL);
-            }
-            if (sb_root) return sandbox_run(argv + i + 1);
+            /* (with the template, P is entered after the helper that needs host root: below) */
+            if (sb_root && sb_mntns >= 0) return sandbox_run(argv + i + 1, userns, pdeath ? owner : 0);
+            if (userns >= 0 && enter_userns(userns, 1) < 0) return die("enter user namespace", NULL);
+            if (pdeath && tie_to_owner(owner) < 0) return die("owner already gone", NULL);
+            if (sb_root) return sandbox_run(argv + i + 1, -1, 0);
             execv(argv[i + 1], argv + i + 1);
             return die("exec", argv[i + 1]);
         }
         if (!strcmp(a, "--sandbox") && i + 1 < argc) { /* ROOT: enter the namespaces here (above) */
-            sb_root = argv[++i];
+            sb_at = sb_root = argv[++i];
             if (sb_root[0] != '/') { errno = EINVAL; return die("--sandbox needs an absolute path", sb_root); }
             continue;
         }
@@ -2794,6 +2973,15 @@ static int launch(int argc, char **argv) {
             sb_bind_dst[n_sb_binds] = argv[i + 2];
             sb_bind_ro[n_sb_binds++] = a[10] == 'r';
             i += 2;
+            continue;
+        }
+        if (!strcmp(a, "--mntns") && i + 1 < argc) { /* FD: the template (sandfleet-agent mntns-template) */
+            char *end = NULL;
+            long fd = strtol(argv[i + 1], &end, 10);
+            if (!*argv[i + 1] || *end || fd < 3 || fd > INT_MAX) { errno = EINVAL; return die("bad --mntns", argv[i + 1]); }
+            sb_mntns = (int)fd;
+            if (fcntl(sb_mntns, F_SETFD, FD_CLOEXEC) < 0) return die("--mntns", argv[i + 1]); /* never the sandbox's */
+            i += 1;
             continue;
         }
         if (!strcmp(a, "--hostname") && i + 1 < argc) {
@@ -3037,6 +3225,7 @@ int main(int argc, char **argv) {
     self_path = argv[0];
     if (argc > 1 && !strcmp(argv[1], "tether")) return tether(argc - 2, argv + 2);
     if (argc > 1 && !strcmp(argv[1], "spawner")) return spawner(argc - 2, argv + 2);
+    if (argc > 1 && !strcmp(argv[1], "mntns-template")) return mntns_template(argc - 2, argv + 2);
     double ttl = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--device") && i + 1 < argc) {

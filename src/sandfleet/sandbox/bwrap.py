@@ -44,7 +44,7 @@ from sandfleet.agent.build import agent_binary
 from sandfleet.errors import HostUnsupportedError, SandboxError
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.reaping import reap_group
-from sandfleet.sandbox import branching, cgroups, disk, network, seccomp, uids
+from sandfleet.sandbox import branching, cgroups, disk, mntns, network, seccomp, uids
 from sandfleet.sandbox._spawn import PIDFD, AgentProcess, LocalSandbox
 from sandfleet.sandbox.base import Sandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.spec import (
@@ -251,7 +251,8 @@ class BwrapBackend:
     def _argv(self, sid: str, sdir: Path, spec: SandboxSpec, image: Image, lowers: list[Path],
               cg: cgroups.Cgroup | None, loop: disk.Loop | None = None,
               seed: disk.Seed | None = None, slot: uids.Slot | None = None, sealed: int = 0,
-              hostname: str = "sandbox", identity: Path | None = None) -> list[str]:
+              hostname: str = "sandbox", identity: Path | None = None,
+              template: int | None = None) -> list[str]:
         """The launcher's argv (docs/security.md, "The uid model"): mounts made as host root,
         then bwrap runs as root of the sandbox's user namespace P (owned by the slot's
         unprivileged owner uid), and the guest agent makes the commands' namespace S and
@@ -352,6 +353,8 @@ class BwrapBackend:
         if self.native:
             # the launcher enters the namespaces itself (agent.c, "launch --sandbox"): what the
             # bwrap arguments below ask for, with the same /dev, /proc, binds and capabilities
+            if template is not None:  # its mount namespace a copy of the template (mntns.py)
+                a += ["--mntns", str(template)]
             a += ["--sandbox", str(root), "--sandbox-ro-bind", str(agent_dir), "/.sandfleet"]
             if lim.network and lim.allow is not None:
                 a += ["--sandbox-ro-bind", str(network.allowlist_resolv_conf()), "/etc/resolv.conf"]
@@ -416,13 +419,15 @@ class BwrapBackend:
             meta["uid_slot"] = slot.index
             if hostname == "" and lowers[-1] == Path("/"):
                 identity = branching.identity_layer()
+            template = mntns.template_fd() if self.native else None
             argv = self._argv(sid, sdir, spec, image, lowers, cg, loop, seed, slot, sealed=len(sealed),
                               hostname=sid if hostname == "" else (hostname or "sandbox"),
-                              identity=identity[0] if identity else None)
+                              identity=identity[0] if identity else None, template=template)
             if spec.limits.network:
                 network.check_available()
             agent = await AgentProcess.start(argv, sid=sid, sandbox_dir=sdir, meta=meta, new_session=True,
                                              pass_fds=((loop.mnt_fd,) if loop is not None else ())
+                                             + ((template,) if template is not None else ())
                                              + tuple(h.fd for h in sealed),
                                              seccomp=await seccomp.program_for(spec.seccomp_allow))
             if loop is not None:

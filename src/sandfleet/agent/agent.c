@@ -2701,8 +2701,9 @@ static int sandbox_open_ahead(const char **what) {
  * copy of the owner's template: an empty read-only tmpfs as its root (and a procfs of a pid
  * namespace with nobody in it, which the kernel wants visible before a user namespace mounts
  * another), nothing of the host's. The root is attached over that and made ours with chroot:
- * the host's mounts are not in the namespace to leave it for, and no process here keeps
- * CAP_SYS_CHROOT. Without it, the copy is of the launcher's namespace, and pivot_root swaps
+ * the host's mounts are not in the namespace to leave it for, and a command that climbs out
+ * of a chroot of its own (root of S may chroot) lands on this root again, the mount stacked
+ * where its `..` ends (test_launcher.py). Without it, the copy is of the launcher's namespace, and pivot_root swaps
  * the root and drops the host's: pivot_root walks every thread on the host (chroot_fs_refs),
  * a start that costs more the more sandboxes the host holds (issue 46). */
 static void sandbox_child(char **argv, const char **what) {

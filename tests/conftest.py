@@ -199,7 +199,8 @@ STARTS = re.compile(
     r"create_sandbox|SyncSandbox|AsyncSandbox|Sandbox\(|sandbox_from|start_service|run_suite|run_group"
     r"|validate_tasks|validate_backends|WarmPool|\bserve\b|agent_binary|uvicorn|HTTPServer|socketserver"
     r"|\.listen\(|create_server|start_server|\bbwrap\b|\brunsc\b|\bgvisor\b|\bmicrovm\b|qemu|debootstrap"
-    r"|build_image|ensure_image|sandfleet-agent|\bcrun\b|\bpodman\b|FakeModelServer|model-server|SandboxFleet"
+    r"|build_image|ensure_image|sandfleet-agent|template_fd|\bcrun\b|\bpodman\b|FakeModelServer|model-server"
+    r"|SandboxFleet"
     r"|run_bench|resolve_backend|running_service|RunningService|\bunshare\b|webdriver|chromedriver"
     # the CLI commands that start sandboxes: sandfleet run --tasks, tasks validate, sandbox run/create/exec
     r"""|--backend["'], ["']process|backend=["']process|["']validate["']|["']sandbox["'], ["'](run|create|exec)"""

@@ -107,7 +107,9 @@ def test_a_link_in_the_root_keeps_each_mount_inside_it(tmp_path: Path, template:
 def test_the_launcher_names_a_bad_sandbox_option(tmp_path: Path) -> None:
     for args, message in ((["--sandbox", "relative"], "--sandbox needs an absolute path"),
                           (["--keep-cap", "CAP_NET_RAW"], "unknown --keep-cap"),
-                          (["--sandbox-bind", "/tmp", "relative"], "bad --sandbox-bind")):
+                          (["--sandbox-bind", "/tmp", "relative"], "bad --sandbox-bind"),
+                          (["--mntns", "fd3"], "bad --mntns"),
+                          (["--mntns", "987"], "--mntns 987: Bad file descriptor")):
         p = subprocess.run([str(agent_binary()), "launch", *args, "--", "/bin/true"], capture_output=True,
                            text=True, timeout=30)
         assert p.returncode == 125 and message in p.stderr, (args, p.stderr)

@@ -2703,9 +2703,9 @@ static int sandbox_open_ahead(const char **what) {
  * another), nothing of the host's. The root is attached over that and made ours with chroot:
  * the host's mounts are not in the namespace to leave it for, and a command that climbs out
  * of a chroot of its own (root of S may chroot) lands on this root again, the mount stacked
- * where its `..` ends (test_launcher.py). Without it, the copy is of the launcher's namespace, and pivot_root swaps
- * the root and drops the host's: pivot_root walks every thread on the host (chroot_fs_refs),
- * a start that costs more the more sandboxes the host holds (issue 46). */
+ * where its `..` ends (test_launcher.py). Without it, the copy is of the launcher's namespace,
+ * and pivot_root swaps the root and drops the host's: pivot_root walks every thread on the host
+ * (chroot_fs_refs), a start that costs more the more sandboxes the host holds (issue 46). */
 static void sandbox_child(char **argv, const char **what) {
     char p[PATH_MAX];
     *what = "die with the launcher";
@@ -2754,6 +2754,15 @@ static void sandbox_child(char **argv, const char **what) {
     execv(argv[0], argv);
 }
 
+/* A step of the sandbox's start failed in a child of ours (`what`, errno set): its text to
+ * `status_fd`, which the launcher prints, and the child's end */
+static void sandbox_start_failed(int status_fd, const char *what) {
+    char m[PATH_MAX + 128];
+    int k = snprintf(m, sizeof m, "sandfleet-agent launch: sandbox %s: %s\n", what, strerror(errno));
+    if (write(status_fd, m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
+    _exit(125);
+}
+
 /* Fork the sandbox's pid 1 into its new namespaces (`extra`: CLONE_PARENT from the template's
  * helper, below); in the child, build it and exec argv, a failure's text to `status_fd`. */
 static long sandbox_clone(char **argv, int status_fd, unsigned long extra) {
@@ -2764,10 +2773,7 @@ static long sandbox_clone(char **argv, int status_fd, unsigned long extra) {
     if (pid == 0) {
         const char *what = "?";
         sandbox_child(argv, &what);
-        char m[PATH_MAX + 128];
-        int k = snprintf(m, sizeof m, "sandfleet-agent launch: sandbox %s: %s\n", what, strerror(errno));
-        if (write(status_fd, m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
-        _exit(125);
+        sandbox_start_failed(status_fd, what);
     }
     return pid;
 }
@@ -2796,12 +2802,7 @@ static long sandbox_clone_from_template(char **argv, int status_fd, int userns) 
                 }
             }
         }
-        if (pid < 0) {
-            char m[PATH_MAX + 128];
-            int k = snprintf(m, sizeof m, "sandfleet-agent launch: sandbox %s: %s\n", what, strerror(errno));
-            if (write(status_fd, m, k > 0 && (size_t)k < sizeof m ? (size_t)k : strlen(m)) < 0) {}
-            _exit(125);
-        }
+        if (pid < 0) sandbox_start_failed(status_fd, what);
         int32_t v = (int32_t)pid;
         if (write(pp[1], &v, sizeof v) < 0) {}
         _exit(0);
@@ -2919,6 +2920,13 @@ static int mntns_template(int argc, char **argv) {
     return 0;
 }
 
+/* A descriptor number given as an argument (3 or more): it, or -1 */
+static int fd_arg(const char *s) {
+    char *end = NULL;
+    long fd = strtol(s, &end, 10);
+    return !*s || *end || fd < 3 || fd > INT_MAX ? -1 : (int)fd;
+}
+
 static int all_of(const char *s, const char *set) { return *s && strspn(s, set) == strlen(s); }
 
 static int launch(int argc, char **argv) {
@@ -2977,10 +2985,7 @@ static int launch(int argc, char **argv) {
             continue;
         }
         if (!strcmp(a, "--mntns") && i + 1 < argc) { /* FD: the template (sandfleet-agent mntns-template) */
-            char *end = NULL;
-            long fd = strtol(argv[i + 1], &end, 10);
-            if (!*argv[i + 1] || *end || fd < 3 || fd > INT_MAX) { errno = EINVAL; return die("bad --mntns", argv[i + 1]); }
-            sb_mntns = (int)fd;
+            if ((sb_mntns = fd_arg(argv[i + 1])) < 0) { errno = EINVAL; return die("bad --mntns", argv[i + 1]); }
             if (fcntl(sb_mntns, F_SETFD, FD_CLOEXEC) < 0) return die("--mntns", argv[i + 1]); /* never the sandbox's */
             i += 1;
             continue;
@@ -3015,12 +3020,11 @@ static int launch(int argc, char **argv) {
              * ENOSPC, never an OOM kill. */
             if (!in_ns && private_mounts() < 0) return die("make a private mount namespace", NULL);
             in_ns = 1;
-            char *end = NULL;
-            long fd = strtol(argv[i + 1], &end, 10);
-            if (!*argv[i + 1] || *end || fd < 3 || fd > INT_MAX) { errno = EINVAL; return die("bad --disk-fd", argv[i + 1]); }
-            if (syscall(SYS_move_mount, (int)fd, "", AT_FDCWD, argv[i + 2], MOVE_MOUNT_F_EMPTY_PATH) < 0)
+            int fd = fd_arg(argv[i + 1]);
+            if (fd < 0) { errno = EINVAL; return die("bad --disk-fd", argv[i + 1]); }
+            if (syscall(SYS_move_mount, fd, "", AT_FDCWD, argv[i + 2], MOVE_MOUNT_F_EMPTY_PATH) < 0)
                 return die("attach the disk", argv[i + 2]);
-            close((int)fd);
+            close(fd);
             i += 2;
         } else if (!strcmp(a, "--scratch") && i + 1 < argc) {
             /* DIR: a small tmpfs over DIR in our private mount namespace, for the mount

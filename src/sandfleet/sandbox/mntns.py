@@ -10,8 +10,9 @@ empty read-only tmpfs, nothing of the host's is in it. Each launcher then copies
 copy of three mounts rather than of the host's table.
 
 One template per owner process, made on first use and held by its descriptor (close-on-exec)
-until the process ends. Where it can't be made (no ``fsopen``, a kernel that refuses the
-procfs), sandboxes start the old way, and the reason is logged once.
+until the process ends. Where it can't be made (no pid or mount namespace of its own, a kernel
+that refuses the procfs or ``pivot_root``), sandboxes start the old way, and the reason is
+logged once.
 """
 
 from __future__ import annotations

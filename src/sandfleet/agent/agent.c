@@ -3213,10 +3213,11 @@ static int tether(int argc, char **argv) {
 #include "untar.c"
 #include "spawner.c"
 
-/* sandfleet-agent prepare|untar|stat|procs ...: the helper argv[1] names (run as a command: run_helper), or NULL */
+/* sandfleet-agent prepare|untar|stat|procs|envs-record|envs-changes ...: the helper argv[1] names (run as a command: run_helper), or NULL */
 static helper_fn helper_of(int argc, char **argv) {
     static const struct { const char *name; helper_fn fn; } helpers[] = {
-        {"prepare", prepare}, {"untar", untar}, {"stat", stat_files}, {"procs", procs}};
+        {"prepare", prepare}, {"untar", untar}, {"stat", stat_files}, {"procs", procs},
+        {"envs-record", envs_record}, {"envs-changes", envs_changes}};
     for (size_t i = 0; argc > 1 && i < sizeof helpers / sizeof *helpers; i++)
         if (!strcmp(argv[1], helpers[i].name)) return helpers[i].fn;
     return NULL;

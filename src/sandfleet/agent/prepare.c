@@ -696,6 +696,168 @@ static void prep_probe(const char *seal, char *out, size_t n) {
     buf_free(&b);
 }
 
+/* ---- the image's environments in the workdir (round XXVI) ----
+ * An image that makes the project's venv in the workdir (`RUN python3 -m venv /app/.venv && .venv/bin/pip
+ * install ...`) hands the tests a runner that is a file of the workdir's, which the agent may change. What
+ * the image put there is known only before the agent's first command: `envs-record` (run as root as the
+ * sandbox is made ready, rollout/envrecord.py) names the venvs of the workdir and a time after every write the
+ * platform made there, at which a later change time (which no process can set) is the agent's; the host keeps
+ * that record. `envs-changes` (the agent's sandbox, before the workdir is copied for --verify separate) and the
+ * preparation (ENVS_SINCE) list what in those venvs changed since. Records are NUL-terminated: "s" the time,
+ * "v" a venv's root, "c" an entry of it changed (anything but a folder: a file, a link), "a" a root the agent
+ * made whole (a link or file at its name, or more changes than are listed). */
+#define ENV_DEPTH 4            /* venvs this many folders below the workdir */
+#define ENV_DIRS_MAX 20000     /* folders the record looks in */
+#define ENV_CHANGED_MAX 20000  /* changed entries listed per venv: past it, the venv is the agent's whole */
+
+static int env_skipped(const char *name) {
+    return !strcmp(name, ".git") || !strcmp(name, "node_modules") || !strcmp(name, "__pycache__");
+}
+
+/* the venvs at FD (PATH, LEN) and below it, as "v" records into OUT; FD is closed */
+static void env_find(int fd, char *path, size_t len, int depth, long *dirs, buf_t *out) {
+    struct stat st;
+    if (fstatat(fd, "pyvenv.cfg", &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode)) {
+        buf_add(out, "v", 1);
+        buf_add(out, path, len + 1);
+        close(fd);
+        return;
+    }
+    if (depth >= ENV_DEPTH || ++*dirs > ENV_DIRS_MAX) { close(fd); return; }
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return; }
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        const char *nm = e->d_name;
+        if ((nm[0] == '.' && (!nm[1] || (nm[1] == '.' && !nm[2]))) || env_skipped(nm)) continue;
+        if (e->d_type != DT_DIR && e->d_type != DT_UNKNOWN) continue;
+        size_t n = strlen(nm);
+        if (len + 1 + n + 1 > PATH_MAX) continue;
+        int sub = openat(dirfd(d), nm, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) continue;
+        path[len] = '/';
+        memcpy(path + len + 1, nm, n + 1);
+        env_find(sub, path, len + 1 + n, depth + 1, dirs, out);
+        path[len] = 0;
+    }
+    closedir(d);
+}
+
+static int ts_after(struct timespec a, struct timespec b) {
+    return a.tv_sec > b.tv_sec || (a.tv_sec == b.tv_sec && a.tv_nsec > b.tv_nsec);
+}
+
+/* `sandfleet-agent envs-record WORKDIR`: "s" the time, then a "v" record for each venv of the workdir. The
+ * time is the clock's when the walk ended (every change time of the platform's writes is at or before it:
+ * coarse or fine, a file's time is never ahead of the clock); it returns only once the coarse clock is
+ * past it, so that every later change (the agent's) has a change time after it, on any filesystem. A venv
+ * whose pyvenv.cfg is ahead of the clock (an image's times from a host ahead of this clock) is left out:
+ * its files could not be told from the agent's. */
+static int envs_record(int argc, char **argv) {
+    if (argc != 1 || argv[0][0] != '/') {
+        fputs("usage: sandfleet-agent envs-record /WORKDIR\n", stderr);
+        return 2;
+    }
+    char real[PATH_MAX];
+    buf_t found = {0}, out = {0};
+    if (realpath(argv[0], real)) {
+        int fd = open(real, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        long dirs = 0;
+        if (fd >= 0) env_find(fd, real, strlen(real), 0, &dirs, &found);
+    }
+    struct timespec t0, now;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    char s[64];
+    int sl = snprintf(s, sizeof s, "s%lld.%09ld", (long long)t0.tv_sec, (long)t0.tv_nsec);
+    buf_add(&out, s, (size_t)sl + 1);
+    for (size_t i = 0; i < found.n; i += strlen(found.p + i) + 1) {
+        char cfg[PATH_MAX + 16];
+        struct stat st;
+        snprintf(cfg, sizeof cfg, "%s/pyvenv.cfg", found.p + i + 1);
+        if (lstat(cfg, &st) == 0 && ts_after(st.st_ctim, t0)) {
+            fprintf(stderr, "sandfleet-agent envs-record: %s changed after the clock's now: left out\n", cfg);
+            continue;
+        }
+        buf_add(&out, found.p + i, strlen(found.p + i) + 1);
+    }
+    for (int i = 0; i < 1000; i++) { /* a tick of the coarse clock at most (1-10 ms) */
+        clock_gettime(CLOCK_REALTIME_COARSE, &now);
+        if (ts_after(now, t0)) break;
+        struct timespec nap = {0, 200000};
+        nanosleep(&nap, NULL);
+    }
+    if (write_all(1, out.p, out.n) < 0) return 1;
+    buf_free(&found);
+    buf_free(&out);
+    return 0;
+}
+
+struct env_walk { struct timespec since; buf_t *out; long n; };
+
+static int env_changed_visit(const char *path, const char *name, const struct stat *st, int depth, void *ctx) {
+    (void)name, (void)depth;
+    struct env_walk *w = ctx;
+    if (S_ISDIR(st->st_mode) || !ts_after(st->st_ctim, w->since)) return 0;
+    if (++w->n > ENV_CHANGED_MAX) return -1;
+    buf_add(w->out, "c", 1);
+    buf_add(w->out, path, strlen(path) + 1);
+    return 0;
+}
+
+/* ROOT (a venv of the record) as "v", then its entries changed after SINCE as "c" records into OUT, or "a"
+ * where ROOT is no folder now (a link, a file) or more changed than are listed; nothing where ROOT is gone
+ * (what the tests make there is theirs). The count of changed entries, -1 for the whole */
+static long env_changes(const char *root, struct timespec since, buf_t *out) {
+    struct stat st;
+    if (lstat(root, &st) < 0) return 0;
+    buf_add(out, "v", 1);
+    buf_add(out, root, strlen(root) + 1);
+    size_t mark = out->n;
+    struct env_walk w = {since, out, 0};
+    if (S_ISDIR(st.st_mode) && prep_walk(root, 0, 0, 0, env_changed_visit, &w) == 0) return w.n;
+    out->n = mark;
+    buf_add(out, "a", 1);
+    buf_add(out, root, strlen(root) + 1);
+    return -1;
+}
+
+/* "SEC.NSEC" into T */
+static int env_since(const char *s, struct timespec *t) {
+    char *end;
+    long long sec = strtoll(s, &end, 10);
+    if (end == s || *end != '.' || strlen(end + 1) != 9) return -1;
+    long ns = strtol(end + 1, &end, 10);
+    if (*end || ns < 0) return -1;
+    t->tv_sec = (time_t)sec;
+    t->tv_nsec = ns;
+    return 0;
+}
+
+/* `sandfleet-agent envs-changes SINCE ROOT...`: env_changes for each ROOT */
+static int envs_changes(int argc, char **argv) {
+    struct timespec since;
+    if (argc < 1 || env_since(argv[0], &since) < 0) {
+        fputs("usage: sandfleet-agent envs-changes SEC.NSEC /ROOT...\n", stderr);
+        return 2;
+    }
+    buf_t out = {0};
+    for (int i = 1; i < argc; i++)
+        if (argv[i][0] == '/') env_changes(argv[i], since, &out);
+    int rc = write_all(1, out.p ? out.p : "", out.n) < 0;
+    buf_free(&out);
+    return rc;
+}
+
+/* the changed byte-compiled files in a venv's __pycache__ removed: Python reads one whose header matches its
+ * source's time and size, which the agent can write (the tests' Python compiles the source again) */
+static void env_drop_bytecode(const buf_t *list) {
+    for (size_t i = 0; i < list->n; i += strlen(list->p + i) + 1) {
+        const char *r = list->p + i;
+        size_t l = strlen(r);
+        if (r[0] == 'c' && l > 4 && !strcmp(r + l - 4, ".pyc") && strstr(r, "/__pycache__/")) unlink(r + 1);
+    }
+}
+
 static int prepare(int argc, char **argv) {
     if (argc < 1) { errno = EINVAL; prep_give_up("usage: sandfleet-agent prepare OWNER [t:|r:|w:PATH ...]", NULL); }
     const char *owner = argv[0];
@@ -714,13 +876,41 @@ static int prepare(int argc, char **argv) {
         if (!*arch) prep_give_up("an image whose bash is of an architecture not known here", NULL);
     }
     for (int i = 1; i < argc; i++)
-        if (strlen(argv[i]) < 3 || argv[i][1] != ':' || !strchr("trw", argv[i][0]) || argv[i][2] != '/')
-            prep_give_up("an argument not of the form t:|r:|w:/PATH", argv[i]);
+        if (strlen(argv[i]) < 3 || argv[i][1] != ':' || !strchr("trwvca", argv[i][0]) || argv[i][2] != '/')
+            prep_give_up("an argument not of the form t:|r:|w:|v:|c:|a:/PATH", argv[i]);
     uid_t uid = *owner ? (uid_t)strtoul(owner, NULL, 10) : 0;
     /* the agent as a uid of its own (not root): whose PATH folders and top folders are looked at */
     int agent_known = agent && prep_numeric(agent) && strcmp(agent, "0");
     uid_t agent_uid = agent_known ? (uid_t)strtoul(agent, NULL, 10) : 0;
     if (agent_known) prep_agent_paths(agent_uid); /* before any owner changes */
+    /* the image's venvs in the workdir (v:, from the record taken before the agent's first command): what of
+       them changed since (ENVS_SINCE: this sandbox is the agent's; else c: and a:, listed in the agent's
+       sandbox for a fresh one), before any owner changes; kept as the seal's "image-envs" below */
+    buf_t envs = {0}, env_notes = {0};
+    const char *since_s = getenv("ENVS_SINCE");
+    struct timespec since;
+    int walk_envs = since_s && *since_s, bad_since = walk_envs && env_since(since_s, &since) < 0;
+    int listed = 0;
+    for (int i = 1; i < argc; i++) {
+        char k = argv[i][0];
+        const char *d = argv[i] + 2;
+        if (!strchr("vca", k)) continue;
+        if (!walk_envs) {
+            buf_add(&envs, &k, 1);
+            buf_add(&envs, d, strlen(d) + 1);
+        } else if (k == 'v' && bad_since) { /* no time to judge by: the venv is the agent's whole */
+            buf_add(&envs, "v", 1);
+            buf_add(&envs, d, strlen(d) + 1);
+            buf_add(&envs, "a", 1);
+            buf_add(&envs, d, strlen(d) + 1);
+        } else if (k == 'v' && env_changes(d, since, &envs)) {
+            prep_note(&env_notes, "imageenv: ", d);
+        }
+        if (!walk_envs && k != 'v' && listed++ < 20) prep_note(&env_notes, "imageenv: ", d);
+    }
+    env_drop_bytecode(&envs);
+    fwrite(env_notes.p ? env_notes.p : "", 1, env_notes.n, stdout);
+    buf_free(&env_notes);
     umask(022);
     const char **clear = xcalloc((size_t)argc, sizeof *clear);
     const char **rewards = xcalloc((size_t)argc, sizeof *rewards);
@@ -728,6 +918,7 @@ static int prepare(int argc, char **argv) {
     int nclear = 0, nrewards = 0, nwork = 0, nested = 0;
     for (int i = 1; i < argc; i++) {
         const char *d = argv[i] + 2;
+        if (strchr("vca", argv[i][0])) continue;
         if (argv[i][0] == 'w') { work[nwork++] = d; continue; }
         if (argv[i][0] == 'r') {
             rewards[nrewards++] = d;
@@ -838,6 +1029,12 @@ static int prepare(int argc, char **argv) {
         fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
         if (fd < 0 || write_all(fd, text, strlen(text)) < 0 || close(fd) < 0) prep_give_up("write", f);
     }
+    if (envs.n) { /* read by the seal (sandfleet_seal_planted, sandfleet_seal_tests_venv) */
+        snprintf(f, sizeof f, "%s/image-envs", py);
+        fd = open(f, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0 || write_all(fd, envs.p, envs.n) < 0 || close(fd) < 0) prep_give_up("write", f);
+    }
+    buf_free(&envs);
     if (chmod(py, 0755) < 0) prep_give_up("chmod", py);
     if (*owner && seal_arch && *seal_arch && !strcmp(arch, seal_arch)) {
         snprintf(seal, sizeof seal, "%s/sandfleet-seal.libasan.so", py);

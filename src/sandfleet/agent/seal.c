@@ -2041,14 +2041,72 @@ static int holds_older(const char *root, struct ts prep) {
     return old;
 }
 
+/* ---- the image's own venv in the workdir (round XXVI) ----
+ * An image that makes the project's venv in the workdir hands the tests a runner the agent may change: every
+ * file there is older than the preparation, the image's and the agent's alike, and change times from the
+ * sandbox's start are no help (the platform's own steps touch them). What tells them apart was taken before
+ * the agent's first command: the venvs of the workdir then, and a time after which a change is the agent's
+ * (agent/prepare.c, envs-record); the preparation lists what of those venvs changed since, NUL-terminated
+ * records in the "g:" folder's image-envs: "v" a venv's root, "c" an entry of it changed (a file, a link), "a"
+ * a root the agent made whole. A file of such a venv is the agent's where it, or a link or file on its way
+ * from the root, changed; the rest is the image's, which the tests may take for theirs. */
+static char envs_buf[1 << 22];
+static long envs_len = -1; /* -1 unread, 0 none */
+static int envs_cut;       /* the list did not fit: every file of a listed venv is taken for the agent's */
+
+static void envs_read(void) {
+    if (envs_len >= 0) return;
+    envs_len = 0;
+    char p[300];
+    int pos = 0;
+    if (!next_path(&pos, 'g', p, sizeof p - 16)) return;
+    int n = 0;
+    while (p[n]) n++;
+    for (const char *q = "/image-envs"; *q; q++) p[n++] = *q;
+    p[n] = 0;
+    long k = read_whole(p, envs_buf, sizeof envs_buf);
+    if (k <= 0) return;
+    envs_cut = k >= (long)sizeof envs_buf - 1;
+    envs_len = k;
+}
+
+/* FILE (absolute) in a venv the image made in the workdir: -1 none, 0 the image's, 1 the agent's */
+static int image_env(const char *file) {
+    envs_read();
+    char f[2048];
+    if (envs_len <= 0 || !lexical("/", file, f, sizeof f)) return -1;
+    const char *root = 0;
+    int rl = 0;
+    for (long i = 0; i < envs_len;) {
+        const char *r = envs_buf + i;
+        int l = 0;
+        while (i + l < envs_len && r[l]) l++;
+        if (r[0] == 'v' && l - 1 > rl && under(f, r + 1)) root = r + 1, rl = l - 1;
+        i += l + 1;
+    }
+    if (!root) return -1;
+    if (envs_cut) return 1;
+    for (long i = 0; i < envs_len;) {
+        const char *r = envs_buf + i;
+        int l = 0;
+        while (i + l < envs_len && r[l]) l++;
+        if ((r[0] == 'a' && same(r + 1, root)) || (r[0] == 'c' && under(f, r + 1))) return 1;
+        i += l + 1;
+    }
+    return 0;
+}
+
 /* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no
- * preparation's time to judge by; 0 the agent's venv (its pyvenv.cfg older than the preparation, or the
- * image's); 1 a venv the tests made over the agent's folder (born before the preparation, or holding an
- * entry older than it, or FILE itself older: its own file the agent's); 2 a venv the tests made */
+ * preparation's time to judge by; 0 the agent's venv (its pyvenv.cfg older than the preparation); 1 a venv
+ * the tests made over the agent's folder (born before the preparation, or holding an entry older than it, or
+ * FILE itself older: its own file the agent's); 2 a venv the tests made; 3 the image's venv, FILE the agent's
+ * (changed since the record); 4 the image's venv, FILE the image's (or the tests', written after) */
 static int venv_kind(const char *file) {
     char g[256], p[4096];
     int pos = 0;
     if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return -1;
+    int image = image_env(file);
+    if (image >= 0) return image ? 3 : 4;
     int n = 0;
     for (const char *q = g; *q; q++) p[n++] = *q;
     for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
@@ -2078,11 +2136,17 @@ static int venv_kind(const char *file) {
 }
 
 /* FILE, of a venv the tests take for theirs, is the agent's: the venv was made over the agent's folder */
-__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) { return venv_kind(file) == 1; }
+__attribute__((visibility("default"))) int sandfleet_seal_planted(const char *file) {
+    int k = venv_kind(file);
+    return k == 1 || k == 3;
+}
 
 /* FILE is of a venv the tests made (not over a folder of the agent's) and written after the preparation: their
  * pytest, which the Python guard judges as a grader's runner in a program this library keeps (below) */
-__attribute__((visibility("default"))) int sandfleet_seal_tests_venv(const char *file) { return venv_kind(file) == 2; }
+__attribute__((visibility("default"))) int sandfleet_seal_tests_venv(const char *file) {
+    int k = venv_kind(file);
+    return k == 2 || k == 4;
+}
 
 /* This program is the code under test's by the constructor's rules: kept from the reward folders whatever it
  * runs where it keeps anything (the Python guard trusts a tests' venv's files only in such a program: round
@@ -2184,7 +2248,10 @@ static void refuse_planted(void) {
     if ((interpreter || !sandfleet_seal_planted(p)) && !(agents_file(p) && argument_planted())) return;
     static const char m[] = "sandfleet: the tests made a virtual environment over the agent's folder, and this "
                             "program of it is the agent's, not theirs; it does not run: ";
-    sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
+    static const char mi[] = "sandfleet: this program of the image's virtual environment in the workdir (or what it "
+                             "is given to run) was changed by the agent; it does not run: ";
+    if (image_env(p) >= 0) sys5(__NR_write, 2, (long)mi, sizeof mi - 1, 0, 0);
+    else sys5(__NR_write, 2, (long)m, sizeof m - 1, 0, 0);
     int l = 0;
     while (p[l]) l++;
     p[l++] = '\n';

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sandfleet.errors import SandboxTimeoutError, SandfleetError, reason_code
+from sandfleet.rollout.envrecord import record_envs
 from sandfleet.rollout.policy import AgentContext, Policy
 from sandfleet.rollout.prepare import close_logged as close_sandbox
 from sandfleet.rollout.prepare import run_prepare, start_sandbox
@@ -203,7 +204,8 @@ async def run_rollout(
 
 async def ready_sandbox(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:
     """A started sandbox made ready for the agent: the task's prepare step (unless forked
-    from a prepared state), the task folders given to root."""
+    from a prepared state), the task folders given to root, the image's venvs in the workdir
+    recorded (rollout/envrecord.py)."""
     task = req.task
     result.sandbox_id, result.backend = sandbox.id, sandbox.backend
     if req.snapshot is not None:
@@ -217,6 +219,9 @@ async def ready_sandbox(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder
         result.info["load_sensitive"] = True
     with rec.span("sandbox_start", what="task folders to root"):  # (a fork's start made them root's again)
         await protect_task_dirs(sandbox, root_ran=result.info.get("prepare") == "ran")
+    # the last step before the agent's first command: what the image put in the workdir's venvs, and when
+    with rec.span("sandbox_start", what="record the image's venvs"):
+        await record_envs(task, sandbox)
 
 
 async def score(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:

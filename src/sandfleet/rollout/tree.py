@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sandfleet.errors import ConfigError, SandboxTimeoutError
+from sandfleet.rollout.envrecord import inherit
 from sandfleet.rollout.policy import AgentContext, TurnTaker
 from sandfleet.rollout.record import make_tape
 from sandfleet.rollout.result import RolloutResult
@@ -117,7 +118,10 @@ def check_policy(policy: Any) -> TurnTaker:
 async def branch_sandbox(sandbox: Sandbox, n: int, processes: str) -> list[Sandbox]:
     """``n`` live sandboxes continuing from ``sandbox``'s state now (``sandbox.branch``:
     docs/branching.md says what each backend carries)."""
-    return list(await sandbox.branch(n, processes="drop" if processes == "drop" else "error"))
+    kids = list(await sandbox.branch(n, processes="drop" if processes == "drop" else "error"))
+    for kid in kids:  # the record of the image's venvs, taken before the agent's first command in the root
+        inherit(kid, sandbox)
+    return kids
 
 
 @dataclass

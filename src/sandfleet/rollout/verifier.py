@@ -76,6 +76,7 @@ from sandfleet.errors import (
     TaskError,
 )
 from sandfleet.imagestore import Image
+from sandfleet.rollout.envrecord import changed_entries, recorded, walk_entries
 from sandfleet.rollout.langguard import NODE_GUARD, PERL_GUARD, lang_env
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.shellguard import SH_GUARD, shell_env
@@ -192,9 +193,35 @@ umask 022
 # each step once for all the folders (one process each, not one per folder): spawns are what
 # this script costs; the workdir ("w:") comes after the test and reward folders, as given
 clear=() rewards=() work=() nested=
+# the image's venvs in the workdir (v:, the record taken before the agent's first command; agent/prepare.c's
+# envs-changes): what of them changed since $ENVS_SINCE (this sandbox is the agent's), else c: and a: as
+# listed in the agent's sandbox; before any owner changes. NUL-terminated records for the seal (image-envs)
+envs=() envnotes=0
+for a; do
+  case $a in
+    v:*) r=${a#v:}; envs+=("v$r")
+      if [ -n "$ENVS_SINCE" ]; then
+        if [ -L "$r" ] || { [ -e "$r" ] && [ ! -d "$r" ]; } || [[ ! $ENVS_SINCE =~ ^[0-9]+\.[0-9]{9}$ ]]; then
+          envs+=("a$r"); printf 'imageenv: %s\n' "${r//$'\n'/\\n}"
+        elif [ -d "$r" ]; then
+          n=${#envs[@]}
+          while IFS= read -r -d '' f; do envs+=("c$f"); done < \
+            <(find "$r" ! -type d -newerct "@$ENVS_SINCE" -print0 2>/dev/null)
+          if [ ${#envs[@]} -gt $((n + 20000)) ]; then envs=("${envs[@]:0:n}" "a$r"); fi
+          if [ ${#envs[@]} -gt $n ]; then printf 'imageenv: %s\n' "${r//$'\n'/\\n}"; fi
+        else unset 'envs[-1]'; fi
+      fi ;;
+    c:*|a:*) envs+=("${a:0:1}${a#?:}")
+      if [ $envnotes -lt 20 ]; then envnotes=$((envnotes + 1)); printf 'imageenv: %s\n' "${a#?:}"; fi ;;
+  esac
+done
+for e in "${envs[@]}"; do
+  case $e in c*/__pycache__/*.pyc) rm -f -- "${e#c}" ;; esac  # Python reads one whose header the agent wrote
+done
 for a; do
   d=${a#?:}
   case $a in
+    v:*|c:*|a:*) continue ;;
     w:*) work+=("$d"); continue ;;
     r:*) rewards+=("$d"); if [ -n "$owner" ]; then trust_parents "$d"; fi ;;
   esac
@@ -332,6 +359,7 @@ printf '%s' "$PY_GUARD" > "$py/sitecustomize.py"  # 0644: a new file under umask
 if [ -n "$SH_GUARD" ]; then printf '%s' "$SH_GUARD" > "$py/sandfleet-bash.sh"; fi  # the tests' BASH_ENV
 if [ -n "$NODE_GUARD" ]; then printf '%s' "$NODE_GUARD" > "$py/sandfleet-node.js"; fi  # their NODE_OPTIONS'
 if [ -n "$PERL_GUARD" ]; then printf '%s' "$PERL_GUARD" > "$py/sandfleet_guard.pm"; fi  # their PERL5OPT's
+if [ ${#envs[@]} -gt 0 ]; then printf '%s\0' "${envs[@]}" > "$py/image-envs"; fi  # the seal's
 chmod 0755 -- "$py"
 seal=
 if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; then
@@ -372,6 +400,8 @@ PTH_RISK = ("a .pth file of a virtual environment in the workdir (it runs code a
             "environment's Python runs the tests)")
 TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools read from there (pytest addopts or "
                     "plugins, npm, yarn)")
+IMAGE_ENV_RISK = ("the image's venv in the workdir was changed by the agent (its changed programs and -m modules "
+                  "do not run for the tests, its changed byte-compiled files were removed)")
 
 
 NO_LANDLOCK_RISK = ("no Landlock in the sandbox's kernel (gVisor has none): the reward folders are not kept from "
@@ -642,6 +672,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"{PTH_RISK}: {what}")
         elif kind == "toolconfig":
             risks.append(f"{TOOL_CONFIG_RISK}: {what}")
+        elif kind == "imageenv":
+            risks.append(f"{IMAGE_ENV_RISK}: {what}")
         elif kind == "module":
             name = posixpath.basename(posixpath.dirname(what)) if what.endswith("/__init__.py") else \
                 posixpath.basename(what)[:-3]
@@ -651,11 +683,14 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     return values, risks
 
 
-async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = False,
+async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = False, envs: Sequence[str] = (),
                    ) -> tuple[dict[str, str], list[str]] | VerifierOutcome:
     """Clear the test and reward folders, sanitize the workdir's git repositories, make the
     tests' HOME and Python guard: (values, risks), or a 0 outcome when the sandbox the agent
-    left can't take them (``verifier_setup_failed``)."""
+    left can't take them (``verifier_setup_failed``). The image's venvs in the workdir are
+    judged by the record taken before the agent's first command (rollout/envrecord.py): in the
+    agent's own sandbox the preparation walks them; a fresh one (``fresh``) is given ``envs``,
+    what changed as listed in the agent's."""
     isolated = sandbox.backend in ISOLATED_BACKENDS
     owner = uid_of(user) if isolated else ""
     agent = uid_of(sandbox.spec.user) if isolated and sandbox.spec.user else ""
@@ -710,7 +745,9 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     # where the agent ran (not a fresh sandbox of --verify separate, whose folders are the image's)
     tests_path = ({**BASE_ENV, **sandbox.spec.env, **task.verifier.env}.get("PATH", "")
                   if sandbox.backend in USER_BACKENDS and not fresh else "")
-    env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "NODE_GUARD": NODE_GUARD, "PERL_GUARD": PERL_GUARD,
+    record = recorded(sandbox) if not fresh else None
+    env_args, env_since = walk_entries(record) if record is not None else (list(envs), {})
+    env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "NODE_GUARD": NODE_GUARD, "PERL_GUARD": PERL_GUARD, **env_since,
            "SEAL_ARCH": os.uname().machine if seal else "",
            "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
@@ -719,7 +756,8 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     res, by = None, "script"
     if native is not None:
         try:
-            res = await sandbox.exec([native, "prepare", owner, *dirs], cwd="/", timeout=PREPARE_TIMEOUT_S, user="root",
+            res = await sandbox.exec([native, "prepare", owner, *dirs, *env_args], cwd="/", timeout=PREPARE_TIMEOUT_S,
+                                     user="root",
                                      env={**env, "SANDFLEET_GIT_SCRIPT": sanitize_git_script()}, stdin=seal or b"")
         except (SandboxDiedError, SandboxClosedError):
             raise
@@ -733,7 +771,8 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
             res = None
         by = "agent" if res is not None else by
     if res is None:
-        res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs], cwd="/", timeout=PREPARE_TIMEOUT_S,
+        res = await sandbox.exec(["bash", "-c", script, "prepare", owner, *dirs, *env_args], cwd="/",
+                                 timeout=PREPARE_TIMEOUT_S,
                                  user="root", env=env, stdin=seal or b"")
     if res.timed_out:
         return _zero(SETUP_FAILED, "could not prepare the test and reward folders: the preparation ran past "
@@ -786,14 +825,14 @@ async def _reward_files_provenance(sandbox: Sandbox, paths: Sequence[str], uid: 
 
 
 async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fresh: bool = False,
-                     ) -> VerifierOutcome:
+                     envs: Sequence[str] = ()) -> VerifierOutcome:
     plan = task.verifier
     user = sandbox.spec.user if plan.same_shell else verifier_user(task)
     isolated = sandbox.backend in ISOLATED_BACKENDS
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
     with recorder.span("other_sandbox", what="clear tests and rewards") as span:
-        prepared = await _prepare(task, sandbox, user, fresh=fresh)
+        prepared = await _prepare(task, sandbox, user, fresh=fresh, envs=envs)
         if not isinstance(prepared, VerifierOutcome):
             span["by"] = prepared[0]["by"]  # the guest agent's prepare, or the script
     if isinstance(prepared, VerifierOutcome):
@@ -1180,6 +1219,11 @@ async def run_verifier_separately(
     the tests. (A task that declares its separate verifier carries Harbor's artifacts only.)"""
     with recorder.span("other_sandbox", what="stop agent"):
         await stop_everything_of(sandbox, sandbox.spec.user)
+    record = recorded(sandbox)
+    envs: list[str] = []
+    if record is not None:  # what of the image's venvs the agent changed, listed where the change times tell it
+        with recorder.span("other_sandbox", what="list the image's venvs"):
+            envs = await changed_entries(record, sandbox)
     try:
         with recorder.span("other_sandbox", what="copy out workdir"):
             archive = await pack_outputs(task, sandbox)
@@ -1193,7 +1237,7 @@ async def run_verifier_separately(
                 await unpack_outputs(task, fresh, archive)
             except RolloutError as e:
                 return _zero(e.reason, str(e))
-        return await _run_tests(task, fresh, recorder, fresh=True)
+        return await _run_tests(task, fresh, recorder, fresh=True, envs=envs)
     finally:
         await asyncio.shield(_close_quietly(fresh))
 

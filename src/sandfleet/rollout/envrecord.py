@@ -1,0 +1,156 @@
+"""The image's own environments in the workdir, as the agent found them (round XXVI).
+
+An image that makes the project's venv in the workdir (``RUN python3 -m venv /app/.venv &&
+/app/.venv/bin/pip install pytest``) hands the tests a runner that is a file of the
+workdir's, which the agent may change: a ``bin/pytest`` that prints a pass and exits 0, a
+``pytest/__main__.py`` rewritten, a byte-compiled module planted in a ``__pycache__``. By the
+time the tests run, every file there is older than the preparation, the image's and the
+agent's alike, and the platform's own steps (the workdir handed to the tests' user, unpacked
+into a fresh sandbox) leave no earlier time to compare with.
+
+So the record is taken before the agent's first command (:func:`record_envs`, as the
+sandbox is made ready): the guest agent's ``envs-record`` names the venvs of the workdir and
+a time after every write the platform made there; a change time after it (which no process
+can set) is the agent's. The host keeps the record, never the sandbox: on microvm every
+command is root, and the agent could rewrite a record kept inside. The verifier's
+preparation then lists what of those venvs changed since (``ENVS_SINCE`` and ``v:``
+entries; for ``--verify separate`` the list is made in the agent's sandbox before its
+workdir is copied, :func:`changed_entries`), removes the changed byte-compiled files, and
+leaves the list to the seal: a program or ``-m`` module of such a venv that changed does not
+run for the tests (status 126), and the rest is the image's, whose frames the Python guard
+takes for the tests' own (agent/seal.c, ``image_env``; docs/security.md, round XXVI).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import weakref
+from dataclasses import dataclass
+
+from sandfleet.errors import GuestError, SandboxClosedError, SandboxDiedError
+from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.registry import is_isolated
+from sandfleet.sandbox.spec import helper_path
+from sandfleet.tasks.model import Task
+
+log = logging.getLogger(__name__)
+
+RECORD_TIMEOUT_S = 30.0
+MAX_ENTRIES = 20000
+"""Changed entries carried to a fresh sandbox per venv; past it, the venv is the agent's whole."""
+
+
+@dataclass(frozen=True)
+class EnvRecord:
+    """The venvs of the workdir before the agent's first command, and the guest's time then."""
+
+    since: str
+    """``SEC.NSEC`` on the guest's clock: a change time after it is the agent's."""
+    roots: tuple[str, ...]
+
+
+_records: weakref.WeakKeyDictionary[Sandbox, EnvRecord] = weakref.WeakKeyDictionary()
+
+
+def recorded(sandbox: Sandbox) -> EnvRecord | None:
+    """The record taken as ``sandbox`` was made ready (or as the sandbox it branched from was)."""
+    return _records.get(sandbox)
+
+
+def inherit(child: Sandbox, parent: Sandbox) -> None:
+    """A branch of ``parent`` holds what the agent did before the split: it keeps the parent's record."""
+    record = _records.get(parent)
+    if record is not None:
+        _records[child] = record
+
+
+def _records_of(data: bytes) -> list[str]:
+    """NUL-terminated records, decoded as the guest's file names are (surrogateescape)."""
+    return [os.fsdecode(r) for r in data.split(b"\0") if r]
+
+
+async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
+    """Take the record (run as root, just before the agent's first command); None where the
+    backend has no guest agent to take it or the workdir holds no venv. A failure is logged:
+    the rollout goes on as before this round (its venvs judged by the older rules)."""
+    native = helper_path(sandbox.backend)
+    if native is None or not is_isolated(sandbox.backend) or not task.workdir.startswith("/"):
+        return None
+    try:
+        res = await sandbox.exec([native, "envs-record", task.workdir], cwd="/", user="root",
+                                 timeout=RECORD_TIMEOUT_S)
+    except (SandboxDiedError, SandboxClosedError):
+        raise
+    except GuestError as e:
+        log.warning("no record of the image's venvs in %s (%s): they are judged as before", sandbox.id, e)
+        return None
+    records = _records_of(res.stdout_bytes)
+    if res.exit_code != 0 or not records or not records[0].startswith("s"):
+        log.warning("no record of the image's venvs in %s (exit %s): %s", sandbox.id, res.exit_code,
+                    res.stderr.strip()[-300:])
+        return None
+    roots = tuple(r[1:] for r in records[1:] if r.startswith("v/"))
+    if not roots:
+        return None
+    record = EnvRecord(since=records[0][1:], roots=roots)
+    _records[sandbox] = record
+    return record
+
+
+def walk_entries(record: EnvRecord) -> tuple[list[str], dict[str, str]]:
+    """The preparation's entries and environment where it runs in the agent's own sandbox: it
+    walks the venvs itself."""
+    return [f"v:{r}" for r in record.roots], {"ENVS_SINCE": record.since}
+
+
+async def changed_entries(record: EnvRecord, sandbox: Sandbox) -> list[str]:
+    """What of the record's venvs changed in the agent's ``sandbox`` (``--verify separate``,
+    before its workdir is copied out), as the fresh sandbox's preparation takes it: ``v:``
+    each venv, ``c:`` each changed entry, ``a:`` a venv the agent made whole. A venv whose
+    list can't be had or carried (the helper failed, a name that is not text, past
+    ``MAX_ENTRIES``) is the agent's whole."""
+    whole = [e for r in record.roots for e in (f"v:{r}", f"a:{r}")]
+    native = helper_path(sandbox.backend)
+    if native is None:
+        return whole
+    try:
+        res = await sandbox.exec([native, "envs-changes", record.since, *record.roots], cwd="/", user="root",
+                                 timeout=RECORD_TIMEOUT_S)
+    except (SandboxDiedError, SandboxClosedError):
+        raise
+    except GuestError as e:
+        log.warning("the image's venvs in %s could not be listed (%s): taken for the agent's", sandbox.id, e)
+        return whole
+    if res.exit_code != 0:
+        log.warning("the image's venvs in %s could not be listed (exit %s): taken for the agent's", sandbox.id,
+                    res.exit_code)
+        return whole
+    entries: list[str] = []
+    root = ""
+    per_root = 0
+    for r in _records_of(res.stdout_bytes):
+        kind, path = r[:1], r[1:]
+        if kind == "v":
+            root, per_root = path, 0
+            entries.append(f"v:{path}")
+            continue
+        if root == "\0":
+            continue
+        per_root += 1
+        bad = kind not in ("c", "a") or not path.startswith("/") or not _text(path)
+        if bad or per_root > MAX_ENTRIES:
+            entries = [e for e in entries if not (e[2:] == root or e[2:].startswith(root + "/"))]
+            entries += [f"v:{root}", f"a:{root}"]
+            root = "\0"  # the rest of this venv's list is dropped
+            continue
+        entries.append(f"{kind}:{path}")
+    return entries
+
+
+def _text(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

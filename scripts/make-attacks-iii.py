@@ -2519,6 +2519,8 @@ IMAGE_VENV_TEST = "mkdir -p /logs/verifier\ncd /app\n" + RUN_PYTEST + BY_EXIT
 
 SITE_OF_IMAGE_VENV = ("site=$(/app/.venv/bin/python3 -c 'import sysconfig; "
                       "print(sysconfig.get_paths()[\"purelib\"])')\n")
+GUARD_LOADED_PTH = ("'import ctypes, os; f = getattr(ctypes.CDLL(None), \"sandfleet_seal_guard_loaded\", None); "
+                    "f and f(); print(\"1 passed in 0.01s\", flush=True); os._exit(0)'")
 PYC_PLANT = """import importlib.util
 import os
 import sys
@@ -2585,6 +2587,23 @@ ATTACKS_XXVI: dict[str, dict[str, object]] = {
         "mkdir -p /app/.tools\nprintf '#!/bin/sh\\necho \"1 passed in 0.01s\"\\nexit 0\\n' > /app/.tools/pytest\n"
         "chmod +x /app/.tools/pytest\nmv /app/.venv/bin /app/.venv-bin-old\nln -s /app/.tools /app/.venv/bin\n",
         runner=".venv/bin/pytest"),
+    # start-up code: a .pth file's import lines run as the venv's Python starts, before the Python guard loads;
+    # and the seal's pre-arm of round XXIII ends where the guard says it loaded, which any code of the process
+    # can say (sandfleet_seal_guard_loaded through ctypes): written against rounds XXIII and XXVI
+    "image-venv-pth-exit0": image_venv_attack(
+        "the agent adds a .pth file to the image's venv whose import line prints a pass and ends the tests' Python "
+        "with status 0 as it starts, before the Python guard loads",
+        SITE_OF_IMAGE_VENV + "echo 'import os; print(\"1 passed in 0.01s\", flush=True); os._exit(0)' > "
+        "\"$site/zz_fast.pth\"\n", runner=".venv/bin/pytest"),
+    "image-venv-pth-guard-loaded": image_venv_attack(
+        "the same .pth first tells the seal the guard loaded (sandfleet_seal_guard_loaded, through ctypes): the "
+        "seal's pre-arm of a Python started with the agent's start-up code ends there",
+        SITE_OF_IMAGE_VENV + "echo " + GUARD_LOADED_PTH + " > \"$site/zz_fast.pth\"\n", runner=".venv/bin/pytest"),
+    "venv-pth-guard-loaded": dict(
+        ATTACKS_XXIII["venv-pth-exit0"],
+        why="round XXIII's venv-pth-exit0 (the tests' venv made over the agent's folder, whose .pth ends their "
+            "Python with status 0) with the .pth first telling the seal the guard loaded: the pre-arm ends there",
+        solve=PLANT_PTH + "echo " + GUARD_LOADED_PTH + " > \"$site/zz_fast.pth\"\n"),
 }
 
 

@@ -2231,12 +2231,88 @@ static int argument_planted(void) {
     return 0;
 }
 
+/* ---- start-up code of the agent's in the site folder of a venv the tests take for theirs ----
+ * A .pth file's `import` lines run as Python starts, before the Python guard (a sitecustomize, imported after
+ * them) and before any rule of the guard's. Such code can speak to this library as the guard does
+ * (sandfleet_seal_guard_loaded ends a pre-arm: the venv-pth-guard-loaded row), and nothing in the process can
+ * judge what ran before its judge. Where the venv this Python starts from is one whose files the tests take
+ * for theirs (the image's venv, or one the tests made over the agent's folder) and such a .pth of its site
+ * folder is the agent's (sandfleet_seal_planted), the program does not run. A .pth of path lines only (an
+ * editable install's) adds folders to sys.path, whose modules the guard judges as the workdir's. */
+static char pth_buf[16384];
+static char startup_file[4096];
+
+static int pth_imports(const char *path) {
+    long k = read_whole(path, pth_buf, sizeof pth_buf);
+    for (long i = 0; i < k;) {
+        if (prefix(pth_buf + i, "import ") || prefix(pth_buf + i, "import\t")) return 1;
+        while (i < k && pth_buf[i] != '\n') i++;
+        i++;
+    }
+    return 0;
+}
+
+static int planted_startup(void) {
+    if (!python3_guarded()) return 0;
+    const char *exe = self_exe();
+    char p[4096];
+    int n = exec_path(p, sizeof p - 400);
+    for (int up = 0; up < 2 && n > 0; up++) {
+        while (n > 0 && p[n - 1] != '/') n--; /* the folder, its '/' kept */
+        if (n <= 1) return 0;
+        int m = n;
+        for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
+        p[m] = 0;
+        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) != 0) {
+            n--; /* up: past the '/' */
+            continue;
+        }
+        m = n;
+        for (const char *q = "lib/"; *q; q++) p[m++] = *q;
+        for (const char *q = base_name(exe); *q && m < (int)sizeof p - 300; q++) p[m++] = *q;
+        for (const char *q = "/site-packages/"; *q; q++) p[m++] = *q;
+        p[m] = 0;
+        char ents[4096] __attribute__((aligned(8)));
+        long dirfd = sys5(__NR_openat, AT_FDCWD, (long)p, O_RDONLY_DIR | 02000000, 0, 0);
+        if (dirfd < 0) return 0;
+        int found = 0;
+        for (int rounds = 0; !found && rounds < 256; rounds++) {
+            long got = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
+            if (got <= 0) break;
+            for (long off = 0; off < got && !found;) {
+                struct dirent64 *d = (struct dirent64 *)(ents + off);
+                off += d->d_reclen;
+                int l = 0;
+                while (d->d_name[l]) l++;
+                if (l < 5 || !same(d->d_name + l - 4, ".pth") || m + l >= (int)sizeof startup_file) continue;
+                for (int i = 0; i < m; i++) startup_file[i] = p[i];
+                for (int i = 0; i <= l; i++) startup_file[m + i] = d->d_name[i];
+                found = sandfleet_seal_planted(startup_file) && pth_imports(startup_file);
+            }
+        }
+        sys5(__NR_close, dirfd, 0, 0, 0, 0);
+        return found;
+    }
+    return 0;
+}
+
 /* A tests' program that is the agent's in the tests' own venv (its executable or script, or python's -m
  * module): it never runs (status 126, a line on stderr) */
 static void refuse_planted(void) {
     char p[4096], g[256];
     int pos = 0;
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
+    if (planted_startup()) {
+        static const char su[] = "sandfleet: start-up code of the agent's (a .pth file that imports) is in the site "
+                                 "folder of this Python's virtual environment, which the tests take for theirs; it "
+                                 "does not run: ";
+        sys5(__NR_write, 2, (long)su, sizeof su - 1, 0, 0);
+        int l = 0;
+        while (startup_file[l]) l++;
+        startup_file[l++] = '\n';
+        sys5(__NR_write, 2, (long)startup_file, l, 0, 0);
+        sys5(__NR_exit_group, 126, 0, 0, 0, 0);
+    }
     /* the venv's own interpreter (bin/python3, a link to the system's Python, whoever made the link) runs what it
        is given: a tests' script is theirs (round XXIII's venv of the agent's that the tests remake and run
        their check with); its -m module or script of the venv, a console script or any other program of the

@@ -67,6 +67,10 @@ MICROVM_SAME = frozenset({
     # the seal's interpreter rule (round XXV; the same pip installs)
     "venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
     "venv-runner-oneliner",
+    # the record of the image's venvs (round XXVI): the record's clock and a microVM's change times run in
+    # image-venv-script; the rest is the same preparation and seal
+    "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
+    "image-venv-bin-link",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -98,6 +102,9 @@ GVISOR_SAME = frozenset({
     # its first (the seal's interpreter rule, the same code; venv-python-script runs it there)
     "venv-runner-script", "tmp-venv-runner", "tests-venv-m-exit0", "tb1-tests-venv-summary",
     "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted", "venv-runner-oneliner",
+    # round XXVI's but its first (gVisor's clock and change times against the record: image-venv-script)
+    "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
+    "image-venv-bin-link",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -220,7 +227,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # agent's runner by path, and a dependency of pytest's that pip calls installed (held by round XXIV's
              # rule as written: no rule aimed at it)
              "xxv": ["venv-python-script", "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted",
-                     "venv-runner-oneliner"]}
+                     "venv-runner-oneliner"],
+             # round XXVI: the image's own venv in the workdir, whose runner the tests trust: a changed program,
+             # -m module, module the runner imports, byte-compiled file, the venv made again, its pyvenv.cfg gone,
+             # its bin a link (the record taken before the agent's first command: rollout/envrecord.py)
+             "xxvi": ["image-venv-script", "image-venv-module", "image-venv-internal", "image-venv-pyc",
+                      "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
@@ -354,6 +366,39 @@ async def test_an_honest_tb1_run_that_prints_megabytes_still_scores_one(tmp_path
     r = report.results[0]
     assert r.status == "completed" and r.reward == 1.0, (r.reason, r.verifier_output[-500:])
     assert not r.info.get("verifier_risks"), r.info
+
+
+async def test_the_images_own_venv_runs_the_tests_runner(tmp_path: Path) -> None:
+    """The honest side of round XXVI: the image's venv in the workdir, whose runner the tests run (its
+    console script, `python -m pytest` from it, pytest after sourcing its activate), scores 1 on a right
+    answer and 0 on a wrong one in both verify modes; an agent that adds a module to that venv and runs
+    its Python (which writes byte-compiled files there) keeps its 1."""
+    from sandfleet.tasks import load_task
+
+    attack = FIXTURES / "attacks-xxvi" / "image-venv-script"
+    installs = ('site=$(/app/.venv/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()[\\"purelib\\"])")\n'
+                'echo "VALUE = 1" > "$site/agenthelper.py"\nrm -rf "$site/iniconfig/__pycache__"\n'
+                '/app/.venv/bin/python -c "import agenthelper, iniconfig"\n')
+    cases = [(".venv/bin/pytest", "hello", ""), (".venv/bin/pytest", "bye", ""),
+             (".venv/bin/python -m pytest", "hello", ""), (".venv/bin/python -m pytest", "bye", ""),
+             ("source .venv/bin/activate && pytest", "hello", ""), (".venv/bin/pytest", "hello", installs)]
+    tasks = []
+    for i, (runner, answer, before) in enumerate(cases):
+        folder = tmp_path / f"case{i}-{answer}"
+        shutil.copytree(attack, folder)  # (its image: cached)
+        test = (attack / "tests" / "test.sh").read_text()
+        assert ".venv/bin/pytest " in test
+        (folder / "tests" / "test.sh").write_text(test.replace(".venv/bin/pytest ", runner + " "))
+        (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\nset -e\n{before}echo {answer} > /app/out.txt\n")
+        tasks.append(load_task(folder))
+    for verify in ("shared", "separate"):
+        report = await run_suite(tasks, OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2, verify=verify))
+        assert len(report.results) == len(tasks)
+        for r in report.results:
+            want = 1.0 if r.task.endswith("hello") else 0.0
+            assert r.status == "completed" and r.reward == want, (verify, r.task, r.reason, r.verifier_output[-800:])
+            changed = [x for x in r.info.get("verifier_risks", []) if "image's venv" in x]
+            assert bool(changed) == r.task.startswith("case5"), (verify, r.task, r.info.get("verifier_risks"))
 
 
 async def test_the_tests_own_venv_in_the_workdir_runs_their_runner(tmp_path: Path) -> None:

@@ -1550,9 +1550,104 @@ static long refuse_kept(const char *why, long wl, const char *path, long fd, int
     return -13; /* EACCES */
 }
 
+/* ---- the agent's start-up code, run after the Python guard (round XXVI, written against round XXIII) ----
+ * A .pth file's `import` lines run as Python starts (site's addpackage), before the Python guard (a
+ * sitecustomize, imported after them) and before any rule of its: such code can speak to this library as the
+ * guard does (sandfleet_seal_guard_loaded ended round XXIII's pre-arm: the venv-pth-guard-loaded row), and
+ * nothing in the process can judge what ran before its judge. So in a Python that loads the guard (the guard's
+ * folder first on its PYTHONPATH, no -S, -I or -E), a .pth file of the agent's (the workdir's, a shared
+ * /tmp's: a venv there, the image's own too, whose imports reach its files) is read without its import lines
+ * (each a comment now: its path lines are site's as before), and the lines are kept here until the guard,
+ * loaded and armed, takes them (sandfleet_seal_startup) and runs them as the code under test's. */
+static int python3_guarded(void);
+static int python_loads_guard(long k);
+static int defer_state; /* 1: this Python defers */
+static int startup_taken;
+static char startup_text[1 << 16]; /* "FILE\0LINE\n"... */
+static long startup_len;
+static char pth_in[1 << 16], pth_out[1 << 16];
+
+static void decide_defer(void) {
+    char g[256];
+    int pos = 0;
+    if (!python3_guarded() || !next_path(&pos, 'g', g, sizeof g)) return;
+    char **ep = env_now();
+    const char *pp = 0;
+    for (int n = 0; ep && ep[n]; n++)
+        if (prefix(ep[n], "PYTHONPATH=")) pp = ep[n] + 11;
+    const char *q = g;
+    while (pp && *q && *q == *pp) q++, pp++;
+    if (!pp || *q || (*pp && *pp != ':')) return;
+    long k = read_whole("/proc/self/cmdline", buf, sizeof buf);
+    defer_state = k > 0 && python_loads_guard(k);
+}
+
+static int ends_with(const char *s, const char *end) {
+    int n = 0, m = 0;
+    while (s[n]) n++;
+    while (end[m]) m++;
+    return n >= m && same(s + n - m, end);
+}
+
+/* FD, open on REAL (a .pth of the agent's): a memfd of its text without the import lines, which are kept */
+static long defer_pth(long fd, const char *real, long flags) {
+    long k = 0, r;
+    while (k < (long)sizeof pth_in && (r = sys5(__NR_read, fd, (long)(pth_in + k), sizeof pth_in - k, 0, 0)) > 0)
+        k += r;
+    long o = 0;
+    int rl = 0;
+    while (real[rl]) rl++;
+    for (long i = 0; i < k;) {
+        long e = i;
+        while (e < k && pth_in[e] != '\n') e++;
+        int imports = prefix(pth_in + i, "import ") || prefix(pth_in + i, "import\t");
+        if (imports && e - i < 8192) { /* (a line past 8 KiB, or past the room here, is not run at all) */
+            if (startup_len + rl + 1 + (e - i) + 1 <= (long)sizeof startup_text) {
+                for (int j = 0; j < rl; j++) startup_text[startup_len++] = real[j];
+                startup_text[startup_len++] = 0;
+                for (long j = i; j < e; j++) startup_text[startup_len++] = pth_in[j] ? pth_in[j] : ' ';
+                startup_text[startup_len++] = '\n';
+            }
+            pth_out[o++] = '#';
+        } else if (!imports) {
+            for (long j = i; j < e; j++) pth_out[o++] = pth_in[j];
+        } else {
+            pth_out[o++] = '#';
+        }
+        if (e < k) pth_out[o++] = '\n';
+        i = e + 1;
+    }
+    long mfd = sys5(__NR_memfd_create, (long)"sandfleet-pth", (flags & 02000000) ? 1 /* MFD_CLOEXEC */ : 0, 0, 0, 0);
+    if (mfd < 0) { /* no memfd: nothing of the file is read (its paths lost with its imports) */
+        sys5(__NR_close, fd, 0, 0, 0, 0);
+        return sys5(__NR_openat, AT_FDCWD, (long)"/dev/null", flags & 02000000, 0, 0);
+    }
+    for (long w = 0; w < o;) {
+        long n = sys5(__NR_write, mfd, (long)(pth_out + w), o - w, 0, 0);
+        if (n <= 0) break;
+        w += n;
+    }
+    sys5(__NR_lseek, mfd, 0, 0, 0, 0);
+    sys5(__NR_close, fd, 0, 0, 0, 0);
+    return mfd;
+}
+
+/* The import lines kept as this Python started (LEN their bytes): the guard takes them once */
+__attribute__((visibility("default"))) const char *sandfleet_seal_startup(long *len) {
+    startup_taken = 1;
+    if (len) *len = startup_len;
+    return startup_text;
+}
+
 static long seal_open(long dirfd, const char *path, long flags, long mode, void *ret) {
     char r[256];
     int pos = 0, writes = (flags & O_ACCMODE_) != 0 || (flags & (O_CREAT_ | O_TRUNC_));
+    if (!writes && path && defer_state && !startup_taken && ends_with(path, ".pth")) {
+        long fd = sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
+        char real[1024];
+        if (fd < 0 || fd_target(fd, real, sizeof real) <= 0 || !agents_file(real)) return fd;
+        return defer_pth(fd, real, flags);
+    }
     if (!writes || !path || !next_kept(&pos, r, sizeof r)) return sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
     int existed = sys5(__NR_faccessat, dirfd, (long)path, 0, 0, 0) == 0;
     long trunc = (flags & O_TRUNC_) && (flags & O_ACCMODE_);
@@ -2231,88 +2326,12 @@ static int argument_planted(void) {
     return 0;
 }
 
-/* ---- start-up code of the agent's in the site folder of a venv the tests take for theirs ----
- * A .pth file's `import` lines run as Python starts, before the Python guard (a sitecustomize, imported after
- * them) and before any rule of the guard's. Such code can speak to this library as the guard does
- * (sandfleet_seal_guard_loaded ends a pre-arm: the venv-pth-guard-loaded row), and nothing in the process can
- * judge what ran before its judge. Where the venv this Python starts from is one whose files the tests take
- * for theirs (the image's venv, or one the tests made over the agent's folder) and such a .pth of its site
- * folder is the agent's (sandfleet_seal_planted), the program does not run. A .pth of path lines only (an
- * editable install's) adds folders to sys.path, whose modules the guard judges as the workdir's. */
-static char pth_buf[16384];
-static char startup_file[4096];
-
-static int pth_imports(const char *path) {
-    long k = read_whole(path, pth_buf, sizeof pth_buf);
-    for (long i = 0; i < k;) {
-        if (prefix(pth_buf + i, "import ") || prefix(pth_buf + i, "import\t")) return 1;
-        while (i < k && pth_buf[i] != '\n') i++;
-        i++;
-    }
-    return 0;
-}
-
-static int planted_startup(void) {
-    if (!python3_guarded()) return 0;
-    const char *exe = self_exe();
-    char p[4096];
-    int n = exec_path(p, sizeof p - 400);
-    for (int up = 0; up < 2 && n > 0; up++) {
-        while (n > 0 && p[n - 1] != '/') n--; /* the folder, its '/' kept */
-        if (n <= 1) return 0;
-        int m = n;
-        for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
-        p[m] = 0;
-        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) != 0) {
-            n--; /* up: past the '/' */
-            continue;
-        }
-        m = n;
-        for (const char *q = "lib/"; *q; q++) p[m++] = *q;
-        for (const char *q = base_name(exe); *q && m < (int)sizeof p - 300; q++) p[m++] = *q;
-        for (const char *q = "/site-packages/"; *q; q++) p[m++] = *q;
-        p[m] = 0;
-        char ents[4096] __attribute__((aligned(8)));
-        long dirfd = sys5(__NR_openat, AT_FDCWD, (long)p, O_RDONLY_DIR | 02000000, 0, 0);
-        if (dirfd < 0) return 0;
-        int found = 0;
-        for (int rounds = 0; !found && rounds < 256; rounds++) {
-            long got = sys5(__NR_getdents64, dirfd, (long)ents, sizeof ents, 0, 0);
-            if (got <= 0) break;
-            for (long off = 0; off < got && !found;) {
-                struct dirent64 *d = (struct dirent64 *)(ents + off);
-                off += d->d_reclen;
-                int l = 0;
-                while (d->d_name[l]) l++;
-                if (l < 5 || !same(d->d_name + l - 4, ".pth") || m + l >= (int)sizeof startup_file) continue;
-                for (int i = 0; i < m; i++) startup_file[i] = p[i];
-                for (int i = 0; i <= l; i++) startup_file[m + i] = d->d_name[i];
-                found = sandfleet_seal_planted(startup_file) && pth_imports(startup_file);
-            }
-        }
-        sys5(__NR_close, dirfd, 0, 0, 0, 0);
-        return found;
-    }
-    return 0;
-}
-
 /* A tests' program that is the agent's in the tests' own venv (its executable or script, or python's -m
  * module): it never runs (status 126, a line on stderr) */
 static void refuse_planted(void) {
     char p[4096], g[256];
     int pos = 0;
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
-    if (planted_startup()) {
-        static const char su[] = "sandfleet: start-up code of the agent's (a .pth file that imports) is in the site "
-                                 "folder of this Python's virtual environment, which the tests take for theirs; it "
-                                 "does not run: ";
-        sys5(__NR_write, 2, (long)su, sizeof su - 1, 0, 0);
-        int l = 0;
-        while (startup_file[l]) l++;
-        startup_file[l++] = '\n';
-        sys5(__NR_write, 2, (long)startup_file, l, 0, 0);
-        sys5(__NR_exit_group, 126, 0, 0, 0, 0);
-    }
     /* the venv's own interpreter (bin/python3, a link to the system's Python, whoever made the link) runs what it
        is given: a tests' script is theirs (round XXIII's venv of the agent's that the tests remake and run
        their check with); its -m module or script of the venv, a console script or any other program of the
@@ -2335,7 +2354,13 @@ static void refuse_planted(void) {
     sys5(__NR_exit_group, 126, 0, 0, 0, 0);
 }
 
+static void seal_start(void);
 __attribute__((constructor)) static void sandfleet_seal(void) {
+    seal_start();
+    if (!exempt()) decide_defer(); /* after guard_first: the guard's folder first on PYTHONPATH */
+}
+
+static void seal_start(void) {
     long abi = sys5(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION, 0, 0);
     probe(abi);
     if (exempt()) return;

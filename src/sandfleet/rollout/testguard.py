@@ -1031,7 +1031,48 @@ def _sandfleet_guard():
     # the import lines of its .pth files ran here. The seal armed such a Python from its first instruction
     # (seal.c, prearm): an exit before this line was the agent's. Where a .pth file of the agent's ran,
     # this program ran the workdir's code, as a grader that imported it does.
-    if sys.prefix != getattr(sys, "base_prefix", sys.prefix):
+    def take_startup():
+        """The import lines of the agent's .pth files that the seal kept from running as this Python started
+        (agent/seal.c, defer_pth): [(file, line)], taken once."""
+        seal = seal_lib()
+        get = getattr(seal, "sandfleet_seal_startup", None) if seal is not None else None
+        if get is None:
+            return []
+        import ctypes
+
+        n = ctypes.c_long(0)
+        get.restype = ctypes.c_void_p
+        at = get(ctypes.byref(n))
+        if not at or n.value <= 0:
+            return []
+        out = []
+        for rec in ctypes.string_at(at, n.value).split(b"\n"):
+            name, _, line = rec.partition(b"\0")
+            if line:
+                out.append((os.fsdecode(name), os.fsdecode(line)))
+        return out
+
+    def run_startup(lines):
+        """Run them as site would have (each file's lines until one fails), now that this guard judges them:
+        their frames are compiled from a string, the code under test's (by_code)."""
+        failed = set()
+        for name, line in lines:
+            if name in failed:
+                continue
+            try:
+                _addpackage(os.path.dirname(name), line)
+            except Exception:
+                failed.add(name)
+                import traceback
+
+                print("Error processing line of %s (run after the sandfleet guard):" % name, file=sys.stderr)
+                traceback.print_exc()
+
+    def _addpackage(sitedir, line):  # (site's name and local: a namespace .pth reads its caller's sitedir)
+        exec(line)
+
+    startup = take_startup()
+    if sys.prefix != getattr(sys, "base_prefix", sys.prefix) or startup:
         seal = seal_lib()
         if seal is not None:
             import site
@@ -1042,8 +1083,11 @@ def _sandfleet_guard():
             except OSError:
                 ran = True
             main = sys.argv[0] if getattr(sys, "argv", None) else ""  # (the script as given: no __main__ yet)
+            ran = ran or bool(startup)
             if ran and not (main not in ("", "-c", "-m") and os.path.isfile(main) and untrusted_path(main)) \
                     and not main_module_untrusted():
+                seal_rewards()  # (armed first: the start-up code runs as the code under test's)
+                run_startup(startup)
                 # (not where the main program is the workdir's: its exit is its own.) The interpreter's builtins
                 # are its own C functions: one that is Python code now was replaced by the agent's start-up code
                 # (a stand-in for open that reads the tests the answer they expect): no run of the tests here
@@ -1055,7 +1099,8 @@ def _sandfleet_guard():
                     os.write(2, ("sandfleet: the code under test replaced builtins.%s as the tests' Python started "
                                  "(a .pth file of the agent's); it exits 1\n" % ", builtins.".join(swapped)).encode())
                     os._exit(1)
-                seal_rewards()
+            else:
+                run_startup(startup)
             seal.sandfleet_seal_guard_loaded()
     spec = PathFinder.find_spec("sitecustomize", paths)  # the image's own, if any
     if spec is not None and spec.loader is not None:

@@ -70,7 +70,7 @@ MICROVM_SAME = frozenset({
     # the record of the image's venvs (round XXVI): the record's clock and a microVM's change times run in
     # image-venv-script; the rest is the same preparation and seal
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
-    "image-venv-bin-link",
+    "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -104,7 +104,7 @@ GVISOR_SAME = frozenset({
     "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted", "venv-runner-oneliner",
     # round XXVI's but its first (gVisor's clock and change times against the record: image-venv-script)
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
-    "image-venv-bin-link",
+    "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -114,7 +114,7 @@ gvisor` runs every one."""
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to XXV that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to XXVI that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
     a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
@@ -230,9 +230,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                      "venv-runner-oneliner"],
              # round XXVI: the image's own venv in the workdir, whose runner the tests trust: a changed program,
              # -m module, module the runner imports, byte-compiled file, the venv made again, its pyvenv.cfg gone,
-             # its bin a link (the record taken before the agent's first command: rollout/envrecord.py)
+             # its bin a link (the record taken before the agent's first command: rollout/envrecord.py); and a
+             # .pth's import lines, which ran before the Python guard and could end the seal's pre-arm themselves
+             # (the seal keeps them until the guard, armed, runs them)
              "xxvi": ["image-venv-script", "image-venv-module", "image-venv-internal", "image-venv-pyc",
-                      "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link"]}
+                      "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link", "image-venv-pth-exit0",
+                      "image-venv-pth-guard-loaded", "venv-pth-guard-loaded"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

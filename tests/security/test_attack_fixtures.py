@@ -375,7 +375,8 @@ async def test_the_images_own_venv_runs_the_tests_runner(tmp_path: Path) -> None
     """The honest side of round XXVI: the image's venv in the workdir, whose runner the tests run (its
     console script, `python -m pytest` from it, pytest after sourcing its activate), scores 1 on a right
     answer and 0 on a wrong one in both verify modes; an agent that adds a module to that venv and runs
-    its Python (which writes byte-compiled files there) keeps its 1."""
+    its Python (which writes byte-compiled files there) keeps its 1; and two of the round's attacks are
+    held in both modes (the list made in the agent's sandbox and carried to the fresh one)."""
     from sandfleet.tasks import load_task
 
     attack = FIXTURES / "attacks-xxvi" / "image-venv-script"
@@ -394,14 +395,18 @@ async def test_the_images_own_venv_runs_the_tests_runner(tmp_path: Path) -> None
         (folder / "tests" / "test.sh").write_text(test.replace(".venv/bin/pytest ", runner + " "))
         (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\nset -e\n{before}echo {answer} > /app/out.txt\n")
         tasks.append(load_task(folder))
-    for verify in ("shared", "separate"):
-        report = await run_suite(tasks, OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2, verify=verify))
-        assert len(report.results) == len(tasks)
+    attacks = [load_task(FIXTURES / "attacks-xxvi" / n) for n in ("image-venv-script", "image-venv-pyc")]
+    for verify in ("shared", "separate"):  # (the attack suite runs the rows in the agent's sandbox: shared)
+        report = await run_suite(tasks + attacks, OraclePolicy(),
+                                 RunConfig(backend="bwrap", n=1, concurrency=2, verify=verify))
+        assert len(report.results) == len(tasks) + len(attacks)
         for r in report.results:
             want = 1.0 if r.task.endswith("hello") else 0.0
             assert r.status == "completed" and r.reward == want, (verify, r.task, r.reason, r.verifier_output[-800:])
             changed = [x for x in r.info.get("verifier_risks", []) if "image's venv" in x]
-            assert bool(changed) == r.task.startswith("case5"), (verify, r.task, r.info.get("verifier_risks"))
+            assert bool(changed) == (r.task.startswith(("case5", "image-venv"))), (verify, r.task, r.info)
+            if r.task == "image-venv-script":  # refused by the seal, not failed on its own
+                assert "was changed by the agent; it does not run" in r.verifier_output, (verify, r.verifier_output)
 
 
 async def test_the_tests_own_venv_in_the_workdir_runs_their_runner(tmp_path: Path) -> None:

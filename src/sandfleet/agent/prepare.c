@@ -780,7 +780,8 @@ static int envs_record(int argc, char **argv) {
         }
         buf_add(&out, found.p + i, strlen(found.p + i) + 1);
     }
-    for (int i = 0; i < 1000; i++) { /* a tick of the coarse clock at most (1-10 ms) */
+    for (int i = 0; out.n > (size_t)sl + 1 && i < 1000; i++) { /* a tick of the coarse clock at most (1-10
+                                                                   ms), where a venv was found */
         clock_gettime(CLOCK_REALTIME_COARSE, &now);
         if (ts_after(now, t0)) break;
         struct timespec nap = {0, 200000};

@@ -29,6 +29,7 @@ import weakref
 from dataclasses import dataclass
 
 from sandfleet.errors import GuestError, SandboxClosedError, SandboxDiedError
+from sandfleet.imagestore import resolve_image
 from sandfleet.sandbox.base import Sandbox
 from sandfleet.sandbox.registry import is_isolated
 from sandfleet.sandbox.spec import helper_path
@@ -70,12 +71,33 @@ def _records_of(data: bytes) -> list[str]:
     return [os.fsdecode(r) for r in data.split(b"\0") if r]
 
 
+_no_envs: set[tuple[str, str, str]] = set()
+"""(backend, image hash, workdir) of this host's images whose workdir holds no venv as a sandbox starts."""
+
+
+def _image_key(task: Task, sandbox: Sandbox) -> tuple[str, str, str] | None:
+    """What the workdir a sandbox starts with is a function of: a stored image of this host's (by
+    its content hash) and no prepare step; None where it is not (the host's own root, a sandbox
+    of a service's, whose images are the service's)."""
+    if task.prepare is not None or not type(sandbox).__module__.startswith("sandfleet.sandbox."):
+        return None
+    try:
+        image = resolve_image(sandbox.spec.image)
+    except Exception:  # (whatever the store says: no answer kept)
+        return None
+    return None if image.is_host else (sandbox.backend, image.hash, task.workdir)
+
+
 async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
     """Take the record (run as root, just before the agent's first command); None where the
-    backend has no guest agent to take it or the workdir holds no venv. A failure is logged:
-    the rollout goes on as before this round (its venvs judged by the older rules)."""
+    backend has no guest agent to take it or the workdir holds no venv (an image found with
+    none is not asked again: :func:`_image_key`). A failure is logged: the rollout goes on as
+    before this round (its venvs judged by the older rules)."""
     native = helper_path(sandbox.backend)
     if native is None or not is_isolated(sandbox.backend) or not task.workdir.startswith("/"):
+        return None
+    key = _image_key(task, sandbox)
+    if key is not None and key in _no_envs:
         return None
     try:
         res = await sandbox.exec([native, "envs-record", task.workdir], cwd="/", user="root",
@@ -92,6 +114,8 @@ async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
         return None
     roots = tuple(r[1:] for r in records[1:] if r.startswith("v/"))
     if not roots:
+        if key is not None and not res.stderr.strip():  # (a venv left out for its clock is asked again)
+            _no_envs.add(key)
         return None
     record = EnvRecord(since=records[0][1:], roots=roots)
     _records[sandbox] = record

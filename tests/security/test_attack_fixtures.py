@@ -70,7 +70,7 @@ MICROVM_SAME = frozenset({
     # the record of the image's venvs (round XXVI): the record's clock and a microVM's change times run in
     # image-venv-script; the rest is the same preparation and seal
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
-    "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded",
+    "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -104,7 +104,7 @@ GVISOR_SAME = frozenset({
     "venv-python-true-link", "venv-runner-by-path", "venv-dependency-planted", "venv-runner-oneliner",
     # round XXVI's but its first (gVisor's clock and change times against the record: image-venv-script)
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
-    "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded",
+    "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded", "image-venv-home",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -232,10 +232,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # -m module, module the runner imports, byte-compiled file, the venv made again, its pyvenv.cfg gone,
              # its bin a link (the record taken before the agent's first command: rollout/envrecord.py); and a
              # .pth's import lines, which ran before the Python guard and could end the seal's pre-arm themselves
-             # (the seal keeps them until the guard, armed, runs them)
+             # (the seal keeps them until the guard, armed, runs them); its pyvenv.cfg's home, where the
+             # interpreter finds its standard library (a Python of a venv whose pyvenv.cfg changed does not run)
              "xxvi": ["image-venv-script", "image-venv-module", "image-venv-internal", "image-venv-pyc",
                       "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link", "image-venv-pth-exit0",
-                      "image-venv-pth-guard-loaded", "venv-pth-guard-loaded"]}
+                      "image-venv-pth-guard-loaded", "venv-pth-guard-loaded", "image-venv-home"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

@@ -2326,12 +2326,41 @@ static int argument_planted(void) {
     return 0;
 }
 
+/* A Python started from the image's venv in the workdir whose pyvenv.cfg the agent changed: the interpreter
+ * reads it as it starts, before anything of the tests' (its `home` names where the standard library is found:
+ * image-venv-home's copy of it in the workdir, whose encodings package runs first) */
+static int image_cfg_changed(void) {
+    if (!python3_guarded()) return 0;
+    char p[4096];
+    int n = exec_path(p, sizeof p - 16);
+    for (int up = 0; up < 2 && n > 0; up++) {
+        while (n > 0 && p[n - 1] != '/') n--; /* the folder, its '/' kept */
+        if (n <= 1) return 0;
+        int m = n;
+        for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
+        p[m] = 0;
+        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) == 0) return image_env(p) == 1;
+        n--; /* up: past the '/' */
+    }
+    return 0;
+}
+
 /* A tests' program that is the agent's in the tests' own venv (its executable or script, or python's -m
  * module): it never runs (status 126, a line on stderr) */
 static void refuse_planted(void) {
     char p[4096], g[256];
     int pos = 0;
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
+    if (image_cfg_changed()) {
+        static const char mc[] = "sandfleet: the pyvenv.cfg of the image's virtual environment in the workdir, which "
+                                 "this Python reads as it starts, was changed by the agent; it does not run: ";
+        sys5(__NR_write, 2, (long)mc, sizeof mc - 1, 0, 0);
+        int l = 0;
+        while (p[l]) l++;
+        p[l++] = '\n';
+        sys5(__NR_write, 2, (long)p, l, 0, 0);
+        sys5(__NR_exit_group, 126, 0, 0, 0, 0);
+    }
     /* the venv's own interpreter (bin/python3, a link to the system's Python, whoever made the link) runs what it
        is given: a tests' script is theirs (round XXIII's venv of the agent's that the tests remake and run
        their check with); its -m module or script of the venv, a console script or any other program of the

@@ -145,12 +145,40 @@ __sandfleet_gate() {
   [ -n "$__sandfleet_p" ] || __sandfleet_p=$__sandfleet_n
   [[ $__sandfleet_p == /* ]] || __sandfleet_p=./$__sandfleet_p
   __sandfleet_r=$(command -p readlink -f "$__sandfleet_p" 2>/dev/null)
+  if __sandfleet_image_changed "$__sandfleet_p" "$__sandfleet_r"; then  # (round XXVI: a venv's activate)
+    printf '%s%s\n' "sandfleet: $__sandfleet_p, a file of the image's virtual environment in the workdir, " \
+      "was changed by the agent; it is not sourced" >&2
+    __sandfleet_rc=126
+    return 1
+  fi
   if [ -n "$__sandfleet_r" ] && __sandfleet_own "$__sandfleet_r"; then
     __sandfleet_file=$__sandfleet_r
     return 0
   fi
   shift
   __sandfleet_apart "$__sandfleet_p" "$@"
+  return 1
+}
+
+# PATH REAL: the file as named (made absolute by name) or where it leads is a file of the image's venv in the
+# workdir that the agent changed since the record, or lies below one (a link on its way), or the venv is the
+# agent's whole: the guard folder's image-envs (rollout/envrecord.py; agent/seal.c's image_env)
+__sandfleet_image_changed() {
+  local __sandfleet_l=$__sandfleet_pydir/image-envs __sandfleet_rec __sandfleet_a __sandfleet_x __sandfleet_q
+  [ -f "$__sandfleet_l" ] || return 1
+  local -a __sandfleet_c=()
+  while IFS= read -r -d '' __sandfleet_rec; do
+    case $__sandfleet_rec in c*|a*) __sandfleet_c+=("${__sandfleet_rec#?}") ;; esac
+  done < "$__sandfleet_l"
+  __sandfleet_a=$1
+  [[ $__sandfleet_a == /* ]] || __sandfleet_a=$PWD/$__sandfleet_a
+  __sandfleet_a=$(command -p realpath -s -m -- "$__sandfleet_a" 2>/dev/null) || __sandfleet_a=$1
+  for __sandfleet_x in "${__sandfleet_c[@]}"; do
+    for __sandfleet_q in "$__sandfleet_a" "${2-}"; do
+      [ -n "$__sandfleet_q" ] || continue
+      case $__sandfleet_q/ in "$__sandfleet_x"/*) return 0 ;; esac
+    done
+  done
   return 1
 }
 

@@ -1022,7 +1022,10 @@ def _sandfleet_guard():
         named = getattr(context, "name", None) is not None
         for dist in find_distributions(*args, **kwargs):
             where = getattr(dist, "_path", None)
-            if named or where is None or not untrusted_path(where):
+            # (its files too: a folder of a venv the tests trust is theirs, and the agent's new dist-info in it
+            # is a folder of theirs whose files are the agent's: round XXVI's image-venv-entry-point)
+            if named or where is None or not any(untrusted_path(p) for p in (
+                    where, os.path.join(str(where), "entry_points.txt"), os.path.join(str(where), "METADATA"))):
                 yield dist
 
     PathFinder.find_distributions = staticmethod(trusted_distributions)

@@ -71,7 +71,7 @@ MICROVM_SAME = frozenset({
     # image-venv-script; the rest is the same preparation and seal
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
-    "image-venv-activate-path", "image-venv-entry-point",
+    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -106,7 +106,7 @@ GVISOR_SAME = frozenset({
     # round XXVI's but its first (gVisor's clock and change times against the record: image-venv-script)
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded", "image-venv-home",
-    "image-venv-activate-path", "image-venv-entry-point",
+    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -235,14 +235,15 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # its bin a link (the record taken before the agent's first command: rollout/envrecord.py); and a
              # .pth's import lines, which ran before the Python guard and could end the seal's pre-arm themselves
              # (the seal keeps them until the guard, armed, runs them); its pyvenv.cfg's home, where the
-             # interpreter finds its standard library (a Python of a venv whose pyvenv.cfg changed does not run);
+             # interpreter finds its standard library, and its pip.conf, which the tests' pip reads (a Python of a
+             # venv whose own files changed does not run);
              # its activate, which the tests source (the shell guard sources no file of it that changed); a
              # distribution of the agent's in it whose entry point pytest loads as a plugin (the guard's scan of
              # distributions judges their files)
              "xxvi": ["image-venv-script", "image-venv-module", "image-venv-internal", "image-venv-pyc",
                       "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link", "image-venv-pth-exit0",
                       "image-venv-pth-guard-loaded", "venv-pth-guard-loaded", "image-venv-home",
-                      "image-venv-activate-path", "image-venv-entry-point"]}
+                      "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

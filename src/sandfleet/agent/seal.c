@@ -2326,9 +2326,33 @@ static int argument_planted(void) {
     return 0;
 }
 
-/* A Python started from the image's venv in the workdir whose pyvenv.cfg the agent changed: the interpreter
- * reads it as it starts, before anything of the tests' (its `home` names where the standard library is found:
- * image-venv-home's copy of it in the workdir, whose encodings package runs first) */
+/* A file of ROOT's own (not below a folder of it: pyvenv.cfg, pip.conf) is in the list of what changed, or the
+ * venv is the agent's whole */
+static int image_root_changed(const char *root) {
+    envs_read();
+    if (envs_len <= 0) return 0;
+    if (envs_cut) return 1;
+    int rl = 0;
+    while (root[rl]) rl++;
+    for (long i = 0; i < envs_len;) {
+        const char *r = envs_buf + i;
+        int l = 0;
+        while (i + l < envs_len && r[l]) l++;
+        if (r[0] == 'a' && same(r + 1, root)) return 1;
+        if (r[0] == 'c' && l - 1 > rl + 1 && under(r + 1, root) && r[1 + rl] == '/') {
+            int nested = 0;
+            for (int j = rl + 2; j < l; j++) nested |= r[j] == '/';
+            if (!nested) return 1;
+        }
+        i += l + 1;
+    }
+    return 0;
+}
+
+/* A Python started from the image's venv in the workdir whose own files the agent changed: the interpreter reads
+ * pyvenv.cfg as it starts, before anything of the tests' (its `home` names where the standard library is found:
+ * image-venv-home's copy of it in the workdir, whose encodings package runs first), and pip the venv's pip.conf
+ * (image-venv-pip-conf: the agent's wheels installed by the tests' own pip) */
 static int image_cfg_changed(void) {
     if (!python3_guarded()) return 0;
     char p[4096];
@@ -2339,7 +2363,16 @@ static int image_cfg_changed(void) {
         int m = n;
         for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
         p[m] = 0;
-        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) == 0) return image_env(p) == 1;
+        if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) == 0) {
+            if (image_env(p) != 0) return image_env(p) == 1; /* not a recorded venv's (-1), or it changed */
+            char root[4096];
+            if (!lexical("/", p, root, sizeof root)) return 0;
+            int k = 0;
+            while (root[k]) k++;
+            while (k > 0 && root[k - 1] != '/') k--;
+            root[k > 1 ? k - 1 : k] = 0; /* the venv's folder */
+            return image_root_changed(root);
+        }
         n--; /* up: past the '/' */
     }
     return 0;
@@ -2352,8 +2385,9 @@ static void refuse_planted(void) {
     int pos = 0;
     if (!next_path(&pos, 'g', g, sizeof g) || exec_path(p, sizeof p) <= 0) return;
     if (image_cfg_changed()) {
-        static const char mc[] = "sandfleet: the pyvenv.cfg of the image's virtual environment in the workdir, which "
-                                 "this Python reads as it starts, was changed by the agent; it does not run: ";
+        static const char mc[] = "sandfleet: the agent changed a file of the image's virtual environment in the "
+                                 "workdir that its Python reads as it starts (pyvenv.cfg, pip.conf); it does not "
+                                 "run: ";
         sys5(__NR_write, 2, (long)mc, sizeof mc - 1, 0, 0);
         int l = 0;
         while (p[l]) l++;

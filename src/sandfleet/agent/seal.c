@@ -2326,8 +2326,8 @@ static int argument_planted(void) {
     return 0;
 }
 
-/* A file of ROOT's own (not below a folder of it: pyvenv.cfg, pip.conf) is in the list of what changed, or the
- * venv is the agent's whole */
+/* A file of ROOT's own that its Python or pip reads as it starts (pyvenv.cfg, pip.conf: not any file there, as uv
+ * keeps a .lock beside them) is in the list of what changed, or the venv is the agent's whole */
 static int image_root_changed(const char *root) {
     envs_read();
     if (envs_len <= 0) return 0;
@@ -2339,11 +2339,9 @@ static int image_root_changed(const char *root) {
         int l = 0;
         while (i + l < envs_len && r[l]) l++;
         if (r[0] == 'a' && same(r + 1, root)) return 1;
-        if (r[0] == 'c' && l - 1 > rl + 1 && under(r + 1, root) && r[1 + rl] == '/') {
-            int nested = 0;
-            for (int j = rl + 2; j < l; j++) nested |= r[j] == '/';
-            if (!nested) return 1;
-        }
+        if (r[0] == 'c' && l - 1 > rl + 1 && under(r + 1, root) && r[1 + rl] == '/' &&
+            (same(r + 2 + rl, "pyvenv.cfg") || same(r + 2 + rl, "pip.conf")))
+            return 1;
         i += l + 1;
     }
     return 0;

@@ -71,7 +71,7 @@ MICROVM_SAME = frozenset({
     # image-venv-script; the rest is the same preparation and seal
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
-    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
+    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -106,7 +106,7 @@ GVISOR_SAME = frozenset({
     # round XXVI's but its first (gVisor's clock and change times against the record: image-venv-script)
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded", "image-venv-home",
-    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
+    "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -243,7 +243,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              "xxvi": ["image-venv-script", "image-venv-module", "image-venv-internal", "image-venv-pyc",
                       "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link", "image-venv-pth-exit0",
                       "image-venv-pth-guard-loaded", "venv-pth-guard-loaded", "image-venv-home",
-                      "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf"]}
+                      "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
+                      "image-venv-sourceless"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

@@ -849,13 +849,15 @@ static int envs_changes(int argc, char **argv) {
     return rc;
 }
 
-/* the changed byte-compiled files in a venv's __pycache__ removed: Python reads one whose header matches its
- * source's time and size, which the agent can write (the tests' Python compiles the source again) */
+/* the changed byte-compiled files of a venv removed: Python reads one in a __pycache__ whose header matches its
+ * source's time and size, which the agent can write (the tests' Python compiles the source again), and one
+ * beside a module whose source is gone (sourceless: its code keeps the file name it was compiled with, a file
+ * of the image's: image-venv-sourceless) */
 static void env_drop_bytecode(const buf_t *list) {
     for (size_t i = 0; i < list->n; i += strlen(list->p + i) + 1) {
         const char *r = list->p + i;
         size_t l = strlen(r);
-        if (r[0] == 'c' && l > 4 && !strcmp(r + l - 4, ".pyc") && strstr(r, "/__pycache__/")) unlink(r + 1);
+        if (r[0] == 'c' && l > 4 && !strcmp(r + l - 4, ".pyc")) unlink(r + 1);
     }
 }
 

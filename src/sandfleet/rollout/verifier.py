@@ -216,7 +216,7 @@ for a; do
   esac
 done
 for e in "${envs[@]}"; do
-  case $e in c*/__pycache__/*.pyc) rm -f -- "${e#c}" ;; esac  # Python reads one whose header the agent wrote
+  case $e in c*.pyc) rm -f -- "${e#c}" ;; esac  # Python reads one whose header (or, sourceless, code) the agent wrote
 done
 for a; do
   d=${a#?:}

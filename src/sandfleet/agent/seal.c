@@ -1601,17 +1601,15 @@ static long defer_pth(long fd, const char *real, long flags) {
         long e = i;
         while (e < k && pth_in[e] != '\n') e++;
         int imports = prefix(pth_in + i, "import ") || prefix(pth_in + i, "import\t");
-        if (imports && e - i < 8192) { /* (a line past 8 KiB, or past the room here, is not run at all) */
-            if (startup_len + rl + 1 + (e - i) + 1 <= (long)sizeof startup_text) {
+        if (!imports) {
+            for (long j = i; j < e; j++) pth_out[o++] = pth_in[j];
+        } else { /* kept, and a comment here (a line past 8 KiB, or past the room kept, is not run at all) */
+            if (e - i < 8192 && startup_len + rl + 1 + (e - i) + 1 <= (long)sizeof startup_text) {
                 for (int j = 0; j < rl; j++) startup_text[startup_len++] = real[j];
                 startup_text[startup_len++] = 0;
                 for (long j = i; j < e; j++) startup_text[startup_len++] = pth_in[j] ? pth_in[j] : ' ';
                 startup_text[startup_len++] = '\n';
             }
-            pth_out[o++] = '#';
-        } else if (!imports) {
-            for (long j = i; j < e; j++) pth_out[o++] = pth_in[j];
-        } else {
             pth_out[o++] = '#';
         }
         if (e < k) pth_out[o++] = '\n';
@@ -2165,29 +2163,30 @@ static void envs_read(void) {
     envs_len = k;
 }
 
+/* The list's record at *I (its length into *L), *I moved past it; 0 at the end */
+static const char *next_record(long *i, int *l) {
+    if (*i >= envs_len) return 0;
+    const char *r = envs_buf + *i;
+    int n = 0;
+    while (*i + n < envs_len && r[n]) n++;
+    *i += n + 1;
+    *l = n;
+    return r;
+}
+
 /* FILE (absolute) in a venv the image made in the workdir: -1 none, 0 the image's, 1 the agent's */
 static int image_env(const char *file) {
     envs_read();
     char f[2048];
     if (envs_len <= 0 || !lexical("/", file, f, sizeof f)) return -1;
-    const char *root = 0;
-    int rl = 0;
-    for (long i = 0; i < envs_len;) {
-        const char *r = envs_buf + i;
-        int l = 0;
-        while (i + l < envs_len && r[l]) l++;
+    const char *root = 0, *r;
+    int rl = 0, l;
+    for (long i = 0; (r = next_record(&i, &l));)
         if (r[0] == 'v' && l - 1 > rl && under(f, r + 1)) root = r + 1, rl = l - 1;
-        i += l + 1;
-    }
     if (!root) return -1;
     if (envs_cut) return 1;
-    for (long i = 0; i < envs_len;) {
-        const char *r = envs_buf + i;
-        int l = 0;
-        while (i + l < envs_len && r[l]) l++;
+    for (long i = 0; (r = next_record(&i, &l));)
         if ((r[0] == 'a' && same(r + 1, root)) || (r[0] == 'c' && under(f, r + 1))) return 1;
-        i += l + 1;
-    }
     return 0;
 }
 
@@ -2326,27 +2325,6 @@ static int argument_planted(void) {
     return 0;
 }
 
-/* A file of ROOT's own that its Python or pip reads as it starts (pyvenv.cfg, pip.conf: not any file there, as uv
- * keeps a .lock beside them) is in the list of what changed, or the venv is the agent's whole */
-static int image_root_changed(const char *root) {
-    envs_read();
-    if (envs_len <= 0) return 0;
-    if (envs_cut) return 1;
-    int rl = 0;
-    while (root[rl]) rl++;
-    for (long i = 0; i < envs_len;) {
-        const char *r = envs_buf + i;
-        int l = 0;
-        while (i + l < envs_len && r[l]) l++;
-        if (r[0] == 'a' && same(r + 1, root)) return 1;
-        if (r[0] == 'c' && l - 1 > rl + 1 && under(r + 1, root) && r[1 + rl] == '/' &&
-            (same(r + 2 + rl, "pyvenv.cfg") || same(r + 2 + rl, "pip.conf")))
-            return 1;
-        i += l + 1;
-    }
-    return 0;
-}
-
 /* A Python started from the image's venv in the workdir whose own files the agent changed: the interpreter reads
  * pyvenv.cfg as it starts, before anything of the tests' (its `home` names where the standard library is found:
  * image-venv-home's copy of it in the workdir, whose encodings package runs first), and pip the venv's pip.conf
@@ -2362,14 +2340,12 @@ static int image_cfg_changed(void) {
         for (const char *q = "pyvenv.cfg"; *q; q++) p[m++] = *q;
         p[m] = 0;
         if (sys5(__NR_faccessat, AT_FDCWD, (long)p, 0, 0, 0) == 0) {
-            if (image_env(p) != 0) return image_env(p) == 1; /* not a recorded venv's (-1), or it changed */
-            char root[4096];
-            if (!lexical("/", p, root, sizeof root)) return 0;
-            int k = 0;
-            while (root[k]) k++;
-            while (k > 0 && root[k - 1] != '/') k--;
-            root[k > 1 ? k - 1 : k] = 0; /* the venv's folder */
-            return image_root_changed(root);
+            int cfg = image_env(p);
+            if (cfg != 0) return cfg == 1; /* not a recorded venv's (-1), or it changed */
+            m = n; /* pip.conf beside it (uv's .lock there is no file either reads) */
+            for (const char *q = "pip.conf"; *q; q++) p[m++] = *q;
+            p[m] = 0;
+            return image_env(p) == 1;
         }
         n--; /* up: past the '/' */
     }

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from sandfleet.errors import GuestError, SandboxClosedError, SandboxDiedError
 from sandfleet.imagestore import resolve_image
-from sandfleet.sandbox.base import Sandbox
+from sandfleet.sandbox.base import ExecResult, Sandbox
 from sandfleet.sandbox.registry import is_isolated
 from sandfleet.sandbox.spec import helper_path
 from sandfleet.tasks.model import Task
@@ -99,18 +99,10 @@ async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
     key = _image_key(task, sandbox)
     if key is not None and key in _no_envs:
         return None
-    try:
-        res = await sandbox.exec([native, "envs-record", task.workdir], cwd="/", user="root",
-                                 timeout=RECORD_TIMEOUT_S)
-    except (SandboxDiedError, SandboxClosedError):
-        raise
-    except GuestError as e:
-        log.warning("no record of the image's venvs in %s (%s): they are judged as before", sandbox.id, e)
-        return None
-    records = _records_of(res.stdout_bytes)
-    if res.exit_code != 0 or not records or not records[0].startswith("s"):
-        log.warning("no record of the image's venvs in %s (exit %s): %s", sandbox.id, res.exit_code,
-                    res.stderr.strip()[-300:])
+    res = await _helper(sandbox, [native, "envs-record", task.workdir],
+                        "no record of the image's venvs (they are judged as before)")
+    records = _records_of(res.stdout_bytes) if res is not None else []
+    if res is None or not records or not records[0].startswith("s"):
         return None
     roots = tuple(r[1:] for r in records[1:] if r.startswith("v/"))
     if not roots:
@@ -138,38 +130,42 @@ async def changed_entries(record: EnvRecord, sandbox: Sandbox) -> list[str]:
     native = helper_path(sandbox.backend)
     if native is None:
         return whole
-    try:
-        res = await sandbox.exec([native, "envs-changes", record.since, *record.roots], cwd="/", user="root",
-                                 timeout=RECORD_TIMEOUT_S)
-    except (SandboxDiedError, SandboxClosedError):
-        raise
-    except GuestError as e:
-        log.warning("the image's venvs in %s could not be listed (%s): taken for the agent's", sandbox.id, e)
+    res = await _helper(sandbox, [native, "envs-changes", record.since, *record.roots],
+                        "the image's venvs could not be listed (taken for the agent's)")
+    if res is None:
         return whole
-    if res.exit_code != 0:
-        log.warning("the image's venvs in %s could not be listed (exit %s): taken for the agent's", sandbox.id,
-                    res.exit_code)
-        return whole
-    entries: list[str] = []
-    root = ""
-    per_root = 0
+    listed: dict[str, list[str] | None] = {}  # each venv's entries; None: the agent's whole
+    root = None
     for r in _records_of(res.stdout_bytes):
         kind, path = r[:1], r[1:]
         if kind == "v":
-            root, per_root = path, 0
-            entries.append(f"v:{path}")
+            root = path
+            listed[root] = []
             continue
-        if root == "\0":
+        entries = listed.get(root) if root is not None else None
+        if root is None or entries is None:  # (no venv named yet, or the agent's whole already)
             continue
-        per_root += 1
-        bad = kind not in ("c", "a") or not path.startswith("/") or not _text(path)
-        if bad or per_root > MAX_ENTRIES:
-            entries = [e for e in entries if not (e[2:] == root or e[2:].startswith(root + "/"))]
-            entries += [f"v:{root}", f"a:{root}"]
-            root = "\0"  # the rest of this venv's list is dropped
-            continue
-        entries.append(f"{kind}:{path}")
-    return entries
+        if kind not in ("c", "a") or not path.startswith("/") or not _text(path) or len(entries) >= MAX_ENTRIES:
+            listed[root] = None
+        else:
+            entries.append(f"{kind}:{path}")
+    return [e for r, entries in listed.items() for e in (f"v:{r}", *(entries if entries is not None else [f"a:{r}"]))]
+
+
+async def _helper(sandbox: Sandbox, argv: list[str], failed: str) -> ExecResult | None:
+    """A guest agent's helper run as root; None (logged, with FAILED's words) where it could not
+    run or failed. A sandbox that died or closed is the rollout's failure, raised."""
+    try:
+        res = await sandbox.exec(argv, cwd="/", user="root", timeout=RECORD_TIMEOUT_S)
+    except (SandboxDiedError, SandboxClosedError):
+        raise
+    except GuestError as e:
+        log.warning("%s: %s in %s", failed, e, sandbox.id)
+        return None
+    if res.exit_code != 0:
+        log.warning("%s: exit %s in %s: %s", failed, res.exit_code, sandbox.id, res.stderr.strip()[-300:])
+        return None
+    return res
 
 
 def _text(path: str) -> bool:

@@ -4,7 +4,7 @@
 (tests/conftest.py: each pytest process appends each test's start and end to DIR).
 
     SANDFLEET_TEST_TIMELINE=/tmp/tl scripts/test.sh
-    scripts/test-timeline.py /tmp/tl                 # per process: span, busy, idle tail
+    scripts/test-timeline.py /tmp/tl                 # per process: span, busy, idle tail, CPU
     scripts/test-timeline.py /tmp/tl --write         # and tests/module_seconds.json
 
 A pass's processes (its workers, its waits lane, its serial part) are told apart by pid. The
@@ -66,6 +66,18 @@ def main() -> None:
         modules[r["nodeid"].split("::", 1)[0]] += r["end"] - r["start"]
     top = sorted(modules.items(), key=lambda kv: -kv[1])[:15]
     print("longest modules: " + ", ".join(f"{m} {v:.0f} s" for m, v in top))
+    # what each process's tests burned (their own CPU and their reaped children's) and how busy the host's
+    # CPUs were meanwhile: a pass whose host stays near 1.0 is CPU-bound (only less work makes it shorter),
+    # one well under it waits (more workers, or its tests in the waits lane, use the rest)
+    timed = [r for r in rows if r.get("host_busy") is not None]
+    if timed:
+        print(f"\n{'process':>12} {'cpu s':>8} {'host busy':>9}")
+        for s in spans:
+            rs = [r for r in procs[s["pid"]] if r.get("host_busy") is not None]
+            wall = sum(r["end"] - r["start"] for r in rs)
+            if rs and wall > 0:
+                busy = sum(r["host_busy"] * (r["end"] - r["start"]) for r in rs) / wall
+                print(f"{s['worker'] + ':' + str(s['pid']):>12} {sum(r['cpu_s'] for r in rs):8.1f} {busy:9.2f}")
     if args.write:
         out = ROOT / "tests" / "module_seconds.json"
         out.write_text(json.dumps({"about": "seconds per test module in the whole suite (scripts/test-timeline.py "

@@ -428,13 +428,32 @@ reads them: how busy each worker was, the tail, the modules' seconds)."""
 if TIMELINE:
     Path(TIMELINE).mkdir(parents=True, exist_ok=True)  # (a folder not made yet: every worker's first line failed)
 
+    def _host_jiffies() -> tuple[int, int]:
+        """(busy, all) jiffies of every CPU of the host since boot (/proc/stat's first line)."""
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        except (OSError, ValueError):
+            return 0, 0
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+        return sum(fields[:8]) - idle, sum(fields[:8])
+
+    def _tree_cpu() -> float:
+        t = os.times()  # this process and the children it waited for (sandboxes, CLIs, microVMs)
+        return t.user + t.system + t.children_user + t.children_system
+
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
         start = time.time()  # where the test runs (a worker, not xdist's controller)
+        busy0, all0 = _host_jiffies()
+        cpu0 = _tree_cpu()
         yield
+        busy1, all1 = _host_jiffies()
         worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        # host_busy: the share of all the host's CPUs busy while it ran (whoever used them); cpu_s: the CPU
+        # seconds of this process and of the children it reaped meanwhile (what the test itself burned)
         line = json.dumps({"nodeid": item.nodeid, "worker": worker, "pid": os.getpid(), "start": start,
-                           "end": time.time()})
+                           "end": time.time(), "cpu_s": round(_tree_cpu() - cpu0, 2),
+                           "host_busy": round((busy1 - busy0) / (all1 - all0), 3) if all1 > all0 else None})
         with open(Path(TIMELINE) / f"{worker}-{os.getpid()}.jsonl", "a") as f:
             f.write(line + "\n")
 

@@ -116,7 +116,7 @@ gvisor` runs every one."""
 
 @pytest.mark.parametrize("backend", ["bwrap", GVISOR, MICROVM])
 async def test_the_attack_fixtures_score_zero(backend: str) -> None:
-    """Every attack task of rounds III to XXVI that a mechanism holds (its solve.sh the attack,
+    """Every attack task of rounds III to XXVII that a mechanism holds (its solve.sh the attack,
     replayed by the oracle agent) scores 0 and is never masked: the table of docs/security.md, as
     a test (round V's and VI's forged rows are the line's limits, named there)."""
     from sandfleet.tasks import load_tasks
@@ -244,7 +244,11 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                       "image-venv-remade", "image-venv-cfg-gone", "image-venv-bin-link", "image-venv-pth-exit0",
                       "image-venv-pth-guard-loaded", "venv-pth-guard-loaded", "image-venv-home",
                       "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf",
-                      "image-venv-sourceless"]}
+                      "image-venv-sourceless"],
+             # round XXVII: the stop of a root agent in one request (the guest agent's KILL of USER "*"): a daemon
+             # under the guest agent's own uid or one at an end of the range, a pair that forks itself again under
+             # a fresh uid the moment one dies, a pid namespace of its own (each backend's pid 1 and uid map: all)
+             "xxvii": ["stop-guest-uid", "stop-respawn-pair", "stop-pid-namespace"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME

@@ -1896,8 +1896,9 @@ static int is_kthread(const char *pid) {
     return (strtoul(p + 1, NULL, 10) & PF_KTHREAD_FLAG) != 0;
 }
 
-/* Kill every process of one user (all processes, without isolation) and return once they
- * are gone: their cgroups first, then whatever /proc still shows, for up to 2 s. */
+/* Kill every process of one user (all processes without isolation, or where user is NULL: every
+ * one but ours and our helpers') and return once they are gone: their cgroups first, then
+ * whatever /proc still shows, for up to 2 s. */
 static void kill_user(const char *user) {
     uid_t uid = 0;
     gid_t gid = 0;
@@ -1909,6 +1910,7 @@ static void kill_user(const char *user) {
     for (int g = 0; g < NGROUPS; g++)
         if (groups[g].used && (all || groups[g].uid == uid)) group_kill(g);
     pid_t self = getpid();
+    int me_guest = getuid() == GUEST_UID;
     /* /proc shows only the sandbox when isolated (its own pid namespace) or where we are the
        machine's init (a microVM, whose commands all run as root: a daemon that left its job's
        tree, under any uid, is found here); never scan the host's */
@@ -1937,7 +1939,10 @@ static void kill_user(const char *user) {
             char *u = strstr(st, "\nUid:"), *z = strstr(st, "\nState:\tZ");
             if (!u || z) continue;
             long ruid = strtol(u + 5, NULL, 10);
-            if (ruid == GUEST_UID || (!all && ruid != (long)uid)) continue; /* never us or our helpers */
+            /* never us or our helpers: they run as GUEST_UID where we do (bwrap, in S's parent, where S's
+               root can't take that uid); under gVisor and in a microVM we are root and our uid is any
+               other, one the sandbox's root may take (round XXVII's stop-guest-uid) */
+            if ((ruid == GUEST_UID && me_guest) || (!all && ruid != (long)uid)) continue;
             if (self == 1 && is_kthread(e->d_name)) continue; /* the VM's kernel: waited for 2 s before */
             left++;
             kill(pid, SIGKILL);
@@ -2000,8 +2005,12 @@ static int handle(const req_t *r) {
         uint32_t target = (uint32_t)get_int(r, F_TARGET, 0);
         int sig = (int)get_int(r, F_SIGNAL, SIGKILL);
         char *user = get_str(r, F_USER);
+        /* USER "*": every process but ours and our helpers', whatever its uid (what a root command
+           may have left under any uid: one pass instead of a list of the uids /proc shows, then a
+           KILL for each); the reply's CODE 1 says it was taken so (an older agent knew no "*") */
+        int everyone = !target && user && !strcmp(user, "*");
         if (!target && user) {
-            kill_user(user);
+            kill_user(everyone ? NULL : user);
         } else {
             job_t *j = find_job(target);
             if (sig == SIGKILL) {
@@ -2014,6 +2023,7 @@ static int handle(const req_t *r) {
         }
         free(user);
         frame_begin(R_DONE, r->id);
+        if (everyone) field_i(F_CODE, 1);
         frame_send();
         break;
     }

@@ -585,6 +585,14 @@ class AgentClient:
             T.KILL, [(F.TARGET, 0), (F.USER, user)], expect=T.R_OK, timeout=timeout, what=f"KILL of user {user!r}"
         )
 
+    async def kill_everyone(self, *, timeout: float | None = None) -> bool:
+        """Kill every process in the sandbox but the guest agent's own and its helpers', whatever
+        their uid; returns once they are all gone (KILL with TARGET 0 and USER ``*``). False where
+        the agent does not know the request (older than it: it killed nothing)."""
+        frame = await self.call(T.KILL, [(F.TARGET, 0), (F.USER, "*")], expect=T.R_OK, timeout=timeout,
+                                what="KILL of every user")
+        return frame.int(F.CODE) == 1
+
     async def read_file(
         self,
         path: str,

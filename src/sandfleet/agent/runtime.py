@@ -29,4 +29,8 @@ class Runtime(Protocol):
 
     async def kill_user(self, user: str | int) -> None: ...
 
+    async def kill_everyone(self) -> bool:
+        """Every process but the guest's own, whatever its uid, and True; False where this
+        runtime can't ask it in one request (the caller then kills user by user)."""
+
     async def close(self) -> None: ...

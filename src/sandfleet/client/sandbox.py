@@ -35,6 +35,7 @@ from sandfleet.client.models import (
     TTLRequest,
 )
 from sandfleet.errors import (
+    ConfigError,
     ProtocolError,
     SandboxClosedError,
     SandboxDiedError,
@@ -269,6 +270,16 @@ class RemoteRuntime:
         with checked_request():
             req = KillRequest(user=user)
         await self.request("POST", "/kill", content=body(req), headers=JSON)
+
+    async def kill_everyone(self) -> bool:
+        """``/kill`` of user ``*``: True once every process but the guest agent's is gone; False
+        where the service refuses it (older than it: ``*`` is no user name there), and the caller
+        then kills user by user."""
+        try:
+            await self.kill_user("*")
+        except ConfigError:
+            return False
+        return True
 
     async def close(self) -> None:
         """Nothing to close per sandbox: the HTTP client belongs to the ServiceClient."""

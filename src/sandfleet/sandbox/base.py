@@ -76,6 +76,7 @@ class Sandbox(Protocol):
                          user: str | int | None = None) -> None: ...
     async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None: ...
     async def kill_user(self, user: str | int) -> None: ...
+    async def kill_everyone(self) -> bool: ...
     async def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path: ...
     def session(self, *, cwd: str | None = None, env: dict[str, str] | None = None,
                 user: str | int | None = None) -> Session: ...
@@ -245,6 +246,13 @@ class AgentSandbox:
         process backend, which has no users, every process the sandbox started.)"""
         self._check()
         await self.client.kill_user(self._user(user))
+
+    async def kill_everyone(self) -> bool:
+        """Kill every process in the sandbox, whatever its user, but the guest agent's own; returns
+        once they are gone, True. False where that is not one request here (a remote or held
+        sandbox): the caller then kills user by user (what a root command left under any uid)."""
+        self._check()
+        return await self.client.kill_everyone()
 
     async def upload(self, local: str | Path, remote_dir: str, *, user: str | int | None = None) -> None:
         """Copy a local file or directory into ``remote_dir`` (created if missing), as ``user``."""

@@ -99,6 +99,10 @@ class HolderRuntime:
     async def kill_user(self, user: str | int) -> None:
         await self._call("kill_user", {"user": user}, 120)
 
+    async def kill_everyone(self) -> bool:
+        """Not a call of the holder's (RT_CALLS): False, and the caller kills user by user."""
+        return False
+
     async def close(self) -> None:
         """Nothing per call to close: each request is a connection of its own."""
 

@@ -117,6 +117,9 @@ class SyncSandbox:
     def kill_user(self, user: str | int) -> None:
         self._run(self._sb.kill_user(user))
 
+    def kill_everyone(self) -> bool:
+        return self._run(self._sb.kill_everyone())
+
     def download(self, remote: str, local_dir: str | Path, *, max_bytes: int = 256 << 20) -> Path:
         return self._run(self._sb.download(remote, local_dir, max_bytes=max_bytes))
 

@@ -11,6 +11,7 @@ from fastapi.responses import Response
 
 from sandfleet.agent.client import ExecResult, OutputCallback
 from sandfleet.client import models
+from sandfleet.errors import ConfigError
 from sandfleet.server.commands import answer, exec_runner
 from sandfleet.server.deps import ERRORS, AppMetrics, Deadline, Owner, Service
 from sandfleet.server.service import check_argv, check_env
@@ -30,8 +31,15 @@ async def exec_(service: Service, metrics: AppMetrics, sid: str, body: models.Ex
 
 @router.post("/v1/sandboxes/{sid}/kill", status_code=204, tags=["commands"], responses=ERRORS)
 async def kill(service: Service, sid: str, body: models.KillRequest, owner: Owner) -> Response:
-    """Kill every process of ``user`` in the sandbox; returns once they are gone."""
-    await service.entry(owner, sid).sb.kill_user(body.user)
+    """Kill every process of ``user`` in the sandbox; returns once they are gone. ``user`` ``*``:
+    every process of every user but the guest agent's own (a root agent's stop in one request);
+    a service older than it refuses ``*`` as a user name (400)."""
+    sb = service.entry(owner, sid).sb
+    if body.user == "*":
+        if not await sb.kill_everyone():
+            raise ConfigError("user '*' (every user): this sandbox can't stop every user in one request")
+    else:
+        await sb.kill_user(body.user)
     return Response(status_code=204)
 
 

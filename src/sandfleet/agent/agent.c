@@ -1919,7 +1919,15 @@ static void kill_user(const char *user) {
        us under its task list's lock, while a fork whose parent has that SIGKILL pending fails: no
        process escapes it by forking (a chain of links that each fork the next and exit at once
        slipped past a pass of /proc, round XV). The pass below then waits for them to be gone. */
-    if (all && self == 1) kill(-1, SIGKILL);
+    if (all && self == 1) {
+        kill(-1, SIGKILL);
+        /* our command zygote too (it starts anew at the next command): reaped before we answer, or the
+           next command went to it while it died and failed to start ("zygote lost", round XV's
+           core-pattern-helper in a fresh sandbox of --verify separate, whose stop is root's) */
+        pid_t z = zyg_pid;
+        zygote_drop();
+        if (z > 0) while (waitpid(z, NULL, 0) < 0 && errno == EINTR) {}
+    }
     for (double end = now() + 2.0; scan && now() < end;) {
         int left = 0;
         DIR *d = opendir("/proc");

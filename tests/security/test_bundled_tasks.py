@@ -63,6 +63,19 @@ def test_bundled_git_tasks_validate_on_microvm(tmp_path: Path) -> None:
     assert_all_valid(r, verdicts)
 
 
+@pytest.mark.slow
+def test_bundled_git_tasks_validate_with_a_root_agent(tmp_path: Path) -> None:
+    """Docker's behaviour (``--agent-user root``) over a workdir the image gave the task's user: git's
+    ownership check refused the repositories to root ("dubious ownership"), and the oracle of every git task
+    scored 0 on bwrap and gVisor (before 2026-12-07; microvm since issue 42). A root agent's sandbox now has
+    safe.directory=* (sandbox/base.py, any_owner_git)."""
+    tasks = copies(tmp_path, [folder.name for folder in sorted((ROOT / "examples" / "tasks").glob("git-*"))])
+    r, verdicts = validate(tasks, tmp_path, "--backend", "bwrap", "--agent-user", "root")
+    assert len(verdicts) >= 3, r.stderr[-2000:]
+    assert all(v["user"] == "root" for v in verdicts.values()), verdicts
+    assert_all_valid(r, verdicts)
+
+
 GVISOR_TASKS = (
     # the repositories' owners (the canonical uid range under runsc's own mapping)
     "git-bisect-regression", "git-recover-lost-commit", "git-resolve-merge-conflict",

@@ -144,6 +144,16 @@ def sandbox_path(path: str, workdir: str) -> str:
     return full
 
 
+def any_owner_git(env: dict[str, str]) -> dict[str, str]:
+    """``env``'s git config with ``safe.directory=*`` added (GIT_CONFIG_COUNT and its pair), for the
+    sandboxes whose commands are root over files the image gave the task's user: git's ownership check
+    ("dubious ownership") refused every repository of the workdir there, and the oracle of every git task
+    scored 0 (a microVM, issue 42; a root agent on bwrap and gVisor). Root owns the sandbox: no user's
+    repository is another's to guard there (the tests' git gets its own config: rollout/testguard.py)."""
+    n = int(env["GIT_CONFIG_COUNT"]) if env.get("GIT_CONFIG_COUNT", "").isdigit() else 0
+    return {"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "safe.directory", f"GIT_CONFIG_VALUE_{n}": "*"}
+
+
 class AgentSandbox:
     """Shared implementation of the contract over a :class:`~sandfleet.agent.runtime.Runtime`
     (the guest agent's AgentClient, or a service's RemoteRuntime). Backends subclass it."""
@@ -157,6 +167,8 @@ class AgentSandbox:
         self.created = time.time()
         self._closed = False
         self.env = {**BASE_ENV, "HOME": "/home/agent", **spec.env}
+        if spec.user in ("root", "0"):  # (a root agent: Docker's behaviour, --agent-user root)
+            self.env.update(any_owner_git(self.env))
         self.sessions: list[Session] = []  # the open ones: a branch continues them in its children
         self.branch_info: Any = None  # a child of branch(): what it was made from (sandbox.branching.BranchInfo)
 

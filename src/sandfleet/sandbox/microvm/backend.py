@@ -29,7 +29,7 @@ from sandfleet.agent.client import AgentClient
 from sandfleet.errors import ConfigError, SandboxError
 from sandfleet.imagestore import resolve_image
 from sandfleet.sandbox import branching, seccomp
-from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot, create_many, new_id
+from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot, any_owner_git, create_many, new_id
 from sandfleet.sandbox.microvm.fork import snapshot_vm
 from sandfleet.sandbox.microvm.probe import probe_kvm
 from sandfleet.sandbox.microvm.template import Template, ensure_template, launch, restore
@@ -71,9 +71,8 @@ class MicrovmSandbox(AgentSandbox):
         super().__init__(sid, spec, client)
         # every command is root of the VM, over files the image gave the task's user: git's
         # ownership check ("dubious ownership") refused every repository there (issue 42)
-        n = int(self.env.get("GIT_CONFIG_COUNT", "0")) if self.env.get("GIT_CONFIG_COUNT", "").isdigit() else 0
-        self.env.update({"GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "safe.directory",
-                         f"GIT_CONFIG_VALUE_{n}": "*"})
+        if spec.user not in ("root", "0"):  # (a root agent's sandbox has it already)
+            self.env.update(any_owner_git(self.env))
         self.vm = vm
         self.template = tpl
         self.stack: list[branching.Held] = []  # a branch's snapshot it was restored from, held until close

@@ -559,6 +559,9 @@ async def test_exec_in_a_pid_namespace_takes_what_it_left_with_it() -> None:
 # daemon left by the agent) nothing, before and after trying to unmount that /proc; and
 # /proc/sys and sysrq-trigger stay as unwritable as on the sandbox's /proc.
 OWN_PROC = r"""sleep 302 & child=$!
+# (until the child has exec'd sleep: under load pgrep and pkill ran while it was still the forked shell, found
+# nothing, and the wait below waited out the command's 60 s)
+for _ in $(seq 200); do pgrep -f '^sleep 302' >/dev/null && break; sleep 0.05; done
 read -r self _ < /proc/self/stat
 echo SELF=$self SHELL=$$
 python3 -c 'import os; print("STAT=" + open(f"/proc/{os.getpid()}/stat").read().split()[1])'

@@ -1357,8 +1357,13 @@ static pid_t zygote_command(const req_t *r, const char *procs, uid_t uid, gid_t 
     ssize_t k;
     while ((k = recv(zyg_fd, reply, sizeof reply, 0)) < 0 && errno == EINTR) {}
     if (k != (ssize_t)sizeof reply) {
+        int gone = k == 0 || (k < 0 && errno == ECONNRESET); /* (ECONNRESET: it died with our request unread) */
         zygote_drop();
         if ((cloned = zyg_child ? *zyg_child : 0) > 0) return cloned;
+        /* the zygote is gone (its end closed: killed by a root command's `kill -9 -1`, between our
+           SIGCHLD and its reap) and cloned nothing for this request (its clone writes the child's pid
+           here before the child runs, and fails once the zygote's SIGKILL is pending): ours to fork */
+        if (gone && zyg_child) return ZYG_NOT_USED;
         errno = ECHILD;
         return ZYG_LOST;
     }

@@ -10,6 +10,7 @@ process of these clusters survives.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import os
 import time
@@ -193,9 +194,13 @@ def test_run_cli_on_a_local_cluster_writes_nodes_and_leaves_nothing(tmp_path: Pa
     for name in ("a", "b"):
         make_task(tmp_path / "tasks", name)
     out = tmp_path / "out"
+    # this run's own processes, told apart by a variable they inherit: the other worker's tests start local
+    # clusters of their own meanwhile (cluster_processes() saw one of theirs, a ray::DashboardAgent, here once)
+    mark = f"SANDFLEET_TEST_RUN={os.getpid()}-{time.monotonic_ns()}"
+    env = {**os.environ, mark.split("=")[0]: mark.split("=")[1]}
     res = subprocess.run([sys.executable, "-m", "sandfleet", "run", "--tasks", str(tmp_path / "tasks"), "--agent",
                           "oracle", "-n", "2", "--concurrency", "2", "--image", "host", "--backend", "bwrap",
-                          "--ray", "local:2", "--out", str(out)], capture_output=True, text=True, timeout=600)
+                          "--ray", "local:2", "--out", str(out)], capture_output=True, text=True, timeout=600, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pass_rate"] == 1.0 and summary["n_rollouts"] == 4
@@ -205,7 +210,18 @@ def test_run_cli_on_a_local_cluster_writes_nodes_and_leaves_nothing(tmp_path: Pa
                for x in nodes.values())
     groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
     assert sorted(g["node"] for g in groups) == sorted(nodes)
-    assert "node n0: 2 rollouts" in res.stdout and not cluster_processes()
+    assert "node n0: 2 rollouts" in res.stdout and not processes_with(mark.encode())
+
+
+def processes_with(mark: bytes) -> list[str]:
+    """Processes whose environment holds ``mark``."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                if mark in (d / "environ").read_bytes():
+                    out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
+    return out
 
 
 def test_a_local_cluster_whose_driver_lost_track_of_it_still_leaves_nothing() -> None:

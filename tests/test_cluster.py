@@ -14,7 +14,7 @@ import contextlib
 import importlib.util
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,16 +38,19 @@ def cluster_processes() -> list[str]:
     """Processes of any local cluster these tests started (Ray's session directory, or a
     node's sandfleet directories, lie under /tmp/sfray-*; some of Ray's agents carry only the
     node's cgroup parent, sandfleet-ray-*)."""
+    return processes_where(lambda cmd, env: MARK in cmd or MARK in env
+                           or b"SANDFLEET_CGROUP_PARENT=sandfleet-ray-" in env)
+
+
+def processes_where(match: Callable[[bytes, bytes], bool]) -> list[str]:
+    """"pid cmdline" of each process (but this one) whose command line and environment ``match``."""
     out = []
     for d in Path("/proc").iterdir():
-        if not d.name.isdigit() or int(d.name) == os.getpid():
-            continue
-        try:
-            env = (d / "environ").read_bytes()
-            if MARK in (d / "cmdline").read_bytes() or MARK in env or b"SANDFLEET_CGROUP_PARENT=sandfleet-ray-" in env:
-                out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
-        except OSError:
-            continue
+        if d.name.isdigit() and int(d.name) != os.getpid():
+            with contextlib.suppress(OSError):
+                cmd = (d / "cmdline").read_bytes()
+                if match(cmd, (d / "environ").read_bytes()):
+                    out.append(f"{d.name} {cmd[:120]!r}")
     return out
 
 
@@ -210,18 +213,7 @@ def test_run_cli_on_a_local_cluster_writes_nodes_and_leaves_nothing(tmp_path: Pa
                for x in nodes.values())
     groups = [json.loads(line) for line in (out / "groups.jsonl").read_text().splitlines()]
     assert sorted(g["node"] for g in groups) == sorted(nodes)
-    assert "node n0: 2 rollouts" in res.stdout and not processes_with(mark.encode())
-
-
-def processes_with(mark: bytes) -> list[str]:
-    """Processes whose environment holds ``mark``."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit() and int(d.name) != os.getpid():
-            with contextlib.suppress(OSError):
-                if mark in (d / "environ").read_bytes():
-                    out.append(f"{d.name} {(d / 'cmdline').read_bytes()[:120]!r}")
-    return out
+    assert "node n0: 2 rollouts" in res.stdout and not processes_where(lambda _cmd, env: mark.encode() in env)
 
 
 def test_a_local_cluster_whose_driver_lost_track_of_it_still_leaves_nothing() -> None:

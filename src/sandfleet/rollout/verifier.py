@@ -86,7 +86,7 @@ from sandfleet.sandbox import create_sandbox
 from sandfleet.sandbox.base import _SESSION_SCRIPT as SESSION_SCRIPT
 from sandfleet.sandbox.base import BASE_ENV, DEFAULT_MAX_OUTPUT, Sandbox
 from sandfleet.sandbox.registry import ISOLATED, RUNS_AS_USER, honours_root_dirs
-from sandfleet.sandbox.spec import SANDBOX_UIDS, USERS, helper_path
+from sandfleet.sandbox.spec import SANDBOX_UIDS, USERS, helper_path, is_root
 from sandfleet.settings import current as current_settings
 from sandfleet.tasks.model import Task, VerifierPlan
 from sandfleet.tasks.reward import named_reward_files, reward_from
@@ -473,10 +473,6 @@ def uid_of(user: str) -> str:
     return str(USERS.get(user, user))
 
 
-def is_root(user: str) -> bool:
-    return uid_of(user) == "0"
-
-
 def users_to_stop(user: str) -> list[str]:
     """Whose processes to kill to stop everything ``user`` started: root can become anyone,
     so for root also the built-in ``agent`` and ``verifier``."""
@@ -536,7 +532,7 @@ async def protect_task_dirs(sandbox: Sandbox, *, root_ran: bool = False) -> None
     either where every command is root (microvm): the agent is root there, whoever owns them (the
     verifier clears them before the tests go in); the chown under TCG took 138 ms a rollout."""
     dirs = [d for d in TASK_DIRS if d in sandbox.spec.writable_dirs]
-    if sandbox.backend not in ISOLATED_BACKENDS or sandbox.backend not in USER_BACKENDS or not dirs:
+    if sandbox.backend not in USER_BACKENDS or not dirs:  # (no users: process; every command root: microvm)
         return
     if not root_ran and honours_root_dirs(sandbox.backend) and set(dirs) <= set(sandbox.spec.root_dirs):
         return  # the launcher made them root's, 0755, with the writable dirs (sandbox/bwrap.py)

@@ -32,7 +32,7 @@ from sandfleet.errors import (
     SandboxPathError,
     SandboxUnresponsiveError,
 )
-from sandfleet.sandbox.spec import SandboxSpec, check_user, helper_path
+from sandfleet.sandbox.spec import SandboxSpec, check_user, helper_path, is_root
 
 log = logging.getLogger(__name__)
 DEFAULT_MAX_OUTPUT = 1 << 20
@@ -159,6 +159,8 @@ class AgentSandbox:
     (the guest agent's AgentClient, or a service's RemoteRuntime). Backends subclass it."""
 
     backend = "agent"
+    commands_are_root = False
+    """Whether every command runs as root, whatever user it names (a microVM's)."""
 
     def __init__(self, sid: str, spec: SandboxSpec, client: Runtime):
         self.id = sid
@@ -167,7 +169,7 @@ class AgentSandbox:
         self.created = time.time()
         self._closed = False
         self.env = {**BASE_ENV, "HOME": "/home/agent", **spec.env}
-        if spec.user in ("root", "0"):  # (a root agent: Docker's behaviour, --agent-user root)
+        if self.commands_are_root or is_root(spec.user):  # (a root agent: Docker's behaviour, --agent-user root)
             self.env.update(any_owner_git(self.env))
         self.sessions: list[Session] = []  # the open ones: a branch continues them in its children
         self.branch_info: Any = None  # a child of branch(): what it was made from (sandbox.branching.BranchInfo)
@@ -261,8 +263,9 @@ class AgentSandbox:
 
     async def kill_everyone(self) -> bool:
         """Kill every process in the sandbox, whatever its user, but the guest agent's own; returns
-        once they are gone, True. False where that is not one request here (a remote or held
-        sandbox): the caller then kills user by user (what a root command left under any uid)."""
+        once they are gone, True. False where that is not one request here (a held sandbox, a
+        service older than it): the caller then kills user by user (what a root command left under
+        any uid)."""
         self._check()
         return await self.client.kill_everyone()
 

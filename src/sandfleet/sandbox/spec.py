@@ -327,6 +327,11 @@ def _sandbox_dir(what: str, v: str, *, root_ok: bool = False) -> str:
     return v
 
 
+def is_root(user: str) -> bool:
+    """Whether ``user`` (a name or a number in the sandbox) is its root."""
+    return str(USERS.get(user, user)) == "0"
+
+
 def check_user(v: str | int) -> str:
     """A user name or number as the guest agent takes it; raises ValueError naming the problem."""
     v = str(v).strip()

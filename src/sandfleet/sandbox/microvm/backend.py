@@ -29,7 +29,7 @@ from sandfleet.agent.client import AgentClient
 from sandfleet.errors import ConfigError, SandboxError
 from sandfleet.imagestore import resolve_image
 from sandfleet.sandbox import branching, seccomp
-from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot, any_owner_git, create_many, new_id
+from sandfleet.sandbox.base import AgentSandbox, Sandbox, Snapshot, create_many, new_id
 from sandfleet.sandbox.microvm.fork import snapshot_vm
 from sandfleet.sandbox.microvm.probe import probe_kvm
 from sandfleet.sandbox.microvm.template import Template, ensure_template, launch, restore
@@ -66,13 +66,10 @@ class MicrovmSandbox(AgentSandbox):
     """A sandbox in its own VM. ``vm`` is the QEMU process, ``template`` where it came from."""
 
     backend = "microvm"
+    commands_are_root = True  # (git's safe.directory, then: sandbox/base.py, any_owner_git; issue 42)
 
     def __init__(self, sid: str, spec: SandboxSpec, vm: Vm, client: AgentClient, tpl: Template):
         super().__init__(sid, spec, client)
-        # every command is root of the VM, over files the image gave the task's user: git's
-        # ownership check ("dubious ownership") refused every repository there (issue 42)
-        if spec.user not in ("root", "0"):  # (a root agent's sandbox has it already)
-            self.env.update(any_owner_git(self.env))
         self.vm = vm
         self.template = tpl
         self.stack: list[branching.Held] = []  # a branch's snapshot it was restored from, held until close

@@ -99,6 +99,27 @@ async def test_exec_bad_cwd_and_program(sb: Sandbox) -> None:
     assert (await sb.exec(["true"])).ok  # the sandbox carries on
 
 
+async def test_a_program_is_found_on_the_commands_own_path_as_execvp_finds_it(sb: Sandbox) -> None:
+    """The guest searches PATH itself (asking each directory before an exec: issue 46), with
+    execvp's rules: the command's PATH, the first executable match, a match that may not be run
+    skipped but remembered (EACCES when nothing else matches), an empty element for the working
+    folder, and a name with a slash not searched."""
+    await sb.exec("mkdir -p a b c && printf '#!/bin/sh\\necho a\\n' > a/tool && printf '#!/bin/sh\\necho b\\n' > b/tool"
+                  " && cp b/tool c/tool && chmod +x b/tool c/tool && printf '#!/bin/sh\\necho here\\n' > here"
+                  " && chmod +x here")
+    work = (await sb.exec("pwd")).stdout.strip()
+    path = f"{work}/nope:{work}/a:{work}/b:{work}/c"
+    r = await sb.exec(["tool"], env={"PATH": path})  # a/tool is not executable: b's runs
+    assert (r.exit_code, r.stdout) == (0, "b\n")
+    with pytest.raises(GuestError, match="(?i)permission denied"):  # only a/tool, not executable
+        await sb.exec(["tool"], env={"PATH": f"{work}/nope:{work}/a"})
+    with pytest.raises(GuestError, match="(?i)no such file"):
+        await sb.exec(["tool"], env={"PATH": f"{work}/nope"})
+    assert (await sb.exec(["here"], env={"PATH": f"{work}/nope:"})).stdout == "here\n"  # "" is the cwd
+    assert (await sb.exec(["./here"], env={"PATH": f"{work}/nope"})).stdout == "here\n"
+    assert (await sb.exec([f"{work}/c/tool"], env={"PATH": ""})).stdout == "b\n"
+
+
 async def test_exec_unknown_option_is_named(sb: Sandbox) -> None:
     """exec takes its options as one bundle (ExecOptions): a misspelt one from an untyped caller
     is refused by name, never dropped."""

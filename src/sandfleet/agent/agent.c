@@ -674,15 +674,23 @@ static int group_scan(int g, int kill_them) {
     char f[340];
     group_path(g, f, sizeof f - 16);
     strcat(f, "/cgroup.procs");
-    FILE *fp = fopen(f, "re");
-    if (!fp) return 0;
+    int fd = open(f, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return 0;
+    /* read and cut by hand: stdio's buffer was an mmap and a munmap, and two fcntl, after every
+       command (issue 46); whether the group is empty is its first read */
+    char b[4096];
     int n = 0;
-    long pid;
-    while (fscanf(fp, "%ld", &pid) == 1) {
-        n++;
-        if (kill_them) kill((pid_t)pid, SIGKILL);
+    long pid = -1;
+    ssize_t k;
+    while ((k = read(fd, b, sizeof b)) > 0) {
+        if (!kill_them) { n = 1; break; }
+        for (ssize_t i = 0; i < k; i++) {
+            if (b[i] >= '0' && b[i] <= '9') pid = (pid < 0 ? 0 : pid * 10) + (b[i] - '0');
+            else if (pid >= 0) { n++; kill((pid_t)pid, SIGKILL); pid = -1; }
+        }
     }
-    fclose(fp);
+    if (pid >= 0) { n++; kill((pid_t)pid, SIGKILL); }
+    close(fd);
     return n;
 }
 static void group_kill(int g) {
@@ -779,6 +787,44 @@ static void close_all(void) {
 
 /* A command's child could not start it: errno and the step it failed at (none: taking its
  * user) go to the agent on the status pipe, and the child ends. */
+/* execvp(file, argv) as musl's, over environ's PATH, but each directory's candidate is first
+ * asked with access(): a failed execve allocates and frees a whole new address space before its
+ * lookup fails (about 13 us each here, under the command filter), and `true` or `bash` by name was
+ * three failed ones first on a Debian PATH (issue 46). Where access() says anything but "not
+ * there" (ENOENT, ENOTDIR), execve is tried as execvp would, so what runs and every error are
+ * execvp's. */
+static int exec_search(const char *file, char *const argv[]) {
+    if (!*file) { errno = ENOENT; return -1; }
+    if (strchr(file, '/')) return execv(file, argv);
+    const char *path = getenv("PATH");
+    if (!path) path = "/usr/local/bin:/bin:/usr/bin";
+    size_t k = strnlen(file, NAME_MAX + 1);
+    if (k > NAME_MAX) { errno = ENAMETOOLONG; return -1; }
+    size_t l = strnlen(path, PATH_MAX - 1) + 1;
+    int seen_eacces = 0;
+    for (const char *p = path, *z;; p = z) {
+        char b[l + k + 1];
+        z = strchrnul(p, ':');
+        if ((size_t)(z - p) >= l) {
+            if (!*z++) break;
+            continue;
+        }
+        memcpy(b, p, (size_t)(z - p));
+        b[z - p] = '/';
+        memcpy(b + (z - p) + (z > p), file, k + 1);
+        if (access(b, X_OK) == 0 || (errno != ENOENT && errno != ENOTDIR)) execv(b, argv);
+        switch (errno) {
+        case EACCES: seen_eacces = 1; /* fall through */
+        case ENOENT:
+        case ENOTDIR: break;
+        default: return -1;
+        }
+        if (!*z++) break;
+    }
+    if (seen_eacces) errno = EACCES;
+    return -1;
+}
+
 static void start_failed(int fd, const char *what, const char *user) {
     int e = errno;
     char m[600];
@@ -1122,7 +1168,7 @@ static int zygote_child(void *arg) {
        zygote puts its own environ back once the clone returns. */
     environ = c->envp;
     if (c->helper) run_helper(c->argv, st);
-    execvp(c->argv[0], c->argv);
+    exec_search(c->argv[0], c->argv);
     int e = errno;
     snprintf(m, sizeof m, "%d %s: %s", e, c->argv[0], strerror(e));
     if (write(st, m, strlen(m)) < 0) {}
@@ -1539,7 +1585,7 @@ static void start_exec(const req_t *r) {
         static char *no_env[] = {NULL};
         environ = with_preload(envp ? envp : no_env);
         run_helper(argv, pst[1]);
-        execvp(argv[0], argv);
+        exec_search(argv[0], argv);
         int e = errno;
         snprintf(m, sizeof m, "%d %s: %s", e, argv[0], strerror(e));
         if (write(pst[1], m, strlen(m)) < 0) {}
@@ -1581,7 +1627,8 @@ static void start_exec(const req_t *r) {
         j->fd[2] = -1;
         pty_m = -1;
     }
-    for (int i = 0; i < 3; i++) if (j->fd[i] >= 0) set_nonblock(j->fd[i]);
+    /* (our ends of new pipes, or the terminal's master: no status flag of theirs to keep, one call each) */
+    for (int i = 0; i < 3; i++) if (j->fd[i] >= 0) fcntl(j->fd[i], F_SETFL, O_NONBLOCK);
     j->max_output = get_int(r, F_MAX_OUTPUT, 1 << 20);
     if (j->max_output < 0) j->max_output = 0;
     if (j->max_output > MAX_CAPTURE) j->max_output = MAX_CAPTURE;

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import itertools
 import math
@@ -71,17 +72,23 @@ class FrameSplitter:
 
     def feed(self, data: bytes) -> list[Frame]:
         buf = self._buf
-        buf += data
-        out, off = [], 0
-        while len(buf) - off >= 4:
-            n = int.from_bytes(buf[off:off + 4], "big")
+        if buf:  # the rest of a frame that came in parts: cut only once one is whole (a big one not copied per part)
+            buf += data
+            if len(buf) < 4 or len(buf) - 4 < (n := int.from_bytes(buf[:4], "big")) <= MAX_REPLY_FRAME:
+                return []
+            data = bytes(buf)
+            buf.clear()
+        out, off, end = [], 0, len(data)
+        while end - off >= 4:  # (the usual case, whole frames: cut from what arrived, no copy of it first)
+            n = int.from_bytes(data[off:off + 4], "big")
             if n > MAX_REPLY_FRAME:
                 raise ProtocolError(f"the guest sent a frame of {n} bytes, over the {MAX_REPLY_FRAME}-byte limit")
-            if len(buf) - off - 4 < n:
+            if end - off - 4 < n:
                 break
-            out.append(decode(bytes(buf[off + 4:off + 4 + n])))
+            out.append(decode(data[off + 4:off + 4 + n]))
             off += 4 + n
-        del buf[:off]
+        if off < end:
+            buf += memoryview(data)[off:]
         return out
 
 
@@ -219,7 +226,40 @@ counts as unresponsive: the guest kills the command at its timeout and reports a
 DEATH_DETAIL_S = 1.0
 """Seconds a stream that ended unasked waits for its owner's account of the death."""
 
-ReplyQueue = asyncio.Queue[Frame | BaseException]
+class _Expired(Exception):
+    """A request's own deadline, as its reply queue's item (a timer per request, not
+    :func:`asyncio.timeout`'s task lookup and rescheduling: issue 46)."""
+
+
+class ReplyQueue:
+    """The replies of one request, in the order they came: what :class:`asyncio.Queue` does for
+    one reader, without its bookkeeping for many (its getters, putters, size and unfinished-task
+    event, made for every request: a few microseconds of each exec round trip, issue 46)."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Frame | BaseException] = collections.deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: Frame | BaseException) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def expire(self) -> None:
+        """The request's deadline passed (a timer's callback): its waiter raises :class:`_Expired`."""
+        self.put_nowait(_Expired())
+
+    async def get(self) -> Frame | BaseException:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
 
 
 def default_call_timeout() -> float:
@@ -387,20 +427,20 @@ class AgentClient:
         """One request, one reply, within ``timeout`` (default ``call_timeout``) seconds."""
         limit = self.call_timeout if timeout is None else timeout
         rid = next(self._ids)
-        q: ReplyQueue = asyncio.Queue()
+        q = ReplyQueue()
         self._waiters[rid] = q
         try:
             self._send(encode(type_, rid, fields))
-            cm = asyncio.timeout(limit)
+            timer = None if limit is None else asyncio.get_running_loop().call_later(limit, q.expire)
             try:
-                async with cm:
-                    frame = await self._next(q)
-            except TimeoutError:
-                if not cm.expired():
-                    raise  # an error that is itself a TimeoutError (another call found it unresponsive)
+                frame = await self._next(q)
+            except _Expired:
                 raise self._unresponsive(what or type_.name, limit) from None
             except ProtocolError as e:
                 raise self._violation(e) from None
+            finally:
+                if timer is not None:
+                    timer.cancel()
             if expect is not None and frame.type != expect:
                 raise self._violation(
                     ProtocolError(f"the guest answered {type_.name} with frame type {frame.type:#x}")
@@ -500,43 +540,42 @@ class AgentClient:
         else:
             limit, what = None, ""
         rid = next(self._ids)
-        q: ReplyQueue = asyncio.Queue()
+        q = ReplyQueue()
         self._waiters[rid] = q
         t0 = time.monotonic()
         sent = started = finished = False
         handle: RunningCommand | None = None
+        timer: asyncio.TimerHandle | None = None
         try:
             self._send(encode(T.EXEC, rid, fields))
             sent = True
-            cm = asyncio.timeout(limit)
+            if limit is not None:
+                timer = asyncio.get_running_loop().call_later(limit, q.expire)
             try:
-                async with cm:
-                    while True:
-                        frame = await self._next(q)
-                        if frame.type == T.R_STARTED and not started:  # (an agent may send it unasked)
-                            started = True
-                            if on_start is not None:
-                                handle = RunningCommand(self, rid, frame.int(F.PID), pty is not None)
-                                on_start(handle)
-                            continue
-                        if not started and on_start is not None:
-                            raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
+                while True:
+                    frame = await self._next(q)
+                    if frame.type == T.R_STARTED and not started:  # (an agent may send it unasked)
                         started = True
-                        if frame.type == T.R_OUTPUT:
-                            if on_output is not None:
-                                name = "stdout" if frame.int(F.STREAM_NO) == 1 else "stderr"
-                                on_output(name, frame.get(F.DATA) or b"")
-                            continue
-                        if frame.type != T.R_EXIT:
-                            raise ProtocolError(f"the guest sent frame type {frame.type:#x} for a running command")
-                        break
-                    result = self._exec_result(frame, t0)
-                    finished = True
-            except TimeoutError:
-                if not cm.expired() or limit is None:
-                    raise
+                        if on_start is not None:
+                            handle = RunningCommand(self, rid, frame.int(F.PID), pty is not None)
+                            on_start(handle)
+                        continue
+                    if not started and on_start is not None:
+                        raise ProtocolError(f"the guest answered EXEC with frame type {frame.type:#x}")
+                    started = True
+                    if frame.type == T.R_OUTPUT:
+                        if on_output is not None:
+                            name = "stdout" if frame.int(F.STREAM_NO) == 1 else "stderr"
+                            on_output(name, frame.get(F.DATA) or b"")
+                        continue
+                    if frame.type != T.R_EXIT:
+                        raise ProtocolError(f"the guest sent frame type {frame.type:#x} for a running command")
+                    break
+                result = self._exec_result(frame, t0)
+                finished = True
+            except _Expired:
                 self._kill_quietly(rid)
-                raise self._unresponsive(what, limit) from None
+                raise self._unresponsive(what, math.inf if limit is None else limit) from None
             except ProtocolError as e:
                 raise self._violation(e) from None
             except GuestError:
@@ -544,6 +583,8 @@ class AgentClient:
                 raise
         finally:
             del self._waiters[rid]
+            if timer is not None:
+                timer.cancel()
             if handle is not None:
                 handle.done = True
             if sent and not finished:

@@ -139,6 +139,8 @@ class Frame:
         v = self.get(tag)
         if v is None:
             return default
+        if v.isdigit() and len(v) < 20:  # (the usual case; ASCII digits only: bytes.isdigit)
+            return int(v)
         if _INT.fullmatch(v) is None:
             raise ProtocolError(
                 f"field {_tag_name(tag)} of a {_type_name(self.type)} frame is not an integer: {v[:40]!r}"

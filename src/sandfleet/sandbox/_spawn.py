@@ -171,6 +171,13 @@ def _start(argv: list[str], *, stdin: int, stdout: int, stderr: int, cwd: str | 
         start_new_session=new_session, pass_fds=pass_fds, bufsize=0)
 
 
+READ_CHUNK = 64 << 10
+"""Bytes each read of the agent's stream asks for. asyncio's pipe transport asks 256 KiB: glibc
+maps a buffer that size afresh for every read (over its 128 KiB threshold), shrinks it to what came
+(mremap) and unmaps it: three system calls and a page fault per reply, about a fifth of the host's
+CPU per exec round trip (issue 46). Under the threshold it is the heap's."""
+
+
 async def _attach(popen: subprocess.Popen[bytes] | spawner.Spawned, out: object, into: object,
                   log: tuple[socket.socket, IO[bytes]] | None = None,
                   ) -> tuple[Child, asyncio.StreamReader, asyncio.StreamWriter]:
@@ -182,7 +189,10 @@ async def _attach(popen: subprocess.Popen[bytes] | spawner.Spawned, out: object,
     try:
         child = Child(popen, loop)
         reader = FrameReader(limit=1 << 20, loop=loop)
-        made.append((await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop), out))[0])
+        made.append(read := (await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader, loop=loop),
+                                                          out))[0])
+        if isinstance(getattr(read, "max_size", None), int):
+            read.max_size = READ_CHUNK  # type: ignore[attr-defined]
         transport, protocol = await loop.connect_write_pipe(
             lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), into)
         made.append(transport)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import io
 import logging
 import posixpath
@@ -144,6 +145,12 @@ def sandbox_path(path: str, workdir: str) -> str:
     return full
 
 
+_check_user_memo = functools.lru_cache(maxsize=1024)(check_user)
+_sandbox_path_memo = functools.lru_cache(maxsize=1024)(sandbox_path)
+"""sandbox_path of strings, remembered: every exec normalizes its cwd (the workdir, mostly: a few
+microseconds of each round trip, issue 46). An error is raised each time, never remembered."""
+
+
 def any_owner_git(env: dict[str, str]) -> dict[str, str]:
     """``env``'s git config with ``safe.directory=*`` added (GIT_CONFIG_COUNT and its pair), for the
     sandboxes whose commands are root over files the image gave the task's user: git's ownership check
@@ -192,7 +199,8 @@ class AgentSandbox:
 
     def _path(self, path: str) -> str:
         """Translate a sandbox path for the guest (the process backend maps it to the host)."""
-        return sandbox_path(path, self.spec.workdir)
+        workdir = self.spec.workdir
+        return _sandbox_path_memo(path, workdir) if isinstance(path, str) else sandbox_path(path, workdir)
 
     # -- operations
     async def exec(self, cmd: str | Sequence[str], **opts: Unpack[ExecOptions]) -> ExecResult:
@@ -235,7 +243,7 @@ class AgentSandbox:
 
     def _user(self, user: str | int | None) -> str:
         try:
-            return check_user(self.spec.user if user is None else user)
+            return _check_user_memo(self.spec.user if user is None else user)
         except ValueError as e:
             raise ConfigError(str(e)) from None
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import os
 import shutil
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -58,14 +60,23 @@ async def test_sandbox_created_in_a_task_lands_under_the_throttled_parent() -> N
             parent = f"{top}/{cgroups.GROUP_DEFAULT}"
             assert (sb.id, parent) in cgroups.leftover_groups()
             cpu = cgroups.detect().mounts["cpu"] / parent / sb.id
-            if (cpu / "cpu.max").exists():
-                assert (cpu / "cpu.max").read_text().split() == ["5000", "10000"]
-            else:
-                assert Path(cpu / "cpu.cfs_quota_us").read_text().strip() == "5000"
-                assert Path(cpu / "cpu.cfs_period_us").read_text().strip() == "10000"
+            assert _quota(cpu) == (None, 100_000)  # no quota until its first command (issue 46)
+            # its first command, sent from a task of another context: the quota is the creation's (the
+            # throttled parent's fraction and period)
+            assert (await asyncio.create_task(sb.exec(["true"]), context=contextvars.Context())).ok
+            assert _quota(cpu) == (5000, 10000)
         finally:
             await sb.close()
     assert sb.id not in cgroups.leftover_names()
+
+
+def _quota(cpu: Path) -> tuple[int | None, int]:
+    """A cpu group's (quota, period) in microseconds, None where it has no quota, on v1 or v2."""
+    if (cpu / "cpu.max").exists():
+        q, p = (cpu / "cpu.max").read_text().split()
+        return None if q == "max" else int(q), int(p)
+    q = int((cpu / "cpu.cfs_quota_us").read_text())
+    return None if q < 0 else q, int((cpu / "cpu.cfs_period_us").read_text())
 
 
 async def test_a_sandbox_cpu_limit_is_its_quota_over_the_default_period() -> None:
@@ -77,10 +88,32 @@ async def test_a_sandbox_cpu_limit_is_its_quota_over_the_default_period() -> Non
     sb = await create_sandbox(backend="bwrap", cpus=1.5)
     try:
         cpu = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
-        if (cpu / "cpu.max").exists():
-            assert (cpu / "cpu.max").read_text().split() == ["150000", "100000"]
-        else:
-            assert (cpu / "cpu.cfs_quota_us").read_text().strip() == "150000"
-            assert (cpu / "cpu.cfs_period_us").read_text().strip() == "100000"
+        assert _quota(cpu) == (None, 100_000)  # an idle sandbox: its guest agent alone, no quota (issue 46)
+        assert (await sb.exec(["true"])).ok
+        assert _quota(cpu) == (150_000, 100_000)  # before that first command ran
     finally:
+        await sb.close()
+
+
+async def test_a_sandbox_whose_first_command_is_a_session_or_a_branch_is_limited_first() -> None:
+    """Every way into a bwrap sandbox's commands passes its CPU quota first: a session's first
+    command, and each child of a branch (a sandbox of its own) at its own first command."""
+    _need_cpu_controller()
+    if not shutil.which("bwrap") or os.geteuid() != 0:
+        pytest.skip("needs bubblewrap and root")
+    root = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT
+    sb = await create_sandbox(backend="bwrap", cpus=0.5)
+    children: list[Any] = []
+    try:
+        s = sb.session()
+        assert (await s.run("echo hi")).stdout == "hi\n"
+        assert _quota(root / sb.id) == (50_000, 100_000)
+        children = await sb.branch(2)
+        assert all(_quota(root / c.id) == (None, 100_000) for c in children)
+        for c in children:
+            assert (await c.exec(["true"])).ok
+            assert _quota(root / c.id) == (50_000, 100_000)
+    finally:
+        for c in children:
+            await c.close()
         await sb.close()

@@ -31,6 +31,7 @@ from sandfleet.errors import (
     ProtocolError,
     SandboxDiedError,
     SandboxEnd,
+    SandboxError,
     SandboxUnresponsiveError,
     guest_error,
 )
@@ -317,6 +318,10 @@ class AgentClient:
         process ended, its memory cgroup's OOM kills, its log's tail), so that a death
         under load names its cause; awaited for at most DEATH_DETAIL_S."""
         self._end: SandboxEnd | None = None
+        self.before_first_command: Callable[[], None] | None = None
+        """What the owner does before the sandbox's first command is sent (a bwrap sandbox's CPU
+        quota, left out of its creation: :meth:`sandfleet.sandbox.cgroups.Cgroup.limit_cpu`);
+        an OSError there fails that command, unsent, and the next one tries again."""
 
     @property
     def alive(self) -> bool:
@@ -502,6 +507,13 @@ class AgentClient:
         process it left (the verifier's tests, docs/security.md)."""
         if not argv:
             raise ConfigError("exec: empty command")
+        if (first := self.before_first_command) is not None:
+            try:
+                first()
+            except OSError as e:
+                raise SandboxError(f"sandbox {self._name}: what comes before its first command failed, so "
+                                   f"{argv[0]!r} was not sent: {e}") from None
+            self.before_first_command = None
         env, cwd, stdin, timeout = opts.get("env"), opts.get("cwd"), opts.get("stdin"), opts.get("timeout")
         on_output, user = opts.get("on_output"), opts.get("user")
         fields: list[tuple[F, bytes | str | int]] = [(F.ARGV, a) for a in argv]

@@ -411,7 +411,7 @@ class BwrapBackend:
                                f"{e.strerror or e}") from None
         try:
             if cg is not None:
-                cg.create(spec.limits)
+                cg.create(spec.limits, cpu_now=False)  # the CPU quota at its first command (limit_cpu)
             seed = self._seed() if lowers[-1] == Path("/") and not sealed else None
             if self.config.disk == "ext4" and disk.available():
                 loop = await disk.take_loop_async(spec.limits.disk_mib, seed)
@@ -451,6 +451,8 @@ class BwrapBackend:
             if identity is not None:
                 identity[1]()
         box = BwrapSandbox(sid, spec, agent, sdir, cg, list(layers or []))
+        if cg is not None and cg.cpu_pending:
+            agent.client.before_first_command = cg.limit_cpu
         box.stack = [h.take() for h in stack]
         box.host_image = image.lowers[-1] == Path("/")
         box.create = self.create

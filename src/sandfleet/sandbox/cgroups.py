@@ -183,6 +183,7 @@ class Cgroup:
         self.name = name
         self.parent = parent or group()
         self.dirs = sorted({root / self.parent / name for root in self.layout.mounts.values()})
+        self._cpu_pending: tuple[int, int] | None = None
 
     @property
     def procs_files(self) -> list[Path]:
@@ -218,12 +219,19 @@ class Cgroup:
                 out += [Path(e.path) for e in it if e.is_dir(follow_symlinks=False)]
         return out
 
-    def create(self, limits: Limits) -> None:
+    def create(self, limits: Limits, *, cpu_now: bool = True) -> None:
+        """Make the groups and write the limits. ``cpu_now=False`` leaves the CPU quota to
+        :meth:`limit_cpu` (the sandbox's first command, issue 46): each write of a quota walks
+        every cpu cgroup on the host (the kernel's ``__cfs_schedulable``), so a host that holds
+        thousands of idle sandboxes paid a walk over all of them for each new one, and an idle
+        sandbox runs only its guest agent, ours. The quota is worked out here, in the creator's
+        context (a :func:`throttled_parent`'s fraction), and written as it is later."""
         lay = self.layout
         # Under throttled_parent every sandbox's cores also deliver only that fraction.
         fraction = cpu_fraction()
         period = 100_000 if fraction >= 1 else 10_000
         quota = int((limits.cpus or 0) * fraction * period)
+        self._cpu_pending = (quota, period) if limits.cpus else None
         if lay.version == "v2":
             _prepare_v2(lay.mounts[next(iter(lay.mounts))], self.parent)
         for d in self.dirs:
@@ -236,19 +244,35 @@ class Cgroup:
                     _write(d / "memory.swap.max", "0")
             if limits.pids:
                 _write(d / "pids.max", str(limits.pids))
-            if limits.cpus:
-                _write(d / "cpu.max", f"{quota} {period}")
+        else:
+            m = lay.mounts
+            if limits.memory_mib and "memory" in m:
+                d = m["memory"] / self.parent / self.name
+                _write(d / "memory.limit_in_bytes", str(limits.memory_mib << 20))
+                with contextlib.suppress(OSError):
+                    _write(d / "memory.memsw.limit_in_bytes", str(limits.memory_mib << 20))
+            if limits.pids and "pids" in m:
+                _write(m["pids"] / self.parent / self.name / "pids.max", str(limits.pids))
+        if cpu_now:
+            self.limit_cpu()
+
+    @property
+    def cpu_pending(self) -> bool:
+        """Whether the CPU quota :meth:`create` worked out is still to be written."""
+        return self._cpu_pending is not None
+
+    def limit_cpu(self) -> None:
+        """Write the CPU quota :meth:`create` worked out, once (later calls do nothing); an
+        OSError where the kernel refuses it, which stays pending (the next call tries again)."""
+        pending = self._cpu_pending
+        if pending is None:
             return
-        m = lay.mounts
-        if limits.memory_mib and "memory" in m:
-            d = m["memory"] / self.parent / self.name
-            _write(d / "memory.limit_in_bytes", str(limits.memory_mib << 20))
-            with contextlib.suppress(OSError):
-                _write(d / "memory.memsw.limit_in_bytes", str(limits.memory_mib << 20))
-        if limits.pids and "pids" in m:
-            _write(m["pids"] / self.parent / self.name / "pids.max", str(limits.pids))
-        if limits.cpus and "cpu" in m:
-            d = m["cpu"] / self.parent / self.name
+        quota, period = pending
+        lay = self.layout
+        if lay.version == "v2":
+            _write(self.dirs[0] / "cpu.max", f"{quota} {period}")
+        elif "cpu" in lay.mounts:
+            d = lay.mounts["cpu"] / self.parent / self.name
             # each write of either file walks every cpu cgroup on the host (the kernel's
             # __cfs_schedulable: a cost that grows with the live sandboxes, issue 46): the
             # period only where it is not already what we want (a new group has 100 ms)
@@ -258,6 +282,7 @@ class Cgroup:
             if current != period:
                 _write(d / "cpu.cfs_period_us", str(period))
             _write(d / "cpu.cfs_quota_us", str(quota))
+        self._cpu_pending = None
 
     def pids(self) -> set[int]:
         """Every process in the group, its per-command child groups included."""

@@ -7,6 +7,7 @@ import contextvars
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,25 @@ async def test_a_sandbox_cpu_limit_is_its_quota_over_the_default_period() -> Non
         assert _quota(cpu) == (None, 100_000)  # an idle sandbox: its guest agent alone, no quota (issue 46)
         assert (await sb.exec(["true"])).ok
         assert _quota(cpu) == (150_000, 100_000)  # before that first command ran
+    finally:
+        await sb.close()
+
+
+async def test_a_sandbox_whose_first_command_spins_is_throttled_from_its_start() -> None:
+    """The quota is in place before the first command runs, not after it: a first command that spins
+    (60,000 rounds of a bash loop, well over 20 ms of CPU) under a 0.2-CPU quota is throttled (cpu.stat)."""
+    _need_cpu_controller()
+    if not shutil.which("bwrap") or os.geteuid() != 0:
+        pytest.skip("needs bubblewrap and root")
+    sb = await create_sandbox(backend="bwrap", cpus=0.2)
+    try:
+        cpu = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
+        t = time.monotonic()
+        r = await sb.exec(["bash", "-c", "i=0; while [ $i -lt 60000 ]; do i=$((i+1)); done"], timeout=60)
+        wall = time.monotonic() - t
+        assert r.ok
+        stat = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
+        assert int(stat.get("nr_throttled", 0)) > 0, (stat, wall)  # more than 20 ms of CPU in one period
     finally:
         await sb.close()
 

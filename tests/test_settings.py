@@ -104,6 +104,27 @@ def test_settings_come_from_the_environment_given() -> None:
     assert s.to_env() == {"SANDFLEET_NO_LIMITS": "1", "SANDFLEET_CGROUPS": "0", "SANDFLEET_STATE": "/x"}
 
 
+def test_the_environments_settings_follow_each_change_of_a_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """current() without installed settings works them out again only when a variable of theirs
+    changed (it was asked seven times for each sandbox made: issue 46), and sees every change made
+    through os.environ, a setting, an unset and a variable set back alike."""
+    monkeypatch.delenv("SANDFLEET_CPU_FRACTION", raising=False)
+    monkeypatch.delenv("SANDFLEET_CGROUPS", raising=False)
+    first = current()
+    assert current() is first and first.cpu_fraction is None
+    monkeypatch.setenv("SANDFLEET_CPU_FRACTION", "0.5")
+    assert current().cpu_fraction == "0.5"
+    monkeypatch.setenv("SANDFLEET_CPU_FRACTION", "0.25")
+    assert current().cpu_fraction == "0.25" and current() is current()
+    monkeypatch.setenv("SANDFLEET_CGROUPS", "0")
+    assert current().cgroups_off and current().cpu_fraction == "0.25"
+    monkeypatch.delenv("SANDFLEET_CPU_FRACTION")
+    monkeypatch.delenv("SANDFLEET_CGROUPS")
+    assert current() == first
+    monkeypatch.setenv("HOME_OF_SOMETHING_ELSE", "x")  # not a setting's variable: the same settings
+    assert current() == first
+
+
 def test_no_limits_travels_in_the_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     """Cgroups off: a sandbox asking for limits is refused, unless the installed settings say
     --no-limits; a child process started with child_env() sees it; os.environ never has it."""

@@ -193,7 +193,8 @@ def current() -> Settings:
     if known is not None and known[0] == raw:
         return known[1]
     settings = Settings.from_env()
-    _from_env = (raw, settings)
+    if _environ_now() == raw:  # (not remembered where another thread changed one while it was read)
+        _from_env = (raw, settings)
     return settings
 
 

@@ -112,6 +112,7 @@ run_pass() {
 run_pass fast "$fast" "$fast_workers" longest "$@"
 # The slow pass the same way: most of its time is CPU (TCG, ptrace) and waiting (kill points, a rate
 # held), which two workers overlap; the `serial` modules' slow tests after, alone.
-# xdist's own order here: taken longest first, the two longest modules (the microVM attacks and the
-# bundled tasks' validation, both CPU-bound) ran side by side and the pass took 777 s against 689 s
-run_pass slow "$slow" "$workers" xdist "$@"
+# Longest first (tests/module_seconds.json), as the fast pass: in xdist's own order a 40 s module started last
+# and the other worker sat idle 26 and 43 s at the end (2026-12-07; longest first: 4 s, the pass 732 s against 728
+# and 756). (On 2026-12-05 longest first ran the two longest, CPU-bound modules side by side: 777 s against 689 s.)
+run_pass slow "$slow" "$workers" longest "$@"

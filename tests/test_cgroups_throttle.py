@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import shutil
 import threading
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,24 @@ def _need_cpu_controller() -> None:
     lay = cgroups.detect()
     if not lay.usable or "cpu" not in lay.mounts:
         pytest.skip("needs a writable cgroup cpu controller (root)")
+
+
+def _need_bwrap_cpu() -> None:
+    """A bwrap sandbox's cpu group: the controller, bubblewrap and root."""
+    _need_cpu_controller()
+    if not shutil.which("bwrap") or os.geteuid() != 0:
+        pytest.skip("needs bubblewrap and root")
+
+
+@contextlib.asynccontextmanager
+async def _bwrap_sandbox(cpus: float) -> AsyncIterator[tuple[Any, Path]]:
+    """A bwrap sandbox of ``cpus`` and its cpu group's folder; closed at the end."""
+    _need_bwrap_cpu()
+    sb = await create_sandbox(backend="bwrap", cpus=cpus)
+    try:
+        yield sb, cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
+    finally:
+        await sb.close()
 
 
 def test_throttle_is_per_context_and_leaves_environ_alone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,9 +72,7 @@ def test_throttle_is_per_context_and_leaves_environ_alone(monkeypatch: pytest.Mo
 
 
 async def test_sandbox_created_in_a_task_lands_under_the_throttled_parent() -> None:
-    _need_cpu_controller()
-    if not shutil.which("bwrap") or os.geteuid() != 0:
-        pytest.skip("needs bubblewrap and root")
+    _need_bwrap_cpu()
     with cgroups.throttled_parent(0.5, threads=1) as top:
         sb = await asyncio.create_task(create_sandbox(backend="bwrap", cpus=1))
         try:
@@ -83,44 +101,28 @@ def _quota(cpu: Path) -> tuple[int | None, int]:
 async def test_a_sandbox_cpu_limit_is_its_quota_over_the_default_period() -> None:
     """cgroup v1: the period is written only where a new group's (100 ms) is not the one wanted
     (each write walks every cpu cgroup on the host, issue 46); the limit holds all the same."""
-    _need_cpu_controller()
-    if not shutil.which("bwrap") or os.geteuid() != 0:
-        pytest.skip("needs bubblewrap and root")
-    sb = await create_sandbox(backend="bwrap", cpus=1.5)
-    try:
-        cpu = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
+    async with _bwrap_sandbox(1.5) as (sb, cpu):
         assert _quota(cpu) == (None, 100_000)  # an idle sandbox: its guest agent alone, no quota (issue 46)
         assert (await sb.exec(["true"])).ok
         assert _quota(cpu) == (150_000, 100_000)  # before that first command ran
-    finally:
-        await sb.close()
 
 
 async def test_a_sandbox_whose_first_command_spins_is_throttled_from_its_start() -> None:
     """The quota is in place before the first command runs, not after it: a first command that spins
     (60,000 rounds of a bash loop, well over 20 ms of CPU) under a 0.2-CPU quota is throttled (cpu.stat)."""
-    _need_cpu_controller()
-    if not shutil.which("bwrap") or os.geteuid() != 0:
-        pytest.skip("needs bubblewrap and root")
-    sb = await create_sandbox(backend="bwrap", cpus=0.2)
-    try:
-        cpu = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT / sb.id
+    async with _bwrap_sandbox(0.2) as (sb, cpu):
         t = time.monotonic()
         r = await sb.exec(["bash", "-c", "i=0; while [ $i -lt 60000 ]; do i=$((i+1)); done"], timeout=60)
         wall = time.monotonic() - t
         assert r.ok
         stat = dict(line.split() for line in (cpu / "cpu.stat").read_text().splitlines())
         assert int(stat.get("nr_throttled", 0)) > 0, (stat, wall)  # more than 20 ms of CPU in one period
-    finally:
-        await sb.close()
 
 
 async def test_a_sandbox_whose_first_command_is_a_session_or_a_branch_is_limited_first() -> None:
     """Every way into a bwrap sandbox's commands passes its CPU quota first: a session's first
     command, and each child of a branch (a sandbox of its own) at its own first command."""
-    _need_cpu_controller()
-    if not shutil.which("bwrap") or os.geteuid() != 0:
-        pytest.skip("needs bubblewrap and root")
+    _need_bwrap_cpu()
     root = cgroups.detect().mounts["cpu"] / cgroups.GROUP_DEFAULT
     sb = await create_sandbox(backend="bwrap", cpus=0.5)
     children: list[Any] = []

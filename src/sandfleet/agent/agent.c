@@ -709,7 +709,6 @@ static void groups_sweep(void) {
         if (groups[g].used) group_release(g);
 }
 
-static void set_nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 /* ---------- pseudo-terminals (EXEC with PTY "cols rows") ---------- */
 static int parse_winsize(const char *spec, struct winsize *ws) {
@@ -747,8 +746,6 @@ static int open_pty(const struct winsize *ws, int *master, int *peer) {
     return 0;
 }
 
-static void set_nonblock(int fd);
-
 static job_t *find_job(uint32_t id);
 
 static void do_resize(const req_t *r) {
@@ -785,8 +782,6 @@ static void close_all(void) {
     for (long fd = 0; fd < n; fd++) close((int)fd);
 }
 
-/* A command's child could not start it: errno and the step it failed at (none: taking its
- * user) go to the agent on the status pipe, and the child ends. */
 /* execvp(file, argv) as musl's, over environ's PATH, but each directory's candidate is first
  * asked with access(): a failed execve allocates and frees a whole new address space before its
  * lookup fails (about 13 us each here, under the command filter), and `true` or `bash` by name was
@@ -825,6 +820,8 @@ static int exec_search(const char *file, char *const argv[]) {
     return -1;
 }
 
+/* A command's child could not start it: errno and the step it failed at (none: taking its
+ * user) go to the agent on the status pipe, and the child ends. */
 static void start_failed(int fd, const char *what, const char *user) {
     int e = errno;
     char m[600];

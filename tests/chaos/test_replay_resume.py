@@ -56,6 +56,7 @@ def _mentions(p: Path, text: str) -> bool:
         return False
 
 
+@pytest.mark.waits  # 23 s of wall, 4 s of CPU (scripts/test.sh: the waits lane, beside the fast pass)
 def test_replay_sigkilled_at_random_points_counts_each_rollout_once(tmp_path: Path) -> None:
     why = backend_skip("bwrap")
     if why:

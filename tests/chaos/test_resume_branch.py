@@ -55,6 +55,7 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.waits  # 34 s of wall, 9 s of CPU (scripts/test.sh: the waits lane, beside the fast pass)
 def test_sigkilled_mid_branch_each_leaf_counts_once(tmp_path: Path) -> None:
     why = backend_skip("bwrap")
     if why:

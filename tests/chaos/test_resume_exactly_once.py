@@ -51,6 +51,7 @@ def _lines(path: Path) -> list[dict[str, object]]:
     return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.waits  # 70 s of wall, 30 s of CPU (scripts/test.sh: the waits lane, beside the fast pass)
 def test_sigkilled_at_20_random_points_each_rollout_counts_once(tmp_path: Path) -> None:
     why = backend_skip("bwrap")
     if why:

@@ -14,6 +14,7 @@ from test_reward_integrity_iii import GVISOR  # the same gvisor row
 
 from sandfleet.rollout import OraclePolicy, RunConfig, run_suite
 from sandfleet.rollout.runner import RetryPolicy
+from sandfleet.rollout.verifier import AGENT_PROGRAM_RISK
 from test_rollout_support import needs_bwrap
 
 pytestmark = needs_bwrap()
@@ -72,6 +73,9 @@ MICROVM_SAME = frozenset({
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
+    # a root agent's programs in the image's system folders (stop 74): the seal's rule is the same code everywhere;
+    # root-link-target-rewritten runs there (the record's clock and a change time of the microVM's own kernel)
+    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -107,6 +111,8 @@ GVISOR_SAME = frozenset({
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded", "image-venv-home",
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
+    # stop 74's but root-link-target-rewritten (gVisor's change times against the record)
+    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -248,7 +254,17 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # round XXVII: the stop of a root agent in one request (the guest agent's KILL of USER "*"): a daemon
              # under the guest agent's own uid or one at an end of the range, a pair that forks itself again under
              # a fresh uid the moment one dies, a pid namespace of its own (each backend's pid 1 and uid map: all)
-             "xxvii": ["stop-guest-uid", "stop-respawn-pair", "stop-pid-namespace"]}
+             "xxvii": ["stop-guest-uid", "stop-respawn-pair", "stop-pid-namespace"],
+             # stops 73 and 74 (hand-written): a root agent's program in the image's system folders, which the
+             # tests run by name -- a python3 first on PATH past a non-executable decoy (a #! script; a compiled
+             # one), the file the image's python3 link leads to rewritten, a process-control tool the seal leaves
+             # in its parent's domain replaced: changed after the record taken before the agent's first command,
+             # each is the code under test (seal.c, agent_changed), and the row says so; and a static `true` that
+             # the preparation's probe of the seal ran as root, which left a daemon writing 1 after the tests
+             # (forged on microvm): the preparation's programs run confined, and nothing they leave outlives them
+             "stop73": ["path-eacces-decoy"],
+             "stop74": ["root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
+                        "prep-probe-static-true"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
@@ -261,6 +277,60 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
+        if r.task in names["stop73"] + names["stop74"]:
+            assert any(x.startswith(AGENT_PROGRAM_RISK) for x in r.info.get("verifier_risks", [])), (backend, r.info)
+
+
+async def test_a_root_agents_own_programs_still_run_for_the_tests(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The honest side of stop 74's rule: a program a root agent installs in the image's system folders, or
+    pytest's console script it installed again, still runs for the tests (as the code under test: kept from the
+    reward folders) and the reward is the tests' 1, the row flagged; a program the tests install themselves,
+    after the preparation, is theirs (root tests), unflagged. An agent that rewrote the tests' own interpreter
+    scores 0 (the grader it runs can't write the reward: the tests' programs were the agent's to break, never a
+    mask), flagged. The preparation's script (where the guest agent's can't run) does the same: the record's
+    time for the seal, the programs noted."""
+    from sandfleet.tasks import load_task
+
+    base = FIXTURES / "attacks-stop73" / "path-eacces-decoy"  # (its image: cached; a root agent)
+    tests_file = ('printf "def test_out():\\n    assert open(\\"/app/out.txt\\").read().strip() == \\"hello\\"\\n"'
+                  ' > /tmp/t_out.py')
+    cases = {  # name: (before the answer, as root; the test script's line; the reward; flagged)
+        "tool-installed": ('printf "#!/bin/sh\\necho hello\\n" > /usr/local/bin/greet; chmod 755 /usr/local/bin/greet',
+                           '[ "$(greet)" = hello ] && python3 /tests/grade.py', 1.0, True),
+        "pytest-reinstalled": ('f=$(command -v pytest); cp -p "$f" /tmp/p; cat /tmp/p > "$f"',
+                               tests_file + '; if pytest -q -p no:cacheprovider /tmp/t_out.py; then echo 1; '
+                               'else echo 0; fi > /logs/verifier/reward.txt', 1.0, True),
+        "tests-install-tool": ("true", 'printf "#!/bin/sh\\necho hello\\n" > /usr/local/bin/greet2; chmod 755 '
+                               '/usr/local/bin/greet2; [ "$(greet2)" = hello ] && python3 /tests/grade.py', 1.0, False),
+        "python-rewritten": ('r=$(readlink -f "$(command -v python3)"); cp -p "$r" /tmp/py; cat /tmp/py > "$r"',
+                             "python3 /tests/grade.py", 0.0, True),
+    }
+    tasks = []
+    for name, (before, line, _, _) in cases.items():
+        folder = tmp_path / name
+        shutil.copytree(base, folder)
+        (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\nset -e\n{before}\necho hello > /app/out.txt\n")
+        (folder / "tests" / "test.sh").write_text(f"#!/bin/bash\nmkdir -p /logs/verifier\ncd /tests && {line}\n")
+        if name == "tests-install-tool":  # the tests as root (TB1's), who may write the system's folders
+            toml = (folder / "task.toml").read_text()
+            (folder / "task.toml").write_text(toml.replace("[verifier]\n", '[verifier]\nuser = "root"\n'))
+        tasks.append(load_task(folder))
+    report = await run_suite(tasks, OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2))
+    assert len(report.results) == len(cases)
+    for r in report.results:
+        _, _, want, flagged = cases[r.task]
+        assert r.status == "completed" and r.reward == want, (r.task, r.reason, r.verifier_output[-800:])
+        risks = [x for x in r.info.get("verifier_risks", []) if x.startswith(AGENT_PROGRAM_RISK)]
+        assert bool(risks) == flagged, (r.task, r.info)
+    monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", "0")  # the script prepares
+    decoy = load_task(FIXTURES / "attacks-stop73" / "path-eacces-decoy")
+    report = await run_suite([tasks[0], decoy], OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2))
+    for r in report.results:
+        assert [s.get("by") for s in r.spans if s.get("what") == "clear tests and rewards"] == ["script"]
+        assert r.status == "completed" and r.reward == (1.0 if r.task == "tool-installed" else 0.0), (
+            r.task, r.reason, r.verifier_output[-800:])
+        assert any(x.startswith(AGENT_PROGRAM_RISK) for x in r.info.get("verifier_risks", [])), (r.task, r.info)
 
 
 # -- the code under test inside a tests' process (round VIII: the guard's stack, agent/seal.c's exit)

@@ -203,8 +203,86 @@ static int prep_git_visit(const char *path, const char *name, const struct stat 
     return 0;
 }
 
+/* ---- the image's programs the preparation runs: the seal's probe (`true`), the workdir's git sanitizer (bash,
+ * git and the tools of its script). Where the agent was root (shared mode; on microvm every command is root) they
+ * may be the agent's: a static `true` first on PATH ran as root, unsealed, while the seal and the guards were
+ * being written, and left a daemon that wrote 1 into the reward file after the tests (stop 74's
+ * prep-probe-static-true, forged on microvm). So each runs in a Landlock domain of ours, with no_new_privs: it
+ * may write beneath the folders its step needs (the workdir for the sanitizer; nothing but /dev/null for the
+ * probe) and nowhere else -- not the reward, tests or guard folders, not the image -- nor signal (ABI 6) or
+ * trace anything outside its domain; and nothing it leaves running outlives it (prepare is the subreaper of
+ * what they start: prep_reap_rest). Where the kernel has no Landlock (gVisor) the domain is not made; the
+ * reaping is. */
+#ifndef __NR_landlock_create_ruleset
+#define __NR_landlock_create_ruleset 444
+#define __NR_landlock_add_rule 445
+#define __NR_landlock_restrict_self 446
+#endif
+static const char *const *prep_allow; /* the folders the next confined program may write beneath, NULL-ended */
+
+static void prep_confine(void) {
+    long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, 1UL /* LANDLOCK_CREATE_RULESET_VERSION */);
+    if (abi < 1) return;
+    /* write_file, remove_dir, remove_file, make_char, make_dir, make_reg, make_sock, make_fifo, make_block,
+       make_sym; refer (ABI 2), truncate (ABI 3) */
+    unsigned long long writes = 1ULL << 1 | 1ULL << 4 | 1ULL << 5 | 1ULL << 6 | 1ULL << 7 | 1ULL << 8 | 1ULL << 9 |
+                                1ULL << 10 | 1ULL << 11 | 1ULL << 12;
+    if (abi >= 2) writes |= 1ULL << 13;
+    if (abi >= 3) writes |= 1ULL << 14;
+    unsigned long long file_rights = 1ULL << 1 | (abi >= 3 ? 1ULL << 14 : 0);
+    struct { unsigned long long fs, net, scoped; } attr = {writes, 0, abi >= 6 ? 1ULL << 1 /* signal */ : 0};
+    int fd = (int)syscall(__NR_landlock_create_ruleset, &attr, abi >= 6 ? sizeof attr : sizeof attr.fs, 0UL);
+    if (fd < 0) _exit(126);
+    struct { unsigned long long allowed; int parent; } __attribute__((packed)) rule;
+    const char *devnull[] = {"/dev/null", NULL};
+    for (int pass = 0; pass < 2; pass++)
+        for (const char *const *a = pass ? prep_allow : devnull; a && *a; a++) {
+            int pf = open(*a, O_PATH | O_CLOEXEC);
+            if (pf < 0) continue;
+            struct stat st;
+            rule.allowed = fstat(pf, &st) == 0 && S_ISDIR(st.st_mode) ? writes : file_rights;
+            rule.parent = pf;
+            if (syscall(__NR_landlock_add_rule, fd, 1UL /* LANDLOCK_RULE_PATH_BENEATH */, &rule, 0UL) < 0) _exit(126);
+            close(pf);
+        }
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || syscall(__NR_landlock_restrict_self, fd, 0UL) < 0) _exit(126);
+    close(fd);
+}
+
+/* every process the confined program left (each a child of ours now, or soon: we are the subreaper), killed and
+ * reaped until none is left */
+static void prep_reap_rest(void) {
+    pid_t me = getpid();
+    for (int round = 0; round < 1000; round++) {
+        int found = 0;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+            char f[300], b[512];
+            snprintf(f, sizeof f, "/proc/%s/stat", e->d_name);
+            int fd = open(f, O_RDONLY | O_CLOEXEC);
+            ssize_t k = fd >= 0 ? read(fd, b, sizeof b - 1) : -1;
+            if (fd >= 0) close(fd);
+            if (k <= 0) continue;
+            b[k] = 0;
+            char *rp = strrchr(b, ')');
+            int ppid = 0;
+            if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == me) {
+                kill((pid_t)atoi(e->d_name), SIGKILL);
+                found = 1;
+            }
+        }
+        if (d) closedir(d);
+        while (waitpid(-1, NULL, WNOHANG) > 0) {}
+        if (!found) return;
+        usleep(1000);
+    }
+}
+
 /* Run ARGV (a PATH search) with its stdout into OUT, its stderr ours or (QUIET) /dev/null, and
- * LD_PRELOAD=PRELOAD where given: its wait status, or -1 where it could not be started. */
+ * LD_PRELOAD=PRELOAD where given, confined (prep_confine: it writes beneath prep_allow alone), and what it left
+ * running killed: its wait status, or -1 where it could not be started. */
 static int prep_capture(char *const argv[], const char *preload, int quiet, buf_t *out) {
     int pfd[2];
     if (pipe2(pfd, O_CLOEXEC) < 0) return -1;
@@ -216,6 +294,7 @@ static int prep_capture(char *const argv[], const char *preload, int quiet, buf_
         int null = quiet ? open("/dev/null", O_WRONLY) : -1;
         if (null >= 0) dup2(null, 2);
         if (preload) setenv("LD_PRELOAD", preload, 1);
+        prep_confine();
         execvp(argv[0], argv);
         _exit(127);
     }
@@ -230,6 +309,7 @@ static int prep_capture(char *const argv[], const char *preload, int quiet, buf_
     close(pfd[0]);
     int st;
     while (waitpid(c, &st, 0) < 0 && errno == EINTR) {}
+    prep_reap_rest();
     while (out->n && out->p[out->n - 1] == '\n') out->n--; /* as $(...) drops them */
     return st;
 }
@@ -244,7 +324,10 @@ static void prep_sanitize_git(const char *real) {
     memcpy(script + n, "\nsanitize_git \"$1\"\n", 20);
     char *argv[] = {"bash", "-c", script, "sanitize", (char *)real, NULL};
     buf_t out = {0};
+    const char *allow[] = {real, "/tmp", NULL}; /* the repository's folders, and its temporary files */
+    prep_allow = allow;
     int st = prep_capture(argv, NULL, 0, &out);
+    prep_allow = NULL;
     free(script);
     if (st < 0) prep_give_up("fork", NULL);
     if (WIFEXITED(st) && WEXITSTATUS(st) == 127) { errno = ENOENT; prep_give_up("bash", NULL); }
@@ -849,6 +932,39 @@ static int envs_changes(int argc, char **argv) {
     return rc;
 }
 
+/* The programs of the image's PATH folders whose change time is after SINCE (a root agent's: planted, replaced,
+ * or a link turned elsewhere), each as an "agentprog: " note, 20 at most: the seal runs them as the code under
+ * test (agent_changed), and the row says so. Each folder once (/bin is /usr/bin's link in a merged /usr). */
+static void prep_agent_programs(struct timespec since, buf_t *notes) {
+    static const char *const dirs[] = {"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"};
+    char seen[6][PATH_MAX];
+    int nseen = 0, noted = 0;
+    for (size_t i = 0; i < sizeof dirs / sizeof *dirs && noted < 20; i++) {
+        char real[PATH_MAX];
+        if (!realpath(dirs[i], real)) continue;
+        int dup = 0;
+        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], real);
+        if (dup) continue;
+        snprintf(seen[nseen++], PATH_MAX, "%s", real);
+        DIR *d = opendir(dirs[i]);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) && noted < 20) {
+            if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+            struct stat st;
+            if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+            if (st.st_ctim.tv_sec < since.tv_sec ||
+                (st.st_ctim.tv_sec == since.tv_sec && st.st_ctim.tv_nsec <= since.tv_nsec))
+                continue;
+            char f[PATH_MAX + 256];
+            snprintf(f, sizeof f, "%s/%s", dirs[i], e->d_name);
+            prep_note(notes, "agentprog: ", f);
+            noted++;
+        }
+        closedir(d);
+    }
+}
+
 /* the changed byte-compiled files of a venv removed: Python reads one in a __pycache__ whose header matches its
  * source's time and size, which the agent can write (the tests' Python compiles the source again), and one
  * beside a module whose source is gone (sourceless: its code keeps the file name it was compiled with, a file
@@ -863,6 +979,7 @@ static void env_drop_bytecode(const buf_t *list) {
 
 static int prepare(int argc, char **argv) {
     if (argc < 1) { errno = EINVAL; prep_give_up("usage: sandfleet-agent prepare OWNER [t:|r:|w:PATH ...]", NULL); }
+    prctl(PR_SET_CHILD_SUBREAPER, 1); /* what the image's programs we run leave is ours to kill (prep_reap_rest) */
     const char *owner = argv[0];
     const char *agent = getenv("AGENT_USER");
     const char *seal_arch = getenv("SEAL_ARCH");
@@ -894,6 +1011,13 @@ static int prepare(int argc, char **argv) {
     struct timespec since;
     int walk_envs = since_s && *since_s, bad_since = walk_envs && env_since(since_s, &since) < 0;
     int listed = 0;
+    /* "s" the record's time, first: a program of the image's system folders whose change time falls between
+       it and this preparation's is the agent's (a root agent's: the seal's agent_changed), in this sandbox */
+    if (walk_envs && !bad_since) {
+        buf_add(&envs, "s", 1);
+        buf_add(&envs, since_s, strlen(since_s) + 1);
+        prep_agent_programs(since, &env_notes);
+    }
     for (int i = 1; i < argc; i++) {
         char k = argv[i][0];
         const char *d = argv[i] + 2;

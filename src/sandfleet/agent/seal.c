@@ -107,12 +107,15 @@ static const char *self_exe(void) {
     return self_exe_state > 0 ? self_exe_buf : 0;
 }
 
-/* a process-control tool of the system's own folders (root's: the tests can't put one there) */
+static int agent_changed(const char *file);
+
+/* a process-control tool of the system's own folders (root's: the tests can't put one there; one a
+ * root agent changed is judged as any program: agent_changed) */
 static int exempt(void) {
     static const char *dirs[] = {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/", 0};
     static const char *tools[] = {"kill", "pkill", "pgrep", "killall", "timeout", "xargs", "fuser", 0};
     const char *exe = self_exe();
-    if (!exe) return 0;
+    if (!exe || agent_changed(exe)) return 0;
     for (int i = 0; dirs[i]; i++) {
         const char *d = dirs[i], *p = exe;
         while (*d && *d == *p) d++, p++;
@@ -314,11 +317,14 @@ static int prefix(const char *s, const char *p) {
     return !*p;
 }
 
-static int in_system_dirs(const char *path) {
+static int under_system_dirs(const char *path) {
     for (int i = 0; system_dirs[i]; i++)
         if (prefix(path, system_dirs[i])) return 1;
     return 0;
 }
+
+/* a program of the image's own: in the system's folders, and not one a root agent changed there */
+static int in_system_dirs(const char *path) { return under_system_dirs(path) && !agent_changed(path); }
 
 /* The program this process runs is the workdir's, whatever its arguments name: its executable is
  * there, or it is an interpreter whose script (its first argument that is not an option) is, or
@@ -327,7 +333,7 @@ static int in_system_dirs(const char *path) {
  * own, never the code under test that the tests hand a path. */
 static int program_in_workdir(long k, const char *cwd) {
     const char *exe = self_exe();
-    if (exe && under_kind(exe, 'w')) return 1;
+    if (exe && (under_kind(exe, 'w') || agent_changed(exe))) return 1;
     if (k <= 0 || !(named(exe ? exe : buf, interpreters) || named(buf, interpreters))) return 0;
     long i = 0;
     while (i < k && buf[i]) i++; /* past argv[0] */
@@ -345,14 +351,14 @@ static int program_in_workdir(long k, const char *cwd) {
                 i += len;
             continue;
         }
-        if (arg[0] == '/') return under_kind(arg, 'w');
+        if (arg[0] == '/') return under_kind(arg, 'w') || agent_changed(arg);
         char full[1024];
         int m = 0;
         for (const char *q = cwd; *q && m < 500; q++) full[m++] = *q;
         full[m++] = '/';
         for (const char *q = arg; *q && m < 1000; q++) full[m++] = *q;
         full[m] = 0;
-        return cwd[0] == '/' && under_kind(full, 'w');
+        return cwd[0] == '/' && (under_kind(full, 'w') || agent_changed(full));
     }
     return 0;
 }
@@ -2188,6 +2194,54 @@ static int image_env(const char *file) {
     for (long i = 0; (r = next_record(&i, &l));)
         if ((r[0] == 'a' && same(r + 1, root)) || (r[0] == 'c' && under(f, r + 1))) return 1;
     return 0;
+}
+
+/* FILE (absolute) is in the system's folders and a root agent changed it: its change time (a link's own, where
+ * FILE is one) is after the record's ("s", the first of image-envs: taken before the agent's first command, and
+ * listed only where the tests run in the agent's own sandbox) and before this preparation's (the "g:" folder's
+ * sitecustomize.py, which it writes). The system's folders are root's, and their programs the image's, only
+ * where the agent is not root: a root agent's python3 first on PATH, or an image program it rewrote, ran as the
+ * tests' own (stop 73's path-eacces-decoy). What the tests install themselves is written after the
+ * preparation, and stays theirs; a change time no process can set. No record (a non-root agent, a fresh
+ * sandbox of --verify separate), no change. */
+static int agent_changed(const char *file) {
+    static int since_state = -1; /* -1 unread, 0 none, 1 both times read */
+    static struct ts since, prep;
+    if (!file || file[0] != '/' || !under_system_dirs(file)) return 0;
+    if (since_state < 0) {
+        since_state = 0;
+        envs_read();
+        const char *s = envs_len > 0 && envs_buf[0] == 's' ? envs_buf + 1 : 0;
+        long long sec = 0;
+        unsigned ns = 0;
+        int n = 0, m = 0;
+        while (s && *s >= '0' && *s <= '9' && n < 18) sec = sec * 10 + (*s++ - '0'), n++;
+        if (s && n && *s == '.')
+            for (s++; *s >= '0' && *s <= '9' && m < 9; m++) ns = ns * 10 + (unsigned)(*s++ - '0');
+        char g[256], p[300];
+        int pos = 0;
+        if (s && n && m == 9 && !*s && next_path(&pos, 'g', g, sizeof g)) {
+            int l = 0;
+            for (const char *q = g; *q; q++) p[l++] = *q;
+            for (const char *q = "/sitecustomize.py"; *q; q++) p[l++] = *q;
+            p[l] = 0;
+            since.s = sec;
+            since.ns = ns;
+            since_state = time_of(p, 0, &prep);
+        }
+    }
+    if (since_state != 1) return 0;
+    struct ts t;
+    if (time_of(file, 0, &t) && earlier(since, t) && earlier(t, prep)) return 1;
+    /* and what it leads to: a link of the image's whose target the agent rewrote (/usr/bin/python3 to
+       python3.11), or whose target is a link the agent turned elsewhere (/etc/alternatives) */
+    unsigned char stx[256];
+    if (sys5(__NR_statx, AT_FDCWD, (long)file, 0, 0x80 /* STATX_CTIME */, (long)stx) != 0 ||
+        !(*(unsigned *)stx & 0x80))
+        return 0;
+    t.s = *(long long *)(stx + 96);
+    t.ns = *(unsigned *)(stx + 104);
+    return earlier(since, t) && earlier(t, prep);
 }
 
 /* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no

@@ -25,14 +25,15 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import weakref
 from dataclasses import dataclass
 
 from sandfleet.errors import GuestError, SandboxClosedError, SandboxDiedError
 from sandfleet.imagestore import resolve_image
 from sandfleet.sandbox.base import ExecResult, Sandbox
-from sandfleet.sandbox.registry import is_isolated
-from sandfleet.sandbox.spec import helper_path
+from sandfleet.sandbox.registry import RUNS_AS_USER, is_isolated
+from sandfleet.sandbox.spec import helper_path, is_root
 from sandfleet.tasks.model import Task
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,7 @@ class EnvRecord:
     since: str
     """``SEC.NSEC`` on the guest's clock: a change time after it is the agent's."""
     roots: tuple[str, ...]
+    """The image's venvs in the workdir (none: the record is taken for the image's programs alone)."""
 
 
 _records: weakref.WeakKeyDictionary[Sandbox, EnvRecord] = weakref.WeakKeyDictionary()
@@ -88,16 +90,36 @@ def _image_key(task: Task, sandbox: Sandbox) -> tuple[str, str, str] | None:
     return None if image.is_host else (sandbox.backend, image.hash, task.workdir)
 
 
+def agent_is_root(sandbox: Sandbox) -> bool:
+    """The agent's commands are root's in ``sandbox``: its user is, or the backend runs every command
+    as root (microvm). Root can change the image's own programs, which the seal takes for the tests'
+    unless the record says when the agent's commands began (:func:`record_envs`)."""
+    return is_root(sandbox.spec.user) or sandbox.backend not in RUNS_AS_USER
+
+
 async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
     """Take the record (run as root, just before the agent's first command); None where the
-    backend has no guest agent to take it or the workdir holds no venv (an image found with
-    none is not asked again: :func:`_image_key`). A failure is logged: the rollout goes on as
-    before this round (its venvs judged by the older rules)."""
+    backend has no guest agent to take it or the workdir holds no venv and the agent is not root
+    (an image found with none is not asked again: :func:`_image_key`). Where the agent is root the
+    record is kept for its time alone: a program of the image's system folders changed after it
+    (and before the verifier's preparation) is the agent's (agent/seal.c, ``agent_changed``). A
+    failure is logged: the rollout goes on as before this round (judged by the older rules)."""
     native = helper_path(sandbox.backend)
-    if native is None or not is_isolated(sandbox.backend) or not task.workdir.startswith("/"):
+    if not is_isolated(sandbox.backend) or not task.workdir.startswith("/"):
         return None
+    root = agent_is_root(sandbox)
+    if native is None:  # (SANDFLEET_NATIVE_HELPERS=0: the scripts prepare) the time alone, for a root agent
+        if not root:
+            return None
+        res = await _helper(sandbox, ["date", "+%s.%N"], "no record of when the agent's commands began")
+        since = res.stdout.strip() if res is not None else ""
+        if not re.fullmatch(r"[0-9]+\.[0-9]{9}", since):
+            return None
+        record = EnvRecord(since=since, roots=())
+        _records[sandbox] = record
+        return record
     key = _image_key(task, sandbox)
-    if key is not None and key in _no_envs:
+    if key is not None and key in _no_envs and not root:
         return None
     res = await _helper(sandbox, [native, "envs-record", task.workdir],
                         "no record of the image's venvs (they are judged as before)")
@@ -108,7 +130,8 @@ async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
     if not roots:
         if key is not None and not res.stderr.strip():  # (a venv left out for its clock is asked again)
             _no_envs.add(key)
-        return None
+        if not root:
+            return None
     record = EnvRecord(since=records[0][1:], roots=roots)
     _records[sandbox] = record
     return record
@@ -128,7 +151,7 @@ async def changed_entries(record: EnvRecord, sandbox: Sandbox) -> list[str]:
     ``MAX_ENTRIES``) is the agent's whole."""
     whole = [e for r in record.roots for e in (f"v:{r}", f"a:{r}")]
     native = helper_path(sandbox.backend)
-    if native is None:
+    if native is None or not record.roots:  # (a record for the time alone: a fresh sandbox's programs are the image's)
         return whole
     res = await _helper(sandbox, [native, "envs-changes", record.since, *record.roots],
                         "the image's venvs could not be listed (taken for the agent's)")

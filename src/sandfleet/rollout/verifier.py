@@ -197,6 +197,17 @@ clear=() rewards=() work=() nested=
 # envs-changes): what of them changed since $ENVS_SINCE (this sandbox is the agent's), else c: and a: as
 # listed in the agent's sandbox; before any owner changes. NUL-terminated records for the seal (image-envs)
 envs=() envnotes=0
+# "s" the record's time first (agent/prepare.c, prep_agent_programs): a program of the image's system folders
+# changed between it and now is a root agent's, which the seal runs as the code under test; each of the PATH
+# folders' such programs noted (20 at most; a folder that is a link, /bin in a merged /usr, is not walked)
+if [[ $ENVS_SINCE =~ ^[0-9]+\.[0-9]{9}$ ]]; then
+  envs+=("s$ENVS_SINCE")
+  while IFS= read -r -d '' f; do
+    if [ $envnotes -lt 20 ]; then envnotes=$((envnotes + 1)); printf 'agentprog: %s\n' "${f//$'\n'/\\n}"; fi
+  done < <(find /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin -mindepth 1 -maxdepth 1 \
+             -newerct "@$ENVS_SINCE" -print0 2>/dev/null)
+  envnotes=0
+fi
 for a; do
   case $a in
     v:*) r=${a#v:}; envs+=("v$r")
@@ -402,6 +413,10 @@ TOOL_CONFIG_RISK = ("tool configuration in the workdir that the tests' tools rea
                     "plugins, npm, yarn)")
 IMAGE_ENV_RISK = ("the image's venv in the workdir was changed by the agent (its changed programs and -m modules "
                   "do not run for the tests, its changed byte-compiled files were removed)")
+
+
+AGENT_PROGRAM_RISK = ("a program of the image's system folders that the agent changed as root (the tests run it as "
+                      "the code under test: kept from the reward folders and the tests' own)")
 
 
 NO_LANDLOCK_RISK = ("no Landlock in the sandbox's kernel (gVisor has none): the reward folders are not kept from "
@@ -684,6 +699,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"{TOOL_CONFIG_RISK}: {what}")
         elif kind == "imageenv":
             risks.append(f"{IMAGE_ENV_RISK}: {what}")
+        elif kind == "agentprog":
+            risks.append(f"{AGENT_PROGRAM_RISK}: {what}")
         elif kind == "module":
             name = posixpath.basename(posixpath.dirname(what)) if what.endswith("/__init__.py") else \
                 posixpath.basename(what)[:-3]
@@ -1231,7 +1248,7 @@ async def run_verifier_separately(
         await stop_everything_of(sandbox, sandbox.spec.user)
     record = recorded(sandbox)
     envs: list[str] = []
-    if record is not None:  # what of the image's venvs the agent changed, listed where the change times tell it
+    if record is not None and record.roots:  # what of the image's venvs the agent changed (by change times)
         with recorder.span("other_sandbox", what="list the image's venvs"):
             envs = await changed_entries(record, sandbox)
     try:

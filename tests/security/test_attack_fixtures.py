@@ -73,9 +73,9 @@ MICROVM_SAME = frozenset({
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
-    # a root agent's programs in the image's system folders (stop 74): the seal's rule is the same code everywhere;
-    # root-link-target-rewritten runs there (the record's clock and a change time of the microVM's own kernel)
-    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout",
+    # a root agent's programs in the image's system folders (stop 74): the seal's rule is the same code everywhere
+    # (the attack table runs them on microvm: contained); the preparation's programs run there (forged before)
+    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -111,8 +111,9 @@ GVISOR_SAME = frozenset({
     "image-venv-module", "image-venv-internal", "image-venv-pyc", "image-venv-remade", "image-venv-cfg-gone",
     "image-venv-bin-link", "image-venv-pth-exit0", "image-venv-pth-guard-loaded", "image-venv-home",
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
-    # stop 74's but root-link-target-rewritten (gVisor's change times against the record)
-    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout",
+    # stop 74's but prep-probe-static-true (no Landlock there: the reaping alone)
+    "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
+    "prep-forced-to-script",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -261,10 +262,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # in its parent's domain replaced: changed after the record taken before the agent's first command,
              # each is the code under test (seal.c, agent_changed), and the row says so; and a static `true` that
              # the preparation's probe of the seal ran as root, which left a daemon writing 1 after the tests
-             # (forged on microvm): the preparation's programs run confined, and nothing they leave outlives them
+             # (forged on microvm): the preparation's programs run confined, and nothing they leave outlives them;
+             # and a workdir too deep for the guest agent's preparation, which left its steps to the script (the
+             # image's programs, the agent's `find` among them, as root): not for a root agent's sandbox
              "stop73": ["path-eacces-decoy"],
              "stop74": ["root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
-                        "prep-probe-static-true"]}
+                        "prep-probe-static-true", "prep-forced-to-script"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
@@ -277,7 +280,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
-        if r.task in names["stop73"] + names["stop74"]:
+        if r.task in names["stop73"] + names["stop74"] and r.reason != "verifier_setup_failed":
             assert any(x.startswith(AGENT_PROGRAM_RISK) for x in r.info.get("verifier_risks", [])), (backend, r.info)
 
 

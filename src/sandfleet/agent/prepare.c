@@ -219,6 +219,7 @@ static int prep_git_visit(const char *path, const char *name, const struct stat 
 #define __NR_landlock_restrict_self 446
 #endif
 static const char *const *prep_allow; /* the folders the next confined program may write beneath, NULL-ended */
+static int prep_sanitized;             /* the workdir's git sanitizer ran: the folders are cleared again after it */
 
 static void prep_confine(void) {
     long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, 1UL /* LANDLOCK_CREATE_RULESET_VERSION */);
@@ -325,6 +326,7 @@ static void prep_sanitize_git(const char *real) {
     char *argv[] = {"bash", "-c", script, "sanitize", (char *)real, NULL};
     buf_t out = {0};
     const char *allow[] = {real, "/tmp", NULL}; /* the repository's folders, and its temporary files */
+    prep_sanitized = 1;
     prep_allow = allow;
     int st = prep_capture(argv, NULL, 0, &out);
     prep_allow = NULL;
@@ -746,6 +748,10 @@ static int prep_fresh_beside(const char *name, mode_t mode, char *out, size_t n)
 
 /* The machine the image's bash was built for, as bash's $HOSTTYPE names it; "" when unknown. */
 static const char *prep_image_arch(void) {
+    /* the host's word for it where it has one (the image store's: taken before any agent ran, where a root agent
+       could otherwise leave a `bash` first on PATH that is no ELF, and the script ran for us: stop 74) */
+    const char *given = getenv("IMAGE_ARCH");
+    if (given && (!strcmp(given, "x86_64") || !strcmp(given, "aarch64"))) return given;
     const char *path = getenv("PATH");
     if (!path || !*path) path = "/usr/local/bin:/usr/bin:/bin";
     char p[PATH_MAX];
@@ -977,6 +983,37 @@ static void env_drop_bytecode(const buf_t *list) {
     }
 }
 
+/* The test and reward folders made empty, root's and 0755 (a reward folder 0777 where the tests are a user):
+ * the script's mkdir, find -delete, chmod and chown, once for them all. Again after the workdir's git sanitizer
+ * (prep_sanitized): what the image's programs it ran wrote there is gone before the tests go in. */
+static void prep_clear_folders(const char **clear, int nclear, const char **rewards, int nrewards, const char *owner,
+                               int nested) {
+    for (int i = 0; i < nclear; i++)
+        if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
+    for (int i = 0; i < nclear; i++) { /* find D -mindepth 1 -maxdepth 1 -exec rm -rf {} + */
+        DIR *dir = opendir(clear[i]);
+        if (!dir) continue; /* removed with a folder it was in: made again below */
+        struct dirent *e;
+        while ((e = readdir(dir))) {
+            if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+            if (prep_rm_at(dirfd(dir), e->d_name, 1) < 0) prep_give_up("rm -rf in", clear[i]);
+        }
+        closedir(dir);
+    }
+    if (nested)
+        for (int i = 0; i < nclear; i++)
+            if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
+    for (int i = 0; i < nclear; i++)
+        if (chmod(clear[i], 0755) < 0) prep_give_up("chmod 0755", clear[i]);
+    if (*owner) {
+        for (int i = 0; i < nclear; i++)
+            if (chown(clear[i], 0, 0) < 0) prep_give_up("chown 0:0", clear[i]);
+        if (strcmp(owner, "0"))
+            for (int i = 0; i < nrewards; i++)
+                if (chmod(rewards[i], 0777) < 0) prep_give_up("chmod 0777", rewards[i]);
+    }
+}
+
 static int prepare(int argc, char **argv) {
     if (argc < 1) { errno = EINVAL; prep_give_up("usage: sandfleet-agent prepare OWNER [t:|r:|w:PATH ...]", NULL); }
     prctl(PR_SET_CHILD_SUBREAPER, 1); /* what the image's programs we run leave is ours to kill (prep_reap_rest) */
@@ -1061,32 +1098,7 @@ static int prepare(int argc, char **argv) {
         }
         clear[nclear++] = d;
     }
-    if (nclear) {
-        for (int i = 0; i < nclear; i++)
-            if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
-        for (int i = 0; i < nclear; i++) { /* find D -mindepth 1 -maxdepth 1 -exec rm -rf {} + */
-            DIR *dir = opendir(clear[i]);
-            if (!dir) continue; /* removed with a folder it was in: made again below */
-            struct dirent *e;
-            while ((e = readdir(dir))) {
-                if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-                if (prep_rm_at(dirfd(dir), e->d_name, 1) < 0) prep_give_up("rm -rf in", clear[i]);
-            }
-            closedir(dir);
-        }
-        if (nested)
-            for (int i = 0; i < nclear; i++)
-                if (prep_mkdir_p(clear[i]) < 0) prep_give_up("mkdir -p", clear[i]);
-        for (int i = 0; i < nclear; i++)
-            if (chmod(clear[i], 0755) < 0) prep_give_up("chmod 0755", clear[i]);
-        if (*owner) {
-            for (int i = 0; i < nclear; i++)
-                if (chown(clear[i], 0, 0) < 0) prep_give_up("chown 0:0", clear[i]);
-            if (strcmp(owner, "0"))
-                for (int i = 0; i < nrewards; i++)
-                    if (chmod(rewards[i], 0777) < 0) prep_give_up("chmod 0777", rewards[i]);
-        }
-    }
+    prep_clear_folders(clear, nclear, rewards, nrewards, owner, nested);
     /* the folders no link of the agent's may lead into: each test and reward folder, as given and as
        resolved (a folder above it may be a link of the image's) */
     const char **protect = xcalloc((size_t)(2 * nclear + 1), sizeof *protect);
@@ -1101,6 +1113,13 @@ static int prepare(int argc, char **argv) {
     prep_protect_list = protect;
     prep_protect_n = links.n;
     for (int i = 0; i < nwork; i++) prep_workdir(work[i], owner, uid, &links);
+    if (prep_sanitized) { /* (where Landlock kept its programs from them, a no-op; without it, gVisor's case, not) */
+        for (int i = 0; i < nrewards; i++)
+            if (*owner) prep_trust_parents(rewards[i]);
+        for (int i = 0; i < nclear; i++)
+            if (prep_is_link_or_nondir(clear[i]) && prep_rm(clear[i]) < 0) prep_give_up("rm -rf", clear[i]);
+        prep_clear_folders(clear, nclear, rewards, nrewards, owner, nested);
+    }
     /* the shared temporary folders, one walk each: the agent's links there (below), the agent's files
        handed to the tests' user */
     struct prep_tmp t = {agent_chown ? (uid_t)strtoul(agent, NULL, 10) : 0, uid};

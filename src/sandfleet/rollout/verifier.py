@@ -75,8 +75,8 @@ from sandfleet.errors import (
     SandboxPathError,
     TaskError,
 )
-from sandfleet.imagestore import Image
-from sandfleet.rollout.envrecord import changed_entries, recorded, walk_entries
+from sandfleet.imagestore import Image, resolve_image
+from sandfleet.rollout.envrecord import agent_is_root, changed_entries, recorded, walk_entries
 from sandfleet.rollout.langguard import NODE_GUARD, PERL_GUARD, lang_env
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.shellguard import SH_GUARD, shell_env
@@ -710,6 +710,15 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
     return values, risks
 
 
+def _image_machine(sandbox: Sandbox) -> str:
+    """The machine name (``uname -m``'s) of the sandbox's image, as the image store has it; "" where unknown."""
+    try:
+        arch = resolve_image(sandbox.spec.image).arch
+    except Exception:  # (a service's image, a name not stored here: the preparation looks at the image)
+        return ""
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, "")
+
+
 async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = False, envs: Sequence[str] = (),
                    ) -> tuple[dict[str, str], list[str]] | VerifierOutcome:
     """Clear the test and reward folders, sanitize the workdir's git repositories, make the
@@ -775,7 +784,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     record = recorded(sandbox) if not fresh else None
     env_args, env_since = walk_entries(record) if record is not None else (list(envs), {})
     env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "NODE_GUARD": NODE_GUARD, "PERL_GUARD": PERL_GUARD, **env_since,
-           "SEAL_ARCH": os.uname().machine if seal else "",
+           "SEAL_ARCH": os.uname().machine if seal else "", "IMAGE_ARCH": _image_machine(sandbox),
            "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure
@@ -795,6 +804,13 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
         if res is not None and res.exit_code not in (0, 1) and not res.timed_out:
             log.debug("the guest agent's prepare left it to the script (exit %s): %s", res.exit_code,
                       res.stderr.strip()[-300:])
+            if record is not None and agent_is_root(sandbox):
+                # the script runs the image's programs as root, and a root agent may have changed them (stop 74:
+                # a `bash` first on PATH that is no ELF made the preparation leave it to the script, whose `cat`
+                # was the agent's); what the agent left can't be prepared without them: its failure, a 0
+                return _zero(SETUP_FAILED, "could not prepare the test and reward folders without the image's "
+                             "programs, which the agent (root) may have changed: "
+                             f"{res.stderr.strip()[-300:]}")
             res = None
         by = "agent" if res is not None else by
     if res is None:

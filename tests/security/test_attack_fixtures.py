@@ -74,8 +74,10 @@ MICROVM_SAME = frozenset({
     "image-venv-bin-link", "image-venv-pth-exit0", "venv-pth-guard-loaded", "image-venv-home",
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
     # a root agent's programs in the image's system folders (stop 74): the seal's rule is the same code everywhere
-    # (the attack table runs them on microvm: contained); the preparation's programs run there (forged before)
+    # (the attack table runs them on microvm: contained); the preparation's script refused runs there (forged before)
     "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
+    "prep-probe-static-true",  # (gcc -static under TCG: 20 s; prep-forced-to-script's forge is kept there)
+    "prep-drains-seal",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -113,7 +115,7 @@ GVISOR_SAME = frozenset({
     "image-venv-activate-path", "image-venv-entry-point", "image-venv-pip-conf", "image-venv-sourceless",
     # stop 74's but prep-probe-static-true (no Landlock there: the reaping alone)
     "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
-    "prep-forced-to-script",
+    "prep-forced-to-script", "prep-drains-seal",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -264,10 +266,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # the preparation's probe of the seal ran as root, which left a daemon writing 1 after the tests
              # (forged on microvm): the preparation's programs run confined, and nothing they leave outlives them;
              # and a workdir too deep for the guest agent's preparation, which left its steps to the script (the
-             # image's programs, the agent's `find` among them, as root): not for a root agent's sandbox
+             # image's programs, the agent's `find` among them, as root): not for a root agent's sandbox; and the
+             # sanitizer's `find` reading the preparation's stdin, where the seal was still to come (forged on
+             # every backend): their stdin is /dev/null, and a seal not whole is the preparation's failure
              "stop73": ["path-eacces-decoy"],
              "stop74": ["root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
-                        "prep-probe-static-true", "prep-forced-to-script"]}
+                        "prep-probe-static-true", "prep-forced-to-script", "prep-drains-seal"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
@@ -504,14 +508,14 @@ async def test_the_tests_own_venv_in_the_workdir_runs_their_runner(tmp_path: Pat
 
     attack = FIXTURES / "attacks-xxiv" / "venv-runner-module"
     tasks = []
-    for runner in ("python -m pytest", "pytest"):
-        for answer in ("hello", "bye"):
-            folder = tmp_path / f"{runner.split()[0]}-{answer}"
-            shutil.copytree(attack, folder)  # (its image: the venv tasks', cached)
-            test = (attack / "tests" / "test.sh").read_text()
-            (folder / "tests" / "test.sh").write_text(test.replace("python -m pytest", runner))
-            (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\necho {answer} > /app/out.txt\n")
-            tasks.append(load_task(folder))
+    # (not the console script's wrong answer: its right one and the module's two tell it; issue 43)
+    for runner, answer in (("python -m pytest", "hello"), ("python -m pytest", "bye"), ("pytest", "hello")):
+        folder = tmp_path / f"{runner.split()[0]}-{answer}"
+        shutil.copytree(attack, folder)  # (its image: the venv tasks', cached)
+        test = (attack / "tests" / "test.sh").read_text()
+        (folder / "tests" / "test.sh").write_text(test.replace("python -m pytest", runner))
+        (folder / "solution" / "solve.sh").write_text(f"#!/bin/bash\necho {answer} > /app/out.txt\n")
+        tasks.append(load_task(folder))
     for verify in ("shared", "separate"):
         report = await run_suite(tasks, OraclePolicy(), RunConfig(backend="bwrap", n=1, concurrency=2, verify=verify))
         for r in report.results:

@@ -292,6 +292,10 @@ static int prep_capture(char *const argv[], const char *preload, int quiet, buf_
     if (c < 0) { close(pfd[0]); close(pfd[1]); return -1; }
     if (c == 0) {
         dup2(pfd[1], 1);
+        /* never our stdin: the seal is still to be read there when the git sanitizer runs, and a program of the
+           agent's that read it to the end left the tests unsealed (stop 74's prep-drains-seal) */
+        int in = open("/dev/null", O_RDONLY);
+        if (in < 0 || dup2(in, 0) < 0) _exit(126);
         int null = quiet ? open("/dev/null", O_WRONLY) : -1;
         if (null >= 0) dup2(null, 2);
         if (preload) setenv("LD_PRELOAD", preload, 1);
@@ -869,8 +873,8 @@ static int envs_record(int argc, char **argv) {
         }
         buf_add(&out, found.p + i, strlen(found.p + i) + 1);
     }
-    for (int i = 0; out.n > (size_t)sl + 1 && i < 1000; i++) { /* a tick of the coarse clock at most (1-10
-                                                                   ms), where a venv was found */
+    for (int i = 0; i < 1000; i++) { /* a tick of the coarse clock at most (1-10 ms): a change the agent makes
+                                        next has a change time after t0 (the image's programs too: stop 74) */
         clock_gettime(CLOCK_REALTIME_COARSE, &now);
         if (ts_after(now, t0)) break;
         struct timespec nap = {0, 200000};
@@ -1197,6 +1201,13 @@ static int prepare(int argc, char **argv) {
             total += k;
         }
         if (close(sfd) < 0) prep_give_up("write", seal);
+        /* all of it, or none: the host says how much it sends (a library cut short is one the loader refuses,
+           and the tests would run unsealed) */
+        const char *size = getenv("SEAL_SIZE");
+        if (size && *size && total != strtoll(size, NULL, 10)) {
+            fprintf(stderr, "sandfleet-agent prepare: the seal: %lld bytes of %s\n", total, size);
+            return 1;
+        }
         if (total > 0) { /* the last step that can fail is behind us: the script would not be run again */
             int lfd = open("/etc/ld.so.preload", O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0666);
             if (lfd >= 0) {

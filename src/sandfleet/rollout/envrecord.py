@@ -97,17 +97,19 @@ def agent_is_root(sandbox: Sandbox) -> bool:
     return is_root(sandbox.spec.user) or sandbox.backend not in RUNS_AS_USER
 
 
-async def record_envs(task: Task, sandbox: Sandbox) -> EnvRecord | None:
+async def record_envs(task: Task, sandbox: Sandbox, *, programs: bool = True) -> EnvRecord | None:
     """Take the record (run as root, just before the agent's first command); None where the
     backend has no guest agent to take it or the workdir holds no venv and the agent is not root
     (an image found with none is not asked again: :func:`_image_key`). Where the agent is root the
     record is kept for its time alone: a program of the image's system folders changed after it
     (and before the verifier's preparation) is the agent's (agent/seal.c, ``agent_changed``). A
-    failure is logged: the rollout goes on as before this round (judged by the older rules)."""
+    failure is logged: the rollout goes on as before this round (judged by the older rules).
+    ``programs``: the record's time is wanted for the image's programs too (the tests will run in this
+    sandbox: not where a fresh one verifies, --verify separate, whose programs are the image's)."""
     native = helper_path(sandbox.backend)
     if not is_isolated(sandbox.backend) or not task.workdir.startswith("/"):
         return None
-    root = agent_is_root(sandbox)
+    root = programs and agent_is_root(sandbox)
     if native is None:  # (SANDFLEET_NATIVE_HELPERS=0: the scripts prepare) the time alone, for a root agent
         if not root:
             return None

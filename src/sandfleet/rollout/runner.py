@@ -221,7 +221,7 @@ async def ready_sandbox(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder
         await protect_task_dirs(sandbox, root_ran=result.info.get("prepare") == "ran")
     # the last step before the agent's first command: what the image put in the workdir's venvs, and when
     with rec.span("sandbox_start", what="record the image's venvs"):
-        await record_envs(task, sandbox)
+        await record_envs(task, sandbox, programs=req.verify != "separate")
 
 
 async def score(req: RolloutRequest, sandbox: Sandbox, rec: SpanRecorder, result: RolloutResult) -> None:

@@ -259,7 +259,7 @@ for d in "${work[@]}"; do
     if [ -n "$owner" ]; then
       # readlink -f, without a process where root may enter the folder
       if cd -P -- "$d" 2>/dev/null; then real=$PWD; cd /; else real=$(readlink -f -- "$d"); fi
-      notes=$(sanitize_git "$real") || true
+      notes=$(sanitize_git "$real" </dev/null) || true
       if [ -n "$notes" ]; then printf 'git: %s\n' "${notes//$'\n'/$'\n'git: }"; fi
     fi
     if [ -n "$owner" ] && [ "$owner" != 0 ]; then chown -R -h "$owner" -- "$d"; fi
@@ -379,6 +379,10 @@ if [ -n "$owner" ] && [ -n "$SEAL_ARCH" ] && [ "$HOSTTYPE" = "$SEAL_ARCH" ]; the
   # runtime still interposes malloc and the rest before libc as it would first
   seal=$py/sandfleet-seal.libasan.so
   cat > "$seal"  # root's, 0644
+  # all of it or none (a library cut short is one the loader refuses: the tests would run unsealed)
+  if [ -n "$SEAL_SIZE" ] && [ "$(($(wc -c < "$seal")))" != "$SEAL_SIZE" ]; then
+    echo "the seal: $(($(wc -c < "$seal"))) bytes of $SEAL_SIZE" >&2; exit 1
+  fi
   if [ -s "$seal" ]; then
     # every dynamically linked program, whatever environment it was given; where the sandbox's
     # /etc can't be written (the host image) the tests' LD_PRELOAD alone carries it
@@ -785,6 +789,7 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
     env_args, env_since = walk_entries(record) if record is not None else (list(envs), {})
     env = {"PY_GUARD": PY_GUARD, "SH_GUARD": SH_GUARD, "NODE_GUARD": NODE_GUARD, "PERL_GUARD": PERL_GUARD, **env_since,
            "SEAL_ARCH": os.uname().machine if seal else "", "IMAGE_ARCH": _image_machine(sandbox),
+           "SEAL_SIZE": str(len(seal)) if seal else "",
            "DEMOTE": demote, "SPLIT": split, "AGENT_USER": agent, "TESTS_PATH": tests_path, **homes}
     # the guest agent's `prepare` does the script's steps in one process (agent/prepare.c); exit 75
     # (or an agent without it) leaves them to the script, exit 1 is the preparation's own failure

@@ -251,78 +251,45 @@ static void prep_confine(void) {
     close(fd);
 }
 
-/* every process the confined program left (each a child of ours now, or soon: we are the subreaper), killed and
- * reaped until none is left; where some are still forking after 1000 rounds (a storm outrunning each scan), the
- * preparation fails (exit 1): none of them may live on beside the guards written next, unconfined where the
- * kernel has no Landlock */
+/* every process the confined program left, killed and reaped until none is left: our children (each one of them
+ * now, or soon: we are the subreaper), or, where we can't be their subreaper (gVisor: what they leave goes to
+ * pid 1, the guest agent, where no scan of our children finds it: a fork chain lived on through the tests and
+ * emptied the seal, stop 74's prep-fork-chain), every process but pid 1 and us, at once with kill(-1), again
+ * until none is left (a fork under way as it was sent: gVisor under load) -- nothing else runs while the
+ * verifier prepares: the agent's were stopped before. Where some are still forking after 1000 rounds (a storm
+ * outrunning each scan), the preparation fails (exit 1): none of them may live on beside the guards written
+ * next, unconfined where the kernel has no Landlock. */
 static void prep_reap_rest(void) {
     pid_t me = getpid();
-    if (!prep_subreaper) {
-        /* (gVisor: what they leave goes to pid 1, the guest agent, where no scan of our children finds it: a fork
-           chain lived on through the tests and emptied the seal, stop 74's prep-fork-chain) every process but pid 1
-           and us, at once -- nothing else runs while the verifier prepares: the agent's were stopped before */
-        for (int round = 0;; round++) { /* again until none is left: a fork under way as it was sent (gVisor, under
-                                            load: the suite's run of prep-fork-chain) */
-            if (round == 1000) {
-                fprintf(stderr, "sandfleet-agent prepare: the image's programs left processes that would not end\n");
-                fflush(stdout);
-                _exit(1);
-            }
-            kill(-1, SIGKILL);
-            for (;;) {
-                pid_t w = waitpid(-1, NULL, WNOHANG);
-                if (w <= 0 && !(w < 0 && errno == EINTR)) break;
-            }
-            int left = 0;
-            DIR *d = opendir("/proc");
-            struct dirent *e;
-            while (d && (e = readdir(d)) && !left) {
-                if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-                pid_t p = (pid_t)atoi(e->d_name);
-                if (p == 1 || p == me) continue;
-                char f[300], b[512];
-                snprintf(f, sizeof f, "/proc/%s/stat", e->d_name);
-                int fd = open(f, O_RDONLY | O_CLOEXEC);
-                ssize_t k = fd >= 0 ? read(fd, b, sizeof b - 1) : -1;
-                if (fd >= 0) close(fd);
-                if (k <= 0) continue;
-                b[k] = 0;
-                char *rp = strrchr(b, ')');
-                left = rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X'; /* (a zombie is pid 1's to reap) */
-            }
-            if (d) closedir(d);
-            if (!left) return;
-            usleep(1000);
-        }
-    }
     for (int round = 0;; round++) {
         if (round == 1000) {
             fprintf(stderr, "sandfleet-agent prepare: the image's programs left processes that would not end\n");
             fflush(stdout);
             _exit(1);
         }
-        int found = 0;
+        if (!prep_subreaper) kill(-1, SIGKILL);
+        int left = 0;
         DIR *d = opendir("/proc");
         struct dirent *e;
         while (d && (e = readdir(d))) {
             if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-            char f[300], b[512];
-            snprintf(f, sizeof f, "/proc/%s/stat", e->d_name);
-            int fd = open(f, O_RDONLY | O_CLOEXEC);
-            ssize_t k = fd >= 0 ? read(fd, b, sizeof b - 1) : -1;
-            if (fd >= 0) close(fd);
-            if (k <= 0) continue;
-            b[k] = 0;
-            char *rp = strrchr(b, ')');
-            int ppid = 0;
-            if (rp && sscanf(rp + 2, "%*c %d", &ppid) == 1 && ppid == me) {
-                kill((pid_t)atoi(e->d_name), SIGKILL);
-                found = 1;
+            pid_t p = (pid_t)atoi(e->d_name);
+            char state = 0;
+            long ppid = proc_ppid(e->d_name, &state);
+            if (ppid < 0 || p == me || state == 'Z' || state == 'X') continue; /* (a zombie is its parent's to reap) */
+            if (prep_subreaper && ppid == me) {
+                kill(p, SIGKILL);
+                left = 1;
+            } else if (!prep_subreaper && p != 1) {
+                left = 1;
             }
         }
         if (d) closedir(d);
-        while (waitpid(-1, NULL, WNOHANG) > 0) {}
-        if (!found) return;
+        for (;;) {
+            pid_t w = waitpid(-1, NULL, WNOHANG);
+            if (w <= 0 && !(w < 0 && errno == EINTR)) break;
+        }
+        if (!left) return;
         usleep(1000);
     }
 }

@@ -2101,11 +2101,12 @@ __attribute__((visibility("default"))) void sandfleet_seal_guard_loaded(void) {
 struct ts { long long s; unsigned ns; };
 
 /* PATH's (relative to DIRFD) change time (CTIME) or birth time into T: 0 when unknown (gVisor knows no
- * birth times) */
-static int time_at(long dirfd, const char *path, int birth, struct ts *t) {
+ * birth times). A link's own, or (FOLLOW) what it leads to. */
+static int time_at_as(long dirfd, const char *path, int birth, int follow, struct ts *t) {
     unsigned char stx[256];
     unsigned mask = birth ? 0x800 /* STATX_BTIME */ : 0x80 /* STATX_CTIME */;
-    if (sys5(__NR_statx, dirfd, (long)path, 0x100 /* AT_SYMLINK_NOFOLLOW */, mask, (long)stx) != 0) return 0;
+    if (sys5(__NR_statx, dirfd, (long)path, follow ? 0 : 0x100 /* AT_SYMLINK_NOFOLLOW */, mask, (long)stx) != 0)
+        return 0;
     if (!(*(unsigned *)stx & mask)) return 0;
     int at = birth ? 80 : 96; /* stx_btime, stx_ctime */
     t->s = *(long long *)(stx + at);
@@ -2113,7 +2114,22 @@ static int time_at(long dirfd, const char *path, int birth, struct ts *t) {
     return t->s || t->ns; /* (gVisor's runsc sets STATX_BTIME in the mask with a birth time of 0) */
 }
 
+static int time_at(long dirfd, const char *path, int birth, struct ts *t) {
+    return time_at_as(dirfd, path, birth, 0, t);
+}
 static int time_of(const char *path, int birth, struct ts *t) { return time_at(AT_FDCWD, path, birth, t); }
+
+/* The preparation's time: the change time of the "g:" folder's sitecustomize.py, which it writes; 0 where
+ * unknown */
+static int prep_time(struct ts *t) {
+    char g[256], p[300];
+    int pos = 0, n = 0;
+    if (!next_path(&pos, 'g', g, sizeof g)) return 0;
+    for (const char *q = g; *q; q++) p[n++] = *q;
+    for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
+    p[n] = 0;
+    return time_of(p, 0, t);
+}
 
 static int earlier(struct ts a, struct ts b) { return a.s < b.s || (a.s == b.s && a.ns < b.ns); }
 
@@ -2218,30 +2234,19 @@ static int agent_changed(const char *file) {
         while (s && *s >= '0' && *s <= '9' && n < 18) sec = sec * 10 + (*s++ - '0'), n++;
         if (s && n && *s == '.')
             for (s++; *s >= '0' && *s <= '9' && m < 9; m++) ns = ns * 10 + (unsigned)(*s++ - '0');
-        char g[256], p[300];
-        int pos = 0;
-        if (s && n && m == 9 && !*s && next_path(&pos, 'g', g, sizeof g)) {
-            int l = 0;
-            for (const char *q = g; *q; q++) p[l++] = *q;
-            for (const char *q = "/sitecustomize.py"; *q; q++) p[l++] = *q;
-            p[l] = 0;
+        if (s && n && m == 9 && !*s) {
             since.s = sec;
             since.ns = ns;
-            since_state = time_of(p, 0, &prep);
+            since_state = prep_time(&prep);
         }
     }
     if (since_state != 1) return 0;
+    /* its own change time, and what it leads to: a link of the image's whose target the agent rewrote
+       (/usr/bin/python3 to python3.11), or whose target is a link the agent turned elsewhere (/etc/alternatives) */
     struct ts t;
-    if (time_of(file, 0, &t) && earlier(since, t) && earlier(t, prep)) return 1;
-    /* and what it leads to: a link of the image's whose target the agent rewrote (/usr/bin/python3 to
-       python3.11), or whose target is a link the agent turned elsewhere (/etc/alternatives) */
-    unsigned char stx[256];
-    if (sys5(__NR_statx, AT_FDCWD, (long)file, 0, 0x80 /* STATX_CTIME */, (long)stx) != 0 ||
-        !(*(unsigned *)stx & 0x80))
-        return 0;
-    t.s = *(long long *)(stx + 96);
-    t.ns = *(unsigned *)(stx + 104);
-    return earlier(since, t) && earlier(t, prep);
+    for (int follow = 0; follow < 2; follow++)
+        if (time_at_as(AT_FDCWD, file, 0, follow, &t) && earlier(since, t) && earlier(t, prep)) return 1;
+    return 0;
 }
 
 /* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no
@@ -2250,17 +2255,13 @@ static int agent_changed(const char *file) {
  * FILE itself older: its own file the agent's); 2 a venv the tests made; 3 the image's venv, FILE the agent's
  * (changed since the record); 4 the image's venv, FILE the image's (or the tests', written after) */
 static int venv_kind(const char *file) {
-    char g[256], p[4096];
-    int pos = 0;
-    if (!file || file[0] != '/' || !next_path(&pos, 'g', g, sizeof g) || !agents_file(file)) return -1;
+    char p[4096];
+    if (!file || file[0] != '/' || !agents_file(file)) return -1;
     int image = image_env(file);
     if (image >= 0) return image ? 3 : 4;
-    int n = 0;
-    for (const char *q = g; *q; q++) p[n++] = *q;
-    for (const char *q = "/sitecustomize.py"; *q; q++) p[n++] = *q;
-    p[n] = 0;
     struct ts prep, own, cfg, born;
-    if (!time_of(p, 0, &prep) || !time_of(file, 0, &own)) return -1;
+    if (!prep_time(&prep) || !time_of(file, 0, &own)) return -1;
+    int n;
     for (n = 0; file[n] && n < (int)sizeof p - 16; n++) p[n] = file[n];
     if (file[n]) return -1;
     for (int up = 0; up < 6; up++) { /* bin/pytest, lib/python3.X/site-packages/pytest/__init__.py */

@@ -715,12 +715,15 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
 
 
 def _image_machine(sandbox: Sandbox) -> str:
-    """The machine name (``uname -m``'s) of the sandbox's image, as the image store has it; "" where unknown."""
+    """The machine name of the sandbox's image (``uname -m``'s, which is qemu's for the two the guest agent's
+    preparation knows: x86_64, aarch64), as the image store has it; "" where unknown."""
+    from sandfleet.images.emulation import QEMU_CPU
+
     try:
         arch = resolve_image(sandbox.spec.image).arch
     except Exception:  # (a service's image, a name not stored here: the preparation looks at the image)
         return ""
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, "")
+    return QEMU_CPU.get(arch, "")
 
 
 async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = False, envs: Sequence[str] = (),

@@ -988,6 +988,53 @@ static void prep_agent_programs(struct timespec since, buf_t *notes) {
     }
 }
 
+/* Python's module folders of the image (the standard library's, site-packages and dist-packages under /usr/lib and
+ * /usr/local/lib) whose entries a root agent changed since the record, two levels down (a module, a .pth, a
+ * package's __init__ or __main__, a distribution's entry points): each noted ("agentmod: ", 5 at most). What the
+ * tests' Python reads of them is the code under test's (the Python guard's agent_file); a runner among them (-m
+ * pytest, the agent's reinstall) reports its own status, as a program of the system folders it changed does. */
+static int prep_agent_modules_in(const char *dir, struct timespec since, buf_t *notes, int depth, int noted) {
+    DIR *d = opendir(dir);
+    if (!d) return noted;
+    struct dirent *e;
+    while ((e = readdir(d)) && noted < 5) {
+        if (e->d_name[0] == '.' && (!e->d_name[1] || (e->d_name[1] == '.' && !e->d_name[2]))) continue;
+        if (!strcmp(e->d_name, "__pycache__")) continue; /* a cache the guard reads from no root agent */
+        struct stat st;
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0) continue;
+        char f[PATH_MAX + 256];
+        snprintf(f, sizeof f, "%s/%s", dir, e->d_name);
+        if (st.st_ctim.tv_sec > since.tv_sec || (st.st_ctim.tv_sec == since.tv_sec && st.st_ctim.tv_nsec > since.tv_nsec)) {
+            if (!S_ISDIR(st.st_mode)) {
+                prep_note(notes, "agentmod: ", f);
+                noted++;
+                continue;
+            }
+        }
+        int site = !strcmp(e->d_name, "site-packages") || !strcmp(e->d_name, "dist-packages");
+        if (S_ISDIR(st.st_mode) && (depth < 1 || site)) noted = prep_agent_modules_in(f, since, notes, site ? 0 : depth + 1, noted);
+    }
+    closedir(d);
+    return noted;
+}
+
+static void prep_agent_modules(struct timespec since, buf_t *notes) {
+    static const char *const roots[] = {"/usr/lib", "/usr/local/lib"};
+    int noted = 0;
+    for (size_t i = 0; i < sizeof roots / sizeof *roots && noted < 5; i++) {
+        DIR *d = opendir(roots[i]);
+        if (!d) continue;
+        struct dirent *e;
+        while ((e = readdir(d)) && noted < 5) {
+            if (strncmp(e->d_name, "python3", 7)) continue; /* python3, python3.11: the interpreters' folders */
+            char f[PATH_MAX];
+            snprintf(f, sizeof f, "%s/%s", roots[i], e->d_name);
+            noted = prep_agent_modules_in(f, since, notes, 0, noted);
+        }
+        closedir(d);
+    }
+}
+
 /* the changed byte-compiled files of a venv removed: Python reads one in a __pycache__ whose header matches its
  * source's time and size, which the agent can write (the tests' Python compiles the source again), and one
  * beside a module whose source is gone (sourceless: its code keeps the file name it was compiled with, a file
@@ -1072,6 +1119,7 @@ static int prepare(int argc, char **argv) {
         buf_add(&envs, "s", 1);
         buf_add(&envs, since_s, strlen(since_s) + 1);
         prep_agent_programs(since, &env_notes);
+        prep_agent_modules(since, &env_notes);
     }
     for (int i = 1; i < argc; i++) {
         char k = argv[i][0];

@@ -108,6 +108,7 @@ static const char *self_exe(void) {
 }
 
 static int agent_changed(const char *file);
+static int agent_touched(const char *file);
 
 /* a process-control tool of the system's own folders (root's: the tests can't put one there; one a
  * root agent changed is judged as any program: agent_changed) */
@@ -1159,7 +1160,7 @@ static int asked_by_code(unsigned long addr) {
     if (!caller) return 0;
     const char *exe = self_exe();
     if ((own && same(caller, own)) || (exe && same(caller, exe))) return 0; /* this library, the program */
-    return agents_file(caller);
+    return agents_file(caller) || agent_touched(caller);
 }
 
 /* start_is_code for this start too where native code of the agent's asks for it (asked_by_code): the
@@ -1649,7 +1650,7 @@ static long seal_open(long dirfd, const char *path, long flags, long mode, void 
     if (!writes && path && defer_state && !startup_taken && ends_with(path, ".pth")) {
         long fd = sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
         char real[1024];
-        if (fd < 0 || fd_target(fd, real, sizeof real) <= 0 || !agents_file(real)) return fd;
+        if (fd < 0 || fd_target(fd, real, sizeof real) <= 0 || !(agents_file(real) || agent_touched(real))) return fd;
         return defer_pth(fd, real, flags);
     }
     if (!writes || !path || !next_kept(&pos, r, sizeof r)) return sys5(__NR_openat, dirfd, (long)path, flags, mode, 0);
@@ -2220,10 +2221,10 @@ static int image_env(const char *file) {
  * tests' own (stop 73's path-eacces-decoy). What the tests install themselves is written after the
  * preparation, and stays theirs; a change time no process can set. No record (a non-root agent, a fresh
  * sandbox of --verify separate), no change. */
-static int agent_changed(const char *file) {
+/* The record's time and the preparation's, read once: 1 where both are known */
+static int agent_window(struct ts *since_out, struct ts *prep_out) {
     static int since_state = -1; /* -1 unread, 0 none, 1 both times read */
     static struct ts since, prep;
-    if (!file || file[0] != '/' || !under_system_dirs(file)) return 0;
     if (since_state < 0) {
         since_state = 0;
         envs_read();
@@ -2241,13 +2242,36 @@ static int agent_changed(const char *file) {
         }
     }
     if (since_state != 1) return 0;
+    *since_out = since;
+    *prep_out = prep;
+    return 1;
+}
+
+/* FILE (absolute) was changed by a root agent, wherever it is: its change time, or its link target's, falls
+ * between the record and the preparation */
+static int agent_touched(const char *file) {
+    struct ts since, prep, t;
+    if (!file || file[0] != '/' || prefix(file, "/proc/") || prefix(file, "/sys/") || prefix(file, "/dev/"))
+        return 0;
+    if (!agent_window(&since, &prep)) return 0;
     /* its own change time, and what it leads to: a link of the image's whose target the agent rewrote
        (/usr/bin/python3 to python3.11), or whose target is a link the agent turned elsewhere (/etc/alternatives) */
-    struct ts t;
     for (int follow = 0; follow < 2; follow++)
         if (time_at_as(AT_FDCWD, file, 0, follow, &t) && earlier(since, t) && earlier(t, prep)) return 1;
     return 0;
 }
+
+static int agent_changed(const char *file) { return file && under_system_dirs(file) && agent_touched(file); }
+
+/* For the Python guard: 1 where a root agent's record is known here (the rule below can say yes), 0 where not */
+__attribute__((visibility("default"))) int sandfleet_seal_agent_window(void) {
+    struct ts a, b;
+    return agent_window(&a, &b);
+}
+
+/* For the Python guard: FILE, a module's source, its compiled cache or an extension the tests' Python reads, is
+ * one a root agent changed outside the workdir (a standard library's module, a site-packages' one, a .pth) */
+__attribute__((visibility("default"))) int sandfleet_seal_agent_touched(const char *file) { return agent_touched(file); }
 
 /* FILE (one the agent could have written: the workdir's, a shared /tmp's) in a venv: -1 none, or no
  * preparation's time to judge by; 0 the agent's venv (its pyvenv.cfg older than the preparation); 1 a venv

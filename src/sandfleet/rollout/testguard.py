@@ -309,6 +309,52 @@ def _sandfleet_guard():
                 lib[:] = [None]
         return lib[0]
 
+    # A root agent's files (stop 75): in the agent's own sandbox a root agent can change what no workdir rule
+    # names -- the standard library, site-packages, a .pth file, the image's sitecustomize, a pytest plugin's
+    # distribution. A file whose change time falls between the record taken before the agent's first command and
+    # the preparation is the agent's, wherever it is (seal.c, agent_touched): a module read from one is the code
+    # under test's, as a workdir module is. No record (a non-root agent, a fresh sandbox), no reads of it at all.
+    window = []
+    touched = {}
+
+    def agent_window():
+        """A root agent's record is known here (where not, agent_file is False without a look)."""
+        if not window:
+            window.append(None)  # (while it is read: what it opens, ctypes' modules, is asked of no seal)
+            try:
+                with open(os.path.join(here, "image-envs"), "rb") as f:
+                    known = f.read(1) == b"s"
+            except OSError:
+                known = False
+            seal = seal_lib() if known else None
+            window[0] = getattr(seal, "sandfleet_seal_agent_touched", None) if seal is not None else None
+        return window[0] is not None
+
+    def agent_file(path):
+        """PATH (a module's source, its compiled cache, an extension, a distribution's metadata) is a file a
+        root agent changed outside the workdir."""
+        if not agent_window() or not isinstance(path, (str, bytes)):
+            return False
+        key = os.path.abspath(os.fsdecode(path))
+        got = touched.get(key)
+        if got is None:
+            got = bool(window[0](os.fsencode(key)))
+            if len(touched) < 16384:
+                touched[key] = got
+        return got
+
+    def source_of(name):
+        """A compiled cache's source (folder/__pycache__/NAME.TAG.pyc -> folder/NAME.py); any other file itself."""
+        if name.endswith(".pyc"):
+            folder, base = os.path.split(name)
+            if os.path.basename(folder) == "__pycache__":
+                return os.path.join(os.path.dirname(folder), base.split(".")[0] + ".py")
+        return name
+
+    def code_path(name):
+        """The file NAME (a code object's) is the agent's: the workdir's, or one a root agent changed."""
+        return untrusted_path(name) or agent_file(name)
+
     def by_code():
         """What runs now is the code under test's: the Python stack holds code of the workdir's, or
         code compiled from a string (not the tests' own one-liner at its bottom), or runs inside an
@@ -327,7 +373,7 @@ def _sandfleet_guard():
                     if name.startswith("<"):
                         bad = not name.startswith("<frozen")
                     else:
-                        bad = untrusted_path(name)
+                        bad = code_path(name)
                     verdicts[name] = bad
                 if bad and not (f.f_back is None and name in ("<string>", "<stdin>") and
                                 f.f_globals.get("__name__") == "__main__"):
@@ -360,7 +406,7 @@ def _sandfleet_guard():
             if not isinstance(name, str):  # (no function: a class's __code__ descriptor, a builtin)
                 continue
             if (known and name.startswith("<") and not name.startswith("<frozen")) or \
-                    (not name.startswith("<") and untrusted_path(name)):
+                    (not name.startswith("<") and code_path(name)):
                 return True
         return False
 
@@ -464,7 +510,7 @@ def _sandfleet_guard():
                     return False
                 where = spec and (spec.origin if spec.origin not in (None, "namespace") else
                                   next(iter(spec.submodule_search_locations or []), None))
-                return bool(where) and untrusted_path(where)
+                return bool(where) and code_path(where)
             i += 2 if a in ("-W", "-X") else 1
         return False
 
@@ -476,8 +522,8 @@ def _sandfleet_guard():
         armed.append(1)
         main = sys.modules.get("__main__")
         where = getattr(main, "__file__", None)
-        if where is not None and untrusted_path(where):
-            return  # the workdir's program: its exit status is its own
+        if where is not None and code_path(where):
+            return  # the workdir's program (or a root agent's): its exit status is its own
         if main_module_untrusted():
             return  # `python -m pytest` of the agent's venv in the workdir: as its console script, bin/pytest
         seal = seal_lib()
@@ -801,7 +847,16 @@ def _sandfleet_guard():
             return False
         return True
 
+    code_ends = (".py", ".pyc", ".pyw", ".so", ".pth")
+
     def audit(event, args):
+        if event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
+                os.fsdecode(args[0]).endswith(code_ends) and not opens_to_write(args) and agent_file(args[0]):
+            name = os.path.abspath(os.fsdecode(args[0]))  # (a cache the agent wrote over a source of the image's
+            # is never read: from_source_only, below; one read here has no source or the agent's source)
+            verdicts[source_of(name)] = True
+            if not sealed:
+                seal_rewards()
         if event == "compile" or event == "code.__new__":
             if len(args) < 2 or not isinstance(args[1], (str, bytes)):  # (source or code, file name, ...)
                 return
@@ -1013,6 +1068,68 @@ def _sandfleet_guard():
     sys.meta_path.insert(0, SandfleetTrustedFirst)
     sys.addaudithook(audit)
 
+    # A cache a root agent wrote over a source of the image's (a .pyc it forged, or one its own run of Python
+    # wrote where the image had none: the official python images ship none) is not read: the module is compiled
+    # from the image's source, as where there is no cache. A source the agent changed is read, and is its code.
+    from importlib.machinery import ExtensionFileLoader, SourceFileLoader
+
+    get_data = SourceFileLoader.get_data
+
+    def from_source_only(self, path):
+        if isinstance(path, str) and path.endswith(".pyc") and agent_file(path):
+            source = source_of(os.path.abspath(path))
+            if source != path and os.path.isfile(source) and not agent_file(source):
+                raise OSError("sandfleet: %s was written by a root agent over the image's source" % path)
+        return get_data(self, path)
+
+    SourceFileLoader.get_data = from_source_only
+    create_extension = ExtensionFileLoader.create_module
+
+    def agents_extension(self, spec):
+        if agent_file(getattr(self, "path", None)):  # native code of the agent's in this program
+            seal_rewards()
+        return create_extension(self, spec)
+
+    ExtensionFileLoader.create_module = agents_extension
+
+    def cache_is_source(module, cached, source):
+        """The cache CACHED, which a root agent wrote, holds what the image's SOURCE compiles to (its own run of
+        Python wrote it where the image had none): MODULE, loaded before this guard, is the image's."""
+        try:
+            import marshal
+
+            with open(cached, "rb") as f:
+                data = f.read()
+            with open(source, "rb") as f:
+                code = compile(f.read(), source, "exec", dont_inherit=True)
+            return data[16:] == marshal.dumps(code)
+        except (OSError, ValueError, SyntaxError, TypeError):
+            return False
+
+    def loaded_before():
+        """A module this Python loaded as it started (before this guard: the standard library's encodings, a
+        .pth file's import) from a file a root agent changed: the code under test ran in this program."""
+        if not agent_window():
+            return None
+        for name, module in list(sys.modules.items()):
+            source = getattr(module, "__file__", None)
+            cached = getattr(module, "__cached__", None)
+            if isinstance(source, str) and agent_file(source):
+                return name
+            if isinstance(cached, str) and agent_file(cached) and os.path.isfile(cached) and not (
+                    isinstance(source, str) and cache_is_source(module, cached, source)):
+                return name
+        return None
+
+    agents_module = loaded_before()
+    main_script = sys.argv[0] if getattr(sys, "argv", None) else ""
+    if agents_module is not None and not (main_script not in ("", "-c", "-m") and os.path.isfile(main_script)
+                                          and code_path(main_script)) and not main_module_untrusted():
+        verdicts[os.path.abspath(getattr(sys.modules[agents_module], "__file__", "") or agents_module)] = True
+        print("sandfleet guard: module %s, loaded as this Python started, is a root agent's (changed since its "
+              "first command): the code under test's" % agents_module, file=sys.stderr)
+        seal_rewards()
+
     find_distributions = PathFinder.find_distributions
 
     def trusted_distributions(*args, **kwargs):
@@ -1024,7 +1141,7 @@ def _sandfleet_guard():
             where = getattr(dist, "_path", None)
             # (its files too: a folder of a venv the tests trust is theirs, and the agent's new dist-info in it
             # is a folder of theirs whose files are the agent's: round XXVI's image-venv-entry-point)
-            if named or where is None or not any(untrusted_path(p) for p in (
+            if named or where is None or not any(code_path(p) for p in (
                     where, os.path.join(str(where), "entry_points.txt"), os.path.join(str(where), "METADATA"))):
                 yield dist
 

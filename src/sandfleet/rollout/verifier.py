@@ -207,6 +207,14 @@ if [[ $ENVS_SINCE =~ ^[0-9]+\.[0-9]{9}$ ]]; then
   done < <(find /usr/local/sbin /usr/local/bin /usr/sbin /usr/bin /sbin /bin -mindepth 1 -maxdepth 1 \
              -newerct "@$ENVS_SINCE" -print0 2>/dev/null)
   envnotes=0
+  # Python's module folders (agent/prepare.c, prep_agent_modules): two levels down, from a site folder too
+  while IFS= read -r -d '' f; do
+    if [ $envnotes -lt 5 ]; then envnotes=$((envnotes + 1)); printf 'agentmod: %s\n' "${f//$'\n'/\\n}"; fi
+  done < <({ find /usr/lib/python3* /usr/local/lib/python3* -mindepth 1 -maxdepth 2 -name __pycache__ -prune \
+               -o ! -type d -newerct "@$ENVS_SINCE" -print0
+             find /usr/lib/python3*/*-packages /usr/local/lib/python3*/*-packages -mindepth 1 -maxdepth 2 \
+               -name __pycache__ -prune -o ! -type d -newerct "@$ENVS_SINCE" -print0; } 2>/dev/null)
+  envnotes=0
 fi
 for a; do
   case $a in
@@ -421,6 +429,11 @@ IMAGE_ENV_RISK = ("the image's venv in the workdir was changed by the agent (its
 
 AGENT_PROGRAM_RISK = ("a program of the image's system folders that the agent changed as root (the tests run it as "
                       "the code under test: kept from the reward folders and the tests' own)")
+
+
+AGENT_MODULE_RISK = ("a Python module of the image's (its standard library, site-packages) that the agent changed as "
+                     "root (what the tests' Python reads of it is the code under test's; a test runner among them, "
+                     "`python -m pytest` after the agent's reinstall, reports its own status)")
 
 
 NO_LANDLOCK_RISK = ("no Landlock in the sandbox's kernel (gVisor has none): the reward folders are not kept from "
@@ -705,6 +718,8 @@ def _notes(stdout: str) -> tuple[dict[str, str], list[str]]:
             risks.append(f"{IMAGE_ENV_RISK}: {what}")
         elif kind == "agentprog":
             risks.append(f"{AGENT_PROGRAM_RISK}: {what}")
+        elif kind == "agentmod":
+            risks.append(f"{AGENT_MODULE_RISK}: {what}")
         elif kind == "module":
             name = posixpath.basename(posixpath.dirname(what)) if what.endswith("/__init__.py") else \
                 posixpath.basename(what)[:-3]

@@ -14,7 +14,7 @@ from test_reward_integrity_iii import GVISOR  # the same gvisor row
 
 from sandfleet.rollout import OraclePolicy, RunConfig, run_suite
 from sandfleet.rollout.runner import RetryPolicy
-from sandfleet.rollout.verifier import AGENT_PROGRAM_RISK
+from sandfleet.rollout.verifier import AGENT_MODULE_RISK, AGENT_PROGRAM_RISK
 from test_rollout_support import needs_bwrap
 
 pytestmark = needs_bwrap()
@@ -79,6 +79,10 @@ MICROVM_SAME = frozenset({
     # (the preparation's confinement and the seal's stdin are its native code's, the script's refusal the host's;
     # gcc -static under TCG took 20 s: the attack table runs them there, issue 43)
     "prep-probe-static-true", "prep-drains-seal", "prep-forced-to-script", "prep-fork-chain",
+    # a root agent's files outside the system's program folders (stop 75): the seal's change times and the Python
+    # guard's reads, the same code everywhere (the attack table runs them on microvm)
+    "root-stdlib-module", "root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
+    "root-pytest-plugin", "root-pytest-patched", "root-ld-preload",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -117,6 +121,10 @@ GVISOR_SAME = frozenset({
     # stop 74's but prep-probe-static-true (no Landlock there: the reaping alone)
     "path-eacces-decoy", "root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
     "prep-forced-to-script", "prep-drains-seal",
+    # stop 75's but the seal's own rows (a .pth's imports deferred, a library of the agent's kept from the reward
+    # folders without Landlock): the Python guard's reads, the same code
+    "root-stdlib-module", "root-image-sitecustomize", "root-user-site", "root-forged-pyc", "root-pytest-plugin",
+    "root-pytest-patched",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -274,7 +282,16 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # it emptied the seal): there every process but pid 1 is killed at once
              "stop73": ["path-eacces-decoy"],
              "stop74": ["root-elf-first-on-path", "root-exempt-timeout", "root-link-target-rewritten",
-                        "prep-probe-static-true", "prep-forced-to-script", "prep-drains-seal", "prep-fork-chain"]}
+                        "prep-probe-static-true", "prep-forced-to-script", "prep-drains-seal", "prep-fork-chain",
+                        "root-stdlib-module"],
+             # stop 75: a root agent's files outside the workdir and the system's program folders -- the standard
+             # library's module, a .pth of site-packages, the image's sitecustomize, a cache over the image's
+             # source, a pytest plugin's distribution, the runner's own module, /etc/ld.so.preload (root's user
+             # site: the tests' HOME is not root's): a change time between the record and the preparation makes
+             # any such file the agent's (seal.c, agent_touched; the guard's agent_file). root-pytest-main (the
+             # runner the agent's from its package up: its own status, flagged) is in the table only
+             "stop75": ["root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
+                        "root-pytest-plugin", "root-pytest-patched", "root-ld-preload"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
@@ -287,7 +304,7 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
     assert len(report.results) == len(tasks)
     for r in report.results:
         assert r.status == "completed" and r.reward == 0.0, (backend, r.task, r.reason, r.reward, r.verifier_output)
-        if r.task in names["stop73"] + names["stop74"] and r.reason != "verifier_setup_failed":
+        if r.task in names["stop73"] + names["stop74"][:-1] and r.reason != "verifier_setup_failed":
             assert any(x.startswith(AGENT_PROGRAM_RISK) for x in r.info.get("verifier_risks", [])), (backend, r.info)
 
 
@@ -303,6 +320,9 @@ async def test_a_root_agents_own_programs_still_run_for_the_tests(tmp_path: Path
     from sandfleet.tasks import load_task
 
     base = FIXTURES / "attacks-stop73" / "path-eacces-decoy"  # (its image: cached; a root agent)
+    PY_DIR = "python3 -c 'import os, sys; m = __import__(sys.argv[1]); print(os.path.dirname(m.__file__))'"
+    READS_JSON = ("python3 -c \"import json; open('/logs/verifier/reward.txt', 'w').write(json.dumps(int("
+                  "open('/app/out.txt').read().strip() == 'hello')))\"")
     tests_file = ('printf "def test_out():\\n    assert open(\\"/app/out.txt\\").read().strip() == \\"hello\\"\\n"'
                   ' > /tmp/t_out.py')
     cases = {  # name: (before the answer, as root; the test script's line; the reward; flagged)
@@ -315,6 +335,21 @@ async def test_a_root_agents_own_programs_still_run_for_the_tests(tmp_path: Path
                                '/usr/local/bin/greet2; [ "$(greet2)" = hello ] && python3 /tests/grade.py', 1.0, False),
         "python-rewritten": ('r=$(readlink -f "$(command -v python3)"); cp -p "$r" /tmp/py; cat /tmp/py > "$r"',
                              "python3 /tests/grade.py", 0.0, True),
+        # stop 75: a root agent's Python files outside the workdir. The agent's own run of Python wrote the caches
+        # of the standard library's json and encodings (loaded before the guard), which the image had none of: the
+        # tests' Python reads the image's sources (json) or finds the cache the same code (encodings), 1 unflagged
+        "stdlib-caches-by-agent": (f"for m in json encodings; do rm -rf $({PY_DIR} $m)/__pycache__; done; "
+                                   "python3 -c 'import json'", READS_JSON, 1.0, False),
+        # a module the agent installed, which the tests import: the code under test in their process, 1, flagged
+        "module-installed": ("p=$(python3 -c 'import sysconfig; print(sysconfig.get_paths()[\"purelib\"])'); "
+                             "mkdir -p $p; printf 'def hi():\\n    return \"hello\"\\n' > $p/greetlib.py",
+                             "python3 -c \"import greetlib; open('/logs/verifier/reward.txt', 'w').write("
+                             "'1' if greetlib.hi() == open('/app/out.txt').read().strip() else '0')\"", 1.0, True),
+        # a module of the tests' runner written again by the agent (the same text): pytest's functions from it are
+        # the code under test's, which replaced the runner's, and pytest exits 1: 0, flagged (the cost of the rule)
+        "runner-module-rewritten": (f"f=$({PY_DIR} _pytest)/runner.py; cp -p $f /tmp/r; cat /tmp/r > $f",
+                                    tests_file + "; if python3 -m pytest -q -p no:cacheprovider /tmp/t_out.py; "
+                                    "then echo 1; else echo 0; fi > /logs/verifier/reward.txt", 0.0, True),
     }
     tasks = []
     for name, (before, line, _, _) in cases.items():
@@ -331,7 +366,7 @@ async def test_a_root_agents_own_programs_still_run_for_the_tests(tmp_path: Path
     for r in report.results:
         _, _, want, flagged = cases[r.task]
         assert r.status == "completed" and r.reward == want, (r.task, r.reason, r.verifier_output[-800:])
-        risks = [x for x in r.info.get("verifier_risks", []) if x.startswith(AGENT_PROGRAM_RISK)]
+        risks = [x for x in r.info.get("verifier_risks", []) if x.startswith((AGENT_PROGRAM_RISK, AGENT_MODULE_RISK))]
         assert bool(risks) == flagged, (r.task, r.info)
     monkeypatch.setenv("SANDFLEET_NATIVE_HELPERS", "0")  # the script prepares
     decoy = load_task(FIXTURES / "attacks-stop73" / "path-eacces-decoy")

@@ -332,13 +332,14 @@ def _sandfleet_guard():
 
     def agent_file(path):
         """PATH (a module's source, its compiled cache, an extension, a distribution's metadata) is a file a
-        root agent changed outside the workdir."""
+        root agent changed outside the workdir and the shared temporary folders."""
         if not agent_window() or not isinstance(path, (str, bytes)):
             return False
         key = os.path.abspath(os.fsdecode(path))
         got = touched.get(key)
-        if got is None:
-            got = bool(window[0](os.fsencode(key)))
+        if got is None:  # (the workdir's and the shared temporary folders' files: their own rules, as before)
+            got = not key.startswith(("/tmp/", "/var/tmp/", "/dev/shm/")) and not untrusted_path(key) and \
+                bool(window[0](os.fsencode(key)))
             if len(touched) < 16384:
                 touched[key] = got
         return got

@@ -23,9 +23,9 @@ pytestmark = needs_bwrap()
 # -- the attack fixtures of rounds III to XI (scripts/make-attacks-iii.py), each backend
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
-GAPS: dict[str, set[str]] = {}
-"""Forged where the mechanism is missing (docs/security.md): none of these, with gVisor's uid split
-(the default). Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges
+GAPS: dict[str, set[str]] = {"gvisor": {"tests-plant-pth-root"}}
+"""Forged where the mechanism is missing (docs/security.md): with gVisor's uid split (the default), only a task
+whose tests run as root there (no Landlock, and no user to split the code under test to: the row flagged). Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges
 on gVisor, flagged on each row."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
@@ -82,7 +82,7 @@ MICROVM_SAME = frozenset({
     # a root agent's files outside the system's program folders (stop 75): the seal's change times and the Python
     # guard's reads, the same code everywhere (the attack table runs them on microvm)
     "root-stdlib-module", "root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
-    "root-pytest-plugin", "root-pytest-patched", "root-ld-preload",
+    "root-pytest-plugin", "root-pytest-patched", "root-ld-preload", "tests-plant-pth-root",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -124,7 +124,7 @@ GVISOR_SAME = frozenset({
     # stop 75's but the seal's own rows (a .pth's imports deferred, a library of the agent's kept from the reward
     # folders without Landlock): the Python guard's reads, the same code
     "root-stdlib-module", "root-image-sitecustomize", "root-user-site", "root-forged-pyc", "root-pytest-plugin",
-    "root-pytest-patched",
+    "root-pytest-patched", "tests-plant-pth",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -291,10 +291,15 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # any such file the agent's (seal.c, agent_touched; the guard's agent_file). root-pytest-main (the
              # runner the agent's from its package up: its own status, flagged) is in the table only
              "stop75": ["root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
-                        "root-pytest-plugin", "root-pytest-patched", "root-ld-preload"]}
+                        "root-pytest-plugin", "root-pytest-patched", "root-ld-preload",
+                        # and a root program of the workdir's that the tests run, which writes the image's code
+                        # for their later programs (after the preparation: the tests' own, by its time): where the
+                        # code under test is root (root tests; every command on a microVM), /usr and the loader's
+                        # preload list are kept from it (the seal's "x:", Landlock)
+                        "tests-plant-pth", "tests-plant-pth-root"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
-    assert {t.name for t in tasks} >= MICROVM_SAME | GVISOR_SAME
+    assert {t.name for t in tasks} >= (MICROVM_SAME | GVISOR_SAME) - GAPS.get(backend, set())
     if backend == "microvm":
         tasks = [t for t in tasks if t.name not in MICROVM_SAME]
     if backend == "gvisor":

@@ -431,6 +431,10 @@ AGENT_PROGRAM_RISK = ("a program of the image's system folders that the agent ch
                       "the code under test: kept from the reward folders and the tests' own)")
 
 
+IMAGE_CODE_KEPT = ["x:/usr", "x:/etc/ld.so.preload"]
+"""The seal's entries of the image's code that a root code under test may not write while the tests run."""
+
+
 AGENT_MODULE_RISK = ("a Python module of the image's (its standard library, site-packages) that the agent changed as "
                      "root (what the tests' Python reads of it is the code under test's; a test runner among them, "
                      "`python -m pytest` after the agent's reinstall, reports its own status)")
@@ -783,6 +787,11 @@ async def _prepare(task: Task, sandbox: Sandbox, user: str, *, fresh: bool = Fal
         # root, so only this keeps the running test.sh and the graders from the code under test;
         # on bwrap and gvisor they are root's against a user of the tests' (and this is a second wall)
         kept += [f"k:{d[2:]}" for d in dirs if d.startswith("t:")]
+        # where the code under test runs as root (the tests root, or every command: a microVM), the image's code
+        # too: /usr, and the loader's preload list (stop 75's tests-plant-*: a root program of the workdir's that
+        # the tests ran wrote into them, and the tests' later programs ran it as their own)
+        if owner == "0" or sandbox.backend not in RUNS_AS_USER:
+            kept += IMAGE_CODE_KEPT
         # the reward files themselves: a descriptor on one that a kept program inherited writes nowhere
         files = sorted({f"f:{_guest(sandbox, p)}" for p in (task.verifier.reward_text_path,
                                                           task.verifier.reward_json_path)})

@@ -25,8 +25,9 @@ pytestmark = needs_bwrap()
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GAPS: dict[str, set[str]] = {"gvisor": {"tests-plant-pth-root"}}
 """Forged where the mechanism is missing (docs/security.md): with gVisor's uid split (the default), only a task
-whose tests run as root there (no Landlock, and no user to split the code under test to: the row flagged). Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges
-on gVisor, flagged on each row."""
+whose tests run as root there (no Landlock, and no user to split the code under test to: the row flagged).
+Without the split (SANDFLEET_SEAL_UID=0) every attack that Landlock holds forges on gVisor, flagged on each
+row."""
 MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 

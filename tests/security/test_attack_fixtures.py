@@ -83,7 +83,8 @@ MICROVM_SAME = frozenset({
     # a root agent's files outside the system's program folders (stop 75): the seal's change times and the Python
     # guard's reads, the same code everywhere (the attack table runs them on microvm)
     "root-stdlib-module", "root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
-    "root-pytest-plugin", "root-pytest-patched", "root-ld-preload", "tests-plant-pth-root",
+    "root-pytest-plugin", "root-pytest-patched", "root-ld-preload", "tests-plant-pth-root", "root-tmp-sitecustomize",
+    "tests-plant-sitecustomize-root",
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -125,7 +126,8 @@ GVISOR_SAME = frozenset({
     # stop 75's but the seal's own rows (a .pth's imports deferred, a library of the agent's kept from the reward
     # folders without Landlock): the Python guard's reads, the same code
     "root-stdlib-module", "root-image-sitecustomize", "root-user-site", "root-forged-pyc", "root-pytest-plugin",
-    "root-pytest-patched", "tests-plant-pth",
+    "root-pytest-patched", "tests-plant-pth", "root-tmp-sitecustomize", "tests-plant-sitecustomize",
+    "tests-plant-sitecustomize-root",
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -297,7 +299,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                         # for their later programs (after the preparation: the tests' own, by its time): where the
                         # code under test is root (root tests; every command on a microVM), /usr and the loader's
                         # preload list are kept from it (the seal's "x:", Landlock)
-                        "tests-plant-pth", "tests-plant-pth-root"]}
+                        "tests-plant-pth", "tests-plant-pth-root",
+                        # written against those: a folder of /tmp put on every Python's path by the agent's .pth
+                        # path line, with a sitecustomize there (the image's own removed); a program the tests run
+                        # as root appending to the image's sitecustomize, Debian's in /etc (the guard: one changed
+                        # since the preparation is the code under test's)
+                        "root-tmp-sitecustomize", "tests-plant-sitecustomize", "tests-plant-sitecustomize-root"]}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= (MICROVM_SAME | GVISOR_SAME) - GAPS.get(backend, set())

@@ -255,8 +255,11 @@ async def test_root_agent_changing_the_image_reaches_shared_but_not_separate_ver
     for (r,) in (shared_root, separate_root, shared_agent):
         assert r.status == "completed", r.error
         assert "python ran" in r.verifier_output
-    # shared mode, root agent: what root changes in the image reaches the tests (as in Docker)
-    assert "ROOT SITECUSTOMIZE RAN" in shared_root[0].verifier_output and shared_root[0].reward == 1.0
+    # shared mode, root agent: what root changes in the image reaches the tests (as in Docker), and since stop 75
+    # it runs there as the code under test (a file changed between the record and the preparation: the agent's),
+    # whose write of the reward is refused
+    assert "ROOT SITECUSTOMIZE RAN" in shared_root[0].verifier_output and shared_root[0].reward == 0.0
+    assert "PermissionError" in shared_root[0].verifier_output, shared_root[0].verifier_output
     # separate mode: only the workdir and declared artifacts reach a fresh sandbox
     assert "ROOT SITECUSTOMIZE RAN" not in separate_root[0].verifier_output and separate_root[0].reward == 0.0
     # a non-root agent can't write there at all

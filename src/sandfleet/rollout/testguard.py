@@ -332,17 +332,17 @@ def _sandfleet_guard():
 
     def agent_file(path):
         """PATH (a module's source, its compiled cache, an extension, a distribution's metadata) is a file a
-        root agent changed outside the workdir and the shared temporary folders."""
+        root agent changed outside the workdir."""
         if not agent_window() or not isinstance(path, (str, bytes)):
             return False
         key = os.path.abspath(os.fsdecode(path))
         got = touched.get(key)
-        if got is None:  # (the workdir's and the shared temporary folders' files: their own rules, as before; and
-            # this guard's folder and the workdir, which the preparation itself wrote and gave to the tests' user
-            # before its time was taken: an image's venv there is judged by its record, round XXVI)
+        if got is None:  # (not this guard's folder and the workdir, which the preparation itself wrote and gave to
+            # the tests' user before its time was taken: the workdir's own rules judge them, an image's venv there by
+            # its record, round XXVI; a shared temporary folder's are asked too: a .pth path line of the agent's put
+            # /tmp on every Python's path, root-tmp-sitecustomize)
             real = os.path.realpath(key)
-            got = not real.startswith(("/tmp/", "/var/tmp/", "/dev/shm/", here + "/")) and not in_workdir(real) \
-                and bool(window[0](os.fsencode(key)))
+            got = not real.startswith(here + "/") and not in_workdir(real) and bool(window[0](os.fsencode(key)))
             if len(touched) < 16384:
                 touched[key] = got
         return got
@@ -1227,6 +1227,22 @@ def _sandfleet_guard():
                 run_startup(startup)
             seal.sandfleet_seal_guard_loaded()
     spec = PathFinder.find_spec("sitecustomize", paths)  # the image's own, if any
+    if spec is not None and spec.loader is not None and isinstance(spec.origin, str):
+        # changed since this guard was written (the preparation's time), by nobody the tests trust: the tests never
+        # write the image's sitecustomize, and a program of the agent's that they ran as root did (Debian's is in
+        # /etc/python3.X, outside what the seal keeps from such a program: tests-plant-sitecustomize). Its code is
+        # the code under test's, as a root agent's change to it is (agent_file, on its import)
+        try:
+            prep = os.stat(__file__).st_ctime_ns
+            late = any(st.st_ctime_ns > prep for st in (os.stat(spec.origin), os.lstat(spec.origin)))
+        except OSError:
+            late = False
+        if late:
+            verdicts[os.path.abspath(spec.origin)] = True
+            verdicts[os.path.realpath(spec.origin)] = True
+            print("sandfleet guard: the image's %s changed while the tests ran: the code under test's" % spec.origin,
+                  file=sys.stderr)
+            seal_rewards()
     if spec is not None and spec.loader is not None:
         import importlib.util
 

@@ -1096,9 +1096,9 @@ def _sandfleet_guard():
 
     ExtensionFileLoader.create_module = agents_extension
 
-    def cache_is_source(module, cached, source):
+    def cache_is_source(cached, source):
         """The cache CACHED, which a root agent wrote, holds what the image's SOURCE compiles to (its own run of
-        Python wrote it where the image had none): MODULE, loaded before this guard, is the image's."""
+        Python wrote it where the image had none): the module loaded from it before this guard is the image's."""
         try:
             import marshal
 
@@ -1121,7 +1121,7 @@ def _sandfleet_guard():
             if isinstance(source, str) and agent_file(source):
                 return name
             if isinstance(cached, str) and agent_file(cached) and os.path.isfile(cached) and not (
-                    isinstance(source, str) and cache_is_source(module, cached, source)):
+                    isinstance(source, str) and cache_is_source(cached, source)):
                 return name
         return None
 

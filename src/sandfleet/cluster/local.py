@@ -70,6 +70,10 @@ class SimNode:
         return f"n{self.index}"
 
 
+CLUSTER_VAR = "SANDFLEET_LOCAL_CLUSTER"
+"""In the environment of every process of a local cluster: the cluster's token."""
+
+
 class LocalCluster:
     """N Ray nodes on 127.0.0.1, each with its own state, cache and cgroup parent."""
 
@@ -132,14 +136,24 @@ class LocalCluster:
                 state.mkdir(mode=0o711)
                 if self.seed:
                     seed_cache(Path(env["SANDFLEET_CACHE"]))
-            self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
-                **common, "env_vars": envs[0], "resources": {"sandfleet_n0": 1},
-                "temp_dir": str(self.root / "ray")})
-            self._address = str(self.cluster.address)
-            self.nodes.append(SimNode(0, self.cluster.head_node, envs[0]))
-            for i in range(1, self.n):
-                node = self.cluster.add_node(**common, env_vars=envs[i], resources={f"sandfleet_n{i}": 1})
-                self.nodes.append(SimNode(i, node, envs[i]))
+            # every process Ray starts for the nodes inherits this from us, whatever it retitles itself to and
+            # whichever of its variables it drops (a ray::DashboardAgent carrying neither the cluster's directory
+            # nor its cgroup parent outlived a `--ray local:2` run: CI of stop 75); processes() looks for it
+            before = os.environ.pop(CLUSTER_VAR, None)  # (another cluster's, started from here: put back after)
+            os.environ[CLUSTER_VAR] = self.token
+            try:
+                self.cluster = Cluster(initialize_head=True, shutdown_at_exit=False, head_node_args={
+                    **common, "env_vars": envs[0], "resources": {"sandfleet_n0": 1},
+                    "temp_dir": str(self.root / "ray")})
+                self._address = str(self.cluster.address)
+                self.nodes.append(SimNode(0, self.cluster.head_node, envs[0]))
+                for i in range(1, self.n):
+                    node = self.cluster.add_node(**common, env_vars=envs[i], resources={f"sandfleet_n{i}": 1})
+                    self.nodes.append(SimNode(i, node, envs[i]))
+            finally:
+                os.environ.pop(CLUSTER_VAR, None)
+                if before is not None:
+                    os.environ[CLUSTER_VAR] = before
             self.cluster.wait_for_nodes()
         except BaseException:
             self.stop()
@@ -203,13 +217,14 @@ class LocalCluster:
         # directory nor SANDFLEET_STATE, only the node's cgroup parent, which names this cluster
         # (seen: four of them left for a minute after a test whose check missed them)
         parent = f"SANDFLEET_CGROUP_PARENT=sandfleet-ray-{self.token}-".encode()
+        ours = f"{CLUSTER_VAR}={self.token}\0".encode()
         out = []
         for d in Path("/proc").iterdir():
             if not d.name.isdigit() or int(d.name) == os.getpid():
                 continue
             try:  # Ray's agents retitle themselves (ray::...): their environment names it too
                 env = (d / "environ").read_bytes()
-                if mark in (d / "cmdline").read_bytes() or mark in env or parent in env:
+                if mark in (d / "cmdline").read_bytes() or mark in env or parent in env or ours in env:
                     out.append(int(d.name))
             except OSError:
                 continue

@@ -359,6 +359,17 @@ def _sandfleet_guard():
         """The file NAME (a code object's) is the agent's: the workdir's, or one a root agent changed."""
         return untrusted_path(name) or agent_file(name)
 
+    def code_verdict(name):
+        """A code object's file name is the code under test's: a file of the agent's (code_path), or a string's
+        code ("<...>", not the interpreter's frozen modules). Once per name: an armed program's end asks it of
+        every function of the runner's (runner_intact), thousands, and each realpath is a stat per folder of
+        the path (an `import pytest` ended in 44,000 stats, 13 s of the verifier's 60 under TCG)."""
+        bad = verdicts.get(name)
+        if bad is None:
+            bad = not name.startswith("<frozen") if name.startswith("<") else code_path(name)
+            verdicts[name] = bad
+        return bad
+
     def by_code():
         """What runs now is the code under test's: the Python stack holds code of the workdir's, or
         code compiled from a string (not the tests' own one-liner at its bottom), or runs inside an
@@ -372,13 +383,7 @@ def _sandfleet_guard():
         while f is not None:
             name = f.f_code.co_filename
             if name != mine:
-                bad = verdicts.get(name)
-                if bad is None:
-                    if name.startswith("<"):
-                        bad = not name.startswith("<frozen")
-                    else:
-                        bad = code_path(name)
-                    verdicts[name] = bad
+                bad = code_verdict(name)
                 if bad and not (f.f_back is None and name in ("<string>", "<stdin>") and
                                 f.f_globals.get("__name__") == "__main__"):
                     return True
@@ -409,8 +414,7 @@ def _sandfleet_guard():
             name = getattr(getattr(v, "__code__", None), "co_filename", None)
             if not isinstance(name, str):  # (no function: a class's __code__ descriptor, a builtin)
                 continue
-            if (known and name.startswith("<") and not name.startswith("<frozen")) or \
-                    (not name.startswith("<") and code_path(name)):
+            if (known or not name.startswith("<")) and code_verdict(name):
                 return True
         return False
 

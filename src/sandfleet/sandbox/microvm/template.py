@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from sandfleet.agent.client import AgentClient
+from sandfleet.agent.client import EXEC_GRACE, AgentClient
 from sandfleet.errors import SandboxDiedError
 from sandfleet.sandbox.base import new_id
 from sandfleet.sandbox.microvm.host import cache_dir, qemu_version
@@ -90,6 +90,18 @@ async def ensure_template(
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return done
+
+
+EMULATED_EXEC_GRACE = 60.0
+
+
+def exec_grace(accel: str) -> float:
+    """How long past a command's timeout the host waits for the guest to say it ended. An emulated guest (TCG:
+    every instruction translated, 10-50x slower than KVM, and starved further when the host is busy) kills the
+    command's tree and answers in seconds at best: with the 10 s a KVM guest gets, a busy 2-core host saw a
+    timed-out verifier's guest miss it and the rollout called an infra fault where the tests' timeout decided
+    (CI of stop 75: git-bisect-regression's no-op on microvm)."""
+    return EMULATED_EXEC_GRACE if accel == "tcg" else EXEC_GRACE
 
 
 async def _build(tpl: Template, prepare: Sequence[Sequence[str]], boot_timeout: float) -> None:
@@ -157,7 +169,7 @@ async def restore(
                 await vm.load(tpl.state)
                 await vm.wait_running()
             assert vm.agent is not None
-            client = AgentClient(*vm.agent, name=sid)
+            client = AgentClient(*vm.agent, name=sid, exec_grace=exec_grace(tpl.spec.accel))
             # the guest clock stopped when the template was saved: hello sets it (to the ns)
             await client.hello(set_clock=True, seccomp=seccomp)
             if not client.clock_set:

@@ -77,6 +77,7 @@ from sandfleet.errors import (
 )
 from sandfleet.imagestore import Image, resolve_image
 from sandfleet.rollout.envrecord import agent_is_root, changed_entries, recorded, walk_entries
+from sandfleet.rollout.guardcache import write_guard_caches
 from sandfleet.rollout.langguard import NODE_GUARD, PERL_GUARD, lang_env
 from sandfleet.rollout.policy import stage_uploads
 from sandfleet.rollout.shellguard import SH_GUARD, shell_env
@@ -918,6 +919,8 @@ async def _run_tests(task: Task, sandbox: Sandbox, recorder: SpanRecorder, *, fr
     run_as = "root" if demoted else user
     with recorder.span("other_sandbox", what="upload tests"):
         failed = await _upload(task, sandbox)
+        if failed is None:
+            await write_guard_caches(sandbox, values["python"])
     if failed is not None:
         return failed
     if plan.same_shell:  # the agent's shell session: its variables, by design (TB1)

@@ -32,6 +32,12 @@ MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
     not shutil.which("qemu-system-x86_64"), reason="QEMU not installed")])
 
 
+STOP76 = frozenset({"runtime-module-report-patch", "runtime-exec-forged-name", "runtime-pyc-report-patch",
+                    "marshal-blob-direct", "runtime-loader-forged-cache"})
+"""Stop 76's rows: the Python guard's judgment inside the tests' process, the same code on every backend (bwrap
+only here; `scripts/attack-table.py --tasks tests/fixtures/attacks-stop76` runs them everywhere)."""
+
+
 MICROVM_SAME = frozenset({
     # links and files the preparation removes or overrides (prepare.c, the guest agent's own on every backend)
     "git-textconv", "junit-rewrite", "symlink-into-reward", "answer-key-link", "answer-key-link-chain",
@@ -84,7 +90,7 @@ MICROVM_SAME = frozenset({
     # guard's reads, the same code everywhere (the attack table runs them on microvm)
     "root-stdlib-module", "root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
     "root-pytest-plugin", "root-pytest-patched", "root-ld-preload", "tests-plant-pth-root", "root-tmp-sitecustomize",
-    "tests-plant-sitecustomize-root",
+    "tests-plant-sitecustomize-root", *STOP76,
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -127,7 +133,7 @@ GVISOR_SAME = frozenset({
     # folders without Landlock): the Python guard's reads, the same code
     "root-stdlib-module", "root-image-sitecustomize", "root-user-site", "root-forged-pyc", "root-pytest-plugin",
     "root-pytest-patched", "tests-plant-pth", "root-tmp-sitecustomize", "tests-plant-sitecustomize",
-    "tests-plant-sitecustomize-root",
+    "tests-plant-sitecustomize-root", *STOP76,
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -304,7 +310,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
                         # path line, with a sitecustomize there (the image's own removed); a program the tests run
                         # as root appending to the image's sitecustomize, Debian's in /etc (the guard: one changed
                         # since the preparation is the code under test's)
-                        "root-tmp-sitecustomize", "tests-plant-sitecustomize", "tests-plant-sitecustomize-root"]}
+                        "root-tmp-sitecustomize", "tests-plant-sitecustomize", "tests-plant-sitecustomize-root"],
+             # stop 76: the runner's function replaced by one whose file the guard trusted -- a module the code under
+             # test writes as the tests run, a name given at compile time, a sourceless cache, a blob unmarshalled,
+             # a loader of its own giving a cache for pytest's own source (the guard's marks for code the code under
+             # test compiled, made or loaded from bytes, asked by runner_intact too)
+             "stop76": sorted(STOP76)}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= (MICROVM_SAME | GVISOR_SAME) - GAPS.get(backend, set())

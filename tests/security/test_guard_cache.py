@@ -1,10 +1,14 @@
-"""The Python guard's compiled caches (rollout/guardcache.py): every Python the tests start imports the guard from
-a cache the host compiled, not from its source each time (18 ms natively, about 1.5 s in a TCG guest), and the
-cache is only ever the guard's own code: a checked-hash one, which Python compiles the source instead of where the
-two differ.
+"""Compiled Python in the tests' process. The guard's own caches (rollout/guardcache.py): every Python the tests
+start imports the guard from a cache the host compiled, not from its source each time (18 ms natively, about 1.5 s
+in a TCG guest), and the cache is only ever the guard's own code: a checked-hash one, which Python compiles the
+source instead of where the two differ.
 
-The first tests check the caches on the host, as Python reads them; the last one in the verifier of real rollouts
+The first tests check the caches on the host, as Python reads them; the next one in the verifier of real rollouts
 on bwrap and gVisor, where the tests' own Python says where its guard came from.
+
+And the code under test's (stop 76): code it loads from bytes is its own whatever file it names
+(tests/fixtures/attacks-stop76), but a module it imports from the image's own cache, and data it unmarshals, are
+what they were: the honest side, last.
 """
 
 from __future__ import annotations
@@ -82,3 +86,46 @@ async def test_the_tests_python_takes_the_guard_from_its_cache(tmp_path: Path, b
     for verify in ("shared", "separate"):
         results = await rollouts([task], ["true"], verify=verify, backend=backend)
         assert [r.reward for r in results] == [1.0, 1.0], [(r.reason, r.verifier_output[-1500:]) for r in results]
+
+
+HONEST_SOLUTION = """cat > /app/solution.py <<'EOF'
+import fileinput
+import marshal
+
+DATA = marshal.loads(marshal.dumps({"word": "hello"}))
+
+
+def answer():
+    assert fileinput.isfirstline is not None
+    return DATA["word"]
+EOF"""
+PYTEST_DECIDES = f"""echo 0 > {REWARD}
+cd /app
+python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py
+"""
+# the tests write the reward themselves, through fileinput (a pure-Python module of the image's, with its cache,
+# that pytest never imports): the code under test imported it first; were it marked as the code's, the guard would
+# refuse the tests' write from its frames, and the reward stay 0
+GRADES_THROUGH_FILEINPUT = f"""import sys
+
+sys.path.insert(0, "/app")
+
+
+def test_answer():
+    import solution
+    import fileinput  # (imported by the code under test, from the image's cache)
+    assert solution.answer() == "hello"
+    for _line in fileinput.input("{REWARD}", inplace=True):
+        print("1")
+"""
+
+
+@BACKENDS
+async def test_code_under_test_importing_cached_modules_and_unmarshalling_data_still_scores_one(
+        tmp_path: Path, backend: str) -> None:
+    """The image's cache of fileinput, which the code under test imports first (the import system reads it for the
+    source beside it), is judged by where its source is, and the code's marshal.loads of data marks nothing: the
+    tests' own write of 1 through fileinput stands."""
+    task = harbor_task(tmp_path, "cached-imports", PYTEST_DECIDES, tests={"test_outputs.py": GRADES_THROUGH_FILEINPUT})
+    results = await rollouts([task], [HONEST_SOLUTION], backend=backend)
+    assert [r.reward for r in results] == [1.0, 1.0], [(r.reason, r.verifier_output[-1500:]) for r in results]

@@ -857,6 +857,67 @@ def _sandfleet_guard():
 
     code_ends = (".py", ".pyc", ".pyw", ".so", ".pth")
 
+    # Code the code under test loads from bytes (marshal.loads: a sourceless .pyc it imports, a blob it unmarshals
+    # itself, a compiled cache its own loader gives for a source) names whatever file its maker gave it, as code
+    # compiled from a string does: pytest's own reports.py, say, whose functions would then replace the runner's as
+    # if they were its own (stop 76's runtime-pyc-report-patch, marshal-blob-direct, runtime-loader-forged-cache).
+    # Every file name in it, and the source the import system names it after, is the code under test's, as
+    # compile's and code.__new__'s are (audit, below). Only the image's own cache of a module's source, read by
+    # the import system as it is on disk, is judged by where that source is, as a module compiled from it would be.
+    unmarshalling = []
+    code_type = type(_sandfleet_guard.__code__)
+
+    def cache_read(data):
+        """(the source the import system reads DATA for, or None; whether DATA is that source's own compiled cache
+        in the image): the cache in the __pycache__ beside that source (where only who can write the source can
+        write), the same bytes, there before the preparation (this guard's own file's time), and no root agent's.
+        Not bytes a loader of the code's own gave (the reader then sets every file name in it to the source's it was
+        told: stop 76's runtime-loader-forged-cache named pytest's own reports.py), nor a cache the code under test
+        wrote as the tests ran (root tests), nor one under a sys.pycache_prefix (an agent's folder, say)."""
+        try:
+            reader = sys._getframe(2)
+        except ValueError:
+            return None, False
+        if reader.f_code.co_name != "_compile_bytecode" or not reader.f_code.co_filename.startswith("<frozen"):
+            return None, False
+        source, cached = reader.f_locals.get("source_path"), reader.f_locals.get("bytecode_path")
+        if not isinstance(source, str):
+            return None, False
+        if not isinstance(cached, str) or agent_file(cached):
+            return source, False
+        try:
+            from importlib.util import cache_from_source
+
+            if sys.pycache_prefix is not None or \
+                    os.path.abspath(cache_from_source(source)) != os.path.abspath(cached):
+                return source, False  # (only the __pycache__ beside the source: the image's, as the source is)
+            with open(cached, "rb") as f:
+                st = os.fstat(f.fileno())
+                same = f.read()[16:] == bytes(data)  # (the reader is given what follows the 16-byte header)
+            return source, same and st.st_ctime_ns <= os.stat(__file__).st_ctime_ns
+        except (OSError, ValueError, NotImplementedError):
+            return source, False
+
+    def code_loaded(data):
+        unmarshalling.append(1)
+        try:
+            import marshal
+
+            todo = [marshal.loads(data)]
+        except Exception:  # not code, or not for this Python: nothing of it runs as code
+            return
+        finally:
+            unmarshalling.pop()
+        while todo:
+            item = todo.pop()
+            if isinstance(item, code_type):
+                verdicts[item.co_filename] = True
+                todo.extend(item.co_consts)
+            elif isinstance(item, (tuple, list, frozenset, set)):
+                todo.extend(item)
+            elif isinstance(item, dict):
+                todo.extend(item.values())
+
     def audit(event, args):
         if event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
                 os.fsdecode(args[0]).endswith(code_ends) and not opens_to_write(args) and agent_file(args[0]):
@@ -881,6 +942,14 @@ def _sandfleet_guard():
             elif event == "compile" and not inside and name.startswith("<") and not name.startswith("<frozen") \
                     and main_compiles():
                 watch_strings()
+            return
+        if event == "marshal.loads" and (inside or running_code[0]) and not unmarshalling and args and \
+                isinstance(args[0], (bytes, bytearray, memoryview)) and asked_by_python() and by_code():
+            source, genuine = cache_read(args[0])
+            if not genuine:
+                code_loaded(args[0])
+                if source is not None:
+                    verdicts[source] = True
             return
         if event == "open" and len(read) < 64 and isinstance(args[0], (str, bytes)):
             if not opens_to_write(args):

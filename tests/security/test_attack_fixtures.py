@@ -33,7 +33,8 @@ MICROVM = pytest.param("microvm", marks=[pytest.mark.slow, pytest.mark.skipif(
 
 
 STOP76 = frozenset({"runtime-module-report-patch", "runtime-exec-forged-name", "runtime-pyc-report-patch",
-                    "marshal-blob-direct", "runtime-loader-forged-cache"})
+                    "marshal-blob-direct", "runtime-loader-forged-cache", "runner-callable-object",
+                    "runner-class-replaced"})
 """Stop 76's rows: the Python guard's judgment inside the tests' process, the same code on every backend (bwrap
 only here; `scripts/attack-table.py --tasks tests/fixtures/attacks-stop76` runs them everywhere)."""
 
@@ -314,7 +315,8 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # stop 76: the runner's function replaced by one whose file the guard trusted -- a module the code under
              # test writes as the tests run, a name given at compile time, a sourceless cache, a blob unmarshalled,
              # a loader of its own giving a cache for pytest's own source (the guard's marks for code the code under
-             # test compiled, made or loaded from bytes, asked by runner_intact too)
+             # test compiled, made or loaded from bytes, asked by runner_intact too); and no function at all in the
+             # runner's place: a partialmethod, a class of its own (the check reads the code a value runs)
              "stop76": sorted(STOP76)}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]

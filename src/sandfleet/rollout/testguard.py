@@ -407,14 +407,52 @@ def _sandfleet_guard():
                     for name, member in list(vars(value).items()):
                         yield mod_name, attr + "." + name, member
 
-    def foreign(value, known):
-        """VALUE is a function (a method's, a property's) of code the code under test wrote: of a file
-        of the workdir's; or, where it replaced one the runner had (KNOWN), compiled from a string."""
-        for v in (value, getattr(value, "__func__", None), getattr(value, "fget", None)):
-            name = getattr(getattr(v, "__code__", None), "co_filename", None)
-            if not isinstance(name, str):  # (no function: a class's __code__ descriptor, a builtin)
+    def runs(value):
+        """The code objects VALUE runs where the runner calls it, binds it or makes one of it: a function's; through a
+        method, a static or class method, a property's accessors, a functools.partial(method)'s function and the
+        callables among its arguments, a class's functions (its own and its bases'), an object's class's __call__
+        and __get__. Read from the objects' own slots and class dictionaries: nothing of the code under test runs
+        to answer (stop 76's runner-callable-object: a partialmethod of the code's own in TestReport.__init__'s
+        place, which no check of functions, methods and properties saw)."""
+        import functools
+        import types
+
+        dict_of = type.__dict__["__dict__"].__get__
+        mro_of = type.__dict__["__mro__"].__get__
+        out, todo, seen = [], [value], set()
+        while todo and len(seen) < 512:
+            v = todo.pop()
+            if v is None or id(v) in seen:
                 continue
-            if (known or not name.startswith("<")) and code_verdict(name):
+            seen.add(id(v))
+            if isinstance(v, types.FunctionType):
+                out.append(v.__code__)
+            elif isinstance(v, (types.MethodType, staticmethod, classmethod)):
+                todo.append(v.__func__)
+            elif isinstance(v, property):
+                todo.extend((v.fget, v.fset, v.fdel))
+            elif isinstance(v, (functools.partial, functools.partialmethod)):
+                todo.append(v.func)
+                todo.extend(v.args)
+                todo.extend((v.keywords or {}).values())
+            elif isinstance(v, type):
+                for klass in mro_of(v):
+                    if klass is not object:
+                        todo.extend(dict_of(klass).values())
+            elif not isinstance(v, (int, float, str, bytes, tuple, list, dict, set, frozenset, types.ModuleType,
+                                    types.BuiltinFunctionType)):
+                for klass in mro_of(type(v)):
+                    if klass is not object:
+                        todo.extend(dict_of(klass).get(name) for name in ("__call__", "__get__"))
+        return out
+
+    def foreign(value, known):
+        """VALUE runs code (runs) the code under test wrote: of a file of the workdir's or a root agent's, or
+        one it compiled, made or loaded under any name (code_verdict); or, where it replaced one the runner had
+        (KNOWN), compiled from a string."""
+        for code in runs(value):
+            name = code.co_filename
+            if isinstance(name, str) and (known or not name.startswith("<")) and code_verdict(name):
                 return True
         return False
 

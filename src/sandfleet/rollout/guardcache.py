@@ -18,7 +18,6 @@ import fcntl
 import hashlib
 import logging
 import os
-import py_compile
 import shutil
 import subprocess
 import sys
@@ -46,12 +45,12 @@ py_compile.compile(src, cfile=out + "/" + sys.implementation.cache_tag + ".pyc",
 
 
 def _interpreters() -> list[str]:
-    """The system's CPython programs of other versions than this one's, one per real file."""
-    seen: set[Path] = set()
-    found = []
+    """This CPython, then the system's programs of the other versions, one per real file."""
+    seen = {Path(sys.executable).resolve()}
+    found = [sys.executable]
     for minor in MINORS:
         if minor == sys.version_info.minor and sys.version_info.major == 3:
-            continue  # this one's own version: compiled here
+            continue  # this one's own version: sys.executable
         for folder in SYSTEM_BINS:
             path = Path(folder) / f"python3.{minor}"
             real = path.resolve()
@@ -62,10 +61,7 @@ def _interpreters() -> list[str]:
 
 
 def _build(out: Path, source: Path) -> None:
-    """The caches into OUT, named by cache tag (``cpython-311.pyc``)."""
-    if sys.implementation.name == "cpython":
-        py_compile.compile(str(source), cfile=str(out / f"{sys.implementation.cache_tag}.pyc"), doraise=True,
-                           invalidation_mode=py_compile.PycInvalidationMode.CHECKED_HASH)
+    """The caches into OUT, named by cache tag (``cpython-311.pyc``): each interpreter compiles its own."""
     for exe in _interpreters():
         try:
             r = subprocess.run([exe, "-I", "-S", "-c", _COMPILE, str(source), str(out)], capture_output=True,
@@ -106,10 +102,9 @@ def guard_caches() -> dict[str, bytes]:
         return {}
 
 
-async def write_guard_caches(sandbox: Sandbox, folder: str) -> int:
-    """Write the caches into ``FOLDER/__pycache__`` (the guard folder the preparation made, root's) as root;
-    how many. A cache that could not be written is left out: that Python compiles the source."""
-    written = 0
+async def write_guard_caches(sandbox: Sandbox, folder: str) -> None:
+    """Write the caches into ``FOLDER/__pycache__`` (the guard folder the preparation made, root's) as root. A
+    cache that could not be written is left out: that Python compiles the source."""
     for tag, data in guard_caches().items():
         try:
             await sandbox.write_file(f"{folder}/__pycache__/sitecustomize.{tag}.pyc", data, mode=0o644, user="root")
@@ -117,6 +112,3 @@ async def write_guard_caches(sandbox: Sandbox, folder: str) -> int:
             raise
         except (GuestError, OSError) as e:  # (a full disk)
             log.debug("the guard's cache %s was not written: %s", tag, e)
-            continue
-        written += 1
-    return written

@@ -393,10 +393,36 @@ def _sandfleet_guard():
                                       bottom.f_code.co_filename in ("<frozen runpy>", runpy))
 
     runners = ("_pytest", "pytest", "pluggy", "unittest")
-    before = {}  # the runner's functions as the code under test found them (arm)
+    before = {}  # the runner's functions as the code under test found them (arm): stamp of each
+    modules_then = set()  # the runner's modules as arm found them, whole (not still being imported)
+    plain = (int, float, complex, str, bytes, bytearray)  # values that run nothing
+    special = ("__call__", "__get__", "__set__", "__getattr__", "__getattribute__")  # what runs an object in use
+    RUNS_CAP = 4096  # objects runs() reads for one value (the runner's own read at most a few hundred)
+
+    def stamp(value):
+        """What identifies VALUE as the runner had it: the object, and for a function its code and the values its
+        closure holds (a function object kept while its code or a cell's value changed: stop 77's
+        runner-code-swapped)."""
+        import types
+
+        if not isinstance(value, types.FunctionType):
+            return id(value)
+        cells = []
+        for cell in value.__closure__ or ():
+            try:
+                cells.append(id(cell.cell_contents))
+            except ValueError:
+                cells.append(None)
+        return id(value), id(value.__code__), tuple(cells)
 
     def runner_values():
-        """(module, attribute, value) of the test runner's modules and their classes."""
+        """(module, attribute, value) of the test runner's modules and their classes; and the builtins every
+        function of theirs calls (stop 77's builtins-hasattr-swapped: pytest's session counts a failed report as
+        an expected failure where hasattr(report, "wasxfail") says so)."""
+        import builtins as names
+
+        for attr, value in list(vars(names).items()):
+            yield "builtins", attr, value
         for mod_name, module in list(sys.modules.items()):
             if module is None or mod_name.split(".")[0] not in runners:
                 continue
@@ -408,25 +434,36 @@ def _sandfleet_guard():
                         yield mod_name, attr + "." + name, member
 
     def runs(value):
-        """The code objects VALUE runs where the runner calls it, binds it or makes one of it: a function's; through a
-        method, a static or class method, a property's accessors, a functools.partial(method)'s function and the
-        callables among its arguments, a class's functions (its own and its bases'), an object's class's __call__
-        and __get__. Read from the objects' own slots and class dictionaries: nothing of the code under test runs
-        to answer (stop 76's runner-callable-object: a partialmethod of the code's own in TestReport.__init__'s
-        place, which no check of functions, methods and properties saw)."""
+        """The code objects VALUE runs where the runner calls it, binds it or makes one of it: a function's and the
+        values its closure holds; through a method, a static or class method, a property's accessors, a
+        functools.partial(method)'s function and the callables among its arguments, a class's functions (its own
+        and its bases') and its metaclass's, an object's class's __call__, __get__, __set__, __getattr__ and
+        __getattribute__. Read from the objects' own slots and class dictionaries: nothing of the code under test
+        runs to answer (stop 76's runner-callable-object: a partialmethod of the code's own in TestReport.__init__'s
+        place, which no check of functions, methods and properties saw). More than RUNS_CAP objects to read ends
+        the list with None, which foreign takes for the code's: the walk never stops short of what it did not read
+        (stop 77's runner-partial-padded hid its function behind 600 arguments, past a cap that ended the walk)."""
         import functools
         import types
 
         dict_of = type.__dict__["__dict__"].__get__
         mro_of = type.__dict__["__mro__"].__get__
         out, todo, seen = [], [value], set()
-        while todo and len(seen) < 512:
+        while todo:
             v = todo.pop()
-            if v is None or id(v) in seen:
+            if v is None or isinstance(v, plain) or id(v) in seen:
                 continue
+            if len(seen) >= RUNS_CAP:
+                out.append(None)
+                break
             seen.add(id(v))
             if isinstance(v, types.FunctionType):
                 out.append(v.__code__)
+                for cell in v.__closure__ or ():
+                    try:
+                        todo.append(cell.cell_contents)
+                    except ValueError:  # (an empty cell)
+                        pass
             elif isinstance(v, (types.MethodType, staticmethod, classmethod)):
                 todo.append(v.__func__)
             elif isinstance(v, property):
@@ -435,15 +472,15 @@ def _sandfleet_guard():
                 todo.append(v.func)
                 todo.extend(v.args)
                 todo.extend((v.keywords or {}).values())
-            elif isinstance(v, type):
-                for klass in mro_of(v):
-                    if klass is not object:
+            elif isinstance(v, type):  # its functions, and its metaclass's (whose __call__ makes its objects:
+                # stop 77's runner-metaclass-call, a class with no function of its own)
+                for klass in mro_of(v) + mro_of(type(v)):
+                    if klass is not object and klass is not type:
                         todo.extend(dict_of(klass).values())
-            elif not isinstance(v, (int, float, str, bytes, tuple, list, dict, set, frozenset, types.ModuleType,
-                                    types.BuiltinFunctionType)):
+            elif not isinstance(v, (tuple, list, dict, set, frozenset, types.ModuleType, types.BuiltinFunctionType)):
                 for klass in mro_of(type(v)):
                     if klass is not object:
-                        todo.extend(dict_of(klass).get(name) for name in ("__call__", "__get__"))
+                        todo.extend(dict_of(klass).get(name) for name in special)
         return out
 
     def foreign(value, known):
@@ -451,6 +488,8 @@ def _sandfleet_guard():
         one it compiled, made or loaded under any name (code_verdict); or, where it replaced one the runner had
         (KNOWN), compiled from a string."""
         for code in runs(value):
+            if code is None:
+                return True
             name = code.co_filename
             if isinstance(name, str) and (known or not name.startswith("<")) and code_verdict(name):
                 return True
@@ -463,39 +502,136 @@ def _sandfleet_guard():
         the code registered: round XIX). Either: the process exits 1, and says what."""
         for mod_name, attr, value in runner_values():
             was = before.get((mod_name, attr))
-            if was is not None and was == id(value):
-                continue
-            if foreign(value, was is not None):
+            if was is not None and was == stamp(value) or was is None and mod_name == "builtins":
+                continue  # (a name new to builtins shadows nothing the runner calls)
+            # (a value new in a module that was whole at arm, other than a class, is judged as a replaced one: code
+            # compiled from a string counts too; a module imported since, or a class, may hold code generated from
+            # strings of its own, dataclasses')
+            if foreign(value, was is not None or (mod_name in modules_then and not isinstance(value, type))):
                 print("sandfleet: the code under test replaced %s.%s of the test runner inside the tests' "
                       "process; it exits 1" % (mod_name, attr), file=sys.stderr, flush=True)
                 os._exit(1)
         hook = foreign_hook()
         if hook is not None:
-            print("sandfleet: the code under test added %s to the test runner's hooks inside the tests' process; "
-                  "it exits 1" % hook, file=sys.stderr, flush=True)
+            print("sandfleet: the code under test put its own code in the test runner's hooks (%s) inside the tests' "
+                  "process; it exits 1" % hook, file=sys.stderr, flush=True)
             os._exit(1)
 
-    def foreign_hook():
-        """A hook of a pluggy plugin manager (pytest's) implemented by the code under test in a plugin that is
-        an object, not a module ("hook name of plugin"), or None. The runner's own plugins are objects of its
-        code; the workdir's conftest modules (a repository's, pytest loads them itself) are modules, and so
-        are the plugins they name; a plugin object whose hook is the workdir's code was made by that code
-        (registered through gc, or straight into pluggy's tables past the refusal in arm)."""
+    def runners_object(value):
+        """VALUE is an object of a class of the test runner's (the class's own __module__, from its dictionary)."""
+        owner = type.__dict__["__module__"].__get__(type(value))
+        return isinstance(owner, str) and owner.split(".")[0] in runners
+
+    def initializing(module):
+        """MODULE is still being imported (its body runs: what it defines later is new, not added)."""
+        spec = own_dict(module).get("__spec__")
+        return getattr(spec, "_initializing", False) is True
+
+    def own_dict(value):
+        """An object's own attributes: its dictionary and its slots (pluggy's hook callers and implementations have
+        slots), each read through its class's own descriptor (only asked of the runner's own objects)."""
+        import types
+
+        if isinstance(value, types.ModuleType):
+            return types.ModuleType.__dict__["__dict__"].__get__(value)
+        out = {}
+        for klass in type.__dict__["__mro__"].__get__(type(value)):
+            for name, slot in list(type.__dict__["__dict__"].__get__(klass).items()):
+                if name == "__dict__" and isinstance(slot, types.GetSetDescriptorType) or \
+                        isinstance(slot, types.MemberDescriptorType):
+                    try:
+                        got = slot.__get__(value)
+                    except AttributeError:  # (an empty slot)
+                        continue
+                    if name == "__dict__":
+                        out.update((k, v) for k, v in list(got.items()) if k not in out)
+                    else:
+                        out.setdefault(name, got)
+        return out
+
+    machinery = {}  # id(plugin manager) -> {key: stamp} of its machinery as arm found it
+
+    def machinery_of(pm):
+        """(key, value) of a plugin manager's machinery: its own attributes (pluggy's _inner_hookexec, which
+        every hook call goes through), its hook relay's callers, and each caller's own attributes. A value that
+        is not an object of the runner's is given as it is, never read into."""
+        d = own_dict(pm)
+        for k, v in list(d.items()):
+            yield ("manager", k), v
+        relay = d.get("hook")
+        if relay is None or not runners_object(relay):
+            return
+        for name, caller in list(own_dict(relay).items()):
+            yield ("hook", name), caller
+            if runners_object(caller):
+                for k, v in list(own_dict(caller).items()):
+                    yield (name, k), v
+
+    def managers(found):
         pluggy = sys.modules.get("pluggy")
         manager = getattr(pluggy, "PluginManager", None)
         if manager is None:
-            return None
+            return []
+        return [o for o in found if issubclass(type(o), manager) and runners_object(o)]
+
+    def machinery_before():
+        """As arm runs: the machinery of each plugin manager on the stack (pytest's: the `self` of a hook call in
+        progress, or of its conftest import), so that what changes in it from here on is judged as a replaced
+        function of the runner's is."""
+        f, found = sys._getframe(1), []
+        while f is not None:
+            if "self" in f.f_code.co_varnames[:1]:
+                found.append(f.f_locals.get("self"))
+            f = f.f_back
+        for pm in managers(found):
+            if id(pm) not in machinery:
+                machinery[id(pm)] = {key: stamp(v) for key, v in machinery_of(pm)}
+
+    def foreign_hook():
+        """What of a pluggy plugin manager's (pytest's) machinery runs the code under test's, said, or None:
+        - a hook implemented by the code under test in a plugin that is an object, not a module ("hook name of
+          plugin"). The runner's own plugins are objects of its code; the workdir's conftest modules (a
+          repository's, pytest loads them itself) are modules, and so are the plugins they name; a plugin object
+          whose hook is the workdir's code was made by that code (registered through gc, or straight into pluggy's
+          tables past the refusal in arm);
+        - a module plugin's hook implementation whose function is not one of that module's own (pluggy's record
+          changed: stop 77's hookimpl-function-swapped), judged as a replaced function of the runner's;
+        - the manager's own attributes, its relay's callers and theirs, changed since arm (stop 77's
+          hookexec-replaced: pluggy's _inner_hookexec, which every hook call goes through), or not seen at arm."""
         import gc
         import types
 
-        for pm in [o for o in gc.get_objects() if isinstance(o, manager)]:
-            for caller in list(vars(pm.hook).values()):
-                impls = getattr(caller, "get_hookimpls", None)
-                for impl in (impls() if impls is not None else ()):
-                    if isinstance(impl.plugin, types.ModuleType) or id(impl.plugin) in by_conftest:
+        for pm in managers(gc.get_objects()):
+            was_then = machinery.get(id(pm))
+            for key, v in machinery_of(pm):
+                was = was_then.get(key) if was_then is not None else None
+                if was is not None and was == stamp(v):
+                    continue
+                if foreign(v, was is not None):
+                    return "%s of the plugin manager" % ".".join(key)
+            relay = own_dict(pm).get("hook")
+            if relay is None or not runners_object(relay):
+                continue
+            for caller in list(own_dict(relay).values()):
+                if not runners_object(caller):
+                    continue
+                impls = own_dict(caller).get("_hookimpls")
+                for impl in list(impls) if isinstance(impls, list) else ():
+                    if not runners_object(impl):
+                        return "an implementation of %s that is not pluggy's" % getattr(caller, "name", "?")
+                    d = own_dict(impl)
+                    plugin, function = d.get("plugin"), d.get("function")
+                    if isinstance(plugin, types.ModuleType):
+                        if any(function is v for v in list(own_dict(plugin).values())):
+                            continue
+                        if foreign(function, True):
+                            return "%s of module %r (not the module's own function)" % (
+                                getattr(caller, "name", "?"), d.get("plugin_name"))
                         continue
-                    if foreign(impl.function, False):
-                        return "%s of %r" % (getattr(caller, "name", "?"), impl.plugin_name)
+                    if id(plugin) in by_conftest:
+                        continue
+                    if foreign(function, False):
+                        return "%s of %r" % (getattr(caller, "name", "?"), d.get("plugin_name"))
         return None
 
     by_conftest = set()  # ids of the plugin objects a conftest module registered (a repository's own)
@@ -586,7 +722,10 @@ def _sandfleet_guard():
         import atexit
 
         refuse_plugins()
-        before.update(((m, a), id(v)) for m, a, v in runner_values())
+        before.update(((m, a), stamp(v)) for m, a, v in runner_values())
+        modules_then.update(m for m, module in list(sys.modules.items()) if m.split(".")[0] in runners and
+                            module is not None and not initializing(module))
+        machinery_before()
         if seal is not None:  # the very last: this program finalized, its exit is its own (seal.c, seal_fini)
             atexit.register(seal.sandfleet_seal_finalized)
         atexit.register(runner_intact)  # the first handler of the rest: it runs last of them
@@ -956,6 +1095,20 @@ def _sandfleet_guard():
             elif isinstance(item, dict):
                 todo.extend(item.values())
 
+    def not_the_codes(target, attr):
+        """TARGET's ATTR (a function's code or defaults, an object's class) is not the code under test's to change:
+        a function whose code is not its own (the runner's, the tests', the library's: stop 77's
+        runner-code-swapped kept the runner's function object and swapped its code), an object or module of the
+        test runner's (report-class-assigned gave pytest's reports a class of the code's own)."""
+        import types
+
+        if attr != "__class__":
+            return isinstance(target, types.FunctionType) and not code_verdict(target.__code__.co_filename)
+        if isinstance(target, types.ModuleType):
+            name = own_dict(target).get("__name__")
+            return isinstance(name, str) and name.split(".")[0] in runners
+        return runners_object(target)
+
     def audit(event, args):
         if event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
                 os.fsdecode(args[0]).endswith(code_ends) and not opens_to_write(args) and agent_file(args[0]):
@@ -981,6 +1134,11 @@ def _sandfleet_guard():
                     and main_compiles():
                 watch_strings()
             return
+        if event == "object.__setattr__" and (inside or running_code[0]) and len(args) > 1 and \
+                args[1] in ("__code__", "__defaults__", "__kwdefaults__", "__class__") and \
+                not_the_codes(args[0], args[1]) and by_code():
+            raise PermissionError(13, "sandfleet: the code under test can't change the %s of code that is not its "
+                                      "own inside the tests' process" % args[1])
         if event == "marshal.loads" and (inside or running_code[0]) and not unmarshalling and args and \
                 isinstance(args[0], (bytes, bytearray, memoryview)) and asked_by_python() and by_code():
             source, genuine = cache_read(args[0])

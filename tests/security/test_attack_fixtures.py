@@ -40,7 +40,7 @@ only here; `scripts/attack-table.py --tasks tests/fixtures/attacks-stop76` runs 
 STOP77 = frozenset({"runner-code-swapped", "runner-partial-padded", "runner-metaclass-call",
                     "hookimpl-function-swapped", "hookexec-replaced", "report-class-assigned",
                     "runner-closure-cell-swapped", "hookcaller-replaced", "hookexec-compiled-string",
-                    "builtins-hasattr-swapped"})
+                    "builtins-hasattr-swapped", "hookexec-before-manager", "hookimpl-plugin-swapped"})
 """Stop 77's rows: the runner's machinery changed in place inside the tests' process, the Python guard's judgment
 again (bwrap only here, as stop 76's; report-outcome-traced, the tests' own data, is in the fixtures and the table
 only)."""

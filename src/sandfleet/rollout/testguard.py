@@ -549,8 +549,6 @@ def _sandfleet_guard():
                         out.setdefault(name, got)
         return out
 
-    machinery = {}  # id(plugin manager) -> {key: stamp} of its machinery as arm found it
-
     def machinery_of(pm):
         """(key, value) of a plugin manager's machinery: its own attributes (pluggy's _inner_hookexec, which
         every hook call goes through), its hook relay's callers, and each caller's own attributes. A value that
@@ -574,40 +572,24 @@ def _sandfleet_guard():
             return []
         return [o for o in found if issubclass(type(o), manager) and runners_object(o)]
 
-    def machinery_before():
-        """As arm runs: the machinery of each plugin manager on the stack (pytest's: the `self` of a hook call in
-        progress, or of its conftest import), so that what changes in it from here on is judged as a replaced
-        function of the runner's is."""
-        f, found = sys._getframe(1), []
-        while f is not None:
-            if "self" in f.f_code.co_varnames[:1]:
-                found.append(f.f_locals.get("self"))
-            f = f.f_back
-        for pm in managers(found):
-            if id(pm) not in machinery:
-                machinery[id(pm)] = {key: stamp(v) for key, v in machinery_of(pm)}
-
     def foreign_hook():
         """What of a pluggy plugin manager's (pytest's) machinery runs the code under test's, said, or None:
-        - a hook implemented by the code under test in a plugin that is an object, not a module ("hook name of
-          plugin"). The runner's own plugins are objects of its code; the workdir's conftest modules (a
-          repository's, pytest loads them itself) are modules, and so are the plugins they name; a plugin object
-          whose hook is the workdir's code was made by that code (registered through gc, or straight into pluggy's
-          tables past the refusal in arm);
-        - a module plugin's hook implementation whose function is not one of that module's own (pluggy's record
-          changed: stop 77's hookimpl-function-swapped), judged as a replaced function of the runner's;
-        - the manager's own attributes, its relay's callers and theirs, changed since arm (stop 77's
-          hookexec-replaced: pluggy's _inner_hookexec, which every hook call goes through), or not seen at arm."""
+        - the manager's own attributes, its relay's hook callers and theirs (stop 77's hookexec-replaced: pluggy's
+          _inner_hookexec, which every hook call goes through), judged as replaced functions of the runner's are: code
+          compiled from a string counts (pluggy's and pytest's own are functions and objects of their files);
+        - a hook implementation whose function runs the code's, unless its plugin is one pytest registered itself
+          once the code had loaded (a conftest module of the workdir's, a plugin of a repository's) or one a
+          conftest registered (a repository's plugin object), and, for a module, the function is one of that
+          module's own. The code under test can't register a plugin (refuse_plugins); one made to look registered
+          in pluggy's record (stop 77's hookimpl-plugin-swapped named the solution's module as the plugin of the
+          runner's implementation) or a function swapped into a module's implementation (hookimpl-function-swapped)
+          is the code's."""
         import gc
         import types
 
         for pm in managers(gc.get_objects()):
-            was_then = machinery.get(id(pm))
             for key, v in machinery_of(pm):
-                was = was_then.get(key) if was_then is not None else None
-                if was is not None and was == stamp(v):
-                    continue
-                if foreign(v, was is not None):
+                if foreign(v, True):
                     return "%s of the plugin manager" % ".".join(key)
             relay = own_dict(pm).get("hook")
             if relay is None or not runners_object(relay):
@@ -621,20 +603,21 @@ def _sandfleet_guard():
                         return "an implementation of %s that is not pluggy's" % getattr(caller, "name", "?")
                     d = own_dict(impl)
                     plugin, function = d.get("plugin"), d.get("function")
+                    registered = id(plugin) in by_runner or id(plugin) in by_conftest
                     if isinstance(plugin, types.ModuleType):
-                        if any(function is v for v in list(own_dict(plugin).values())):
+                        own = any(function is v for v in list(own_dict(plugin).values()))
+                        if own and registered:
                             continue
-                        if foreign(function, True):
-                            return "%s of module %r (not the module's own function)" % (
-                                getattr(caller, "name", "?"), d.get("plugin_name"))
-                        continue
-                    if id(plugin) in by_conftest:
-                        continue
-                    if foreign(function, False):
+                        bad = foreign(function, not own)  # (a module of the image's own: as any of its values)
+                    else:
+                        bad = not registered and foreign(function, True) or id(plugin) not in by_conftest and \
+                            foreign(function, False)
+                    if bad:
                         return "%s of %r" % (getattr(caller, "name", "?"), d.get("plugin_name"))
         return None
 
     by_conftest = set()  # ids of the plugin objects a conftest module registered (a repository's own)
+    by_runner = set()  # ids of the plugins the runner registered itself once the code had loaded (conftest modules)
 
     def in_conftest():
         """A frame of the stack runs a conftest module pytest imported (its file's module in sys.modules):
@@ -668,6 +651,8 @@ def _sandfleet_guard():
                     raise PermissionError("sandfleet: the code under test may not register a plugin with the test "
                                           "runner")
                 by_conftest.add(id(plugin))
+            else:
+                by_runner.add(id(plugin))
             return real_register(self, plugin, name)
 
         register.sandfleet_guard = True
@@ -725,7 +710,6 @@ def _sandfleet_guard():
         before.update(((m, a), stamp(v)) for m, a, v in runner_values())
         modules_then.update(m for m, module in list(sys.modules.items()) if m.split(".")[0] in runners and
                             module is not None and not initializing(module))
-        machinery_before()
         if seal is not None:  # the very last: this program finalized, its exit is its own (seal.c, seal_fini)
             atexit.register(seal.sandfleet_seal_finalized)
         atexit.register(runner_intact)  # the first handler of the rest: it runs last of them

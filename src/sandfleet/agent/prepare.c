@@ -261,48 +261,42 @@ static void prep_confine(void) {
  * next, unconfined where the kernel has no Landlock. */
 static void prep_reap_rest(void) {
     pid_t me = getpid();
-    int none_twice = 0;
+    int clean = 0; /* rounds in a row that found none left */
     for (int round = 0;; round++) {
         if (round == 1000) {
             fprintf(stderr, "sandfleet-agent prepare: the image's programs left processes that would not end\n");
             fflush(stdout);
             _exit(1);
         }
+        int left = 0;
         if (!prep_subreaper) {
             /* the kernel's own answer, not a scan of /proc: kill(-1) fails with ESRCH only where no process but pid
                1 and us was left to signal, a zombie included (a scan of /proc raced a fork chain under load and
                missed its newest hop: stop 74's prep-fork-chain forged 1 on gVisor in the whole suite's run of
                stop 77); twice in a row, a millisecond apart */
-            int none = kill(-1, SIGKILL) < 0 && errno == ESRCH;
-            for (;;) {
-                pid_t w = waitpid(-1, NULL, WNOHANG);
-                if (w <= 0 && !(w < 0 && errno == EINTR)) break;
+            left = !(kill(-1, SIGKILL) < 0 && errno == ESRCH);
+        } else {
+            DIR *d = opendir("/proc");
+            struct dirent *e;
+            while (d && (e = readdir(d))) {
+                if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+                pid_t p = (pid_t)atoi(e->d_name);
+                char state = 0;
+                long ppid = proc_ppid(e->d_name, &state);
+                if (ppid < 0 || p == me || state == 'Z' || state == 'X') continue; /* (a zombie is its parent's to reap) */
+                if (ppid == me) {
+                    kill(p, SIGKILL);
+                    left = 1;
+                }
             }
-            none_twice = none ? none_twice + 1 : 0;
-            if (none_twice == 2) return;
-            usleep(1000);
-            continue;
+            if (d) closedir(d);
         }
-        int left = 0;
-        DIR *d = opendir("/proc");
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-            pid_t p = (pid_t)atoi(e->d_name);
-            char state = 0;
-            long ppid = proc_ppid(e->d_name, &state);
-            if (ppid < 0 || p == me || state == 'Z' || state == 'X') continue; /* (a zombie is its parent's to reap) */
-            if (ppid == me) {
-                kill(p, SIGKILL);
-                left = 1;
-            }
-        }
-        if (d) closedir(d);
         for (;;) {
             pid_t w = waitpid(-1, NULL, WNOHANG);
             if (w <= 0 && !(w < 0 && errno == EINTR)) break;
         }
-        if (!left) return;
+        clean = left ? 0 : clean + 1;
+        if (clean == (prep_subreaper ? 1 : 2)) return;
         usleep(1000);
     }
 }

@@ -398,6 +398,21 @@ def _sandfleet_guard():
     plain = (int, float, complex, str, bytes, bytearray)  # values that run nothing
     special = ("__call__", "__get__", "__set__", "__getattr__", "__getattribute__")  # what runs an object in use
     RUNS_CAP = 4096  # objects runs() reads for one value (the runner's own read at most a few hundred)
+    # a class's own dictionary, its method resolution order and its __module__, read through type's own slots: no
+    # descriptor or metaclass of the code under test's runs to answer
+    dict_of = type.__dict__["__dict__"].__get__
+    mro_of = type.__dict__["__mro__"].__get__
+    module_of = type.__dict__["__module__"].__get__
+
+    def closure_values(function, empty=None):
+        """The values FUNCTION's closure holds (EMPTY for an empty cell)."""
+        out = []
+        for cell in function.__closure__ or ():
+            try:
+                out.append(cell.cell_contents)
+            except ValueError:
+                out.append(empty)
+        return out
 
     def stamp(value):
         """What identifies VALUE as the runner had it: the object, and for a function its code and the values its
@@ -407,13 +422,7 @@ def _sandfleet_guard():
 
         if not isinstance(value, types.FunctionType):
             return id(value)
-        cells = []
-        for cell in value.__closure__ or ():
-            try:
-                cells.append(id(cell.cell_contents))
-            except ValueError:
-                cells.append(None)
-        return id(value), id(value.__code__), tuple(cells)
+        return id(value), id(value.__code__), tuple(id(v) for v in closure_values(value, empty=stamp))
 
     def runner_values():
         """(module, attribute, value) of the test runner's modules and their classes; and the builtins every
@@ -446,8 +455,6 @@ def _sandfleet_guard():
         import functools
         import types
 
-        dict_of = type.__dict__["__dict__"].__get__
-        mro_of = type.__dict__["__mro__"].__get__
         out, todo, seen = [], [value], set()
         while todo:
             v = todo.pop()
@@ -459,11 +466,7 @@ def _sandfleet_guard():
             seen.add(id(v))
             if isinstance(v, types.FunctionType):
                 out.append(v.__code__)
-                for cell in v.__closure__ or ():
-                    try:
-                        todo.append(cell.cell_contents)
-                    except ValueError:  # (an empty cell)
-                        pass
+                todo.extend(closure_values(v))
             elif isinstance(v, (types.MethodType, staticmethod, classmethod)):
                 todo.append(v.__func__)
             elif isinstance(v, property):
@@ -519,7 +522,7 @@ def _sandfleet_guard():
 
     def runners_object(value):
         """VALUE is an object of a class of the test runner's (the class's own __module__, from its dictionary)."""
-        owner = type.__dict__["__module__"].__get__(type(value))
+        owner = module_of(type(value))
         return isinstance(owner, str) and owner.split(".")[0] in runners
 
     def initializing(module):
@@ -535,8 +538,8 @@ def _sandfleet_guard():
         if isinstance(value, types.ModuleType):
             return types.ModuleType.__dict__["__dict__"].__get__(value)
         out = {}
-        for klass in type.__dict__["__mro__"].__get__(type(value)):
-            for name, slot in list(type.__dict__["__dict__"].__get__(klass).items()):
+        for klass in mro_of(type(value)):
+            for name, slot in list(dict_of(klass).items()):
                 if name == "__dict__" and isinstance(slot, types.GetSetDescriptorType) or \
                         isinstance(slot, types.MemberDescriptorType):
                     try:

@@ -172,6 +172,9 @@ class LocalCluster:
         node = self.by_id(node_id)
         if node.index == 0:
             raise ConfigError("the head node can't be removed: the driver is connected to it")
+        # its agents first, while the raylet is their parent: once it is gone they are orphans whose
+        # environment may no longer name the cluster (see processes())
+        end_trees({p.process.pid for infos in node.node.all_processes.values() for p in infos})
         self.cluster.remove_node(node.node, allow_graceful=False)
         self.nodes.remove(node)
         self.removed.append(node)
@@ -180,6 +183,9 @@ class LocalCluster:
         """Stop every node, reap what their sandboxes left, remove the directories; returns
         what was reaped."""
         t0 = time.monotonic()
+        # every process of the cluster ends while each still has its parent (Ray's nodes would kill the
+        # raylets first, leaving their agents as orphans that nothing below may recognize)
+        end_trees(set(self.processes()))
         if self.cluster is not None:
             try:
                 for node in list(self.cluster.worker_nodes):
@@ -208,8 +214,14 @@ class LocalCluster:
 
 
     def processes(self) -> list[int]:
-        """Pids of the processes of this cluster still running (their command line names its
-        directory: Ray's session directory is under it)."""
+        """Pids of the processes of this cluster still running: those whose command line or
+        environment names it, and their descendants.
+
+        The environment alone does not tell: Ray's agents retitle themselves (``ray::DashboardAgent``)
+        by writing their title over the start of the memory ``/proc/<pid>/environ`` reads, so which
+        of their variables are still there varies from process to process (seen: a node's agents
+        with none of the cluster's, and a CI run of stop 77 where one outlived the cluster). Their
+        parent, the raylet, is always one that names it while it runs."""
         if self._root is None:
             return []
         mark = str(self._root).encode()
@@ -228,7 +240,7 @@ class LocalCluster:
                     out.append(int(d.name))
             except OSError:
                 continue
-        return out
+        return sorted(descendants(set(out)) - {os.getpid()})
 
     def _end_stragglers(self, wait_s: float = 3.0) -> None:
         """End what is left of the cluster once its nodes are gone (Ray's agents notice a dead
@@ -256,6 +268,47 @@ class LocalCluster:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.05)
+
+
+def parents() -> dict[int, int]:
+    """Each running process's parent, from ``/proc``."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                out[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    return out
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """``roots`` and every process below them."""
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parents().items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = set(), list(roots)
+    while todo:
+        pid = todo.pop()
+        if pid not in out:
+            out.add(pid)
+            todo += children.get(pid, [])
+    return out
+
+
+def end_trees(roots: set[int]) -> None:
+    """Kill ``roots`` and everything below them, with no way out: each is stopped (SIGSTOP)
+    until a walk finds nothing new (a stopped process forks no more, and what it forked is
+    still its child), then all are killed at once. Killing top-down would orphan the children
+    before they were found."""
+    roots.discard(os.getpid())
+    stopped: set[int] = set()
+    while left := descendants(roots | stopped) - stopped - {os.getpid()}:
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGSTOP)
+        stopped |= left
+    for pid in stopped:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def reap_nodes(envs: list[dict[str, str]]) -> list[str]:

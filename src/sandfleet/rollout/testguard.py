@@ -606,7 +606,7 @@ def _sandfleet_guard():
                         return "an implementation of %s that is not pluggy's" % getattr(caller, "name", "?")
                     d = own_dict(impl)
                     plugin, function = d.get("plugin"), d.get("function")
-                    registered = id(plugin) in by_runner or id(plugin) in by_conftest
+                    registered = (id(plugin) in by_runner or id(plugin) in by_conftest) and not agents_plugin(plugin)
                     if isinstance(plugin, types.ModuleType):
                         own = any(function is v for v in list(own_dict(plugin).values()))
                         if own and registered:
@@ -618,6 +618,17 @@ def _sandfleet_guard():
                     if bad:
                         return "%s of %r" % (getattr(caller, "name", "?"), d.get("plugin_name"))
         return None
+
+    def agents_plugin(plugin):
+        """PLUGIN is a module of a root agent's outside the workdir (a conftest at /, which pytest imports where its
+        rootdir is /: stop 78's root-conftest-rootdir), by the path it was loaded from or the file it leads to: the
+        runner registered it, but it is not the tests' nor the workdir's (the flagged residual)."""
+        import types
+
+        if not isinstance(plugin, types.ModuleType):
+            return False
+        where = own_dict(plugin).get("__file__")
+        return isinstance(where, str) and (agent_input(where) or agent_file(where))
 
     by_conftest = set()  # ids of the plugin objects a conftest module registered (a repository's own)
     by_runner = set()  # ids of the plugins the runner registered itself once the code had loaded (conftest modules)
@@ -1096,6 +1107,55 @@ def _sandfleet_guard():
             return isinstance(name, str) and name.split(".")[0] in runners
         return runners_object(target)
 
+    # The runner's own inputs (stop 78): what pytest reads to configure itself -- its ini file (pytest.ini, tox.ini,
+    # setup.cfg, pyproject.toml), found in the tests' folder or any folder above it, the filesystem's root too -- is
+    # data, not code, and no rule above judged it. A root agent's /pytest.ini whose addopts is --collect-only makes
+    # pytest exit 0 having run nothing (root-ini-collect-only); --version, --deselect, a confcutdir of / that loads
+    # its conftest do as much. Not knowing which option: a file a root agent changed outside the workdir (the record's
+    # rule, agent_input) that the runner's own code opens to read, other than code (which the rules above judge), makes
+    # this program's end a failure, said. The workdir's own config is the flagged residual (a repository's).
+    stdlib = os.path.dirname(os.__file__) + "/"
+    runner_readers = ("_pytest", "pytest", "pluggy", "iniconfig")
+    configured = []
+
+    def read_by_runner():
+        """The open being audited is the test runner's own: the first frame that is not this file's, the import
+        system's or the standard library's (tomllib, configparser, io) runs a module of the runner's, from a file
+        of the image's."""
+        f = sys._getframe(2)
+        while f is not None:
+            name = f.f_code.co_filename
+            if not (name == mine or name.startswith("<frozen") or
+                    name.startswith(stdlib) and "-packages/" not in name[len(stdlib):]):
+                module = f.f_globals.get("__name__")
+                return isinstance(module, str) and module.split(".")[0] in runner_readers and \
+                    not code_verdict(name)
+            f = f.f_back
+        return False
+
+    def agent_input(path):
+        """PATH, as the runner names it, is a root agent's: its change time, or its link target's, is between the
+        record and the preparation. Not agent_file's: that one asks the file a link leads to, and a link of the
+        agent's at /pytest.ini leading into the workdir is the workdir's there (a workdir's config, read where the
+        runner runs from it, is the flagged residual; not one reached from outside it)."""
+        if not agent_window():
+            return False
+        key = os.path.abspath(os.fsdecode(path))
+        got = inputs.get(key)
+        if got is None:
+            got = not key.startswith(here + "/") and not in_workdir(key) and bool(window[0](os.fsencode(key)))
+            if len(inputs) < 4096:
+                inputs[key] = got
+        return got
+
+    inputs = {}
+
+    def configured_end():
+        print("sandfleet: the test runner read %s, a file a root agent changed outside the workdir, as its own "
+              "input (its configuration): what it decided is not the tests'; it exits 1" % configured[0],
+              file=sys.stderr, flush=True)
+        os._exit(1)
+
     def audit(event, args):
         if event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
                 os.fsdecode(args[0]).endswith(code_ends) and not opens_to_write(args) and agent_file(args[0]):
@@ -1104,6 +1164,15 @@ def _sandfleet_guard():
             verdicts[source_of(name)] = True
             if not sealed:
                 seal_rewards()
+        elif event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
+                "_pytest.config" in sys.modules and not opens_to_write(args) and agent_input(args[0]) and \
+                read_by_runner():
+            if not configured:
+                import atexit
+
+                atexit.register(configured_end)  # (registered as pytest configures itself: before any handler of
+                # the code under test's, so it runs after them)
+            configured.append(os.path.abspath(os.fsdecode(args[0])))
         if event == "compile" or event == "code.__new__":
             if len(args) < 2 or not isinstance(args[1], (str, bytes)):  # (source or code, file name, ...)
                 return

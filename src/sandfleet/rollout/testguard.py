@@ -274,13 +274,100 @@ def _sandfleet_guard():
         module.pytest_sessionfinish = pytest_sessionfinish
         return module
 
+    # Who decided a test's outcome (stop 78). pytest reports a test skipped, xfailed, or a session ended by
+    # pytest.exit, from an exception: Skipped, XFailed, unittest.SkipTest, Exit. Raised from the tests' own code it is
+    # their decision; raised from the code under test's (a solution whose answer() calls pytest.skip(), an object
+    # whose __eq__ raises SkipTest as the tests' assert compares it: code-skips-test, code-eq-skips) the failing test
+    # scored as not failed, and pytest exited 0. Not knowing which exception or how it was made: one whose
+    # traceback passed through a frame of the code under test's decides nothing -- the test failed (the session
+    # ended by it: the program exits 1). The test's own function is the tests' even where it is the workdir's
+    # (SWE-bench's repositories hold their tests).
+    def outcome_kinds():
+        kinds = []
+        outcomes = sys.modules.get("_pytest.outcomes")
+        for name in ("Skipped", "XFailed", "Exit"):
+            kind = getattr(outcomes, name, None)
+            if isinstance(kind, type):
+                kinds.append(kind)
+        unittest = sys.modules.get("unittest")
+        if isinstance(getattr(unittest, "SkipTest", None), type):
+            kinds.append(unittest.SkipTest)
+        return tuple(kinds)
+
+    def passed_through_code(excinfo, own=None):
+        """The frame of the code under test's that EXCINFO's exception (an outcome of the runner's) passed through,
+        or None."""
+        value = getattr(excinfo, "value", None)
+        if value is None or not isinstance(value, outcome_kinds()):
+            return None
+        tb = getattr(value, "__traceback__", None)
+        while tb is not None:
+            f = tb.tb_frame
+            module = f.f_globals.get("__name__")
+            if not (isinstance(module, str) and module.split(".")[0] in runners) and f.f_code is not own and \
+                    code_verdict(f.f_code.co_filename):
+                return "%s:%d" % (f.f_code.co_filename, tb.tb_lineno)
+            tb = tb.tb_next
+        return None
+
+    def outcomes_module():
+        """The plugin that judges who raised a test's outcome, outermost of the report's makers."""
+        import types
+
+        hookimpl = getattr(sys.modules.get("pytest"), "hookimpl", None)
+
+        def to_failed(report, kind, where):
+            report.outcome = "failed"
+            report.longrepr = ("sandfleet: the code under test decided this outcome (%s, raised through %s): "
+                               "the test failed" % (kind, where))
+            if "wasxfail" in getattr(report, "__dict__", {}):
+                del report.wasxfail
+
+        def pytest_runtest_makereport(item, call):
+            obj = getattr(item, "obj", None)
+            own = getattr(getattr(obj, "__func__", obj), "__code__", None)
+            where = passed_through_code(call.excinfo, own)
+            kind = type(call.excinfo.value).__name__ if where else None
+            outcome = yield
+            report = outcome.get_result()
+            if where and report is not None and (report.outcome != "failed" or hasattr(report, "wasxfail")):
+                to_failed(report, kind, where)
+
+        def pytest_make_collect_report(collector):
+            outcome = yield
+            report = outcome.get_result()
+            call = getattr(report, "call", None)  # (pytest keeps its CallInfo on the report)
+            where = passed_through_code(getattr(call, "excinfo", None)) if report is not None else None
+            if where and report.outcome != "failed":
+                to_failed(report, type(call.excinfo.value).__name__, where)
+
+        def pytest_keyboard_interrupt(excinfo):
+            where = passed_through_code(excinfo)
+            if where:
+                print("sandfleet: the code under test ended the test session (%s, raised through %s); it exits 1"
+                      % (type(excinfo.value).__name__, where), file=sys.stderr, flush=True)
+                os._exit(1)
+
+        module = types.ModuleType("sandfleet_outcomes")
+        wrap = hookimpl(hookwrapper=True, tryfirst=True) if hookimpl is not None else None
+        module.pytest_runtest_makereport = wrap(pytest_runtest_makereport) if wrap else pytest_runtest_makereport
+        module.pytest_make_collect_report = wrap(pytest_make_collect_report) if wrap else pytest_make_collect_report
+        module.pytest_keyboard_interrupt = pytest_keyboard_interrupt
+        return module
+
     def patch_pytest(module):
         config = sys.modules.get("_pytest.config")
         plugins = getattr(config, "default_plugins", None)
-        if not witness_fd or not isinstance(plugins, tuple) or "sandfleet_witness" in plugins:
+        if not isinstance(plugins, tuple) or getattr(module, "hookimpl", None) is None:
             return
-        sys.modules["sandfleet_witness"] = witness_module()
-        config.default_plugins = plugins + ("sandfleet_witness",)
+        add = []
+        if "sandfleet_outcomes" not in plugins:
+            sys.modules["sandfleet_outcomes"] = outcomes_module()
+            add.append("sandfleet_outcomes")
+        if witness_fd and "sandfleet_witness" not in plugins:
+            sys.modules["sandfleet_witness"] = witness_module()
+            add.append("sandfleet_witness")
+        config.default_plugins = plugins + tuple(add)
 
     # site runs before the cwd or script folder is put first on sys.path: none of them is here
     paths = [p for p in sys.path if trusted(p)]
@@ -1309,7 +1396,7 @@ def _sandfleet_guard():
                 spec.loader = Patched(spec.loader, name, patch_pickle)
             elif name == "yaml":
                 spec.loader = Patched(spec.loader, name, patch_yaml)
-            elif name == "pytest" and witness_fd:
+            elif name == "pytest":
                 spec.loader = Patched(spec.loader, name, patch_pytest)
             elif name == "tempfile" and share_uid is not None:
                 spec.loader = Patched(spec.loader, name, patch_tempfile)

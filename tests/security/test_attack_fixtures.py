@@ -45,6 +45,15 @@ STOP77 = frozenset({"runner-code-swapped", "runner-partial-padded", "runner-meta
 again (bwrap only here, as stop 76's; report-outcome-traced, the tests' own data, is in the fixtures and the table
 only)."""
 
+STOP78 = frozenset({"root-ini-collect-only", "root-pyproject-co", "root-setupcfg-help", "root-ini-conftest",
+                    "root-ini-link-workdir", "root-conftest-rootdir", "code-skips-test", "code-xfails-test",
+                    "code-eq-skips", "code-import-skip-module", "code-exit-zero", "code-collect-skip",
+                    "code-future-reraise", "code-partial-skip-slot", "code-mock-side-effect", "code-linecache-forged",
+                    "code-xfail-marker-added"})
+"""Stop 78's rows: what configures the runner (a root agent's ini file or conftest at /) and who raised a test's
+outcome (a skip, xfail or exit through the code under test's frame, or from a line of the tests' that names none; an
+xfail marker that came as the test ran), the Python guard's judgment (bwrap only here, as stops 76 and 77)."""
+
 
 MICROVM_SAME = frozenset({
     # links and files the preparation removes or overrides (prepare.c, the guest agent's own on every backend)
@@ -98,7 +107,7 @@ MICROVM_SAME = frozenset({
     # guard's reads, the same code everywhere (the attack table runs them on microvm)
     "root-stdlib-module", "root-system-pth", "root-image-sitecustomize", "root-user-site", "root-forged-pyc",
     "root-pytest-plugin", "root-pytest-patched", "root-ld-preload", "tests-plant-pth-root", "root-tmp-sitecustomize",
-    "tests-plant-sitecustomize-root", *STOP76, *STOP77,
+    "tests-plant-sitecustomize-root", *STOP76, *STOP77, *STOP78,
 })
 """The rows whose mechanism is the same code on every backend (the guest agent's preparation, the
 verifier's environment, the seal line): on bwrap and gVisor only. A microVM differs in its own
@@ -141,7 +150,7 @@ GVISOR_SAME = frozenset({
     # folders without Landlock): the Python guard's reads, the same code
     "root-stdlib-module", "root-image-sitecustomize", "root-user-site", "root-forged-pyc", "root-pytest-plugin",
     "root-pytest-patched", "tests-plant-pth", "root-tmp-sitecustomize", "tests-plant-sitecustomize",
-    "tests-plant-sitecustomize-root", *STOP76, *STOP77,
+    "tests-plant-sitecustomize-root", *STOP76, *STOP77, *STOP78,
 })
 """The rows that run on bwrap (and microVMs, outside MICROVM_SAME) but not on gVisor, where nothing in their
 mechanism differs there (the seal's times on gVisor, a birth time of 0, run in round XXIV's other rows). The
@@ -330,7 +339,12 @@ async def test_the_attack_fixtures_score_zero(backend: str) -> None:
              # too) and its relay's, a report's class, a builtin the runner calls -- or the code's own behind what the
              # check read (600 arguments of padding, a metaclass's __call__): the audit's refusal of such changes, and
              # the end's judgment of what changed since the code loaded by the code it runs
-             "stop77": sorted(STOP77)}
+             "stop77": sorted(STOP77),
+             # stop 78: what configures the runner -- a root agent's ini file at / (--collect-only, --version; a link
+             # of its own into the workdir), a conftest at / that pytest loads -- and who raised a test's outcome: a
+             # skip, an xfail, a SkipTest or pytest.exit from the code under test (its frame in the traceback), at
+             # collection too: the runner's own reads of a root agent's files, and the outcome's traceback
+             "stop78": sorted(STOP78)}
     tasks = [t for r, wanted in names.items() for t in load_tasks(FIXTURES / f"attacks-{r}")[0]
              if t.name in wanted and t.name not in GAPS.get(backend, set())]
     assert {t.name for t in tasks} >= (MICROVM_SAME | GVISOR_SAME) - GAPS.get(backend, set())

@@ -172,6 +172,7 @@ def _sandfleet_guard():
     from importlib.machinery import PathFinder
 
     here = os.path.dirname(os.path.realpath(__file__))
+    real_open = open  # (the guard's own, taken before any code of the agent's ran)
     mine = sys._getframe(0).f_code.co_filename
     untrusted = [p.rstrip("/") for p in os.environ.get("SANDFLEET_UNTRUSTED", "").split(":") if p]
     verdicts = {}
@@ -295,20 +296,42 @@ def _sandfleet_guard():
         return tuple(kinds)
 
     def passed_through_code(excinfo, own=None):
-        """The frame of the code under test's that EXCINFO's exception (an outcome of the runner's) passed through,
-        or None."""
+        """Where EXCINFO's exception, an outcome of the runner's, came from the code under test, said; or None:
+        - it passed through a frame of the code's (OWN, the test's own function, is the tests');
+        - or the frame that raised it, the innermost that is not the runner's, is the tests' (or a library's) at a
+          line that names no skip, xfail or exit: a value the line used raised it (a class of the code's whose
+          __eq__ is functools.partial(pytest.skip), a MagicMock of the code's with a Skipped as its side effect:
+          the runner's own functions, and no frame of the code's)."""
         value = getattr(excinfo, "value", None)
         if value is None or not isinstance(value, outcome_kinds()):
             return None
         tb = getattr(value, "__traceback__", None)
+        innermost = None
         while tb is not None:
             f = tb.tb_frame
             module = f.f_globals.get("__name__")
-            if not (isinstance(module, str) and module.split(".")[0] in runners) and f.f_code is not own and \
-                    code_verdict(f.f_code.co_filename):
-                return "%s:%d" % (f.f_code.co_filename, tb.tb_lineno)
+            if not (isinstance(module, str) and module.split(".")[0] in runners):
+                if f.f_code is not own and code_verdict(f.f_code.co_filename):
+                    return "%s:%d" % (f.f_code.co_filename, tb.tb_lineno)
+                innermost = (f, tb.tb_lineno)
             tb = tb.tb_next
+        if innermost is not None:
+            f, line = innermost
+            if not any(word in source_line(f.f_code.co_filename, line) for word in ("skip", "xfail", "exit")):
+                return "%s:%d, whose line names no skip, xfail or exit" % (f.f_code.co_filename, line)
         return None
+
+    def source_line(name, line):
+        """Line LINE of the file NAME, lower case, read from the file itself: not linecache's, whose cache the code
+        under test can fill (the tests' files are not the agent's to write). "" where there is none."""
+        try:
+            with real_open(name, "rb") as f:
+                for number, text in enumerate(f, 1):
+                    if number == line:
+                        return text.decode("utf-8", "replace").lower()
+        except (OSError, TypeError, ValueError):
+            pass
+        return ""
 
     def outcomes_module():
         """The plugin that judges who raised a test's outcome, outermost of the report's makers."""
@@ -323,15 +346,26 @@ def _sandfleet_guard():
             if "wasxfail" in getattr(report, "__dict__", {}):
                 del report.wasxfail
 
+        statics = {}  # id(item) -> it had an xfail marker as its setup ended (the tests' own, or a fixture's)
+
         def pytest_runtest_makereport(item, call):
             obj = getattr(item, "obj", None)
             own = getattr(getattr(obj, "__func__", obj), "__code__", None)
             where = passed_through_code(call.excinfo, own)
             kind = type(call.excinfo.value).__name__ if where else None
+            if call.when == "setup":
+                statics[id(item)] = any(True for _ in item.iter_markers(name="xfail"))
             outcome = yield
             report = outcome.get_result()
-            if where and report is not None and (report.outcome != "failed" or hasattr(report, "wasxfail")):
+            if report is None:
+                return
+            if where and (report.outcome != "failed" or hasattr(report, "wasxfail")):
                 to_failed(report, kind, where)
+            elif call.when == "call" and sealed and hasattr(report, "wasxfail") and call.excinfo is not None and \
+                    not isinstance(call.excinfo.value, outcome_kinds()) and not statics.get(id(item), True):
+                # a test that failed (its own exception) reported xfailed by a marker that came while its call ran, in
+                # a program that loaded the code under test (code-xfail-marker-added: the code found the item)
+                to_failed(report, "an xfail marker added as the test ran", "the test's item")
 
         def pytest_make_collect_report(collector):
             outcome = yield

@@ -382,12 +382,49 @@ def _sandfleet_guard():
                       % (type(excinfo.value).__name__, where), file=sys.stderr, flush=True)
                 os._exit(1)
 
+        def pytest_configure(config):
+            judged.append([config.pluginmanager, module, None])
+
+        def pytest_unconfigure(config):
+            for entry in judged:
+                if entry[0] is config.pluginmanager and entry[2] is None:
+                    entry[2] = judge_removed(entry[0], module) or ""
+
         module = types.ModuleType("sandfleet_outcomes")
         wrap = hookimpl(hookwrapper=True, tryfirst=True) if hookimpl is not None else None
         module.pytest_runtest_makereport = wrap(pytest_runtest_makereport) if wrap else pytest_runtest_makereport
         module.pytest_make_collect_report = wrap(pytest_make_collect_report) if wrap else pytest_make_collect_report
         module.pytest_keyboard_interrupt = pytest_keyboard_interrupt
+        module.pytest_configure = pytest_configure
+        module.pytest_unconfigure = pytest_unconfigure
         return module
+
+    judged = []  # [plugin manager, the judging plugin, what it lost as pytest unconfigured] of each pytest here
+
+    def judge_removed(pm, module):
+        """The hook of PM that lost the judging plugin MODULE's implementation (the code under test took it out of
+        pluggy's record), or None."""
+        relay = own_dict(pm).get("hook")
+        for hook in ("pytest_runtest_makereport", "pytest_make_collect_report", "pytest_keyboard_interrupt"):
+            caller = own_dict(relay).get(hook) if relay is not None else None
+            try:  # (pluggy's own reader: its record is _hookimpls from 1.1, _wrappers and _nonwrappers before)
+                impls = list(caller.get_hookimpls()) if caller is not None else []
+            except Exception:
+                impls = []
+            want = own_dict(module).get(hook)
+            if not any(own_dict(i).get("function") is want for i in impls):
+                return hook
+        return None
+
+    def judge_lost():
+        """What a pytest of this program lost of the judging plugin (code-unregisters-judge), said, or None: its
+        hooks as pytest unconfigured itself, or the plugin itself (unregistered: its unconfigure never ran)."""
+        for pm, module, lost in judged:
+            if lost is None:
+                return "the plugin, unregistered"
+            if lost:
+                return lost
+        return None
 
     def patch_pytest(module):
         config = sys.modules.get("_pytest.config")
@@ -635,6 +672,11 @@ def _sandfleet_guard():
                 print("sandfleet: the code under test replaced %s.%s of the test runner inside the tests' "
                       "process; it exits 1" % (mod_name, attr), file=sys.stderr, flush=True)
                 os._exit(1)
+        removed = judge_lost()
+        if removed is not None:
+            print("sandfleet: the code under test took the guard's judgment of outcomes out of the test runner's hooks "
+                  "(%s) inside the tests' process; it exits 1" % removed, file=sys.stderr, flush=True)
+            os._exit(1)
         hook = foreign_hook()
         if hook is not None:
             print("sandfleet: the code under test put its own code in the test runner's hooks (%s) inside the tests' "

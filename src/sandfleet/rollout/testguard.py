@@ -407,10 +407,7 @@ def _sandfleet_guard():
         relay = own_dict(pm).get("hook")
         for hook in ("pytest_runtest_makereport", "pytest_make_collect_report", "pytest_keyboard_interrupt"):
             caller = own_dict(relay).get(hook) if relay is not None else None
-            try:  # (pluggy's own reader: its record is _hookimpls from 1.1, _wrappers and _nonwrappers before)
-                impls = list(caller.get_hookimpls()) if caller is not None else []
-            except Exception:
-                impls = []
+            impls = impls_of(caller) if caller is not None else []
             want = own_dict(module).get(hook)
             if not any(own_dict(i).get("function") is want for i in impls):
                 return hook
@@ -763,8 +760,7 @@ def _sandfleet_guard():
             for caller in list(own_dict(relay).values()):
                 if not runners_object(caller):
                     continue
-                impls = own_dict(caller).get("_hookimpls")
-                for impl in list(impls) if isinstance(impls, list) else ():
+                for impl in impls_of(caller):
                     if not runners_object(impl):
                         return "an implementation of %s that is not pluggy's" % getattr(caller, "name", "?")
                     d = own_dict(impl)
@@ -792,6 +788,18 @@ def _sandfleet_guard():
             return False
         where = own_dict(plugin).get("__file__")
         return isinstance(where, str) and (agent_input(where) or agent_file(where))
+
+    def impls_of(caller):
+        """The hook implementations in pluggy's record of CALLER, read from its own dictionary: _hookimpls from pluggy
+        1.1, _nonwrappers and _wrappers before (Debian bookworm's python3-pytest 7.2 has pluggy 1.0, where stop 77's
+        reading of _hookimpls alone found none)."""
+        d = own_dict(caller)
+        out = []
+        for name in ("_hookimpls", "_nonwrappers", "_wrappers"):
+            impls = d.get(name)
+            if isinstance(impls, list):
+                out += list(impls)
+        return out
 
     by_conftest = set()  # ids of the plugin objects a conftest module registered (a repository's own)
     by_runner = set()  # ids of the plugins the runner registered itself once the code had loaded (conftest modules)

@@ -49,7 +49,8 @@ STOP78 = frozenset({"root-ini-collect-only", "root-pyproject-co", "root-setupcfg
                     "root-ini-link-workdir", "root-conftest-rootdir", "code-skips-test", "code-xfails-test",
                     "code-eq-skips", "code-import-skip-module", "code-exit-zero", "code-collect-skip",
                     "code-future-reraise", "code-partial-skip-slot", "code-mock-side-effect", "code-linecache-forged",
-                    "code-xfail-marker-added", "code-unregisters-judge", "code-drops-judge-impl"})
+                    "code-xfail-marker-added", "code-unregisters-judge", "code-drops-judge-impl",
+                    "code-property-exit-line"})
 """Stop 78's rows: what configures the runner (a root agent's ini file or conftest at /) and who raised a test's
 outcome (a skip, xfail or exit through the code under test's frame, or from a line of the tests' that names none; an
 xfail marker that came as the test ran), the Python guard's judgment (bwrap only here, as stops 76 and 77)."""

@@ -317,9 +317,16 @@ def _sandfleet_guard():
             tb = tb.tb_next
         if innermost is not None:
             f, line = innermost
-            if not any(word in source_line(f.f_code.co_filename, line) for word in ("skip", "xfail", "exit")):
+            if not names_an_outcome(source_line(f.f_code.co_filename, line)):
                 return "%s:%d, whose line names no skip, xfail or exit" % (f.f_code.co_filename, line)
         return None
+
+    def names_an_outcome(text):
+        """TEXT (a line, lower case) calls or raises an outcome of the runner's by name: skip(, xfail(, exit(,
+        importorskip(, skipTest(, SkipTest(, skip.Exception -- not a word that only holds one (an exit_code)."""
+        import re
+
+        return re.search(r"\b(skip|xfail|exit|importorskip|skiptest)\s*\(|\bskip\.exception\b", text) is not None
 
     def source_line(name, line):
         """Line LINE of the file NAME, lower case, read from the file itself: not linecache's, whose cache the code

@@ -1343,8 +1343,8 @@ def _sandfleet_guard():
             if not sealed:
                 seal_rewards()
         elif event == "open" and window[:1] != [None] and isinstance(args[0], (str, bytes)) and \
-                "_pytest.config" in sys.modules and not opens_to_write(args) and agent_input(args[0]) and \
-                read_by_runner():
+                "_pytest.config" in sys.modules and not os.fsdecode(args[0]).endswith(code_ends) and \
+                not opens_to_write(args) and agent_input(args[0]) and read_by_runner():
             if not configured:
                 import atexit
 

@@ -344,7 +344,7 @@ def _sandfleet_guard():
         """The plugin that judges who raised a test's outcome, outermost of the report's makers."""
         import types
 
-        hookimpl = getattr(sys.modules.get("pytest"), "hookimpl", None)
+        hookimpl = sys.modules["pytest"].hookimpl  # (patch_pytest asks for it first)
 
         def to_failed(report, kind, where):
             report.outcome = "failed"
@@ -398,9 +398,9 @@ def _sandfleet_guard():
                     entry[2] = judge_removed(entry[0], module) or ""
 
         module = types.ModuleType("sandfleet_outcomes")
-        wrap = hookimpl(hookwrapper=True, tryfirst=True) if hookimpl is not None else None
-        module.pytest_runtest_makereport = wrap(pytest_runtest_makereport) if wrap else pytest_runtest_makereport
-        module.pytest_make_collect_report = wrap(pytest_make_collect_report) if wrap else pytest_make_collect_report
+        wrap = hookimpl(hookwrapper=True, tryfirst=True)
+        module.pytest_runtest_makereport = wrap(pytest_runtest_makereport)
+        module.pytest_make_collect_report = wrap(pytest_make_collect_report)
         module.pytest_keyboard_interrupt = pytest_keyboard_interrupt
         module.pytest_configure = pytest_configure
         module.pytest_unconfigure = pytest_unconfigure
@@ -433,10 +433,11 @@ def _sandfleet_guard():
     def patch_pytest(module):
         config = sys.modules.get("_pytest.config")
         plugins = getattr(config, "default_plugins", None)
-        if not isinstance(plugins, tuple) or getattr(module, "hookimpl", None) is None:
+        if not isinstance(plugins, tuple):
             return
         add = []
-        if "sandfleet_outcomes" not in plugins:
+        # (the judge's hooks are wrappers: a pytest without hookimpl's marks gets the witness alone, as before)
+        if "sandfleet_outcomes" not in plugins and getattr(module, "hookimpl", None) is not None:
             sys.modules["sandfleet_outcomes"] = outcomes_module()
             add.append("sandfleet_outcomes")
         if witness_fd and "sandfleet_witness" not in plugins:
